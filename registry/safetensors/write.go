@@ -1,0 +1,109 @@
+package safetensors
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// Write stores tensors (in the given order) and metadata at path atomically: it writes a
+// temporary file beside path, fsyncs it, renames it over path and fsyncs the directory,
+// so a crash leaves either the old file or the complete new one.
+func Write(path string, tensors []Tensor, metadata map[string]string) error {
+	var hdr bytes.Buffer
+	hdr.WriteByte('{')
+	first := true
+	field := func(name string, v any) error {
+		k, err := json.Marshal(name)
+		if err != nil {
+			return err
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		if !first {
+			hdr.WriteByte(',')
+		}
+		first = false
+		hdr.Write(k)
+		hdr.WriteByte(':')
+		hdr.Write(b)
+		return nil
+	}
+	if len(metadata) > 0 {
+		if err := field("__metadata__", metadata); err != nil {
+			return err
+		}
+	}
+	seen := map[string]bool{}
+	var off int64
+	for _, t := range tensors {
+		if t.Name == "__metadata__" || seen[t.Name] {
+			return fmt.Errorf("safetensors write %s: duplicate or reserved tensor name %q", path, t.Name)
+		}
+		seen[t.Name] = true
+		if t.DType.Size() == 0 {
+			return fmt.Errorf("safetensors write %s: tensor %q has unknown dtype %q", path, t.Name, t.DType)
+		}
+		if want := t.NumElements() * int64(t.DType.Size()); int64(len(t.Data)) != want {
+			return fmt.Errorf("safetensors write %s: tensor %q: shape %v of %s needs %d bytes, got %d", path, t.Name, t.Shape, t.DType, want, len(t.Data))
+		}
+		shape := t.Shape
+		if shape == nil {
+			shape = []int{}
+		}
+		end := off + int64(len(t.Data))
+		if err := field(t.Name, rawTensor{DType: t.DType, Shape: shape, DataOffsets: []int64{off, end}}); err != nil {
+			return err
+		}
+		off = end
+	}
+	hdr.WriteByte('}')
+	for hdr.Len()%8 != 0 { // align the data section, as the reference writer does
+		hdr.WriteByte(' ')
+	}
+
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("safetensors write %s: %w", path, err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	w := bufio.NewWriterSize(tmp, 1<<20)
+	var lenBuf [8]byte
+	binary.LittleEndian.PutUint64(lenBuf[:], uint64(hdr.Len()))
+	w.Write(lenBuf[:])
+	w.Write(hdr.Bytes())
+	for _, t := range tensors {
+		w.Write(t.Data)
+	}
+	if err := w.Flush(); err != nil {
+		return fmt.Errorf("safetensors write %s: %w", path, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return fmt.Errorf("safetensors write %s: fsync: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("safetensors write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("safetensors write %s: %w", path, err)
+	}
+	ok = true
+	if d, err := os.Open(dir); err == nil {
+		d.Sync() // make the rename durable; not every filesystem supports it
+		d.Close()
+	}
+	return nil
+}
