@@ -1,0 +1,3 @@
+package sysmem
+
+func systemSensor() Sensor { return Linux{Root: "/"} }
