@@ -1,0 +1,160 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func testStore(t *testing.T) *Store {
+	t.Helper()
+	root := t.TempDir()
+	return &Store{HubCache: filepath.Join(root, "hub"), Home: filepath.Join(root, "mlxg")}
+}
+
+func writeFiles(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func mustParse(t *testing.T, s string) Name {
+	t.Helper()
+	n, err := ParseName(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestImportResolveListCopyRemove(t *testing.T) {
+	ctx := context.Background()
+	s := testStore(t)
+	src := t.TempDir()
+	writeFiles(t, src, map[string]string{
+		"config.json":       `{"model_type":"qwen3"}`,
+		"model.safetensors": "weights-v1",
+		"tokenizer.json":    "{}",
+	})
+	m, err := s.ImportDir(ctx, mustParse(t, "tiny-q4"), src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Name != "tiny-q4:latest" || m.Repo != "local/tiny-q4" || m.Revision != "main" || len(m.Commit) != 40 {
+		t.Fatalf("imported model = %+v", m)
+	}
+	if m.Size != int64(len(`{"model_type":"qwen3"}`)+len("weights-v1")+2) {
+		t.Errorf("size = %d", m.Size)
+	}
+	b, err := os.ReadFile(filepath.Join(m.Dir, "model.safetensors"))
+	if err != nil || string(b) != "weights-v1" {
+		t.Fatalf("snapshot file: %q, %v", b, err)
+	}
+	link, _ := os.Readlink(filepath.Join(m.Dir, "model.safetensors"))
+	if !strings.HasPrefix(link, "../../blobs/") || len(filepath.Base(link)) != 64 {
+		t.Errorf("snapshot link = %q, want ../../blobs/<sha256>", link)
+	}
+	ref, _ := os.ReadFile(filepath.Join(s.HubCache, "models--local--tiny-q4", "refs", "main"))
+	if string(ref) != m.Commit {
+		t.Errorf("refs/main = %q, want %q", ref, m.Commit)
+	}
+	// The same content gets the same commit; a change gets another.
+	again, err := s.ImportDir(ctx, mustParse(t, "tiny-q4"), src)
+	if err != nil || again.Commit != m.Commit {
+		t.Fatalf("re-import: %v, commit %s vs %s", err, again.Commit, m.Commit)
+	}
+
+	cp, err := s.Copy(mustParse(t, "tiny-q4"), mustParse(t, "mine:v1"))
+	if err != nil || cp.Commit != m.Commit || cp.Name != "mine:v1" {
+		t.Fatalf("copy: %+v, %v", cp, err)
+	}
+	if _, err := s.Copy(mustParse(t, "tiny-q4"), mustParse(t, "org/other")); err == nil {
+		t.Error("copy to a repo name was accepted")
+	}
+	writeFiles(t, src, map[string]string{"model.safetensors": "weights-v2"})
+	m2, err := s.ImportDir(ctx, mustParse(t, "tiny-q4"), src)
+	if err != nil || m2.Commit == m.Commit {
+		t.Fatalf("changed import: %v, same commit %v", err, m2.Commit == m.Commit)
+	}
+	// The alias stays pinned to the first commit.
+	if got, _ := s.Resolve(mustParse(t, "mine:v1")); got == nil || got.Commit != m.Commit {
+		t.Errorf("alias moved: %+v", got)
+	}
+	list, err := s.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]string{}
+	for _, l := range list {
+		names[l.Name] = l.Commit
+	}
+	if len(list) != 2 || names["tiny-q4:latest"] != m2.Commit || names["mine:v1"] != m.Commit {
+		t.Fatalf("list = %+v", list)
+	}
+
+	// rm of the model: its ref and new snapshot go; the alias keeps the old snapshot and its blobs.
+	r, err := s.Remove(ctx, mustParse(t, "tiny-q4"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Alias || len(r.Snapshots) != 1 || r.Snapshots[0] != m2.Commit || r.Blobs != 1 {
+		t.Errorf("removed %+v, want snapshot %s and 1 blob", r, m2.Commit)
+	}
+	if _, err := s.Resolve(mustParse(t, "tiny-q4")); !errors.Is(err, ErrNotFound) {
+		t.Errorf("resolve after rm: %v", err)
+	}
+	if got, err := s.Resolve(mustParse(t, "mine:v1")); err != nil || got.Size == 0 {
+		t.Fatalf("alias after rm of its source: %v", err)
+	}
+	// rm of the alias: the last name of the snapshot, so everything goes.
+	r, err = s.Remove(ctx, mustParse(t, "mine:v1"))
+	if err != nil || !r.Alias || len(r.Snapshots) != 1 || r.Blobs != 3 {
+		t.Fatalf("removing the alias: %+v, %v", r, err)
+	}
+	if _, err := os.Stat(filepath.Join(s.HubCache, "models--local--tiny-q4")); !os.IsNotExist(err) {
+		t.Errorf("repo folder still there: %v", err)
+	}
+	if list, _ := s.List(); len(list) != 0 {
+		t.Errorf("list after rm = %+v", list)
+	}
+}
+
+func TestLookupOrder(t *testing.T) {
+	s := testStore(t)
+	got, err := s.Lookup(mustParse(t, "qwen3:0.6b"))
+	if err != nil || got.Repo != "mlx-community/Qwen3-0.6B-4bit" || got.Revision != "main" {
+		t.Fatalf("builtin lookup = %+v, %v", got, err)
+	}
+	if _, err := s.Lookup(mustParse(t, "nosuchmodel")); !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "qwen3:0.6b") {
+		t.Errorf("unknown bare name: %v", err)
+	}
+	// A local model of the same name wins over the built-in alias.
+	src := t.TempDir()
+	writeFiles(t, src, map[string]string{"config.json": "{}", "model.safetensors": "x"})
+	if _, err := s.ImportDir(context.Background(), mustParse(t, "qwen3:0.6b"), src); err != nil {
+		t.Fatal(err)
+	}
+	got, err = s.Lookup(mustParse(t, "qwen3:0.6b"))
+	if err != nil || got.Repo != "local/qwen3" || got.Revision != "0.6b" {
+		t.Fatalf("local lookup = %+v, %v", got, err)
+	}
+}
+
+func TestImportRejectsNonCheckpoint(t *testing.T) {
+	s := testStore(t)
+	src := t.TempDir()
+	writeFiles(t, src, map[string]string{"config.json": "{}"})
+	_, err := s.ImportDir(context.Background(), mustParse(t, "x"), src)
+	if err == nil || !strings.Contains(err.Error(), "safetensors") {
+		t.Fatalf("import without safetensors: %v", err)
+	}
+}
