@@ -1,0 +1,502 @@
+// Package randmodel writes deterministic random checkpoints in Hugging Face format
+// (config.json, generation_config.json, *.safetensors), for tests and benchmarks.
+//
+// Supported architectures: llama (LlamaForCausalLM), qwen2 (Qwen2ForCausalLM, with
+// q/k/v biases) and qwen3 (Qwen3ForCausalLM, with per-head q/k RMSNorm), any shape,
+// any vocabulary size, float32, float16 or bfloat16 weights, tied or separate
+// lm_head, optional RoPE scaling. A fixed seed gives byte-identical files whatever
+// the number of CPUs: every tensor is filled in fixed-size chunks, each from its own
+// generator seeded by (seed, tensor name, chunk index).
+//
+// Values keep activations at unit scale so that random models give well-spread
+// logits: linear weights uniform with standard deviation 1/sqrt(fan_in), embeddings
+// uniform in [-1, 1), norm weights 1 ± 0.2, biases ± 0.5.
+//
+// A real tokenizer directory can be attached (tokenizer.json, tokenizer_config.json
+// and friends are copied) so that the checkpoint runs end to end.
+package randmodel
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+
+	"github.com/mlxg/mlxg/internal/half"
+	"github.com/mlxg/mlxg/registry/safetensors"
+)
+
+// Config is the shape of a generated model.
+type Config struct {
+	Arch              string         `json:"arch"` // "llama", "qwen2" or "qwen3"
+	VocabSize         int            `json:"vocab_size"`
+	HiddenSize        int            `json:"hidden_size"`
+	IntermediateSize  int            `json:"intermediate_size"`
+	NumLayers         int            `json:"num_hidden_layers"`
+	NumHeads          int            `json:"num_attention_heads"`
+	NumKVHeads        int            `json:"num_key_value_heads"`
+	HeadDim           int            `json:"head_dim,omitempty"` // 0: HiddenSize/NumHeads
+	MaxPositions      int            `json:"max_position_embeddings"`
+	RopeTheta         float64        `json:"rope_theta"`
+	RopeScaling       map[string]any `json:"rope_scaling,omitempty"` // e.g. {"rope_type": "llama3", "factor": 8, ...}
+	RMSNormEps        float64        `json:"rms_norm_eps"`
+	TieWordEmbeddings bool           `json:"tie_word_embeddings"`
+	AttentionBias     bool           `json:"attention_bias,omitempty"` // q/k/v biases; qwen2 always has them
+	DType             string         `json:"dtype"`                    // "float32", "float16" or "bfloat16"
+	BOSTokenID        *int           `json:"bos_token_id,omitempty"`
+	EOSTokenIDs       []int          `json:"eos_token_ids,omitempty"` // written to generation_config.json
+}
+
+// Options control how a checkpoint is written.
+type Options struct {
+	Seed uint64
+	// TokenizerDir, when set, is copied into the checkpoint (tokenizer.json,
+	// tokenizer_config.json, special_tokens_map.json, chat_template.jinja when present).
+	TokenizerDir string
+	// MaxShardBytes splits the weights into model-0000i-of-0000n.safetensors shards
+	// plus model.safetensors.index.json when they exceed it; 0 means 2 GiB.
+	MaxShardBytes int64
+}
+
+func intp(v int) *int { return &v }
+
+// Qwen2_0_5B is the shape of Qwen2-0.5B / Qwen2.5-0.5B-Instruct, bfloat16, with the Qwen
+// token ids (attach the qwen3 tokenizer, which shares them, to run it).
+func Qwen2_0_5B() Config {
+	return Config{
+		Arch: "qwen2", VocabSize: 151936, HiddenSize: 896, IntermediateSize: 4864, NumLayers: 24,
+		NumHeads: 14, NumKVHeads: 2, HeadDim: 64, MaxPositions: 32768, RopeTheta: 1e6, RMSNormEps: 1e-6,
+		TieWordEmbeddings: true, AttentionBias: true, DType: "bfloat16",
+		BOSTokenID: intp(151643), EOSTokenIDs: []int{151645, 151643},
+	}
+}
+
+// Qwen2_1_5B is the shape of Qwen2-1.5B / Qwen2.5-1.5B-Instruct, bfloat16.
+func Qwen2_1_5B() Config {
+	c := Qwen2_0_5B()
+	c.HiddenSize, c.IntermediateSize, c.NumLayers, c.NumHeads, c.HeadDim = 1536, 8960, 28, 12, 128
+	return c
+}
+
+// Tiny returns a small float32 model of arch for tests: 2 layers, hidden 128,
+// grouped-query attention (4 heads, 2 KV heads).
+func Tiny(arch string, vocab int) Config {
+	c := Config{
+		Arch: arch, VocabSize: vocab, HiddenSize: 128, IntermediateSize: 256, NumLayers: 2,
+		NumHeads: 4, NumKVHeads: 2, HeadDim: 32, MaxPositions: 4096, RopeTheta: 10000, RMSNormEps: 1e-6,
+		DType: "float32",
+	}
+	if arch == "qwen2" {
+		c.AttentionBias = true
+	}
+	return c
+}
+
+var archNames = map[string]string{
+	"llama": "LlamaForCausalLM",
+	"qwen2": "Qwen2ForCausalLM",
+	"qwen3": "Qwen3ForCausalLM",
+}
+
+var dtypes = map[string]safetensors.DType{
+	"float32":  safetensors.F32,
+	"float16":  safetensors.F16,
+	"bfloat16": safetensors.BF16,
+}
+
+func (c Config) headDim() int {
+	if c.HeadDim > 0 {
+		return c.HeadDim
+	}
+	return c.HiddenSize / c.NumHeads
+}
+
+func (c Config) hasBias() bool { return c.Arch == "qwen2" || c.AttentionBias }
+
+// Validate reports a shape that no architecture could load.
+func (c Config) Validate() error {
+	if _, ok := archNames[c.Arch]; !ok {
+		return fmt.Errorf("randmodel: unknown arch %q: use llama, qwen2 or qwen3", c.Arch)
+	}
+	if _, ok := dtypes[c.DType]; !ok {
+		return fmt.Errorf("randmodel: unknown dtype %q: use float32, float16 or bfloat16", c.DType)
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"vocab_size", c.VocabSize}, {"hidden_size", c.HiddenSize}, {"intermediate_size", c.IntermediateSize},
+		{"num_hidden_layers", c.NumLayers}, {"num_attention_heads", c.NumHeads}, {"num_key_value_heads", c.NumKVHeads},
+		{"max_position_embeddings", c.MaxPositions}} {
+		if f.v <= 0 {
+			return fmt.Errorf("randmodel: %s is %d: it must be positive", f.name, f.v)
+		}
+	}
+	if c.NumHeads%c.NumKVHeads != 0 {
+		return fmt.Errorf("randmodel: num_attention_heads %d is not a multiple of num_key_value_heads %d", c.NumHeads, c.NumKVHeads)
+	}
+	if c.HeadDim == 0 && c.HiddenSize%c.NumHeads != 0 {
+		return fmt.Errorf("randmodel: hidden_size %d is not a multiple of num_attention_heads %d: set head_dim", c.HiddenSize, c.NumHeads)
+	}
+	if c.headDim()%2 != 0 {
+		return fmt.Errorf("randmodel: head_dim %d must be even for RoPE", c.headDim())
+	}
+	if c.RMSNormEps <= 0 || c.RopeTheta <= 0 {
+		return errors.New("randmodel: rms_norm_eps and rope_theta must be positive")
+	}
+	return nil
+}
+
+// HFConfig returns the config.json contents transformers and mlx-lm read.
+func (c Config) HFConfig() map[string]any {
+	m := map[string]any{
+		"architectures":           []string{archNames[c.Arch]},
+		"model_type":              c.Arch,
+		"vocab_size":              c.VocabSize,
+		"hidden_size":             c.HiddenSize,
+		"intermediate_size":       c.IntermediateSize,
+		"num_hidden_layers":       c.NumLayers,
+		"num_attention_heads":     c.NumHeads,
+		"num_key_value_heads":     c.NumKVHeads,
+		"head_dim":                c.headDim(),
+		"hidden_act":              "silu",
+		"max_position_embeddings": c.MaxPositions,
+		"rms_norm_eps":            c.RMSNormEps,
+		"rope_theta":              c.RopeTheta,
+		"tie_word_embeddings":     c.TieWordEmbeddings,
+		"torch_dtype":             c.DType,
+		"use_cache":               true,
+		"attention_dropout":       0.0,
+		"initializer_range":       0.02,
+	}
+	// transformers 5 reads rope_parameters; older readers and mlx-lm read rope_theta
+	// and rope_scaling. Both say the same.
+	rp := map[string]any{"rope_type": "default", "rope_theta": c.RopeTheta}
+	if c.RopeScaling != nil {
+		m["rope_scaling"] = c.RopeScaling
+		for k, v := range c.RopeScaling {
+			rp[k] = v
+		}
+		if t, ok := c.RopeScaling["type"]; ok && rp["rope_type"] == "default" {
+			rp["rope_type"] = t
+		}
+		delete(rp, "type")
+	}
+	m["rope_parameters"] = rp
+	switch c.Arch {
+	case "llama":
+		m["attention_bias"] = c.AttentionBias
+		m["mlp_bias"] = false
+		m["pretraining_tp"] = 1
+	case "qwen2":
+		m["use_sliding_window"] = false
+		m["max_window_layers"] = c.NumLayers
+	case "qwen3":
+		m["attention_bias"] = c.AttentionBias
+		m["use_sliding_window"] = false
+		m["max_window_layers"] = c.NumLayers
+	}
+	if c.BOSTokenID != nil {
+		m["bos_token_id"] = *c.BOSTokenID
+	}
+	if len(c.EOSTokenIDs) > 0 {
+		m["eos_token_id"] = c.EOSTokenIDs[0]
+	}
+	return m
+}
+
+// TensorSpec is one weight of the model, in Hugging Face naming.
+type TensorSpec struct {
+	Name   string
+	Shape  []int
+	center float32 // values are center + scale*u, u uniform in [-1, 1)
+	scale  float32
+}
+
+// Tensors lists the model's weights in the order they are written.
+func (c Config) Tensors() []TensorSpec {
+	h, hd := c.HiddenSize, c.headDim()
+	q, kv := c.NumHeads*hd, c.NumKVHeads*hd
+	lin := func(name string, out, in int) TensorSpec {
+		return TensorSpec{name, []int{out, in}, 0, float32(math.Sqrt(3 / float64(in)))}
+	}
+	norm := func(name string, n int) TensorSpec { return TensorSpec{name, []int{n}, 1, 0.2} }
+	bias := func(name string, n int) TensorSpec { return TensorSpec{name, []int{n}, 0, 0.5} }
+
+	ts := []TensorSpec{{"model.embed_tokens.weight", []int{c.VocabSize, h}, 0, 1}}
+	for i := range c.NumLayers {
+		p := fmt.Sprintf("model.layers.%d.", i)
+		ts = append(ts, norm(p+"input_layernorm.weight", h))
+		ts = append(ts, lin(p+"self_attn.q_proj.weight", q, h))
+		if c.hasBias() {
+			ts = append(ts, bias(p+"self_attn.q_proj.bias", q))
+		}
+		ts = append(ts, lin(p+"self_attn.k_proj.weight", kv, h))
+		if c.hasBias() {
+			ts = append(ts, bias(p+"self_attn.k_proj.bias", kv))
+		}
+		ts = append(ts, lin(p+"self_attn.v_proj.weight", kv, h))
+		if c.hasBias() {
+			ts = append(ts, bias(p+"self_attn.v_proj.bias", kv))
+		}
+		ts = append(ts, lin(p+"self_attn.o_proj.weight", h, q))
+		if c.Arch == "llama" && c.AttentionBias {
+			ts = append(ts, bias(p+"self_attn.o_proj.bias", h))
+		}
+		if c.Arch == "qwen3" {
+			ts = append(ts, norm(p+"self_attn.q_norm.weight", hd), norm(p+"self_attn.k_norm.weight", hd))
+		}
+		ts = append(ts, norm(p+"post_attention_layernorm.weight", h))
+		ts = append(ts,
+			lin(p+"mlp.gate_proj.weight", c.IntermediateSize, h),
+			lin(p+"mlp.up_proj.weight", c.IntermediateSize, h),
+			lin(p+"mlp.down_proj.weight", h, c.IntermediateSize))
+	}
+	ts = append(ts, norm("model.norm.weight", h))
+	if !c.TieWordEmbeddings {
+		ts = append(ts, lin("lm_head.weight", c.VocabSize, h))
+	}
+	return ts
+}
+
+// NumParams counts the model's parameters.
+func (c Config) NumParams() int64 {
+	var n int64
+	for _, t := range c.Tensors() {
+		e := int64(1)
+		for _, d := range t.Shape {
+			e *= int64(d)
+		}
+		n += e
+	}
+	return n
+}
+
+// Generate writes the checkpoint of cfg into dir (created if needed).
+func Generate(dir string, cfg Config, opts Options) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if opts.TokenizerDir != "" {
+		if err := checkTokenizer(opts.TokenizerDir, cfg.VocabSize); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := writeJSON(filepath.Join(dir, "config.json"), cfg.HFConfig()); err != nil {
+		return err
+	}
+	gen := map[string]any{"do_sample": false}
+	if cfg.BOSTokenID != nil {
+		gen["bos_token_id"] = *cfg.BOSTokenID
+	}
+	if len(cfg.EOSTokenIDs) > 0 {
+		gen["eos_token_id"] = cfg.EOSTokenIDs
+	}
+	if err := writeJSON(filepath.Join(dir, "generation_config.json"), gen); err != nil {
+		return err
+	}
+	if err := writeWeights(dir, cfg, opts); err != nil {
+		return err
+	}
+	if opts.TokenizerDir != "" {
+		for _, name := range []string{"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"} {
+			err := copyFile(filepath.Join(opts.TokenizerDir, name), filepath.Join(dir, name))
+			if errors.Is(err, os.ErrNotExist) && name != "tokenizer.json" {
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("randmodel: copying the tokenizer: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// writeWeights fills and writes the tensors shard by shard, holding one shard in
+// memory at a time.
+func writeWeights(dir string, cfg Config, opts Options) error {
+	limit := opts.MaxShardBytes
+	if limit <= 0 {
+		limit = 2 << 30
+	}
+	dt := dtypes[cfg.DType]
+	var shards [][]TensorSpec
+	var cur []TensorSpec
+	var size, total int64
+	for _, t := range cfg.Tensors() {
+		n := int64(dt.Size())
+		for _, d := range t.Shape {
+			n *= int64(d)
+		}
+		if len(cur) > 0 && size+n > limit {
+			shards = append(shards, cur)
+			cur, size = nil, 0
+		}
+		cur = append(cur, t)
+		size += n
+		total += n
+	}
+	shards = append(shards, cur)
+
+	weightMap := map[string]string{}
+	for i, specs := range shards {
+		name := "model.safetensors"
+		if len(shards) > 1 {
+			name = fmt.Sprintf("model-%05d-of-%05d.safetensors", i+1, len(shards))
+		}
+		tensors := make([]safetensors.Tensor, len(specs))
+		for j, s := range specs {
+			tensors[j] = safetensors.Tensor{
+				TensorInfo: safetensors.TensorInfo{Name: s.Name, DType: dt, Shape: s.Shape},
+				Data:       fill(s, dt, opts.Seed),
+			}
+			weightMap[s.Name] = name
+		}
+		if err := safetensors.Write(filepath.Join(dir, name), tensors, map[string]string{"format": "pt"}); err != nil {
+			return err
+		}
+	}
+	if len(shards) > 1 {
+		index := map[string]any{"metadata": map[string]any{"total_size": total}, "weight_map": weightMap}
+		return writeJSON(filepath.Join(dir, safetensors.IndexFile), index)
+	}
+	return nil
+}
+
+const chunk = 1 << 16 // elements per independently seeded run
+
+// fill returns the tensor's bytes in dtype dt.
+func fill(s TensorSpec, dt safetensors.DType, seed uint64) []byte {
+	n := 1
+	for _, d := range s.Shape {
+		n *= d
+	}
+	h := fnv.New64a()
+	io.WriteString(h, s.Name)
+	nameHash := h.Sum64()
+	out := make([]byte, n*dt.Size())
+	chunks := (n + chunk - 1) / chunk
+	var wg sync.WaitGroup
+	next := make(chan int, chunks)
+	for c := range chunks {
+		next <- c
+	}
+	close(next)
+	for range min(runtime.GOMAXPROCS(0), chunks) {
+		wg.Go(func() {
+			vals := make([]float32, chunk)
+			for c := range next {
+				lo, hi := c*chunk, min(n, (c+1)*chunk)
+				v := vals[:hi-lo]
+				r := splitmix{mix(seed ^ mix(nameHash^mix(uint64(c)+0x632BE59BD9B4E019)))}
+				for i := range v {
+					// 24 random bits -> uniform in [-1, 1), exact in float32.
+					u := float32(int32(r.next()>>40)-(1<<23)) / (1 << 23)
+					v[i] = s.center + s.scale*u
+				}
+				encode(out[lo*dt.Size():hi*dt.Size()], v, dt)
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+func encode(dst []byte, v []float32, dt safetensors.DType) {
+	switch dt {
+	case safetensors.F32:
+		for i, f := range v {
+			binary.LittleEndian.PutUint32(dst[4*i:], math.Float32bits(f))
+		}
+	case safetensors.F16:
+		half.EncodeF16(dst, v)
+	case safetensors.BF16:
+		half.EncodeBF16(dst, v)
+	}
+}
+
+// splitmix is SplitMix64: tiny, fast and good enough for weights.
+type splitmix struct{ s uint64 }
+
+func (r *splitmix) next() uint64 {
+	r.s += 0x9E3779B97F4A7C15
+	return mix(r.s)
+}
+
+func mix(z uint64) uint64 {
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EB
+	return z ^ (z >> 31)
+}
+
+// checkTokenizer refuses a tokenizer whose ids do not fit the vocabulary.
+func checkTokenizer(dir string, vocab int) error {
+	raw, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
+	if err != nil {
+		return fmt.Errorf("randmodel: tokenizer dir: %w", err)
+	}
+	var tj struct {
+		Model struct {
+			Vocab json.RawMessage `json:"vocab"`
+		} `json:"model"`
+		AddedTokens []struct {
+			ID int `json:"id"`
+		} `json:"added_tokens"`
+	}
+	if err := json.Unmarshal(raw, &tj); err != nil {
+		return fmt.Errorf("randmodel: %s: %w", filepath.Join(dir, "tokenizer.json"), err)
+	}
+	maxID := -1
+	var byName map[string]int
+	if json.Unmarshal(tj.Model.Vocab, &byName) == nil {
+		for _, id := range byName {
+			maxID = max(maxID, id)
+		}
+	} else {
+		var list []json.RawMessage // unigram: [[piece, score], ...]
+		if json.Unmarshal(tj.Model.Vocab, &list) == nil {
+			maxID = len(list) - 1
+		}
+	}
+	for _, t := range tj.AddedTokens {
+		maxID = max(maxID, t.ID)
+	}
+	if maxID >= vocab {
+		return fmt.Errorf("randmodel: the tokenizer in %s uses ids up to %d but vocab_size is %d: raise vocab_size to at least %d", dir, maxID, vocab, maxID+1)
+	}
+	return nil
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
