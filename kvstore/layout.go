@@ -1,0 +1,165 @@
+package kvstore
+
+import (
+	"fmt"
+)
+
+// LayerKind is what one layer of a model keeps between tokens.
+type LayerKind uint8
+
+// The layer kinds.
+const (
+	// LayerNone keeps nothing (a layer without attention, or one that reads another's KV).
+	LayerNone LayerKind = iota
+	// LayerFull is full attention: one K and V row per head per token, growing.
+	LayerFull
+	// LayerSliding is sliding-window attention: the last Window tokens, in a rotating buffer.
+	LayerSliding
+	// LayerRecurrent is a linear-attention or state-space layer of a hybrid model: a
+	// fixed-size state, no per-token KV.
+	LayerRecurrent
+)
+
+func (k LayerKind) String() string {
+	switch k {
+	case LayerNone:
+		return "none"
+	case LayerFull:
+		return "full"
+	case LayerSliding:
+		return "sliding"
+	case LayerRecurrent:
+		return "recurrent"
+	}
+	return fmt.Sprintf("LayerKind(%d)", uint8(k))
+}
+
+// HasKV reports whether the layer keeps per-token keys and values.
+func (k LayerKind) HasKV() bool { return k == LayerFull || k == LayerSliding }
+
+// LayerShape is the cache-relevant shape of one layer.
+type LayerShape struct {
+	Kind     LayerKind
+	KVHeads  int
+	KHeadDim int
+	VHeadDim int
+	Window   int   // LayerSliding: tokens kept
+	State    int64 // LayerRecurrent: bytes of state per sequence
+}
+
+// ModelShape is what the policy needs to know of a checkpoint.
+type ModelShape struct {
+	Layers      []LayerShape
+	WeightBytes int64 // tensor bytes of the checkpoint, as loaded
+	MaxContext  int   // max_position_embeddings; 0 when unknown
+}
+
+// KVLayers returns the indices of the layers that keep per-token KV.
+func (m ModelShape) KVLayers() []int {
+	var out []int
+	for i, l := range m.Layers {
+		if l.Kind.HasKV() {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// Layout is the cache storage of every layer of a model for one sequence.
+type Layout struct {
+	Base             Spec   // the spec of the inner KV layers
+	Boundary         Spec   // the spec of the first and last BoundaryLayers KV layers
+	BoundaryLayers   int    // counted over KV layers, not over all layers
+	QuantizedKVStart int    // the cache stays fp16 until this many tokens, then converts
+	MaxKVSize        int    // >0: full-attention layers keep only the last MaxKVSize tokens
+	Specs            []Spec // per model layer; the zero Spec for layers without KV
+	KVLayerCount     int
+}
+
+// NewLayout assigns base to every KV layer of m, and boundary to the first and last
+// boundaryLayers of the KV layers (so a hybrid model's recurrent layers do not count).
+// Boundary layers never get a tighter format than base: with an fp16 base every layer
+// is fp16.
+func NewLayout(m ModelShape, base Spec, boundaryLayers int, boundary Spec) (Layout, error) {
+	if boundaryLayers < 0 {
+		return Layout{}, fmt.Errorf("kvstore: negative boundary layer count %d", boundaryLayers)
+	}
+	if !base.Quantized() {
+		boundaryLayers = 0
+	}
+	if boundaryLayers == 0 {
+		boundary = base
+	}
+	l := Layout{Base: base, Boundary: boundary, BoundaryLayers: boundaryLayers, Specs: make([]Spec, len(m.Layers))}
+	kv := m.KVLayers()
+	l.KVLayerCount = len(kv)
+	for n, i := range kv {
+		s := base
+		if n < boundaryLayers || n >= len(kv)-boundaryLayers {
+			s = boundary
+		}
+		ls := m.Layers[i]
+		if err := s.Validate(ls.KHeadDim, ls.VHeadDim); err != nil {
+			return Layout{}, fmt.Errorf("layer %d: %w", i, err)
+		}
+		l.Specs[i] = s
+	}
+	return l, nil
+}
+
+// TokenBytes is the KV storage one more token adds to a sequence, over the layers
+// that grow (full attention), in steady state (past QuantizedKVStart).
+func (l Layout) TokenBytes(m ModelShape) int64 {
+	var n int64
+	for i, ls := range m.Layers {
+		if ls.Kind == LayerFull {
+			n += int64(l.Specs[i].TokenBytes(ls.KVHeads, ls.KHeadDim, ls.VHeadDim))
+		}
+	}
+	return n
+}
+
+// Bytes is the cache storage of one sequence of ctx tokens: full layers hold ctx
+// tokens (at most MaxKVSize), sliding layers at most their window, recurrent layers
+// their state. Below QuantizedKVStart every layer is fp16.
+func (l Layout) Bytes(m ModelShape, ctx int) int64 {
+	var n int64
+	for i, ls := range m.Layers {
+		s := l.Specs[i]
+		if ctx < l.QuantizedKVStart {
+			s = SpecF16
+		}
+		tokens := ctx
+		switch ls.Kind {
+		case LayerFull:
+			if l.MaxKVSize > 0 {
+				tokens = min(tokens, l.MaxKVSize)
+			}
+		case LayerSliding:
+			tokens = min(tokens, ls.Window)
+		case LayerRecurrent:
+			n += ls.State
+			continue
+		default:
+			continue
+		}
+		n += int64(tokens) * int64(s.TokenBytes(ls.KVHeads, ls.KHeadDim, ls.VHeadDim))
+	}
+	return n
+}
+
+// String is the layout as `mlxg ps` and the log show it:
+// "K8/V4 g64/32, boundary 2@8/8, 10 of 40 layers with KV".
+func (l Layout) String() string {
+	out := l.Base.String()
+	if l.BoundaryLayers > 0 {
+		out += fmt.Sprintf(", boundary %d@%s/%s", l.BoundaryLayers, l.Boundary.K.bitsLabel(), l.Boundary.V.bitsLabel())
+	}
+	if l.QuantizedKVStart > 0 && l.Base.Quantized() {
+		out += fmt.Sprintf(", fp16 until %d tokens", l.QuantizedKVStart)
+	}
+	if l.MaxKVSize > 0 {
+		out += fmt.Sprintf(", max %d tokens", l.MaxKVSize)
+	}
+	return out + fmt.Sprintf(", %d of %d layers with KV", l.KVLayerCount, len(l.Specs))
+}

@@ -1,0 +1,114 @@
+package kvstore
+
+import (
+	"strings"
+	"testing"
+)
+
+var (
+	k8v4 = Spec{K: AffineFormat(8, 64), V: AffineFormat(4, 32)}
+	k8v8 = Spec{K: AffineFormat(8, 64), V: AffineFormat(8, 32)}
+)
+
+// hybrid is a Qwen3-Next-like stack: three recurrent layers, then one full-attention layer, ×4.
+func hybrid() ModelShape {
+	var m ModelShape
+	for i := 0; i < 16; i++ {
+		if i%4 == 3 {
+			m.Layers = append(m.Layers, LayerShape{Kind: LayerFull, KVHeads: 2, KHeadDim: 256, VHeadDim: 256})
+		} else {
+			m.Layers = append(m.Layers, LayerShape{Kind: LayerRecurrent, State: 1 << 20})
+		}
+	}
+	return m
+}
+
+func TestLayoutBoundaryCountsKVLayers(t *testing.T) {
+	m := hybrid()
+	l, err := NewLayout(m, k8v4, 1, k8v8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range l.Specs {
+		var want Spec
+		switch i {
+		case 3, 15: // first and last KV layers, not layers 0 and 15 of the stack
+			want = k8v8
+		case 7, 11:
+			want = k8v4
+		}
+		if s != want {
+			t.Errorf("layer %d: %v, want %v", i, s, want)
+		}
+	}
+	if got := l.String(); got != "K8/V4 g64/32, boundary 1@8/8, 4 of 16 layers with KV" {
+		t.Errorf("String() = %q", got)
+	}
+	// 2 boundary layers cover all 4 KV layers.
+	l, _ = NewLayout(m, k8v4, 2, k8v8)
+	for _, i := range []int{3, 7, 11, 15} {
+		if l.Specs[i] != k8v8 {
+			t.Errorf("layer %d: %v", i, l.Specs[i])
+		}
+	}
+}
+
+func TestLayoutBytes(t *testing.T) {
+	m := ModelShape{Layers: []LayerShape{
+		{Kind: LayerFull, KVHeads: 8, KHeadDim: 128, VHeadDim: 128},
+		{Kind: LayerSliding, KVHeads: 8, KHeadDim: 128, VHeadDim: 128, Window: 1024},
+		{Kind: LayerFull, KVHeads: 8, KHeadDim: 128, VHeadDim: 128},
+		{Kind: LayerRecurrent, State: 5000},
+		{Kind: LayerNone},
+	}}
+	l, err := NewLayout(m, k8v4, 1, k8v8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Layers 0 and 2 are the boundary (first and last of three KV layers), the sliding one is inner.
+	b88 := int64(8 * (136 + 128 + 16)) // K 8-bit g64: 136 B per head row; V 8-bit g32: 128+16
+	b84 := int64(8 * (136 + 64 + 16))
+	if got, want := l.TokenBytes(m), 2*b88; got != want {
+		t.Errorf("TokenBytes = %d, want %d", got, want)
+	}
+	if got, want := l.Bytes(m, 4000), 4000*2*b88+1024*b84+5000; got != want {
+		t.Errorf("Bytes(4000) = %d, want %d", got, want)
+	}
+	if got, want := l.Bytes(m, 100), 100*2*b88+100*b84+5000; got != want {
+		t.Errorf("Bytes(100) = %d, want %d", got, want)
+	}
+	l.QuantizedKVStart = 500
+	if got, want := l.Bytes(m, 100), int64(3*100*8*512+5000); got != want {
+		t.Errorf("Bytes(100) under quantized_kv_start = %d, want %d", got, want)
+	}
+	l.QuantizedKVStart, l.MaxKVSize = 0, 2000
+	if got, want := l.Bytes(m, 4000), 2000*2*b88+1024*b84+5000; got != want {
+		t.Errorf("Bytes(4000) with max-kv-size = %d, want %d", got, want)
+	}
+	if s := l.String(); !strings.Contains(s, "max 2000 tokens") || !strings.Contains(s, "3 of 5 layers") {
+		t.Errorf("String() = %q", s)
+	}
+}
+
+func TestLayoutFP16HasNoBoundary(t *testing.T) {
+	l, err := NewLayout(hybrid(), SpecF16, 2, k8v8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range []int{3, 7, 11, 15} {
+		if l.Specs[i] != SpecF16 {
+			t.Errorf("layer %d: %v", i, l.Specs[i])
+		}
+	}
+	if l.String() != "fp16, 4 of 16 layers with KV" {
+		t.Errorf("String() = %q", l.String())
+	}
+}
+
+func TestLayoutRejectsBadGroup(t *testing.T) {
+	m := ModelShape{Layers: []LayerShape{{Kind: LayerFull, KVHeads: 2, KHeadDim: 64, VHeadDim: 64}}}
+	_, err := NewLayout(m, Spec{K: AffineFormat(8, 128), V: AffineFormat(4, 32)}, 0, k8v8)
+	if err == nil || !strings.Contains(err.Error(), "layer 0") || !strings.Contains(err.Error(), "head_dim 64") {
+		t.Errorf("got %v", err)
+	}
+}
