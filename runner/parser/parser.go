@@ -1,0 +1,178 @@
+// Package parser splits a model's streamed output into content, thinking and tool calls, incrementally:
+// text arrives in pieces of any size (a token's text, or less), and each piece yields what is already
+// unambiguous; text that may still turn out to be a tag is held back until the next piece or the end.
+//
+// Supported formats, chosen from the chat template (Detect):
+//   - thinking: <think>…</think> goes to the thinking field, also when the prompt already opened <think>
+//     (templates that start the assistant turn inside a thinking block);
+//   - tool calls in the Hermes/Qwen format: <tool_call>{"name": …, "arguments": {…}}</tool_call>, any number;
+//   - tool calls in Llama 3's JSON format: the whole reply is {"name": …, "parameters": {…}} (optionally after
+//     <|python_tag|>, several separated by ';' or newlines), recognized only for the tools the request gave.
+//
+// A tool call that does not parse (bad JSON, no name, an unknown tool, arguments that are not an object) is
+// returned as content, byte for byte: output is never dropped.
+package parser
+
+import (
+	"encoding/json"
+	"strings"
+)
+
+// ToolFormat is how a model family writes tool calls.
+type ToolFormat int
+
+const (
+	ToolsNone   ToolFormat = iota // the template has no tool-call syntax mlxg knows
+	ToolsHermes                   // <tool_call>{json}</tool_call> (Qwen2.5, Qwen3, Hermes)
+	ToolsLlama3                   // a bare JSON object {"name":…, "parameters":…} (Llama 3.1+)
+)
+
+func (f ToolFormat) String() string {
+	switch f {
+	case ToolsHermes:
+		return "hermes"
+	case ToolsLlama3:
+		return "llama3-json"
+	}
+	return "none"
+}
+
+// Capabilities is what a chat template says about the model's output syntax.
+type Capabilities struct {
+	Thinking bool       // the template knows <think>…</think>
+	Tools    ToolFormat // the tool-call syntax the template teaches
+}
+
+// Detect reads a chat template's source for the syntax its model writes.
+func Detect(chatTemplate string) Capabilities {
+	var c Capabilities
+	c.Thinking = strings.Contains(chatTemplate, ThinkOpen) || strings.Contains(chatTemplate, ThinkClose)
+	switch {
+	case strings.Contains(chatTemplate, "<tool_call>"):
+		c.Tools = ToolsHermes
+	case strings.Contains(chatTemplate, "<|python_tag|>") ||
+		(strings.Contains(chatTemplate, "ipython") && strings.Contains(chatTemplate, `"parameters"`)):
+		c.Tools = ToolsLlama3
+	}
+	return c
+}
+
+// The tags this package knows.
+const (
+	ThinkOpen  = "<think>"
+	ThinkClose = "</think>"
+	toolOpen   = "<tool_call>"
+	toolClose  = "</tool_call>"
+	pythonTag  = "<|python_tag|>"
+)
+
+// PromptOpensThinking reports whether a rendered prompt ends inside an open thinking block, so that the
+// model's output starts as thinking without an opening tag.
+func PromptOpensThinking(prompt string) bool {
+	p := strings.TrimRight(prompt, " \t\r\n")
+	return strings.HasSuffix(p, ThinkOpen)
+}
+
+// ToolCall is one parsed call. Arguments is a JSON object, compacted, keys in the model's order.
+type ToolCall struct {
+	Name      string
+	Arguments json.RawMessage
+}
+
+// Result is what one piece of output yields.
+type Result struct {
+	Content  string
+	Thinking string
+	Calls    []ToolCall
+}
+
+// Config chooses what a Parser separates.
+type Config struct {
+	// Thinking separates <think>…</think> into Result.Thinking (the request asked for thinking on a thinking model).
+	Thinking bool
+	// InThinking: the prompt opened <think> already (see PromptOpensThinking); needs Thinking.
+	InThinking bool
+	// Tools is the tool-call format to recognize; ToolsNone when the request gave no tools.
+	Tools ToolFormat
+	// ToolNames, when not empty, is the set of tools the request offered: a Llama 3 JSON reply naming another
+	// function is content. Hermes calls are tagged explicitly and are not filtered.
+	ToolNames []string
+}
+
+// Parser is the incremental splitter. Not safe for concurrent use.
+type Parser struct {
+	think *thinkStage // nil when thinking is not separated
+	tools toolStage   // nil when tool calls are not recognized
+}
+
+// toolStage consumes content (after thinking was taken out).
+type toolStage interface {
+	add(s string, done bool, r *Result)
+}
+
+// New makes a Parser.
+func New(cfg Config) *Parser {
+	p := &Parser{}
+	if cfg.Thinking {
+		p.think = &thinkStage{}
+		if cfg.InThinking {
+			p.think.state = thinkEatSpace
+		}
+	}
+	switch cfg.Tools {
+	case ToolsHermes:
+		p.tools = &hermesStage{}
+	case ToolsLlama3:
+		p.tools = &llamaStage{names: cfg.ToolNames}
+	}
+	return p
+}
+
+// Add consumes the next piece of output; done marks the end of generation, when everything held back is
+// released. Calling Add after done is not allowed.
+func (p *Parser) Add(s string, done bool) Result {
+	var r Result
+	content := s
+	if p.think != nil {
+		var thinking string
+		thinking, content = p.think.add(s, done)
+		r.Thinking = thinking
+	}
+	if p.tools != nil {
+		p.tools.add(content, done, &r)
+	} else {
+		r.Content = content
+	}
+	return r
+}
+
+// heldSuffix is the length of the longest suffix of s that is a proper prefix of tag: text that may become
+// the tag when more arrives.
+func heldSuffix(s, tag string) int {
+	n := min(len(s), len(tag)-1)
+	for ; n > 0; n-- {
+		if strings.HasSuffix(s, tag[:n]) {
+			return n
+		}
+	}
+	return 0
+}
+
+func isSpace(b byte) bool { return b == ' ' || b == '\t' || b == '\n' || b == '\r' }
+
+// trailingSpace is the length of the run of ASCII whitespace ending s.
+func trailingSpace(s string) int {
+	n := 0
+	for n < len(s) && isSpace(s[len(s)-1-n]) {
+		n++
+	}
+	return n
+}
+
+func trimLeftSpace(s string) string {
+	i := 0
+	for i < len(s) && isSpace(s[i]) {
+		i++
+	}
+	return s[i:]
+}

@@ -1,0 +1,75 @@
+package parser
+
+import "strings"
+
+type thinkState int
+
+const (
+	thinkLook     thinkState = iota // before any output: is there an opening tag after leading whitespace?
+	thinkEatSpace                   // inside <think>, dropping the whitespace that starts it
+	thinkIn                         // inside <think>
+	thinkAfter                      // after </think>, dropping the whitespace before the content
+	thinkDone                       // content only
+)
+
+// thinkStage moves <think>…</think> to thinking. Whitespace right inside the tags and right after the closing
+// tag is layout, not text, and is dropped; a reply without an opening tag is all content, untouched.
+type thinkStage struct {
+	state thinkState
+	buf   string
+}
+
+func (t *thinkStage) add(s string, done bool) (thinking, content string) {
+	t.buf += s
+	var th, co strings.Builder
+	for {
+		switch t.state {
+		case thinkLook:
+			trimmed := trimLeftSpace(t.buf)
+			switch {
+			case strings.HasPrefix(trimmed, ThinkOpen):
+				t.buf = trimmed[len(ThinkOpen):]
+				t.state = thinkEatSpace
+				continue
+			case strings.HasPrefix(ThinkOpen, trimmed) && !done:
+				return th.String(), co.String() // whitespace or a partial tag: wait
+			}
+			t.state = thinkDone
+			continue
+		case thinkEatSpace, thinkAfter:
+			t.buf = trimLeftSpace(t.buf)
+			if t.buf == "" {
+				return th.String(), co.String()
+			}
+			if t.state == thinkEatSpace {
+				t.state = thinkIn
+			} else {
+				t.state = thinkDone
+			}
+			continue
+		case thinkIn:
+			if i := strings.Index(t.buf, ThinkClose); i >= 0 {
+				before := t.buf[:i]
+				th.WriteString(before[:len(before)-trailingSpace(before)])
+				t.buf = t.buf[i+len(ThinkClose):]
+				t.state = thinkAfter
+				continue
+			}
+			if done {
+				th.WriteString(t.buf[:len(t.buf)-trailingSpace(t.buf)])
+				t.buf = ""
+				return th.String(), co.String()
+			}
+			// Hold back what may start the closing tag, and the whitespace before it.
+			keep := heldSuffix(t.buf, ThinkClose)
+			keep += trailingSpace(t.buf[:len(t.buf)-keep])
+			th.WriteString(t.buf[:len(t.buf)-keep])
+			t.buf = t.buf[len(t.buf)-keep:]
+			return th.String(), co.String()
+		default: // thinkDone
+			co.WriteString(t.buf)
+			t.buf = ""
+			return th.String(), co.String()
+		}
+	}
+}
