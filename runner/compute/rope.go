@@ -1,0 +1,136 @@
+package compute
+
+import (
+	"fmt"
+	"math"
+)
+
+// RoPE holds the rotary embedding of an attention layer: the inverse frequencies with
+// any context-extension scaling already applied, as Hugging Face computes them.
+type RoPE struct {
+	Dims    int       // rotated columns per head (the head size unless partial rotary)
+	InvFreq []float32 // Dims/2 inverse frequencies
+	Scale   float32   // multiplies cos and sin: yarn's attention factor, 1 otherwise
+}
+
+// RoPEScaling is config.json's rope_scaling (or rope_parameters) block.
+type RoPEScaling struct {
+	Type           string  // "default" or "", "linear", "llama3", "yarn"
+	Factor         float64 // linear, llama3, yarn
+	LowFreqFactor  float64 // llama3
+	HighFreqFactor float64 // llama3
+	// OriginalMaxPositions is original_max_position_embeddings (llama3, yarn); 0 means
+	// the model's max_position_embeddings.
+	OriginalMaxPositions int
+	BetaFast, BetaSlow   float64 // yarn; 0 means 32 and 1
+	AttentionFactor      float64 // yarn; 0 means derived from Factor and the mscales
+	MScale, MScaleAllDim float64 // yarn (DeepSeek style); 0 means unset
+	NoTruncate           bool    // yarn's "truncate": false
+}
+
+// SupportedRoPE lists the scaling types NewRoPE accepts.
+const SupportedRoPE = "default, linear, llama3, yarn"
+
+// NewRoPE computes the inverse frequencies for dims rotated columns with base theta.
+func NewRoPE(dims int, theta float64, s RoPEScaling, maxPositions int) (*RoPE, error) {
+	if dims <= 0 || dims%2 != 0 {
+		return nil, fmt.Errorf("compute: RoPE over %d dimensions: it must be a positive even number", dims)
+	}
+	if theta <= 0 {
+		return nil, fmt.Errorf("compute: rope_theta %v must be positive", theta)
+	}
+	half := dims / 2
+	base := make([]float64, half) // base^(-2i/dims), as torch: float32 exponent, float32 result
+	for i := range base {
+		exp := float32(float32(2*i) / float32(dims))
+		base[i] = float64(1 / float32(math.Pow(theta, float64(exp))))
+	}
+	r := &RoPE{Dims: dims, InvFreq: make([]float32, half), Scale: 1}
+	orig := float64(s.OriginalMaxPositions)
+	if orig == 0 {
+		orig = float64(maxPositions)
+	}
+	switch s.Type {
+	case "", "default":
+		for i, f := range base {
+			r.InvFreq[i] = float32(f)
+		}
+	case "linear":
+		if s.Factor <= 0 {
+			return nil, fmt.Errorf("compute: linear rope_scaling needs a positive factor, got %v", s.Factor)
+		}
+		for i, f := range base {
+			r.InvFreq[i] = float32(f / s.Factor)
+		}
+	case "llama3":
+		if s.Factor <= 0 || s.LowFreqFactor <= 0 || s.HighFreqFactor <= s.LowFreqFactor || orig <= 0 {
+			return nil, fmt.Errorf("compute: llama3 rope_scaling needs factor > 0, 0 < low_freq_factor < high_freq_factor and original_max_position_embeddings; got %v, %v, %v, %v",
+				s.Factor, s.LowFreqFactor, s.HighFreqFactor, orig)
+		}
+		lowWave, highWave := orig/s.LowFreqFactor, orig/s.HighFreqFactor
+		for i, f := range base {
+			wave := 2 * math.Pi / f
+			switch {
+			case wave < highWave: // high frequency: unchanged
+				r.InvFreq[i] = float32(f)
+			case wave > lowWave: // low frequency: interpolated
+				r.InvFreq[i] = float32(f / s.Factor)
+			default: // in between: blend smoothly
+				smooth := (orig/wave - s.LowFreqFactor) / (s.HighFreqFactor - s.LowFreqFactor)
+				r.InvFreq[i] = float32((1-smooth)*f/s.Factor + smooth*f)
+			}
+		}
+	case "yarn":
+		if s.Factor <= 0 || orig <= 0 {
+			return nil, fmt.Errorf("compute: yarn rope_scaling needs a positive factor and original_max_position_embeddings; got %v and %v", s.Factor, orig)
+		}
+		mscale := func(scale, m float64) float64 {
+			if scale <= 1 {
+				return 1
+			}
+			return 0.1*m*math.Log(scale) + 1
+		}
+		att := s.AttentionFactor
+		if att == 0 {
+			if s.MScale != 0 && s.MScaleAllDim != 0 {
+				att = mscale(s.Factor, s.MScale) / mscale(s.Factor, s.MScaleAllDim)
+			} else {
+				att = mscale(s.Factor, 1)
+			}
+		}
+		fast, slow := s.BetaFast, s.BetaSlow
+		if fast == 0 {
+			fast = 32
+		}
+		if slow == 0 {
+			slow = 1
+		}
+		corr := func(rot float64) float64 {
+			return float64(dims) * math.Log(orig/(rot*2*math.Pi)) / (2 * math.Log(theta))
+		}
+		low, high := corr(fast), corr(slow)
+		if !s.NoTruncate {
+			low, high = math.Floor(low), math.Ceil(high)
+		}
+		low, high = max(low, 0), min(high, float64(dims-1))
+		if low == high {
+			high += 0.001
+		}
+		for i, f := range base {
+			ramp := min(max((float64(i)-low)/(high-low), 0), 1)
+			extra := 1 - ramp // weight of the unscaled frequency
+			r.InvFreq[i] = float32(f/s.Factor*(1-extra) + f*extra)
+		}
+		r.Scale = float32(att)
+	default:
+		return nil, fmt.Errorf("compute: rope scaling type %q is not supported (supported: %s)", s.Type, SupportedRoPE)
+	}
+	return r, nil
+}
+
+// CosSin returns cos and sin of the angle of frequency i at position pos, times Scale,
+// computed as Hugging Face does: the angle is a float32 product.
+func (r *RoPE) CosSin(pos, i int) (cos, sin float32) {
+	a := float64(float32(pos) * r.InvFreq[i])
+	return float32(math.Cos(a)) * r.Scale, float32(math.Sin(a)) * r.Scale
+}

@@ -1,0 +1,64 @@
+package compute
+
+import (
+	"math"
+	"testing"
+)
+
+func near(a float32, b float64) bool { return math.Abs(float64(a)-b) <= 1e-6*math.Abs(b) }
+
+// The expected values come from Hugging Face's formulas evaluated in float64 Python.
+func TestRoPEFrequencies(t *testing.T) {
+	r, err := NewRoPE(64, 1e6, RoPEScaling{}, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, f := range r.InvFreq {
+		if !near(f, math.Pow(1e6, -float64(2*i)/64)) || r.Scale != 1 {
+			t.Fatalf("default inv_freq[%d] = %v", i, f)
+		}
+	}
+	lin, _ := NewRoPE(64, 1e6, RoPEScaling{Type: "linear", Factor: 2}, 4096)
+	for i := range lin.InvFreq {
+		if lin.InvFreq[i] != r.InvFreq[i]/2 {
+			t.Fatalf("linear inv_freq[%d] = %v, want %v", i, lin.InvFreq[i], r.InvFreq[i]/2)
+		}
+	}
+	l3, err := NewRoPE(128, 500000, RoPEScaling{Type: "llama3", Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositions: 8192}, 131072)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range map[int]float64{0: 1, 20: 0.016560440080994446, 40: 3.428102195952591e-05, 63: 3.068925988914511e-07} {
+		if !near(l3.InvFreq[i], want) {
+			t.Errorf("llama3 inv_freq[%d] = %v, want %v", i, l3.InvFreq[i], want)
+		}
+	}
+	y, err := NewRoPE(64, 1e6, RoPEScaling{Type: "yarn", Factor: 4, OriginalMaxPositions: 32768}, 131072)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range map[int]float64{0: 1, 5: 0.1154781984689458, 10: 0.01333521432163324, 20: 4.445698525097307e-05, 31: 3.84981631514873e-07} {
+		if !near(y.InvFreq[i], want) {
+			t.Errorf("yarn inv_freq[%d] = %v, want %v", i, y.InvFreq[i], want)
+		}
+	}
+	if !near(y.Scale, 1.138629436111989) {
+		t.Errorf("yarn attention factor %v", y.Scale)
+	}
+	c, s := y.CosSin(7, 3)
+	a := float64(float32(7) * y.InvFreq[3])
+	if !near(c, math.Cos(a)*float64(y.Scale)) || !near(s, math.Sin(a)*float64(y.Scale)) {
+		t.Errorf("CosSin(7, 3) = %v %v", c, s)
+	}
+}
+
+func TestRoPEErrors(t *testing.T) {
+	for _, s := range []RoPEScaling{{Type: "dynamic", Factor: 2}, {Type: "linear"}, {Type: "llama3", Factor: 8}, {Type: "yarn"}} {
+		if _, err := NewRoPE(64, 1e4, s, 4096); err == nil {
+			t.Errorf("%+v accepted", s)
+		}
+	}
+	if _, err := NewRoPE(63, 1e4, RoPEScaling{}, 4096); err == nil {
+		t.Error("odd dims accepted")
+	}
+}

@@ -1,0 +1,226 @@
+// Package cpu is the pure-Go compute backend: the reference every other backend is
+// checked against, the default on Linux, and what CI runs.
+//
+// It implements runner/compute for float weights (F32, F16, BF16, widened to float32 at
+// load), MLX affine-quantized weights (bits 2, 3, 4, 5, 6, 8; group sizes 32, 64, 128;
+// scales and biases in any float dtype), used directly on their packed codes, and the
+// scale-only float modes mxfp4, mxfp8 and nvfp4. Work is spread over a fixed number of
+// goroutines (runtime.NumCPU by default): matrix products split their output rows,
+// attention its heads and rows. A decode step reads each packed weight byte once; a
+// prefill dequantizes a tile of weight rows once and reuses it for every token.
+package cpu
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"github.com/mlxg/mlxg/internal/quant"
+	"github.com/mlxg/mlxg/registry/safetensors"
+	"github.com/mlxg/mlxg/runner/compute"
+)
+
+// Backend is the CPU backend.
+type Backend struct {
+	threads int
+
+	mu    sync.Mutex
+	free  map[int][][]float32 // released activation buffers by length
+	ropes map[*compute.RoPE]*ropeTable
+}
+
+// New returns a CPU backend using threads goroutines; threads <= 0 means runtime.NumCPU().
+func New(threads int) *Backend {
+	if threads <= 0 {
+		threads = runtime.NumCPU()
+	}
+	return &Backend{threads: threads, free: map[int][][]float32{}, ropes: map[*compute.RoPE]*ropeTable{}}
+}
+
+// Threads returns the number of goroutines ops use.
+func (b *Backend) Threads() int { return b.threads }
+
+// Name implements compute.Backend.
+func (b *Backend) Name() string { return fmt.Sprintf("cpu (%d threads)", b.threads) }
+
+// weight is a bound matrix: float32 rows, or packed codes with per-group scales (and
+// biases in affine mode).
+type weight struct {
+	name    string
+	out, in int
+	q       compute.Quant
+	f       []float32 // out×in when not quantized
+	packed  []uint32  // out×Words(in, bits) when quantized
+	scales  []float32 // out×in/group
+	biases  []float32 // affine only
+	bias    []float32 // optional, len out
+}
+
+func (w *weight) Dims() (int, int)     { return w.out, w.in }
+func (w *weight) Quant() compute.Quant { return w.q }
+
+type vector []float32
+
+func (v vector) Len() int { return len(v) }
+
+// Weight implements compute.Backend.
+func (b *Backend) Weight(src compute.Source, prefix string, q compute.Quant) (compute.Weight, error) {
+	name := prefix + ".weight"
+	t, ok := src.Tensor(name)
+	if !ok {
+		return nil, fmt.Errorf("checkpoint has no tensor %q", name)
+	}
+	if len(t.Shape) != 2 {
+		return nil, fmt.Errorf("tensor %q has shape %v, want a matrix", name, t.Shape)
+	}
+	w := &weight{name: prefix, out: t.Shape[0], q: q}
+	var err error
+	if !q.Quantized() {
+		w.in = t.Shape[1]
+		if w.f, err = floats(t); err != nil {
+			return nil, err
+		}
+	} else if err = w.bindQuantized(src, t); err != nil {
+		return nil, err
+	}
+	if bt, ok := src.Tensor(prefix + ".bias"); ok {
+		if w.bias, err = floats(bt); err != nil {
+			return nil, err
+		}
+		if len(w.bias) != w.out {
+			return nil, fmt.Errorf("tensor %q has %d values for a layer with %d outputs", prefix+".bias", len(w.bias), w.out)
+		}
+	}
+	return w, nil
+}
+
+func (w *weight) bindQuantized(src compute.Source, t *safetensors.Tensor) error {
+	q := w.q
+	if q.Mode == quant.Affine {
+		if err := quant.CheckAffine(q.Bits, q.GroupSize); err != nil {
+			return fmt.Errorf("layer %q: %w", w.name, err)
+		}
+	} else {
+		bits, group, err := quant.FPParams(q.Mode)
+		if err != nil {
+			return fmt.Errorf("layer %q: %w", w.name, err)
+		}
+		if q.Bits != bits || q.GroupSize != group {
+			return fmt.Errorf("layer %q: %s quantization is %d bits in groups of %d, the config says %d bits in groups of %d", w.name, q.Mode, bits, group, q.Bits, q.GroupSize)
+		}
+	}
+	if t.DType != safetensors.U32 {
+		return fmt.Errorf("tensor %q is %s, but the config says the layer is %d-bit quantized (packed U32 codes expected)", t.Name, t.DType, q.Bits)
+	}
+	w.in = t.Shape[1] * 32 / q.Bits
+	if w.in%q.GroupSize != 0 {
+		return fmt.Errorf("tensor %q: %d inputs are not a multiple of the group size %d", t.Name, w.in, q.GroupSize)
+	}
+	w.packed = uint32s(t.Data)
+	groups := w.out * w.in / q.GroupSize
+	st, ok := src.Tensor(w.name + ".scales")
+	if !ok {
+		return fmt.Errorf("checkpoint has no tensor %q for quantized layer %q", w.name+".scales", w.name)
+	}
+	if st.NumElements() != int64(groups) {
+		return fmt.Errorf("tensor %q has %d values, want %d for a %d×%d matrix in groups of %d", st.Name, st.NumElements(), groups, w.out, w.in, q.GroupSize)
+	}
+	var err error
+	if q.Mode == quant.Affine {
+		if w.scales, err = floats(st); err != nil {
+			return err
+		}
+		bt, ok := src.Tensor(w.name + ".biases")
+		if !ok {
+			return fmt.Errorf("checkpoint has no tensor %q for affine-quantized layer %q", w.name+".biases", w.name)
+		}
+		if bt.NumElements() != int64(groups) {
+			return fmt.Errorf("tensor %q has %d values, want %d", bt.Name, bt.NumElements(), groups)
+		}
+		w.biases, err = floats(bt)
+		return err
+	}
+	if st.DType != safetensors.U8 {
+		return fmt.Errorf("tensor %q is %s, want U8 scales for %s", st.Name, st.DType, q.Mode)
+	}
+	w.scales, err = quant.FPScales(q.Mode, st.Data)
+	return err
+}
+
+// Vector implements compute.Backend.
+func (b *Backend) Vector(src compute.Source, name string) (compute.Vector, error) {
+	t, ok := src.Tensor(name)
+	if !ok {
+		return nil, fmt.Errorf("checkpoint has no tensor %q", name)
+	}
+	if len(t.Shape) != 1 {
+		return nil, fmt.Errorf("tensor %q has shape %v, want a vector", name, t.Shape)
+	}
+	f, err := floats(t)
+	return vector(f), err
+}
+
+func floats(t *safetensors.Tensor) ([]float32, error) {
+	switch t.DType {
+	case safetensors.F32, safetensors.F16, safetensors.BF16:
+		return t.Float32s()
+	}
+	return nil, fmt.Errorf("tensor %q is %s: float weights must be F32, F16 or BF16 (quantized layers need a quantization block in config.json)", t.Name, t.DType)
+}
+
+// uint32s views little-endian packed codes as []uint32 without copying when the
+// mapping is 4-byte aligned (amd64 and arm64 are little-endian), else copies.
+func uint32s(b []byte) []uint32 {
+	n := len(b) / 4
+	if n == 0 {
+		return nil
+	}
+	if uintptr(unsafe.Pointer(&b[0]))%4 == 0 {
+		return unsafe.Slice((*uint32)(unsafe.Pointer(&b[0])), n)
+	}
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = uint32(b[4*i]) | uint32(b[4*i+1])<<8 | uint32(b[4*i+2])<<16 | uint32(b[4*i+3])<<24
+	}
+	return out
+}
+
+// alloc returns a buffer of n floats (contents undefined).
+func (b *Backend) alloc(n int) []float32 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if l := b.free[n]; len(l) > 0 {
+		buf := l[len(l)-1]
+		b.free[n] = l[:len(l)-1]
+		return buf
+	}
+	return make([]float32, n)
+}
+
+// release returns buffers for reuse, keeping a bounded number per size.
+func (b *Backend) release(bufs [][]float32) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, buf := range bufs {
+		if l := b.free[len(buf)]; len(l) < 64 {
+			b.free[len(buf)] = append(l, buf)
+		}
+	}
+}
+
+// parallel runs fn over [0, n) split into contiguous ranges on up to b.threads
+// goroutines; ranges are at least minChunk long.
+func (b *Backend) parallel(n, minChunk int, fn func(lo, hi int)) {
+	parts := min(b.threads, max(1, n/max(minChunk, 1)))
+	if parts <= 1 {
+		fn(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	for p := 0; p < parts; p++ {
+		lo, hi := n*p/parts, n*(p+1)/parts
+		wg.Go(func() { fn(lo, hi) })
+	}
+	wg.Wait()
+}

@@ -1,0 +1,265 @@
+package cpu
+
+import (
+	"fmt"
+
+	"github.com/mlxg/mlxg/kvstore"
+	"github.com/mlxg/mlxg/runner/compute"
+)
+
+// tensor is a row-major float32 activation.
+type tensor struct {
+	rows, cols int
+	data       []float32
+}
+
+func (t *tensor) Dims() (int, int) { return t.rows, t.cols }
+
+// nilTensor stands in for results after an error.
+var nilTensor = &tensor{}
+
+type context struct {
+	b    *Backend
+	err  error
+	bufs [][]float32
+}
+
+// NewContext implements compute.Backend.
+func (b *Backend) NewContext() compute.Context { return &context{b: b} }
+
+func (c *context) Err() error { return c.err }
+
+func (c *context) Close() {
+	c.b.release(c.bufs)
+	c.bufs = nil
+}
+
+func (c *context) fail(format string, args ...any) compute.Tensor {
+	if c.err == nil {
+		c.err = fmt.Errorf("compute: "+format, args...)
+	}
+	return nilTensor
+}
+
+func (c *context) newTensor(rows, cols int) *tensor {
+	buf := c.b.alloc(rows * cols)
+	c.bufs = append(c.bufs, buf)
+	return &tensor{rows: rows, cols: cols, data: buf}
+}
+
+// args converts its arguments to CPU tensors, or reports false after an error.
+func (c *context) args(ts ...compute.Tensor) ([]*tensor, bool) {
+	if c.err != nil {
+		return nil, false
+	}
+	out := make([]*tensor, len(ts))
+	for i, t := range ts {
+		ct, ok := t.(*tensor)
+		if !ok || ct == nilTensor {
+			c.fail("tensor argument %d is not a CPU tensor of this context", i)
+			return nil, false
+		}
+		out[i] = ct
+	}
+	return out, true
+}
+
+func (c *context) Embed(w compute.Weight, ids []int32) compute.Tensor {
+	if c.err != nil {
+		return nilTensor
+	}
+	cw, ok := w.(*weight)
+	if !ok {
+		return c.fail("Embed: weight is not a CPU weight")
+	}
+	for _, id := range ids {
+		if id < 0 || int(id) >= cw.out {
+			return c.fail("token id %d is outside the vocabulary of %d entries of %q", id, cw.out, cw.name)
+		}
+	}
+	out := c.newTensor(len(ids), cw.in)
+	c.b.parallel(len(ids), 1, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			cw.embedRow(out.data[i*cw.in:(i+1)*cw.in], int(ids[i]))
+		}
+	})
+	return out
+}
+
+func (c *context) Linear(x compute.Tensor, w compute.Weight) compute.Tensor {
+	a, ok := c.args(x)
+	if !ok {
+		return nilTensor
+	}
+	cw, ok := w.(*weight)
+	if !ok {
+		return c.fail("Linear: weight is not a CPU weight")
+	}
+	if a[0].cols != cw.in {
+		return c.fail("Linear %q: input has %d columns, the layer takes %d", cw.name, a[0].cols, cw.in)
+	}
+	out := c.newTensor(a[0].rows, cw.out)
+	c.b.linear(out.data, a[0].data, a[0].rows, cw)
+	return out
+}
+
+func (c *context) RMSNorm(x compute.Tensor, w compute.Vector, eps float32) compute.Tensor {
+	a, ok := c.args(x)
+	if !ok {
+		return nilTensor
+	}
+	v, ok := w.(vector)
+	if !ok || len(v) != a[0].cols {
+		return c.fail("RMSNorm: weight of %d values for rows of %d", w.Len(), a[0].cols)
+	}
+	out := c.newTensor(a[0].rows, a[0].cols)
+	cols := a[0].cols
+	c.b.parallel(a[0].rows, 8, func(lo, hi int) {
+		rmsNorm(out.data[lo*cols:hi*cols], a[0].data[lo*cols:hi*cols], v, cols, eps)
+	})
+	return out
+}
+
+func (c *context) Reshape(x compute.Tensor, rows, cols int) compute.Tensor {
+	a, ok := c.args(x)
+	if !ok {
+		return nilTensor
+	}
+	if rows*cols != a[0].rows*a[0].cols || rows < 0 {
+		return c.fail("Reshape of %d×%d to %d×%d", a[0].rows, a[0].cols, rows, cols)
+	}
+	return &tensor{rows: rows, cols: cols, data: a[0].data}
+}
+
+func (c *context) RoPE(x compute.Tensor, r *compute.RoPE, headDim, offset int) compute.Tensor {
+	a, ok := c.args(x)
+	if !ok {
+		return nilTensor
+	}
+	t := a[0]
+	if headDim <= 0 || t.cols%headDim != 0 || r.Dims > headDim || offset < 0 {
+		return c.fail("RoPE of %d columns with head size %d, %d rotated dims, offset %d", t.cols, headDim, r.Dims, offset)
+	}
+	tab := c.b.ropeTable(r, offset+t.rows)
+	out := c.newTensor(t.rows, t.cols)
+	copy(out.data, t.data)
+	half := r.Dims / 2
+	c.b.parallel(t.rows, 4, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			p := offset + i
+			ropeRow(out.data[i*t.cols:(i+1)*t.cols], headDim, tab.cos[p*half:(p+1)*half], tab.sin[p*half:(p+1)*half])
+		}
+	})
+	return out
+}
+
+func (c *context) Attention(q, k, v compute.Tensor, cache kvstore.Layer, heads int, scale float32) compute.Tensor {
+	a, ok := c.args(q, k, v)
+	if !ok {
+		return nilTensor
+	}
+	kvHeads, kDim, vDim := cache.Dims()
+	T := a[0].rows
+	if a[1].rows != T || a[2].rows != T || a[0].cols != heads*kDim || a[1].cols != kvHeads*kDim || a[2].cols != kvHeads*vDim {
+		return c.fail("Attention: q %d×%d, k %d×%d, v %d×%d do not fit %d heads over a cache of %d KV heads of %d/%d dims",
+			a[0].rows, a[0].cols, a[1].rows, a[1].cols, a[2].rows, a[2].cols, heads, kvHeads, kDim, vDim)
+	}
+	if err := cache.Append(a[1].data, a[2].data, T); err != nil {
+		return c.fail("Attention: %v", err)
+	}
+	out := c.newTensor(T, heads*vDim)
+	err := cache.Attend(kvstore.Attention{Q: a[0].data, Out: out.data, N: T, Heads: heads, Scale: scale, Threads: c.b.threads})
+	if err != nil {
+		return c.fail("Attention: %v", err)
+	}
+	return out
+}
+
+func (c *context) SwiGLU(gate, up compute.Tensor) compute.Tensor {
+	return c.elementwise("SwiGLU", gate, up, swiGLU)
+}
+
+func (c *context) Add(x, y compute.Tensor) compute.Tensor {
+	return c.elementwise("Add", x, y, func(o, a, b []float32) {
+		b = b[:len(a)]
+		for i := range a {
+			o[i] = a[i] + b[i]
+		}
+	})
+}
+
+func (c *context) Mul(x, y compute.Tensor) compute.Tensor {
+	return c.elementwise("Mul", x, y, func(o, a, b []float32) {
+		b = b[:len(a)]
+		for i := range a {
+			o[i] = a[i] * b[i]
+		}
+	})
+}
+
+func (c *context) elementwise(op string, x, y compute.Tensor, fn func(o, a, b []float32)) compute.Tensor {
+	a, ok := c.args(x, y)
+	if !ok {
+		return nilTensor
+	}
+	if a[0].rows != a[1].rows || a[0].cols != a[1].cols {
+		return c.fail("%s of %d×%d and %d×%d", op, a[0].rows, a[0].cols, a[1].rows, a[1].cols)
+	}
+	out := c.newTensor(a[0].rows, a[0].cols)
+	n := len(out.data)
+	c.b.parallel(n, 1<<14, func(lo, hi int) { fn(out.data[lo:hi], a[0].data[lo:hi], a[1].data[lo:hi]) })
+	return out
+}
+
+func (c *context) Rows(x compute.Tensor, start, n int) compute.Tensor {
+	a, ok := c.args(x)
+	if !ok {
+		return nilTensor
+	}
+	t := a[0]
+	if start < 0 || n < 0 || start+n > t.rows {
+		return c.fail("Rows %d..%d of a tensor of %d rows", start, start+n, t.rows)
+	}
+	return &tensor{rows: n, cols: t.cols, data: t.data[start*t.cols : (start+n)*t.cols]}
+}
+
+func (c *context) Float32s(x compute.Tensor) ([]float32, error) {
+	a, ok := c.args(x)
+	if !ok {
+		return nil, c.err
+	}
+	return append([]float32(nil), a[0].data...), nil
+}
+
+// ropeTable caches cos and sin per position for one RoPE, grown on demand.
+type ropeTable struct {
+	n        int // positions covered
+	cos, sin []float32
+}
+
+func (b *Backend) ropeTable(r *compute.RoPE, n int) *ropeTable {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t := b.ropes[r]
+	if t != nil && t.n >= n {
+		return t
+	}
+	// Grow geometrically; a new table replaces the old one so readers never race.
+	size := max(n, 2*tableLen(t), 256)
+	half := r.Dims / 2
+	nt := &ropeTable{n: size, cos: make([]float32, size*half), sin: make([]float32, size*half)}
+	for p := 0; p < size; p++ {
+		for i := 0; i < half; i++ {
+			nt.cos[p*half+i], nt.sin[p*half+i] = r.CosSin(p, i)
+		}
+	}
+	b.ropes[r] = nt
+	return nt
+}
+
+func tableLen(t *ropeTable) int {
+	if t == nil {
+		return 0
+	}
+	return t.n
+}

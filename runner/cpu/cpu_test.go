@@ -1,0 +1,384 @@
+package cpu
+
+import (
+	"encoding/binary"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/mlxg/mlxg/internal/half"
+	"github.com/mlxg/mlxg/internal/quant"
+	"github.com/mlxg/mlxg/kvstore"
+	"github.com/mlxg/mlxg/registry/safetensors"
+	"github.com/mlxg/mlxg/runner/compute"
+)
+
+// source is an in-memory checkpoint.
+type source map[string]*safetensors.Tensor
+
+func (s source) Tensor(name string) (*safetensors.Tensor, bool) { t, ok := s[name]; return t, ok }
+
+func (s source) putFloat(name string, dt safetensors.DType, shape []int, v []float32) {
+	b := make([]byte, len(v)*dt.Size())
+	for i, x := range v {
+		switch dt {
+		case safetensors.F32:
+			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
+		case safetensors.F16:
+			binary.LittleEndian.PutUint16(b[2*i:], half.F32ToF16(x))
+		case safetensors.BF16:
+			binary.LittleEndian.PutUint16(b[2*i:], half.F32ToBF16(x))
+		}
+	}
+	s[name] = &safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: name, DType: dt, Shape: shape, End: int64(len(b))}, Data: b}
+}
+
+func (s source) putU32(name string, shape []int, v []uint32) {
+	b := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], x)
+	}
+	s[name] = &safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: name, DType: safetensors.U32, Shape: shape, End: int64(len(b))}, Data: b}
+}
+
+func randVec(r *rand.Rand, n int) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(r.NormFloat64())
+	}
+	return x
+}
+
+// refLinear is x·wᵀ + bias in float64.
+func refLinear(x, w, bias []float32, T, out, in int) []float64 {
+	y := make([]float64, T*out)
+	for t := 0; t < T; t++ {
+		for o := 0; o < out; o++ {
+			var s float64
+			for i := 0; i < in; i++ {
+				s += float64(x[t*in+i]) * float64(w[o*in+i])
+			}
+			if bias != nil {
+				s += float64(bias[o])
+			}
+			y[t*out+o] = s
+		}
+	}
+	return y
+}
+
+func closeTo(t *testing.T, what string, got []float32, want []float64, tol float64) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
+	}
+	for i := range want {
+		if math.Abs(float64(got[i])-want[i]) > tol*(1+math.Abs(want[i])) {
+			t.Fatalf("%s: element %d = %v, reference %v", what, i, got[i], want[i])
+		}
+	}
+}
+
+func toF64(x []float32) []float64 {
+	y := make([]float64, len(x))
+	for i, v := range x {
+		y[i] = float64(v)
+	}
+	return y
+}
+
+func run(t *testing.T, b *Backend, f func(c compute.Context) compute.Tensor) []float32 {
+	t.Helper()
+	c := b.NewContext()
+	defer c.Close()
+	out, err := c.Float32s(f(c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestLinearFloat(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 1))
+	const out, in = 37, 96
+	for _, dt := range []safetensors.DType{safetensors.F32, safetensors.F16, safetensors.BF16} {
+		src := source{}
+		w, bias := randVec(r, out*in), randVec(r, out)
+		src.putFloat("l.weight", dt, []int{out, in}, w)
+		src.putFloat("l.bias", safetensors.F32, []int{out}, bias)
+		wt, _ := src["l.weight"].Float32s() // what the dtype keeps
+		for _, threads := range []int{1, 3} {
+			b := New(threads)
+			lw, err := b.Weight(src, "l", compute.Quant{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o, i := lw.Dims(); o != out || i != in {
+				t.Fatalf("Dims %d %d", o, i)
+			}
+			for _, T := range []int{1, 3, 70} {
+				x := randVec(r, T*in)
+				xw := input(t, b, T, in, x)
+				got := run(t, b, func(c compute.Context) compute.Tensor { return c.Linear(c.Embed(xw, seq(T)), lw) })
+				closeTo(t, string(dt), got, refLinear(x, wt, bias, T, out, in), 1e-5)
+			}
+		}
+	}
+}
+
+// input binds rows as an embedding table so tests can feed any activation.
+func input(t *testing.T, b *Backend, rows, cols int, x []float32) compute.Weight {
+	t.Helper()
+	src := source{}
+	src.putFloat("x.weight", safetensors.F32, []int{rows, cols}, x)
+	w, err := b.Weight(src, "x", compute.Quant{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+func seq(n int) []int32 {
+	ids := make([]int32, n)
+	for i := range ids {
+		ids[i] = int32(i)
+	}
+	return ids
+}
+
+// TestLinearQuantized covers every bits×group through both the decode path (T < 4,
+// straight from codes) and the prefill path (dequantized tiles), against a float64
+// product with the dequantized matrix.
+func TestLinearQuantized(t *testing.T) {
+	r := rand.New(rand.NewPCG(2, 2))
+	const out, in = 35, 256
+	b := New(3)
+	for _, bits := range []int{2, 3, 4, 5, 6, 8} {
+		for _, group := range []int{32, 64, 128} {
+			w := randVec(r, out*in)
+			packed, scales, biases, err := quant.Quantize(w, out, in, bits, group)
+			if err != nil {
+				t.Fatal(err)
+			}
+			src := source{}
+			src.putU32("l.weight", []int{out, in * bits / 32}, packed)
+			// Scales and biases stored as fp16 like MLX checkpoints; the reference uses
+			// the same rounded values.
+			src.putFloat("l.scales", safetensors.F16, []int{out, in / group}, scales)
+			src.putFloat("l.biases", safetensors.BF16, []int{out, in / group}, biases)
+			s16, _ := src["l.scales"].Float32s()
+			b16, _ := src["l.biases"].Float32s()
+			deq, _ := quant.Dequantize(packed, s16, b16, out, in, bits, group)
+			lw, err := b.Weight(src, "l", compute.Quant{Mode: quant.Affine, Bits: bits, GroupSize: group})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, T := range []int{1, 2, 5} {
+				x := randVec(r, T*in)
+				xw := input(t, b, T, in, x)
+				got := run(t, b, func(c compute.Context) compute.Tensor { return c.Linear(c.Embed(xw, seq(T)), lw) })
+				closeTo(t, "quantized linear", got, refLinear(x, deq, nil, T, out, in), 1e-4)
+			}
+			// Embedding rows from the quantized table.
+			ids := []int32{3, 0, 34, 3}
+			got := run(t, b, func(c compute.Context) compute.Tensor { return c.Embed(lw, ids) })
+			var want []float64
+			for _, id := range ids {
+				want = append(want, toF64(deq[int(id)*in:(int(id)+1)*in])...)
+			}
+			closeTo(t, "quantized embedding", got, want, 1e-6)
+		}
+	}
+}
+
+func TestLinearFP(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 3))
+	const out, in = 9, 64
+	b := New(2)
+	for _, mode := range []quant.Mode{quant.MXFP4, quant.MXFP8, quant.NVFP4} {
+		bits, group, _ := quant.FPParams(mode)
+		packed := make([]uint32, out*in*bits/32)
+		for i := range packed {
+			packed[i] = r.Uint32() & 0x77777777 // no e4m3 NaN bytes
+		}
+		sc := make([]byte, out*in/group)
+		for i := range sc {
+			sc[i] = byte(120 + r.IntN(10))
+			if mode == quant.NVFP4 {
+				sc[i] = byte(0x30 + r.IntN(16))
+			}
+		}
+		src := source{}
+		src.putU32("l.weight", []int{out, in * bits / 32}, packed)
+		src["l.scales"] = &safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: "l.scales", DType: safetensors.U8, Shape: []int{out, in / group}, End: int64(len(sc))}, Data: sc}
+		deq, err := quant.DequantizeFP(mode, packed, sc, out, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lw, err := b.Weight(src, "l", compute.Quant{Mode: mode, Bits: bits, GroupSize: group})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, T := range []int{1, 6} {
+			x := randVec(r, T*in)
+			xw := input(t, b, T, in, x)
+			got := run(t, b, func(c compute.Context) compute.Tensor { return c.Linear(c.Embed(xw, seq(T)), lw) })
+			closeTo(t, string(mode), got, refLinear(x, deq, nil, T, out, in), 1e-4)
+		}
+	}
+}
+
+func TestNormRoPESwiGLU(t *testing.T) {
+	r := rand.New(rand.NewPCG(4, 4))
+	b := New(2)
+	const T, heads, hd = 5, 3, 16
+	x := randVec(r, T*heads*hd)
+	y := randVec(r, T*heads*hd)
+	xw, yw := input(t, b, T, heads*hd, x), input(t, b, T, heads*hd, y)
+	src := source{}
+	nw := randVec(r, hd)
+	src.putFloat("n", safetensors.BF16, []int{hd}, nw)
+	nv, err := b.Vector(src, "n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nw, _ = src["n"].Float32s()
+
+	// RMSNorm per head (a reshape to T·heads × hd).
+	got := run(t, b, func(c compute.Context) compute.Tensor {
+		return c.RMSNorm(c.Reshape(c.Embed(xw, seq(T)), T*heads, hd), nv, 1e-6)
+	})
+	want := make([]float64, len(x))
+	for r := 0; r < T*heads; r++ {
+		var ss float64
+		for j := 0; j < hd; j++ {
+			ss += float64(x[r*hd+j]) * float64(x[r*hd+j])
+		}
+		inv := 1 / math.Sqrt(ss/hd+1e-6)
+		for j := 0; j < hd; j++ {
+			want[r*hd+j] = float64(x[r*hd+j]) * inv * float64(nw[j])
+		}
+	}
+	closeTo(t, "RMSNorm", got, want, 1e-5)
+
+	// RoPE with partial rotation (12 of 16 dims) at offset 40, against the definition.
+	rope, _ := compute.NewRoPE(12, 10000, compute.RoPEScaling{Type: "yarn", Factor: 2, OriginalMaxPositions: 64}, 128)
+	got = run(t, b, func(c compute.Context) compute.Tensor { return c.RoPE(c.Embed(xw, seq(T)), rope, hd, 40) })
+	for i := 0; i < T; i++ {
+		for h := 0; h < heads; h++ {
+			base := i*heads*hd + h*hd
+			copy(want[base:base+hd], toF64(x[base:base+hd]))
+			for j := 0; j < 6; j++ {
+				ang := float64(float32(40+i) * rope.InvFreq[j])
+				c, s := math.Cos(ang)*float64(rope.Scale), math.Sin(ang)*float64(rope.Scale)
+				x1, x2 := float64(x[base+j]), float64(x[base+j+6])
+				want[base+j] = x1*c - x2*s
+				want[base+j+6] = x2*c + x1*s
+			}
+		}
+	}
+	closeTo(t, "RoPE", got, want, 1e-5)
+
+	got = run(t, b, func(c compute.Context) compute.Tensor { return c.SwiGLU(c.Embed(xw, seq(T)), c.Embed(yw, seq(T))) })
+	for i := range want {
+		g := float64(x[i])
+		want[i] = g / (1 + math.Exp(-g)) * float64(y[i])
+	}
+	closeTo(t, "SwiGLU", got, want, 1e-6)
+
+	got = run(t, b, func(c compute.Context) compute.Tensor {
+		return c.Rows(c.Add(c.Embed(xw, seq(T)), c.Mul(c.Embed(xw, seq(T)), c.Embed(yw, seq(T)))), 2, 2)
+	})
+	want = want[:2*heads*hd]
+	for i := range want {
+		k := 2*heads*hd + i
+		want[i] = float64(x[k]) + float64(x[k])*float64(y[k])
+	}
+	closeTo(t, "Add/Mul/Rows", got, want, 1e-6)
+}
+
+func TestExp32(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 5))
+	for i := 0; i < 200000; i++ {
+		x := float32(r.Float64()*175 - 87)
+		want := math.Exp(float64(x))
+		if got := float64(exp32(x)); math.Abs(got-want) > 3e-7*want {
+			t.Fatalf("exp32(%v) = %v, want %v", x, got, want)
+		}
+	}
+	if !math.IsInf(float64(exp32(100)), 1) || exp32(-100) != 0 {
+		t.Fatal("exp32 does not saturate")
+	}
+}
+
+// TestAttention runs two steps (a prefill of 5 rows, then one row) through Context.Attention
+// and compares with plain causal GQA attention.
+func TestAttention(t *testing.T) {
+	r := rand.New(rand.NewPCG(6, 6))
+	b := New(2)
+	const heads, kvHeads, hd = 4, 2, 32
+	cache, _ := kvstore.NewFull(kvHeads, hd, hd, true)
+	var allK, allV []float32
+	for _, T := range []int{5, 1} {
+		q, k, v := randVec(r, T*heads*hd), randVec(r, T*kvHeads*hd), randVec(r, T*kvHeads*hd)
+		allK, allV = append(allK, k...), append(allV, v...)
+		qw, kw, vw := input(t, b, T, heads*hd, q), input(t, b, T, kvHeads*hd, k), input(t, b, T, kvHeads*hd, v)
+		got := run(t, b, func(c compute.Context) compute.Tensor {
+			return c.Attention(c.Embed(qw, seq(T)), c.Embed(kw, seq(T)), c.Embed(vw, seq(T)), cache, heads, 0.125)
+		})
+		n := cache.Len()
+		want := make([]float64, T*heads*hd)
+		for i := 0; i < T; i++ {
+			pos := n - T + i
+			for h := 0; h < heads; h++ {
+				kh := h / (heads / kvHeads)
+				w := make([]float64, pos+1)
+				var sum float64
+				for j := range w {
+					var s float64
+					for d := 0; d < hd; d++ {
+						s += float64(q[(i*heads+h)*hd+d]) * float64(allK[(j*kvHeads+kh)*hd+d])
+					}
+					w[j] = math.Exp(s * 0.125)
+					sum += w[j]
+				}
+				for d := 0; d < hd; d++ {
+					var o float64
+					for j := range w {
+						o += w[j] * float64(allV[(j*kvHeads+kh)*hd+d])
+					}
+					want[(i*heads+h)*hd+d] = o / sum
+				}
+			}
+		}
+		closeTo(t, "Attention", got, want, 1e-5)
+	}
+}
+
+// TestErrors: bad shapes and ids become the context's error, never a panic.
+func TestErrors(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 7))
+	b := New(1)
+	src := source{}
+	src.putFloat("l.weight", safetensors.F32, []int{4, 8}, randVec(r, 32))
+	lw, _ := b.Weight(src, "l", compute.Quant{})
+	c := b.NewContext()
+	defer c.Close()
+	x := c.Embed(lw, []int32{1, 9})
+	if _, err := c.Float32s(x); err == nil || !strings.Contains(err.Error(), "token id 9") {
+		t.Fatalf("out-of-range id: %v", err)
+	}
+	c2 := b.NewContext()
+	defer c2.Close()
+	y := c2.Linear(c2.Linear(c2.Embed(lw, []int32{1}), lw), lw) // 4 columns into a layer of 8
+	if _, err := c2.Float32s(c2.Add(y, y)); err == nil || !strings.Contains(err.Error(), "4 columns") {
+		t.Fatalf("shape mismatch: %v", err)
+	}
+	if _, err := b.Weight(src, "missing", compute.Quant{}); err == nil {
+		t.Fatal("missing weight bound")
+	}
+	if _, err := b.Weight(src, "l", compute.Quant{Mode: quant.Affine, Bits: 4, GroupSize: 64}); err == nil || !strings.Contains(err.Error(), "U32") {
+		t.Fatalf("float weight bound as quantized: %v", err)
+	}
+}

@@ -1,0 +1,230 @@
+package cpu
+
+import (
+	"math"
+
+	"github.com/mlxg/mlxg/internal/quant"
+)
+
+const (
+	tokenBlock = 64 // tokens whose activations stay in cache while weight tiles pass
+	rowTile    = 16 // weight rows dequantized at once in a prefill
+)
+
+// linear computes out (T×w.out) = x (T×w.in) · wᵀ + bias.
+func (b *Backend) linear(out, x []float32, T int, w *weight) {
+	in := w.in
+	if w.q.Quantized() && T < 4 {
+		b.quantMatVec(out, x, T, w)
+		return
+	}
+	b.parallel(w.out, rowTile, func(lo, hi int) {
+		var tile []float32
+		if w.q.Quantized() {
+			tile = make([]float32, rowTile*in)
+		}
+		for t0 := 0; t0 < T; t0 += tokenBlock {
+			t1 := min(t0+tokenBlock, T)
+			for o0 := lo; o0 < hi; o0 += rowTile {
+				nr := min(rowTile, hi-o0)
+				var rows []float32
+				if w.q.Quantized() {
+					rows = tile[:nr*in]
+					w.dequantizeRows(rows, o0, nr)
+				} else {
+					rows = w.f[o0*in : (o0+nr)*in]
+				}
+				gemmTile(out, w.out, x, t0, t1, in, rows, o0, nr)
+			}
+		}
+	})
+	if w.bias != nil {
+		for t := 0; t < T; t++ {
+			addTo(out[t*w.out:(t+1)*w.out], w.bias)
+		}
+	}
+}
+
+// gemmTile: for tokens t0..t1-1 and the nr weight rows in rows (starting at output o0),
+// out[t][o0+r] = x_t · rows[r].
+func gemmTile(out []float32, outCols int, x []float32, t0, t1, in int, rows []float32, o0, nr int) {
+	for t := t0; t < t1; t++ {
+		xt := x[t*in : (t+1)*in]
+		o := out[t*outCols+o0 : t*outCols+o0+nr]
+		r := 0
+		for ; r+4 <= nr; r += 4 {
+			o[r], o[r+1], o[r+2], o[r+3] = dot4(xt, rows[r*in:(r+1)*in], rows[(r+1)*in:(r+2)*in], rows[(r+2)*in:(r+3)*in], rows[(r+3)*in:(r+4)*in])
+		}
+		for ; r < nr; r++ {
+			o[r] = dot(xt, rows[r*in:(r+1)*in])
+		}
+	}
+}
+
+// quantMatVec is the decode path: each packed row is read once per token, straight
+// from its codes, with the rows spread over the threads.
+func (b *Backend) quantMatVec(out, x []float32, T int, w *weight) {
+	in, g := w.in, w.q.GroupSize
+	gpr, wpr := in/g, quant.Words(in, w.q.Bits)
+	xsum := make([]float32, T*gpr)
+	for t := 0; t < T; t++ {
+		quant.GroupSums(xsum[t*gpr:(t+1)*gpr], x[t*in:(t+1)*in], g)
+	}
+	b.parallel(w.out, 32, func(lo, hi int) {
+		var row []float32
+		if w.q.Mode != quant.Affine {
+			row = make([]float32, in)
+		}
+		for o := lo; o < hi; o++ {
+			packed := w.packed[o*wpr : (o+1)*wpr]
+			scales := w.scales[o*gpr : (o+1)*gpr]
+			for t := 0; t < T; t++ {
+				xt := x[t*in : (t+1)*in]
+				if w.q.Mode == quant.Affine {
+					out[t*w.out+o] = quant.DotRow(xt, xsum[t*gpr:(t+1)*gpr], packed, scales, w.biases[o*gpr:(o+1)*gpr], w.q.Bits, g)
+				} else {
+					quant.DequantizeFPRow(row, packed, scales, w.q.Bits, g)
+					out[t*w.out+o] = dot(xt, row)
+				}
+			}
+		}
+	})
+}
+
+// dequantizeRows expands nr weight rows starting at row o0 into dst (nr×in).
+func (w *weight) dequantizeRows(dst []float32, o0, nr int) {
+	in, g := w.in, w.q.GroupSize
+	gpr, wpr := in/g, quant.Words(in, w.q.Bits)
+	for r := 0; r < nr; r++ {
+		o := o0 + r
+		d := dst[r*in : (r+1)*in]
+		if w.q.Mode == quant.Affine {
+			quant.DequantizeRow(d, w.packed[o*wpr:(o+1)*wpr], w.scales[o*gpr:(o+1)*gpr], w.biases[o*gpr:(o+1)*gpr], w.q.Bits, g)
+		} else {
+			quant.DequantizeFPRow(d, w.packed[o*wpr:(o+1)*wpr], w.scales[o*gpr:(o+1)*gpr], w.q.Bits, g)
+		}
+	}
+}
+
+// embedRow writes row id of w into dst.
+func (w *weight) embedRow(dst []float32, id int) {
+	if !w.q.Quantized() {
+		copy(dst, w.f[id*w.in:(id+1)*w.in])
+		return
+	}
+	w.dequantizeRows(dst, id, 1)
+}
+
+func dot(a, b []float32) float32 {
+	b = b[:len(a)]
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		s0 += a[i] * b[i]
+		s1 += a[i+1] * b[i+1]
+		s2 += a[i+2] * b[i+2]
+		s3 += a[i+3] * b[i+3]
+	}
+	for ; i < len(a); i++ {
+		s0 += a[i] * b[i]
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// dot4 is x·w0 .. x·w3 in one pass over x.
+func dot4(x, w0, w1, w2, w3 []float32) (float32, float32, float32, float32) {
+	n := len(x)
+	w0, w1, w2, w3 = w0[:n], w1[:n], w2[:n], w3[:n]
+	var a0, a1, a2, a3, b0, b1, b2, b3 float32
+	i := 0
+	for ; i+2 <= n; i += 2 {
+		x0, x1 := x[i], x[i+1]
+		a0 += x0 * w0[i]
+		a1 += x0 * w1[i]
+		a2 += x0 * w2[i]
+		a3 += x0 * w3[i]
+		b0 += x1 * w0[i+1]
+		b1 += x1 * w1[i+1]
+		b2 += x1 * w2[i+1]
+		b3 += x1 * w3[i+1]
+	}
+	if i < n {
+		a0 += x[i] * w0[i]
+		a1 += x[i] * w1[i]
+		a2 += x[i] * w2[i]
+		a3 += x[i] * w3[i]
+	}
+	return a0 + b0, a1 + b1, a2 + b2, a3 + b3
+}
+
+func addTo(dst, src []float32) {
+	src = src[:len(dst)]
+	for i := range dst {
+		dst[i] += src[i]
+	}
+}
+
+// rmsNorm normalises each row of x (cols wide) into out and scales by w, summing
+// squares in float64.
+func rmsNorm(out, x, w []float32, cols int, eps float32) {
+	for r := 0; r+cols <= len(x); r += cols {
+		row, o := x[r:r+cols], out[r:r+cols]
+		var ss float64
+		for _, v := range row {
+			ss += float64(v) * float64(v)
+		}
+		inv := float32(1 / math.Sqrt(ss/float64(cols)+float64(eps)))
+		for i, v := range row {
+			o[i] = v * inv * w[i]
+		}
+	}
+}
+
+// ropeRow rotates the heads of one row in place: for each head, pairs (j, j+half) of
+// its first 2*half columns, with cos and sin for this row's position.
+func ropeRow(row []float32, headDim int, cos, sin []float32) {
+	half := len(cos)
+	for h := 0; h+headDim <= len(row); h += headDim {
+		a, b := row[h:h+half], row[h+half:h+2*half]
+		for j := range a {
+			x1, x2 := a[j], b[j]
+			a[j] = x1*cos[j] - x2*sin[j]
+			b[j] = x2*cos[j] + x1*sin[j]
+		}
+	}
+}
+
+// swiGLU: out = silu(g) * u.
+func swiGLU(out, g, u []float32) {
+	u = u[:len(g)]
+	for i, x := range g {
+		out[i] = x / (1 + exp32(-x)) * u[i]
+	}
+}
+
+// exp32 is e^x in float32 to about 2 ulp, saturating outside float32's range.
+func exp32(x float32) float32 {
+	switch {
+	case x > 88.7:
+		return float32(math.Inf(1))
+	case x < -87:
+		return 0
+	case x != x:
+		return x
+	}
+	const ln2Hi, ln2Lo = 0.693145751953125, 1.428606765330187e-06
+	t := x * 1.442695041
+	k := int32(t)
+	if t-float32(k) >= 0.5 {
+		k++
+	} else if t-float32(k) <= -0.5 {
+		k--
+	}
+	kf := float32(k)
+	r := (x - kf*ln2Hi) - kf*ln2Lo
+	p := 1 + r*(1+r*(1.0/2+r*(1.0/6+r*(1.0/24+r*(1.0/120+r*(1.0/720+r*(1.0/5040)))))))
+	if k > 127 { // 2^128 itself overflows: scale in two steps
+		return p * 2 * math.Float32frombits(uint32(k-1+127)<<23)
+	}
+	return p * math.Float32frombits(uint32(k+127)<<23)
+}
