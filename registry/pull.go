@@ -1,0 +1,463 @@
+package registry
+
+import (
+	"context"
+	"crypto/sha1"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gofrs/flock"
+)
+
+// Progress is one event of a pull. The CLI draws bars from it and /api/pull streams it as NDJSON
+// (the fields and JSON names of Ollama's api.ProgressResponse). Statuses, in order: "pulling manifest",
+// "waiting for another pull of REPO", "pulling FILE" (Digest is the file's blob name: "sha256:<hex>" for
+// LFS files, the git blob id otherwise; Total and Completed are bytes), "warning: ...",
+// "verifying sha256 digest", "writing manifest", "success".
+type Progress struct {
+	Status    string `json:"status"`
+	Digest    string `json:"digest,omitempty"`
+	Total     int64  `json:"total,omitempty"`
+	Completed int64  `json:"completed,omitempty"`
+}
+
+// PullOptions tune Pull; the zero value uses the environment and sensible defaults.
+type PullOptions struct {
+	Endpoint   string        // the Hub; default Endpoint() ($HF_ENDPOINT or https://huggingface.co)
+	Token      string        // bearer token; default Token() ($HF_TOKEN or the saved login)
+	Parallel   int           // files downloaded at once; default 4
+	Retries    int           // retries after a network failure, each resuming; 0 means 5, a negative value none
+	Backoff    time.Duration // first retry delay, doubling each time up to 30s; default 1s
+	HTTPClient *http.Client  // default: http.Client with no overall timeout
+}
+
+// wantedFile reports whether pull downloads a repo file: what an MLX checkpoint needs, and README/LICENSE.
+func wantedFile(name string) bool {
+	if strings.Contains(name, "/") {
+		return false // checkpoints keep their files at the top level
+	}
+	switch name {
+	case "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+		"special_tokens_map.json", "chat_template.jinja", "chat_template.json":
+		return true
+	}
+	lower := strings.ToLower(name)
+	return strings.HasSuffix(name, ".safetensors") || strings.HasSuffix(name, ".safetensors.index.json") ||
+		strings.HasPrefix(lower, "readme") || strings.HasPrefix(lower, "license")
+}
+
+// Pull downloads a model into the store, as huggingface_hub would: it resolves the revision to a commit,
+// downloads the files a checkpoint needs (several at once) into blobs/, each resumed from a .incomplete file
+// with a Range request, retried with backoff after a network failure, and verified (sha256 for LFS files,
+// size and git blob id for the rest) before an atomic rename; then it links snapshots/<commit>/ and writes
+// refs/<revision>. A per-repo file lock serializes pulls of one repo across processes. progress, if not nil,
+// gets every event, from one goroutine at a time.
+func (s *Store) Pull(ctx context.Context, n Name, opts PullOptions, progress func(Progress)) (*LocalModel, error) {
+	var mu sync.Mutex
+	emit := func(p Progress) {
+		if progress != nil {
+			mu.Lock()
+			defer mu.Unlock()
+			progress(p)
+		}
+	}
+	target, err := s.Lookup(n)
+	if err != nil {
+		return nil, err
+	}
+	if org, _, _ := strings.Cut(target.Repo, "/"); org == LocalOrg && n.IsBare() {
+		return nil, fmt.Errorf("%s was made on this machine (mlxg create), there is nothing to pull", n)
+	}
+	opts = opts.withDefaults()
+	h := &hub{endpoint: opts.Endpoint, token: opts.Token, client: opts.HTTPClient}
+
+	emit(Progress{Status: "pulling manifest"})
+	var info *repoInfo
+	err = withRetries(ctx, opts, func() error {
+		var err error
+		info, err = h.info(ctx, target.Repo, target.Revision)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	files, err := checkpointFiles(target, info)
+	if err != nil {
+		return nil, err
+	}
+	lock, err := s.lockRepo(ctx, target.Repo, func() {
+		emit(Progress{Status: "waiting for another pull of " + target.Repo})
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer lock.Unlock()
+
+	repoDir := s.repoDir(target.Repo)
+	if err := os.MkdirAll(filepath.Join(repoDir, "blobs"), 0o755); err != nil {
+		return nil, fmt.Errorf("creating %s: %w", repoDir, err)
+	}
+	dl := &downloader{hub: h, opts: opts, repo: target.Repo, commit: info.SHA, repoDir: repoDir,
+		locks: filepath.Join(s.HubCache, ".locks", repoFolder(target.Repo)), emit: emit}
+	// config.json first, alone: it says whether the checkpoint is one MLX can load.
+	if err := dl.fetch(ctx, files[0]); err != nil {
+		return nil, err
+	}
+	if w := quantizationWarning(filepath.Join(repoDir, "blobs", files[0].etag())); w != "" {
+		emit(Progress{Status: "warning: " + w})
+	}
+	if err := parallel(ctx, opts.Parallel, files[1:], dl.fetch); err != nil {
+		return nil, err
+	}
+	emit(Progress{Status: "verifying sha256 digest"})
+	links := map[string]string{}
+	for _, f := range files {
+		links[f.RFilename] = f.etag()
+	}
+	emit(Progress{Status: "writing manifest"})
+	if err := linkSnapshot(repoDir, info.SHA, links); err != nil {
+		return nil, err
+	}
+	if target.Revision != info.SHA {
+		if err := writeFileAtomic(filepath.Join(repoDir, "refs", filepath.FromSlash(target.Revision)), []byte(info.SHA)); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.recordPull(target.Repo, target.Revision, time.Now()); err != nil {
+		return nil, err
+	}
+	emit(Progress{Status: "success"})
+	return s.Resolve(n)
+}
+
+func (o PullOptions) withDefaults() PullOptions {
+	if o.Endpoint == "" {
+		o.Endpoint = Endpoint()
+	}
+	o.Endpoint = strings.TrimRight(o.Endpoint, "/")
+	if o.Token == "" {
+		o.Token = Token()
+	}
+	if o.Parallel <= 0 {
+		o.Parallel = 4
+	}
+	if o.Retries == 0 {
+		o.Retries = 5
+	}
+	if o.Backoff <= 0 {
+		o.Backoff = time.Second
+	}
+	if o.HTTPClient == nil {
+		o.HTTPClient = &http.Client{}
+	}
+	return o
+}
+
+// withRetries runs try until it succeeds, fails for good, or has been retried opts.Retries times.
+func withRetries(ctx context.Context, opts PullOptions, try func() error) error {
+	delay := opts.Backoff
+	for attempt := 0; ; attempt++ {
+		err := try()
+		if err == nil || !isRetryable(err) || attempt >= opts.Retries || ctx.Err() != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 30*time.Second)
+	}
+}
+
+// checkpointFiles picks the files to download, config.json first, and refuses repos MLX cannot load.
+func checkpointFiles(target Name, info *repoInfo) ([]sibling, error) {
+	var files []sibling
+	var names []string
+	hasWeights := false
+	for _, f := range info.Siblings {
+		names = append(names, f.RFilename)
+		if !wantedFile(f.RFilename) {
+			continue
+		}
+		if f.etag() == "" || strings.ContainsAny(f.etag(), `/\.`) {
+			return nil, fmt.Errorf("pulling %s: the Hub listed %s without a usable blob id (%q)", target, f.RFilename, f.etag())
+		}
+		hasWeights = hasWeights || strings.HasSuffix(f.RFilename, ".safetensors")
+		files = append(files, f)
+	}
+	i := slices.IndexFunc(files, func(f sibling) bool { return f.RFilename == "config.json" })
+	switch {
+	case i < 0 || !hasWeights:
+		why := "it has no config.json"
+		if i >= 0 {
+			why = "it has no *.safetensors weights"
+		}
+		var kinds []string
+		for _, n := range names {
+			for _, ext := range []string{".gguf", ".bin", ".pt", ".pth", ".onnx"} {
+				if strings.HasSuffix(n, ext) && !slices.Contains(kinds, ext) {
+					kinds = append(kinds, ext)
+				}
+			}
+		}
+		if len(kinds) > 0 {
+			why += " (its weights are " + strings.Join(kinds, ", ") + " files)"
+		}
+		return nil, fmt.Errorf("%s at %s is not an MLX checkpoint: %s; look for an MLX conversion, e.g. on https://huggingface.co/mlx-community", target.Repo, target.Revision, why)
+	}
+	files[0], files[i] = files[i], files[0]
+	slices.SortFunc(files[1:], func(a, b sibling) int { return int(min(max(a.size()-b.size(), -1), 1)) })
+	return files, nil
+}
+
+// quantizationWarning explains a config.json that MLX cannot load as is (PyTorch quantization formats).
+func quantizationWarning(configPath string) string {
+	b, err := os.ReadFile(configPath)
+	if err != nil {
+		return ""
+	}
+	var cfg struct {
+		Quantization       json.RawMessage `json:"quantization"`
+		QuantizationConfig *struct {
+			QuantMethod string `json:"quant_method"`
+		} `json:"quantization_config"`
+	}
+	if json.Unmarshal(b, &cfg) != nil {
+		return "config.json is not valid JSON"
+	}
+	if cfg.QuantizationConfig != nil && cfg.Quantization == nil {
+		return fmt.Sprintf("not an MLX checkpoint: config.json has a quantization_config (quant_method %q), a PyTorch quantization MLX does not load; look for an mlx-community conversion", cfg.QuantizationConfig.QuantMethod)
+	}
+	return ""
+}
+
+// downloader fetches the files of one repo at one commit into its blobs/.
+type downloader struct {
+	hub     *hub
+	opts    PullOptions
+	repo    string
+	commit  string
+	repoDir string
+	locks   string
+	emit    func(Progress)
+}
+
+// diskWrite writes downloaded bytes; a variable so that tests can fill the disk.
+var diskWrite = func(f *os.File, p []byte) (int, error) { return f.Write(p) }
+
+// fetch makes blobs/<etag> hold the file, verified, downloading what is missing.
+func (d *downloader) fetch(ctx context.Context, f sibling) error {
+	etag, size := f.etag(), f.size()
+	digest := etag
+	if f.LFS != nil {
+		digest = "sha256:" + etag
+	}
+	status := "pulling " + f.RFilename
+	blob := filepath.Join(d.repoDir, "blobs", etag)
+	if fi, err := os.Stat(blob); err == nil && fi.Size() == size {
+		d.emit(Progress{Status: status, Digest: digest, Total: size, Completed: size})
+		return nil
+	}
+	// huggingface_hub's own per-blob lock, so that it and mlxg never write one blob at once.
+	if err := os.MkdirAll(d.locks, 0o755); err != nil {
+		return err
+	}
+	lock, err := lockFile(ctx, filepath.Join(d.locks, etag+".lock"))
+	if err != nil {
+		return err
+	}
+	defer lock.Unlock()
+	if fi, err := os.Stat(blob); err == nil && fi.Size() == size {
+		d.emit(Progress{Status: status, Digest: digest, Total: size, Completed: size})
+		return nil
+	}
+	inc := blob + ".incomplete"
+	var sum hash.Hash
+	last := time.Time{}
+	report := func(done int64, force bool) {
+		if force || time.Since(last) >= 100*time.Millisecond {
+			last = time.Now()
+			d.emit(Progress{Status: status, Digest: digest, Total: size, Completed: done})
+		}
+	}
+	err = withRetries(ctx, d.opts, func() error {
+		var err error
+		sum, err = d.download(ctx, f, inc, report)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	report(size, true)
+	if got := hex.EncodeToString(sum.Sum(nil)); got != etag {
+		os.Remove(inc)
+		return fmt.Errorf("pulling %s: %s failed verification (got %s, want %s); the download was deleted, run the pull again", d.repo, f.RFilename, got, etag)
+	}
+	if err := os.Rename(inc, blob); err != nil {
+		return fmt.Errorf("pulling %s: storing %s: %w", d.repo, f.RFilename, err)
+	}
+	return nil
+}
+
+// newVerifier hashes a file the way its blob name was made: sha256 for LFS, git's blob sha1 otherwise.
+func newVerifier(f sibling) hash.Hash {
+	if f.LFS != nil {
+		return sha256.New()
+	}
+	h := sha1.New()
+	fmt.Fprintf(h, "blob %d\x00", f.Size)
+	return h
+}
+
+// download appends the missing bytes of a file to its .incomplete file and returns the hash of all of it.
+func (d *downloader) download(ctx context.Context, f sibling, inc string, report func(int64, bool)) (sum hash.Hash, err error) {
+	name, size := f.RFilename, f.size()
+	out, err := os.OpenFile(inc, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("pulling %s: opening %s: %w", d.repo, inc, err)
+	}
+	defer out.Close()
+	sum = newVerifier(f)
+	have, err := io.Copy(sum, out) // what an earlier attempt left, hashed again
+	if err != nil {
+		return nil, fmt.Errorf("pulling %s: reading %s: %w", d.repo, inc, err)
+	}
+	restart := func() error { // the partial file is not ours to resume: start over
+		sum, have = newVerifier(f), 0
+		return out.Truncate(0)
+	}
+	if have > size {
+		if err := restart(); err != nil {
+			return nil, err
+		}
+	}
+	report(have, true)
+	if have == size {
+		return sum, nil
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.hub.resolveURL(d.repo, d.commit, name), nil)
+	if err != nil {
+		return nil, err
+	}
+	if have > 0 {
+		req.Header.Set("Range", fmt.Sprintf("bytes=%d-", have))
+	}
+	resp, err := d.hub.do(req)
+	if err != nil {
+		return nil, &retryable{fmt.Errorf("pulling %s: downloading %s: %w", d.repo, name, err)}
+	}
+	defer resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusPartialContent && have > 0:
+		var start int64
+		if _, err := fmt.Sscanf(resp.Header.Get("Content-Range"), "bytes %d-", &start); err != nil || start != have {
+			return nil, &retryable{fmt.Errorf("pulling %s: %s: the server resumed at %q, not at byte %d", d.repo, name, resp.Header.Get("Content-Range"), have)}
+		}
+	case resp.StatusCode == http.StatusOK:
+		if have > 0 { // the server ignored the Range: take the whole file
+			if err := restart(); err != nil {
+				return nil, err
+			}
+		}
+	default:
+		e := d.hub.statusError(resp, d.repo+" file "+name)
+		if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusRequestedRangeNotSatisfiable {
+			if resp.StatusCode == http.StatusRequestedRangeNotSatisfiable {
+				os.Remove(inc) // the partial file disagrees with the server: start over next time
+			}
+			return nil, &retryable{e}
+		}
+		return nil, e
+	}
+	if _, err := out.Seek(have, io.SeekStart); err != nil {
+		return nil, err
+	}
+	buf := make([]byte, 256<<10)
+	for {
+		n, rerr := resp.Body.Read(buf)
+		if n > 0 {
+			if have+int64(n) > size {
+				return nil, &retryable{fmt.Errorf("pulling %s: %s is longer than the %d bytes the Hub listed", d.repo, name, size)}
+			}
+			if _, err := diskWrite(out, buf[:n]); err != nil {
+				if errors.Is(err, syscall.ENOSPC) {
+					return nil, fmt.Errorf("pulling %s: the disk is full writing %s (%s); free some space and run the pull again: the %d bytes already downloaded are kept and the download resumes",
+						d.repo, name, inc, have)
+				}
+				return nil, fmt.Errorf("pulling %s: writing %s: %w", d.repo, inc, err)
+			}
+			sum.Write(buf[:n])
+			have += int64(n)
+			report(have, false)
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return nil, &retryable{fmt.Errorf("pulling %s: download of %s cut at byte %d of %d: %w", d.repo, name, have, size, rerr)}
+		}
+	}
+	if have != size {
+		return nil, &retryable{fmt.Errorf("pulling %s: download of %s ended at byte %d of %d", d.repo, name, have, size)}
+	}
+	return sum, out.Sync()
+}
+
+// parallel runs fn on every item, at most n at once, and returns the first error (cancelling the rest).
+func parallel[T any](ctx context.Context, n int, items []T, fn func(context.Context, T) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sem := make(chan struct{}, n)
+	var wg sync.WaitGroup
+	var once sync.Once
+	var first error
+	for _, it := range items {
+		sem <- struct{}{}
+		if ctx.Err() != nil {
+			<-sem
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := fn(ctx, it); err != nil {
+				once.Do(func() { first = err; cancel() })
+			}
+		}()
+	}
+	wg.Wait()
+	if first == nil && ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return first
+}
+
+// lockFile takes an exclusive file lock, waiting as long as ctx allows.
+func lockFile(ctx context.Context, path string) (*flock.Flock, error) {
+	l := flock.New(path)
+	ok, err := l.TryLockContext(ctx, 100*time.Millisecond)
+	if err != nil {
+		return nil, fmt.Errorf("locking %s: %w", path, err)
+	}
+	if !ok {
+		return nil, ctx.Err()
+	}
+	return l, nil
+}

@@ -1,0 +1,346 @@
+package registry
+
+import (
+	"context"
+	"crypto/sha1"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mlxg/mlxg/registry/hubtest"
+)
+
+// fakeRepo writes a small MLX-style repo under root/org/name and returns its files' contents.
+func fakeRepo(t *testing.T, root, repo string, weights int) map[string][]byte {
+	t.Helper()
+	r := rand.New(rand.NewPCG(1, uint64(weights)))
+	w := make([]byte, weights)
+	for i := range w {
+		w[i] = byte(r.Uint32())
+	}
+	files := map[string][]byte{
+		"config.json":           []byte(`{"model_type":"qwen3","quantization":{"group_size":64,"bits":4}}`),
+		"model.safetensors":     w,
+		"tokenizer.json":        []byte(`{"model":{}}`),
+		"tokenizer_config.json": []byte(`{"chat_template":"{{ messages }}"}`),
+		"README.md":             []byte("---\nlicense: apache-2.0\n---\n# tiny\n"),
+		"model.gguf":            []byte("not wanted"),
+		"extra/notes.txt":       []byte("not wanted either"),
+	}
+	for name, b := range files {
+		p := filepath.Join(root, repo, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return files
+}
+
+type pullEnv struct {
+	store *Store
+	hub   *hubtest.Server
+	opts  PullOptions
+	files map[string][]byte
+}
+
+func newPullEnv(t *testing.T) *pullEnv {
+	t.Helper()
+	root := t.TempDir()
+	files := fakeRepo(t, root, "org/tiny", 700_000)
+	h := hubtest.New(root)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return &pullEnv{store: testStore(t), hub: h, files: files,
+		opts: PullOptions{Endpoint: srv.URL, Token: "-", Retries: -1, Backoff: time.Millisecond}}
+}
+
+func (e *pullEnv) pull(t *testing.T, name string) (*LocalModel, []Progress, error) {
+	t.Helper()
+	var events []Progress
+	m, err := e.store.Pull(context.Background(), mustParse(t, name), e.opts, func(p Progress) { events = append(events, p) })
+	return m, events, err
+}
+
+func gitBlobID(b []byte) string {
+	h := sha1.New()
+	fmt.Fprintf(h, "blob %d\x00", len(b))
+	h.Write(b)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func TestPullLayout(t *testing.T) {
+	e := newPullEnv(t)
+	m, events, err := e.pull(t, "org/tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	repoDir := filepath.Join(e.store.HubCache, "models--org--tiny")
+	ref, err := os.ReadFile(filepath.Join(repoDir, "refs", "main"))
+	if err != nil || string(ref) != m.Commit || !isCommit(m.Commit) {
+		t.Fatalf("refs/main = %q (%v), model commit %q", ref, err, m.Commit)
+	}
+	if m.Dir != filepath.Join(repoDir, "snapshots", m.Commit) {
+		t.Errorf("dir = %s", m.Dir)
+	}
+	got, _ := snapshotFiles(m.Dir)
+	want := []string{"README.md", "config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("snapshot files = %v, want %v", got, want)
+	}
+	var size int64
+	for _, name := range want {
+		body := e.files[name]
+		size += int64(len(body))
+		blob := gitBlobID(body)
+		if strings.HasSuffix(name, ".safetensors") {
+			s := sha256.Sum256(body)
+			blob = hex.EncodeToString(s[:])
+		}
+		link, err := os.Readlink(filepath.Join(m.Dir, name))
+		if err != nil || link != "../../blobs/"+blob {
+			t.Errorf("%s -> %q (%v), want ../../blobs/%s", name, link, err, blob)
+		}
+		b, err := os.ReadFile(filepath.Join(m.Dir, name))
+		if err != nil || string(b) != string(body) {
+			t.Errorf("%s content differs (%v)", name, err)
+		}
+	}
+	if m.Size != size {
+		t.Errorf("size = %d, want %d", m.Size, size)
+	}
+	blobs, _ := os.ReadDir(filepath.Join(repoDir, "blobs"))
+	if len(blobs) != len(want) {
+		t.Errorf("%d blobs, want %d (no .incomplete left)", len(blobs), len(want))
+	}
+	if events[0].Status != "pulling manifest" || events[len(events)-1].Status != "success" {
+		t.Errorf("events from %q to %q", events[0].Status, events[len(events)-1].Status)
+	}
+	done := map[string]bool{}
+	for _, p := range events {
+		if p.Digest != "" && p.Completed == p.Total {
+			done[p.Status] = true
+		}
+	}
+	if len(done) != len(want) {
+		t.Errorf("completed files in progress events: %v", done)
+	}
+	// A second pull downloads nothing.
+	before := e.hub.Served("model.safetensors")
+	if _, _, err := e.pull(t, "hf.co/org/tiny"); err != nil {
+		t.Fatal(err)
+	}
+	if e.hub.Served("model.safetensors") != before {
+		t.Error("a second pull downloaded the weights again")
+	}
+	list, err := e.store.List()
+	if err != nil || len(list) != 1 || list[0].Name != "org/tiny" || list[0].Commit != m.Commit {
+		t.Fatalf("list = %+v, %v", list, err)
+	}
+}
+
+func TestPullResumesAfterCut(t *testing.T) {
+	e := newPullEnv(t)
+	const cut = 300_000
+	e.hub.SetFaults(hubtest.Faults{CutFile: "model.safetensors", CutAfter: cut, CutTimes: 1})
+	_, _, err := e.pull(t, "org/tiny")
+	if err == nil || !strings.Contains(err.Error(), "cut at byte") {
+		t.Fatalf("pull through a cut, no retries: %v", err)
+	}
+	s := sha256.Sum256(e.files["model.safetensors"])
+	inc := filepath.Join(e.store.HubCache, "models--org--tiny", "blobs", hex.EncodeToString(s[:])+".incomplete")
+	fi, err := os.Stat(inc)
+	if err != nil || fi.Size() != cut {
+		t.Fatalf(".incomplete: %v, %v; want %d bytes kept", fi, err, cut)
+	}
+	if _, err := os.Stat(filepath.Join(e.store.HubCache, "models--org--tiny", "refs", "main")); err == nil {
+		t.Error("refs/main written by a failed pull")
+	}
+	// The command runs again: it resumes where the cut left it.
+	if _, _, err := e.pull(t, "org/tiny"); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.hub.Served("model.safetensors"); got != int64(len(e.files["model.safetensors"])) {
+		t.Errorf("served %d bytes of the weights in all, want %d (nothing fetched twice)", got, len(e.files["model.safetensors"]))
+	}
+	if r := e.hub.Ranges(); !slices.Contains(r, fmt.Sprintf("bytes=%d-", cut)) {
+		t.Errorf("ranges asked: %q", r)
+	}
+}
+
+func TestPullRetriesACut(t *testing.T) {
+	e := newPullEnv(t)
+	e.opts.Retries = 3
+	e.hub.SetFaults(hubtest.Faults{CutFile: "model.safetensors", CutAfter: 100_000, CutTimes: 2})
+	m, _, err := e.pull(t, "org/tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := e.hub.Served("model.safetensors"); got != int64(len(e.files["model.safetensors"])) {
+		t.Errorf("served %d bytes, want %d", got, len(e.files["model.safetensors"]))
+	}
+	b, _ := os.ReadFile(filepath.Join(m.Dir, "model.safetensors"))
+	if string(b) != string(e.files["model.safetensors"]) {
+		t.Error("weights differ after two resumed cuts")
+	}
+}
+
+func TestPullRejectsCorruptFile(t *testing.T) {
+	e := newPullEnv(t)
+	e.hub.SetFaults(hubtest.Faults{Corrupt: "model.safetensors"})
+	_, _, err := e.pull(t, "org/tiny")
+	if err == nil || !strings.Contains(err.Error(), "failed verification") || !strings.Contains(err.Error(), "model.safetensors") {
+		t.Fatalf("corrupt download: %v", err)
+	}
+	repoDir := filepath.Join(e.store.HubCache, "models--org--tiny")
+	blobs, _ := os.ReadDir(filepath.Join(repoDir, "blobs"))
+	for _, b := range blobs {
+		if strings.HasSuffix(b.Name(), ".incomplete") {
+			t.Errorf("partial file %s kept", b.Name())
+		}
+	}
+	if snaps, _ := os.ReadDir(filepath.Join(repoDir, "snapshots")); len(snaps) != 0 {
+		t.Errorf("snapshots written: %v", snaps)
+	}
+	e.hub.SetFaults(hubtest.Faults{})
+	if _, _, err := e.pull(t, "org/tiny"); err != nil {
+		t.Fatalf("pull after the corruption went: %v", err)
+	}
+}
+
+func TestPullHubErrors(t *testing.T) {
+	e := newPullEnv(t)
+	e.opts.Token = ""
+	t.Setenv("HF_TOKEN", "")
+	t.Setenv("HF_TOKEN_PATH", filepath.Join(t.TempDir(), "none"))
+	e.hub.SetFaults(hubtest.Faults{Status: 401})
+	_, _, err := e.pull(t, "org/tiny")
+	var he *HubError
+	if !errors.As(err, &he) || he.Status != 401 || !strings.Contains(err.Error(), "set HF_TOKEN") {
+		t.Errorf("401: %v", err)
+	}
+	e.hub.SetFaults(hubtest.Faults{Status: 403})
+	if _, _, err := e.pull(t, "org/tiny"); err == nil || !strings.Contains(err.Error(), "gated or private") {
+		t.Errorf("403: %v", err)
+	}
+	e.hub.SetFaults(hubtest.Faults{})
+	if _, _, err := e.pull(t, "org/nosuch"); !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "no such repo") {
+		t.Errorf("404 repo: %v", err)
+	}
+	if _, _, err := e.pull(t, "org/tiny:nosuchbranch"); !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "no such revision") {
+		t.Errorf("404 revision: %v", err)
+	}
+	// A gated repo with the right token pulls.
+	e.hub.SetFaults(hubtest.Faults{Token: "secret"})
+	if _, _, err := e.pull(t, "org/tiny"); err == nil || !strings.Contains(err.Error(), "HF_TOKEN") {
+		t.Errorf("gated without token: %v", err)
+	}
+	e.opts.Token = "secret"
+	if _, _, err := e.pull(t, "org/tiny"); err != nil {
+		t.Errorf("gated with token: %v", err)
+	}
+}
+
+func TestPullConcurrentSameRepo(t *testing.T) {
+	e := newPullEnv(t)
+	e.hub.SetFaults(hubtest.Faults{ChunkDelay: 5 * time.Millisecond})
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	waited := make([]bool, 2)
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Each Pull opens its own lock file descriptor, as two processes would.
+			_, errs[i] = e.store.Pull(context.Background(), mustParse(t, "org/tiny"), e.opts, func(p Progress) {
+				waited[i] = waited[i] || strings.HasPrefix(p.Status, "waiting for another pull")
+			})
+		}()
+		time.Sleep(20 * time.Millisecond)
+	}
+	wg.Wait()
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("concurrent pulls: %v, %v", errs[0], errs[1])
+	}
+	if !waited[1] {
+		t.Error("the second pull did not wait for the first")
+	}
+	if got := e.hub.Served("model.safetensors"); got != int64(len(e.files["model.safetensors"])) {
+		t.Errorf("weights served %d bytes in all, want %d", got, len(e.files["model.safetensors"]))
+	}
+}
+
+func TestPullDiskFull(t *testing.T) {
+	e := newPullEnv(t)
+	const room = 200_000
+	written := int64(0)
+	orig := diskWrite
+	diskWrite = func(f *os.File, p []byte) (int, error) {
+		if strings.Contains(f.Name(), "blobs") && written+int64(len(p)) > room && len(p) > 1000 {
+			return 0, &os.PathError{Op: "write", Path: f.Name(), Err: syscall.ENOSPC}
+		}
+		written += int64(len(p))
+		return orig(f, p)
+	}
+	_, _, err := e.pull(t, "org/tiny")
+	diskWrite = orig
+	if err == nil || !strings.Contains(err.Error(), "disk is full") || !strings.Contains(err.Error(), "resumes") {
+		t.Fatalf("disk full: %v", err)
+	}
+	s := sha256.Sum256(e.files["model.safetensors"])
+	fi, err := os.Stat(filepath.Join(e.store.HubCache, "models--org--tiny", "blobs", hex.EncodeToString(s[:])+".incomplete"))
+	if err != nil || fi.Size() == 0 {
+		t.Fatalf("partial file not kept: %v", err)
+	}
+	kept := fi.Size()
+	if _, _, err := e.pull(t, "org/tiny"); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.hub.Ranges(); !slices.Contains(r, fmt.Sprintf("bytes=%d-", kept)) {
+		t.Errorf("after keeping %d bytes, ranges asked: %q", kept, r)
+	}
+}
+
+func TestPullNotMLX(t *testing.T) {
+	root := t.TempDir()
+	for name, body := range map[string]string{
+		"org/gguf/config.json":       "{}",
+		"org/gguf/model-q4.gguf":     "gguf",
+		"org/gptq/config.json":       `{"quantization_config":{"quant_method":"gptq"}}`,
+		"org/gptq/model.safetensors": "weights",
+	} {
+		p := filepath.Join(root, filepath.FromSlash(name))
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		os.WriteFile(p, []byte(body), 0o644)
+	}
+	srv := httptest.NewServer(hubtest.New(root))
+	defer srv.Close()
+	s := testStore(t)
+	opts := PullOptions{Endpoint: srv.URL, Token: "-", Retries: -1}
+	_, err := s.Pull(context.Background(), mustParse(t, "org/gguf"), opts, nil)
+	if err == nil || !strings.Contains(err.Error(), "not an MLX checkpoint") || !strings.Contains(err.Error(), ".gguf") {
+		t.Errorf("gguf repo: %v", err)
+	}
+	var warned string
+	_, err = s.Pull(context.Background(), mustParse(t, "org/gptq"), opts, func(p Progress) {
+		if strings.HasPrefix(p.Status, "warning:") {
+			warned = p.Status
+		}
+	})
+	if err != nil || !strings.Contains(warned, "gptq") {
+		t.Errorf("gptq repo: %v, warning %q", err, warned)
+	}
+}
