@@ -1,0 +1,68 @@
+// Command fakehub serves a folder of model repos through the Hugging Face Hub's HTTP API, so that
+// `mlxg pull` can be tried and tested without the internet:
+//
+//	go run ./scripts/fakehub -addr 127.0.0.1:8090 -dir DIR
+//	HF_ENDPOINT=http://127.0.0.1:8090 mlxg pull org/name
+//
+// Every folder DIR/org/name/ is a model repo with one revision, main, whose commit id is a hash of its
+// files' names and contents (change a file, get a new commit). Files under hidden folders are skipped.
+//
+// What it reproduces (the handler is github.com/mlxg/mlxg/registry/hubtest):
+//   - GET /api/models/{org}/{name} and /api/models/{org}/{name}/revision/{rev}: the model info JSON
+//     (id, modelId, sha = the commit, siblings[].rfilename; with ?blobs=true also siblings[].size,
+//     .blobId and .lfs{sha256,size,pointerSize}). rev is "main" or the commit.
+//   - GET /api/models/{org}/{name}/tree/{rev}[/{path}][?recursive=true]: the tree listing
+//     ([{type, oid, size, path, lfs{oid,size,pointerSize}}]).
+//   - HEAD/GET /{org}/{name}/resolve/{rev}/{file}: X-Repo-Commit on every answer; small files are served
+//     directly with ETag = their git blob id; LFS files (*.safetensors and the other extensions of the Hub's
+//     default .gitattributes, or any file of 10 MiB and more) answer 302 with ETag = the pointer's git blob
+//     id, X-Linked-Etag = the sha256, X-Linked-Size = the size, and Location = a "CDN" URL under /lfs/.
+//     Downloads honour Range (206 with Content-Range, 416 past the end) and send Accept-Ranges: bytes.
+//   - Errors as the Hub sends them: the status, X-Error-Code (RepoNotFound, RevisionNotFound, EntryNotFound,
+//     GatedRepo), X-Error-Message, and a JSON {"error": ...} body.
+//
+// Where the shapes come from: huggingface_hub's sources (file_download.py: hf_hub_download, the HEAD-then-GET
+// of /resolve/ with X-Repo-Commit, X-Linked-Etag, X-Linked-Size and ETag normalization, relative redirects,
+// Range resumes from blobs/<etag>.incomplete, and the cache layout; hf_api.py: model_info with blobs=True
+// and RepoSibling/BlobLfsInfo, list_repo_tree and RepoFile; utils/_http.py: X-Error-Code and
+// X-Error-Message), and the git-lfs pointer format (version/oid sha256/size lines).
+// Not reproduced: authentication beyond one bearer token, pagination of tree listings, branches other than
+// main, datasets and spaces, Xet storage.
+//
+// Fault switches, for tests and demos: -status 401|403|404|500 answers every request with that status;
+// -token T makes the repos gated (401 without "Authorization: Bearer T"); -cut-after N closes the connection
+// after N bytes of a download (-cut-file F: only that file; -cut-times K: only the first K downloads);
+// -corrupt F flips one byte of file F; -chunk-delay D sleeps D per 32 KiB sent.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log"
+	"net/http"
+	"os"
+
+	"github.com/mlxg/mlxg/registry/hubtest"
+)
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:8090", "address to listen on")
+	dir := flag.String("dir", ".", "folder holding org/name/ repo folders")
+	var f hubtest.Faults
+	flag.IntVar(&f.Status, "status", 0, "answer every request with this HTTP status (401, 403, 404, 500)")
+	flag.StringVar(&f.Token, "token", "", "require Authorization: Bearer TOKEN (a gated repo)")
+	flag.Int64Var(&f.CutAfter, "cut-after", 0, "close the connection after this many bytes of a download")
+	flag.StringVar(&f.CutFile, "cut-file", "", "cut only downloads of this file (default: every file)")
+	flag.IntVar(&f.CutTimes, "cut-times", 0, "cut only this many downloads (default: all)")
+	flag.StringVar(&f.Corrupt, "corrupt", "", "serve this file with one byte flipped")
+	flag.DurationVar(&f.ChunkDelay, "chunk-delay", 0, "sleep this long per 32 KiB sent (a slow network)")
+	flag.Parse()
+	if fi, err := os.Stat(*dir); err != nil || !fi.IsDir() {
+		fmt.Fprintf(os.Stderr, "fakehub: -dir %s is not a folder\n", *dir)
+		os.Exit(2)
+	}
+	h := hubtest.New(*dir)
+	h.SetFaults(f)
+	log.Printf("fakehub: serving %s on http://%s (use HF_ENDPOINT=http://%s)", *dir, *addr, *addr)
+	log.Fatal(http.ListenAndServe(*addr, h))
+}
