@@ -1,0 +1,424 @@
+// Package create converts a Hugging Face safetensors checkpoint (float32, float16 or
+// bfloat16 weights) into the MLX format, as `mlx_lm.convert` lays it out, and stores
+// the result (`mlxg create`).
+//
+// What it writes, following mlx-lm (mlx_lm/convert.py, mlx_lm/utils.py):
+//   - non-quantized weights cast to the model dtype: --dtype, else config.json's
+//     torch_dtype (or dtype), else the checkpoint's own float type;
+//   - with quantization (affine mode, bits 2, 3, 4, 5, 6 or 8, group size 32, 64 or
+//     128): every linear and embedding weight — the 2-D "*.weight" tensors, which in
+//     llama, qwen2 and qwen3 are exactly the nn.Linear and nn.Embedding modules
+//     mlx-lm quantizes, embed_tokens and an untied lm_head included — whose input
+//     dimension is a multiple of the group size becomes "<name>.weight" (uint32
+//     codes, internal/quant's packing), "<name>.scales" and "<name>.biases" (model
+//     dtype). The weights are rounded to the model dtype before quantizing and the
+//     scales and biases after, as MLX does. Norms and biases stay as they are;
+//   - config.json with "quantization" and "quantization_config" blocks
+//     {"group_size", "bits", "mode": "affine"};
+//   - lm_head.weight dropped when tie_word_embeddings is set, rotary_emb.inv_freq
+//     buffers dropped;
+//   - shards of at most 5 GB (model.safetensors, or model-0000i-of-0000n.safetensors),
+//     always with model.safetensors.index.json, metadata {"format": "mlx"};
+//   - the tokenizer files and generation_config.json copied.
+//
+// Input that is already quantized, not safetensors, or holds non-float weights is
+// refused with an error naming the file or tensor.
+package create
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/mlxg/mlxg/internal/half"
+	"github.com/mlxg/mlxg/internal/quant"
+	"github.com/mlxg/mlxg/registry"
+	"github.com/mlxg/mlxg/registry/safetensors"
+)
+
+// Options say how to convert.
+type Options struct {
+	Bits      int    // 0: no quantization; else 2, 3, 4, 5, 6 or 8
+	GroupSize int    // 32, 64 or 128; 0 means 64 (mlx-lm's default)
+	DType     string // "float16", "bfloat16", "float32" or "" (from config.json, else the weights)
+	// MaxShardBytes bounds each output file; 0 means 5 GB as mlx-lm writes them.
+	MaxShardBytes int64
+	// Logf, when set, receives one line per step.
+	Logf func(format string, args ...any)
+}
+
+// Summary describes a finished conversion.
+type Summary struct {
+	DType         string
+	Bits, Group   int
+	Quantized     []string // names of the quantized weights
+	Kept          int      // tensors written unquantized
+	Dropped       []string // tensors left out (tied lm_head, rotary buffers)
+	Parameters    int64
+	BytesWritten  int64
+	BitsPerWeight float64
+}
+
+// ParseQuantize reads a --quantize value: q2, q3, q4, q5, q6 or q8 (case-insensitive),
+// or "" for none.
+func ParseQuantize(s string) (int, error) {
+	if s == "" {
+		return 0, nil
+	}
+	t := strings.ToLower(s)
+	if b, err := strconv.Atoi(strings.TrimPrefix(t, "q")); err == nil && strings.HasPrefix(t, "q") && quant.CheckAffine(b, 64) == nil {
+		return b, nil
+	}
+	return 0, fmt.Errorf("unsupported quantization %q: use q2, q3, q4, q5, q6 or q8 (MLX affine, bits per weight)", s)
+}
+
+var dtypeOf = map[string]safetensors.DType{
+	"float32": safetensors.F32, "float16": safetensors.F16, "bfloat16": safetensors.BF16,
+}
+
+var nameOf = map[safetensors.DType]string{
+	safetensors.F32: "float32", safetensors.F16: "float16", safetensors.BF16: "bfloat16",
+}
+
+// Create converts the checkpoint in src and imports it into store under name.
+func Create(ctx context.Context, store *registry.Store, name registry.Name, src string, opts Options) (*registry.LocalModel, *Summary, error) {
+	tmp, err := os.MkdirTemp("", "mlxg-create-*")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer os.RemoveAll(tmp)
+	out := filepath.Join(tmp, "model")
+	sum, err := Convert(ctx, src, out, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := store.ImportDir(ctx, name, out)
+	if err != nil {
+		return nil, nil, err
+	}
+	return m, sum, nil
+}
+
+// Convert writes the MLX form of the checkpoint in src into dst, which must not exist
+// or be empty.
+func Convert(ctx context.Context, src, dst string, opts Options) (*Summary, error) {
+	logf := opts.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	if opts.GroupSize == 0 {
+		opts.GroupSize = 64
+	}
+	if opts.Bits != 0 {
+		if err := quant.CheckAffine(opts.Bits, opts.GroupSize); err != nil {
+			return nil, fmt.Errorf("create: %w", err)
+		}
+	}
+	if opts.MaxShardBytes <= 0 {
+		opts.MaxShardBytes = 5 << 30
+	}
+	if entries, err := os.ReadDir(dst); err == nil && len(entries) > 0 {
+		return nil, fmt.Errorf("create: output directory %s is not empty: choose a new one", dst)
+	}
+
+	cfgPath := filepath.Join(src, "config.json")
+	raw, err := os.ReadFile(cfgPath)
+	if err != nil {
+		return nil, fmt.Errorf("create: %s is not a Hugging Face checkpoint: %w", src, err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		return nil, fmt.Errorf("create: %s: %w", cfgPath, err)
+	}
+	if _, ok := cfg["quantization"]; ok {
+		return nil, fmt.Errorf("create: %s is already an MLX quantized checkpoint (config.json has a quantization block): start from the unquantized Hugging Face weights", src)
+	}
+	if qc, ok := cfg["quantization_config"]; ok {
+		return nil, fmt.Errorf("create: %s is quantized (%v): start from bf16, fp16 or fp32 weights", src, qc)
+	}
+
+	ck, err := safetensors.OpenDir(src)
+	if err != nil {
+		if bins, _ := filepath.Glob(filepath.Join(src, "*.bin")); len(bins) > 0 {
+			return nil, fmt.Errorf("create: %s has PyTorch .bin weights only: convert them to safetensors first (%w)", src, err)
+		}
+		return nil, fmt.Errorf("create: %w", err)
+	}
+	defer ck.Close()
+
+	names := ck.Names()
+	for _, n := range names {
+		t, _ := ck.Tensor(n)
+		if strings.HasSuffix(n, ".scales") {
+			return nil, fmt.Errorf("create: %s: tensor %s shows the checkpoint is already quantized: start from unquantized weights", src, n)
+		}
+		if _, ok := nameOf[t.DType]; !ok && t.DType != safetensors.F64 {
+			return nil, fmt.Errorf("create: %s: tensor %s has dtype %s: only float32, float16 and bfloat16 checkpoints can be converted", src, n, t.DType)
+		}
+	}
+
+	// The model dtype, as mlx-lm picks it.
+	dtName := opts.DType
+	if dtName == "" {
+		for _, key := range []string{"torch_dtype", "dtype"} {
+			if s, ok := cfg[key].(string); ok {
+				if _, known := dtypeOf[s]; known {
+					dtName = s
+					break
+				}
+			}
+		}
+	}
+	if dtName == "" {
+		for _, n := range names {
+			t, _ := ck.Tensor(n)
+			if s, ok := nameOf[t.DType]; ok {
+				dtName = s
+				break
+			}
+		}
+	}
+	dt, ok := dtypeOf[dtName]
+	if !ok {
+		return nil, fmt.Errorf("create: dtype %q: use float16, bfloat16 or float32", dtName)
+	}
+
+	tied, _ := cfg["tie_word_embeddings"].(bool)
+	sum := &Summary{DType: dtName, Bits: opts.Bits, Group: opts.GroupSize}
+	if opts.Bits == 0 {
+		sum.Group = 0
+	}
+
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return nil, err
+	}
+	w := &shardWriter{dir: dst, limit: opts.MaxShardBytes}
+	for _, n := range names {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if strings.HasSuffix(n, "rotary_emb.inv_freq") || (tied && n == "lm_head.weight") {
+			sum.Dropped = append(sum.Dropped, n)
+			continue
+		}
+		t, _ := ck.Tensor(n)
+		vals, err := t.Float32s()
+		if err != nil {
+			return nil, fmt.Errorf("create: %s: tensor %s: %w", src, n, err)
+		}
+		roundTo(vals, dt)
+		sum.Parameters += int64(len(vals))
+		if opts.Bits > 0 && len(t.Shape) == 2 && strings.HasSuffix(n, ".weight") && t.Shape[1]%opts.GroupSize == 0 {
+			rows, cols := t.Shape[0], t.Shape[1]
+			packed, scales, biases := quantizeRows(vals, rows, cols, opts.Bits, opts.GroupSize)
+			base := strings.TrimSuffix(n, ".weight")
+			gshape := []int{rows, cols / opts.GroupSize}
+			err = w.add(
+				safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: n, DType: safetensors.U32, Shape: []int{rows, quant.Words(cols, opts.Bits)}}, Data: u32Bytes(packed)},
+				safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: base + ".scales", DType: dt, Shape: gshape}, Data: encode(scales, dt)},
+				safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: base + ".biases", DType: dt, Shape: gshape}, Data: encode(biases, dt)})
+			sum.Quantized = append(sum.Quantized, n)
+			logf("quantized %s %v to %d bits, group %d", n, t.Shape, opts.Bits, opts.GroupSize)
+		} else {
+			err = w.add(safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: n, DType: dt, Shape: slices.Clone(t.Shape)}, Data: encode(vals, dt)})
+			sum.Kept++
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if err := w.finish(sum.Parameters); err != nil {
+		return nil, err
+	}
+	sum.BytesWritten = w.total
+	if sum.Parameters > 0 {
+		sum.BitsPerWeight = float64(w.total) * 8 / float64(sum.Parameters)
+	}
+
+	if opts.Bits > 0 {
+		q := map[string]any{"group_size": opts.GroupSize, "bits": opts.Bits, "mode": "affine"}
+		cfg["quantization"] = q
+		cfg["quantization_config"] = q
+	}
+	delete(cfg, "_name_or_path")
+	b, err := json.MarshalIndent(cfg, "", "    ")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dst, "config.json"), append(b, '\n'), 0o644); err != nil {
+		return nil, err
+	}
+	for _, f := range []string{"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
+		"chat_template.json", "tokenizer.model", "vocab.json", "merges.txt", "added_tokens.json", "generation_config.json"} {
+		if err := copyFile(filepath.Join(src, f), filepath.Join(dst, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("create: copying %s: %w", f, err)
+		}
+	}
+	logf("wrote %s: %d quantized, %d kept, %d dropped, %.2f bits per weight", dst, len(sum.Quantized), sum.Kept, len(sum.Dropped), sum.BitsPerWeight)
+	return sum, nil
+}
+
+// quantizeRows quantizes a rows×cols matrix, rows spread over all cores.
+func quantizeRows(vals []float32, rows, cols, bits, group int) (packed []uint32, scales, biases []float32) {
+	words := quant.Words(cols, bits)
+	packed = make([]uint32, rows*words)
+	scales = make([]float32, rows*cols/group)
+	biases = make([]float32, rows*cols/group)
+	g := cols / group
+	workers := min(runtime.GOMAXPROCS(0), rows)
+	var wg sync.WaitGroup
+	for k := range workers {
+		wg.Go(func() {
+			for r := k; r < rows; r += workers {
+				quant.QuantizeRow(packed[r*words:(r+1)*words], scales[r*g:(r+1)*g], biases[r*g:(r+1)*g], vals[r*cols:(r+1)*cols], bits, group)
+			}
+		})
+	}
+	wg.Wait()
+	return packed, scales, biases
+}
+
+// roundTo rounds float32 values to what dtype dt can hold, in place.
+func roundTo(v []float32, dt safetensors.DType) {
+	switch dt {
+	case safetensors.F16:
+		for i, f := range v {
+			v[i] = half.F16ToF32(half.F32ToF16(f))
+		}
+	case safetensors.BF16:
+		for i, f := range v {
+			v[i] = half.BF16ToF32(half.F32ToBF16(f))
+		}
+	}
+}
+
+func encode(v []float32, dt safetensors.DType) []byte {
+	out := make([]byte, len(v)*dt.Size())
+	switch dt {
+	case safetensors.F32:
+		for i, f := range v {
+			binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(f))
+		}
+	case safetensors.F16:
+		half.EncodeF16(out, v)
+	case safetensors.BF16:
+		half.EncodeBF16(out, v)
+	}
+	return out
+}
+
+func u32Bytes(v []uint32) []byte {
+	out := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(out[4*i:], x)
+	}
+	return out
+}
+
+// shardWriter collects tensors and writes them as shards of at most limit bytes
+// (a single larger tensor gets a shard of its own). Shards are written under
+// temporary names first, since the final names (model-0000i-of-0000n) need the count.
+type shardWriter struct {
+	dir     string
+	limit   int64
+	pending []safetensors.Tensor
+	size    int64
+	files   []string   // temporary shard names, in order
+	tensors [][]string // tensor names per shard
+	total   int64
+}
+
+// add queues tensors that belong together (a weight with its scales and biases),
+// writing out the pending shard first if they would push it over the limit.
+func (w *shardWriter) add(ts ...safetensors.Tensor) error {
+	var n int64
+	for _, t := range ts {
+		n += int64(len(t.Data))
+	}
+	if w.size > 0 && w.size+n > w.limit {
+		if err := w.flush(); err != nil {
+			return err
+		}
+	}
+	w.pending = append(w.pending, ts...)
+	w.size += n
+	w.total += n
+	return nil
+}
+
+func (w *shardWriter) flush() error {
+	if len(w.pending) == 0 {
+		return nil
+	}
+	name := fmt.Sprintf(".shard-%05d.safetensors", len(w.files))
+	if err := safetensors.Write(filepath.Join(w.dir, name), w.pending, map[string]string{"format": "mlx"}); err != nil {
+		return err
+	}
+	var names []string
+	for _, t := range w.pending {
+		names = append(names, t.Name)
+	}
+	w.files = append(w.files, name)
+	w.tensors = append(w.tensors, names)
+	w.pending, w.size = nil, 0
+	return nil
+}
+
+// finish writes the last shard, names the shards and writes the index (keys sorted,
+// as encoding/json writes maps).
+func (w *shardWriter) finish(params int64) error {
+	if err := w.flush(); err != nil {
+		return err
+	}
+	n := len(w.files)
+	weightMap := map[string]string{}
+	for i, tmp := range w.files {
+		name := "model.safetensors"
+		if n > 1 {
+			name = fmt.Sprintf("model-%05d-of-%05d.safetensors", i+1, n)
+		}
+		if err := os.Rename(filepath.Join(w.dir, tmp), filepath.Join(w.dir, name)); err != nil {
+			return err
+		}
+		for _, t := range w.tensors[i] {
+			weightMap[t] = name
+		}
+	}
+	index := map[string]any{
+		"metadata":   map[string]any{"total_size": w.total, "total_parameters": params},
+		"weight_map": weightMap,
+	}
+	b, err := json.MarshalIndent(index, "", "    ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(w.dir, safetensors.IndexFile), append(b, '\n'), 0o644)
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
