@@ -1,0 +1,224 @@
+package kvstore
+
+import (
+	"fmt"
+	"log/slog"
+
+	"github.com/dustin/go-humanize"
+
+	"github.com/mlxg/mlxg/kvstore/sysmem"
+)
+
+// The policy, in short (all sizes in bytes):
+//
+//	reserve  = max(2 GiB, total/8), doubled under warn pressure   kept for the OS and other apps
+//	overhead = 512 MiB + weights/50                                activations, logits, scratch
+//	free     = available − reserve − overhead − weights            (weights not counted again once loaded)
+//	spec     = the loosest rung of the ladder whose KV for num_ctx fits in free,
+//	           starting one rung down under warn pressure:
+//	             K8/V4 g64/32 + boundary 2@8/8  →  K4/V4 g64/32 + boundary 2@8/8  →  K4/V4 g64/32
+//	context  = the largest ctx with KV(ctx) ≤ free, at most num_ctx and the model's maximum
+//	prefix   = (free − KV(context)) / 2, /4 under warn, 0 under critical   the RAM prefix cache's budget
+//	critical = new loads are refused: missing = weights + overhead + KV(256 tokens) + reserve − available
+//
+// Explicit settings (flags, MLXG_KV_*, OLLAMA_KV_CACHE_TYPE) always win: a user's bits
+// replace the ladder, a user's group sizes and boundary settings apply to every rung.
+const (
+	minReserve      = 2 << 30
+	reserveShare    = 8 // reserve = total/reserveShare, at least minReserve
+	baseOverhead    = 512 << 20
+	overheadShare   = 50  // overhead += weights/overheadShare
+	minLoadContext  = 256 // the smallest context worth loading a model for
+	unknownMaxCtx   = 1 << 20
+	prefixShare     = 2
+	prefixShareWarn = 4
+)
+
+// PolicyInput is what the policy decides from.
+type PolicyInput struct {
+	Model   ModelShape
+	NumCtx  int // requested context in tokens; 0: as large as fits, up to the model's maximum
+	Memory  sysmem.Info
+	Options Options
+	Loaded  bool // the weights are already resident (re-evaluation on a request), so not in Available
+}
+
+// Plan is the policy's choice for one model load or one new sequence.
+type Plan struct {
+	Layout       Layout
+	Context      int   // tokens one sequence may hold
+	FitContext   int   // the largest context that fits with Layout
+	KVBytes      int64 // Layout.Bytes at Context
+	KVTokenBytes int64 // KV bytes one more token adds (full-attention layers)
+	Weights      int64
+	Overhead     int64
+	Reserve      int64
+	Free         int64 // memory for KV and the prefix cache
+	PrefixBudget int64
+	Memory       sysmem.Info
+	Reason       string // why this spec and context, for the log
+}
+
+// Peak is the predicted peak memory of the load: weights, overhead and KV at Context.
+func (p Plan) Peak() int64 { return p.Weights + p.Overhead + p.KVBytes }
+
+// Headroom is what stays available after the load at its peak.
+func (p Plan) Headroom() int64 { return int64(p.Memory.Available) - p.Peak() }
+
+// rung is one step of the policy's ladder.
+type rung struct {
+	bits     [2]Format
+	boundary bool
+}
+
+var ladder = []rung{
+	{bits: [2]Format{AffineFormat(8, 0), AffineFormat(4, 0)}, boundary: true},
+	{bits: [2]Format{AffineFormat(4, 0), AffineFormat(4, 0)}, boundary: true},
+	{bits: [2]Format{AffineFormat(4, 0), AffineFormat(4, 0)}, boundary: false},
+}
+
+// Choose applies the policy. It errors when the model cannot be loaded: critical
+// pressure, or not even minLoadContext tokens fit; the error says how much memory is missing.
+func Choose(in PolicyInput) (Plan, error) {
+	mem := in.Memory
+	p := Plan{Memory: mem, Weights: in.Model.WeightBytes}
+	p.Overhead = baseOverhead + in.Model.WeightBytes/overheadShare
+	p.Reserve = max(minReserve, int64(mem.Total)/reserveShare)
+	if mem.Pressure >= sysmem.Warn {
+		p.Reserve *= 2
+	}
+	p.Free = int64(mem.Available) - p.Reserve - p.Overhead
+	if !in.Loaded {
+		p.Free -= in.Model.WeightBytes
+	}
+	maxCtx := in.Model.MaxContext
+	if maxCtx <= 0 {
+		maxCtx = unknownMaxCtx
+	}
+	want := maxCtx
+	if in.NumCtx > 0 {
+		want = min(in.NumCtx, maxCtx)
+	}
+
+	o := in.Options
+	layoutFor := func(r rung) (Layout, error) {
+		bits := r.bits
+		if o.Bits != nil {
+			bits = *o.Bits
+		}
+		n, boundary := o.boundary()
+		if !r.boundary && o.BoundaryLayers == nil && o.Bits == nil {
+			n = 0
+		}
+		l, err := NewLayout(in.Model, o.withGroups(bits), n, boundary)
+		l.QuantizedKVStart, l.MaxKVSize = o.QuantizedKVStart, o.MaxKVSize
+		return l, err
+	}
+
+	start := 0
+	switch {
+	case mem.Pressure == sysmem.Critical && !in.Loaded:
+		l, err := layoutFor(ladder[len(ladder)-1])
+		if err != nil {
+			return Plan{}, err
+		}
+		need := p.Weights + p.Overhead + l.Bytes(in.Model, min(minLoadContext, want))
+		return Plan{}, missingError("memory pressure is critical", need, p.Reserve, mem)
+	case mem.Pressure == sysmem.Critical:
+		start = len(ladder) - 1
+	case mem.Pressure == sysmem.Warn:
+		start = 1
+	}
+	rungs := ladder[start:]
+	if o.Bits != nil {
+		rungs = rungs[:1] // the user's bits: no ladder
+	}
+	chosen := 0
+	for i, r := range rungs {
+		l, err := layoutFor(r)
+		if err != nil {
+			return Plan{}, err
+		}
+		p.Layout, chosen = l, i
+		p.FitContext = fitContext(in.Model, l, p.Free, maxCtx)
+		if p.FitContext >= want {
+			break
+		}
+	}
+	p.Context = min(want, p.FitContext)
+	if p.Context < min(minLoadContext, want) {
+		need := p.Weights + p.Overhead + p.Layout.Bytes(in.Model, min(minLoadContext, want))
+		return Plan{}, missingError("not enough memory", need, p.Reserve, mem)
+	}
+	p.KVBytes = p.Layout.Bytes(in.Model, p.Context)
+	p.KVTokenBytes = p.Layout.TokenBytes(in.Model)
+	switch mem.Pressure {
+	case sysmem.Normal:
+		p.PrefixBudget = (p.Free - p.KVBytes) / prefixShare
+	case sysmem.Warn:
+		p.PrefixBudget = (p.Free - p.KVBytes) / prefixShareWarn
+	}
+	p.PrefixBudget = max(p.PrefixBudget, 0)
+
+	switch {
+	case o.Bits != nil:
+		p.Reason = "spec set by " + o.Explicit()
+	case start > 0:
+		p.Reason = fmt.Sprintf("spec tightened for %s memory pressure", mem.Pressure)
+	default:
+		p.Reason = "spec chosen by the policy"
+	}
+	if chosen > 0 {
+		p.Reason += fmt.Sprintf("; tightened so that %d tokens fit", want)
+	}
+	if p.Context < want {
+		p.Reason += fmt.Sprintf("; context %d reduced to %d, the most that fits", want, p.Context)
+	}
+	return p, nil
+}
+
+// fitContext is the largest ctx ≤ maxCtx with l.Bytes(ctx) ≤ free, rounded down to
+// whole blocks when that leaves at least one. Bytes grows with ctx, so a binary search finds it.
+func fitContext(m ModelShape, l Layout, free int64, maxCtx int) int {
+	if l.Bytes(m, 0) > free {
+		return 0
+	}
+	lo, hi := 0, maxCtx // invariant: Bytes(lo) fits
+	for lo < hi {
+		mid := lo + (hi-lo+1)/2
+		if l.Bytes(m, mid) <= free {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	if lo >= BlockTokens && lo < maxCtx {
+		lo -= lo % BlockTokens
+	}
+	return lo
+}
+
+func missingError(what string, need, reserve int64, mem sysmem.Info) error {
+	missing := need + reserve - int64(mem.Available)
+	if missing <= 0 {
+		return fmt.Errorf("%s: refusing to load a model that needs %s (weights, overhead and KV for the first tokens) although %s is available; retry when the pressure drops",
+			what, humanize.IBytes(uint64(need)), humanize.IBytes(mem.Available))
+	}
+	return fmt.Errorf("%s: loading needs %s (weights, overhead and KV for the first tokens) plus %s kept free for the system, but only %s is available: %s missing; close other applications or unload a model",
+		what, humanize.IBytes(uint64(need)), humanize.IBytes(uint64(reserve)), humanize.IBytes(mem.Available), humanize.IBytes(uint64(missing)))
+}
+
+// String is the plan as one log line.
+func (p Plan) String() string {
+	return fmt.Sprintf("kv cache %s; context %d (fits %d); kv %s (%s/token); prefix cache %s; weights %s; %s; %s",
+		p.Layout, p.Context, p.FitContext, humanize.IBytes(uint64(p.KVBytes)), humanize.IBytes(uint64(p.KVTokenBytes)),
+		humanize.IBytes(uint64(p.PrefixBudget)), humanize.IBytes(uint64(p.Weights)), p.Memory, p.Reason)
+}
+
+// Log writes the plan to l, as every load and policy change must be logged.
+func (p Plan) Log(l *slog.Logger) {
+	l.Info("kv policy", "layout", p.Layout.String(), "context", p.Context, "fit_context", p.FitContext,
+		"kv_bytes", p.KVBytes, "kv_token_bytes", p.KVTokenBytes, "prefix_budget", p.PrefixBudget,
+		"weights", p.Weights, "available", p.Memory.Available, "total", p.Memory.Total,
+		"pressure", p.Memory.Pressure.String(), "reason", p.Reason)
+}

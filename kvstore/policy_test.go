@@ -1,0 +1,211 @@
+package kvstore
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/mlxg/mlxg/kvstore/sysmem"
+)
+
+const gib = int64(1) << 30
+
+// qwen3_8b is Qwen3-8B's cache shape with 4-bit weights.
+func qwen3_8b() ModelShape {
+	m := ModelShape{WeightBytes: 4600 << 20, MaxContext: 40960}
+	for i := 0; i < 36; i++ {
+		m.Layers = append(m.Layers, LayerShape{Kind: LayerFull, KVHeads: 8, KHeadDim: 128, VHeadDim: 128})
+	}
+	return m
+}
+
+func mem(total, avail int64, p sysmem.Pressure) sysmem.Info {
+	return sysmem.Info{Total: uint64(total), Available: uint64(avail), Pressure: p, Source: "test"}
+}
+
+func TestPolicyNormal(t *testing.T) {
+	m := qwen3_8b()
+	p, err := Choose(PolicyInput{Model: m, NumCtx: 32768, Memory: mem(64*gib, 40*gib, sysmem.Normal)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Layout.String() != "K8/V4 g64/32, boundary 2@8/8, 36 of 36 layers with KV" {
+		t.Errorf("layout %q", p.Layout)
+	}
+	// The documented formula, by hand.
+	reserve := 64 * gib / 8
+	overhead := 512<<20 + m.WeightBytes/50
+	free := 40*gib - reserve - overhead - m.WeightBytes
+	// 4 boundary layers at 8/8 (K g64: 136 B, V g32: 144 B per head) and 32 at 8/4 (136 + 80).
+	perToken := int64(8 * (4*(136+144) + 32*(136+80)))
+	if p.Reserve != reserve || p.Overhead != overhead || p.Free != free || p.KVTokenBytes != perToken {
+		t.Errorf("reserve %d overhead %d free %d per token %d; want %d %d %d %d", p.Reserve, p.Overhead, p.Free, p.KVTokenBytes, reserve, overhead, free, perToken)
+	}
+	if p.Context != 32768 || p.KVBytes != 32768*perToken || p.FitContext != 40960 {
+		t.Errorf("context %d fit %d kv %d", p.Context, p.FitContext, p.KVBytes)
+	}
+	if p.PrefixBudget != (free-p.KVBytes)/2 {
+		t.Errorf("prefix budget %d, want %d", p.PrefixBudget, (free-p.KVBytes)/2)
+	}
+	if !strings.Contains(p.Reason, "policy") || !strings.Contains(p.String(), "K8/V4") {
+		t.Errorf("reason %q, line %q", p.Reason, p.String())
+	}
+	if p.Peak() != m.WeightBytes+overhead+p.KVBytes || p.Headroom() != 40*gib-p.Peak() {
+		t.Errorf("peak %d headroom %d", p.Peak(), p.Headroom())
+	}
+}
+
+func TestPolicyWarnTightens(t *testing.T) {
+	normal, _ := Choose(PolicyInput{Model: qwen3_8b(), NumCtx: 8192, Memory: mem(64*gib, 40*gib, sysmem.Normal)})
+	p, err := Choose(PolicyInput{Model: qwen3_8b(), NumCtx: 8192, Memory: mem(64*gib, 40*gib, sysmem.Warn)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Layout.Base != (Spec{K: AffineFormat(4, 64), V: AffineFormat(4, 32)}) || p.Layout.BoundaryLayers != 2 {
+		t.Errorf("under warn: %v", p.Layout)
+	}
+	if p.Reserve != 2*normal.Reserve || p.PrefixBudget != (p.Free-p.KVBytes)/4 || p.PrefixBudget >= normal.PrefixBudget {
+		t.Errorf("under warn: reserve %d prefix %d (normal %d, %d)", p.Reserve, p.PrefixBudget, normal.Reserve, normal.PrefixBudget)
+	}
+	if !strings.Contains(p.Reason, "warn") {
+		t.Errorf("reason %q", p.Reason)
+	}
+}
+
+func TestPolicyTightensToFitContext(t *testing.T) {
+	m := qwen3_8b()
+	// Free memory for about 20K tokens at K8/V4+boundary: 40K tokens need a tighter rung.
+	base, _ := Choose(PolicyInput{Model: m, NumCtx: 1024, Memory: mem(64*gib, 40*gib, sysmem.Normal)})
+	avail := 40*gib - base.Free + 20000*base.KVTokenBytes
+	p, err := Choose(PolicyInput{Model: m, NumCtx: 32768, Memory: mem(64*gib, avail, sysmem.Normal)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Layout.Base.K.Bits != 4 || !strings.Contains(p.Reason, "tightened so that 32768 tokens fit") {
+		t.Errorf("layout %v, reason %q", p.Layout, p.Reason)
+	}
+	if p.Context != 32768 && p.Context != p.FitContext {
+		t.Errorf("context %d fit %d", p.Context, p.FitContext)
+	}
+	// Nothing fits 40960 × 36 layers in 20K tokens' worth: the context shrinks to what fits.
+	avail = 40*gib - base.Free + 5000*base.KVTokenBytes
+	p, err = Choose(PolicyInput{Model: m, NumCtx: 32768, Memory: mem(64*gib, avail, sysmem.Normal)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Layout.BoundaryLayers != 0 || p.Context >= 32768 || p.Context != p.FitContext || p.Context%BlockTokens != 0 {
+		t.Errorf("layout %v context %d fit %d", p.Layout, p.Context, p.FitContext)
+	}
+	if p.KVBytes > p.Free || p.Layout.Bytes(m, p.Context+BlockTokens) <= p.Free {
+		t.Errorf("context %d is not the largest block multiple that fits: kv %d free %d", p.Context, p.KVBytes, p.Free)
+	}
+	if !strings.Contains(p.Reason, "reduced to") {
+		t.Errorf("reason %q", p.Reason)
+	}
+}
+
+func TestPolicyCritical(t *testing.T) {
+	m := qwen3_8b()
+	_, err := Choose(PolicyInput{Model: m, NumCtx: 8192, Memory: mem(16*gib, 6*gib, sysmem.Critical)})
+	if err == nil || !strings.Contains(err.Error(), "critical") || !strings.Contains(err.Error(), "missing") {
+		t.Fatalf("critical load: %v", err)
+	}
+	// 16 GiB machine: reserve 2 GiB doubled under pressure; weights 4.5 GiB + overhead 0.6 GiB + KV(256) + 4 GiB
+	// is 3.1 GiB more than the 6 GiB available.
+	if !strings.Contains(err.Error(), "3.1 GiB missing") {
+		t.Errorf("missing amount: %v", err)
+	}
+	// Plenty available but the kernel says critical: still refused, without a negative amount.
+	_, err = Choose(PolicyInput{Model: m, NumCtx: 8192, Memory: mem(64*gib, 60*gib, sysmem.Critical)})
+	if err == nil || !strings.Contains(err.Error(), "retry when the pressure drops") {
+		t.Errorf("critical with memory available: %v", err)
+	}
+	// A loaded model's new sequences get the tightest rung and no prefix cache.
+	p, err := Choose(PolicyInput{Model: m, NumCtx: 8192, Memory: mem(64*gib, 30*gib, sysmem.Critical), Loaded: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Layout.BoundaryLayers != 0 || p.Layout.Base.K.Bits != 4 || p.PrefixBudget != 0 {
+		t.Errorf("critical, loaded: %v prefix %d", p.Layout, p.PrefixBudget)
+	}
+}
+
+func TestPolicyNotEnoughMemory(t *testing.T) {
+	_, err := Choose(PolicyInput{Model: qwen3_8b(), NumCtx: 8192, Memory: mem(8*gib, 5*gib, sysmem.Normal)})
+	if err == nil || !strings.Contains(err.Error(), "not enough memory") || !strings.Contains(err.Error(), "missing") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestPolicyFlagsWin(t *testing.T) {
+	var o Options
+	if err := o.set("kv-bits", "(8, 8)", "--kv-bits"); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.set("kv-boundary-layers", "0", "--kv-boundary-layers"); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.set("quantized-kv-start", "1024", "--quantized-kv-start"); err != nil {
+		t.Fatal(err)
+	}
+	p, err := Choose(PolicyInput{Model: qwen3_8b(), NumCtx: 8192, Memory: mem(64*gib, 40*gib, sysmem.Warn), Options: o})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Layout.String() != "K8/V8 g64/32, fp16 until 1024 tokens, 36 of 36 layers with KV" {
+		t.Errorf("layout %q", p.Layout)
+	}
+	if !strings.Contains(p.Reason, "kv-bits from --kv-bits") {
+		t.Errorf("reason %q", p.Reason)
+	}
+	// Groups and boundary settings apply to the policy's own rungs.
+	o = Options{}
+	_ = o.set("kv-group-size", "32", "MLXG_KV_GROUP_SIZE")
+	_ = o.set("kv-boundary-layers", "1", "MLXG_KV_BOUNDARY_LAYERS")
+	p, _ = Choose(PolicyInput{Model: qwen3_8b(), NumCtx: 8192, Memory: mem(64*gib, 40*gib, sysmem.Normal), Options: o})
+	if p.Layout.String() != "K8/V4 g32, boundary 1@8/8, 36 of 36 layers with KV" {
+		t.Errorf("layout %q", p.Layout)
+	}
+	// A group that does not divide head_dim is an error, not a crash.
+	o = Options{}
+	_ = o.set("kv-group-size", "128", "--kv-group-size")
+	small := ModelShape{WeightBytes: 1 << 20, Layers: []LayerShape{{Kind: LayerFull, KVHeads: 1, KHeadDim: 64, VHeadDim: 64}}}
+	if _, err := Choose(PolicyInput{Model: small, Memory: mem(64*gib, 40*gib, sysmem.Normal), Options: o}); err == nil {
+		t.Error("group 128 over head_dim 64 accepted")
+	}
+}
+
+func TestPolicyHybridAndSliding(t *testing.T) {
+	m := hybrid()
+	m.WeightBytes, m.MaxContext = 2*gib, 262144
+	p, err := Choose(PolicyInput{Model: m, Memory: mem(32*gib, 20*gib, sysmem.Normal)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Layout.String() != "K8/V4 g64/32, boundary 2@8/8, 4 of 16 layers with KV" || p.Context != 262144 {
+		t.Errorf("hybrid: %v, context %d", p.Layout, p.Context)
+	}
+	if p.KVBytes != p.Layout.Bytes(m, 262144) || p.KVBytes < 12<<20 {
+		t.Errorf("hybrid kv %d", p.KVBytes)
+	}
+	// Gemma-like: 5 sliding layers per full one; sliding layers quantize too and cost at most their window.
+	var g ModelShape
+	for i := 0; i < 12; i++ {
+		ls := LayerShape{Kind: LayerSliding, KVHeads: 4, KHeadDim: 256, VHeadDim: 256, Window: 1024}
+		if i%6 == 5 {
+			ls.Kind, ls.Window = LayerFull, 0
+		}
+		g.Layers = append(g.Layers, ls)
+	}
+	g.WeightBytes = gib
+	p, err = Choose(PolicyInput{Model: g, NumCtx: 100000, Memory: mem(32*gib, 20*gib, sysmem.Normal)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Layout.Specs[0] != k8v8 || p.Layout.Specs[2] != k8v4 || p.Context != 100000 {
+		t.Errorf("sliding: specs %v %v, context %d", p.Layout.Specs[0], p.Layout.Specs[2], p.Context)
+	}
+	// Layer 5 is an inner KV layer (8/4), layer 11 a boundary one (8/8); head_dim 256.
+	if p.KVTokenBytes != int64(4*(272+160)+4*(272+288)) {
+		t.Errorf("sliding: %d bytes per token; only the 2 full layers grow", p.KVTokenBytes)
+	}
+}
