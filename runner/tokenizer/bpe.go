@@ -1,0 +1,337 @@
+package tokenizer
+
+import (
+	"container/heap"
+	"fmt"
+	"strconv"
+	"sync"
+	"unicode/utf8"
+)
+
+// bpe is the BPE model of tokenizer.json ("model": {"type": "BPE"}), merging
+// exactly as Hugging Face's tokenizers does: the pair of lowest rank first,
+// leftmost among equals.
+type bpe struct {
+	vocab  map[string]int32
+	tokens []string // id -> token (model vocab only); "" where unused
+
+	merges map[uint64]merge // (left id, right id) -> rank, merged id
+
+	unk          int32 // -1 when the model has no unk_token
+	fuseUnk      bool
+	byteFallback bool
+	ignoreMerges bool
+	prefix       string     // continuing_subword_prefix
+	suffix       string     // end_of_word_suffix
+	byteTokens   [256]int32 // <0xXX> ids for byte_fallback, -1 when absent
+
+	// byteLevel[b] is the id of the byte-level character of byte b (GPT-2's
+	// byte-to-unicode table), -1 when the vocab lacks it. levelOK says all 256
+	// are present, so a byte-level word maps straight from its bytes.
+	byteLevel [256]int32
+	levelOK   bool
+
+	cacheMu sync.Mutex
+	cache   map[string][]int32
+}
+
+type merge struct {
+	rank uint32
+	id   int32
+}
+
+// Words longer than this are not cached (as in HF), and the cache stops
+// growing at cacheCap entries; it only ever holds words seen in real input.
+const (
+	cacheMaxWord = 256
+	cacheCap     = 1 << 15
+)
+
+func pairKey(a, b int32) uint64 { return uint64(uint32(a))<<32 | uint64(uint32(b)) }
+
+func newBPE(vocab map[string]int32, merges [][2]string, unk *string, fuseUnk, byteFallback, ignoreMerges bool, prefix, suffix string) (*bpe, error) {
+	m := &bpe{vocab: vocab, unk: -1, fuseUnk: fuseUnk, byteFallback: byteFallback, ignoreMerges: ignoreMerges,
+		prefix: prefix, suffix: suffix, cache: make(map[string][]int32)}
+	maxID := int32(-1)
+	for tok, id := range vocab {
+		if id < 0 {
+			return nil, fmt.Errorf("model.vocab: token %q has negative id %d", tok, id)
+		}
+		maxID = max(maxID, id)
+	}
+	m.tokens = make([]string, maxID+1)
+	for tok, id := range vocab {
+		m.tokens[id] = tok
+	}
+	if unk != nil {
+		id, ok := vocab[*unk]
+		if !ok {
+			return nil, fmt.Errorf("model.unk_token %q is not in the vocab", *unk)
+		}
+		m.unk = id
+	}
+	for b := range 256 {
+		m.byteTokens[b] = -1
+		if id, ok := vocab[fmt.Sprintf("<0x%02X>", b)]; ok {
+			m.byteTokens[b] = id
+		}
+	}
+	m.levelOK = true
+	for b := range 256 {
+		m.byteLevel[b] = -1
+		if id, ok := vocab[string(byteToRune[b])]; ok {
+			m.byteLevel[b] = id
+		} else {
+			m.levelOK = false
+		}
+	}
+	m.merges = make(map[uint64]merge, len(merges))
+	for rank, p := range merges {
+		a, ok := vocab[p[0]]
+		if !ok {
+			return nil, fmt.Errorf("model.merges[%d]: token %q is not in the vocab", rank, p[0])
+		}
+		b, ok := vocab[p[1]]
+		if !ok {
+			return nil, fmt.Errorf("model.merges[%d]: token %q is not in the vocab", rank, p[1])
+		}
+		right := p[1]
+		if len(prefix) > 0 && len(right) >= len(prefix) {
+			right = right[len(prefix):]
+		}
+		id, ok := vocab[p[0]+right]
+		if !ok {
+			return nil, fmt.Errorf("model.merges[%d]: merged token %q is not in the vocab", rank, p[0]+right)
+		}
+		// A repeated pair keeps its last rank, as HF's map does.
+		m.merges[pairKey(a, b)] = merge{rank: uint32(rank), id: id}
+	}
+	return m, nil
+}
+
+// encode appends the ids of one pre-tokenized word. When byteLevel is set, word
+// holds raw bytes that stand for their byte-level characters (GPT-2's mapping),
+// which saves building the mapped string.
+func (m *bpe) encode(dst []int32, word string, byteLevel bool) []int32 {
+	if word == "" {
+		return dst
+	}
+	if byteLevel && !m.levelOK {
+		word, byteLevel = byteLevelString(word), false
+	}
+	if m.ignoreMerges {
+		if id, ok := m.lookupWhole(word, byteLevel); ok {
+			return append(dst, id)
+		}
+	}
+	cacheable := len(word) <= cacheMaxWord
+	if cacheable {
+		m.cacheMu.Lock()
+		ids, ok := m.cache[word]
+		m.cacheMu.Unlock()
+		if ok {
+			return append(dst, ids...)
+		}
+	}
+	var syms []symbol
+	if byteLevel && m.prefix == "" && m.suffix == "" {
+		syms = make([]symbol, len(word))
+		for i := range len(word) {
+			syms[i] = symbol{id: m.byteLevel[word[i]], prev: i - 1, next: i + 1}
+		}
+		syms[len(syms)-1].next = -1
+	} else {
+		if byteLevel {
+			word = byteLevelString(word)
+		}
+		syms = m.initialSymbols(word)
+	}
+	m.mergeAll(syms)
+	start := len(dst)
+	for i := 0; i >= 0 && i < len(syms); i = syms[i].next {
+		dst = append(dst, syms[i].id)
+	}
+	if cacheable {
+		ids := append([]int32(nil), dst[start:]...)
+		m.cacheMu.Lock()
+		if len(m.cache) < cacheCap {
+			m.cache[word] = ids
+		}
+		m.cacheMu.Unlock()
+	}
+	return dst
+}
+
+func (m *bpe) lookupWhole(word string, byteLevel bool) (int32, bool) {
+	if byteLevel {
+		word = byteLevelString(word)
+	}
+	id, ok := m.vocab[word]
+	return id, ok
+}
+
+type symbol struct {
+	id         int32
+	prev, next int // linked list over the initial positions; next -1 at the end
+	gone       bool
+}
+
+// initialSymbols splits a word into characters (with the subword prefix and
+// suffix), falling back to <0xXX> byte tokens or the unk token for characters
+// outside the vocab, as HF's BPE::merge_word does.
+func (m *bpe) initialSymbols(w string) []symbol {
+	ids := make([]int32, 0, len(w))
+	unk := false // an unk symbol waits to be added (HF adds it late, after any byte tokens)
+	for i := 0; i < len(w); {
+		_, size := utf8.DecodeRuneInString(w[i:])
+		s := w[i : i+size]
+		if i > 0 && m.prefix != "" {
+			s = m.prefix + s
+		}
+		i += size
+		if i == len(w) && m.suffix != "" {
+			s += m.suffix
+		}
+		if id, ok := m.vocab[s]; ok {
+			if unk {
+				ids, unk = append(ids, m.unk), false
+			}
+			ids = append(ids, id)
+			continue
+		}
+		if m.byteFallback && m.allBytes(s) {
+			for j := range len(s) {
+				ids = append(ids, m.byteTokens[s[j]])
+			}
+			continue
+		}
+		if m.unk >= 0 {
+			if unk && !m.fuseUnk {
+				ids = append(ids, m.unk)
+			}
+			unk = true
+		}
+		// Without an unk token HF drops the character.
+	}
+	if unk {
+		ids = append(ids, m.unk)
+	}
+	syms := make([]symbol, len(ids))
+	for i, id := range ids {
+		syms[i] = symbol{id: id, prev: i - 1, next: i + 1}
+	}
+	if len(syms) > 0 {
+		syms[len(syms)-1].next = -1
+	}
+	return syms
+}
+
+func (m *bpe) allBytes(s string) bool {
+	for j := range len(s) {
+		if m.byteTokens[s[j]] < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// mergeAll applies merges by a priority queue of (rank, position), the
+// position being the left symbol's initial index. A queued merge is stale when
+// the pair at its position no longer produces its merged id; it is skipped
+// (HF checks the merged id, not the rank, and so do we).
+func (m *bpe) mergeAll(syms []symbol) {
+	q := mergeQueue(make([]queued, 0, len(syms)))
+	for i := 0; i+1 < len(syms); i++ {
+		if mg, ok := m.merges[pairKey(syms[i].id, syms[i+1].id)]; ok {
+			q = append(q, queued{pos: i, rank: mg.rank, id: mg.id})
+		}
+	}
+	heap.Init(&q)
+	for len(q) > 0 {
+		top := heap.Pop(&q).(queued)
+		s := &syms[top.pos]
+		if s.gone || s.next < 0 {
+			continue
+		}
+		right := syms[s.next]
+		if mg, ok := m.merges[pairKey(s.id, right.id)]; !ok || mg.id != top.id {
+			continue
+		}
+		s.id = top.id
+		syms[s.next].gone = true
+		s.next = right.next
+		if right.next >= 0 {
+			syms[right.next].prev = top.pos
+		}
+		if s.prev >= 0 {
+			if mg, ok := m.merges[pairKey(syms[s.prev].id, s.id)]; ok {
+				heap.Push(&q, queued{pos: s.prev, rank: mg.rank, id: mg.id})
+			}
+		}
+		if s.next >= 0 {
+			if mg, ok := m.merges[pairKey(s.id, syms[s.next].id)]; ok {
+				heap.Push(&q, queued{pos: top.pos, rank: mg.rank, id: mg.id})
+			}
+		}
+	}
+}
+
+type queued struct {
+	pos  int
+	rank uint32
+	id   int32
+}
+
+type mergeQueue []queued
+
+func (q mergeQueue) Len() int { return len(q) }
+func (q mergeQueue) Less(i, j int) bool {
+	if q[i].rank != q[j].rank {
+		return q[i].rank < q[j].rank
+	}
+	return q[i].pos < q[j].pos
+}
+func (q mergeQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *mergeQueue) Push(x any)   { *q = append(*q, x.(queued)) }
+func (q *mergeQueue) Pop() any {
+	old := *q
+	x := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return x
+}
+
+// byteToRune is GPT-2's reversible byte-to-unicode table used by the
+// ByteLevel pre-tokenizer and decoder: printable bytes map to themselves, the
+// others to U+0100 onwards in byte order.
+var byteToRune, runeToByte = func() ([256]rune, map[rune]byte) {
+	var t [256]rune
+	inv := make(map[rune]byte, 256)
+	n := rune(0)
+	for b := range 256 {
+		if (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF) {
+			t[b] = rune(b)
+		} else {
+			t[b] = 256 + n
+			n++
+		}
+		inv[t[b]] = byte(b)
+	}
+	return t, inv
+}()
+
+func byteLevelString(s string) string {
+	out := make([]rune, len(s))
+	for i := range len(s) {
+		out[i] = byteToRune[s[i]]
+	}
+	return string(out)
+}
+
+// byteTokenValue parses a byte-fallback token "<0xXX>".
+func byteTokenValue(tok string) (byte, bool) {
+	if len(tok) != 6 || tok[:3] != "<0x" || tok[5] != '>' {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(tok[3:5], 16, 8)
+	return byte(v), err == nil
+}
