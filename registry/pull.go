@@ -303,6 +303,9 @@ func (d *downloader) fetch(ctx context.Context, f sibling) error {
 		return err
 	})
 	if err != nil {
+		if fi, serr := os.Stat(inc); serr == nil && fi.Size() == 0 {
+			os.Remove(inc) // nothing to resume
+		}
 		return err
 	}
 	report(size, true)

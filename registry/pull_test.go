@@ -206,11 +206,12 @@ func TestPullRejectsCorruptFile(t *testing.T) {
 		t.Fatalf("corrupt download: %v", err)
 	}
 	repoDir := filepath.Join(e.store.HubCache, "models--org--tiny")
-	blobs, _ := os.ReadDir(filepath.Join(repoDir, "blobs"))
-	for _, b := range blobs {
-		if strings.HasSuffix(b.Name(), ".incomplete") {
-			t.Errorf("partial file %s kept", b.Name())
-		}
+	sum := sha256.Sum256(e.files["model.safetensors"])
+	if _, err := os.Stat(filepath.Join(repoDir, "blobs", hex.EncodeToString(sum[:])+".incomplete")); !os.IsNotExist(err) {
+		t.Errorf("the corrupt partial file is still there (%v)", err)
+	}
+	if _, err := os.Stat(filepath.Join(repoDir, "blobs", hex.EncodeToString(sum[:]))); !os.IsNotExist(err) {
+		t.Errorf("the corrupt file went into blobs/ (%v)", err)
 	}
 	if snaps, _ := os.ReadDir(filepath.Join(repoDir, "snapshots")); len(snaps) != 0 {
 		t.Errorf("snapshots written: %v", snaps)
