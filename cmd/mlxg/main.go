@@ -21,6 +21,7 @@ func newRootCmd() *cobra.Command {
 	}
 	root.SetVersionTemplate("mlxg version is {{.Version}}\n")
 	root.AddCommand(newVersionCmd())
+	root.AddCommand(newFitCmd())
 	return root
 }
 

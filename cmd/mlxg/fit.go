@@ -1,0 +1,243 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/dustin/go-humanize"
+	"github.com/spf13/cobra"
+
+	"github.com/mlxg/mlxg/kvstore"
+	"github.com/mlxg/mlxg/kvstore/sysmem"
+	"github.com/mlxg/mlxg/registry"
+	"github.com/mlxg/mlxg/registry/safetensors"
+)
+
+// newFitCmd is `mlxg fit MODEL [--ctx N]`: what the KV-cache policy would choose for a
+// model on this machine (or on one with --total/--available), under each pressure level.
+func newFitCmd() *cobra.Command {
+	var (
+		ctx              int
+		total, available string
+		opts             kvstore.Options
+	)
+	cmd := &cobra.Command{
+		Use:   "fit MODEL",
+		Short: "Show how a model fits in memory: weights, KV bytes per token, the largest context at each pressure level",
+		Long: `fit reads a model's config.json and safetensors headers (a directory, or a model name in the store)
+and this machine's memory, and prints what the KV-cache policy would choose: KV bytes per token under
+fp16, the chosen spec and q4_0, the largest context that fits at normal, warn and critical memory
+pressure, and the predicted peak memory and headroom. The KV flags and MLXG_KV_* variables apply
+as they do to serve.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if ctx < 0 {
+				return fmt.Errorf("--ctx %d: the context must be 0 (the model's maximum) or more", ctx)
+			}
+			if err := opts.ApplyEnv(os.Getenv); err != nil {
+				return err
+			}
+			dir, err := modelDir(args[0])
+			if err != nil {
+				return err
+			}
+			shape, err := readShape(dir)
+			if err != nil {
+				return err
+			}
+			mem, err := sysmem.System().Read()
+			if err != nil && (total == "" || available == "") {
+				return fmt.Errorf("%w (or give both --total and --available)", err)
+			}
+			if err := overrideBytes(&mem.Total, total, "--total"); err != nil {
+				return err
+			}
+			if err := overrideBytes(&mem.Available, available, "--available"); err != nil {
+				return err
+			}
+			if total != "" || available != "" {
+				mem.Source = "given"
+			}
+			mem.Available = min(mem.Available, mem.Total)
+			return printFit(cmd.OutOrStdout(), dir, shape, mem, ctx, opts)
+		},
+	}
+	cmd.Flags().IntVar(&ctx, "ctx", 0, "context length to plan for (default: the model's maximum)")
+	cmd.Flags().StringVar(&total, "total", "", `assume this much RAM instead of reading it ("64GB", "48GiB")`)
+	cmd.Flags().StringVar(&available, "available", "", "assume this much available memory instead of reading it")
+	opts.RegisterFlags(cmd.Flags())
+	return cmd
+}
+
+// modelDir is arg itself when it is a checkpoint directory, else the store's snapshot of that name.
+func modelDir(arg string) (string, error) {
+	if _, err := os.Stat(filepath.Join(arg, "config.json")); err == nil {
+		return arg, nil
+	}
+	name, err := registry.ParseName(arg)
+	if err != nil {
+		return "", fmt.Errorf("%s is neither a model directory (no config.json there) nor a model name: %w", arg, err)
+	}
+	store, err := registry.DefaultStore()
+	if err != nil {
+		return "", err
+	}
+	m, err := store.Resolve(name)
+	if err != nil {
+		return "", err
+	}
+	return m.Dir, nil
+}
+
+// readShape reads the cache shape from config.json and the weights' size from the
+// safetensors headers, without mapping the weights.
+func readShape(dir string) (kvstore.ModelShape, error) {
+	cfg, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return kvstore.ModelShape{}, fmt.Errorf("reading the model config: %w", err)
+	}
+	headers, err := safetensors.ReadDirHeaders(dir)
+	if err != nil {
+		return kvstore.ModelShape{}, err
+	}
+	var weights int64
+	for _, h := range headers {
+		for _, t := range h.Tensors {
+			weights += t.End - t.Begin
+		}
+	}
+	shape, err := kvstore.ShapeFromConfig(cfg, weights)
+	if err != nil {
+		return kvstore.ModelShape{}, fmt.Errorf("%s: %w", dir, err)
+	}
+	return shape, nil
+}
+
+func overrideBytes(dst *uint64, s, flag string) error {
+	if s == "" {
+		return nil
+	}
+	n, err := humanize.ParseBytes(s)
+	if err != nil || n == 0 {
+		return fmt.Errorf("%s %q: give a size such as 64GB or 48GiB", flag, s)
+	}
+	*dst = n
+	return nil
+}
+
+func ibytes(n int64) string {
+	if n < 0 {
+		return "-" + humanize.IBytes(uint64(-n))
+	}
+	return humanize.IBytes(uint64(n))
+}
+
+var kindLabels = map[kvstore.LayerKind]string{
+	kvstore.LayerFull:      "full attention",
+	kvstore.LayerSliding:   "sliding window",
+	kvstore.LayerRecurrent: "recurrent",
+	kvstore.LayerNone:      "without cache",
+}
+
+// describeShape is "28 layers: 28 full attention (8 KV heads × 128)".
+func describeShape(m kvstore.ModelShape) string {
+	counts := map[kvstore.LayerKind]int{}
+	var kv *kvstore.LayerShape
+	for i, l := range m.Layers {
+		counts[l.Kind]++
+		if kv == nil && l.Kind.HasKV() {
+			kv = &m.Layers[i]
+		}
+	}
+	var parts []string
+	for _, k := range []kvstore.LayerKind{kvstore.LayerFull, kvstore.LayerSliding, kvstore.LayerRecurrent, kvstore.LayerNone} {
+		if counts[k] > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", counts[k], kindLabels[k]))
+		}
+	}
+	out := fmt.Sprintf("%d layers: %s", len(m.Layers), strings.Join(parts, ", "))
+	if kv != nil {
+		out += fmt.Sprintf(" (%d KV heads × %d", kv.KVHeads, kv.KHeadDim)
+		if kv.VHeadDim != kv.KHeadDim {
+			out += fmt.Sprintf("/%d", kv.VHeadDim)
+		}
+		out += ")"
+	}
+	if m.MaxContext > 0 {
+		out += fmt.Sprintf(", max context %d", m.MaxContext)
+	}
+	return out
+}
+
+func printFit(w io.Writer, dir string, m kvstore.ModelShape, mem sysmem.Info, ctx int, opts kvstore.Options) error {
+	plan, planErr := kvstore.Choose(kvstore.PolicyInput{Model: m, NumCtx: ctx, Memory: mem, Options: opts})
+
+	fmt.Fprintf(w, "Model     %s\n", dir)
+	fmt.Fprintf(w, "Shape     %s\n", describeShape(m))
+	fmt.Fprintf(w, "Weights   %s\n", ibytes(m.WeightBytes))
+	fmt.Fprintf(w, "Memory    %s\n\n", mem)
+
+	perToken := func(s kvstore.Spec) (int64, error) {
+		l, err := kvstore.NewLayout(m, s, 0, s)
+		return l.TokenBytes(m), err
+	}
+	f16, err := perToken(kvstore.SpecF16)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KV per token\tbytes\tof fp16")
+	row := func(label string, n int64) {
+		share := "-"
+		if f16 > 0 {
+			share = fmt.Sprintf("%.0f%%", 100*float64(n)/float64(f16))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", label, ibytes(n), share)
+	}
+	row("fp16", f16)
+	if planErr == nil {
+		row(plan.Layout.String()+" (chosen)", plan.KVTokenBytes)
+	}
+	if q, err := perToken(kvstore.Spec{K: kvstore.FormatQ4_0, V: kvstore.FormatQ4_0}); err == nil {
+		row("q4_0", q)
+	} else {
+		fmt.Fprintf(tw, "q4_0\tnot possible: %v\t\n", err)
+	}
+	tw.Flush()
+	if f16 == 0 {
+		fmt.Fprintln(w, "(no layer grows with the context: sliding-window and recurrent layers have a fixed size)")
+	}
+
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "Pressure\tSpec\tLargest context\tKV at context\tPeak\tHeadroom")
+	var refusals []string
+	for _, p := range []sysmem.Pressure{sysmem.Normal, sysmem.Warn, sysmem.Critical} {
+		at := mem
+		at.Pressure = p
+		pp, err := kvstore.Choose(kvstore.PolicyInput{Model: m, NumCtx: ctx, Memory: at, Options: opts})
+		if err != nil {
+			fmt.Fprintf(tw, "%s\trefused (below)\t-\t-\t-\t-\n", p)
+			refusals = append(refusals, fmt.Sprintf("At %s pressure: %v", p, err))
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", p, pp.Layout, pp.FitContext, ibytes(pp.KVBytes), ibytes(pp.Peak()), ibytes(pp.Headroom()))
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	for _, r := range refusals {
+		fmt.Fprintln(w, r)
+	}
+	if planErr != nil {
+		fmt.Fprintf(w, "Now (%s pressure): %v\n", mem.Pressure, planErr)
+		return nil
+	}
+	fmt.Fprintf(w, "Now (%s pressure): context %d, KV %s, predicted peak %s, headroom %s, prefix cache budget %s\n",
+		mem.Pressure, plan.Context, ibytes(plan.KVBytes), ibytes(plan.Peak()), ibytes(plan.Headroom()), ibytes(plan.PrefixBudget))
+	fmt.Fprintf(w, "Policy: %s\n", plan.Reason)
+	return nil
+}

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mlxg/mlxg/internal/testdata"
+	"github.com/mlxg/mlxg/registry/safetensors"
+)
+
+func runFit(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := newFitCmd()
+	var out strings.Builder
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs(args)
+	err := cmd.Execute()
+	return out.String(), err
+}
+
+func TestFitQwen3Tiny(t *testing.T) {
+	dir := testdata.SharedModel(t, "qwen3-tiny")
+	out, err := runFit(t, dir, "--ctx", "2048", "--total", "16GiB", "--available", "8GiB")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// qwen3-tiny: 6 layers, 2 KV heads × 64. fp16: 6×2×(128+128) = 3072 B per token.
+	// Chosen K8/V4 g64/32 with boundary 2@8/8: 4 boundary layers × 2 × (68+72) + 2 inner × 2 × (68+40) = 1552 B.
+	// q4_0: 6 × 2 × 2 × 36 = 864 B.
+	for _, want := range []string{
+		"6 layers: 6 full attention (2 KV heads × 64), max context 4096",
+		"fp16 ", "3.0 KiB", "K8/V4 g64/32, boundary 2@8/8, 6 of 6 layers with KV (chosen)", "1.5 KiB", "51%",
+		"q4_0 ", "864 B", "28%",
+		"total 16 GiB, available 8.0 GiB",
+		"normal    K8/V4 g64/32, boundary 2@8/8",
+		"warn      K4/V4 g64/32, boundary 2@8/8",
+		"critical  refused",
+		"At critical pressure: memory pressure is critical",
+		"Now (normal pressure): context 2048",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestFitHybridDir(t *testing.T) {
+	dir := t.TempDir()
+	cfg := `{"model_type":"qwen3_next","num_hidden_layers":8,"num_attention_heads":16,"num_key_value_heads":2,"head_dim":256,
+		"full_attention_interval":4,"linear_num_key_heads":16,"linear_num_value_heads":32,"linear_key_head_dim":128,
+		"linear_value_head_dim":128,"linear_conv_kernel_dim":4,"max_position_embeddings":262144}`
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w := safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: "w", DType: "F16", Shape: []int{1024, 512}}, Data: make([]byte, 1024*512*2)}
+	if err := safetensors.Write(filepath.Join(dir, "model.safetensors"), []safetensors.Tensor{w}, nil); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runFit(t, dir, "--total", "64GB", "--available", "32GB", "--kv-bits", "(8, 4)", "--kv-boundary-layers", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"8 layers: 2 full attention, 6 recurrent (2 KV heads × 256), max context 262144",
+		"Weights   1.0 MiB",
+		"K8/V4 g64/32, boundary 1@8/8, 2 of 8 layers with KV (chosen)",
+		"normal    K8/V4 g64/32, boundary 1@8/8, 2 of 8 layers with KV  262144",
+		"spec set by kv-bits from --kv-bits",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestFitErrors(t *testing.T) {
+	dir := testdata.SharedModel(t, "qwen3-tiny")
+	for _, args := range [][]string{
+		{dir, "--kv-bits", "7"},
+		{dir, "--ctx", "-1"},
+		{dir, "--total", "lots"},
+		{filepath.Join(t.TempDir(), "..", "nothing-here")},
+	} {
+		if _, err := runFit(t, args...); err == nil {
+			t.Errorf("%v: no error", args)
+		}
+	}
+	t.Setenv("MLXG_KV_BITS", "9")
+	if _, err := runFit(t, dir); err == nil || !strings.Contains(err.Error(), "MLXG_KV_BITS") {
+		t.Errorf("bad MLXG_KV_BITS: %v", err)
+	}
+}
