@@ -167,6 +167,9 @@ func TestLinearQuantized(t *testing.T) {
 			// the same rounded values.
 			src.putFloat("l.scales", safetensors.F16, []int{out, in / group}, scales)
 			src.putFloat("l.biases", safetensors.BF16, []int{out, in / group}, biases)
+			bias := randVec(r, out)
+			src.putFloat("l.bias", safetensors.F16, []int{out}, bias)
+			bias, _ = src["l.bias"].Float32s()
 			s16, _ := src["l.scales"].Float32s()
 			b16, _ := src["l.biases"].Float32s()
 			deq, _ := quant.Dequantize(packed, s16, b16, out, in, bits, group)
@@ -178,7 +181,7 @@ func TestLinearQuantized(t *testing.T) {
 				x := randVec(r, T*in)
 				xw := input(t, b, T, in, x)
 				got := run(t, b, func(c compute.Context) compute.Tensor { return c.Linear(c.Embed(xw, seq(T)), lw) })
-				closeTo(t, "quantized linear", got, refLinear(x, deq, nil, T, out, in), 1e-4)
+				closeTo(t, "quantized linear", got, refLinear(x, deq, bias, T, out, in), 1e-4)
 			}
 			// Embedding rows from the quantized table.
 			ids := []int32{3, 0, 34, 3}

@@ -13,11 +13,22 @@ const (
 
 // linear computes out (T×w.out) = x (T×w.in) · wᵀ + bias.
 func (b *Backend) linear(out, x []float32, T int, w *weight) {
-	in := w.in
 	if w.q.Quantized() && T < 4 {
 		b.quantMatVec(out, x, T, w)
-		return
+	} else {
+		b.gemm(out, x, T, w)
 	}
+	if w.bias != nil {
+		for t := 0; t < T; t++ {
+			addTo(out[t*w.out:(t+1)*w.out], w.bias)
+		}
+	}
+}
+
+// gemm is the prefill path: tiles of weight rows (dequantized once when quantized)
+// against blocks of tokens.
+func (b *Backend) gemm(out, x []float32, T int, w *weight) {
+	in := w.in
 	b.parallel(w.out, rowTile, func(lo, hi int) {
 		var tile []float32
 		if w.q.Quantized() {
@@ -38,11 +49,6 @@ func (b *Backend) linear(out, x []float32, T int, w *weight) {
 			}
 		}
 	})
-	if w.bias != nil {
-		for t := 0; t < T; t++ {
-			addTo(out[t*w.out:(t+1)*w.out], w.bias)
-		}
-	}
 }
 
 // gemmTile: for tokens t0..t1-1 and the nr weight rows in rows (starting at output o0),

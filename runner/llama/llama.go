@@ -1,0 +1,138 @@
+// Package llama is the Llama architecture (model_type "llama": Llama 2, 3, 3.1, 3.2,
+// 3.3; and "mistral": Mistral-style dense models without a sliding window), as
+// transformers' LlamaForCausalLM computes it. Its building blocks (the decoder stack,
+// attention, the SwiGLU MLP) are exported for the architectures that differ from it in
+// one place, such as qwen2 and qwen3.
+package llama
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/mlxg/mlxg/kvstore"
+	"github.com/mlxg/mlxg/runner/compute"
+	"github.com/mlxg/mlxg/runner/model"
+)
+
+func init() {
+	model.Register("llama", New)
+	model.Register("mistral", New)
+}
+
+// New binds a Llama checkpoint.
+func New(l *model.Loader) (model.Network, error) {
+	if sw, ok := l.Config.Raw["sliding_window"]; ok && string(sw) != "null" && l.Config.ModelType == "mistral" {
+		return nil, fmt.Errorf("mistral with a sliding window (%s) is not supported yet", sw)
+	}
+	rope, err := l.Config.RoPE()
+	if err != nil {
+		return nil, err
+	}
+	return NewDecoder(l, func(p string) Mixer { return NewAttention(l, p, rope) }), nil
+}
+
+// Mixer is a layer's attention block.
+type Mixer interface {
+	Forward(c compute.Context, x compute.Tensor, cache kvstore.Layer, offset int) compute.Tensor
+}
+
+// Decoder is the decoder-only stack: embeddings, pre-norm residual layers, final
+// norm and the output head.
+type Decoder struct {
+	Embed  compute.Weight // model.embed_tokens
+	Layers []Layer
+	Norm   compute.Vector // model.norm
+	Head   compute.Weight // lm_head, or Embed when tied
+	Eps    float32
+}
+
+// Layer is one decoder layer.
+type Layer struct {
+	InputNorm compute.Vector // input_layernorm
+	Attn      Mixer          // self_attn
+	PostNorm  compute.Vector // post_attention_layernorm
+	MLP       *MLP           // mlp
+}
+
+// NewDecoder binds the stack, with attn binding each layer's attention at its prefix.
+func NewDecoder(l *model.Loader, attn func(prefix string) Mixer) *Decoder {
+	cfg := l.Config
+	d := &Decoder{Eps: cfg.RMSNormEps}
+	d.Embed = l.Linear("model.embed_tokens", cfg.VocabSize, cfg.HiddenSize)
+	for i := 0; i < cfg.NumLayers; i++ {
+		p := fmt.Sprintf("model.layers.%d.", i)
+		d.Layers = append(d.Layers, Layer{
+			InputNorm: l.Vector(p+"input_layernorm.weight", cfg.HiddenSize),
+			Attn:      attn(p + "self_attn."),
+			PostNorm:  l.Vector(p+"post_attention_layernorm.weight", cfg.HiddenSize),
+			MLP:       NewMLP(l, p+"mlp."),
+		})
+	}
+	d.Norm = l.Vector("model.norm.weight", cfg.HiddenSize)
+	d.Head = l.Head(d.Embed, cfg.VocabSize, cfg.HiddenSize)
+	return d
+}
+
+// Forward implements model.Network.
+func (d *Decoder) Forward(c compute.Context, tokens []int32, caches []kvstore.Layer, lastOnly bool) compute.Tensor {
+	offset := caches[0].Len()
+	h := c.Embed(d.Embed, tokens)
+	for i, layer := range d.Layers {
+		h = c.Add(h, layer.Attn.Forward(c, c.RMSNorm(h, layer.InputNorm, d.Eps), caches[i], offset))
+		h = c.Add(h, layer.MLP.Forward(c, c.RMSNorm(h, layer.PostNorm, d.Eps)))
+	}
+	if lastOnly {
+		h = c.Rows(h, len(tokens)-1, 1)
+	}
+	return c.Linear(c.RMSNorm(h, d.Norm, d.Eps), d.Head)
+}
+
+// Attention is grouped-query self-attention with rotary positions; q, k, v and o
+// biases are used when the checkpoint has them (attention_bias, qwen2).
+type Attention struct {
+	Q, K, V, O              compute.Weight // q_proj, k_proj, v_proj, o_proj
+	Heads, KVHeads, HeadDim int
+	RoPE                    *compute.RoPE
+}
+
+// NewAttention binds the attention block at prefix.
+func NewAttention(l *model.Loader, prefix string, rope *compute.RoPE) *Attention {
+	cfg := l.Config
+	a := &Attention{Heads: cfg.NumHeads, KVHeads: cfg.NumKVHeads, HeadDim: cfg.HeadDim, RoPE: rope}
+	a.Q = l.Linear(prefix+"q_proj", a.Heads*a.HeadDim, cfg.HiddenSize)
+	a.K = l.Linear(prefix+"k_proj", a.KVHeads*a.HeadDim, cfg.HiddenSize)
+	a.V = l.Linear(prefix+"v_proj", a.KVHeads*a.HeadDim, cfg.HiddenSize)
+	a.O = l.Linear(prefix+"o_proj", cfg.HiddenSize, a.Heads*a.HeadDim)
+	return a
+}
+
+// Forward implements Mixer.
+func (a *Attention) Forward(c compute.Context, x compute.Tensor, cache kvstore.Layer, offset int) compute.Tensor {
+	q := c.RoPE(c.Linear(x, a.Q), a.RoPE, a.HeadDim, offset)
+	k := c.RoPE(c.Linear(x, a.K), a.RoPE, a.HeadDim, offset)
+	v := c.Linear(x, a.V)
+	return c.Linear(c.Attention(q, k, v, cache, a.Heads, Scale(a.HeadDim)), a.O)
+}
+
+// Scale is the attention scale 1/sqrt(headDim).
+func Scale(headDim int) float32 { return float32(1 / math.Sqrt(float64(headDim))) }
+
+// MLP is the SwiGLU feed-forward block: down(silu(gate(x)) * up(x)).
+type MLP struct {
+	Gate, Up, Down compute.Weight // gate_proj, up_proj, down_proj
+}
+
+// NewMLP binds the MLP at prefix.
+func NewMLP(l *model.Loader, prefix string) *MLP {
+	cfg := l.Config
+	return &MLP{
+		Gate: l.Linear(prefix+"gate_proj", cfg.IntermediateSize, cfg.HiddenSize),
+		Up:   l.Linear(prefix+"up_proj", cfg.IntermediateSize, cfg.HiddenSize),
+		Down: l.Linear(prefix+"down_proj", cfg.HiddenSize, cfg.IntermediateSize),
+	}
+}
+
+// Forward computes the block.
+func (m *MLP) Forward(c compute.Context, x compute.Tensor) compute.Tensor {
+	return c.Linear(c.SwiGLU(c.Linear(x, m.Gate), c.Linear(x, m.Up)), m.Down)
+}

@@ -1,0 +1,8 @@
+// Package all registers every architecture mlxg supports: import it for its side effect.
+package all
+
+import (
+	_ "github.com/mlxg/mlxg/runner/llama"
+	_ "github.com/mlxg/mlxg/runner/qwen2"
+	_ "github.com/mlxg/mlxg/runner/qwen3"
+)

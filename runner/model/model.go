@@ -1,0 +1,265 @@
+// Package model loads a checkpoint directory (config.json plus safetensors, MLX-quantized
+// or bf16/fp16/fp32) onto a compute backend through the architecture its model_type
+// names, and runs forward passes for the generation loop.
+//
+// Architectures live in their own packages (runner/llama, runner/qwen2, runner/qwen3)
+// and register themselves with Register; import runner/model/all for every one.
+package model
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/mlxg/mlxg/kvstore"
+	"github.com/mlxg/mlxg/registry/safetensors"
+	"github.com/mlxg/mlxg/runner/compute"
+)
+
+// Network is a built architecture.
+type Network interface {
+	// Forward runs tokens through the network at positions caches[0].Len() onwards,
+	// appending their keys and values to the per-layer caches, and returns the logits:
+	// one row per token, or only the last token's row when lastOnly.
+	Forward(c compute.Context, tokens []int32, caches []kvstore.Layer, lastOnly bool) compute.Tensor
+}
+
+// Builder binds an architecture's weights through a Loader.
+type Builder func(l *Loader) (Network, error)
+
+var (
+	regMu    sync.Mutex
+	builders = map[string]Builder{}
+)
+
+// Register makes an architecture available under a config.json model_type.
+func Register(modelType string, b Builder) {
+	regMu.Lock()
+	defer regMu.Unlock()
+	if _, dup := builders[modelType]; dup {
+		panic("model: architecture registered twice: " + modelType)
+	}
+	builders[modelType] = b
+}
+
+// Supported lists the registered model types, sorted.
+func Supported() []string {
+	regMu.Lock()
+	defer regMu.Unlock()
+	types := make([]string, 0, len(builders))
+	for t := range builders {
+		types = append(types, t)
+	}
+	sort.Strings(types)
+	return types
+}
+
+func lookup(c *Config) (Builder, error) {
+	regMu.Lock()
+	b, ok := builders[c.ModelType]
+	regMu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("model_type %q (architectures %v) is not supported; supported model types: %s",
+			c.ModelType, c.Architectures, strings.Join(Supported(), ", "))
+	}
+	return b, nil
+}
+
+// Model is a loaded checkpoint ready to run.
+type Model struct {
+	Config  *Config
+	Dir     string
+	backend compute.Backend
+	ckpt    *safetensors.Checkpoint
+	net     Network
+	bytes   int64
+}
+
+// Load reads dir's config, maps its weights and binds them on backend.
+func Load(dir string, backend compute.Backend) (*Model, error) {
+	cfg, err := ReadConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	build, err := lookup(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	ckpt, err := safetensors.OpenDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	l := &Loader{Config: cfg, Backend: backend, ckpt: ckpt}
+	net, err := build(l)
+	if err == nil {
+		err = l.err
+	}
+	if err != nil {
+		ckpt.Close()
+		return nil, fmt.Errorf("loading %s (%s): %w", dir, cfg.ModelType, err)
+	}
+	m := &Model{Config: cfg, Dir: dir, backend: backend, ckpt: ckpt, net: net}
+	for _, f := range ckpt.Files {
+		for _, t := range f.Header.Tensors {
+			m.bytes += t.End - t.Begin
+		}
+	}
+	return m, nil
+}
+
+// WeightBytes is the size of the checkpoint's tensors on disk.
+func (m *Model) WeightBytes() int64 { return m.bytes }
+
+// Backend returns the backend the model runs on.
+func (m *Model) Backend() compute.Backend { return m.backend }
+
+// NewCaches returns empty full-attention caches, one per layer, fp16 unless fp32.
+func (m *Model) NewCaches(fp32 bool) ([]kvstore.Layer, error) {
+	caches := make([]kvstore.Layer, m.Config.NumLayers)
+	for i := range caches {
+		c, err := kvstore.NewFull(m.Config.NumKVHeads, m.Config.HeadDim, m.Config.HeadDim, fp32)
+		if err != nil {
+			return nil, err
+		}
+		caches[i] = c
+	}
+	return caches, nil
+}
+
+// Forward runs tokens (at positions caches[0].Len() onwards) and returns the logits,
+// vocab-sized rows: every position when all, else the last only. On error or
+// cancellation the caches are truncated back to where they were.
+func (m *Model) Forward(ctx context.Context, tokens []int32, caches []kvstore.Layer, all bool) ([]float32, error) {
+	if len(tokens) == 0 {
+		return nil, fmt.Errorf("model: Forward with no tokens")
+	}
+	if len(caches) != m.Config.NumLayers {
+		return nil, fmt.Errorf("model: %d layer caches for a model of %d layers", len(caches), m.Config.NumLayers)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	start := caches[0].Len()
+	for i, id := range tokens {
+		if id < 0 || int(id) >= m.Config.VocabSize {
+			return nil, fmt.Errorf("model: token %d (at %d) is outside the vocabulary of %d", id, i, m.Config.VocabSize)
+		}
+	}
+	if max := m.Config.MaxPositions; max > 0 && start+len(tokens) > max {
+		return nil, fmt.Errorf("model: positions up to %d exceed max_position_embeddings %d", start+len(tokens), max)
+	}
+	c := m.backend.NewContext()
+	defer c.Close()
+	logits, err := c.Float32s(m.net.Forward(&cancellable{Context: c, ctx: ctx}, tokens, caches, !all))
+	if ctx.Err() != nil {
+		err = ctx.Err() // whatever the stopped ops reported
+	}
+	if err != nil {
+		for _, l := range caches {
+			if l.Len() > start {
+				l.Truncate(start)
+			}
+		}
+		return nil, err
+	}
+	return logits, nil
+}
+
+// cancellable stops a forward pass once ctx is done: the attention op, once per layer,
+// checks it and then returns a tensor no backend accepts, so every later op is skipped
+// (the backend records an error, which Forward replaces with ctx.Err()).
+type cancellable struct {
+	compute.Context
+	ctx context.Context
+}
+
+type stopped struct{}
+
+func (stopped) Dims() (int, int) { return 0, 0 }
+
+func (c *cancellable) Attention(q, k, v compute.Tensor, cache kvstore.Layer, heads int, scale float32) compute.Tensor {
+	if c.ctx.Err() != nil {
+		return stopped{}
+	}
+	return c.Context.Attention(q, k, v, cache, heads, scale)
+}
+
+// Close releases the weights' mappings.
+func (m *Model) Close() error { return m.ckpt.Close() }
+
+// Loader binds weights for an architecture's Builder. Errors are sticky: after the
+// first, binders return nil and Load reports it, so a builder reads like the model's
+// definition without error checks on every line.
+type Loader struct {
+	Config  *Config
+	Backend compute.Backend
+	ckpt    *safetensors.Checkpoint
+	err     error
+}
+
+// Err returns the first binding error.
+func (l *Loader) Err() error { return l.err }
+
+// Has reports whether the checkpoint holds a tensor.
+func (l *Loader) Has(name string) bool { _, ok := l.ckpt.Tensor(name); return ok }
+
+// Fail records an error found by a builder (the first one wins).
+func (l *Loader) Fail(err error) {
+	if l.err == nil {
+		l.err = err
+	}
+}
+
+// Linear binds prefix.weight (quantized as config.json says) as an out × in matrix.
+func (l *Loader) Linear(prefix string, out, in int) compute.Weight {
+	if l.err != nil {
+		return nil
+	}
+	w, err := l.Backend.Weight(l.ckpt, prefix, l.Config.Quantization.For(prefix, l.Has))
+	if err != nil {
+		l.Fail(err)
+		return nil
+	}
+	if o, i := w.Dims(); o != out || i != in {
+		l.Fail(fmt.Errorf("%s.weight is %d×%d, the config implies %d×%d", prefix, o, i, out, in))
+		return nil
+	}
+	return w
+}
+
+// Vector binds a 1-D weight of n values.
+func (l *Loader) Vector(name string, n int) compute.Vector {
+	if l.err != nil {
+		return nil
+	}
+	v, err := l.Backend.Vector(l.ckpt, name)
+	if err != nil {
+		l.Fail(err)
+		return nil
+	}
+	if v.Len() != n {
+		l.Fail(fmt.Errorf("%s has %d values, the config implies %d", name, v.Len(), n))
+		return nil
+	}
+	return v
+}
+
+// Head binds the output projection: lm_head, or the embedding table when the
+// embeddings are tied (tie_word_embeddings, or no lm_head.weight when config.json is
+// silent, as mlx-lm saves tied models).
+func (l *Loader) Head(embed compute.Weight, out, in int) compute.Weight {
+	tied := !l.Has("lm_head.weight")
+	if t := l.Config.TieWordEmbeddings; t != nil {
+		tied = *t
+		if !tied && !l.Has("lm_head.weight") {
+			l.Fail(fmt.Errorf("tie_word_embeddings is false but the checkpoint has no lm_head.weight"))
+			return nil
+		}
+	}
+	if tied {
+		return embed
+	}
+	return l.Linear("lm_head", out, in)
+}
