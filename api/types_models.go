@@ -1,0 +1,127 @@
+package api
+
+// Wire types of Ollama's model-management endpoints: /api/pull (NDJSON progress), /api/tags, /api/show,
+// /api/delete, /api/copy and /api/version. Field names, JSON names and omitempty follow Ollama's
+// api/types.go, so Ollama clients read them unchanged.
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/mlxg/mlxg/registry"
+)
+
+// StatusError is an error answer of the server: its HTTP status and the body's "error".
+type StatusError struct {
+	StatusCode   int
+	Status       string
+	ErrorMessage string `json:"error"`
+}
+
+func (e StatusError) Error() string {
+	switch {
+	case e.Status != "" && e.ErrorMessage != "":
+		return fmt.Sprintf("%s: %s", e.Status, e.ErrorMessage)
+	case e.Status != "":
+		return e.Status
+	case e.ErrorMessage != "":
+		return e.ErrorMessage
+	}
+	return "the mlxg server failed; see its log"
+}
+
+// PullRequest is the body of POST /api/pull.
+type PullRequest struct {
+	Model    string `json:"model"`
+	Insecure bool   `json:"insecure,omitempty"`
+	Username string `json:"username"`
+	Password string `json:"password"`
+	Stream   *bool  `json:"stream,omitempty"`
+
+	// Name is deprecated, see Model
+	Name string `json:"name"`
+}
+
+// ProgressResponse is one NDJSON line of /api/pull: registry.Progress, which has Ollama's fields
+// (status, digest, total, completed), so the same events feed the CLI's bars and the stream.
+type ProgressResponse = registry.Progress
+
+// ListResponse is the body of GET /api/tags.
+type ListResponse struct {
+	Models []ListModelResponse `json:"models"`
+}
+
+// ListModelResponse is one model of ListResponse. Digest is the snapshot's commit.
+type ListModelResponse struct {
+	Name       string       `json:"name"`
+	Model      string       `json:"model"`
+	ModifiedAt time.Time    `json:"modified_at"`
+	Size       int64        `json:"size"`
+	Digest     string       `json:"digest"`
+	Details    ModelDetails `json:"details,omitempty"`
+}
+
+// ModelDetails summarizes a model. Format is "safetensors"; Family is config.json's model_type;
+// QuantizationLevel is e.g. "4bit", "mixed-4/8bit", "mxfp4" or, unquantized, the dtype ("BF16").
+type ModelDetails struct {
+	ParentModel       string   `json:"parent_model"`
+	Format            string   `json:"format"`
+	Family            string   `json:"family"`
+	Families          []string `json:"families"`
+	ParameterSize     string   `json:"parameter_size"`
+	QuantizationLevel string   `json:"quantization_level"`
+}
+
+// ShowRequest is the body of POST /api/show.
+type ShowRequest struct {
+	Model    string `json:"model"`
+	System   string `json:"system"`
+	Template string `json:"template"`
+	Verbose  bool   `json:"verbose"`
+
+	Options map[string]any `json:"options"`
+
+	// Name is deprecated, see Model
+	Name string `json:"name"`
+}
+
+// Tensor is one tensor of ShowResponse (verbose only).
+type Tensor struct {
+	Name  string   `json:"name"`
+	Type  string   `json:"type"`
+	Shape []uint64 `json:"shape"`
+}
+
+// ShowResponse is the body of /api/show's answer. ModelInfo uses GGUF-style keys
+// ("general.architecture", "<family>.context_length", ...) plus mlxg's own ("mlx.quantization.bits", ...).
+type ShowResponse struct {
+	License      string         `json:"license,omitempty"`
+	Modelfile    string         `json:"modelfile,omitempty"`
+	Parameters   string         `json:"parameters,omitempty"`
+	Template     string         `json:"template,omitempty"`
+	System       string         `json:"system,omitempty"`
+	Details      ModelDetails   `json:"details,omitempty"`
+	ModelInfo    map[string]any `json:"model_info,omitempty"`
+	Tensors      []Tensor       `json:"tensors,omitempty"`
+	Capabilities []string       `json:"capabilities,omitempty"`
+	ModifiedAt   time.Time      `json:"modified_at,omitempty"`
+}
+
+// DeleteRequest is the body of DELETE /api/delete.
+type DeleteRequest struct {
+	Model string `json:"model"`
+
+	// Name is deprecated, see Model
+	Name string `json:"name"`
+}
+
+// CopyRequest is the body of POST /api/copy.
+type CopyRequest struct {
+	Source      string `json:"source"`
+	Destination string `json:"destination"`
+}
+
+// VersionResponse is the body of GET /api/version.
+type VersionResponse struct {
+	Version string `json:"version"`
+}
