@@ -26,9 +26,11 @@ type loadResult struct {
 	took time.Duration
 }
 
+func testdataDir(t testing.TB, fam string) string { return testdata.Tokenizer(t, fam) }
+
 func family(t testing.TB, fam string) *Tokenizer {
 	t.Helper()
-	dir := testdata.Tokenizer(t, fam)
+	dir := testdataDir(t, fam)
 	v, _ := loaded.LoadOrStore(fam, &loadResult{})
 	r := v.(*loadResult)
 	r.once.Do(func() {

@@ -30,11 +30,13 @@ package tokenizer
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"unicode/utf8"
 )
 
@@ -65,18 +67,20 @@ type fileJSON struct {
 	PreTokenizer  json.RawMessage `json:"pre_tokenizer"`
 	PostProcessor json.RawMessage `json:"post_processor"`
 	Decoder       json.RawMessage `json:"decoder"`
-	Model         struct {
-		Type                    string           `json:"type"`
-		Vocab                   map[string]int32 `json:"vocab"`
-		Merges                  json.RawMessage  `json:"merges"`
-		UnkToken                *string          `json:"unk_token"`
-		FuseUnk                 bool             `json:"fuse_unk"`
-		ByteFallback            bool             `json:"byte_fallback"`
-		IgnoreMerges            bool             `json:"ignore_merges"`
-		Dropout                 *float64         `json:"dropout"`
-		ContinuingSubwordPrefix *string          `json:"continuing_subword_prefix"`
-		EndOfWordSuffix         *string          `json:"end_of_word_suffix"`
-	} `json:"model"`
+	Model         json.RawMessage `json:"model"`
+}
+
+type bpeJSON struct {
+	Type                    string           `json:"type"`
+	Vocab                   map[string]int32 `json:"vocab"`
+	Merges                  json.RawMessage  `json:"merges"`
+	UnkToken                *string          `json:"unk_token"`
+	FuseUnk                 bool             `json:"fuse_unk"`
+	ByteFallback            bool             `json:"byte_fallback"`
+	IgnoreMerges            bool             `json:"ignore_merges"`
+	Dropout                 *float64         `json:"dropout"`
+	ContinuingSubwordPrefix *string          `json:"continuing_subword_prefix"`
+	EndOfWordSuffix         *string          `json:"end_of_word_suffix"`
 }
 
 // Load reads dir/tokenizer.json, and dir/tokenizer_config.json and
@@ -102,13 +106,23 @@ func parse(data []byte) (*Tokenizer, error) {
 	if err := json.Unmarshal(data, &f); err != nil {
 		return nil, fmt.Errorf("not valid tokenizer JSON: %w", err)
 	}
-	if f.Model.Type != "BPE" && !(f.Model.Type == "" && f.Model.Vocab != nil && f.Model.Merges != nil) {
-		return nil, fmt.Errorf("unsupported model type %q (supported: BPE)", f.Model.Type)
+	var head struct {
+		Type string `json:"type"`
 	}
-	if f.Model.Dropout != nil && *f.Model.Dropout > 0 {
-		return nil, fmt.Errorf("BPE dropout %v is not supported (it makes encoding random)", *f.Model.Dropout)
+	if err := json.Unmarshal(f.Model, &head); err != nil {
+		return nil, fmt.Errorf("model: %w", err)
 	}
-	merges, err := parseMerges(f.Model.Merges)
+	if head.Type != "BPE" {
+		return nil, fmt.Errorf("unsupported model type %q (supported: BPE)", head.Type)
+	}
+	var m bpeJSON
+	if err := json.Unmarshal(f.Model, &m); err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	if m.Dropout != nil && *m.Dropout > 0 {
+		return nil, fmt.Errorf("BPE dropout %v is not supported (it makes encoding random)", *m.Dropout)
+	}
+	merges, err := parseMerges(m.Merges)
 	if err != nil {
 		return nil, err
 	}
@@ -118,8 +132,8 @@ func parse(data []byte) (*Tokenizer, error) {
 		}
 		return *p
 	}
-	model, err := newBPE(f.Model.Vocab, merges, f.Model.UnkToken, f.Model.FuseUnk, f.Model.ByteFallback,
-		f.Model.IgnoreMerges, deref(f.Model.ContinuingSubwordPrefix), deref(f.Model.EndOfWordSuffix))
+	model, err := newBPE(m.Vocab, merges, m.UnkToken, m.FuseUnk, m.ByteFallback,
+		m.IgnoreMerges, deref(m.ContinuingSubwordPrefix), deref(m.EndOfWordSuffix))
 	if err != nil {
 		return nil, err
 	}
@@ -136,9 +150,7 @@ func parse(data []byte) (*Tokenizer, error) {
 	if t.dec, err = parseDecoder(f.Decoder); err != nil {
 		return nil, err
 	}
-	if err := t.setAdded(f.AddedTokens); err != nil {
-		return nil, err
-	}
+	t.setAdded(f.AddedTokens)
 	return t, nil
 }
 
@@ -178,18 +190,37 @@ func cut(l string) (string, string, bool) {
 	return l[:i], l[i+1:], true
 }
 
-func (t *Tokenizer) setAdded(tokens []addedToken) error {
-	t.added = tokens
+// setAdded installs the added tokens. Like HF, it ignores the ids written in
+// the file: a token whose content is in the vocab takes that id, any other the
+// next id after the model vocab (the two agree in well-formed files).
+func (t *Tokenizer) setAdded(tokens []addedToken) {
+	t.added = t.added[:0]
 	t.addedByID = make(map[int32]int, len(tokens))
 	t.addedByTok = make(map[string]int, len(tokens))
 	t.special = make(map[string]bool)
 	t.rawTrie, t.normTrie = newTrie(), newTrie()
-	for i, a := range tokens {
-		if a.ID < 0 {
-			return fmt.Errorf("added token %q has negative id %d", a.Content, a.ID)
+	t.vocabSize = len(t.model.tokens)
+	next := int32(len(t.model.vocab))
+	for _, a := range tokens {
+		if a.Content == "" {
+			continue
 		}
-		t.addedByID[a.ID] = i
-		t.addedByTok[a.Content] = i
+		if i, ok := t.addedByTok[a.Content]; ok {
+			a.ID = t.added[i].ID
+			t.added[i] = a // a repeated token takes the later flags
+			continue
+		}
+		if id, ok := t.model.vocab[a.Content]; ok {
+			a.ID = id
+		} else {
+			a.ID = next
+			next++
+		}
+		t.addedByID[a.ID] = len(t.added)
+		t.addedByTok[a.Content] = len(t.added)
+		t.added = append(t.added, a)
+	}
+	for i, a := range t.added {
 		if a.Special {
 			t.special[a.Content] = true
 		}
@@ -204,7 +235,6 @@ func (t *Tokenizer) setAdded(tokens []addedToken) error {
 		}
 		t.vocabSize = max(t.vocabSize, int(a.ID)+1)
 	}
-	return nil
 }
 
 // configJSON is what Load reads from tokenizer_config.json.
@@ -301,23 +331,22 @@ func (t *Tokenizer) addEOS(id int32) {
 }
 
 func (t *Tokenizer) applyConfig(c *configJSON, path string) error {
-	// Tokens transformers adds from added_tokens_decoder that tokenizer.json lacks.
+	// Tokens of added_tokens_decoder that tokenizer.json lacks: transformers adds them.
 	var extra []addedToken
 	for key, a := range c.AddedTokensDecoder {
 		var id int32
 		if _, err := fmt.Sscan(key, &id); err != nil {
 			return fmt.Errorf("tokenizer config %s: added_tokens_decoder key %q is not an id", path, key)
 		}
-		if _, ok := t.addedByID[id]; ok || a.Content == "" {
+		if _, ok := t.addedByTok[a.Content]; ok || a.Content == "" {
 			continue
 		}
 		a.ID = id
 		extra = append(extra, a)
 	}
 	if len(extra) > 0 {
-		if err := t.setAdded(append(append([]addedToken(nil), t.added...), extra...)); err != nil {
-			return fmt.Errorf("tokenizer config %s: %w", path, err)
-		}
+		slices.SortFunc(extra, func(a, b addedToken) int { return cmp.Compare(a.ID, b.ID) })
+		t.setAdded(append(slices.Clone(t.added), extra...))
 	}
 	if c.BOS.content != "" {
 		id, ok := t.TokenID(c.BOS.content)

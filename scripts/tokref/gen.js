@@ -46,7 +46,88 @@ function randomSequences(tok, n) {
   return seqs;
 }
 
+// Variants: a family's tokenizer.json with some fields replaced, to test components and options
+// that the five families do not use. The Go test applies the same patch to the same file.
+const variants = [
+  {
+    name: "gpt2_bytelevel", base: "qwen3",
+    patch: { normalizer: null, pre_tokenizer: { type: "ByteLevel", add_prefix_space: true, trim_offsets: true, use_regex: true } },
+  },
+  {
+    name: "split_behaviors", base: "llama3_1",
+    patch: {
+      pre_tokenizer: {
+        type: "Sequence", pretokenizers: [
+          { type: "Split", pattern: { String: " " }, behavior: "MergedWithNext", invert: false },
+          { type: "Split", pattern: { Regex: "\\d+" }, behavior: "Removed", invert: false },
+          { type: "Split", pattern: { Regex: "[aeiou]" }, behavior: "MergedWithPrevious", invert: false },
+          { type: "Split", pattern: { String: "x" }, behavior: "Contiguous", invert: true },
+          { type: "Split", pattern: { Regex: "(?<=[a-z])(?=[A-Z])|\\s+(?!\\S)" }, behavior: "Isolated", invert: true },
+          { type: "ByteLevel", add_prefix_space: false, trim_offsets: false, use_regex: false },
+        ],
+      },
+    },
+  },
+  { name: "nfkc", base: "qwen3", patch: { normalizer: { type: "NFKC" } } },
+  {
+    name: "nfd_replace_prepend", base: "llama2",
+    patch: {
+      normalizer: {
+        type: "Sequence", normalizers: [
+          { type: "NFD" }, { type: "Prepend", prepend: "\u2581" },
+          { type: "Replace", pattern: { String: " " }, content: "\u2581" },
+        ],
+      },
+    },
+  },
+  {
+    // Added tokens with lstrip, rstrip, single_word and normalized, appended after qwen3's own.
+    name: "added_flags", base: "qwen3",
+    added: [
+      { content: "<L>", single_word: false, lstrip: true, rstrip: false, normalized: false, special: true },
+      { content: "<R>", single_word: false, lstrip: false, rstrip: true, normalized: false, special: true },
+      { content: "<LR>", single_word: false, lstrip: true, rstrip: true, normalized: false, special: false },
+      { content: "word", single_word: true, lstrip: false, rstrip: false, normalized: false, special: false },
+      { content: "caf\u00e9", single_word: false, lstrip: false, rstrip: false, normalized: true, special: false },
+    ],
+  },
+];
+
+const variantCorpus = [
+  "", "plain text with 123 numbers and 4567", "camelCaseWords and snake_case x-xx-xxx axxb",
+  "  many   spaces \t\ttabs\n\nlines  ", "vowels aeiou AEIOU queue", "Ω ﬁ ① ｆｕｌｌ e\u0301 \u212b",
+  "a <L> b  <L>c<L>", "a <R>  b <R>\n c<R>", "x  <LR>  y<LR>", "word words sword word, (word) _word word_",
+  "a word\u00e9 wordé 1word", "café cafe\u0301 CAFÉ", "Hello world! It's 2024. I'm   here.\n\n",
+  "日本語 😀👨‍👩‍👧 ٣٤٥", " leading", "trailing ",
+];
+
+function patched(base, v) {
+  const json = JSON.parse(fs.readFileSync(path.join(npm, "tokenizer-" + base, "models", "tokenizer.json"), "utf8"));
+  Object.assign(json, v.patch || {});
+  if (v.added) {
+    let next = Object.keys(json.model.vocab).length + json.added_tokens.length;
+    for (const a of v.added) json.added_tokens.push({ id: next++, ...a });
+  }
+  return json;
+}
+
+async function writeVariants() {
+  const results = [];
+  for (const v of variants) {
+    const tok = Tokenizer.fromString(JSON.stringify(patched(v.base, v)));
+    const cases = [];
+    for (const text of variantCorpus) {
+      const ids = (await tok.encode(text, null, { addSpecialTokens: false })).getIds();
+      cases.push({ text, ids, decoded: await tok.decode(ids, false), decoded_skip: await tok.decode(ids, true) });
+    }
+    results.push({ ...v, cases });
+  }
+  fs.writeFileSync(path.join(out, "ref_variants.json"), JSON.stringify(results, null, 1) + "\n");
+  console.error("wrote runner/tokenizer/testdata/ref_variants.json");
+}
+
 async function main() {
+  await writeVariants();
   fs.writeFileSync(path.join(out, "corpus.json"), JSON.stringify(corpus, null, 1) + "\n");
   for (const fam of families) {
     const file = path.join(npm, "tokenizer-" + fam, "models", "tokenizer.json");
