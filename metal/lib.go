@@ -17,7 +17,8 @@ type Lib struct {
 	Version string // MLX's version, from mlx_version
 	ABI     string // "0.5" or "0.6": which form of mlx_quantize/mlx_dequantize it has
 
-	mu sync.Mutex
+	mu   sync.Mutex
+	noop uintptr // a C-callable no-op, the destructor of arrays over memory Go owns
 }
 
 // dynlib is how a library is opened and its symbols bound: purego on darwin/arm64,
@@ -125,6 +126,7 @@ func load(d dynlib, path string) (*Lib, error) {
 			path, strings.Join(missing, ", "), MinVersion)
 	}
 	l.setErrorHandler(d.callback(handleError), nil, 0)
+	l.noop = d.callback(func(unsafe.Pointer) {})
 	v, err := l.stringResult("mlx_version", l.version)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)

@@ -16,7 +16,7 @@ import (
 type fakeLib struct {
 	syms     map[string]uintptr
 	impls    map[string]any
-	handler  any // what load registered as mlx-c's error handler
+	handler  func(*byte, unsafe.Pointer) // what load registered as mlx-c's error handler
 	openErr  error
 	versions []byte
 }
@@ -67,7 +67,12 @@ func (f *fakeLib) dynlib() dynlib {
 				return out
 			}))
 		},
-		callback: func(fn any) uintptr { f.handler = fn; return 42 },
+		callback: func(fn any) uintptr {
+			if h, ok := fn.(func(*byte, unsafe.Pointer)); ok {
+				f.handler = h
+			}
+			return 42
+		},
 	}
 }
 
@@ -112,9 +117,9 @@ func TestErrorHandlerMessageBecomesTheError(t *testing.T) {
 	if _, err := load(f.dynlib(), "/fake/libmlxc.dylib"); err != nil {
 		t.Fatal(err)
 	}
-	h, ok := f.handler.(func(*byte, unsafe.Pointer))
-	if !ok {
-		t.Fatalf("the error handler has type %T", f.handler)
+	h := f.handler
+	if h == nil {
+		t.Fatal("load registered no error handler")
 	}
 	msg := append([]byte("[matmul] Last dimension of first input with shape (2,3) must match second to last dimension of second input with shape (4,5)."), 0)
 	h(&msg[0], nil)

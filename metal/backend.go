@@ -1,0 +1,343 @@
+package metal
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"github.com/mlxg/mlxg/internal/quant"
+	"github.com/mlxg/mlxg/kvstore"
+	"github.com/mlxg/mlxg/registry/safetensors"
+	"github.com/mlxg/mlxg/runner/compute"
+)
+
+// Backend implements compute.Backend on MLX arrays on the default GPU stream.
+//
+// Every mlx-c call runs on one goroutine locked to its OS thread (MLX keeps per-thread
+// state for streams and command encoders), holding the Lib's mutex. A Context only
+// records ops in Go; Float32s hands the whole recorded step to that thread at once,
+// which builds the MLX graph and evaluates it with one mlx_eval.
+//
+// Weights are wrapped, not copied, where Metal accepts the checkpoint's mmapped pages
+// (newBufferWithBytesNoCopy needs page-aligned memory: each tensor's pages are
+// wrapped and the tensor sliced out of them); MLX copies when it refuses. The
+// checkpoint must therefore stay open until the Backend is closed.
+type Backend struct {
+	lib   *Lib
+	gpu   mlxStream
+	calls chan func()
+	name  string
+
+	mu      sync.Mutex
+	owned   []mlxArray // weights and RoPE tables, freed by Close
+	freqs   map[*compute.RoPE]mlxArray
+	mirrors map[uintptr]*mirror // device-side KV per kvstore.Layer, by its address
+	closed  bool
+}
+
+// NewBackend starts the MLX worker thread on lib's default GPU stream.
+func NewBackend(lib *Lib) (*Backend, error) {
+	ok, err := lib.GPUAvailable()
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, &UnavailableError{Reason: fmt.Errorf("MLX %s at %s reports no Metal GPU", lib.Version, lib.Path)}
+	}
+	b := &Backend{lib: lib, calls: make(chan func()), freqs: map[*compute.RoPE]mlxArray{}, mirrors: map[uintptr]*mirror{}}
+	go b.worker()
+	err = b.do(func() error {
+		s, err := handle("mlx_default_gpu_stream_new", lib.defaultGPUStream())
+		b.gpu = s
+		return err
+	})
+	if err != nil {
+		close(b.calls)
+		return nil, err
+	}
+	b.name = "metal (MLX " + lib.Version + ")"
+	if info, err := lib.DeviceInfo(); err == nil && info["device_name"] != "" {
+		b.name = fmt.Sprintf("metal (MLX %s, %s)", lib.Version, info["device_name"])
+	}
+	return b, nil
+}
+
+func (b *Backend) worker() {
+	runtime.LockOSThread()
+	for fn := range b.calls {
+		fn()
+	}
+}
+
+// do runs fn on the worker thread with the Lib's mutex held.
+func (b *Backend) do(fn func() error) error {
+	done := make(chan error, 1)
+	b.calls <- func() {
+		b.lib.mu.Lock()
+		defer b.lib.mu.Unlock()
+		done <- fn()
+	}
+	return <-done
+}
+
+// graph runs build on the worker with a fresh graph; arrays build did not keep are
+// freed when it returns.
+func (b *Backend) graph(build func(g *graph) error) error {
+	return b.do(func() error {
+		g := &graph{l: b.lib, s: b.gpu}
+		defer g.free()
+		err := build(g)
+		if err == nil {
+			err = g.err
+		}
+		return err
+	})
+}
+
+// Name implements compute.Backend.
+func (b *Backend) Name() string { return b.name }
+
+// Lib returns the library the backend runs on.
+func (b *Backend) Lib() *Lib { return b.lib }
+
+// Close frees the weights, caches and stream and stops the worker. Contexts must be
+// closed first.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	owned := b.owned
+	for _, m := range b.mirrors {
+		owned = append(owned, m.arrays()...)
+	}
+	b.owned, b.mirrors, b.freqs = nil, nil, nil
+	b.mu.Unlock()
+	err := b.do(func() error {
+		for _, a := range owned {
+			b.lib.arrayFree(a)
+		}
+		return status("mlx_stream_free", b.lib.streamFree(b.gpu))
+	})
+	close(b.calls)
+	return err
+}
+
+// weight is a bound matrix: float in the checkpoint's dtype, or packed codes with
+// scales (and biases in affine mode).
+type weight struct {
+	name              string
+	out, in           int
+	q                 compute.Quant
+	w, scales, biases mlxArray
+	bias              mlxArray // float32 [out], or null
+	dt                mlxDtype // the dtype activations are cast to for the product
+}
+
+func (w *weight) Dims() (int, int)     { return w.out, w.in }
+func (w *weight) Quant() compute.Quant { return w.q }
+
+type vector struct {
+	n int
+	a mlxArray // float32
+}
+
+func (v *vector) Len() int { return v.n }
+
+var dtypes = map[safetensors.DType]mlxDtype{
+	safetensors.F32: dtFloat32, safetensors.F16: dtFloat16, safetensors.BF16: dtBfloat16,
+	safetensors.U32: dtUint32, safetensors.U8: dtUint8, safetensors.I32: dtInt32,
+}
+
+// zeroCopyMin is the smallest tensor worth wrapping rather than copying.
+const zeroCopyMin = 1 << 16
+
+// tensor makes an array over t's bytes, wrapping the mmapped pages when it is large.
+func (b *Backend) tensor(g *graph, t *safetensors.Tensor) mlxArray {
+	dt, ok := dtypes[t.DType]
+	if !ok {
+		return g.fail(fmt.Errorf("tensor %q has dtype %s, which the Metal backend does not load (F32, F16, BF16, U32, U8, I32)", t.Name, t.DType))
+	}
+	if len(t.Data) == 0 {
+		return g.fail(fmt.Errorf("tensor %q is empty", t.Name))
+	}
+	p := unsafe.Pointer(&t.Data[0])
+	if len(t.Data) < zeroCopyMin {
+		return g.fromData(p, dt, t.Shape...)
+	}
+	page := uintptr(os.Getpagesize())
+	start := uintptr(p) &^ (page - 1)
+	end := (uintptr(p) + uintptr(len(t.Data)) + page - 1) &^ (page - 1)
+	base := unsafe.Add(p, -int(uintptr(p)-start)) // the page holding the tensor's first byte
+	sp, _ := ints([]int{int(end - start)})
+	whole, err := handle("mlx_array_new_data_managed", b.lib.arrayNewDataMgd(base, sp, 1, dtUint8, b.lib.noop))
+	if err != nil {
+		return g.fail(fmt.Errorf("tensor %q: %w", t.Name, err))
+	}
+	g.own(whole)
+	off := int(uintptr(p) - start)
+	bytes := g.slice(whole, []int{off}, []int{off + len(t.Data)})
+	return g.reshape(g.view(bytes, dt), t.Shape...)
+}
+
+// bind evaluates arrays so they no longer hold their construction graph and hands
+// them to the backend.
+func (b *Backend) bind(g *graph, as ...mlxArray) {
+	g.eval(as...)
+	if g.err != nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, a := range as {
+		if a != 0 {
+			b.owned = append(b.owned, g.keep(a))
+		}
+	}
+}
+
+// Weight implements compute.Backend.
+func (b *Backend) Weight(src compute.Source, prefix string, q compute.Quant) (compute.Weight, error) {
+	name := prefix + ".weight"
+	t, ok := src.Tensor(name)
+	if !ok {
+		return nil, fmt.Errorf("checkpoint has no tensor %q", name)
+	}
+	if len(t.Shape) != 2 {
+		return nil, fmt.Errorf("tensor %q has shape %v, want a matrix", name, t.Shape)
+	}
+	w := &weight{name: prefix, out: t.Shape[0], in: t.Shape[1], q: q, dt: dtypes[t.DType]}
+	var scales, biases, bias *safetensors.Tensor
+	if q.Quantized() {
+		if err := checkQuant(q, prefix); err != nil {
+			return nil, err
+		}
+		if t.DType != safetensors.U32 {
+			return nil, fmt.Errorf("tensor %q is %s, but the config says the layer is %d-bit quantized (packed U32 codes expected)", name, t.DType, q.Bits)
+		}
+		w.in = t.Shape[1] * 32 / q.Bits
+		groups := int64(w.out) * int64(w.in) / int64(q.GroupSize)
+		if scales, ok = src.Tensor(prefix + ".scales"); !ok {
+			return nil, fmt.Errorf("checkpoint has no tensor %q for quantized layer %q", prefix+".scales", prefix)
+		}
+		if scales.NumElements() != groups {
+			return nil, fmt.Errorf("tensor %q has %d values, want %d for a %d×%d matrix in groups of %d", scales.Name, scales.NumElements(), groups, w.out, w.in, q.GroupSize)
+		}
+		w.dt = dtypes[scales.DType]
+		if q.Mode == quant.Affine {
+			if biases, ok = src.Tensor(prefix + ".biases"); !ok {
+				return nil, fmt.Errorf("checkpoint has no tensor %q for affine-quantized layer %q", prefix+".biases", prefix)
+			}
+			if biases.NumElements() != groups {
+				return nil, fmt.Errorf("tensor %q has %d values, want %d", biases.Name, biases.NumElements(), groups)
+			}
+		} else {
+			w.dt = dtFloat32 // float modes keep uint8 scales: activations stay float32
+		}
+	} else if t.DType != safetensors.F32 && t.DType != safetensors.F16 && t.DType != safetensors.BF16 {
+		return nil, fmt.Errorf("tensor %q is %s: float weights must be F32, F16 or BF16 (quantized layers need a quantization block in config.json)", name, t.DType)
+	}
+	if bt, ok := src.Tensor(prefix + ".bias"); ok {
+		if bt.NumElements() != int64(w.out) {
+			return nil, fmt.Errorf("tensor %q has %d values for a layer with %d outputs", bt.Name, bt.NumElements(), w.out)
+		}
+		bias = bt
+	}
+	err := b.graph(func(g *graph) error {
+		w.w = b.tensor(g, t)
+		arrays := []mlxArray{w.w}
+		if scales != nil {
+			w.scales = b.tensor(g, scales)
+			arrays = append(arrays, w.scales)
+		}
+		if biases != nil {
+			w.biases = b.tensor(g, biases)
+			arrays = append(arrays, w.biases)
+		}
+		if bias != nil {
+			w.bias = g.reshape(g.astype(b.tensor(g, bias), dtFloat32), w.out)
+			arrays = append(arrays, w.bias)
+		}
+		b.bind(g, arrays...)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("binding %q on Metal: %w", prefix, err)
+	}
+	return w, nil
+}
+
+func checkQuant(q compute.Quant, prefix string) error {
+	if q.Mode == quant.Affine {
+		if err := quant.CheckAffine(q.Bits, q.GroupSize); err != nil {
+			return fmt.Errorf("layer %q: %w", prefix, err)
+		}
+		return nil
+	}
+	bits, group, err := quant.FPParams(q.Mode)
+	if err != nil {
+		return fmt.Errorf("layer %q: %w", prefix, err)
+	}
+	if q.Bits != bits || q.GroupSize != group {
+		return fmt.Errorf("layer %q: %s quantization is %d bits in groups of %d, the config says %d bits in groups of %d", prefix, q.Mode, bits, group, q.Bits, q.GroupSize)
+	}
+	return nil
+}
+
+// Vector implements compute.Backend.
+func (b *Backend) Vector(src compute.Source, name string) (compute.Vector, error) {
+	t, ok := src.Tensor(name)
+	if !ok {
+		return nil, fmt.Errorf("checkpoint has no tensor %q", name)
+	}
+	if len(t.Shape) != 1 {
+		return nil, fmt.Errorf("tensor %q has shape %v, want a vector", name, t.Shape)
+	}
+	if t.DType != safetensors.F32 && t.DType != safetensors.F16 && t.DType != safetensors.BF16 {
+		return nil, fmt.Errorf("tensor %q is %s: a norm weight must be F32, F16 or BF16", name, t.DType)
+	}
+	v := &vector{n: t.Shape[0]}
+	err := b.graph(func(g *graph) error {
+		v.a = g.astype(b.tensor(g, t), dtFloat32)
+		b.bind(g, v.a)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("binding %q on Metal: %w", name, err)
+	}
+	return v, nil
+}
+
+// ropeFreqs returns MLX's per-frequency periods for r (1/inv_freq), made once.
+func (b *Backend) ropeFreqs(g *graph, r *compute.RoPE) mlxArray {
+	b.mu.Lock()
+	f, ok := b.freqs[r]
+	b.mu.Unlock()
+	if ok {
+		return f
+	}
+	periods := make([]float32, len(r.InvFreq))
+	for i, inv := range r.InvFreq {
+		periods[i] = 1 / inv
+	}
+	f = g.fromFloat32s(periods, len(periods))
+	if g.err != nil {
+		return 0
+	}
+	b.mu.Lock()
+	b.freqs[r] = g.keep(f)
+	b.owned = append(b.owned, f)
+	b.mu.Unlock()
+	return f
+}
+
+// layerKey identifies a kvstore.Layer by the address it points at, so that the map
+// of device-side caches does not keep the layer alive.
+func layerKey(l kvstore.Layer) uintptr {
+	type iface struct{ typ, data unsafe.Pointer }
+	return uintptr((*iface)(unsafe.Pointer(&l)).data)
+}

@@ -1,0 +1,366 @@
+package metal
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+
+	"github.com/mlxg/mlxg/kvstore"
+	"github.com/mlxg/mlxg/runner/compute"
+)
+
+// tensor is an activation: its dims are known when the op is recorded, its MLX array
+// once the context has built it.
+type tensor struct {
+	rows, cols int
+	arr        mlxArray
+	build      func(g *graph) mlxArray
+}
+
+func (t *tensor) Dims() (int, int) { return t.rows, t.cols }
+
+var nilTensor = &tensor{}
+
+// pendingAppend is a step's keys and values for a kvstore.Layer, appended to it once
+// the step's graph has been evaluated.
+type pendingAppend struct {
+	cache kvstore.Layer
+	k, v  mlxArray // float32, T × kvHeads·dim
+	n     int
+}
+
+type context struct {
+	b       *Backend
+	err     error
+	g       *graph // owns every array the context built, until Close
+	nodes   []*tensor
+	built   int
+	appends []pendingAppend
+	pending map[uintptr]int // positions recorded for a layer but not yet appended to it
+}
+
+// NewContext implements compute.Backend.
+func (b *Backend) NewContext() compute.Context {
+	return &context{b: b, g: &graph{l: b.lib, s: b.gpu}, pending: map[uintptr]int{}}
+}
+
+func (c *context) Err() error { return c.err }
+
+func (c *context) Close() {
+	if c.g == nil {
+		return
+	}
+	g := c.g
+	c.g, c.nodes = nil, nil
+	c.b.do(func() error { g.free(); return nil })
+}
+
+func (c *context) fail(format string, args ...any) compute.Tensor {
+	if c.err == nil {
+		c.err = fmt.Errorf("compute: "+format, args...)
+	}
+	return nilTensor
+}
+
+// args converts its arguments to this backend's tensors, or reports false after an error.
+func (c *context) args(ts ...compute.Tensor) ([]*tensor, bool) {
+	if c.err != nil {
+		return nil, false
+	}
+	if c.g == nil {
+		c.fail("the context is closed")
+		return nil, false
+	}
+	out := make([]*tensor, len(ts))
+	for i, t := range ts {
+		mt, ok := t.(*tensor)
+		if !ok || mt == nilTensor {
+			c.fail("tensor argument %d is not a Metal tensor of this context", i)
+			return nil, false
+		}
+		out[i] = mt
+	}
+	return out, true
+}
+
+// record adds an op whose result is rows × cols.
+func (c *context) record(rows, cols int, build func(g *graph) mlxArray) compute.Tensor {
+	t := &tensor{rows: rows, cols: cols, build: build}
+	c.nodes = append(c.nodes, t)
+	return t
+}
+
+// buildPending builds the MLX graph of every op recorded since the last build.
+func (c *context) buildPending(g *graph) {
+	for ; c.built < len(c.nodes) && g.err == nil; c.built++ {
+		t := c.nodes[c.built]
+		t.arr = t.build(g)
+	}
+}
+
+func (c *context) Embed(w compute.Weight, ids []int32) compute.Tensor {
+	if c.err != nil {
+		return nilTensor
+	}
+	mw, ok := w.(*weight)
+	if !ok {
+		return c.fail("Embed: weight is not a Metal weight")
+	}
+	if len(ids) == 0 {
+		return c.fail("Embed of no tokens")
+	}
+	for _, id := range ids {
+		if id < 0 || int(id) >= mw.out {
+			return c.fail("token id %d is outside the vocabulary of %d entries of %q", id, mw.out, mw.name)
+		}
+	}
+	ids = append([]int32(nil), ids...)
+	return c.record(len(ids), mw.in, func(g *graph) mlxArray {
+		idx := g.fromInt32s(ids, len(ids))
+		if !mw.q.Quantized() {
+			return g.astype(g.takeAxis(mw.w, idx, 0), dtFloat32)
+		}
+		codes, scales := g.takeAxis(mw.w, idx, 0), g.takeAxis(mw.scales, idx, 0)
+		var biases mlxArray
+		if mw.biases != 0 {
+			biases = g.takeAxis(mw.biases, idx, 0)
+		}
+		return g.dequantize(codes, scales, biases, mw.q.GroupSize, mw.q.Bits, string(mw.q.Mode), dtFloat32)
+	})
+}
+
+func (c *context) Linear(x compute.Tensor, w compute.Weight) compute.Tensor {
+	a, ok := c.args(x)
+	if !ok {
+		return nilTensor
+	}
+	mw, ok := w.(*weight)
+	if !ok {
+		return c.fail("Linear: weight is not a Metal weight")
+	}
+	if a[0].cols != mw.in {
+		return c.fail("Linear: input of %d columns for %q, which takes %d", a[0].cols, mw.name, mw.in)
+	}
+	return c.record(a[0].rows, mw.out, func(g *graph) mlxArray {
+		xc := g.astype(a[0].arr, mw.dt)
+		var y mlxArray
+		if mw.q.Quantized() {
+			y = g.qmm(xc, mw.w, mw.scales, mw.biases, true, mw.q.GroupSize, mw.q.Bits, string(mw.q.Mode))
+		} else {
+			y = g.matmul(xc, g.transpose(mw.w, 1, 0))
+		}
+		y = g.astype(y, dtFloat32)
+		if mw.bias != 0 {
+			y = g.add(y, mw.bias)
+		}
+		return y
+	})
+}
+
+func (c *context) RMSNorm(x compute.Tensor, w compute.Vector, eps float32) compute.Tensor {
+	a, ok := c.args(x)
+	if !ok {
+		return nilTensor
+	}
+	mv, ok := w.(*vector)
+	if !ok {
+		return c.fail("RMSNorm: weight is not a Metal vector")
+	}
+	if mv.n != a[0].cols {
+		return c.fail("RMSNorm: %d columns with a weight of %d", a[0].cols, mv.n)
+	}
+	return c.record(a[0].rows, a[0].cols, func(g *graph) mlxArray { return g.rmsNorm(a[0].arr, mv.a, eps) })
+}
+
+func (c *context) Reshape(x compute.Tensor, rows, cols int) compute.Tensor {
+	a, ok := c.args(x)
+	if !ok {
+		return nilTensor
+	}
+	if rows <= 0 || cols <= 0 || rows*cols != a[0].rows*a[0].cols {
+		return c.fail("Reshape of %d×%d to %d×%d", a[0].rows, a[0].cols, rows, cols)
+	}
+	return c.record(rows, cols, func(g *graph) mlxArray { return g.reshape(a[0].arr, rows, cols) })
+}
+
+// heads views x (T × H·d) as 1 × H × T × d, the layout MLX's rope and attention take.
+func heads(g *graph, x mlxArray, T, h, d int) mlxArray {
+	return g.transpose(g.reshape(x, 1, T, h, d), 0, 2, 1, 3)
+}
+
+// rows is the inverse of heads.
+func rows(g *graph, x mlxArray, T, h, d int) mlxArray {
+	return g.reshape(g.transpose(x, 0, 2, 1, 3), T, h*d)
+}
+
+func (c *context) RoPE(x compute.Tensor, r *compute.RoPE, headDim, offset int) compute.Tensor {
+	a, ok := c.args(x)
+	if !ok {
+		return nilTensor
+	}
+	t := a[0]
+	if r == nil || headDim <= 0 || t.cols%headDim != 0 || r.Dims > headDim || r.Dims%2 != 0 || len(r.InvFreq) != r.Dims/2 || offset < 0 {
+		return c.fail("RoPE over %d columns with head size %d, offset %d", t.cols, headDim, offset)
+	}
+	h := t.cols / headDim
+	return c.record(t.rows, t.cols, func(g *graph) mlxArray {
+		x4 := heads(g, t.arr, t.rows, h, headDim)
+		if r.Scale != 1 {
+			// cos and sin times Scale on the rotated columns equals scaling them first.
+			s := make([]float32, headDim)
+			for j := range s {
+				s[j] = 1
+				if j < r.Dims {
+					s[j] = r.Scale
+				}
+			}
+			x4 = g.mul(x4, g.fromFloat32s(s, headDim))
+		}
+		y := g.rope(x4, r.Dims, offset, c.b.ropeFreqs(g, r))
+		return rows(g, y, t.rows, h, headDim)
+	})
+}
+
+func (c *context) Attention(q, k, v compute.Tensor, cache kvstore.Layer, nHeads int, scale float32) compute.Tensor {
+	a, ok := c.args(q, k, v)
+	if !ok {
+		return nilTensor
+	}
+	kvHeads, kDim, vDim := cache.Dims()
+	T := a[0].rows
+	if T == 0 || a[1].rows != T || a[2].rows != T || nHeads <= 0 || nHeads%kvHeads != 0 ||
+		a[0].cols != nHeads*kDim || a[1].cols != kvHeads*kDim || a[2].cols != kvHeads*vDim {
+		return c.fail("Attention: q %d×%d, k %d×%d, v %d×%d do not fit %d heads over a cache of %d KV heads of %d/%d dims",
+			a[0].rows, a[0].cols, a[1].rows, a[1].cols, a[2].rows, a[2].cols, nHeads, kvHeads, kDim, vDim)
+	}
+	key := layerKey(cache)
+	return c.record(T, nHeads*vDim, func(g *graph) mlxArray {
+		expected := cache.Len() + c.pending[key]
+		m := c.b.mirrorFor(g, cache, expected)
+		if m == nil {
+			return c.attendOnCPU(g, a[0], a[1], a[2], cache, nHeads, scale)
+		}
+		q4 := g.astype(heads(g, a[0].arr, T, nHeads, kDim), dtFloat16)
+		k4 := g.astype(heads(g, a[1].arr, T, kvHeads, kDim), dtFloat16)
+		v4 := g.astype(heads(g, a[2].arr, T, kvHeads, vDim), dtFloat16)
+		m.append(g, k4, v4, T)
+		c.appends = append(c.appends, pendingAppend{cache, g.float32Array(a[1].arr), g.float32Array(a[2].arr), T})
+		c.pending[key] += T
+		out := m.attend(g, q4, nHeads, scale, T)
+		return g.astype(rows(g, out, T, nHeads, vDim), dtFloat32)
+	})
+}
+
+// attendOnCPU is the path for a layer the device cannot mirror (a q4_0 layer, or one
+// holding positions this backend never saw, such as a restored prefix): the step's
+// graph so far is evaluated, the layer appends and attends in Go, and the result goes
+// back to the device. It costs one extra evaluation per such layer.
+func (c *context) attendOnCPU(g *graph, q, k, v *tensor, cache kvstore.Layer, nHeads int, scale float32) mlxArray {
+	_, _, vDim := cache.Dims()
+	qa, ka, va := g.float32Array(q.arr), g.float32Array(k.arr), g.float32Array(v.arr)
+	c.flushAppends(g, qa, ka, va)
+	qd, kd, vd := g.read(qa), g.read(ka), g.read(va)
+	if g.err != nil {
+		return 0
+	}
+	if err := cache.Append(kd, vd, q.rows); err != nil {
+		return g.fail(fmt.Errorf("Attention: %w", err))
+	}
+	out := make([]float32, q.rows*nHeads*vDim)
+	err := cache.Attend(kvstore.Attention{Q: qd, Out: out, N: q.rows, Heads: nHeads, Scale: scale, Threads: runtime.NumCPU()})
+	if err != nil {
+		return g.fail(fmt.Errorf("Attention: %w", err))
+	}
+	return g.fromFloat32s(out, q.rows, nHeads*vDim)
+}
+
+// flushAppends evaluates extra together with the recorded appends, then appends
+// those to their layers.
+func (c *context) flushAppends(g *graph, extra ...mlxArray) {
+	as := append([]mlxArray(nil), extra...)
+	for _, p := range c.appends {
+		as = append(as, p.k, p.v)
+	}
+	g.eval(as...)
+	for _, p := range c.appends {
+		if g.err != nil {
+			break
+		}
+		kd, vd := g.read(p.k), g.read(p.v)
+		if g.err == nil {
+			if err := p.cache.Append(kd, vd, p.n); err != nil {
+				g.fail(fmt.Errorf("Attention: %w", err))
+			}
+		}
+	}
+	c.appends = c.appends[:0]
+	clear(c.pending)
+}
+
+func (c *context) SwiGLU(gate, up compute.Tensor) compute.Tensor {
+	return c.elementwise("SwiGLU", gate, up, func(g *graph, a, b mlxArray) mlxArray {
+		return g.mul(g.mul(a, g.sigmoid(a)), b)
+	})
+}
+
+func (c *context) Add(x, y compute.Tensor) compute.Tensor {
+	return c.elementwise("Add", x, y, (*graph).add)
+}
+
+func (c *context) Mul(x, y compute.Tensor) compute.Tensor {
+	return c.elementwise("Mul", x, y, (*graph).mul)
+}
+
+func (c *context) elementwise(op string, x, y compute.Tensor, fn func(g *graph, a, b mlxArray) mlxArray) compute.Tensor {
+	a, ok := c.args(x, y)
+	if !ok {
+		return nilTensor
+	}
+	if a[0].rows != a[1].rows || a[0].cols != a[1].cols {
+		return c.fail("%s of %d×%d and %d×%d", op, a[0].rows, a[0].cols, a[1].rows, a[1].cols)
+	}
+	return c.record(a[0].rows, a[0].cols, func(g *graph) mlxArray { return fn(g, a[0].arr, a[1].arr) })
+}
+
+func (c *context) Rows(x compute.Tensor, start, n int) compute.Tensor {
+	a, ok := c.args(x)
+	if !ok {
+		return nilTensor
+	}
+	t := a[0]
+	if start < 0 || n <= 0 || start+n > t.rows {
+		return c.fail("Rows %d..%d of a tensor of %d rows", start, start+n, t.rows)
+	}
+	return c.record(n, t.cols, func(g *graph) mlxArray {
+		return g.slice(t.arr, []int{start, 0}, []int{start + n, t.cols})
+	})
+}
+
+// Float32s builds the ops recorded since the last call, evaluates x together with the
+// step's keys and values in one mlx_eval, appends those to their layers and returns x.
+func (c *context) Float32s(x compute.Tensor) ([]float32, error) {
+	a, ok := c.args(x)
+	if !ok {
+		return nil, c.err
+	}
+	var out []float32
+	err := c.b.do(func() error {
+		g := c.g
+		c.buildPending(g)
+		xa := g.float32Array(a[0].arr)
+		c.flushAppends(g, xa)
+		out = g.read(xa)
+		return g.err
+	})
+	if err != nil {
+		c.err = err
+		return nil, err
+	}
+	if len(out) != a[0].rows*a[0].cols {
+		c.err = fmt.Errorf("metal: evaluated %d values for a %d×%d tensor", len(out), a[0].rows, a[0].cols)
+		return nil, c.err
+	}
+	return out, nil
+}
+
+var negInf = float32(math.Inf(-1))
