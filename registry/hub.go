@@ -84,6 +84,14 @@ func (s sibling) etag() string {
 	return s.BlobID
 }
 
+// digest names the file in progress events: "sha256:<hex>" for LFS files, else the git blob id.
+func (s sibling) digest() string {
+	if s.LFS != nil {
+		return "sha256:" + s.LFS.SHA256
+	}
+	return s.BlobID
+}
+
 func (s sibling) size() int64 {
 	if s.LFS != nil {
 		return s.LFS.Size

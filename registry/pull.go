@@ -110,6 +110,9 @@ func (s *Store) Pull(ctx context.Context, n Name, opts PullOptions, progress fun
 	if err := os.MkdirAll(filepath.Join(repoDir, "blobs"), 0o755); err != nil {
 		return nil, fmt.Errorf("creating %s: %w", repoDir, err)
 	}
+	for _, f := range files { // every file up front, so that a progress bar knows the whole size
+		emit(Progress{Status: "pulling " + f.RFilename, Digest: f.digest(), Total: f.size()})
+	}
 	dl := &downloader{hub: h, opts: opts, repo: target.Repo, commit: info.SHA, repoDir: repoDir,
 		locks: filepath.Join(s.HubCache, ".locks", repoFolder(target.Repo)), emit: emit}
 	// config.json first, alone: it says whether the checkpoint is one MLX can load.
@@ -264,11 +267,7 @@ var diskWrite = func(f *os.File, p []byte) (int, error) { return f.Write(p) }
 
 // fetch makes blobs/<etag> hold the file, verified, downloading what is missing.
 func (d *downloader) fetch(ctx context.Context, f sibling) error {
-	etag, size := f.etag(), f.size()
-	digest := etag
-	if f.LFS != nil {
-		digest = "sha256:" + etag
-	}
+	etag, size, digest := f.etag(), f.size(), f.digest()
 	status := "pulling " + f.RFilename
 	blob := filepath.Join(d.repoDir, "blobs", etag)
 	if fi, err := os.Stat(blob); err == nil && fi.Size() == size {

@@ -20,6 +20,12 @@ func newRootCmd() *cobra.Command {
 		Version:       version,
 	}
 	root.SetVersionTemplate("mlxg version is {{.Version}}\n")
+	// One line per command.
+	root.AddCommand(newPullCmd())
+	root.AddCommand(newListCmd())
+	root.AddCommand(newShowCmd())
+	root.AddCommand(newRmCmd())
+	root.AddCommand(newCpCmd())
 	root.AddCommand(newVersionCmd())
 	root.AddCommand(newFitCmd())
 	return root

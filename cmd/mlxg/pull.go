@@ -1,0 +1,112 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/dustin/go-humanize"
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+
+	"github.com/mlxg/mlxg/api"
+)
+
+func newPullCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "pull MODEL",
+		Short: "Pull a model from a registry",
+		Long: `Pull an MLX checkpoint from the Hugging Face Hub into the Hugging Face cache.
+
+MODEL is org/name[:revision], hf.co/org/name, huggingface.co/org/name, or a built-in alias
+such as qwen3:0.6b. HF_ENDPOINT names another Hub, HF_TOKEN authenticates (gated or private
+repos), HF_HUB_CACHE or HF_HOME choose the cache. An interrupted pull resumes where it stopped.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r := newPullRenderer(cmd.ErrOrStderr(), args[0])
+			err := withModels(cmd.Context(), func(m modelService) error {
+				return m.Pull(cmd.Context(), &api.PullRequest{Model: args[0]}, r.event)
+			})
+			r.close(err == nil)
+			return err
+		},
+	}
+}
+
+// pullRenderer draws pull events: status lines, and one bar for the bytes of all files
+// (bytes, speed and ETA), since files download several at once.
+type pullRenderer struct {
+	w       io.Writer
+	model   string
+	bar     *progressbar.ProgressBar
+	files   map[string]int64 // digest -> total
+	done    map[string]int64 // digest -> completed
+	total   int64
+	start   time.Time
+	lastMsg string
+}
+
+func newPullRenderer(w io.Writer, model string) *pullRenderer {
+	return &pullRenderer{w: w, model: model, files: map[string]int64{}, done: map[string]int64{}, start: time.Now()}
+}
+
+func (r *pullRenderer) event(p api.ProgressResponse) error {
+	if p.Digest == "" {
+		r.finishBar()
+		if strings.HasPrefix(p.Status, "warning:") {
+			fmt.Fprintln(r.w, "Warning:"+strings.TrimPrefix(p.Status, "warning:"))
+		} else if p.Status != r.lastMsg {
+			fmt.Fprintln(r.w, p.Status)
+		}
+		r.lastMsg = p.Status
+		return nil
+	}
+	if _, ok := r.files[p.Digest]; !ok {
+		r.files[p.Digest] = p.Total
+		r.total += p.Total
+		if r.bar != nil {
+			r.bar.ChangeMax64(r.total)
+		}
+	}
+	r.done[p.Digest] = p.Completed
+	if r.bar == nil {
+		r.bar = progressbar.NewOptions64(r.total,
+			progressbar.OptionSetWriter(r.w),
+			progressbar.OptionSetDescription("pulling "+r.model),
+			progressbar.OptionShowBytes(true),
+			progressbar.OptionShowCount(),
+			progressbar.OptionShowTotalBytes(true),
+			progressbar.OptionSetPredictTime(true),
+			progressbar.OptionSetWidth(30),
+			progressbar.OptionThrottle(100*time.Millisecond),
+			progressbar.OptionSetRenderBlankState(true),
+		)
+	}
+	var sum int64
+	for _, c := range r.done {
+		sum += c
+	}
+	return r.bar.Set64(sum)
+}
+
+func (r *pullRenderer) finishBar() {
+	if r.bar != nil {
+		r.bar.Finish()
+		fmt.Fprintln(r.w)
+		r.bar = nil
+	}
+}
+
+// close ends the bar and, after a success, sums the pull up with humanized sizes.
+func (r *pullRenderer) close(ok bool) {
+	if r.bar != nil {
+		r.bar.Exit()
+		fmt.Fprintln(r.w)
+	}
+	if ok && r.total > 0 {
+		secs := time.Since(r.start).Seconds()
+		fmt.Fprintf(r.w, "%s: %s in %d files, %s at %s/s\n", r.model, humanize.Bytes(uint64(r.total)), len(r.files),
+			time.Since(r.start).Round(time.Millisecond), humanize.Bytes(uint64(float64(r.total)/max(secs, 1e-3))))
+	}
+}
