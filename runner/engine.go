@@ -1,0 +1,400 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/mlxg/mlxg/kvstore"
+	"github.com/mlxg/mlxg/runner/compute"
+	"github.com/mlxg/mlxg/runner/cpu"
+	"github.com/mlxg/mlxg/runner/model"
+	_ "github.com/mlxg/mlxg/runner/model/all" // every architecture
+	"github.com/mlxg/mlxg/runner/sample"
+	"github.com/mlxg/mlxg/runner/template"
+	"github.com/mlxg/mlxg/runner/tokenizer"
+)
+
+// LoadOptions say how to load a model.
+type LoadOptions struct {
+	// Backend runs the model; nil means the CPU backend with Threads goroutines
+	// (0: one per CPU).
+	Backend compute.Backend
+	Threads int
+	// KVCache makes a sequence's per-layer caches for a context of numCtx tokens; nil
+	// means full-attention fp16 caches (model.NewCaches). The KV policy plugs in here.
+	KVCache func(m *model.Model, numCtx int) ([]kvstore.Layer, error)
+	// Logger receives load and truncation messages; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// FP32Cache is a KVCache that keeps keys and values in float32 (reference tests).
+func FP32Cache(m *model.Model, _ int) ([]kvstore.Layer, error) { return m.NewCaches(true) }
+
+// Engine is a loaded model with its tokenizer and chat template, ready to generate.
+// Requests may run concurrently: each has its own caches and sampler.
+type Engine struct {
+	Dir       string
+	Model     *model.Model
+	Tokenizer *tokenizer.Tokenizer   // nil for a model loaded with LoadModel
+	Template  *template.ChatTemplate // nil when the checkpoint has no chat template
+	eos       []int32
+	kv        func(m *model.Model, numCtx int) ([]kvstore.Layer, error)
+	log       *slog.Logger
+}
+
+// Load loads the checkpoint in dir: weights, tokenizer and (when present) chat template.
+func Load(dir string, o LoadOptions) (*Engine, error) {
+	e, err := LoadModel(dir, o)
+	if err != nil {
+		return nil, err
+	}
+	if e.Tokenizer, err = tokenizer.Load(dir); err != nil {
+		e.Close()
+		return nil, fmt.Errorf("loading the tokenizer of %s: %w", dir, err)
+	}
+	if hasChatTemplate(dir) {
+		if e.Template, err = template.LoadChatTemplate(dir); err != nil {
+			e.Close()
+			return nil, fmt.Errorf("loading the chat template of %s: %w", dir, err)
+		}
+	}
+	e.eos = mergeIDs(e.eos, e.Tokenizer.EOS())
+	return e, nil
+}
+
+// hasChatTemplate reports whether dir ships a chat template (chat_template.jinja, or
+// a chat_template key in tokenizer_config.json), without parsing it.
+func hasChatTemplate(dir string) bool {
+	if _, err := os.Stat(filepath.Join(dir, "chat_template.jinja")); err == nil {
+		return true
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
+	return err == nil && bytes.Contains(raw, []byte(`"chat_template"`))
+}
+
+// LoadModel loads only the weights: the engine generates token ids (GenerateTokens)
+// but not text. Tests and benchmarks on tokenizer-less checkpoints use it.
+func LoadModel(dir string, o LoadOptions) (*Engine, error) {
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	backend := o.Backend
+	if backend == nil {
+		backend = cpu.New(o.Threads)
+	}
+	start := time.Now()
+	m, err := model.Load(dir, backend)
+	if err != nil {
+		return nil, err
+	}
+	kv := o.KVCache
+	if kv == nil {
+		kv = func(m *model.Model, _ int) ([]kvstore.Layer, error) { return m.NewCaches(false) }
+	}
+	log.Info("model loaded", "dir", dir, "type", m.Config.ModelType, "layers", m.Config.NumLayers,
+		"backend", backend.Name(), "weights", m.WeightBytes(), "took", time.Since(start).Round(time.Millisecond))
+	return &Engine{Dir: dir, Model: m, eos: m.Config.EOS, kv: kv, log: log}, nil
+}
+
+// Close releases the model.
+func (e *Engine) Close() error { return e.Model.Close() }
+
+// EOS returns the end-of-sequence ids: config.json and generation_config.json's
+// eos_token_id and the tokenizer's eos_token.
+func (e *Engine) EOS() []int32 { return slices.Clone(e.eos) }
+
+// Request is one generation: a chat (Messages, rendered with the model's chat
+// template) or a raw prompt used as it is.
+type Request struct {
+	Messages []template.Message
+	Tools    []any
+	// TemplateKwargs are extra chat-template variables, e.g. {"enable_thinking": false}.
+	TemplateKwargs map[string]any
+	// Prompt is used verbatim (the tokenizer adds BOS as its post-processor says)
+	// when Messages is empty.
+	Prompt  string
+	Options Options
+}
+
+// Result describes a finished generation.
+type Result struct {
+	Text            string  // everything passed to the callback
+	Tokens          []int32 // generated ids, EOS excluded
+	DoneReason      string  // "stop" (EOS or a stop string) or "length" (num_predict or num_ctx)
+	PromptTokens    int     // prompt tokens evaluated
+	PromptTruncated int     // prompt tokens dropped to fit num_ctx
+	MessagesDropped int     // chat messages dropped to fit num_ctx
+	PromptDuration  time.Duration
+	EvalCount       int // tokens generated
+	EvalDuration    time.Duration
+	TotalDuration   time.Duration
+}
+
+// PromptRate is prefill speed in tokens per second.
+func (r *Result) PromptRate() float64 { return rate(r.PromptTokens, r.PromptDuration) }
+
+// EvalRate is decode speed in tokens per second.
+func (r *Result) EvalRate() float64 { return rate(r.EvalCount, r.EvalDuration) }
+
+func rate(n int, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
+}
+
+// Generate runs a request, calling fn with text as it becomes final: text that may
+// still turn into a stop string is held back, and a stop string is never passed on.
+// If fn returns an error, generation stops with it. On cancellation it returns the
+// partial result and ctx.Err().
+func (e *Engine) Generate(ctx context.Context, req Request, fn func(text string) error) (*Result, error) {
+	if e.Tokenizer == nil {
+		return nil, errors.New("generate: the model was loaded without its tokenizer")
+	}
+	o := req.Options
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	numCtx := e.numCtx(o)
+	var prompt []int32
+	dropped := 0
+	if len(req.Messages) > 0 {
+		var err error
+		if prompt, dropped, err = e.chatPrompt(req, numCtx); err != nil {
+			return nil, err
+		}
+	} else {
+		prompt = e.Tokenizer.Encode(req.Prompt, true)
+	}
+	if len(prompt) == 0 {
+		return nil, errors.New("generate: the prompt is empty")
+	}
+
+	dec := e.Tokenizer.NewStreamDecoder(true)
+	stops := &stopFilter{stops: o.Stop}
+	var text []byte
+	send := func(s string) error {
+		if s == "" {
+			return nil
+		}
+		text = append(text, s...)
+		if fn != nil {
+			return fn(s)
+		}
+		return nil
+	}
+	hit := false
+	res, err := e.run(ctx, prompt, o, numCtx, func(id int32) (bool, error) {
+		var out string
+		out, hit = stops.push(dec.Add(id))
+		return hit, send(out)
+	})
+	if res == nil {
+		return nil, err
+	}
+	res.MessagesDropped = dropped
+	if !hit {
+		// Generation ended otherwise (EOS, length, error): what was held back is final,
+		// unless the decoder's last bytes complete a stop string.
+		out, last := stops.push(dec.Flush())
+		if !last {
+			out += stops.flush()
+		} else {
+			res.DoneReason = "stop"
+		}
+		if serr := send(out); err == nil {
+			err = serr
+		}
+	}
+	res.Text = string(text)
+	return res, err
+}
+
+// GenerateTokens generates from prompt ids, calling fn with each new id (EOS
+// excluded); fn may end generation by returning true. It needs no tokenizer, and
+// ignores o.Stop.
+func (e *Engine) GenerateTokens(ctx context.Context, prompt []int32, o Options, fn func(id int32) (stop bool, err error)) (*Result, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	if len(prompt) == 0 {
+		return nil, errors.New("generate: the prompt is empty")
+	}
+	return e.run(ctx, prompt, o, e.numCtx(o), fn)
+}
+
+// numCtx is num_ctx clamped to what the model was trained for.
+func (e *Engine) numCtx(o Options) int {
+	n := o.NumCtx
+	if max := e.Model.Config.MaxPositions; max > 0 && n > max {
+		e.log.Warn("requested context size too large for model", "num_ctx", n, "max_position_embeddings", max)
+		n = max
+	}
+	return n
+}
+
+// chatPrompt renders the messages and tokenizes them. When they do not fit in
+// numCtx, the oldest messages are dropped, as Ollama does: system messages and the
+// last message are always kept.
+func (e *Engine) chatPrompt(req Request, numCtx int) ([]int32, int, error) {
+	if e.Template == nil {
+		return nil, 0, fmt.Errorf("%s has no chat template: send a raw prompt instead", e.Dir)
+	}
+	render := func(start int) ([]int32, error) {
+		var msgs []template.Message
+		for _, m := range req.Messages[:start] {
+			if m["role"] == "system" {
+				msgs = append(msgs, m)
+			}
+		}
+		msgs = append(msgs, req.Messages[start:]...)
+		s, err := e.Template.Apply(msgs, template.Options{AddGenerationPrompt: true, Tools: req.Tools, Kwargs: req.TemplateKwargs})
+		if err != nil {
+			return nil, err
+		}
+		return e.Tokenizer.Encode(s, false), nil
+	}
+	ids, err := render(0)
+	if err != nil {
+		return nil, 0, err
+	}
+	last := len(req.Messages) - 1
+	if len(ids) <= numCtx || last == 0 {
+		return ids, 0, nil
+	}
+	// The smallest start that fits; the last message is kept even if nothing fits.
+	lo, hi := 1, last
+	for lo < hi {
+		mid := (lo + hi) / 2
+		t, err := render(mid)
+		if err != nil {
+			return nil, 0, err
+		}
+		if len(t) <= numCtx {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	dropped := 0
+	for _, m := range req.Messages[:lo] {
+		if m["role"] != "system" {
+			dropped++
+		}
+	}
+	e.log.Warn("truncating input messages which exceed context length", "truncated", dropped, "num_ctx", numCtx)
+	ids, err = render(lo)
+	return ids, dropped, err
+}
+
+// truncatePrompt fits a prompt into the context as Ollama's runner does: when it
+// fills the window, the first numKeep tokens stay and the oldest tokens after them
+// go, leaving the prompt at numKeep + (numCtx-numKeep)/2 tokens so that half the
+// window remains for the answer. numKeep is capped at half the window so the newest
+// tokens (the question) are never all dropped.
+func truncatePrompt(prompt []int32, numCtx, numKeep int) []int32 {
+	if len(prompt) < numCtx {
+		return prompt
+	}
+	numKeep = min(numKeep, numCtx/2)
+	limit := numKeep + (numCtx-numKeep)/2
+	out := slices.Clone(prompt[:numKeep])
+	return append(out, prompt[len(prompt)-(limit-numKeep):]...)
+}
+
+// run is the generation loop: chunked prefill, then sample, emit and decode one token
+// at a time. emit returns true to stop.
+func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int, emit func(id int32) (bool, error)) (*Result, error) {
+	start := time.Now()
+	res := &Result{}
+	if p := truncatePrompt(prompt, numCtx, o.NumKeep); len(p) < len(prompt) {
+		res.PromptTruncated = len(prompt) - len(p)
+		e.log.Warn("truncating input prompt", "limit", len(p), "prompt", len(prompt), "keep", min(o.NumKeep, numCtx/2), "new", len(p))
+		prompt = p
+	}
+	res.PromptTokens = len(prompt)
+	sampler, err := sample.New(o.sampling(numCtx))
+	if err != nil {
+		return nil, err
+	}
+	sampler.Accept(prompt...)
+	caches, err := e.kv(e.Model, numCtx)
+	if err != nil {
+		return nil, err
+	}
+
+	var logits []float32
+	for i := 0; i < len(prompt); i += o.NumBatch {
+		chunk := prompt[i:min(i+o.NumBatch, len(prompt))]
+		if logits, err = e.Model.Forward(ctx, chunk, caches, false); err != nil {
+			res.TotalDuration = time.Since(start)
+			return res, err
+		}
+	}
+	decodeStart := time.Now()
+	res.PromptDuration = decodeStart.Sub(start)
+	finish := func(reason string, err error) (*Result, error) {
+		res.DoneReason = reason
+		res.EvalCount = len(res.Tokens)
+		res.EvalDuration = time.Since(decodeStart)
+		res.TotalDuration = time.Since(start)
+		return res, err
+	}
+
+	isEOS := make(map[int32]bool, len(e.eos))
+	for _, id := range e.eos {
+		isEOS[id] = true
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return finish("", err)
+		}
+		if o.NumPredict >= 0 && len(res.Tokens) >= o.NumPredict {
+			return finish("length", nil)
+		}
+		id, err := sampler.Sample(logits)
+		if err != nil {
+			return finish("", err)
+		}
+		if isEOS[id] {
+			return finish("stop", nil)
+		}
+		sampler.Accept(id)
+		res.Tokens = append(res.Tokens, id)
+		stop, err := emit(id)
+		if err != nil {
+			return finish("", err)
+		}
+		if stop {
+			return finish("stop", nil)
+		}
+		if o.NumPredict >= 0 && len(res.Tokens) >= o.NumPredict {
+			return finish("length", nil)
+		}
+		if caches[0].Len() >= numCtx {
+			e.log.Warn("context window full, ending generation", "num_ctx", numCtx)
+			return finish("length", nil)
+		}
+		if logits, err = e.Model.Forward(ctx, []int32{id}, caches, false); err != nil {
+			return finish("", err)
+		}
+	}
+}
+
+func mergeIDs(a, b []int32) []int32 {
+	out := slices.Clone(a)
+	for _, id := range b {
+		if !slices.Contains(out, id) {
+			out = append(out, id)
+		}
+	}
+	return out
+}

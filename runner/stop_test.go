@@ -1,0 +1,109 @@
+package runner
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+// feed pushes the pieces one by one and returns what was emitted and whether a stop
+// string ended it.
+func feed(stops []string, pieces ...string) (string, bool) {
+	f := &stopFilter{stops: stops}
+	var out strings.Builder
+	for _, p := range pieces {
+		o, hit := f.push(p)
+		out.WriteString(o)
+		if hit {
+			return out.String(), true
+		}
+	}
+	out.WriteString(f.flush())
+	return out.String(), false
+}
+
+func TestStopFilter(t *testing.T) {
+	for _, tc := range []struct {
+		stops  []string
+		pieces []string
+		want   string
+		hit    bool
+	}{
+		{nil, []string{"a", "b"}, "ab", false},
+		{[]string{"STOP"}, []string{"hello ", "ST", "OP", " never"}, "hello ", true},
+		{[]string{"STOP"}, []string{"hello S", "T", "O", "P"}, "hello ", true},
+		{[]string{"STOP"}, []string{"ST", "ART"}, "START", false},                // a prefix that did not become a stop
+		{[]string{"STOP"}, []string{"xST"}, "xST", false},                        // held back, then flushed at the end
+		{[]string{"\n\n", "User:"}, []string{"a\n", "Use", "r: b"}, "a\n", true}, // the earliest of several
+		{[]string{"ab", "b"}, []string{"xab"}, "x", true},
+		{[]string{"ab", "b"}, []string{"xa", "b"}, "x", true},
+		{[]string{"éé"}, []string{"caf", "é", "é!"}, "caf", true},
+		{[]string{"<|im_end|>"}, []string{"ok<|im", "_end", "|>tail"}, "ok", true},
+	} {
+		got, hit := feed(tc.stops, tc.pieces...)
+		if got != tc.want || hit != tc.hit {
+			t.Errorf("stops %q, pieces %q: got %q (hit %v), want %q (hit %v)", tc.stops, tc.pieces, got, hit, tc.want, tc.hit)
+		}
+	}
+}
+
+// Emitted text never contains a stop string nor ends with a prefix of one that was
+// still possible, whatever the split.
+func TestStopFilterEverySplit(t *testing.T) {
+	text := "The answer is 42.\nQuestion: what next?"
+	stops := []string{"\nQuestion:", "never"}
+	for i := 1; i < len(text); i++ {
+		for j := i; j < len(text); j++ {
+			got, hit := feed(stops, text[:i], text[i:j], text[j:])
+			if got != "The answer is 42." || !hit {
+				t.Fatalf("split %d,%d: got %q hit %v", i, j, got, hit)
+			}
+		}
+	}
+	f := &stopFilter{stops: []string{"STOP"}}
+	for _, p := range []string{"a", "S", "T", "O"} {
+		out, _ := f.push(p)
+		if strings.HasSuffix(out, "S") || strings.Contains(out, "ST") {
+			t.Fatalf("emitted %q: part of a possible stop string", out)
+		}
+	}
+}
+
+func TestTruncatePrompt(t *testing.T) {
+	p := make([]int32, 100)
+	for i := range p {
+		p[i] = int32(i)
+	}
+	if got := truncatePrompt(p, 101, 4); len(got) != 100 {
+		t.Fatalf("a prompt that fits was cut to %d", len(got))
+	}
+	got := truncatePrompt(p, 40, 4)
+	// keep 4, then the newest (40-4)/2 = 18 tokens.
+	want := append([]int32{0, 1, 2, 3}, p[82:]...)
+	if !slices.Equal(got, want) {
+		t.Fatalf("truncated to %v, want %v", got, want)
+	}
+	// num_keep is capped at half the window: 5 kept, then the newest 2.
+	if got := truncatePrompt(p, 10, 50); !slices.Equal(got, []int32{0, 1, 2, 3, 4, 98, 99}) {
+		t.Fatalf("num_keep beyond num_ctx: %v", got)
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	if err := DefaultOptions().Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for name, f := range map[string]func(*Options){
+		"num_ctx":       func(o *Options) { o.NumCtx = 0 },
+		"num_batch":     func(o *Options) { o.NumBatch = -1 },
+		"num_predict":   func(o *Options) { o.NumPredict = -3 },
+		"repeat_last_n": func(o *Options) { o.RepeatLastN = -2 },
+		"stop":          func(o *Options) { o.Stop = []string{""} },
+	} {
+		o := DefaultOptions()
+		f(&o)
+		if err := o.Validate(); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("bad %s: error %v", name, err)
+		}
+	}
+}
