@@ -158,3 +158,54 @@ func TestImportRejectsNonCheckpoint(t *testing.T) {
 		t.Fatalf("import without safetensors: %v", err)
 	}
 }
+
+// A snapshot laid out by huggingface_hub (no mlxg state at all) is listed, resolved and removable.
+func TestForeignCacheEntry(t *testing.T) {
+	s := testStore(t)
+	repo := filepath.Join(s.HubCache, "models--mlx-community--Other-4bit")
+	commit := strings.Repeat("ab", 20)
+	writeFiles(t, filepath.Join(repo, "blobs"), map[string]string{"c0ffee": `{"model_type":"llama"}`, strings.Repeat("e", 64): "weights"})
+	writeFiles(t, filepath.Join(repo, "refs"), map[string]string{"main": commit})
+	snap := filepath.Join(repo, "snapshots", commit)
+	os.MkdirAll(snap, 0o755)
+	os.Symlink("../../blobs/c0ffee", filepath.Join(snap, "config.json"))
+	os.Symlink("../../blobs/"+strings.Repeat("e", 64), filepath.Join(snap, "model.safetensors"))
+	// A second snapshot, downloaded by commit only, and a repo that is not a checkpoint.
+	other := strings.Repeat("cd", 20)
+	os.MkdirAll(filepath.Join(repo, "snapshots", other), 0o755)
+	os.Symlink("../../blobs/c0ffee", filepath.Join(repo, "snapshots", other, "config.json"))
+	os.Symlink("../../blobs/"+strings.Repeat("e", 64), filepath.Join(repo, "snapshots", other, "model.safetensors"))
+	writeFiles(t, filepath.Join(s.HubCache, "models--org--bert", "snapshots", commit), map[string]string{"pytorch_model.bin": "x"})
+
+	list, err := s.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 2 || list[0].Commit == list[1].Commit {
+		t.Fatalf("list = %+v", list)
+	}
+	for _, m := range list {
+		if m.Size != int64(len(`{"model_type":"llama"}`)+len("weights")) || m.Modified.IsZero() {
+			t.Errorf("entry %+v", m)
+		}
+		if m.Name != "mlx-community/Other-4bit" && m.Name != "mlx-community/Other-4bit:"+other {
+			t.Errorf("name %q", m.Name)
+		}
+	}
+	m, err := s.Resolve(mustParse(t, "mlx-community/Other-4bit"))
+	if err != nil || m.Commit != commit || m.Dir != snap {
+		t.Fatalf("resolve: %+v, %v", m, err)
+	}
+	// rm of main keeps the blobs the other snapshot still links to.
+	r, err := s.Remove(context.Background(), mustParse(t, "mlx-community/Other-4bit"))
+	if err != nil || len(r.Snapshots) != 1 || r.Blobs != 0 {
+		t.Fatalf("rm main: %+v, %v", r, err)
+	}
+	r, err = s.Remove(context.Background(), mustParse(t, "mlx-community/Other-4bit:"+other))
+	if err != nil || r.Blobs != 2 {
+		t.Fatalf("rm by commit: %+v, %v", r, err)
+	}
+	if _, err := os.Stat(repo); !os.IsNotExist(err) {
+		t.Errorf("repo folder left: %v", err)
+	}
+}

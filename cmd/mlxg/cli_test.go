@@ -199,6 +199,10 @@ func TestCLIErrors(t *testing.T) {
 func TestCLIUsesServer(t *testing.T) {
 	cliEnv(t)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/api/version" {
+			w.Write([]byte(`{"version":"9.9.9"}`))
+			return
+		}
 		if r.URL.Path != "/api/tags" {
 			http.NotFound(w, r)
 			return
@@ -207,7 +211,15 @@ func TestCLIUsesServer(t *testing.T) {
 			"size": 1000, "digest": "0123456789abcdef0123", "modified_at": time.Now()}}})
 	}))
 	defer srv.Close()
+	out, _, _ := mlxg(t, "version")
+	if !strings.Contains(out, "could not connect") || !strings.Contains(out, "client version is "+version) {
+		t.Errorf("version without a server: %q", out)
+	}
 	t.Setenv("MLXG_HOST", srv.URL)
+	out, _, _ = mlxg(t, "version")
+	if !strings.Contains(out, "mlxg version is 9.9.9") || !strings.Contains(out, "client version is "+version) {
+		t.Errorf("version with a server: %q", out)
+	}
 	out, _, err := mlxg(t, "list")
 	if err != nil || !strings.Contains(out, "from-server:latest") || !strings.Contains(out, "0123456789ab ") {
 		t.Errorf("list through a server: %q, %v", out, err)

@@ -2,10 +2,16 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/mlxg/mlxg/api"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -35,16 +41,39 @@ func newVersionCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
 		Short: "Show version information",
+		Long:  "Show the version of the running server (at MLXG_HOST or OLLAMA_HOST) and of this client, as ollama -v does.",
 		Args:  cobra.NoArgs,
-		Run: func(cmd *cobra.Command, args []string) {
-			fmt.Fprintf(cmd.OutOrStdout(), "mlxg version is %s\n", version)
+		RunE: func(cmd *cobra.Command, args []string) error {
+			out := cmd.OutOrStdout()
+			c, err := api.ClientFromEnvironment()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Second)
+			defer cancel()
+			server, err := c.Version(ctx)
+			switch {
+			case err != nil:
+				fmt.Fprintf(out, "Warning: could not connect to a running mlxg server at %s\n", c.Base())
+				fmt.Fprintf(out, "Warning: client version is %s\n", version)
+			case server != version:
+				fmt.Fprintf(out, "mlxg version is %s\n", server)
+				fmt.Fprintf(out, "Warning: client version is %s\n", version)
+			default:
+				fmt.Fprintf(out, "mlxg version is %s\n", version)
+			}
+			return nil
 		},
 	}
 }
 
 func main() {
-	if err := newRootCmd().Execute(); err != nil {
+	// Ctrl-C cancels the command's context: a pull stops cleanly, keeping its partial files for the next one.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := newRootCmd().ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "Error:", err)
+		stop()
 		os.Exit(1)
 	}
 }
