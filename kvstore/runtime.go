@@ -1,0 +1,67 @@
+package kvstore
+
+import (
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/mlxg/mlxg/kvstore/sysmem"
+)
+
+// Policy applies Choose with a fresh memory reading on every call, so the scheduler can
+// ask on each load and each new sequence: under warn new sequences get tighter specs
+// and a smaller prefix budget, under critical new loads are refused. It logs a model's
+// plan whenever it changes. Safe for concurrent use.
+type Policy struct {
+	Options Options
+	Sensor  sysmem.Sensor // nil: sysmem.System()
+	Log     *slog.Logger  // nil: slog.Default()
+
+	mu   sync.Mutex
+	last map[string]string
+}
+
+// Plan reads memory and chooses for the model known as key (its directory, say).
+// loaded says its weights are already resident.
+func (p *Policy) Plan(key string, m ModelShape, numCtx int, loaded bool) (Plan, error) {
+	sensor := p.Sensor
+	if sensor == nil {
+		sensor = sysmem.System()
+	}
+	mem, err := sensor.Read()
+	if err != nil {
+		return Plan{}, fmt.Errorf("reading memory for the KV-cache policy: %w", err)
+	}
+	plan, err := Choose(PolicyInput{Model: m, NumCtx: numCtx, Memory: mem, Options: p.Options, Loaded: loaded})
+	if err != nil {
+		return Plan{}, err
+	}
+	log := p.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	summary := fmt.Sprintf("%s|%d|%v", plan.Layout, plan.Context, mem.Pressure)
+	p.mu.Lock()
+	changed := p.last[key] != summary
+	if changed {
+		if p.last == nil {
+			p.last = map[string]string{}
+		}
+		p.last[key] = summary
+	}
+	p.mu.Unlock()
+	if changed {
+		plan.Log(log.With("model", key))
+	}
+	return plan, nil
+}
+
+// Caches plans for a new sequence of a loaded model and makes its caches.
+func (p *Policy) Caches(key string, m ModelShape, numCtx int) ([]Layer, Plan, error) {
+	plan, err := p.Plan(key, m, numCtx, true)
+	if err != nil {
+		return nil, Plan{}, err
+	}
+	caches, err := NewCaches(m, plan.Layout)
+	return caches, plan, err
+}

@@ -1,0 +1,63 @@
+package kvstore
+
+import (
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/mlxg/mlxg/kvstore/sysmem"
+)
+
+// changing is a Sensor whose reading a test changes between calls.
+type changing struct{ info sysmem.Info }
+
+func (c *changing) Read() (sysmem.Info, error) { return c.info, nil }
+
+type failing struct{}
+
+func (failing) Read() (sysmem.Info, error) { return sysmem.Info{}, errors.New("no /proc") }
+
+func TestPolicyFollowsPressure(t *testing.T) {
+	var logs strings.Builder
+	sensor := &changing{mem(64*gib, 40*gib, sysmem.Normal)}
+	p := &Policy{Sensor: sensor, Log: slog.New(slog.NewTextHandler(&logs, nil))}
+	m := qwen3_8b()
+
+	if _, err := p.Plan("m", m, 8192, false); err != nil {
+		t.Fatal(err)
+	}
+	caches, plan, err := p.Caches("m", m, 8192)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(caches) != 36 || caches[0].(*Quantized).Spec() != (Spec{K: AffineFormat(8, 64), V: AffineFormat(8, 32)}) ||
+		caches[10].(*Quantized).Spec() != plan.Layout.Base || plan.Layout.Base.V.Bits != 4 {
+		t.Fatalf("normal: %v", plan.Layout)
+	}
+	if n := strings.Count(logs.String(), "kv policy"); n != 1 {
+		t.Errorf("an unchanged plan logged %d times:\n%s", n, logs.String())
+	}
+
+	sensor.info.Pressure = sysmem.Warn
+	_, plan, err = p.Caches("m", m, 8192)
+	if err != nil || plan.Layout.Base.K.Bits != 4 {
+		t.Fatalf("warn: %v, %v", plan.Layout, err)
+	}
+	if !strings.Contains(logs.String(), "pressure=warn") {
+		t.Errorf("the change was not logged:\n%s", logs.String())
+	}
+
+	sensor.info.Pressure = sysmem.Critical
+	if _, err := p.Plan("other", m, 8192, false); err == nil || !strings.Contains(err.Error(), "critical") {
+		t.Errorf("critical load: %v", err)
+	}
+	if _, plan, err = p.Caches("m", m, 8192); err != nil || plan.PrefixBudget != 0 || plan.Layout.BoundaryLayers != 0 {
+		t.Errorf("critical, new sequence of a loaded model: %v prefix %d, %v", plan.Layout, plan.PrefixBudget, err)
+	}
+
+	p.Sensor = failing{}
+	if _, err := p.Plan("m", m, 8192, true); err == nil || !strings.Contains(err.Error(), "no /proc") {
+		t.Errorf("sensor failure: %v", err)
+	}
+}
