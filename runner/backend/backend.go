@@ -1,0 +1,89 @@
+// Package backend chooses the compute backend at start-up: Metal (MLX through libmlxc,
+// package metal) on macOS on Apple Silicon when the library loads and reports a GPU,
+// otherwise the pure-Go CPU backend, and says why in one log line. MLXG_BACKEND=cpu or
+// MLXG_BACKEND=metal forces one; forcing metal fails, with the reason, where it cannot run.
+package backend
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/mlxg/mlxg/metal"
+	"github.com/mlxg/mlxg/runner/compute"
+	"github.com/mlxg/mlxg/runner/cpu"
+)
+
+// Env names the variable that forces a backend.
+const Env = "MLXG_BACKEND"
+
+// Choice is the backend chosen and why.
+type Choice struct {
+	Backend compute.Backend
+	Kind    string // "metal" or "cpu"
+	Reason  string // for the log: why this one
+}
+
+// Options are what Select reads; the zero value means the real environment.
+type Options struct {
+	Getenv  func(string) string               // os.Getenv when nil
+	Threads int                               // CPU backend goroutines; <= 0 means all cores
+	Metal   func() (compute.Backend, error)   // opens the Metal backend; OpenMetal when nil
+	CPU     func(threads int) compute.Backend // cpu.New when nil
+	Logger  *slog.Logger                      // slog.Default() when nil
+}
+
+// OpenMetal loads libmlxc and starts the Metal backend on it.
+func OpenMetal() (compute.Backend, error) {
+	lib, err := metal.Open()
+	if err != nil {
+		return nil, err
+	}
+	return metal.NewBackend(lib)
+}
+
+// Select picks the backend and logs the choice with its reason.
+func Select(o Options) (Choice, error) {
+	getenv, openMetal, newCPU, log := o.Getenv, o.Metal, o.CPU, o.Logger
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	if openMetal == nil {
+		openMetal = OpenMetal
+	}
+	if newCPU == nil {
+		newCPU = func(n int) compute.Backend { return cpu.New(n) }
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	forced := strings.ToLower(strings.TrimSpace(getenv(Env)))
+	var c Choice
+	switch forced {
+	case "cpu":
+		c = Choice{Backend: newCPU(o.Threads), Kind: "cpu", Reason: Env + "=cpu"}
+	case "metal":
+		b, err := openMetal()
+		if err != nil {
+			return Choice{}, fmt.Errorf("%s=metal, but the Metal backend cannot run: %w", Env, err)
+		}
+		c = Choice{Backend: b, Kind: "metal", Reason: Env + "=metal"}
+	case "":
+		b, err := openMetal()
+		if err == nil {
+			c = Choice{Backend: b, Kind: "metal", Reason: "libmlxc loaded and MLX reports a Metal GPU"}
+			break
+		}
+		c = Choice{Backend: newCPU(o.Threads), Kind: "cpu", Reason: oneLine(err)}
+	default:
+		return Choice{}, fmt.Errorf("%s=%q: want cpu or metal (or unset to choose automatically)", Env, getenv(Env))
+	}
+	log.Info("compute backend", "backend", c.Backend.Name(), "why", c.Reason)
+	return c, nil
+}
+
+// oneLine folds a multi-line error (the libraries looked for) into one log value.
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", ";")), " ")
+}

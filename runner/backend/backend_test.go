@@ -1,0 +1,137 @@
+package backend
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/mlxg/mlxg/metal"
+	"github.com/mlxg/mlxg/runner/compute"
+	"github.com/mlxg/mlxg/runner/cpu"
+	_ "github.com/mlxg/mlxg/runner/model/all"
+)
+
+// fakeGPU stands in for an available Metal backend.
+type fakeGPU struct{ compute.Backend }
+
+func (fakeGPU) Name() string { return "metal (fake)" }
+
+func selectWith(t *testing.T, env string, metalErr error) (Choice, string, error) {
+	t.Helper()
+	var logs bytes.Buffer
+	c, err := Select(Options{
+		Getenv: func(k string) string {
+			if k == Env {
+				return env
+			}
+			return ""
+		},
+		Threads: 2,
+		Metal: func() (compute.Backend, error) {
+			if metalErr != nil {
+				return nil, metalErr
+			}
+			return fakeGPU{cpu.New(1)}, nil
+		},
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	})
+	return c, logs.String(), err
+}
+
+func TestSelect(t *testing.T) {
+	unavailable := &metal.UnavailableError{Reason: metal.ErrUnsupportedPlatform,
+		Tried: []metal.Attempt{{Path: "/opt/homebrew/lib/libmlxc.dylib", Err: errors.New("not found")}}}
+
+	c, logs, err := selectWith(t, "", nil)
+	if err != nil || c.Kind != "metal" || !strings.Contains(logs, `backend="metal (fake)"`) || !strings.Contains(logs, "libmlxc loaded") {
+		t.Errorf("automatic with Metal: %+v %v\n%s", c, err, logs)
+	}
+	c, logs, err = selectWith(t, "", unavailable)
+	if err != nil || c.Kind != "cpu" || !strings.Contains(logs, "Metal is only available on macOS on Apple Silicon") ||
+		!strings.Contains(logs, "/opt/homebrew/lib/libmlxc.dylib: not found") || strings.Count(logs, "\n") != 1 {
+		t.Errorf("automatic without Metal: %+v %v\n%s", c, err, logs)
+	}
+	c, logs, err = selectWith(t, "cpu", nil)
+	if err != nil || c.Kind != "cpu" || c.Backend.Name() != "cpu (2 threads)" || !strings.Contains(logs, "MLXG_BACKEND=cpu") {
+		t.Errorf("forced cpu: %+v %v\n%s", c, err, logs)
+	}
+	c, _, err = selectWith(t, "METAL", nil)
+	if err != nil || c.Kind != "metal" {
+		t.Errorf("forced metal: %+v %v", c, err)
+	}
+	_, _, err = selectWith(t, "metal", unavailable)
+	if err == nil || !strings.Contains(err.Error(), "MLXG_BACKEND=metal, but the Metal backend cannot run") || !errors.Is(err, metal.ErrUnsupportedPlatform) {
+		t.Errorf("forced metal without it: %v", err)
+	}
+	_, _, err = selectWith(t, "cuda", nil)
+	if err == nil || !strings.Contains(err.Error(), `"cuda": want cpu or metal`) {
+		t.Errorf("unknown backend: %v", err)
+	}
+}
+
+func TestCPUPassesEveryOpCheck(t *testing.T) {
+	b := cpu.New(2)
+	res, err := CheckOps(b, b, TolCPU, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) < 30 {
+		t.Fatalf("only %d checks ran", len(res))
+	}
+	for _, r := range res {
+		if r.Against != "reference" {
+			t.Errorf("%s compared with %s: the reference backend is not compared with itself", r.Check, r.Against)
+		}
+		if !r.OK() {
+			t.Errorf("%s on %s: relative error %.3g (tolerance %.0e), %v", r.Check, r.Backend, r.RelErr, r.Tol, r.Err)
+		}
+	}
+}
+
+// skewed is the CPU backend with a wrong SwiGLU, as a broken backend would have.
+type skewed struct{ *cpu.Backend }
+
+func (s skewed) Name() string { return "skewed" }
+func (s skewed) NewContext() compute.Context {
+	return skewedCtx{s.Backend.NewContext()}
+}
+
+type skewedCtx struct{ compute.Context }
+
+func (c skewedCtx) SwiGLU(g, u compute.Tensor) compute.Tensor { return c.Mul(g, u) }
+
+func TestChecksCatchAWrongKernel(t *testing.T) {
+	ref := cpu.New(2)
+	res, err := CheckOps(skewed{cpu.New(2)}, ref, TolGPU, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := map[string]bool{}
+	for _, r := range res {
+		if !r.OK() {
+			failed[r.Check+" vs "+r.Against] = true
+		}
+	}
+	if !failed["SwiGLU vs reference"] || !failed["SwiGLU vs "+ref.Name()] || len(failed) != 2 {
+		t.Fatalf("failed checks %v, want exactly SwiGLU against the reference and the CPU", failed)
+	}
+}
+
+func TestCheckModelOnCPU(t *testing.T) {
+	dir := t.TempDir()
+	if err := TinyModel(dir, 3); err != nil {
+		t.Fatal(err)
+	}
+	b := cpu.New(2)
+	res := CheckModel(dir, b, b, TolCPU)
+	if len(res) != 1 || !res[0].OK() {
+		t.Fatalf("%+v", res)
+	}
+	// Against a different backend, the logits are compared too.
+	res = CheckModel(dir, skewed{cpu.New(2)}, b, TolCPU)
+	if len(res) != 2 || res[1].Against != b.Name() || res[1].OK() {
+		t.Fatalf("a wrong SwiGLU passed the logits check: %+v", res)
+	}
+}

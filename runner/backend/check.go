@@ -1,0 +1,583 @@
+package backend
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+
+	"github.com/mlxg/mlxg/internal/half"
+	"github.com/mlxg/mlxg/internal/quant"
+	"github.com/mlxg/mlxg/kvstore"
+	"github.com/mlxg/mlxg/registry/randmodel"
+	"github.com/mlxg/mlxg/registry/safetensors"
+	"github.com/mlxg/mlxg/runner/compute"
+	"github.com/mlxg/mlxg/runner/model"
+)
+
+// Result is one check of one backend: the largest absolute difference from the
+// reference, relative to the reference's largest magnitude.
+type Result struct {
+	Check   string // e.g. "Linear affine 4-bit g64"
+	Backend string
+	Against string  // "reference" (plain Go kernels in this file) or the CPU backend's name
+	RelErr  float64 // max|got-want| / max|want|
+	Tol     float64
+	Err     error
+}
+
+// OK reports whether the check ran and stayed within its tolerance.
+func (r Result) OK() bool { return r.Err == nil && r.RelErr <= r.Tol }
+
+// Tolerances: the CPU backend computes in float32 like the references; a GPU backend
+// runs products with fp16/bf16 activations, as MLX does.
+const (
+	TolCPU = 1e-4
+	TolGPU = 3e-2
+)
+
+func relErr(got, want []float32) (float64, error) {
+	if len(got) != len(want) {
+		return 0, fmt.Errorf("%d values, want %d", len(got), len(want))
+	}
+	var diff, scale float64
+	for i := range want {
+		g, w := float64(got[i]), float64(want[i])
+		if math.IsNaN(g) || math.IsInf(g, 0) {
+			return 0, fmt.Errorf("value %d is %v", i, g)
+		}
+		diff, scale = max(diff, math.Abs(g-w)), max(scale, math.Abs(w))
+	}
+	if scale == 0 {
+		return diff, nil
+	}
+	return diff / scale, nil
+}
+
+// source is an in-memory compute.Source.
+type source map[string]*safetensors.Tensor
+
+func (s source) Tensor(name string) (*safetensors.Tensor, bool) { t, ok := s[name]; return t, ok }
+
+func (s source) put(name string, dt safetensors.DType, shape []int, data []byte) {
+	s[name] = &safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: name, DType: dt, Shape: shape, End: int64(len(data))}, Data: data}
+}
+
+func (s source) floats(name string, dt safetensors.DType, shape []int, x []float32) {
+	b := make([]byte, len(x)*dt.Size())
+	for i, v := range x {
+		switch dt {
+		case safetensors.F32:
+			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
+		case safetensors.F16:
+			binary.LittleEndian.PutUint16(b[2*i:], half.F32ToF16(v))
+		case safetensors.BF16:
+			binary.LittleEndian.PutUint16(b[2*i:], half.F32ToBF16(v))
+		}
+	}
+	s.put(name, dt, shape, b)
+}
+
+func (s source) words(name string, shape []int, x []uint32) {
+	b := make([]byte, 4*len(x))
+	for i, v := range x {
+		binary.LittleEndian.PutUint32(b[4*i:], v)
+	}
+	s.put(name, safetensors.U32, shape, b)
+}
+
+// stored is x as the backend will read it back from dt.
+func stored(x []float32, dt safetensors.DType) []float32 {
+	out := make([]float32, len(x))
+	for i, v := range x {
+		switch dt {
+		case safetensors.F16:
+			v = half.F16ToF32(half.F32ToF16(v))
+		case safetensors.BF16:
+			v = half.BF16ToF32(half.F32ToBF16(v))
+		}
+		out[i] = v
+	}
+	return out
+}
+
+func randn(r *rand.Rand, n int, scale float32) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(r.NormFloat64()) * scale
+	}
+	return x
+}
+
+// matrix adds a random out×in weight under prefix in the format q (float in dt when q
+// is zero) and returns the matrix the backend should compute with.
+func (s source) matrix(r *rand.Rand, prefix string, out, in int, dt safetensors.DType, q compute.Quant) ([]float32, error) {
+	w := randn(r, out*in, 0.1)
+	switch {
+	case !q.Quantized():
+		s.floats(prefix+".weight", dt, []int{out, in}, w)
+		return stored(w, dt), nil
+	case q.Mode == quant.Affine:
+		packed, scales, biases, err := quant.Quantize(w, out, in, q.Bits, q.GroupSize)
+		if err != nil {
+			return nil, err
+		}
+		scales, biases = stored(scales, dt), stored(biases, dt)
+		s.words(prefix+".weight", []int{out, quant.Words(in, q.Bits)}, packed)
+		s.floats(prefix+".scales", dt, []int{out, in / q.GroupSize}, scales)
+		s.floats(prefix+".biases", dt, []int{out, in / q.GroupSize}, biases)
+		return quant.Dequantize(packed, scales, biases, out, in, q.Bits, q.GroupSize)
+	default: // a float mode: random codes and scales near 1
+		packed := make([]uint32, out*quant.Words(in, q.Bits))
+		for i := range packed {
+			packed[i] = r.Uint32()
+		}
+		scales := make([]uint8, out*in/q.GroupSize)
+		for i := range scales {
+			scales[i] = uint8(124 + r.IntN(4)) // E8M0 exponents 2^-3..2^0
+			if q.Mode == quant.NVFP4 {
+				scales[i] = uint8(0x30 + r.IntN(8)) // small positive E4M3 values
+			}
+		}
+		s.words(prefix+".weight", []int{out, quant.Words(in, q.Bits)}, packed)
+		s.put(prefix+".scales", safetensors.U8, []int{out, in / q.GroupSize}, scales)
+		return quant.DequantizeFP(q.Mode, packed, scales, out, in)
+	}
+}
+
+// opCase is one operation run on a backend; want is its plain reference.
+type opCase struct {
+	name string
+	run  func(b compute.Backend) ([]float32, error)
+	want []float32
+}
+
+// run evaluates one op in a fresh context.
+func run(b compute.Backend, op func(c compute.Context) compute.Tensor) ([]float32, error) {
+	c := b.NewContext()
+	defer c.Close()
+	t := op(c)
+	if err := c.Err(); err != nil {
+		return nil, err
+	}
+	return c.Float32s(t)
+}
+
+func opCases(seed uint64) ([]opCase, error) {
+	r := rand.New(rand.NewPCG(seed, 0x6d6c7867))
+	src := source{}
+	var cases []opCase
+	const T, in, out = 3, 128, 48
+
+	// Inputs come in through Embed of a float32 "feed" matrix: rows of arbitrary values.
+	feed := randn(r, 2*T*in, 1)
+	src.floats("feed.weight", safetensors.F32, []int{2 * T, in}, feed)
+	x, y := feed[:T*in], feed[T*in:]
+	feeds := map[compute.Backend]compute.Weight{}
+	prep := func(b compute.Backend) error {
+		if _, ok := feeds[b]; ok {
+			return nil
+		}
+		w, err := b.Weight(src, "feed", compute.Quant{})
+		feeds[b] = w
+		return err
+	}
+	// rowsOf is rows first..first+n-1 of the feed (call prep first).
+	rowsOf := func(b compute.Backend, c compute.Context, first, n int) compute.Tensor {
+		ids := make([]int32, n)
+		for i := range ids {
+			ids[i] = int32(first + i)
+		}
+		return c.Embed(feeds[b], ids)
+	}
+
+	// Embed and Linear over each weight format.
+	formats := []struct {
+		name string
+		dt   safetensors.DType
+		q    compute.Quant
+	}{
+		{"f32", safetensors.F32, compute.Quant{}},
+		{"f16", safetensors.F16, compute.Quant{}},
+		{"bf16", safetensors.BF16, compute.Quant{}},
+		{"affine 4-bit g64", safetensors.F16, compute.Quant{Mode: quant.Affine, Bits: 4, GroupSize: 64}},
+		{"affine 8-bit g32", safetensors.BF16, compute.Quant{Mode: quant.Affine, Bits: 8, GroupSize: 32}},
+		{"affine 3-bit g32", safetensors.F16, compute.Quant{Mode: quant.Affine, Bits: 3, GroupSize: 32}},
+		{"affine 6-bit g128", safetensors.F16, compute.Quant{Mode: quant.Affine, Bits: 6, GroupSize: 128}},
+		{"mxfp4", "", compute.Quant{Mode: quant.MXFP4, Bits: 4, GroupSize: 32}},
+		{"mxfp8", "", compute.Quant{Mode: quant.MXFP8, Bits: 8, GroupSize: 32}},
+		{"nvfp4", "", compute.Quant{Mode: quant.NVFP4, Bits: 4, GroupSize: 16}},
+	}
+	for _, f := range formats {
+		prefix := "w." + f.name
+		w, err := src.matrix(r, prefix, out, in, f.dt, f.q)
+		if err != nil {
+			return nil, fmt.Errorf("making %s weights: %w", f.name, err)
+		}
+		bias := randn(r, out, 0.5)
+		if f.dt == safetensors.F32 {
+			src.floats(prefix+".bias", safetensors.F32, []int{out}, bias)
+		}
+		tokens := []int32{5, 0, int32(out - 1), 17}
+		wantEmbed := make([]float32, 0, len(tokens)*in)
+		for _, id := range tokens {
+			wantEmbed = append(wantEmbed, w[int(id)*in:(int(id)+1)*in]...)
+		}
+		wantLinear := make([]float32, T*out)
+		for t := 0; t < T; t++ {
+			for o := 0; o < out; o++ {
+				var acc float64
+				for i := 0; i < in; i++ {
+					acc += float64(x[t*in+i]) * float64(w[o*in+i])
+				}
+				if f.dt == safetensors.F32 {
+					acc += float64(bias[o])
+				}
+				wantLinear[t*out+o] = float32(acc)
+			}
+		}
+		q := f.q
+		cases = append(cases,
+			opCase{"Embed " + f.name, func(b compute.Backend) ([]float32, error) {
+				wb, err := b.Weight(src, prefix, q)
+				if err != nil {
+					return nil, err
+				}
+				return run(b, func(c compute.Context) compute.Tensor { return c.Embed(wb, tokens) })
+			}, wantEmbed},
+			opCase{"Linear " + f.name, func(b compute.Backend) ([]float32, error) {
+				wb, err := b.Weight(src, prefix, q)
+				if err != nil {
+					return nil, err
+				}
+				if err := prep(b); err != nil {
+					return nil, err
+				}
+				return run(b, func(c compute.Context) compute.Tensor { return c.Linear(rowsOf(b, c, 0, T), wb) })
+			}, wantLinear})
+	}
+
+	// RMSNorm.
+	norm := randn(r, in, 1)
+	src.floats("norm", safetensors.BF16, []int{in}, norm)
+	norm = stored(norm, safetensors.BF16)
+	const eps = 1e-5
+	wantNorm := make([]float32, T*in)
+	for t := 0; t < T; t++ {
+		row := x[t*in : (t+1)*in]
+		var ss float64
+		for _, v := range row {
+			ss += float64(v) * float64(v)
+		}
+		inv := 1 / math.Sqrt(ss/float64(in)+eps)
+		for i, v := range row {
+			wantNorm[t*in+i] = float32(float64(v) * inv * float64(norm[i]))
+		}
+	}
+	cases = append(cases, opCase{"RMSNorm", func(b compute.Backend) ([]float32, error) {
+		v, err := b.Vector(src, "norm")
+		if err != nil {
+			return nil, err
+		}
+		if err := prep(b); err != nil {
+			return nil, err
+		}
+		return run(b, func(c compute.Context) compute.Tensor { return c.RMSNorm(rowsOf(b, c, 0, T), v, eps) })
+	}, wantNorm})
+
+	// RoPE: plain, partial rotary, yarn (which scales cos and sin).
+	const headDim, offset = 32, 7
+	for _, rc := range []struct {
+		name string
+		dims int
+		s    compute.RoPEScaling
+	}{
+		{"RoPE", headDim, compute.RoPEScaling{}},
+		{"RoPE partial", headDim / 2, compute.RoPEScaling{}},
+		{"RoPE yarn", headDim, compute.RoPEScaling{Type: "yarn", Factor: 4, OriginalMaxPositions: 64}},
+	} {
+		rope, err := compute.NewRoPE(rc.dims, 10000, rc.s, 256)
+		if err != nil {
+			return nil, err
+		}
+		want := slices.Clone(x)
+		half := rc.dims / 2
+		for t := 0; t < T; t++ {
+			for h := 0; h < in/headDim; h++ {
+				row := want[t*in+h*headDim : t*in+(h+1)*headDim]
+				orig := slices.Clone(row)
+				for j := 0; j < half; j++ {
+					cos, sin := rope.CosSin(offset+t, j)
+					row[j] = orig[j]*cos - orig[j+half]*sin
+					row[j+half] = orig[j+half]*cos + orig[j]*sin
+				}
+			}
+		}
+		cases = append(cases, opCase{rc.name, func(b compute.Backend) ([]float32, error) {
+			if err := prep(b); err != nil {
+				return nil, err
+			}
+			return run(b, func(c compute.Context) compute.Tensor { return c.RoPE(rowsOf(b, c, 0, T), rope, headDim, offset) })
+		}, want})
+	}
+
+	// Elementwise ops and views.
+	swiglu, add, mul := make([]float32, T*in), make([]float32, T*in), make([]float32, T*in)
+	for i := range swiglu {
+		a, b := float64(x[i]), float64(y[i])
+		swiglu[i] = float32(a / (1 + math.Exp(-a)) * b)
+		add[i], mul[i] = float32(a+b), float32(a*b)
+	}
+	two := func(name string, want []float32, op func(c compute.Context, a, b compute.Tensor) compute.Tensor) opCase {
+		return opCase{name, func(b compute.Backend) ([]float32, error) {
+			if err := prep(b); err != nil {
+				return nil, err
+			}
+			return run(b, func(c compute.Context) compute.Tensor { return op(c, rowsOf(b, c, 0, T), rowsOf(b, c, T, T)) })
+		}, want}
+	}
+	cases = append(cases,
+		two("SwiGLU", swiglu, compute.Context.SwiGLU),
+		two("Add", add, compute.Context.Add),
+		two("Mul", mul, compute.Context.Mul),
+		opCase{"Rows+Reshape", func(b compute.Backend) ([]float32, error) {
+			if err := prep(b); err != nil {
+				return nil, err
+			}
+			return run(b, func(c compute.Context) compute.Tensor {
+				return c.Reshape(c.Rows(rowsOf(b, c, 0, T), 1, 2), 2*in/headDim, headDim)
+			})
+		}, slices.Clone(x[in : 3*in])})
+
+	// Attention over each cache kind: a prefill of 5 positions, then two decode steps.
+	const heads, kvHeads = 4, 2
+	steps := []int{5, 1, 1}
+	total := 7
+	qs := randn(r, total*heads*headDim, 1)
+	ks := randn(r, total*kvHeads*headDim, 1)
+	vs := randn(r, total*kvHeads*headDim, 1)
+	src.floats("att.q.weight", safetensors.F32, []int{total, heads * headDim}, qs)
+	src.floats("att.k.weight", safetensors.F32, []int{total, kvHeads * headDim}, ks)
+	src.floats("att.v.weight", safetensors.F32, []int{total, kvHeads * headDim}, vs)
+	scale := float32(1 / math.Sqrt(headDim))
+	for _, kc := range []struct {
+		name string
+		spec kvstore.Spec
+	}{
+		{"fp16", kvstore.SpecF16},
+		{"affine k8/v4", kvstore.Spec{K: kvstore.AffineFormat(8, 32), V: kvstore.AffineFormat(4, 32)}},
+		{"q4_0", kvstore.Spec{K: kvstore.FormatQ4_0, V: kvstore.FormatQ4_0}},
+	} {
+		kq, vq := roundTrip(ks, kc.spec.K, headDim), roundTrip(vs, kc.spec.V, headDim)
+		want := attention(qs, kq, vq, total, steps, heads, kvHeads, headDim, scale)
+		spec := kc.spec
+		cases = append(cases, opCase{"Attention " + kc.name + " cache", func(b compute.Backend) ([]float32, error) {
+			var cache kvstore.Layer
+			var err error
+			if spec == kvstore.SpecF16 {
+				cache, err = kvstore.NewFull(kvHeads, headDim, headDim, false)
+			} else {
+				cache, err = kvstore.NewQuantized(kvHeads, headDim, headDim, spec, 0)
+			}
+			if err != nil {
+				return nil, err
+			}
+			var w [3]compute.Weight
+			for i, name := range []string{"att.q", "att.k", "att.v"} {
+				if w[i], err = b.Weight(src, name, compute.Quant{}); err != nil {
+					return nil, err
+				}
+			}
+			var out []float32
+			pos := 0
+			for _, n := range steps {
+				ids := make([]int32, n)
+				for i := range ids {
+					ids[i] = int32(pos + i)
+				}
+				got, err := run(b, func(c compute.Context) compute.Tensor {
+					return c.Attention(c.Embed(w[0], ids), c.Embed(w[1], ids), c.Embed(w[2], ids), cache, heads, scale)
+				})
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, got...)
+				pos += n
+			}
+			return out, nil
+		}, want})
+	}
+	return cases, nil
+}
+
+// roundTrip is x (rows of kvHeads·dim) as cache format f stores it.
+func roundTrip(x []float32, f kvstore.Format, dim int) []float32 {
+	out := make([]float32, len(x))
+	switch f.Mode {
+	case kvstore.F16:
+		return stored(x, safetensors.F16)
+	case kvstore.Affine:
+		rows := len(x) / dim
+		packed, scales, biases, err := quant.Quantize(x, rows, dim, f.Bits, f.Group)
+		if err != nil {
+			panic(err) // the formats above are valid for dim
+		}
+		// kvstore keeps scales and biases as fp16.
+		d, _ := quant.Dequantize(packed, stored(scales, safetensors.F16), stored(biases, safetensors.F16), rows, dim, f.Bits, f.Group)
+		return d
+	case kvstore.Q4_0:
+		for b := 0; b < len(x); b += 32 {
+			blk := x[b : b+32]
+			var amax, m float32
+			for _, v := range blk {
+				if a := float32(math.Abs(float64(v))); a > amax {
+					amax, m = a, v
+				}
+			}
+			d := half.F16ToF32(half.F32ToF16(m / -8))
+			inv := float32(0)
+			if d != 0 {
+				inv = 1 / d
+			}
+			for i, v := range blk {
+				q := min(15, max(0, int(v*inv+8.5)))
+				out[b+i] = float32(q-8) * d
+			}
+		}
+	}
+	return out
+}
+
+// attention is the plain causal grouped-query attention of each step's queries over
+// every position appended so far.
+func attention(q, k, v []float32, total int, steps []int, heads, kvHeads, dim int, scale float32) []float32 {
+	out := make([]float32, total*heads*dim)
+	rep := heads / kvHeads
+	for p := 0; p < total; p++ {
+		for h := 0; h < heads; h++ {
+			kh := h / rep
+			qv := q[(p*heads+h)*dim : (p*heads+h+1)*dim]
+			scores := make([]float64, p+1)
+			m := math.Inf(-1)
+			for j := 0; j <= p; j++ {
+				var s float64
+				for d := 0; d < dim; d++ {
+					s += float64(qv[d]) * float64(k[(j*kvHeads+kh)*dim+d])
+				}
+				scores[j] = s * float64(scale)
+				m = max(m, scores[j])
+			}
+			var sum float64
+			for j := range scores {
+				scores[j] = math.Exp(scores[j] - m)
+				sum += scores[j]
+			}
+			o := out[(p*heads+h)*dim : (p*heads+h+1)*dim]
+			for j, s := range scores {
+				for d := 0; d < dim; d++ {
+					o[d] += float32(s / sum * float64(v[(j*kvHeads+kh)*dim+d]))
+				}
+			}
+		}
+	}
+	return out
+}
+
+// CheckOps runs every compute operation on b with random inputs and compares it with
+// the plain reference kernels, and with ref (the CPU backend) when b is another one.
+func CheckOps(b, ref compute.Backend, tol float64, seed uint64) ([]Result, error) {
+	cases, err := opCases(seed)
+	if err != nil {
+		return nil, err
+	}
+	var out []Result
+	for _, c := range cases {
+		got, err := c.run(b)
+		res := Result{Check: c.name, Backend: b.Name(), Against: "reference", Tol: tol, Err: err}
+		if err == nil {
+			res.RelErr, res.Err = relErr(got, c.want)
+		}
+		out = append(out, res)
+		if ref == nil || ref == b {
+			continue
+		}
+		cmp := Result{Check: c.name, Backend: b.Name(), Against: ref.Name(), Tol: tol, Err: err}
+		if err == nil {
+			want, rerr := c.run(ref)
+			if rerr != nil {
+				cmp.Err = fmt.Errorf("on %s: %w", ref.Name(), rerr)
+			} else {
+				cmp.RelErr, cmp.Err = relErr(got, want)
+			}
+		}
+		out = append(out, cmp)
+	}
+	return out, nil
+}
+
+// TinyModel writes a small random checkpoint (registry/randmodel, qwen3 shape) into
+// dir for CheckModel.
+func TinyModel(dir string, seed uint64) error {
+	return randmodel.Generate(dir, randmodel.Tiny("qwen3", 512), randmodel.Options{Seed: seed})
+}
+
+// modelLogits loads dir on b and returns the logits of a prefill of prompt followed by
+// one decode step per token of next, concatenated, and the logits of one prefill of
+// the whole sequence at its last position.
+func modelLogits(dir string, b compute.Backend, prompt, next []int32) (steps, whole []float32, err error) {
+	m, err := model.Load(dir, b)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer m.Close()
+	ctx := context.Background()
+	caches, err := m.NewCaches(false)
+	if err != nil {
+		return nil, nil, err
+	}
+	if steps, err = m.Forward(ctx, prompt, caches, false); err != nil {
+		return nil, nil, err
+	}
+	for _, id := range next {
+		l, err := m.Forward(ctx, []int32{id}, caches, false)
+		if err != nil {
+			return nil, nil, err
+		}
+		steps = append(steps, l...)
+	}
+	fresh, err := m.NewCaches(false)
+	if err != nil {
+		return nil, nil, err
+	}
+	whole, err = m.Forward(ctx, append(slices.Clone(prompt), next...), fresh, false)
+	return steps, whole, err
+}
+
+// CheckModel runs the tiny model of dir on b: its incremental decoding must match a
+// single prefill of the same tokens, and its logits ref's (the CPU backend's) when b
+// is another backend.
+func CheckModel(dir string, b, ref compute.Backend, tol float64) []Result {
+	prompt, next := []int32{1, 17, 42, 99, 256, 3, 511, 8}, []int32{77, 5}
+	steps, whole, err := modelLogits(dir, b, prompt, next)
+	res := Result{Check: "tiny qwen3: decode steps vs one prefill", Backend: b.Name(), Against: "itself", Tol: tol, Err: err}
+	if err == nil {
+		vocab := len(whole)
+		res.RelErr, res.Err = relErr(steps[len(steps)-vocab:], whole)
+	}
+	out := []Result{res}
+	if ref != nil && ref != b {
+		cmp := Result{Check: "tiny qwen3: logits", Backend: b.Name(), Against: ref.Name(), Tol: tol, Err: err}
+		if err == nil {
+			want, _, rerr := modelLogits(dir, ref, prompt, next)
+			if rerr != nil {
+				cmp.Err = fmt.Errorf("on %s: %w", ref.Name(), rerr)
+			} else {
+				cmp.RelErr, cmp.Err = relErr(steps, want)
+			}
+		}
+		out = append(out, cmp)
+	}
+	return out
+}
