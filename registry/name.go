@@ -139,8 +139,10 @@ func checkRepoPart(full, part string) error {
 
 // checkRevision allows branch names (which may contain '/', as refs/pr/1), tags and commit hashes.
 func checkRevision(full, rev string) error {
-	if strings.HasPrefix(rev, "/") || strings.HasSuffix(rev, "/") || strings.Contains(rev, "//") {
-		return fmt.Errorf("model name %q: revision %q has an empty path segment", full, rev)
+	for _, seg := range strings.Split(rev, "/") {
+		if seg == "" || seg == "." {
+			return fmt.Errorf("model name %q: revision %q has an empty or '.' path segment", full, rev)
+		}
 	}
 	for _, r := range rev {
 		if !(r < utf8.RuneSelf && (isAlnum(byte(r)) || strings.ContainsRune("-_./+", r))) {
@@ -167,13 +169,12 @@ func isAlnum(c byte) bool {
 }
 
 // isCommit reports whether rev is a full 40-hex-digit commit hash.
-func isCommit(rev string) bool {
-	if len(rev) != 40 {
-		return false
-	}
-	for i := 0; i < len(rev); i++ {
-		c := rev[i]
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+func isCommit(rev string) bool { return len(rev) == 40 && isHex(rev) }
+
+// isHex reports whether s is lowercase hexadecimal.
+func isHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
 			return false
 		}
 	}

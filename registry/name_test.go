@@ -50,6 +50,8 @@ func TestParseNameRejects(t *testing.T) {
 		{"org/-name", "starts or ends"},
 		{"org/na me", "contains ' '"},
 		{"bad name", "bare name"},
+		{"org/name:refs/./x", "'.' path segment"},
+		{"org/name:.", "'.' path segment"},
 	} {
 		_, err := ParseName(c.in)
 		if err == nil {

@@ -110,8 +110,16 @@ func (s *Store) Pull(ctx context.Context, n Name, opts PullOptions, progress fun
 	if err := os.MkdirAll(filepath.Join(repoDir, "blobs"), 0o755); err != nil {
 		return nil, fmt.Errorf("creating %s: %w", repoDir, err)
 	}
-	for _, f := range files { // every file up front, so that a progress bar knows the whole size
-		emit(Progress{Status: "pulling " + f.RFilename, Digest: f.digest(), Total: f.size()})
+	// Every file up front, with what is already on disk, so that a progress bar knows the whole size.
+	for _, f := range files {
+		have := int64(0)
+		blob := filepath.Join(repoDir, "blobs", f.etag())
+		if fi, err := os.Stat(blob); err == nil && fi.Size() == f.size() {
+			have = f.size()
+		} else if fi, err := os.Stat(blob + ".incomplete"); err == nil && fi.Size() <= f.size() {
+			have = fi.Size()
+		}
+		emit(Progress{Status: "pulling " + f.RFilename, Digest: f.digest(), Total: f.size(), Completed: have})
 	}
 	dl := &downloader{hub: h, opts: opts, repo: target.Repo, commit: info.SHA, repoDir: repoDir,
 		locks: filepath.Join(s.HubCache, ".locks", repoFolder(target.Repo)), emit: emit}
@@ -199,7 +207,7 @@ func checkpointFiles(target Name, info *repoInfo) ([]sibling, error) {
 		if !wantedFile(f.RFilename) {
 			continue
 		}
-		if f.etag() == "" || strings.ContainsAny(f.etag(), `/\.`) {
+		if !isBlobName(f.etag()) {
 			return nil, fmt.Errorf("pulling %s: the Hub listed %s without a usable blob id (%q)", target, f.RFilename, f.etag())
 		}
 		hasWeights = hasWeights || strings.HasSuffix(f.RFilename, ".safetensors")
@@ -229,6 +237,9 @@ func checkpointFiles(target Name, info *repoInfo) ([]sibling, error) {
 	slices.SortFunc(files[1:], func(a, b sibling) int { return int(min(max(a.size()-b.size(), -1), 1)) })
 	return files, nil
 }
+
+// isBlobName accepts what the Hub gives as a blob name: a git blob id (40 hex digits) or a sha256 (64).
+func isBlobName(s string) bool { return (len(s) == 40 || len(s) == 64) && isHex(s) }
 
 // quantizationWarning explains a config.json that MLX cannot load as is (PyTorch quantization formats).
 func quantizationWarning(configPath string) string {

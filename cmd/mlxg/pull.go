@@ -42,6 +42,7 @@ type pullRenderer struct {
 	bar     *progressbar.ProgressBar
 	files   map[string]int64 // digest -> total
 	done    map[string]int64 // digest -> completed
+	base    int64            // bytes already on disk when the pull began
 	total   int64
 	start   time.Time
 	lastMsg string
@@ -65,6 +66,7 @@ func (r *pullRenderer) event(p api.ProgressResponse) error {
 	if _, ok := r.files[p.Digest]; !ok {
 		r.files[p.Digest] = p.Total
 		r.total += p.Total
+		r.base += p.Completed
 		if r.bar != nil {
 			r.bar.ChangeMax64(r.total)
 		}
@@ -105,8 +107,13 @@ func (r *pullRenderer) close(ok bool) {
 		fmt.Fprintln(r.w)
 	}
 	if ok && r.total > 0 {
-		secs := time.Since(r.start).Seconds()
-		fmt.Fprintf(r.w, "%s: %s in %d files, %s at %s/s\n", r.model, humanize.Bytes(uint64(r.total)), len(r.files),
-			time.Since(r.start).Round(time.Millisecond), humanize.Bytes(uint64(float64(r.total)/max(secs, 1e-3))))
+		took := time.Since(r.start)
+		got := r.total - r.base
+		if got == 0 {
+			fmt.Fprintf(r.w, "%s: %s in %d files, already up to date\n", r.model, humanize.Bytes(uint64(r.total)), len(r.files))
+			return
+		}
+		fmt.Fprintf(r.w, "%s: %s in %d files; downloaded %s in %s (%s/s)\n", r.model, humanize.Bytes(uint64(r.total)), len(r.files),
+			humanize.Bytes(uint64(got)), took.Round(time.Millisecond), humanize.Bytes(uint64(float64(got)/max(took.Seconds(), 1e-3))))
 	}
 }

@@ -56,6 +56,7 @@ func main() {
 	flag.IntVar(&f.CutTimes, "cut-times", 0, "cut only this many downloads (default: all)")
 	flag.StringVar(&f.Corrupt, "corrupt", "", "serve this file with one byte flipped")
 	flag.DurationVar(&f.ChunkDelay, "chunk-delay", 0, "sleep this long per 32 KiB sent (a slow network)")
+	quiet := flag.Bool("quiet", false, "do not log each request")
 	flag.Parse()
 	if fi, err := os.Stat(*dir); err != nil || !fi.IsDir() {
 		fmt.Fprintf(os.Stderr, "fakehub: -dir %s is not a folder\n", *dir)
@@ -64,5 +65,36 @@ func main() {
 	h := hubtest.New(*dir)
 	h.SetFaults(f)
 	log.Printf("fakehub: serving %s on http://%s (use HF_ENDPOINT=http://%s)", *dir, *addr, *addr)
-	log.Fatal(http.ListenAndServe(*addr, h))
+	var handler http.Handler = h
+	if !*quiet {
+		handler = logRequests(h)
+	}
+	log.Fatal(http.ListenAndServe(*addr, handler))
 }
+
+// logRequests logs one line per request: method, path, Range, status and body bytes sent.
+func logRequests(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := &recorder{ResponseWriter: w, status: http.StatusOK}
+		defer func() {
+			log.Printf("%s %s range=%q -> %d, %d bytes", r.Method, r.URL.Path, r.Header.Get("Range"), rec.status, rec.bytes)
+		}()
+		next.ServeHTTP(rec, r)
+	})
+}
+
+type recorder struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+}
+
+func (r *recorder) WriteHeader(code int) { r.status = code; r.ResponseWriter.WriteHeader(code) }
+
+func (r *recorder) Write(p []byte) (int, error) {
+	n, err := r.ResponseWriter.Write(p)
+	r.bytes += int64(n)
+	return n, err
+}
+
+func (r *recorder) Flush() { http.NewResponseController(r.ResponseWriter).Flush() }
