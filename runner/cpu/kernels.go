@@ -2,14 +2,13 @@ package cpu
 
 import (
 	"math"
+	"sync"
 
 	"github.com/mlxg/mlxg/internal/quant"
 )
 
-const (
-	tokenBlock = 64 // tokens whose activations stay in cache while weight tiles pass
-	rowTile    = 16 // weight rows dequantized at once in a prefill
-)
+// rowTile is the number of weight rows a prefill dequantizes at once.
+const rowTile = 16
 
 // linear computes out (T×w.out) = x (T×w.in) · wᵀ + bias.
 func (b *Backend) linear(out, x []float32, T int, w *weight) {
@@ -25,28 +24,26 @@ func (b *Backend) linear(out, x []float32, T int, w *weight) {
 	}
 }
 
-// gemm is the prefill path: tiles of weight rows (dequantized once when quantized)
-// against blocks of tokens.
+// gemm is the prefill path: each tile of weight rows is read (and, when quantized,
+// dequantized) once and multiplied with every token while it is in cache.
 func (b *Backend) gemm(out, x []float32, T int, w *weight) {
 	in := w.in
 	b.parallel(w.out, rowTile, func(lo, hi int) {
 		var tile []float32
 		if w.q.Quantized() {
-			tile = make([]float32, rowTile*in)
+			tile = b.alloc(rowTile * in)
+			defer b.release([][]float32{tile})
 		}
-		for t0 := 0; t0 < T; t0 += tokenBlock {
-			t1 := min(t0+tokenBlock, T)
-			for o0 := lo; o0 < hi; o0 += rowTile {
-				nr := min(rowTile, hi-o0)
-				var rows []float32
-				if w.q.Quantized() {
-					rows = tile[:nr*in]
-					w.dequantizeRows(rows, o0, nr)
-				} else {
-					rows = w.f[o0*in : (o0+nr)*in]
-				}
-				gemmTile(out, w.out, x, t0, t1, in, rows, o0, nr)
+		for o0 := lo; o0 < hi; o0 += rowTile {
+			nr := min(rowTile, hi-o0)
+			var rows []float32
+			if w.q.Quantized() {
+				rows = tile[:nr*in]
+				w.dequantizeRows(rows, o0, nr)
+			} else {
+				rows = w.f[o0*in : (o0+nr)*in]
 			}
+			gemmTile(out, w.out, x, 0, T, in, rows, o0, nr)
 		}
 	})
 }
@@ -58,6 +55,16 @@ func gemmTile(out []float32, outCols int, x []float32, t0, t1, in int, rows []fl
 		xt := x[t*in : (t+1)*in]
 		o := out[t*outCols+o0 : t*outCols+o0+nr]
 		r := 0
+		if n8 := in &^ 7; simd && n8 > 0 {
+			var acc [4]float32
+			for ; r+4 <= nr; r += 4 {
+				_ = rows[(r+3)*in+n8-1]
+				dot4x8(&xt[0], &rows[r*in], in, n8, &acc)
+				for k := range acc {
+					o[r+k] = acc[k] + dot(xt[n8:], rows[(r+k)*in+n8:(r+k+1)*in])
+				}
+			}
+		}
 		for ; r+4 <= nr; r += 4 {
 			o[r], o[r+1], o[r+2], o[r+3] = dot4(xt, rows[r*in:(r+1)*in], rows[(r+1)*in:(r+2)*in], rows[(r+2)*in:(r+3)*in], rows[(r+3)*in:(r+4)*in])
 		}
@@ -72,30 +79,37 @@ func gemmTile(out []float32, outCols int, x []float32, t0, t1, in int, rows []fl
 func (b *Backend) quantMatVec(out, x []float32, T int, w *weight) {
 	in, g := w.in, w.q.GroupSize
 	gpr, wpr := in/g, quant.Words(in, w.q.Bits)
-	xsum := make([]float32, T*gpr)
-	for t := 0; t < T; t++ {
-		quant.GroupSums(xsum[t*gpr:(t+1)*gpr], x[t*in:(t+1)*in], g)
+	affine := w.q.Mode == quant.Affine
+	vecs := vecPool.Get().(*[4]quant.Vec)[:T] // T < 4 here
+	defer vecPool.Put((*[4]quant.Vec)(vecs[:4]))
+	if affine {
+		for t := range vecs {
+			vecs[t].Prepare(x[t*in:(t+1)*in], w.q.Bits, g) // bits and group were validated at load
+		}
 	}
 	b.parallel(w.out, 32, func(lo, hi int) {
 		var row []float32
-		if w.q.Mode != quant.Affine {
-			row = make([]float32, in)
+		if !affine {
+			row = b.alloc(in)
+			defer b.release([][]float32{row})
 		}
 		for o := lo; o < hi; o++ {
 			packed := w.packed[o*wpr : (o+1)*wpr]
 			scales := w.scales[o*gpr : (o+1)*gpr]
-			for t := 0; t < T; t++ {
-				xt := x[t*in : (t+1)*in]
-				if w.q.Mode == quant.Affine {
-					out[t*w.out+o] = quant.DotRow(xt, xsum[t*gpr:(t+1)*gpr], packed, scales, w.biases[o*gpr:(o+1)*gpr], w.q.Bits, g)
+			for t := range vecs {
+				if affine {
+					out[t*w.out+o] = vecs[t].Dot(packed, scales, w.biases[o*gpr:(o+1)*gpr])
 				} else {
 					quant.DequantizeFPRow(row, packed, scales, w.q.Bits, g)
-					out[t*w.out+o] = dot(xt, row)
+					out[t*w.out+o] = dot(x[t*in:(t+1)*in], row)
 				}
 			}
 		}
 	})
 }
+
+// vecPool recycles the prepared input vectors of quantMatVec.
+var vecPool = sync.Pool{New: func() any { return new([4]quant.Vec) }}
 
 // dequantizeRows expands nr weight rows starting at row o0 into dst (nr×in).
 func (w *weight) dequantizeRows(dst []float32, o0, nr int) {

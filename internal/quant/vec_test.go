@@ -1,0 +1,63 @@
+package quant
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// TestVecDot checks Vec.Dot (the AVX2 kernels for 4 and 8 bits where the CPU has them,
+// DotRow otherwise) against a float64 dot product with the dequantized rows.
+func TestVecDot(t *testing.T) {
+	t.Logf("SIMD kernels: %v", simd)
+	r := rand.New(rand.NewPCG(9, 9))
+	for _, bits := range []int{2, 3, 4, 5, 6, 8} {
+		for _, group := range []int{32, 64, 128} {
+			const rows, cols = 7, 384
+			w := randMatrix(r, rows*cols)
+			x := randMatrix(r, cols)
+			p, s, b, _ := Quantize(w, rows, cols, bits, group)
+			d, _ := Dequantize(p, s, b, rows, cols, bits, group)
+			var v Vec
+			if err := v.Prepare(x, bits, group); err != nil {
+				t.Fatal(err)
+			}
+			wpr, gpr := Words(cols, bits), cols/group
+			for row := 0; row < rows; row++ {
+				var want float64
+				for i := 0; i < cols; i++ {
+					want += float64(x[i]) * float64(d[row*cols+i])
+				}
+				got := v.Dot(p[row*wpr:(row+1)*wpr], s[row*gpr:(row+1)*gpr], b[row*gpr:(row+1)*gpr])
+				if math.Abs(float64(got)-want) > 1e-5+1e-4*math.Abs(want) {
+					t.Fatalf("bits %d group %d row %d: Dot %v, reference %v", bits, group, row, got, want)
+				}
+			}
+		}
+	}
+	var v Vec
+	if err := v.Prepare(make([]float32, 100), 4, 64); err == nil {
+		t.Fatal("a vector of 100 values prepared for groups of 64")
+	}
+}
+
+func BenchmarkDotQ4(b *testing.B) {
+	r := rand.New(rand.NewPCG(1, 1))
+	const cols = 4096
+	w, x := randMatrix(r, cols), randMatrix(r, cols)
+	p, s, bi, _ := Quantize(w, 1, cols, 4, 64)
+	var v Vec
+	v.Prepare(x, 4, 64)
+	xs := make([]float32, cols/64)
+	GroupSums(xs, x, 64)
+	b.Run("Vec", func(b *testing.B) {
+		for b.Loop() {
+			v.Dot(p, s, bi)
+		}
+	})
+	b.Run("DotRow", func(b *testing.B) {
+		for b.Loop() {
+			DotRow(x, xs, p, s, bi, 4, 64)
+		}
+	})
+}

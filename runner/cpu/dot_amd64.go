@@ -1,0 +1,12 @@
+package cpu
+
+import "golang.org/x/sys/cpu"
+
+// simd reports whether the AVX2+FMA kernels in dot_amd64.s can run.
+var simd = cpu.X86.HasAVX2 && cpu.X86.HasFMA
+
+// dot4x8 writes x·w0 .. x·w3 into out, for rows w0 = w, w1 = w+stride, ... (stride in
+// floats), over n values, n a positive multiple of 8.
+//
+//go:noescape
+func dot4x8(x, w *float32, stride, n int, out *[4]float32)

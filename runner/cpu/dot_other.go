@@ -1,0 +1,7 @@
+//go:build !amd64
+
+package cpu
+
+const simd = false
+
+func dot4x8(x, w *float32, stride, n int, out *[4]float32) { panic("unreachable") }
