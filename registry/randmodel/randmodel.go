@@ -9,8 +9,10 @@
 // generator seeded by (seed, tensor name, chunk index).
 //
 // Values keep activations at unit scale so that random models give well-spread
-// logits: linear weights uniform with standard deviation 1/sqrt(fan_in), embeddings
-// uniform in [-1, 1), norm weights 1 ± 0.2, biases ± 0.5.
+// logits: linear weights uniform with standard deviation 1/sqrt(fan_in), norm weights
+// 1 ± 0.2, biases ± 0.1, and embeddings small (uniform in ±0.1, as trained ones
+// are), so the layers' outputs dominate the residual stream and a tied-embedding
+// model does not merely repeat its input token.
 //
 // A real tokenizer directory can be attached (tokenizer.json, tokenizer_config.json
 // and friends are copied) so that the checkpoint runs end to end.
@@ -227,9 +229,9 @@ func (c Config) Tensors() []TensorSpec {
 		return TensorSpec{name, []int{out, in}, 0, float32(math.Sqrt(3 / float64(in)))}
 	}
 	norm := func(name string, n int) TensorSpec { return TensorSpec{name, []int{n}, 1, 0.2} }
-	bias := func(name string, n int) TensorSpec { return TensorSpec{name, []int{n}, 0, 0.5} }
+	bias := func(name string, n int) TensorSpec { return TensorSpec{name, []int{n}, 0, 0.1} }
 
-	ts := []TensorSpec{{"model.embed_tokens.weight", []int{c.VocabSize, h}, 0, 1}}
+	ts := []TensorSpec{{"model.embed_tokens.weight", []int{c.VocabSize, h}, 0, 0.1}}
 	for i := range c.NumLayers {
 		p := fmt.Sprintf("model.layers.%d.", i)
 		ts = append(ts, norm(p+"input_layernorm.weight", h))

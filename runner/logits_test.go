@@ -1,0 +1,170 @@
+package runner
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"testing"
+
+	"github.com/mlxg/mlxg/internal/testdata"
+	"github.com/mlxg/mlxg/registry/create"
+	"github.com/mlxg/mlxg/registry/randmodel"
+	"github.com/mlxg/mlxg/runner/tokenizer"
+)
+
+// refCase is one case of testdata/refs.json, written by scripts/refs (reference.py
+// over the checkpoints of scripts/refs/gen).
+type refCase struct {
+	Name        string            `json:"name"`
+	Config      *randmodel.Config `json:"config"`
+	Seed        uint64            `json:"seed"`
+	SharedModel string            `json:"shared_model"` // a model of ../shared/models instead of a random one
+	PromptText  string            `json:"prompt_text"`
+	Quantize    *struct {
+		Bits      int `json:"bits"`
+		GroupSize int `json:"group_size"`
+	} `json:"quantize"`
+	Prompt        []int32   `json:"prompt"`
+	WeightsSHA256 string    `json:"weights_sha256"`
+	Logits        []float64 `json:"logits"`
+	Greedy        []int32   `json:"greedy"`
+	GreedyMargins []float64 `json:"greedy_margins"`
+}
+
+func readRefs(t *testing.T) []refCase {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("testdata", "refs.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Transformers string    `json:"transformers_version"`
+		Cases        []refCase `json:"cases"`
+	}
+	if err := json.Unmarshal(raw, &f); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Cases) == 0 {
+		t.Fatal("testdata/refs.json has no cases")
+	}
+	return f.Cases
+}
+
+// buildRef regenerates a case's checkpoint exactly as scripts/refs/gen built it.
+func buildRef(t *testing.T, c refCase) string {
+	t.Helper()
+	root := t.TempDir()
+	dir := filepath.Join(root, "hf")
+	if c.SharedModel != "" {
+		dir = testdata.SharedModel(t, c.SharedModel)
+	} else if err := randmodel.Generate(dir, *c.Config, randmodel.Options{Seed: c.Seed}); err != nil {
+		t.Fatal(err)
+	}
+	if c.Quantize != nil {
+		q := filepath.Join(root, "mlx")
+		if _, err := create.Convert(context.Background(), dir, q, create.Options{Bits: c.Quantize.Bits, GroupSize: c.Quantize.GroupSize}); err != nil {
+			t.Fatal(err)
+		}
+		dir = q
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*.safetensors"))
+	sort.Strings(files)
+	h := sha256.New()
+	for _, f := range files {
+		in, err := os.Open(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(h, in)
+		in.Close()
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != c.WeightsSHA256 {
+		t.Fatalf("%s: the regenerated weights hash to %s, the fixture was made from %s: registry/randmodel or registry/create changed its output; regenerate the fixtures (scripts/refs/regen.sh)", c.Name, got, c.WeightsSHA256)
+	}
+	return dir
+}
+
+// relErr is max|got-want| / max|want|.
+func relErr(got []float32, want []float64) float64 {
+	var num, den float64
+	for i := range want {
+		num = math.Max(num, math.Abs(float64(got[i])-want[i]))
+		den = math.Max(den, math.Abs(want[i]))
+	}
+	return num / den
+}
+
+// TestLogitsAgainstTransformers compares each architecture, on float32 and on
+// MLX-quantized random weights, and the trained qwen3-tiny quantized to 8 bits, with
+// transformers (float64, on the same weights, dequantized for the quantized cases):
+// the prompt's last-position logits within relative error 1e-3, and the greedy
+// tokens (8, or 16 for qwen3-tiny) identical.
+func TestLogitsAgainstTransformers(t *testing.T) {
+	for _, c := range readRefs(t) {
+		t.Run(c.Name, func(t *testing.T) {
+			dir := buildRef(t, c)
+			e, err := LoadModel(dir, LoadOptions{KVCache: FP32Cache, Logger: quietLog()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			if len(c.Logits) != e.Model.Config.VocabSize || len(c.Greedy) < 8 {
+				t.Fatalf("fixture has %d logits and %d greedy tokens", len(c.Logits), len(c.Greedy))
+			}
+			if c.PromptText != "" {
+				tok, err := tokenizer.Load(testdata.SharedModel(t, c.SharedModel))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ids := tok.Encode(c.PromptText, false); !slices.Equal(ids, c.Prompt) {
+					t.Fatalf("the tokenizer now encodes the prompt as %v, the fixture has %v", ids, c.Prompt)
+				}
+			}
+
+			// Whole prompt in one step, and in chunks of 5 (chunked prefill).
+			for _, chunk := range []int{len(c.Prompt), 5} {
+				caches, err := FP32Cache(e.Model, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var logits []float32
+				for i := 0; i < len(c.Prompt); i += chunk {
+					if logits, err = e.Model.Forward(context.Background(), c.Prompt[i:min(i+chunk, len(c.Prompt))], caches, false); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if r := relErr(logits, c.Logits); r > 1e-3 {
+					t.Errorf("prefill in chunks of %d: last-position logits differ from transformers by relative error %.3g (> 1e-3)", chunk, r)
+				} else {
+					t.Logf("prefill in chunks of %d: relative error %.2g", chunk, r)
+				}
+			}
+
+			// Greedy decoding through the engine's loop (prefill, then one token a step),
+			// which ends at an end-of-sequence token where transformers went on.
+			want := c.Greedy
+			for i, id := range want {
+				if slices.Contains(e.EOS(), id) {
+					want = want[:i]
+					break
+				}
+			}
+			o := Greedy()
+			o.NumPredict, o.NumBatch = len(c.Greedy), 7
+			res, err := e.GenerateTokens(context.Background(), c.Prompt, o, func(int32) (bool, error) { return false, nil })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(res.Tokens, want) {
+				t.Errorf("greedy tokens %v, transformers %v (its top-2 margins %v)", res.Tokens, c.Greedy, c.GreedyMargins)
+			}
+		})
+	}
+}
