@@ -78,13 +78,14 @@ type Layout struct {
 
 // NewLayout assigns base to every KV layer of m, and boundary to the first and last
 // boundaryLayers of the KV layers (so a hybrid model's recurrent layers do not count).
-// Boundary layers never get a tighter format than base: with an fp16 base every layer
-// is fp16.
+// Boundary layers never get a tighter format than base, for keys and values separately:
+// with an fp16 base every layer is fp16.
 func NewLayout(m ModelShape, base Spec, boundaryLayers int, boundary Spec) (Layout, error) {
 	if boundaryLayers < 0 {
 		return Layout{}, fmt.Errorf("kvstore: negative boundary layer count %d", boundaryLayers)
 	}
-	if !base.Quantized() {
+	boundary = Spec{K: looser(boundary.K, base.K), V: looser(boundary.V, base.V)}
+	if boundary == base {
 		boundaryLayers = 0
 	}
 	if boundaryLayers == 0 {
@@ -105,6 +106,14 @@ func NewLayout(m ModelShape, base Spec, boundaryLayers int, boundary Spec) (Layo
 		l.Specs[i] = s
 	}
 	return l, nil
+}
+
+// looser is the format of a and b with more bits per element (a on a tie).
+func looser(a, b Format) Format {
+	if b.BitsPerElement() > a.BitsPerElement() {
+		return b
+	}
+	return a
 }
 
 // TokenBytes is the KV storage one more token adds to a sequence, over the layers

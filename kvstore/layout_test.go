@@ -112,3 +112,22 @@ func TestLayoutRejectsBadGroup(t *testing.T) {
 		t.Errorf("got %v", err)
 	}
 }
+
+func TestLayoutBoundaryNeverTighter(t *testing.T) {
+	m := hybrid()
+	base := Spec{K: FormatF16, V: AffineFormat(4, 32)}
+	l, err := NewLayout(m, base, 1, k8v8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Keys stay fp16 in the boundary layers; values get the boundary's 8 bits.
+	want := Spec{K: FormatF16, V: AffineFormat(8, 32)}
+	if l.Specs[3] != want || l.Specs[7] != base || l.Boundary != want {
+		t.Errorf("boundary %v, inner %v", l.Specs[3], l.Specs[7])
+	}
+	// A boundary looser in nothing is no boundary.
+	l, _ = NewLayout(m, k8v8, 2, Spec{K: AffineFormat(4, 64), V: AffineFormat(4, 32)})
+	if l.BoundaryLayers != 0 || l.Specs[3] != k8v8 {
+		t.Errorf("boundary tighter than base: %v, %v", l, l.Specs[3])
+	}
+}
