@@ -15,21 +15,33 @@ TEXT ·dotQ4(SB), NOSPLIT, $0-44
 q4group:
 	VXORPS Y1, Y1, Y1
 	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
 	MOVQ BX, R8
+	SHRQ $1, R8              // two runs of 16 a step (blocks is even: groups are >= 32)
 
 q4block:
 	VPMOVZXBD (DI), Y2       // 8 bytes -> 8 dwords, two codes each
+	VPMOVZXBD 8(DI), Y9
 	VPAND Y15, Y2, Y3        // low nibbles: codes 0,2,..,14
 	VPSRLD $4, Y2, Y4        // high nibbles: codes 1,3,..,15
+	VPAND Y15, Y9, Y10
+	VPSRLD $4, Y9, Y11
 	VCVTDQ2PS Y3, Y3
 	VCVTDQ2PS Y4, Y4
+	VCVTDQ2PS Y10, Y10
+	VCVTDQ2PS Y11, Y11
 	VFMADD231PS (SI), Y3, Y1
 	VFMADD231PS 32(SI), Y4, Y6
-	ADDQ $8, DI
-	ADDQ $64, SI
+	VFMADD231PS 64(SI), Y10, Y7
+	VFMADD231PS 96(SI), Y11, Y8
+	ADDQ $16, DI
+	ADDQ $128, SI
 	DECQ R8
 	JNZ q4block
 
+	VADDPS Y7, Y1, Y1
+	VADDPS Y8, Y6, Y6
 	VADDPS Y6, Y1, Y1
 	VBROADCASTSS (DX), Y5
 	VFMADD231PS Y1, Y5, Y0
@@ -56,17 +68,23 @@ TEXT ·dotQ8(SB), NOSPLIT, $0-44
 
 q8group:
 	VXORPS Y1, Y1, Y1
+	VXORPS Y6, Y6, Y6
 	MOVQ BX, R8
+	SHRQ $1, R8              // two runs of 8 a step (blocks is even: groups are >= 32)
 
 q8block:
 	VPMOVZXBD (DI), Y2       // 8 codes
+	VPMOVZXBD 8(DI), Y3
 	VCVTDQ2PS Y2, Y2
+	VCVTDQ2PS Y3, Y3
 	VFMADD231PS (SI), Y2, Y1
-	ADDQ $8, DI
-	ADDQ $32, SI
+	VFMADD231PS 32(SI), Y3, Y6
+	ADDQ $16, DI
+	ADDQ $64, SI
 	DECQ R8
 	JNZ q8block
 
+	VADDPS Y6, Y1, Y1
 	VBROADCASTSS (DX), Y5
 	VFMADD231PS Y1, Y5, Y0
 	ADDQ $4, DX

@@ -57,7 +57,24 @@ func TestIncremental(t *testing.T) {
 	for _, arch := range []string{"llama", "qwen2", "qwen3"} {
 		cfg := randmodel.Tiny(arch, 512)
 		cfg.TieWordEmbeddings = arch == "qwen3"
-		m := load(t, generate(t, cfg))
+		dir := t.TempDir()
+		// llama in bfloat16 split into shards through an index; qwen2 in float16.
+		opts := randmodel.Options{Seed: 7}
+		switch arch {
+		case "llama":
+			cfg.DType, opts.MaxShardBytes = "bfloat16", 200_000
+		case "qwen2":
+			cfg.DType = "float16"
+		}
+		if err := randmodel.Generate(dir, cfg, opts); err != nil {
+			t.Fatal(err)
+		}
+		m := load(t, dir)
+		if arch == "llama" {
+			if _, err := os.Stat(filepath.Join(dir, "model.safetensors.index.json")); err != nil {
+				t.Fatalf("expected a sharded checkpoint: %v", err)
+			}
+		}
 		caches, _ := m.NewCaches(true)
 		all, err := m.Forward(context.Background(), prompt, caches, true)
 		if err != nil {
