@@ -39,7 +39,9 @@ type ChatTemplate struct {
 }
 
 // specialTokenNames are the tokenizer attributes transformers puts in a chat template's
-// scope (its special_tokens_map), when set.
+// scope (its special_tokens_map), when tokenizer_config.json sets them. A tokenizer
+// class's own defaults are not known here (GemmaTokenizer's mask_token "<mask>" is the
+// one the conformance models show); no known template reads them.
 var specialTokenNames = []string{"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"}
 
 // LoadChatTemplate reads a model directory's chat template the way transformers does:
@@ -62,6 +64,15 @@ func LoadChatTemplate(dir string) (*ChatTemplate, error) {
 	for _, name := range specialTokenNames {
 		if s := tokenContent(cfg[name]); s != "" {
 			special[name] = s
+		}
+	}
+	// Named extra tokens (Gemma 3's boi_token, image_token...) join special_tokens_map too.
+	var extra map[string]json.RawMessage
+	if json.Unmarshal(cfg["extra_special_tokens"], &extra) == nil {
+		for name, raw := range extra {
+			if s := tokenContent(raw); s != "" {
+				special[name] = s
+			}
 		}
 	}
 	sources := map[string]string{}

@@ -103,9 +103,13 @@ def main():
                         shutil.copyfileobj(f, g)
                 else:
                     shutil.copy(os.path.join(src, name), tmp)
-            tok = AutoTokenizer.from_pretrained(tmp)
-            info["tokenizer_class"] = type(tok).__name__
-            info["special_tokens"] = {k: str(v) for k, v in tok.special_tokens_map.items() if isinstance(v, str)}
+            try:
+                tok = AutoTokenizer.from_pretrained(tmp)
+                info["tokenizer_class"] = type(tok).__name__
+                info["special_tokens"] = {k: str(v) for k, v in tok.special_tokens_map.items() if isinstance(v, str)}
+            except Exception as e:  # render with transformers' environment, special tokens from the config
+                info["tokenizer_error"] = error_of(e)
+                tok = None
         if tok is not None:
             has_template = tok.chat_template is not None
         else:
