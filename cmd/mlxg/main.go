@@ -34,6 +34,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newCpCmd())
 	root.AddCommand(newVersionCmd())
 	root.AddCommand(newFitCmd())
+	root.AddCommand(newDoctorCmd())
 	return root
 }
 
