@@ -35,6 +35,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newVersionCmd())
 	root.AddCommand(newFitCmd())
 	root.AddCommand(newDoctorCmd())
+	root.AddCommand(newServeCmd())
 	return root
 }
 

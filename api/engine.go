@@ -1,0 +1,317 @@
+package api
+
+// The Loader and Model the server uses in production: the runner engine (runner.Engine) behind the
+// server's small Model interface.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/mlxg/mlxg/kvstore"
+	"github.com/mlxg/mlxg/registry"
+	"github.com/mlxg/mlxg/runner"
+	"github.com/mlxg/mlxg/runner/compute"
+	"github.com/mlxg/mlxg/runner/cpu"
+	"github.com/mlxg/mlxg/runner/model"
+	"github.com/mlxg/mlxg/runner/template"
+)
+
+// EngineLoader loads models with the runner engine.
+type EngineLoader struct {
+	// Backend runs every model; nil means a CPU backend with Threads goroutines per model.
+	Backend compute.Backend
+	Threads int
+	// KV chooses each model's KV cache layout and context from the memory it reads; nil means fp16
+	// full-attention caches sized by the request's num_ctx.
+	KV     *kvstore.Policy
+	Logger *slog.Logger
+}
+
+// plan reads the model's shape and asks the KV policy for its layout at numCtx.
+func (l *EngineLoader) plan(m *registry.LocalModel, numCtx int, loaded bool) (kvstore.ModelShape, kvstore.Plan, error) {
+	data, err := os.ReadFile(filepath.Join(m.Dir, "config.json"))
+	if err != nil {
+		return kvstore.ModelShape{}, kvstore.Plan{}, fmt.Errorf("%s: %w", m.Dir, err)
+	}
+	shape, err := kvstore.ShapeFromConfig(data, m.Size)
+	if err != nil {
+		return shape, kvstore.Plan{}, fmt.Errorf("%s: %w", m.Dir, err)
+	}
+	plan, err := l.KV.Plan(m.Dir, shape, numCtx, loaded)
+	return shape, plan, err
+}
+
+// fp16KV is the size of fp16 keys and values for numCtx tokens on every KV layer.
+func fp16KV(info *registry.ModelInfo, numCtx int) int64 {
+	return int64(len(info.KVLayers())) * int64(info.KVHeads) * int64(info.HeadDim) * 2 * 2 * int64(numCtx)
+}
+
+// Estimate is the memory the model takes at its peak: weights, overhead and the KV cache of one sequence.
+// Under critical memory pressure the KV policy refuses, and so does Estimate.
+func (l *EngineLoader) Estimate(m *registry.LocalModel, numCtx int) (int64, error) {
+	if l.KV != nil {
+		_, plan, err := l.plan(m, numCtx, false)
+		if err != nil {
+			return 0, err
+		}
+		return plan.Peak(), nil
+	}
+	info, err := registry.ReadInfo(m.Dir)
+	if err != nil {
+		return 0, err
+	}
+	if info.ContextLength > 0 {
+		numCtx = min(numCtx, info.ContextLength)
+	}
+	return m.Size + fp16KV(info, numCtx), nil
+}
+
+// Load loads the checkpoint with its tokenizer and chat template.
+func (l *EngineLoader) Load(ctx context.Context, m *registry.LocalModel, numCtx int) (Model, error) {
+	info, err := registry.ReadInfo(m.Dir)
+	if err != nil {
+		return nil, err
+	}
+	backend := l.Backend
+	if backend == nil {
+		backend = cpu.New(l.Threads)
+	}
+	cb := &captureBackend{Backend: backend}
+	opts := runner.LoadOptions{Backend: cb, Logger: l.Logger}
+	kvSpec, size := "fp16", m.Size+fp16KV(info, numCtx)
+	if l.KV != nil {
+		shape, plan, err := l.plan(m, numCtx, false)
+		if err != nil {
+			return nil, err
+		}
+		if plan.Context > 0 && plan.Context < numCtx {
+			numCtx = plan.Context // the largest context that fits
+		}
+		kvSpec, size = plan.Layout.String(), plan.Peak()
+		opts.KVCache = func(_ *model.Model, n int) ([]kvstore.Layer, error) {
+			caches, _, err := l.KV.Caches(m.Dir, shape, n)
+			return caches, err
+		}
+	}
+	e, err := runner.Load(m.Dir, opts)
+	if err != nil {
+		return nil, err
+	}
+	if max := e.Model.Config.MaxPositions; max > 0 && numCtx > max {
+		numCtx = max
+	}
+	em := &engineModel{e: e, cb: cb, numCtx: numCtx, template: info.ChatTemplate, kvSpec: kvSpec, size: size}
+	if backend.Name() != "" && !strings.HasPrefix(backend.Name(), "cpu") {
+		em.gpu = size // Metal: unified memory, all of it GPU-visible
+	}
+	fim := [3]string{"<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"}
+	em.fim = fim
+	for _, t := range fim {
+		if _, ok := e.Tokenizer.TokenID(t); !ok {
+			em.fim = [3]string{}
+		}
+	}
+	return em, nil
+}
+
+// engineModel is a runner.Engine as a Model.
+type engineModel struct {
+	e        *runner.Engine
+	cb       *captureBackend
+	numCtx   int
+	template string
+	fim      [3]string
+	kvSpec   string
+	size     int64
+	gpu      int64
+	// mu: generations share the model (RLock); an embedding takes it alone (Lock), since it reads hidden
+	// states through the backend wrapper.
+	mu sync.RWMutex
+}
+
+func (m *engineModel) Close() error { return m.e.Close() }
+
+func (m *engineModel) Info() LoadedInfo {
+	return LoadedInfo{ContextLength: m.numCtx, ChatTemplate: m.template, FIM: m.fim, Size: m.size, GPUSize: m.gpu, KVSpec: m.kvSpec}
+}
+
+func toTemplate(messages []map[string]any, tools []json.RawMessage) ([]template.Message, []any) {
+	msgs := make([]template.Message, len(messages))
+	for i, msg := range messages {
+		msgs[i] = msg
+	}
+	var ts []any
+	for _, t := range tools {
+		ts = append(ts, t)
+	}
+	return msgs, ts
+}
+
+func (m *engineModel) RenderChat(messages []map[string]any, tools []json.RawMessage, kwargs map[string]any) (string, error) {
+	if m.e.Template == nil {
+		return "", fmt.Errorf("%s has no chat template: use /api/generate with raw set", m.e.Dir)
+	}
+	msgs, ts := toTemplate(messages, tools)
+	return m.e.Template.Apply(msgs, template.Options{AddGenerationPrompt: true, Tools: ts, Kwargs: kwargs})
+}
+
+func (m *engineModel) Generate(ctx context.Context, in GenerateInput, emit func(string) error) (GenerateStats, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	o := toRunnerOptions(in.Options)
+	o.NumCtx = m.numCtx
+	msgs, ts := toTemplate(in.Messages, in.Tools)
+	if m.e.Template == nil && len(msgs) > 0 {
+		return GenerateStats{}, errorf(http.StatusBadRequest, "this model has no chat template: use /api/generate with raw set")
+	}
+	res, err := m.e.Generate(ctx, runner.Request{Messages: msgs, Tools: ts, TemplateKwargs: in.Kwargs, Prompt: in.Prompt,
+		Options: o}, emit)
+	if res == nil {
+		return GenerateStats{}, err
+	}
+	st := GenerateStats{PromptTokens: res.PromptTokens, PromptEvalDuration: res.PromptDuration,
+		EvalTokens: res.EvalCount, EvalDuration: res.EvalDuration, DoneReason: res.DoneReason}
+	if res.PromptTruncated > 0 {
+		st.Perf = append(st.Perf, "prompt_truncated", res.PromptTruncated)
+	}
+	if res.MessagesDropped > 0 {
+		st.Perf = append(st.Perf, "messages_dropped", res.MessagesDropped)
+	}
+	st.Perf = append(st.Perf, "kv", m.kvSpec)
+	return st, err
+}
+
+// Embed returns, for each input, the final (normed) hidden state of its last token, L2-normalized: last-token
+// pooling, which is how decoder embedding models such as Qwen3-Embedding are read.
+func (m *engineModel) Embed(ctx context.Context, inputs []string, truncate bool) ([][]float32, int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.cb.start(m.e.Model.Config.VocabSize)
+	defer m.cb.stop()
+	total := 0
+	out := make([][]float32, len(inputs))
+	for i, s := range inputs {
+		ids := m.e.Tokenizer.Encode(s, true)
+		if len(ids) == 0 {
+			return nil, 0, errorf(http.StatusBadRequest, "input[%d] is empty", i)
+		}
+		if len(ids) > m.numCtx {
+			if !truncate {
+				return nil, 0, errorf(http.StatusBadRequest, "input[%d] has %d tokens, more than the context length %d (set truncate or raise num_ctx)", i, len(ids), m.numCtx)
+			}
+			ids = ids[:m.numCtx]
+		}
+		total += len(ids)
+		caches, err := m.e.Model.NewCaches(false)
+		if err != nil {
+			return nil, 0, err
+		}
+		const batch = 512
+		for start := 0; start < len(ids); start += batch {
+			if _, err := m.e.Model.Forward(ctx, ids[start:min(start+batch, len(ids))], caches, false); err != nil {
+				return nil, 0, err
+			}
+		}
+		h := m.cb.hidden()
+		if len(h) == 0 {
+			return nil, 0, fmt.Errorf("embedding: the model's output layer was not found (vocab %d)", m.e.Model.Config.VocabSize)
+		}
+		out[i] = normalize(h)
+	}
+	return out, total, nil
+}
+
+// captureBackend wraps a backend so that, while capturing, the input of the output layer (the Linear with
+// vocab-size outputs: the final normed hidden states) is kept for Embed.
+type captureBackend struct {
+	compute.Backend
+	mu    sync.Mutex
+	vocab int // capturing when > 0
+	last  []float32
+}
+
+func (b *captureBackend) start(vocab int) {
+	b.mu.Lock()
+	b.vocab, b.last = vocab, nil
+	b.mu.Unlock()
+}
+
+func (b *captureBackend) stop() {
+	b.mu.Lock()
+	b.vocab, b.last = 0, nil
+	b.mu.Unlock()
+}
+
+func (b *captureBackend) hidden() []float32 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.last
+}
+
+func (b *captureBackend) NewContext() compute.Context {
+	b.mu.Lock()
+	vocab := b.vocab
+	b.mu.Unlock()
+	if vocab == 0 {
+		return b.Backend.NewContext()
+	}
+	return &captureContext{Context: b.Backend.NewContext(), b: b, vocab: vocab}
+}
+
+type captureContext struct {
+	compute.Context
+	b     *captureBackend
+	vocab int
+	x     compute.Tensor
+}
+
+func (c *captureContext) Linear(x compute.Tensor, w compute.Weight) compute.Tensor {
+	if out, _ := w.Dims(); out == c.vocab {
+		c.x = x
+	}
+	return c.Context.Linear(x, w)
+}
+
+func (c *captureContext) Float32s(t compute.Tensor) ([]float32, error) {
+	if c.x != nil {
+		rows, cols := c.x.Dims()
+		if h, err := c.Context.Float32s(c.x); err == nil && rows > 0 && len(h) == rows*cols {
+			c.b.mu.Lock()
+			c.b.last = h[(rows-1)*cols:]
+			c.b.mu.Unlock()
+		}
+	}
+	return c.Context.Float32s(t)
+}
+
+func normalize(v []float32) []float32 {
+	var sum float64
+	for _, x := range v {
+		sum += float64(x) * float64(x)
+	}
+	out := make([]float32, len(v))
+	if sum == 0 {
+		return out
+	}
+	inv := 1 / math.Sqrt(sum)
+	for i, x := range v {
+		out[i] = float32(float64(x) * inv)
+	}
+	return out
+}
+
+// toRunnerOptions converts a request's options for the engine.
+func toRunnerOptions(o Options) runner.Options {
+	return runner.Options{NumCtx: o.NumCtx, NumBatch: o.NumBatch, NumKeep: o.NumKeep, NumPredict: o.NumPredict,
+		Temperature: o.Temperature, TopK: o.TopK, TopP: o.TopP, MinP: o.MinP, RepeatPenalty: o.RepeatPenalty,
+		RepeatLastN: o.RepeatLastN, PresencePenalty: o.PresencePenalty, FrequencyPenalty: o.FrequencyPenalty,
+		Seed: o.Seed, Stop: o.Stop}
+}

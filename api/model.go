@@ -1,0 +1,68 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/mlxg/mlxg/registry"
+)
+
+// Loader turns a model in the store into a running Model (the engine adapter does it for real; tests use
+// fakes).
+type Loader interface {
+	// Estimate is the memory the model will take once loaded with a numCtx-token context, in bytes.
+	Estimate(m *registry.LocalModel, numCtx int) (int64, error)
+	// Load loads the model with a numCtx-token context.
+	Load(ctx context.Context, m *registry.LocalModel, numCtx int) (Model, error)
+}
+
+// Model is a loaded model as the server drives it.
+type Model interface {
+	Close() error
+	// Info describes the loaded model.
+	Info() LoadedInfo
+	// RenderChat renders messages (role, content, tool_calls, tool_call_id, name, reasoning_content) with the
+	// model's chat template, with add_generation_prompt; tools are the offered tools' JSON, kwargs the template
+	// variables such as enable_thinking.
+	RenderChat(messages []map[string]any, tools []json.RawMessage, kwargs map[string]any) (string, error)
+	// Generate runs in, calling emit with each piece of text as it is decoded (stop strings removed); an
+	// error from emit stops generation and is returned. The context cancels generation.
+	Generate(ctx context.Context, in GenerateInput, emit func(text string) error) (GenerateStats, error)
+	// Embed returns one vector per input (L2-normalized) and the number of input tokens.
+	Embed(ctx context.Context, inputs []string, truncate bool) ([][]float32, int, error)
+}
+
+// GenerateInput is one generation: a chat, or a prompt used verbatim when Messages is empty.
+type GenerateInput struct {
+	// Messages are rendered with the model's chat template; the oldest (not system) ones are dropped when
+	// the conversation does not fit in num_ctx.
+	Messages []map[string]any
+	Tools    []json.RawMessage
+	Kwargs   map[string]any
+	Prompt   string
+	Options  Options
+}
+
+// LoadedInfo describes a loaded model.
+type LoadedInfo struct {
+	ContextLength int    // the num_ctx it was loaded with
+	ChatTemplate  string // the template's source ("" when the checkpoint has none)
+	// FIM holds the fill-in-the-middle tokens (prefix, suffix, middle) when the tokenizer has them, for suffix.
+	FIM  [3]string
+	Size int64 // bytes in memory
+	// GPUSize is the part of Size in GPU-visible memory (all of it with Metal's unified memory; 0 on the CPU).
+	GPUSize int64
+	KVSpec  string // the KV cache layout, as mlxg ps prints it
+}
+
+// GenerateStats are a generation's counts and durations.
+type GenerateStats struct {
+	PromptTokens       int
+	PromptEvalDuration time.Duration
+	EvalTokens         int
+	EvalDuration       time.Duration
+	DoneReason         string // "stop" (EOS or a stop string) or "length" (num_predict or the context)
+	// Perf holds extra PERF log keys (KV cache hits, pressure...), printed in order.
+	Perf []any
+}

@@ -1,0 +1,612 @@
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/mlxg/mlxg/registry"
+	"github.com/mlxg/mlxg/runner/parser"
+	"github.com/mlxg/mlxg/runner/sched"
+)
+
+// job is one generation request, from Ollama's or OpenAI's API, in one form.
+type job struct {
+	name      string // the model as the client named it
+	lm        *registry.LocalModel
+	info      *registry.ModelInfo
+	opts      Options
+	keepAlive *time.Duration
+
+	chat     bool
+	messages []Message
+	tools    Tools
+	prompt   string // generate
+	system   string
+	suffix   string
+	raw      bool
+	think    *ThinkValue
+	start    time.Time
+}
+
+// event is what one piece of output yields after parsing.
+type event struct {
+	content, thinking string
+	calls             []ToolCall
+}
+
+func (e event) empty() bool { return e.content == "" && e.thinking == "" && len(e.calls) == 0 }
+
+// outcome is a finished generation.
+type outcome struct {
+	GenerateStats
+	load  time.Duration
+	total time.Duration
+	calls int
+}
+
+func (o *outcome) metrics() Metrics {
+	return Metrics{TotalDuration: o.total, LoadDuration: o.load, PromptEvalCount: o.PromptTokens,
+		PromptEvalDuration: o.PromptEvalDuration, EvalCount: o.EvalTokens, EvalDuration: o.EvalDuration}
+}
+
+// newJob resolves the model and checks what can be checked before loading it.
+func (s *Server) newJob(model string, options map[string]any, keepAlive *Duration, format json.RawMessage) (*job, error) {
+	j := &job{name: model, start: time.Now()}
+	lm, err := s.resolve(model)
+	if err != nil {
+		return nil, err
+	}
+	j.lm = lm
+	if j.info, err = registry.ReadInfo(lm.Dir); err != nil {
+		return nil, err
+	}
+	if f := strings.TrimSpace(string(format)); f != "" && f != "null" && f != `""` {
+		return nil, errorf(http.StatusBadRequest, "format (structured outputs) is not supported yet: remove \"format\" from the request")
+	}
+	j.opts = DefaultOptions()
+	j.opts.NumCtx = s.cfg.ContextLength
+	if err := j.opts.FromMap(options); err != nil {
+		var unknown *UnknownOptionError
+		if !errors.As(err, &unknown) || strings.Contains(err.Error(), "must be") {
+			return nil, errorf(http.StatusBadRequest, "%v", err)
+		}
+		s.log.Warn("invalid option provided", "error", err) // as Ollama: unknown options are ignored
+	}
+	if err := toRunnerOptions(j.opts).Validate(); err != nil {
+		return nil, errorf(http.StatusBadRequest, "%v", err)
+	}
+	if keepAlive != nil {
+		d := keepAlive.Duration
+		if d == time.Duration(1<<63-1) {
+			d = -1
+		}
+		j.keepAlive = &d
+	}
+	return j, nil
+}
+
+// schedRequest is the scheduler's view of the job's model.
+func (s *Server) schedRequest(j *job) (sched.Request, error) {
+	size, err := s.cfg.Loader.Estimate(j.lm, j.opts.NumCtx)
+	if err != nil {
+		return sched.Request{}, err
+	}
+	lm, numCtx, det := j.lm, j.opts.NumCtx, details(j.info)
+	return sched.Request{Key: lm.Dir, Name: j.name, Fingerprint: strconv.Itoa(numCtx), Size: size,
+		KeepAlive: j.keepAlive, Load: func(ctx context.Context) (sched.Model, error) {
+			m, err := s.cfg.Loader.Load(ctx, lm, numCtx)
+			if err != nil {
+				return nil, err
+			}
+			return &loaded{Model: m, lm: lm, details: det}, nil
+		}}, nil
+}
+
+// acquire loads the model (or finds it loaded) and holds a slot on it.
+func (s *Server) acquire(ctx context.Context, j *job) (*sched.Lease, *loaded, error) {
+	req, err := s.schedRequest(j)
+	if err != nil {
+		return nil, nil, err
+	}
+	lease, err := s.sched.Acquire(ctx, req)
+	if err != nil {
+		return nil, nil, err
+	}
+	return lease, lease.Model.(*loaded), nil
+}
+
+// loadOnly handles a request without a prompt: it loads the model, or with keep_alive 0 unloads it, and
+// reports which ("load" or "unload").
+func (s *Server) loadOnly(ctx context.Context, j *job) (string, error) {
+	if j.keepAlive != nil && *j.keepAlive == 0 {
+		s.sched.Unload(j.lm.Dir)
+		return "unload", nil
+	}
+	lease, _, err := s.acquire(ctx, j)
+	if err != nil {
+		return "", err
+	}
+	lease.Release()
+	return "load", nil
+}
+
+// toolsJSON gives the tools to the chat template as JSON, keys in the client's order.
+func toolsJSON(tools Tools) ([]json.RawMessage, []string, error) {
+	var out []json.RawMessage
+	var names []string
+	for _, t := range tools {
+		b, err := json.Marshal(t)
+		if err != nil {
+			return nil, nil, err
+		}
+		out = append(out, b)
+		names = append(names, t.Function.Name)
+	}
+	return out, names, nil
+}
+
+// templateMessages converts chat messages to what HF chat templates read: tool_calls with arguments
+// objects, reasoning_content for earlier thinking, name for a tool result's tool.
+func templateMessages(msgs []Message) []map[string]any {
+	out := make([]map[string]any, 0, len(msgs))
+	for _, m := range msgs {
+		tm := map[string]any{"role": m.Role, "content": m.Content}
+		if m.Thinking != "" {
+			tm["reasoning_content"] = m.Thinking
+		}
+		if len(m.ToolCalls) > 0 {
+			var calls []any
+			for _, c := range m.ToolCalls {
+				args, _ := c.Function.Arguments.MarshalJSON()
+				calls = append(calls, map[string]any{"type": "function", "id": c.ID,
+					"function": map[string]any{"name": c.Function.Name, "arguments": json.RawMessage(args)}})
+			}
+			tm["tool_calls"] = calls
+		}
+		if m.ToolName != "" {
+			tm["name"] = m.ToolName
+		}
+		if m.ToolCallID != "" {
+			tm["tool_call_id"] = m.ToolCallID
+		}
+		out = append(out, tm)
+	}
+	return out
+}
+
+// run generates for j on a loaded model, passing each parsed event to sink.
+func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outcome, error) {
+	caps := parser.Detect(j.info.ChatTemplate)
+	thinkOn := false
+	switch {
+	case j.think != nil && j.think.Bool() && !caps.Thinking:
+		return nil, errorf(http.StatusBadRequest, "%q does not support thinking", j.name)
+	case j.think != nil:
+		thinkOn = j.think.Bool()
+	default:
+		thinkOn = caps.Thinking // as Ollama: thinking models think unless told not to
+	}
+	if len(j.tools) > 0 && caps.Tools == parser.ToolsNone {
+		return nil, errorf(http.StatusBadRequest, "%q does not support tools", j.name)
+	}
+	tools, names, err := toolsJSON(j.tools)
+	if err != nil {
+		return nil, errorf(http.StatusBadRequest, "tools: %v", err)
+	}
+	if j.raw && (j.system != "" || j.suffix != "") {
+		return nil, errorf(http.StatusBadRequest, "raw mode does not support template, system, or context")
+	}
+
+	lease, m, err := s.acquire(ctx, j)
+	if err != nil {
+		return nil, err
+	}
+	defer lease.Release()
+	info := m.Info()
+
+	in := GenerateInput{Options: j.opts}
+	kwargs := map[string]any{}
+	if j.think != nil && caps.Thinking {
+		kwargs["enable_thinking"] = thinkOn
+	}
+	switch {
+	case j.chat:
+		in.Messages, in.Tools, in.Kwargs = templateMessages(j.messages), tools, kwargs
+	case j.raw:
+		in.Prompt = j.prompt
+	case j.suffix != "":
+		if info.FIM[0] == "" {
+			return nil, errorf(http.StatusBadRequest, "%q does not support insert", j.name)
+		}
+		in.Prompt = info.FIM[0] + j.prompt + info.FIM[1] + j.suffix + info.FIM[2]
+	case info.ChatTemplate == "":
+		in.Prompt = j.prompt
+		if j.system != "" {
+			in.Prompt = j.system + "\n\n" + j.prompt
+		}
+	default:
+		var msgs []Message
+		if j.system != "" {
+			msgs = append(msgs, Message{Role: "system", Content: j.system})
+		}
+		in.Messages, in.Kwargs = templateMessages(append(msgs, Message{Role: "user", Content: j.prompt})), kwargs
+	}
+
+	pcfg := parser.Config{Thinking: thinkOn && caps.Thinking && !j.raw}
+	if len(in.Messages) > 0 && pcfg.Thinking {
+		if p, err := m.RenderChat(in.Messages, in.Tools, in.Kwargs); err == nil {
+			pcfg.InThinking = parser.PromptOpensThinking(p)
+		} else {
+			return nil, errorf(http.StatusBadRequest, "rendering the chat template: %v", err)
+		}
+	}
+	if len(tools) > 0 {
+		pcfg.Tools, pcfg.ToolNames = caps.Tools, names
+	}
+	p := parser.New(pcfg)
+	out := &outcome{load: lease.LoadDuration}
+	forward := func(r parser.Result) error {
+		ev := event{content: r.Content, thinking: r.Thinking}
+		for _, c := range r.Calls {
+			var args ToolCallFunctionArguments
+			_ = args.UnmarshalJSON(c.Arguments)
+			ev.calls = append(ev.calls, ToolCall{ID: "call_" + randomID(8),
+				Function: ToolCallFunction{Index: out.calls, Name: c.Name, Arguments: args}})
+			out.calls++
+		}
+		if ev.empty() {
+			return nil
+		}
+		return sink(ev)
+	}
+	stats, err := m.Generate(ctx, in, func(text string) error { return forward(p.Add(text, false)) })
+	if err == nil {
+		err = forward(p.Add("", true))
+	}
+	out.GenerateStats = stats
+	out.total = time.Since(j.start)
+	s.perf(j, out, err)
+	if err != nil {
+		if ctx.Err() != nil {
+			return out, ctx.Err()
+		}
+		var ae *apiError
+		if !errors.As(err, &ae) && isOptionError(err) {
+			err = errorf(http.StatusBadRequest, "%v", err)
+		}
+		return out, err
+	}
+	return out, nil
+}
+
+// isOptionError reports errors the engine returns for bad request input rather than failures.
+func isOptionError(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "chat template") || strings.Contains(msg, "prompt is empty") ||
+		strings.Contains(msg, "raise_exception")
+}
+
+// perf logs the request's PERF line.
+func (s *Server) perf(j *job, o *outcome, err error) {
+	rate := func(n int, d time.Duration) string {
+		if d <= 0 {
+			return "0"
+		}
+		return strconv.FormatFloat(float64(n)/d.Seconds(), 'f', 1, 64)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "PERF: model=%s prompt_tok=%d gen_tok=%d prefill_s=%.3f prompt_tps=%s gen_tps=%s decode_s=%.3f load_s=%.3f total_s=%.3f",
+		strconv.Quote(j.name), o.PromptTokens, o.EvalTokens, o.PromptEvalDuration.Seconds(),
+		rate(o.PromptTokens, o.PromptEvalDuration), rate(o.EvalTokens, o.EvalDuration), o.EvalDuration.Seconds(),
+		o.load.Seconds(), o.total.Seconds())
+	for i := 0; i+1 < len(o.Perf); i += 2 {
+		fmt.Fprintf(&b, " %v=%v", o.Perf[i], o.Perf[i+1])
+	}
+	switch {
+	case errors.Is(err, context.Canceled):
+		b.WriteString(" done=cancelled")
+	case err != nil:
+		b.WriteString(" done=error")
+	default:
+		b.WriteString(" done=" + o.DoneReason)
+	}
+	s.log.Info(b.String())
+}
+
+func randomID(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// ndjson streams JSON lines, flushing each; after the first write, errors go in the stream.
+type ndjson struct {
+	c       *gin.Context
+	mu      sync.Mutex
+	started bool
+}
+
+func newNDJSON(c *gin.Context) *ndjson { return &ndjson{c: c} }
+
+func (n *ndjson) send(v any) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if !n.started {
+		n.c.Header("Content-Type", "application/x-ndjson")
+		n.c.Status(http.StatusOK)
+		n.started = true
+	}
+	if _, err := n.c.Writer.Write(append(b, '\n')); err != nil {
+		return err
+	}
+	n.c.Writer.Flush()
+	return n.c.Request.Context().Err()
+}
+
+// fail reports err: as the HTTP status when nothing was sent yet, else as an {"error": …} line.
+func (n *ndjson) fail(err error) {
+	status, msg := statusOf(err)
+	if status == 499 {
+		return // the client is gone
+	}
+	if n.started {
+		_ = n.send(gin.H{"error": msg})
+		return
+	}
+	abort(n.c, status, msg)
+}
+
+func (s *Server) handleGenerate(c *gin.Context) {
+	s.inflight.Add(1)
+	defer s.inflight.Done()
+	var req GenerateRequest
+	if err := decode(c, &req); err != nil {
+		abortErr(c, err)
+		return
+	}
+	if len(req.Images) > 0 {
+		abort(c, http.StatusBadRequest, "images are not supported: mlxg runs text-only models")
+		return
+	}
+	if req.Raw && req.Template != "" {
+		abort(c, http.StatusBadRequest, "raw mode does not support template, system, or context")
+		return
+	}
+	if req.Template != "" {
+		abort(c, http.StatusBadRequest, "template overrides are not supported: mlxg renders the model's own chat template")
+		return
+	}
+	j, err := s.newJob(req.Model, req.Options, req.KeepAlive, req.Format)
+	if err != nil {
+		abortErr(c, err)
+		return
+	}
+	j.prompt, j.system, j.suffix, j.raw, j.think = req.Prompt, req.System, req.Suffix, req.Raw, req.Think
+	ctx := c.Request.Context()
+	if req.Prompt == "" && req.Suffix == "" {
+		reason, err := s.loadOnly(ctx, j)
+		if err != nil {
+			abortErr(c, err)
+			return
+		}
+		c.JSON(http.StatusOK, GenerateResponse{Model: req.Model, CreatedAt: time.Now().UTC(), Done: true, DoneReason: reason})
+		return
+	}
+	stream := req.Stream == nil || *req.Stream
+	nd := newNDJSON(c)
+	var text, thinking strings.Builder
+	var calls []ToolCall
+	o, err := s.run(ctx, j, func(e event) error {
+		if !stream {
+			text.WriteString(e.content)
+			thinking.WriteString(e.thinking)
+			calls = append(calls, e.calls...)
+			return nil
+		}
+		return nd.send(GenerateResponse{Model: req.Model, CreatedAt: time.Now().UTC(), Response: e.content,
+			Thinking: e.thinking, ToolCalls: e.calls})
+	})
+	if err != nil {
+		nd.fail(err)
+		return
+	}
+	final := GenerateResponse{Model: req.Model, CreatedAt: time.Now().UTC(), Done: true, DoneReason: o.DoneReason,
+		Metrics: o.metrics()}
+	if !stream {
+		final.Response, final.Thinking, final.ToolCalls = text.String(), thinking.String(), calls
+		c.JSON(http.StatusOK, final)
+		return
+	}
+	_ = nd.send(final)
+}
+
+func (s *Server) handleChat(c *gin.Context) {
+	s.inflight.Add(1)
+	defer s.inflight.Done()
+	var req ChatRequest
+	if err := decode(c, &req); err != nil {
+		abortErr(c, err)
+		return
+	}
+	for i, m := range req.Messages {
+		if len(m.Images) > 0 {
+			abort(c, http.StatusBadRequest, fmt.Sprintf("messages[%d]: images are not supported: mlxg runs text-only models", i))
+			return
+		}
+		switch m.Role {
+		case "system", "user", "assistant", "tool":
+		default:
+			abort(c, http.StatusBadRequest, fmt.Sprintf("messages[%d]: unknown role %q (use system, user, assistant or tool)", i, m.Role))
+			return
+		}
+	}
+	j, err := s.newJob(req.Model, req.Options, req.KeepAlive, req.Format)
+	if err != nil {
+		abortErr(c, err)
+		return
+	}
+	j.chat, j.messages, j.tools, j.think = true, req.Messages, req.Tools, req.Think
+	ctx := c.Request.Context()
+	if len(req.Messages) == 0 {
+		reason, err := s.loadOnly(ctx, j)
+		if err != nil {
+			abortErr(c, err)
+			return
+		}
+		c.JSON(http.StatusOK, ChatResponse{Model: req.Model, CreatedAt: time.Now().UTC(),
+			Message: Message{Role: "assistant"}, Done: true, DoneReason: reason})
+		return
+	}
+	stream := req.Stream == nil || *req.Stream
+	nd := newNDJSON(c)
+	var text, thinking strings.Builder
+	var calls []ToolCall
+	o, err := s.run(ctx, j, func(e event) error {
+		if !stream {
+			text.WriteString(e.content)
+			thinking.WriteString(e.thinking)
+			calls = append(calls, e.calls...)
+			return nil
+		}
+		return nd.send(ChatResponse{Model: req.Model, CreatedAt: time.Now().UTC(),
+			Message: Message{Role: "assistant", Content: e.content, Thinking: e.thinking, ToolCalls: e.calls}})
+	})
+	if err != nil {
+		nd.fail(err)
+		return
+	}
+	final := ChatResponse{Model: req.Model, CreatedAt: time.Now().UTC(), Message: Message{Role: "assistant"},
+		Done: true, DoneReason: o.DoneReason, Metrics: o.metrics()}
+	if !stream {
+		final.Message.Content, final.Message.Thinking, final.Message.ToolCalls = text.String(), thinking.String(), calls
+		c.JSON(http.StatusOK, final)
+		return
+	}
+	_ = nd.send(final)
+}
+
+// embedInputs reads /api/embed's input: a string or a list of strings.
+func embedInputs(v any) ([]string, error) {
+	switch x := v.(type) {
+	case string:
+		return []string{x}, nil
+	case []any:
+		out := make([]string, len(x))
+		for i, e := range x {
+			s, ok := e.(string)
+			if !ok {
+				return nil, errorf(http.StatusBadRequest, "invalid input type: input[%d] is not a string", i)
+			}
+			out[i] = s
+		}
+		return out, nil
+	case nil:
+		return nil, nil
+	}
+	return nil, errorf(http.StatusBadRequest, "invalid input type: input must be a string or a list of strings")
+}
+
+// embed computes embeddings for inputs on j's model.
+func (s *Server) embed(ctx context.Context, j *job, inputs []string, truncate bool) ([][]float32, int, time.Duration, error) {
+	lease, m, err := s.acquire(ctx, j)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	defer lease.Release()
+	vecs, n, err := m.Embed(ctx, inputs, truncate)
+	return vecs, n, lease.LoadDuration, err
+}
+
+func (s *Server) handleEmbed(c *gin.Context) {
+	s.inflight.Add(1)
+	defer s.inflight.Done()
+	var req EmbedRequest
+	if err := decode(c, &req); err != nil {
+		abortErr(c, err)
+		return
+	}
+	inputs, err := embedInputs(req.Input)
+	if err != nil {
+		abortErr(c, err)
+		return
+	}
+	j, err := s.newJob(req.Model, req.Options, req.KeepAlive, nil)
+	if err != nil {
+		abortErr(c, err)
+		return
+	}
+	if len(inputs) == 0 {
+		reason, err := s.loadOnly(c.Request.Context(), j)
+		if err != nil {
+			abortErr(c, err)
+			return
+		}
+		_ = reason
+		c.JSON(http.StatusOK, EmbedResponse{Model: req.Model, Embeddings: [][]float32{}})
+		return
+	}
+	if req.Dimensions < 0 {
+		abort(c, http.StatusBadRequest, "dimensions must be positive")
+		return
+	}
+	vecs, n, load, err := s.embed(c.Request.Context(), j, inputs, req.Truncate == nil || *req.Truncate)
+	if err != nil {
+		abortErr(c, err)
+		return
+	}
+	if req.Dimensions > 0 {
+		for i, v := range vecs {
+			vecs[i] = normalize(v[:min(req.Dimensions, len(v))])
+		}
+	}
+	c.JSON(http.StatusOK, EmbedResponse{Model: req.Model, Embeddings: vecs, TotalDuration: time.Since(j.start),
+		LoadDuration: load, PromptEvalCount: n})
+}
+
+func (s *Server) handleEmbeddings(c *gin.Context) {
+	s.inflight.Add(1)
+	defer s.inflight.Done()
+	var req EmbeddingRequest
+	if err := decode(c, &req); err != nil {
+		abortErr(c, err)
+		return
+	}
+	j, err := s.newJob(req.Model, req.Options, req.KeepAlive, nil)
+	if err != nil {
+		abortErr(c, err)
+		return
+	}
+	if req.Prompt == "" {
+		if _, err := s.loadOnly(c.Request.Context(), j); err != nil {
+			abortErr(c, err)
+			return
+		}
+		c.JSON(http.StatusOK, EmbeddingResponse{Embedding: []float64{}})
+		return
+	}
+	vecs, _, _, err := s.embed(c.Request.Context(), j, []string{req.Prompt}, true)
+	if err != nil {
+		abortErr(c, err)
+		return
+	}
+	out := make([]float64, len(vecs[0]))
+	for i, v := range vecs[0] {
+		out[i] = float64(v)
+	}
+	c.JSON(http.StatusOK, EmbeddingResponse{Embedding: out})
+}

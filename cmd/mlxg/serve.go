@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dustin/go-humanize"
+	"github.com/spf13/cobra"
+
+	"github.com/mlxg/mlxg/api"
+	"github.com/mlxg/mlxg/kvstore"
+	"github.com/mlxg/mlxg/kvstore/sysmem"
+	"github.com/mlxg/mlxg/registry"
+	"github.com/mlxg/mlxg/runner/backend"
+	"github.com/mlxg/mlxg/runner/sched"
+)
+
+const serveHelp = `Start the mlxg server: Ollama's API (/api/*) and OpenAI's (/v1/*) on 127.0.0.1:11434.
+
+Environment variables:
+  MLXG_HOST, OLLAMA_HOST              address to listen on (default 127.0.0.1:11434)
+  MLXG_ORIGINS, OLLAMA_ORIGINS        extra allowed browser origins, comma-separated ("*" allows all)
+  MLXG_KEEP_ALIVE, OLLAMA_KEEP_ALIVE  how long an idle model stays loaded (default "5m"; negative: forever)
+  MLXG_NUM_PARALLEL, OLLAMA_NUM_PARALLEL  requests served at once per model (default 1; the rest queue)
+  MLXG_MAX_QUEUE, OLLAMA_MAX_QUEUE    requests allowed to wait (default 512; more get 503)
+  MLXG_CONTEXT_LENGTH, OLLAMA_CONTEXT_LENGTH  default num_ctx (default 4096)
+  MLXG_MAX_MEMORY                     memory all loaded models may take (e.g. "24GiB"; default 90% of RAM)
+  MLXG_LOG_FORMAT                     "text" (default) or "json"
+  MLXG_DEBUG                          1 logs at debug level
+  MLXG_BACKEND                        cpu or metal (default: metal when libmlxc loads)
+  MLXG_KV_*, OLLAMA_KV_CACHE_TYPE     the KV cache, as the --kv-* flags`
+
+func newServeCmd() *cobra.Command {
+	var kv kvstore.Options
+	var threads int
+	var grace time.Duration
+	cmd := &cobra.Command{
+		Use:     "serve",
+		Aliases: []string{"start"},
+		Short:   "Start mlxg (Ollama and OpenAI APIs)",
+		Long:    serveHelp,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return serve(cmd.Context(), cmd.ErrOrStderr(), &kv, threads, grace)
+		},
+	}
+	kv.RegisterFlags(cmd.Flags())
+	cmd.Flags().IntVar(&threads, "threads", 0, "CPU threads per model (0: all cores)")
+	cmd.Flags().DurationVar(&grace, "shutdown-grace", 10*time.Second, "time requests in flight get to finish on shutdown")
+	return cmd
+}
+
+// newLogger is log/slog, text or JSON as MLXG_LOG_FORMAT says.
+func newLogger(w io.Writer) (*slog.Logger, error) {
+	level := slog.LevelInfo
+	if v := os.Getenv("MLXG_DEBUG"); v != "" && v != "0" && v != "false" {
+		level = slog.LevelDebug
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch f := strings.ToLower(strings.TrimSpace(os.Getenv("MLXG_LOG_FORMAT"))); f {
+	case "", "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	default:
+		return nil, fmt.Errorf("MLXG_LOG_FORMAT=%q: want text or json", f)
+	}
+}
+
+func envFirst(keys ...string) (string, string) {
+	for _, k := range keys {
+		if v := strings.TrimSpace(os.Getenv(k)); v != "" {
+			return k, v
+		}
+	}
+	return keys[0], ""
+}
+
+func serve(ctx context.Context, logw io.Writer, kv *kvstore.Options, threads int, grace time.Duration) error {
+	log, err := newLogger(logw)
+	if err != nil {
+		return err
+	}
+	slog.SetDefault(log)
+	if err := kv.ApplyEnv(os.Getenv); err != nil {
+		return err
+	}
+	sc, err := sched.ConfigFromEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
+	ctxLen := 4096
+	if k, v := envFirst("MLXG_CONTEXT_LENGTH", "OLLAMA_CONTEXT_LENGTH"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return fmt.Errorf("%s=%q: want a number of tokens, such as 8192", k, v)
+		}
+		ctxLen = n
+	}
+	mem, err := sysmem.System().Read()
+	if err != nil {
+		log.Warn("cannot read the machine's memory; no memory budget", "error", err)
+	} else {
+		sc.MemoryBudget = int64(mem.Total) / 10 * 9
+	}
+	if v := strings.TrimSpace(os.Getenv("MLXG_MAX_MEMORY")); v != "" {
+		n, err := humanize.ParseBytes(v)
+		if err != nil || n == 0 {
+			return fmt.Errorf("MLXG_MAX_MEMORY=%q: want a size such as 24GiB or 16000MB", v)
+		}
+		sc.MemoryBudget = int64(n)
+	}
+	store, err := registry.DefaultStore()
+	if err != nil {
+		return err
+	}
+	choice, err := backend.Select(backend.Options{Threads: threads, Logger: log})
+	if err != nil {
+		return err
+	}
+	srv, err := api.NewServer(api.ServerConfig{
+		Store:         store,
+		Loader:        &api.EngineLoader{Backend: choice.Backend, Threads: threads, KV: &kvstore.Policy{Options: *kv, Log: log}, Logger: log},
+		Sched:         sc,
+		Origins:       api.OriginsFromEnv(os.Getenv),
+		ContextLength: ctxLen,
+		Version:       version,
+		Logger:        log,
+	})
+	if err != nil {
+		return err
+	}
+	host := api.Host()
+	l, err := net.Listen("tcp", host.Host)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w (is another server, mlxg or Ollama, running? set MLXG_HOST to use another address)", host.Host, err)
+	}
+	log.Info("Listening on "+l.Addr().String()+" (version "+version+")", "keep_alive", sc.DefaultKeepAlive,
+		"num_parallel", sc.NumParallel, "max_queue", sc.MaxQueue, "memory_budget", humanize.IBytes(uint64(max(sc.MemoryBudget, 0))),
+		"num_ctx", ctxLen, "models", store.HubCache, "kv", kv.Explicit())
+	return srv.Serve(ctx, l, grace)
+}
