@@ -1,8 +1,8 @@
 package tokenizer
 
 import (
-	"container/heap"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"unicode/utf8"
@@ -30,6 +30,8 @@ type bpe struct {
 	// are present, so a byte-level word maps straight from its bytes.
 	byteLevel [256]int32
 	levelOK   bool
+
+	scratch []byte // for addMerge
 
 	cacheMu sync.Mutex
 	cache   map[string][]int32
@@ -87,26 +89,34 @@ func newBPE(vocab map[string]int32, merges [][2]string, unk *string, fuseUnk, by
 	}
 	m.merges = make(map[uint64]merge, len(merges))
 	for rank, p := range merges {
-		a, ok := vocab[p[0]]
-		if !ok {
-			return nil, fmt.Errorf("model.merges[%d]: token %q is not in the vocab", rank, p[0])
+		if err := m.addMerge(rank, []byte(p[0]), []byte(p[1])); err != nil {
+			return nil, err
 		}
-		b, ok := vocab[p[1]]
-		if !ok {
-			return nil, fmt.Errorf("model.merges[%d]: token %q is not in the vocab", rank, p[1])
-		}
-		right := p[1]
-		if len(prefix) > 0 && len(right) >= len(prefix) {
-			right = right[len(prefix):]
-		}
-		id, ok := vocab[p[0]+right]
-		if !ok {
-			return nil, fmt.Errorf("model.merges[%d]: merged token %q is not in the vocab", rank, p[0]+right)
-		}
-		// A repeated pair keeps its last rank, as HF's map does.
-		m.merges[pairKey(a, b)] = merge{rank: uint32(rank), id: id}
 	}
 	return m, nil
+}
+
+// addMerge adds the merge of rank rank. A repeated pair keeps its last rank,
+// as HF's map does.
+func (m *bpe) addMerge(rank int, left, right []byte) error {
+	a, ok := m.vocab[string(left)]
+	if !ok {
+		return fmt.Errorf("model.merges[%d]: token %q is not in the vocab", rank, left)
+	}
+	b, ok := m.vocab[string(right)]
+	if !ok {
+		return fmt.Errorf("model.merges[%d]: token %q is not in the vocab", rank, right)
+	}
+	if len(m.prefix) > 0 && len(right) >= len(m.prefix) {
+		right = right[len(m.prefix):]
+	}
+	m.scratch = append(append(m.scratch[:0], left...), right...)
+	id, ok := m.vocab[string(m.scratch)]
+	if !ok {
+		return fmt.Errorf("model.merges[%d]: merged token %q is not in the vocab", rank, m.scratch)
+	}
+	m.merges[pairKey(a, b)] = merge{rank: uint32(rank), id: id}
+	return nil
 }
 
 // encode appends the ids of one pre-tokenized word. When byteLevel is set, word
@@ -119,11 +129,6 @@ func (m *bpe) encode(dst []int32, word string, byteLevel bool) []int32 {
 	if byteLevel && !m.levelOK {
 		word, byteLevel = byteLevelString(word), false
 	}
-	if m.ignoreMerges {
-		if id, ok := m.lookupWhole(word, byteLevel); ok {
-			return append(dst, id)
-		}
-	}
 	cacheable := len(word) <= cacheMaxWord
 	if cacheable {
 		m.cacheMu.Lock()
@@ -131,6 +136,13 @@ func (m *bpe) encode(dst []int32, word string, byteLevel bool) []int32 {
 		m.cacheMu.Unlock()
 		if ok {
 			return append(dst, ids...)
+		}
+	}
+	if m.ignoreMerges {
+		// A word that is a token is that token, merges or not.
+		if id, ok := m.lookupWhole(word, byteLevel); ok {
+			m.store(word, []int32{id}, cacheable)
+			return append(dst, id)
 		}
 	}
 	var syms []symbol
@@ -151,15 +163,20 @@ func (m *bpe) encode(dst []int32, word string, byteLevel bool) []int32 {
 	for i := 0; i >= 0 && i < len(syms); i = syms[i].next {
 		dst = append(dst, syms[i].id)
 	}
-	if cacheable {
-		ids := append([]int32(nil), dst[start:]...)
-		m.cacheMu.Lock()
-		if len(m.cache) < cacheCap {
-			m.cache[word] = ids
-		}
-		m.cacheMu.Unlock()
-	}
+	m.store(word, dst[start:], cacheable)
 	return dst
+}
+
+func (m *bpe) store(word string, ids []int32, cacheable bool) {
+	if !cacheable {
+		return
+	}
+	ids = slices.Clone(ids)
+	m.cacheMu.Lock()
+	if len(m.cache) < cacheCap {
+		m.cache[word] = ids
+	}
+	m.cacheMu.Unlock()
 }
 
 func (m *bpe) lookupWhole(word string, byteLevel bool) (int32, bool) {
@@ -243,13 +260,14 @@ func (m *bpe) mergeAll(syms []symbol) {
 	q := mergeQueue(make([]queued, 0, len(syms)))
 	for i := 0; i+1 < len(syms); i++ {
 		if mg, ok := m.merges[pairKey(syms[i].id, syms[i+1].id)]; ok {
-			q = append(q, queued{pos: i, rank: mg.rank, id: mg.id})
+			q = append(q, queued{pos: int32(i), rank: mg.rank, id: mg.id})
 		}
 	}
-	heap.Init(&q)
+	q.init()
 	for len(q) > 0 {
-		top := heap.Pop(&q).(queued)
-		s := &syms[top.pos]
+		top := q.pop()
+		pos := int(top.pos)
+		s := &syms[pos]
 		if s.gone || s.next < 0 {
 			continue
 		}
@@ -261,43 +279,81 @@ func (m *bpe) mergeAll(syms []symbol) {
 		syms[s.next].gone = true
 		s.next = right.next
 		if right.next >= 0 {
-			syms[right.next].prev = top.pos
+			syms[right.next].prev = pos
 		}
 		if s.prev >= 0 {
 			if mg, ok := m.merges[pairKey(syms[s.prev].id, s.id)]; ok {
-				heap.Push(&q, queued{pos: s.prev, rank: mg.rank, id: mg.id})
+				q.push(queued{pos: int32(s.prev), rank: mg.rank, id: mg.id})
 			}
 		}
 		if s.next >= 0 {
 			if mg, ok := m.merges[pairKey(s.id, syms[s.next].id)]; ok {
-				heap.Push(&q, queued{pos: top.pos, rank: mg.rank, id: mg.id})
+				q.push(queued{pos: top.pos, rank: mg.rank, id: mg.id})
 			}
 		}
 	}
 }
 
 type queued struct {
-	pos  int
 	rank uint32
+	pos  int32
 	id   int32
 }
 
+func (a queued) less(b queued) bool {
+	return a.rank < b.rank || a.rank == b.rank && a.pos < b.pos
+}
+
+// mergeQueue is a binary min-heap of queued merges (typed, unlike
+// container/heap, so pushes do not allocate).
 type mergeQueue []queued
 
-func (q mergeQueue) Len() int { return len(q) }
-func (q mergeQueue) Less(i, j int) bool {
-	if q[i].rank != q[j].rank {
-		return q[i].rank < q[j].rank
+func (q *mergeQueue) init() {
+	for i := len(*q)/2 - 1; i >= 0; i-- {
+		q.down(i)
 	}
-	return q[i].pos < q[j].pos
 }
-func (q mergeQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
-func (q *mergeQueue) Push(x any)   { *q = append(*q, x.(queued)) }
-func (q *mergeQueue) Pop() any {
-	old := *q
-	x := old[len(old)-1]
-	*q = old[:len(old)-1]
-	return x
+
+func (q *mergeQueue) push(x queued) {
+	*q = append(*q, x)
+	h := *q
+	for i := len(h) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !h[i].less(h[p]) {
+			break
+		}
+		h[i], h[p] = h[p], h[i]
+		i = p
+	}
+}
+
+func (q *mergeQueue) pop() queued {
+	h := *q
+	top := h[0]
+	n := len(h) - 1
+	h[0] = h[n]
+	*q = h[:n]
+	q.down(0)
+	return top
+}
+
+func (q *mergeQueue) down(i int) {
+	h := *q
+	for {
+		l := 2*i + 1
+		if l >= len(h) {
+			return
+		}
+		m := l
+		if r := l + 1; r < len(h) && h[r].less(h[l]) {
+			m = r
+		}
+		if !h[m].less(h[i]) {
+			return
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
 }
 
 // byteToRune is GPT-2's reversible byte-to-unicode table used by the

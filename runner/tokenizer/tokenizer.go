@@ -34,9 +34,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"unicode/utf8"
 )
 
@@ -61,26 +63,17 @@ type Tokenizer struct {
 	eos    []int32
 }
 
-type fileJSON struct {
-	AddedTokens   []addedToken    `json:"added_tokens"`
-	Normalizer    json.RawMessage `json:"normalizer"`
-	PreTokenizer  json.RawMessage `json:"pre_tokenizer"`
-	PostProcessor json.RawMessage `json:"post_processor"`
-	Decoder       json.RawMessage `json:"decoder"`
-	Model         json.RawMessage `json:"model"`
-}
-
+// bpeJSON holds the BPE model's options; vocab and merges are read by
+// readModel with the jsonScanner.
 type bpeJSON struct {
-	Type                    string           `json:"type"`
-	Vocab                   map[string]int32 `json:"vocab"`
-	Merges                  json.RawMessage  `json:"merges"`
-	UnkToken                *string          `json:"unk_token"`
-	FuseUnk                 bool             `json:"fuse_unk"`
-	ByteFallback            bool             `json:"byte_fallback"`
-	IgnoreMerges            bool             `json:"ignore_merges"`
-	Dropout                 *float64         `json:"dropout"`
-	ContinuingSubwordPrefix *string          `json:"continuing_subword_prefix"`
-	EndOfWordSuffix         *string          `json:"end_of_word_suffix"`
+	Type                    string   `json:"type"`
+	UnkToken                *string  `json:"unk_token"`
+	FuseUnk                 bool     `json:"fuse_unk"`
+	ByteFallback            bool     `json:"byte_fallback"`
+	IgnoreMerges            bool     `json:"ignore_merges"`
+	Dropout                 *float64 `json:"dropout"`
+	ContinuingSubwordPrefix *string  `json:"continuing_subword_prefix"`
+	EndOfWordSuffix         *string  `json:"end_of_word_suffix"`
 }
 
 // Load reads dir/tokenizer.json, and dir/tokenizer_config.json and
@@ -102,29 +95,116 @@ func Load(dir string) (*Tokenizer, error) {
 }
 
 func parse(data []byte) (*Tokenizer, error) {
-	var f fileJSON
-	if err := json.Unmarshal(data, &f); err != nil {
+	var raw struct{ added, normalizer, pre, post, decoder, model []byte }
+	sc := &jsonScanner{data: data}
+	err := sc.object(func(key []byte) error {
+		v, err := sc.skip()
+		switch string(key) {
+		case "added_tokens":
+			raw.added = v
+		case "normalizer":
+			raw.normalizer = v
+		case "pre_tokenizer":
+			raw.pre = v
+		case "post_processor":
+			raw.post = v
+		case "decoder":
+			raw.decoder = v
+		case "model":
+			raw.model = v
+		}
+		return err
+	})
+	if err == nil && sc.peek() != 0 {
+		err = sc.errorf("data after the top-level object")
+	}
+	if err != nil {
 		return nil, fmt.Errorf("not valid tokenizer JSON: %w", err)
 	}
-	var head struct {
-		Type string `json:"type"`
+	if raw.model == nil {
+		return nil, fmt.Errorf("no model")
 	}
-	if err := json.Unmarshal(f.Model, &head); err != nil {
-		return nil, fmt.Errorf("model: %w", err)
-	}
-	if head.Type != "BPE" {
-		return nil, fmt.Errorf("unsupported model type %q (supported: BPE)", head.Type)
-	}
-	var m bpeJSON
-	if err := json.Unmarshal(f.Model, &m); err != nil {
-		return nil, fmt.Errorf("model: %w", err)
-	}
-	if m.Dropout != nil && *m.Dropout > 0 {
-		return nil, fmt.Errorf("BPE dropout %v is not supported (it makes encoding random)", *m.Dropout)
-	}
-	merges, err := parseMerges(m.Merges)
+	model, err := readModel(raw.model)
 	if err != nil {
 		return nil, err
+	}
+	t := &Tokenizer{model: model}
+	if t.norm, err = parseNormalizer(raw.normalizer); err != nil {
+		return nil, err
+	}
+	if t.pre, err = parsePreTokenizer(raw.pre, true, &t.lazyBytes); err != nil {
+		return nil, err
+	}
+	if t.post, err = parsePostProcessor(raw.post); err != nil {
+		return nil, err
+	}
+	if t.dec, err = parseDecoder(raw.decoder); err != nil {
+		return nil, err
+	}
+	var added []addedToken
+	if !isNull(raw.added) {
+		if err := json.Unmarshal(raw.added, &added); err != nil {
+			return nil, fmt.Errorf("added_tokens: %w", err)
+		}
+	}
+	t.setAdded(added)
+	return t, nil
+}
+
+// readModel reads the "model" object: its options with encoding/json, its
+// vocab and merges with the jsonScanner.
+func readModel(data []byte) (*bpe, error) {
+	var vocabRaw, mergesRaw []byte
+	options := []byte{'{'}
+	sc := &jsonScanner{data: data}
+	err := sc.object(func(key []byte) error {
+		v, err := sc.skip()
+		switch string(key) {
+		case "vocab":
+			vocabRaw = v
+		case "merges":
+			mergesRaw = v
+		default:
+			if len(options) > 1 {
+				options = append(options, ',')
+			}
+			options = strconv.AppendQuote(options, string(key))
+			options = append(append(options, ':'), v...)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	var o bpeJSON
+	if err := json.Unmarshal(append(options, '}'), &o); err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	if o.Type != "BPE" {
+		return nil, fmt.Errorf("unsupported model type %q (supported: BPE)", o.Type)
+	}
+	if o.Dropout != nil && *o.Dropout > 0 {
+		return nil, fmt.Errorf("BPE dropout %v is not supported (it makes encoding random)", *o.Dropout)
+	}
+	if vocabRaw == nil {
+		return nil, fmt.Errorf("model: no vocab")
+	}
+	vocab := make(map[string]int32, bytes.Count(vocabRaw, []byte(`":`)))
+	sc = &jsonScanner{data: vocabRaw}
+	err = sc.object(func(key []byte) error {
+		k := string(key)
+		id, err := sc.integer()
+		if err != nil {
+			return err
+		}
+		if id < 0 || id > math.MaxInt32 {
+			return fmt.Errorf("token %q has id %d", k, id)
+		}
+		vocab[k] = int32(id)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("model.vocab: %w", err)
 	}
 	deref := func(p *string) string {
 		if p == nil {
@@ -132,62 +212,60 @@ func parse(data []byte) (*Tokenizer, error) {
 		}
 		return *p
 	}
-	model, err := newBPE(m.Vocab, merges, m.UnkToken, m.FuseUnk, m.ByteFallback,
-		m.IgnoreMerges, deref(m.ContinuingSubwordPrefix), deref(m.EndOfWordSuffix))
+	m, err := newBPE(vocab, nil, o.UnkToken, o.FuseUnk, o.ByteFallback, o.IgnoreMerges,
+		deref(o.ContinuingSubwordPrefix), deref(o.EndOfWordSuffix))
 	if err != nil {
 		return nil, err
 	}
-	t := &Tokenizer{model: model, vocabSize: len(model.tokens)}
-	if t.norm, err = parseNormalizer(f.Normalizer); err != nil {
+	if err := readMerges(m, mergesRaw); err != nil {
 		return nil, err
 	}
-	if t.pre, err = parsePreTokenizer(f.PreTokenizer, true, &t.lazyBytes); err != nil {
-		return nil, err
-	}
-	if t.post, err = parsePostProcessor(f.PostProcessor); err != nil {
-		return nil, err
-	}
-	if t.dec, err = parseDecoder(f.Decoder); err != nil {
-		return nil, err
-	}
-	t.setAdded(f.AddedTokens)
-	return t, nil
+	return m, nil
 }
 
-// parseMerges accepts both serializations: ["a b", ...] and [["a", "b"], ...].
-func parseMerges(raw json.RawMessage) ([][2]string, error) {
-	raw = bytes.TrimSpace(raw)
-	if isNull(raw) {
-		return nil, nil
+// readMerges adds the merges in either serialization: ["a b", ...] or
+// [["a", "b"], ...].
+func readMerges(m *bpe, data []byte) error {
+	if isNull(data) {
+		return nil
 	}
-	var pairs [][2]string
-	if len(raw) > 1 && bytes.TrimSpace(raw[1:])[0] == '[' {
-		if err := json.Unmarshal(raw, &pairs); err != nil {
-			return nil, fmt.Errorf("model.merges: %w", err)
+	m.merges = make(map[uint64]merge, bytes.Count(data, []byte{','})+1)
+	sc := &jsonScanner{data: data}
+	var left []byte
+	err := sc.array(func(rank int) error {
+		if sc.peek() == '[' {
+			sc.pos++
+			a, err := sc.str()
+			if err != nil {
+				return err
+			}
+			left = append(left[:0], a...)
+			if err := sc.expect(','); err != nil {
+				return err
+			}
+			right, err := sc.str()
+			if err != nil {
+				return err
+			}
+			if err := sc.expect(']'); err != nil {
+				return err
+			}
+			return m.addMerge(rank, left, right)
 		}
-		return pairs, nil
-	}
-	var lines []string
-	if err := json.Unmarshal(raw, &lines); err != nil {
-		return nil, fmt.Errorf("model.merges: %w", err)
-	}
-	pairs = make([][2]string, 0, len(lines))
-	for i, l := range lines {
-		a, b, ok := cut(l)
-		if !ok {
-			return nil, fmt.Errorf("model.merges[%d] %q: want two tokens separated by one space", i, l)
+		line, err := sc.str()
+		if err != nil {
+			return err
 		}
-		pairs = append(pairs, [2]string{a, b})
+		i := bytes.IndexByte(line, ' ')
+		if i < 0 || bytes.IndexByte(line[i+1:], ' ') >= 0 {
+			return fmt.Errorf("model.merges[%d] %q: want two tokens separated by one space", rank, line)
+		}
+		return m.addMerge(rank, line[:i], line[i+1:])
+	})
+	if err != nil {
+		return fmt.Errorf("model.merges: %w", err)
 	}
-	return pairs, nil
-}
-
-func cut(l string) (string, string, bool) {
-	i := bytes.IndexByte([]byte(l), ' ')
-	if i < 0 || bytes.IndexByte([]byte(l[i+1:]), ' ') >= 0 {
-		return "", "", false
-	}
-	return l[:i], l[i+1:], true
+	return nil
 }
 
 // setAdded installs the added tokens. Like HF, it ignores the ids written in
