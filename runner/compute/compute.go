@@ -103,3 +103,18 @@ type Context interface {
 	// Close releases the context's buffers.
 	Close()
 }
+
+// Freer is implemented by contexts that can reuse activation memory within a forward
+// pass (the CPU backend); a lazy backend such as Metal need not.
+type Freer interface {
+	// Free declares that of the tensors made so far only keep are still needed.
+	Free(keep ...Tensor)
+}
+
+// Free tells c, if it is a Freer, that only keep are still needed. Architectures call
+// it between layers, which keeps a long prefill's activations one layer deep.
+func Free(c Context, keep ...Tensor) {
+	if f, ok := c.(Freer); ok {
+		f.Free(keep...)
+	}
+}

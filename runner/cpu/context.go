@@ -7,10 +7,11 @@ import (
 	"github.com/mlxg/mlxg/runner/compute"
 )
 
-// tensor is a row-major float32 activation.
+// tensor is a row-major float32 activation; data may be a view into buf, the
+// context buffer that holds it.
 type tensor struct {
 	rows, cols int
-	data       []float32
+	data, buf  []float32
 }
 
 func (t *tensor) Dims() (int, int) { return t.rows, t.cols }
@@ -29,6 +30,25 @@ func (b *Backend) NewContext() compute.Context { return &context{b: b} }
 
 func (c *context) Err() error { return c.err }
 
+func (c *context) Free(keep ...compute.Tensor) {
+	var kept, freed [][]float32
+	for _, buf := range c.bufs {
+		live := false
+		for _, k := range keep {
+			if t, ok := k.(*tensor); ok && len(t.buf) > 0 && &t.buf[0] == &buf[0] {
+				live = true
+			}
+		}
+		if live {
+			kept = append(kept, buf)
+		} else {
+			freed = append(freed, buf)
+		}
+	}
+	c.b.release(freed)
+	c.bufs = kept
+}
+
 func (c *context) Close() {
 	c.b.release(c.bufs)
 	c.bufs = nil
@@ -44,7 +64,7 @@ func (c *context) fail(format string, args ...any) compute.Tensor {
 func (c *context) newTensor(rows, cols int) *tensor {
 	buf := c.b.alloc(rows * cols)
 	c.bufs = append(c.bufs, buf)
-	return &tensor{rows: rows, cols: cols, data: buf}
+	return &tensor{rows: rows, cols: cols, data: buf, buf: buf}
 }
 
 // args converts its arguments to CPU tensors, or reports false after an error.
@@ -128,7 +148,7 @@ func (c *context) Reshape(x compute.Tensor, rows, cols int) compute.Tensor {
 	if rows*cols != a[0].rows*a[0].cols || rows < 0 {
 		return c.fail("Reshape of %d×%d to %d×%d", a[0].rows, a[0].cols, rows, cols)
 	}
-	return &tensor{rows: rows, cols: cols, data: a[0].data}
+	return &tensor{rows: rows, cols: cols, data: a[0].data, buf: a[0].buf}
 }
 
 func (c *context) RoPE(x compute.Tensor, r *compute.RoPE, headDim, offset int) compute.Tensor {
@@ -220,7 +240,7 @@ func (c *context) Rows(x compute.Tensor, start, n int) compute.Tensor {
 	if start < 0 || n < 0 || start+n > t.rows {
 		return c.fail("Rows %d..%d of a tensor of %d rows", start, start+n, t.rows)
 	}
-	return &tensor{rows: n, cols: t.cols, data: t.data[start*t.cols : (start+n)*t.cols]}
+	return &tensor{rows: n, cols: t.cols, data: t.data[start*t.cols : (start+n)*t.cols], buf: t.buf}
 }
 
 func (c *context) Float32s(x compute.Tensor) ([]float32, error) {

@@ -390,3 +390,34 @@ func TestErrors(t *testing.T) {
 		t.Fatalf("float weight bound as quantized: %v", err)
 	}
 }
+
+// TestFree: after Free(keep), keep (here a row view) survives the reuse of every other
+// buffer by later ops.
+func TestFree(t *testing.T) {
+	r := rand.New(rand.NewPCG(8, 8))
+	b := New(1)
+	x := randVec(r, 4*8)
+	xw := input(t, b, 4, 8, x)
+	c := b.NewContext()
+	defer c.Close()
+	a := c.Embed(xw, seq(4))
+	keep := c.Rows(c.Add(a, a), 1, 2)
+	compute.Free(c, keep)
+	if n := len(c.(*context).bufs); n != 1 {
+		t.Fatalf("%d buffers held after Free, want 1", n)
+	}
+	for i := 0; i < 3; i++ { // these reuse the freed buffers
+		c.Mul(c.Embed(xw, seq(4)), c.Embed(xw, seq(4)))
+	}
+	got, err := c.Float32s(keep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeTo(t, "kept tensor", got, toF64(func() []float32 {
+		w := make([]float32, 16)
+		for i := range w {
+			w[i] = 2 * x[8+i]
+		}
+		return w
+	}()), 0)
+}

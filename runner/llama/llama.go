@@ -80,6 +80,7 @@ func (d *Decoder) Forward(c compute.Context, tokens []int32, caches []kvstore.La
 	for i, layer := range d.Layers {
 		h = c.Add(h, layer.Attn.Forward(c, c.RMSNorm(h, layer.InputNorm, d.Eps), caches[i], offset))
 		h = c.Add(h, layer.MLP.Forward(c, c.RMSNorm(h, layer.PostNorm, d.Eps)))
+		compute.Free(c, h) // only the residual stream lives on to the next layer
 	}
 	if lastOnly {
 		h = c.Rows(h, len(tokens)-1, 1)

@@ -147,9 +147,6 @@ func (m *Model) Forward(ctx context.Context, tokens []int32, caches []kvstore.La
 			return nil, fmt.Errorf("model: token %d (at %d) is outside the vocabulary of %d", id, i, m.Config.VocabSize)
 		}
 	}
-	if max := m.Config.MaxPositions; max > 0 && start+len(tokens) > max {
-		return nil, fmt.Errorf("model: positions up to %d exceed max_position_embeddings %d", start+len(tokens), max)
-	}
 	c := m.backend.NewContext()
 	defer c.Close()
 	logits, err := c.Float32s(m.net.Forward(&cancellable{Context: c, ctx: ctx}, tokens, caches, !all))
@@ -178,6 +175,8 @@ type cancellable struct {
 type stopped struct{}
 
 func (stopped) Dims() (int, int) { return 0, 0 }
+
+func (c *cancellable) Free(keep ...compute.Tensor) { compute.Free(c.Context, keep...) }
 
 func (c *cancellable) Attention(q, k, v compute.Tensor, cache kvstore.Layer, heads int, scale float32) compute.Tensor {
 	if c.ctx.Err() != nil {
