@@ -51,6 +51,7 @@ func fakeRepo(t *testing.T, root, repo string, weights int) map[string][]byte {
 }
 
 type pullEnv struct {
+	root  string // the fake hub's folder
 	store *Store
 	hub   *hubtest.Server
 	opts  PullOptions
@@ -66,7 +67,7 @@ func newPullEnv(t *testing.T) *pullEnv {
 	t.Cleanup(srv.Close)
 	t.Setenv("HF_TOKEN", "")
 	t.Setenv("HF_TOKEN_PATH", filepath.Join(root, "no-token"))
-	return &pullEnv{store: testStore(t), hub: h, files: files,
+	return &pullEnv{root: root, store: testStore(t), hub: h, files: files,
 		opts: PullOptions{Endpoint: srv.URL, Retries: -1, Backoff: time.Millisecond}}
 }
 
@@ -348,5 +349,42 @@ func TestPullNotMLX(t *testing.T) {
 	})
 	if err != nil || !strings.Contains(warned, "gptq") {
 		t.Errorf("gptq repo: %v, warning %q", err, warned)
+	}
+}
+
+// A new commit upstream: the ref moves, unchanged blobs are reused, the old snapshot stays listed by commit.
+func TestPullNewCommit(t *testing.T) {
+	e := newPullEnv(t)
+	old, _, err := e.pull(t, "org/tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(e.root, "org", "tiny", "tokenizer.json"), []byte(`{"model":{"v":2}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	served := e.hub.Served("model.safetensors")
+	m, _, err := e.pull(t, "org/tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Commit == old.Commit || e.hub.Served("model.safetensors") != served {
+		t.Errorf("commit %s (was %s); weights served again: %v", m.Commit, old.Commit, e.hub.Served("model.safetensors") != served)
+	}
+	b, _ := os.ReadFile(filepath.Join(m.Dir, "tokenizer.json"))
+	if string(b) != `{"model":{"v":2}}` {
+		t.Errorf("new snapshot's tokenizer.json = %s", b)
+	}
+	list, _ := e.store.List()
+	names := []string{}
+	for _, l := range list {
+		names = append(names, l.Name)
+	}
+	slices.Sort(names)
+	if !slices.Equal(names, []string{"org/tiny", "org/tiny:" + old.Commit}) {
+		t.Errorf("list = %v", names)
+	}
+	r, err := e.store.Remove(context.Background(), mustParse(t, "org/tiny:"+old.Commit))
+	if err != nil || r.Blobs != 1 {
+		t.Errorf("rm of the old snapshot: %+v, %v (want only the old tokenizer.json blob gone)", r, err)
 	}
 }
