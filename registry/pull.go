@@ -36,12 +36,15 @@ type Progress struct {
 
 // PullOptions tune Pull; the zero value uses the environment and sensible defaults.
 type PullOptions struct {
-	Endpoint   string        // the Hub; default Endpoint() ($HF_ENDPOINT or https://huggingface.co)
-	Token      string        // bearer token; default Token() ($HF_TOKEN or the saved login)
-	Parallel   int           // files downloaded at once; default 4
-	Retries    int           // retries after a network failure, each resuming; 0 means 5, a negative value none
-	Backoff    time.Duration // first retry delay, doubling each time up to 30s; default 1s
-	HTTPClient *http.Client  // default: http.Client with no overall timeout
+	Endpoint string        // the Hub; default Endpoint() ($HF_ENDPOINT or https://huggingface.co)
+	Token    string        // bearer token; default Token() ($HF_TOKEN or the saved login)
+	Parallel int           // files downloaded at once; default 4
+	Retries  int           // retries after a network failure, each resuming; 0 means 5, a negative value none
+	Backoff  time.Duration // first retry delay, doubling each time up to 30s; default 1s
+	// StallTimeout ends a download attempt (then retried, resuming) when no byte arrives for this long;
+	// default 30s.
+	StallTimeout time.Duration
+	HTTPClient   *http.Client // default: http.Client with no overall timeout
 }
 
 // wantedFile reports whether pull downloads a repo file: what an MLX checkpoint needs, and README/LICENSE.
@@ -170,6 +173,9 @@ func (o PullOptions) withDefaults() PullOptions {
 	}
 	if o.Backoff <= 0 {
 		o.Backoff = time.Second
+	}
+	if o.StallTimeout <= 0 {
+		o.StallTimeout = 30 * time.Second
 	}
 	if o.HTTPClient == nil {
 		o.HTTPClient = &http.Client{}
@@ -365,7 +371,19 @@ func (d *downloader) download(ctx context.Context, f sibling, inc string, report
 	if have == size {
 		return sum, nil
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.hub.resolveURL(d.repo, d.commit, name), nil)
+	// A connection that stays open but sends nothing is a cut too: a watchdog cancels the attempt
+	// when no byte arrives for StallTimeout, and the retry resumes.
+	attempt, cancel := context.WithCancel(ctx)
+	defer cancel()
+	watchdog := time.AfterFunc(d.opts.StallTimeout, cancel)
+	defer watchdog.Stop()
+	stalled := func(err error) error {
+		if ctx.Err() == nil && attempt.Err() != nil {
+			return &retryable{fmt.Errorf("pulling %s: download of %s stalled at byte %d of %d: nothing received for %s", d.repo, name, have, size, d.opts.StallTimeout)}
+		}
+		return &retryable{err}
+	}
+	req, err := http.NewRequestWithContext(attempt, http.MethodGet, d.hub.resolveURL(d.repo, d.commit, name), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -374,7 +392,7 @@ func (d *downloader) download(ctx context.Context, f sibling, inc string, report
 	}
 	resp, err := d.hub.do(req)
 	if err != nil {
-		return nil, &retryable{fmt.Errorf("pulling %s: downloading %s: %w", d.repo, name, err)}
+		return nil, stalled(fmt.Errorf("pulling %s: downloading %s: %w", d.repo, name, err))
 	}
 	defer resp.Body.Close()
 	switch {
@@ -405,6 +423,7 @@ func (d *downloader) download(ctx context.Context, f sibling, inc string, report
 	buf := make([]byte, 256<<10)
 	for {
 		n, rerr := resp.Body.Read(buf)
+		watchdog.Reset(d.opts.StallTimeout)
 		if n > 0 {
 			if have+int64(n) > size {
 				return nil, &retryable{fmt.Errorf("pulling %s: %s is longer than the %d bytes the Hub listed", d.repo, name, size)}
@@ -424,7 +443,7 @@ func (d *downloader) download(ctx context.Context, f sibling, inc string, report
 			break
 		}
 		if rerr != nil {
-			return nil, &retryable{fmt.Errorf("pulling %s: download of %s cut at byte %d of %d: %w", d.repo, name, have, size, rerr)}
+			return nil, stalled(fmt.Errorf("pulling %s: download of %s cut at byte %d of %d: %w", d.repo, name, have, size, rerr))
 		}
 	}
 	if have != size {

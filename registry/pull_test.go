@@ -388,3 +388,22 @@ func TestPullNewCommit(t *testing.T) {
 		t.Errorf("rm of the old snapshot: %+v, %v (want only the old tokenizer.json blob gone)", r, err)
 	}
 }
+
+// A connection that goes silent is cut by the stall watchdog, and the next attempt resumes.
+func TestPullStall(t *testing.T) {
+	e := newPullEnv(t)
+	e.opts.StallTimeout = 100 * time.Millisecond
+	e.hub.SetFaults(hubtest.Faults{ChunkDelay: 600 * time.Millisecond})
+	start := time.Now()
+	_, _, err := e.pull(t, "org/tiny")
+	if err == nil || !strings.Contains(err.Error(), "stalled") {
+		t.Fatalf("silent hub: %v", err)
+	}
+	if took := time.Since(start); took > 500*time.Millisecond {
+		t.Errorf("the stall took %s to notice", took)
+	}
+	e.hub.SetFaults(hubtest.Faults{})
+	if _, _, err := e.pull(t, "org/tiny"); err != nil {
+		t.Fatalf("pull after the stall: %v", err)
+	}
+}
