@@ -1,0 +1,91 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/dustin/go-humanize"
+	"github.com/spf13/cobra"
+
+	"github.com/mlxg/mlxg/registry"
+	"github.com/mlxg/mlxg/registry/create"
+)
+
+const createHelp = `Convert a Hugging Face checkpoint (safetensors, bf16/fp16/fp32) to the MLX format and store it
+under NAME, as mlx_lm.convert lays it out. With --quantize, the linear and embedding weights are
+quantized (MLX affine mode: q2, q3, q4, q5, q6 or q8 bits per weight, --group-size 32, 64 or 128),
+config.json gets the quantization block, norms and biases stay in the model dtype.
+
+A bare NAME ("mymodel" or "mymodel:tag") is stored as the repo local/mymodel and run as
+"mlxg run mymodel"; an org/name NAME is stored as that repo. --output writes the converted
+checkpoint to a directory instead of the store.`
+
+func newCreateCmd() *cobra.Command {
+	var from, quantize, dtype, output string
+	var group int
+	cmd := &cobra.Command{
+		Use:   "create NAME --from DIR",
+		Short: "Create a model from a Hugging Face checkpoint",
+		Long:  createHelp,
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if from == "" {
+				return fmt.Errorf("--from DIR is required: the Hugging Face checkpoint to convert")
+			}
+			if len(args) == 0 && output == "" {
+				return fmt.Errorf("give the NAME to store the model under, or --output DIR")
+			}
+			bits, err := create.ParseQuantize(quantize)
+			if err != nil {
+				return err
+			}
+			out := cmd.ErrOrStderr()
+			opts := create.Options{Bits: bits, GroupSize: group, DType: dtype}
+			var sum *create.Summary
+			if output != "" {
+				fmt.Fprintf(out, "converting %s to %s\n", from, output)
+				if sum, err = create.Convert(cmd.Context(), from, output, opts); err != nil {
+					return err
+				}
+				printSummary(cmd, sum, output)
+				return nil
+			}
+			name, err := registry.ParseName(args[0])
+			if err != nil {
+				return err
+			}
+			store, err := registry.DefaultStore()
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "converting %s\n", from)
+			m, sum, err := create.Create(cmd.Context(), store, name, from, opts)
+			if err != nil {
+				return err
+			}
+			printSummary(cmd, sum, m.Dir)
+			fmt.Fprintf(cmd.OutOrStdout(), "created %s (%s, commit %s, %s)\n", m.Name, m.Repo, m.ID(), humanize.Bytes(uint64(m.Size)))
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&from, "from", "", "the Hugging Face checkpoint directory to convert")
+	f.StringVarP(&quantize, "quantize", "q", "", "quantize to q2, q3, q4, q5, q6 or q8 (MLX affine)")
+	f.IntVar(&group, "group-size", 64, "quantization group size: 32, 64 or 128")
+	f.StringVar(&dtype, "dtype", "", "dtype of unquantized weights, scales and biases: float16, bfloat16 or float32 (default: config.json's torch_dtype)")
+	f.StringVar(&output, "output", "", "write the converted checkpoint to this directory instead of the store")
+	return cmd
+}
+
+func printSummary(cmd *cobra.Command, s *create.Summary, dir string) {
+	what := "unquantized"
+	if s.Bits > 0 {
+		what = fmt.Sprintf("%d-bit, group %d", s.Bits, s.Group)
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "%s %s: %d weights quantized, %d kept, %d dropped; %s of weights, %.2f bits per weight\n",
+		what, s.DType, len(s.Quantized), s.Kept, len(s.Dropped), humanize.Bytes(uint64(s.BytesWritten)), s.BitsPerWeight)
+	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
+		fmt.Fprintln(cmd.ErrOrStderr(), "warning: the checkpoint has no tokenizer.json; mlxg run needs one")
+	}
+}
