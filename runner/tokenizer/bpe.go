@@ -31,6 +31,10 @@ type bpe struct {
 	byteLevel [256]int32
 	levelOK   bool
 
+	// charIDs[r] is the id of the one-character token r (r < len), -1 when
+	// absent: initialSymbols looks characters up here, not in vocab.
+	charIDs []int32
+
 	scratch []byte // for addMerge
 
 	cacheMu sync.Mutex
@@ -76,6 +80,15 @@ func newBPE(vocab map[string]int32, merges [][2]string, unk *string, fuseUnk, by
 		m.byteTokens[b] = -1
 		if id, ok := vocab[fmt.Sprintf("<0x%02X>", b)]; ok {
 			m.byteTokens[b] = id
+		}
+	}
+	m.charIDs = make([]int32, 0x3400) // Latin to CJK punctuation and kana; rarer characters use vocab
+	for i := range m.charIDs {
+		m.charIDs[i] = -1
+	}
+	for tok, id := range vocab {
+		if r, size := utf8.DecodeRuneInString(tok); size == len(tok) && int(r) < len(m.charIDs) && r != utf8.RuneError {
+			m.charIDs[r] = id
 		}
 	}
 	m.levelOK = true
@@ -200,8 +213,16 @@ func (m *bpe) initialSymbols(w string) []symbol {
 	ids := make([]int32, 0, len(w))
 	unk := false // an unk symbol waits to be added (HF adds it late, after any byte tokens)
 	for i := 0; i < len(w); {
-		_, size := utf8.DecodeRuneInString(w[i:])
+		r, size := utf8.DecodeRuneInString(w[i:])
 		s := w[i : i+size]
+		if m.prefix == "" && m.suffix == "" && int(r) < len(m.charIDs) && m.charIDs[r] >= 0 {
+			if unk {
+				ids, unk = append(ids, m.unk), false
+			}
+			ids = append(ids, m.charIDs[r])
+			i += size
+			continue
+		}
 		if i > 0 && m.prefix != "" {
 			s = m.prefix + s
 		}
@@ -255,12 +276,13 @@ func (m *bpe) allBytes(s string) bool {
 // mergeAll applies merges by a priority queue of (rank, position), the
 // position being the left symbol's initial index. A queued merge is stale when
 // the pair at its position no longer produces its merged id; it is skipped
-// (HF checks the merged id, not the rank, and so do we).
+// (HF checks the merged id, not the rank, and so do we; an unchanged pair
+// needs no check).
 func (m *bpe) mergeAll(syms []symbol) {
 	q := mergeQueue(make([]queued, 0, len(syms)))
 	for i := 0; i+1 < len(syms); i++ {
 		if mg, ok := m.merges[pairKey(syms[i].id, syms[i+1].id)]; ok {
-			q = append(q, queued{pos: int32(i), rank: mg.rank, id: mg.id})
+			q = append(q, queued{pos: int32(i), rank: mg.rank, id: mg.id, left: syms[i].id, right: syms[i+1].id})
 		}
 	}
 	q.init()
@@ -272,8 +294,12 @@ func (m *bpe) mergeAll(syms []symbol) {
 			continue
 		}
 		right := syms[s.next]
-		if mg, ok := m.merges[pairKey(s.id, right.id)]; !ok || mg.id != top.id {
-			continue
+		if s.id != top.left || right.id != top.right {
+			// The pair changed since it was queued: HF still merges when the
+			// new pair yields the same token.
+			if mg, ok := m.merges[pairKey(s.id, right.id)]; !ok || mg.id != top.id {
+				continue
+			}
 		}
 		s.id = top.id
 		syms[s.next].gone = true
@@ -283,21 +309,22 @@ func (m *bpe) mergeAll(syms []symbol) {
 		}
 		if s.prev >= 0 {
 			if mg, ok := m.merges[pairKey(syms[s.prev].id, s.id)]; ok {
-				q.push(queued{pos: int32(s.prev), rank: mg.rank, id: mg.id})
+				q.push(queued{pos: int32(s.prev), rank: mg.rank, id: mg.id, left: syms[s.prev].id, right: s.id})
 			}
 		}
 		if s.next >= 0 {
 			if mg, ok := m.merges[pairKey(s.id, syms[s.next].id)]; ok {
-				q.push(queued{pos: top.pos, rank: mg.rank, id: mg.id})
+				q.push(queued{pos: top.pos, rank: mg.rank, id: mg.id, left: s.id, right: syms[s.next].id})
 			}
 		}
 	}
 }
 
 type queued struct {
-	rank uint32
-	pos  int32
-	id   int32
+	rank        uint32
+	pos         int32
+	id          int32
+	left, right int32 // the pair when queued
 }
 
 func (a queued) less(b queued) bool {
