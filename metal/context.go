@@ -244,11 +244,40 @@ func (c *context) Attention(q, k, v compute.Tensor, cache kvstore.Layer, nHeads 
 		k4 := g.astype(heads(g, a[1].arr, T, kvHeads, kDim), dtFloat16)
 		v4 := g.astype(heads(g, a[2].arr, T, kvHeads, vDim), dtFloat16)
 		m.append(g, k4, v4, T)
-		c.appends = append(c.appends, pendingAppend{cache, g.float32Array(a[1].arr), g.float32Array(a[2].arr), T})
-		c.pending[key] += T
+		k2, v2 := g.float32Array(a[1].arr), g.float32Array(a[2].arr)
+		if !mayConvert(cache) {
+			c.appends = append(c.appends, pendingAppend{cache, k2, v2, T})
+			c.pending[key] += T
+		} else {
+			// The layer may switch to its quantized spec inside this Append (at
+			// quantized_kv_start), and this step must attend over what it then holds:
+			// append now and follow its spec. kvstore does not say in advance where
+			// it converts, so this costs an evaluation per step until it has.
+			c.flushAppends(g, k2, v2)
+			kd, vd := g.read(k2), g.read(v2)
+			if g.err != nil {
+				return 0
+			}
+			if err := cache.Append(kd, vd, T); err != nil {
+				return g.fail(fmt.Errorf("Attention: %w", err))
+			}
+			if spec := layerSpec(cache); spec.K != m.k.f || spec.V != m.v.f {
+				if !m.convert(g, spec) {
+					c.b.dropMirror(key, m, true)
+					return c.attendGo(g, g.float32Array(a[0].arr), T, cache, nHeads, scale)
+				}
+			}
+		}
 		out := m.attend(g, q4, nHeads, scale, T)
 		return g.astype(rows(g, out, T, nHeads, vDim), dtFloat32)
 	})
+}
+
+// mayConvert reports whether layer is a quantized kind still storing fp16, which
+// switches to its spec at quantized_kv_start.
+func mayConvert(layer kvstore.Layer) bool {
+	_, ok := layer.(*kvstore.Quantized)
+	return ok && !layerSpec(layer).Quantized()
 }
 
 // attendOnCPU is the path for a layer the device cannot mirror (a q4_0 layer, or one
@@ -256,22 +285,33 @@ func (c *context) Attention(q, k, v compute.Tensor, cache kvstore.Layer, nHeads 
 // graph so far is evaluated, the layer appends and attends in Go, and the result goes
 // back to the device. It costs one extra evaluation per such layer.
 func (c *context) attendOnCPU(g *graph, q, k, v *tensor, cache kvstore.Layer, nHeads int, scale float32) mlxArray {
-	_, _, vDim := cache.Dims()
 	qa, ka, va := g.float32Array(q.arr), g.float32Array(k.arr), g.float32Array(v.arr)
 	c.flushAppends(g, qa, ka, va)
-	qd, kd, vd := g.read(qa), g.read(ka), g.read(va)
+	kd, vd := g.read(ka), g.read(va)
 	if g.err != nil {
 		return 0
 	}
 	if err := cache.Append(kd, vd, q.rows); err != nil {
 		return g.fail(fmt.Errorf("Attention: %w", err))
 	}
-	out := make([]float32, q.rows*nHeads*vDim)
-	err := cache.Attend(kvstore.Attention{Q: qd, Out: out, N: q.rows, Heads: nHeads, Scale: scale, Threads: runtime.NumCPU()})
+	return c.attendGo(g, qa, q.rows, cache, nHeads, scale)
+}
+
+// attendGo is the layer's own attention for the last T positions it holds, with the
+// queries of qa (float32, T × heads·kDim).
+func (c *context) attendGo(g *graph, qa mlxArray, T int, cache kvstore.Layer, nHeads int, scale float32) mlxArray {
+	_, _, vDim := cache.Dims()
+	g.eval(qa)
+	qd := g.read(qa)
+	if g.err != nil {
+		return 0
+	}
+	out := make([]float32, T*nHeads*vDim)
+	err := cache.Attend(kvstore.Attention{Q: qd, Out: out, N: T, Heads: nHeads, Scale: scale, Threads: runtime.NumCPU()})
 	if err != nil {
 		return g.fail(fmt.Errorf("Attention: %w", err))
 	}
-	return g.fromFloat32s(out, q.rows, nHeads*vDim)
+	return g.fromFloat32s(out, T, nHeads*vDim)
 }
 
 // flushAppends evaluates extra together with the recorded appends, then appends

@@ -52,6 +52,11 @@ func layerSpec(l kvstore.Layer) kvstore.Spec {
 // mirrorFor returns the device cache of layer holding its first expected positions,
 // made or brought in line, or nil when none can be: the layer then attends in Go.
 func (b *Backend) mirrorFor(g *graph, layer kvstore.Layer, expected int) *mirror {
+	switch layer.(type) {
+	case *kvstore.Full, *kvstore.Quantized:
+	default:
+		return nil // sliding windows and kinds added later attend in Go, which is always right
+	}
 	key := layerKey(layer)
 	kvHeads, kDim, vDim := layer.Dims()
 	spec := layerSpec(layer)

@@ -1,0 +1,169 @@
+package metal_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/mlxg/mlxg/kvstore"
+	"github.com/mlxg/mlxg/metal"
+	"github.com/mlxg/mlxg/runner/backend"
+	"github.com/mlxg/mlxg/runner/cpu"
+	"github.com/mlxg/mlxg/runner/model"
+	_ "github.com/mlxg/mlxg/runner/model/all"
+)
+
+// These tests run the Metal backend's graph construction, layouts, KV mirror and
+// bookkeeping on emu_test.go's model of mlx-c: the same checks `mlxg doctor` runs on a
+// Mac, against the same references.
+
+func emulated(t *testing.T) (*metal.Backend, func() int, func() int) {
+	t.Helper()
+	b, live, evals, err := metal.NewEmulated()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, live, evals
+}
+
+func TestEveryOpOnEmulatedMLX(t *testing.T) {
+	b, live, _ := emulated(t)
+	ref := cpu.New(2)
+	res, err := backend.CheckOps(b, ref, backend.TolGPU, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		if !r.OK() {
+			t.Errorf("%s vs %s: relative error %.3g (tolerance %.0e), %v", r.Check, r.Against, r.RelErr, r.Tol, r.Err)
+		}
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := live(); n != 0 {
+		t.Errorf("%d MLX arrays are still alive after Close", n)
+	}
+}
+
+func TestTinyModelOnEmulatedMLX(t *testing.T) {
+	dir := t.TempDir()
+	if err := backend.TinyModel(dir, 5); err != nil {
+		t.Fatal(err)
+	}
+	b, live, evals := emulated(t)
+	for _, r := range backend.CheckModel(dir, b, cpu.New(2), backend.TolGPU) {
+		if !r.OK() {
+			t.Errorf("%s vs %s: relative error %.3g (tolerance %.0e), %v", r.Check, r.Against, r.RelErr, r.Tol, r.Err)
+		}
+	}
+
+	// One evaluation per forward pass, prefill or decode, and no arrays left behind by
+	// a context beyond the KV mirror's.
+	m, err := model.Load(dir, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caches, err := m.NewCaches(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := evals()
+	if _, err := m.Forward(context.Background(), []int32{3, 1, 4, 1, 5}, caches, false); err != nil {
+		t.Fatal(err)
+	}
+	arrays := live()
+	for i, id := range []int32{9, 2, 6} {
+		if _, err := m.Forward(context.Background(), []int32{id}, caches, false); err != nil {
+			t.Fatal(err)
+		}
+		if n := live(); n != arrays {
+			t.Errorf("decode step %d: %d arrays alive, %d after the prefill", i, n, arrays)
+		}
+	}
+	if n := evals() - before; n != 4 {
+		t.Errorf("%d mlx_eval calls for 4 forward passes, want 4", n)
+	}
+	if got := caches[0].Len(); got != 8 {
+		t.Errorf("the layer caches hold %d positions, want 8", got)
+	}
+	m.Close()
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := live(); n != 0 {
+		t.Errorf("%d MLX arrays are still alive after Close", n)
+	}
+}
+
+// A quantized layer starts in fp16 and converts at quantized_kv_start; a layer filled
+// elsewhere (a restored prefix) cannot be mirrored and attends in Go. Both must match
+// the CPU backend step by step.
+func TestKVMirrorConversionsAndFallback(t *testing.T) {
+	dir := t.TempDir()
+	if err := backend.TinyModel(dir, 6); err != nil {
+		t.Fatal(err)
+	}
+	b, _, _ := emulated(t)
+	defer b.Close()
+	spec := kvstore.Spec{K: kvstore.AffineFormat(8, 32), V: kvstore.AffineFormat(4, 32)}
+	run := func(be interface {
+		Name() string
+	}, m *model.Model, restore bool) [][]float32 {
+		var caches []kvstore.Layer
+		for range m.Config.NumLayers {
+			c, err := kvstore.NewQuantized(m.Config.NumKVHeads, m.Config.HeadDim, m.Config.HeadDim, spec, 4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			caches = append(caches, c)
+		}
+		var out [][]float32
+		steps := [][]int32{{7, 8, 9}, {10}, {11}, {12, 13}, {14}}
+		for i, s := range steps {
+			if restore && i == 0 {
+				// The prefix comes from another backend, as if restored from the SSD tier.
+				cm, err := model.Load(dir, cpu.New(1))
+				if err != nil {
+					t.Fatal(err)
+				}
+				l, err := cm.Forward(context.Background(), s, caches, false)
+				cm.Close()
+				if err != nil {
+					t.Fatal(err)
+				}
+				out = append(out, l)
+				continue
+			}
+			l, err := m.Forward(context.Background(), s, caches, false)
+			if err != nil {
+				t.Fatalf("%s step %d: %v", be.Name(), i, err)
+			}
+			out = append(out, l)
+		}
+		return out
+	}
+	cm, err := model.Load(dir, cpu.New(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cm.Close()
+	mm, err := model.Load(dir, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mm.Close()
+	want := run(cpu.New(2), cm, false)
+	for _, restore := range []bool{false, true} {
+		got := run(b, mm, restore)
+		for i := range want {
+			var diff, scale float64
+			for j := range want[i] {
+				d := float64(got[i][j] - want[i][j])
+				diff, scale = max(diff, d, -d), max(scale, float64(want[i][j]), -float64(want[i][j]))
+			}
+			if diff/scale > backend.TolGPU {
+				t.Errorf("restore=%v step %d: relative error %.3g", restore, i, diff/scale)
+			}
+		}
+	}
+}
