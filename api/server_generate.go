@@ -307,7 +307,7 @@ func (s *Server) perf(j *job, o *outcome, err error) {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "PERF: model=%s prompt_tok=%d gen_tok=%d prefill_s=%.3f prompt_tps=%s gen_tps=%s decode_s=%.3f load_s=%.3f total_s=%.3f",
-		strconv.Quote(j.name), o.PromptTokens, o.EvalTokens, o.PromptEvalDuration.Seconds(),
+		j.name, o.PromptTokens, o.EvalTokens, o.PromptEvalDuration.Seconds(),
 		rate(o.PromptTokens, o.PromptEvalDuration), rate(o.EvalTokens, o.EvalDuration), o.EvalDuration.Seconds(),
 		o.load.Seconds(), o.total.Seconds())
 	for i := 0; i+1 < len(o.Perf); i += 2 {
