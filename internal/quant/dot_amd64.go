@@ -15,3 +15,11 @@ func dotQ4(x *float32, w *uint32, scales *float32, groups, blocks int) float32
 //
 //go:noescape
 func dotQ8(x *float32, w *uint32, scales *float32, groups, blocks int) float32
+
+// setSIMD switches the assembly kernels on or off (for tests of the plain kernels) and
+// returns the previous setting; it cannot turn them on where the CPU lacks them.
+func setSIMD(on bool) bool {
+	prev := simd
+	simd = on && cpu.X86.HasAVX2 && cpu.X86.HasFMA
+	return prev
+}

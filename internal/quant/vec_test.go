@@ -9,7 +9,15 @@ import (
 // TestVecDot checks Vec.Dot (the AVX2 kernels for 4 and 8 bits where the CPU has them,
 // DotRow otherwise) against a float64 dot product with the dequantized rows.
 func TestVecDot(t *testing.T) {
-	t.Logf("SIMD kernels: %v", simd)
+	for _, on := range []bool{true, false} {
+		prev := setSIMD(on)
+		t.Logf("SIMD kernels: %v", simd)
+		testVecDot(t)
+		setSIMD(prev)
+	}
+}
+
+func testVecDot(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 9))
 	for _, bits := range []int{2, 3, 4, 5, 6, 8} {
 		for _, group := range []int{32, 64, 128} {

@@ -102,10 +102,22 @@ func run(t *testing.T, b *Backend, f func(c compute.Context) compute.Tensor) []f
 // TestLinearFloat covers every float dtype, row counts that are and are not multiples
 // of the 4-row kernel, and input sizes that exercise its 16-wide loop, its 8-wide tail
 // and the scalar remainder.
-func TestLinearFloat(t *testing.T) {
+func TestLinearFloat(t *testing.T) { bothKernels(t, testLinearFloat) }
+
+// bothKernels runs a test with the assembly kernels (where the CPU has them) and with
+// the plain Go ones.
+func bothKernels(t *testing.T, test func(*testing.T)) {
+	for _, on := range []bool{true, false} {
+		prev := setSIMD(on)
+		t.Logf("SIMD kernels: %v", simd)
+		test(t)
+		setSIMD(prev)
+	}
+}
+
+func testLinearFloat(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 1))
 	const out = 37
-	t.Logf("SIMD kernels: %v", simd)
 	for i, dt := range []safetensors.DType{safetensors.F32, safetensors.F16, safetensors.BF16, safetensors.F32, safetensors.F32} {
 		in := []int{96, 104, 100, 5, 8}[i]
 		src := source{}
@@ -155,7 +167,9 @@ func seq(n int) []int32 {
 // TestLinearQuantized covers every bits×group through both the decode path (T < 4,
 // straight from codes) and the prefill path (dequantized tiles), against a float64
 // product with the dequantized matrix.
-func TestLinearQuantized(t *testing.T) {
+func TestLinearQuantized(t *testing.T) { bothKernels(t, testLinearQuantized) }
+
+func testLinearQuantized(t *testing.T) {
 	r := rand.New(rand.NewPCG(2, 2))
 	const out, in = 35, 256
 	b := New(3)

@@ -10,3 +10,11 @@ var simd = cpu.X86.HasAVX2 && cpu.X86.HasFMA
 //
 //go:noescape
 func dot4x8(x, w *float32, stride, n int, out *[4]float32)
+
+// setSIMD switches the assembly kernels on or off (for tests of the plain kernels) and
+// returns the previous setting; it cannot turn them on where the CPU lacks them.
+func setSIMD(on bool) bool {
+	prev := simd
+	simd = on && cpu.X86.HasAVX2 && cpu.X86.HasFMA
+	return prev
+}
