@@ -387,6 +387,9 @@ func (d *downloader) download(ctx context.Context, f sibling, inc string, report
 	if err != nil {
 		return nil, err
 	}
+	// The bytes as stored, never a compressed encoding: Range offsets and hashes are of the file itself
+	// (huggingface_hub asks the same).
+	req.Header.Set("Accept-Encoding", "identity")
 	if have > 0 {
 		req.Header.Set("Range", fmt.Sprintf("bytes=%d-", have))
 	}

@@ -111,7 +111,7 @@ func TestCLIPullListShowCpRm(t *testing.T) {
 	if err != nil {
 		t.Fatalf("pull: %v\n%s", err, stderr)
 	}
-	for _, want := range []string{"pulling manifest", "pulling org/tiny", "verifying sha256 digest", "success"} {
+	for _, want := range []string{"pulling manifest", "pulling model.safetensors: ", "pulling config.json: ", "verifying sha256 digest", "success", "downloaded"} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("pull output lacks %q:\n%s", want, stderr)
 		}

@@ -3,12 +3,14 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/dustin/go-humanize"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/mlxg/mlxg/api"
 )
@@ -34,14 +36,16 @@ repos), HF_HUB_CACHE or HF_HOME choose the cache. An interrupted pull resumes wh
 	}
 }
 
-// pullRenderer draws pull events: status lines, and one bar for the bytes of all files
-// (bytes, speed and ETA), since files download several at once.
+// pullRenderer draws pull events: status lines, and on a terminal one bar for the bytes of all files
+// (bytes, speed and ETA), since files download several at once; elsewhere (logs, pipes) one line per file.
 type pullRenderer struct {
 	w       io.Writer
+	tty     bool
 	model   string
 	bar     *progressbar.ProgressBar
 	files   map[string]int64 // digest -> total
 	done    map[string]int64 // digest -> completed
+	names   map[string]bool  // files reported complete (without a terminal)
 	base    int64            // bytes already on disk when the pull began
 	total   int64
 	start   time.Time
@@ -49,12 +53,28 @@ type pullRenderer struct {
 }
 
 func newPullRenderer(w io.Writer, model string) *pullRenderer {
-	return &pullRenderer{w: w, model: model, files: map[string]int64{}, done: map[string]int64{}, start: time.Now()}
+	f, ok := w.(*os.File)
+	return &pullRenderer{w: w, tty: ok && term.IsTerminal(int(f.Fd())), model: model,
+		files: map[string]int64{}, done: map[string]int64{}, names: map[string]bool{}, start: time.Now()}
+}
+
+func (r *pullRenderer) sum() int64 {
+	var sum int64
+	for _, c := range r.done {
+		sum += c
+	}
+	return sum
 }
 
 func (r *pullRenderer) event(p api.ProgressResponse) error {
 	if p.Digest == "" {
-		r.finishBar()
+		if r.bar != nil && r.sum() == r.total {
+			r.bar.Finish()
+			fmt.Fprintln(r.w)
+			r.bar = nil
+		} else if r.bar != nil {
+			r.bar.Clear() // a line in the middle of the pull; the bar redraws below it
+		}
 		if strings.HasPrefix(p.Status, "warning:") {
 			fmt.Fprintln(r.w, "Warning:"+strings.TrimPrefix(p.Status, "warning:"))
 		} else if p.Status != r.lastMsg {
@@ -72,6 +92,13 @@ func (r *pullRenderer) event(p api.ProgressResponse) error {
 		}
 	}
 	r.done[p.Digest] = p.Completed
+	if !r.tty {
+		if p.Completed == p.Total && !r.names[p.Digest] {
+			r.names[p.Digest] = true
+			fmt.Fprintf(r.w, "%s: %s\n", p.Status, humanize.Bytes(uint64(p.Total)))
+		}
+		return nil
+	}
 	if r.bar == nil {
 		r.bar = progressbar.NewOptions64(r.total,
 			progressbar.OptionSetWriter(r.w),
@@ -85,19 +112,7 @@ func (r *pullRenderer) event(p api.ProgressResponse) error {
 			progressbar.OptionSetRenderBlankState(true),
 		)
 	}
-	var sum int64
-	for _, c := range r.done {
-		sum += c
-	}
-	return r.bar.Set64(sum)
-}
-
-func (r *pullRenderer) finishBar() {
-	if r.bar != nil {
-		r.bar.Finish()
-		fmt.Fprintln(r.w)
-		r.bar = nil
-	}
+	return r.bar.Set64(r.sum())
 }
 
 // close ends the bar and, after a success, sums the pull up with humanized sizes.
