@@ -78,6 +78,7 @@ func (t *trie) longest(s string) (int32, int) {
 type segment struct {
 	text  string
 	token int32
+	first bool // the text begins the input
 }
 
 // splitAdded splits text on the added tokens of t, honouring single_word,
@@ -86,7 +87,7 @@ type segment struct {
 func splitAdded(dst []segment, text string, t *trie, tokens []addedToken) []segment {
 	if t == nil || t.empty() {
 		if text != "" {
-			dst = append(dst, segment{text: text, token: -1})
+			dst = append(dst, segment{text: text, token: -1, first: true})
 		}
 		return dst
 	}
@@ -115,13 +116,13 @@ func splitAdded(dst []segment, text string, t *trie, tokens []addedToken) []segm
 			stop += len(text[stop:]) - len(strings.TrimLeftFunc(text[stop:], unicode.IsSpace))
 		}
 		if startOffset < start {
-			dst = append(dst, segment{text: text[startOffset:start], token: -1})
+			dst = append(dst, segment{text: text[startOffset:start], token: -1, first: startOffset == 0})
 		}
 		dst = append(dst, segment{token: tok.ID})
 		startOffset, i = stop, stop
 	}
 	if startOffset < len(text) {
-		dst = append(dst, segment{text: text[startOffset:], token: -1})
+		dst = append(dst, segment{text: text[startOffset:], token: -1, first: startOffset == 0})
 	}
 	return dst
 }

@@ -114,6 +114,25 @@ func (d stripDec) decodeChain(t []string) []string {
 	return t
 }
 
+// metaspaceDec turns the replacement character back into spaces; in the
+// first token it drops them instead (they were prepended), unless the
+// prepend scheme is "never".
+type metaspaceDec struct {
+	replacement string
+	strip       bool
+}
+
+func (d metaspaceDec) decodeChain(t []string) []string {
+	for i := range t {
+		if i == 0 && d.strip {
+			t[i] = strings.ReplaceAll(t[i], d.replacement, "")
+		} else {
+			t[i] = strings.ReplaceAll(t[i], d.replacement, " ")
+		}
+	}
+	return t
+}
+
 func parseDecoder(raw json.RawMessage) (decoder, error) {
 	if isNull(raw) {
 		return nil, nil
@@ -147,6 +166,12 @@ func parseDecoder(raw json.RawMessage) (decoder, error) {
 			return nil, fmt.Errorf("decoder Strip: content %q must be one character", head.Content)
 		}
 		return stripDec{content: r, start: head.Start, stop: head.Stop}, nil
+	case "Metaspace":
+		m, err := parseMetaspace(raw)
+		if err != nil {
+			return nil, fmt.Errorf("decoder %w", err)
+		}
+		return metaspaceDec{replacement: m.replacement, strip: m.prepend != "never"}, nil
 	case "Sequence":
 		var seq decSequence
 		for _, r := range head.Decoders {
@@ -160,7 +185,7 @@ func parseDecoder(raw json.RawMessage) (decoder, error) {
 		}
 		return seq, nil
 	}
-	return nil, fmt.Errorf("unsupported decoder type %q (supported: ByteLevel, ByteFallback, Fuse, Replace, Strip, Sequence)", head.Type)
+	return nil, fmt.Errorf("unsupported decoder type %q (supported: ByteLevel, ByteFallback, Fuse, Metaspace, Replace, Strip, Sequence)", head.Type)
 }
 
 // lossy converts bytes to a string, replacing each maximal invalid subpart

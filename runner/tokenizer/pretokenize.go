@@ -4,22 +4,30 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
 // preTokenizer splits a normalized piece of text into words for the model.
 type preTokenizer interface {
-	split(dst []string, s string) []string
+	split(dst []piece, p piece) []piece
+}
+
+// piece is a piece of text; first says it begins the input (Metaspace's
+// prepend_scheme "first" needs that).
+type piece struct {
+	text  string
+	first bool
 }
 
 type preSequence []preTokenizer
 
-func (q preSequence) split(dst []string, s string) []string {
-	cur := []string{s}
-	var next []string
-	for _, p := range q {
+func (q preSequence) split(dst []piece, p piece) []piece {
+	cur := []piece{p}
+	var next []piece
+	for _, pt := range q {
 		next = next[:0]
-		for _, piece := range cur {
-			next = p.split(next, piece)
+		for _, pc := range cur {
+			next = pt.split(next, pc)
 		}
 		cur, next = next, cur
 	}
@@ -35,20 +43,43 @@ type byteLevel struct {
 	lazy           bool
 }
 
-func (b *byteLevel) split(dst []string, s string) []string {
-	if b.addPrefixSpace && !strings.HasPrefix(s, " ") {
-		s = " " + s
+func (b *byteLevel) split(dst []piece, p piece) []piece {
+	if b.addPrefixSpace && !strings.HasPrefix(p.text, " ") {
+		p.text = " " + p.text
 	}
 	start := len(dst)
 	if b.re != nil {
-		dst = splitBy(dst, s, b.re, isolated, false)
-	} else if s != "" {
-		dst = append(dst, s)
+		dst = splitBy(dst, p, b.re, isolated, false)
+	} else if p.text != "" {
+		dst = append(dst, p)
 	}
 	if !b.lazy {
 		for i := start; i < len(dst); i++ {
-			dst[i] = byteLevelString(dst[i])
+			dst[i].text = byteLevelString(dst[i].text)
 		}
+	}
+	return dst
+}
+
+// metaspace is the Metaspace pre-tokenizer: spaces become the replacement
+// character ("▁"), which is also prepended (always, to the first piece of
+// the input only, or never), then the text is split before each one.
+type metaspace struct {
+	replacement string
+	prepend     string // "always", "first" or "never"
+	splitWords  bool
+}
+
+func (m *metaspace) split(dst []piece, p piece) []piece {
+	p.text = strings.ReplaceAll(p.text, " ", m.replacement)
+	if (m.prepend == "always" || m.prepend == "first" && p.first) && !strings.HasPrefix(p.text, m.replacement) {
+		p.text = m.replacement + p.text
+	}
+	if m.splitWords {
+		return splitBy(dst, p, literal(m.replacement), mergedWithNext, false)
+	}
+	if p.text != "" {
+		dst = append(dst, p)
 	}
 	return dst
 }
@@ -72,13 +103,14 @@ type splitPre struct {
 	invert   bool
 }
 
-func (p *splitPre) split(dst []string, s string) []string {
-	return splitBy(dst, s, p.m, p.behavior, p.invert)
+func (sp *splitPre) split(dst []piece, p piece) []piece {
+	return splitBy(dst, p, sp.m, sp.behavior, sp.invert)
 }
 
-// splitBy splits s at the matches of m with HF's SplitDelimiterBehavior, and
+// splitBy splits p at the matches of m with HF's SplitDelimiterBehavior, and
 // appends the non-empty pieces.
-func splitBy(dst []string, s string, m matcher, b behavior, invert bool) []string {
+func splitBy(dst []piece, p piece, m matcher, b behavior, invert bool) []piece {
+	s := p.text
 	if s == "" {
 		return dst
 	}
@@ -139,7 +171,7 @@ func splitBy(dst []string, s string, m matcher, b behavior, invert bool) []strin
 	}
 	for _, sp := range out {
 		if sp.end > sp.start {
-			dst = append(dst, s[sp.start:sp.end])
+			dst = append(dst, piece{text: s[sp.start:sp.end], first: p.first && sp.start == 0})
 		}
 	}
 	return dst
@@ -224,6 +256,35 @@ func parsePreTokenizer(raw json.RawMessage, last bool, lazy *bool) (preTokenizer
 			return nil, fmt.Errorf("pre_tokenizer Split: no pattern in %s", raw)
 		}
 		return &splitPre{m: m, behavior: bh, invert: head.Invert}, nil
+	case "Metaspace":
+		return parseMetaspace(raw)
 	}
-	return nil, fmt.Errorf("unsupported pre_tokenizer type %q (supported: ByteLevel, Split, Sequence)", head.Type)
+	return nil, fmt.Errorf("unsupported pre_tokenizer type %q (supported: ByteLevel, Metaspace, Split, Sequence)", head.Type)
+}
+
+// parseMetaspace reads a Metaspace pre-tokenizer; older files say
+// add_prefix_space instead of prepend_scheme.
+func parseMetaspace(raw json.RawMessage) (*metaspace, error) {
+	var j struct {
+		Replacement    string `json:"replacement"`
+		PrependScheme  string `json:"prepend_scheme"`
+		AddPrefixSpace *bool  `json:"add_prefix_space"`
+		Split          *bool  `json:"split"`
+	}
+	if err := json.Unmarshal(raw, &j); err != nil {
+		return nil, fmt.Errorf("Metaspace: %w", err)
+	}
+	if utf8.RuneCountInString(j.Replacement) != 1 {
+		return nil, fmt.Errorf("Metaspace: replacement %q must be one character", j.Replacement)
+	}
+	m := &metaspace{replacement: j.Replacement, prepend: j.PrependScheme, splitWords: j.Split == nil || *j.Split}
+	switch {
+	case j.AddPrefixSpace != nil && !*j.AddPrefixSpace:
+		m.prepend = "never"
+	case m.prepend == "":
+		m.prepend = "always"
+	case m.prepend != "always" && m.prepend != "first" && m.prepend != "never":
+		return nil, fmt.Errorf("Metaspace: unknown prepend_scheme %q", m.prepend)
+	}
+	return m, nil
 }

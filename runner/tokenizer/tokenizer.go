@@ -9,9 +9,11 @@
 //     not, with single_word, lstrip and rstrip;
 //   - normalizers: NFC, NFD, NFKC, NFKD, Prepend, Replace (string pattern), Sequence;
 //   - pre-tokenizers: ByteLevel (with or without its regex, add_prefix_space),
-//     Split (string or regex pattern, every behavior, invert), Sequence;
+//     Metaspace (every prepend_scheme, split or not), Split (string or regex
+//     pattern, every behavior, invert), Sequence;
 //   - post-processors: TemplateProcessing (single sequences), ByteLevel, Sequence;
-//   - decoders: ByteLevel, ByteFallback, Fuse, Replace (string pattern), Strip, Sequence.
+//   - decoders: ByteLevel, ByteFallback, Fuse, Metaspace, Replace (string
+//     pattern), Strip, Sequence.
 //
 // This covers the Qwen2/2.5/3, Llama 3.x, DeepSeek V3 (byte-level BPE) and
 // Llama 2, Gemma 3 (SentencePiece-style BPE with byte fallback) tokenizers.
@@ -470,7 +472,7 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) []int32 {
 		text = lossy([]byte(text))
 	}
 	ids := make([]int32, 0, len(text)/3+4)
-	var words []string
+	var words []piece
 	for _, seg := range splitAdded(nil, text, t.rawTrie, t.added) {
 		if seg.token >= 0 {
 			ids = append(ids, seg.token)
@@ -486,13 +488,14 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) []int32 {
 				continue
 			}
 			words = words[:0]
+			p := piece{text: sub.text, first: seg.first && sub.first}
 			if t.pre != nil {
-				words = t.pre.split(words, sub.text)
+				words = t.pre.split(words, p)
 			} else {
-				words = append(words, sub.text)
+				words = append(words, p)
 			}
 			for _, w := range words {
-				ids = t.model.encode(ids, w, t.lazyBytes)
+				ids = t.model.encode(ids, w.text, t.lazyBytes)
 			}
 		}
 	}

@@ -241,7 +241,7 @@ func TestLoadErrors(t *testing.T) {
 		{`{"model": {"type": "WordPiece", "vocab": {}}}`, `unsupported model type "WordPiece"`},
 		{`{"model": {"type": "Unigram", "vocab": []}}`, `unsupported model type "Unigram"`},
 		{strings.Replace(base, "%s", `"normalizer": {"type": "BertNormalizer"}`, 1), `unsupported normalizer type "BertNormalizer"`},
-		{strings.Replace(base, "%s", `"pre_tokenizer": {"type": "Metaspace"}`, 1), `unsupported pre_tokenizer type "Metaspace"`},
+		{strings.Replace(base, "%s", `"pre_tokenizer": {"type": "Whitespace"}`, 1), `unsupported pre_tokenizer type "Whitespace"`},
 		{strings.Replace(base, "%s", `"post_processor": {"type": "RobertaProcessing"}`, 1), `unsupported post_processor type "RobertaProcessing"`},
 		{strings.Replace(base, "%s", `"decoder": {"type": "WordPiece"}`, 1), `unsupported decoder type "WordPiece"`},
 		{strings.Replace(base, "%s", `"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(?<"}, "behavior": "Isolated"}`, 1), `Split regex "(?<"`},

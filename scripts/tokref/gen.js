@@ -81,6 +81,28 @@ const variants = [
     },
   },
   {
+    // As Mistral's and non-legacy Llama tokenizers: no normalizer, Metaspace with "first".
+    name: "metaspace_first", base: "llama2",
+    patch: {
+      normalizer: null,
+      pre_tokenizer: { type: "Metaspace", replacement: "\u2581", prepend_scheme: "first", split: false },
+      decoder: {
+        type: "Sequence", decoders: [
+          { type: "Metaspace", replacement: "\u2581", prepend_scheme: "first", split: false },
+          { type: "ByteFallback" }, { type: "Fuse" },
+        ],
+      },
+    },
+  },
+  {
+    name: "metaspace_always_split", base: "llama2",
+    patch: {
+      normalizer: null,
+      pre_tokenizer: { type: "Metaspace", replacement: "\u2581", prepend_scheme: "always", split: true },
+      decoder: { type: "Metaspace", replacement: "\u2581", prepend_scheme: "always", split: true },
+    },
+  },
+  {
     // Added tokens with lstrip, rstrip, single_word and normalized, appended after qwen3's own.
     name: "added_flags", base: "qwen3",
     added: [
@@ -98,7 +120,7 @@ const variantCorpus = [
   "  many   spaces \t\ttabs\n\nlines  ", "vowels aeiou AEIOU queue", "Ω ﬁ ① ｆｕｌｌ e\u0301 \u212b",
   "a <L> b  <L>c<L>", "a <R>  b <R>\n c<R>", "x  <LR>  y<LR>", "word words sword word, (word) _word word_",
   "a word\u00e9 wordé 1word", "café cafe\u0301 CAFÉ", "Hello world! It's 2024. I'm   here.\n\n",
-  "日本語 😀👨‍👩‍👧 ٣٤٥", " leading", "trailing ",
+  "日本語 😀👨‍👩‍👧 ٣٤٥", " leading", "trailing ", "<s>Hello world", "Hello</s> world  again", "</s> after",
 ];
 
 function patched(base, v) {
