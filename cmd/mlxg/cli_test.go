@@ -269,3 +269,70 @@ func TestCLIConcurrentPullProcesses(t *testing.T) {
 		}
 	}
 }
+
+// The same flow through a running `mlxg serve` (another process): the CLI's client and the server's
+// /api/pull (NDJSON), /api/tags, /api/show, /api/copy and /api/delete agree.
+func TestCLIThroughServer(t *testing.T) {
+	_, cache, _ := cliEnv(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	t.Setenv("MLXG_HOST", addr)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := exec.Command(exe, "serve")
+	srv.Env = append(os.Environ(), "MLXG_TEST_AS_CLI=1")
+	var log bytes.Buffer
+	srv.Stdout, srv.Stderr = &log, &log
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		srv.Process.Signal(os.Interrupt)
+		srv.Wait()
+	}()
+	for i := 0; ; i++ {
+		out, _, _ := mlxg(t, "version")
+		if strings.Contains(out, "mlxg version is") {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("mlxg serve did not answer at %s:\n%s", addr, log.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// From here on an in-process fallback would use another cache, and the checks below would fail.
+	t.Setenv("HF_HUB_CACHE", t.TempDir())
+	_, stderr, err := mlxg(t, "pull", "org/tiny")
+	if err != nil || !strings.Contains(stderr, "success") || !strings.Contains(stderr, "pulling model.safetensors: ") {
+		t.Fatalf("pull through the server: %v\n%s\nserver log:\n%s", err, stderr, log.String())
+	}
+	if _, err := os.Stat(filepath.Join(cache, "models--org--tiny", "refs", "main")); err != nil {
+		t.Fatalf("the server's pull did not write the store: %v", err)
+	}
+	out, _, err := mlxg(t, "show", "org/tiny")
+	if err != nil || !strings.Contains(out, "mixed-4/8bit") || !strings.Contains(out, "all 2") {
+		t.Errorf("show through the server: %v\n%s", err, out)
+	}
+	if _, _, err := mlxg(t, "cp", "org/tiny", "viaserver"); err != nil {
+		t.Fatal(err)
+	}
+	out, _, _ = mlxg(t, "list")
+	if !strings.Contains(out, "viaserver:latest") || !strings.Contains(out, "org/tiny") {
+		t.Errorf("list through the server:\n%s", out)
+	}
+	if _, _, err := mlxg(t, "rm", "viaserver", "org/tiny"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := mlxg(t, "show", "org/tiny"); err == nil || !strings.Contains(err.Error(), "not") {
+		t.Errorf("show after rm through the server: %v", err)
+	}
+	if _, _, err := mlxg(t, "pull", "org/nosuch"); err == nil || !strings.Contains(err.Error(), "no such repo") {
+		t.Errorf("404 through the server: %v", err)
+	}
+}
