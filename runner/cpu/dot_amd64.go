@@ -11,6 +11,11 @@ var simd = cpu.X86.HasAVX2 && cpu.X86.HasFMA
 //go:noescape
 func dot4x8(x, w *float32, stride, n int, out *[4]float32)
 
+// dot4x8x2 is dot4x8 for two tokens at once: out[k] = x0·w_k, out[4+k] = x1·w_k.
+//
+//go:noescape
+func dot4x8x2(x0, x1, w *float32, stride, n int, out *[8]float32)
+
 // setSIMD switches the assembly kernels on or off (for tests of the plain kernels) and
 // returns the previous setting; it cannot turn them on where the CPU lacks them.
 func setSIMD(on bool) bool {

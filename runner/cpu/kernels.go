@@ -49,9 +49,32 @@ func (b *Backend) gemm(out, x []float32, T int, w *weight) {
 }
 
 // gemmTile: for tokens t0..t1-1 and the nr weight rows in rows (starting at output o0),
-// out[t][o0+r] = x_t · rows[r].
+// out[t][o0+r] = x_t · rows[r]. With the assembly kernels it takes two tokens and four
+// rows at a time.
 func gemmTile(out []float32, outCols int, x []float32, t0, t1, in int, rows []float32, o0, nr int) {
-	for t := t0; t < t1; t++ {
+	t := t0
+	if n8 := in &^ 7; simd && n8 > 0 {
+		var acc [8]float32
+		for ; t+2 <= t1; t += 2 {
+			x0, x1 := x[t*in:(t+1)*in], x[(t+1)*in:(t+2)*in]
+			y0, y1 := out[t*outCols+o0:][:nr], out[(t+1)*outCols+o0:][:nr]
+			r := 0
+			for ; r+4 <= nr; r += 4 {
+				_ = rows[(r+3)*in+n8-1]
+				dot4x8x2(&x0[0], &x1[0], &rows[r*in], in, n8, &acc)
+				for k := 0; k < 4; k++ {
+					w := rows[(r+k)*in+n8 : (r+k+1)*in]
+					y0[r+k] = acc[k] + dot(x0[n8:], w)
+					y1[r+k] = acc[4+k] + dot(x1[n8:], w)
+				}
+			}
+			for ; r < nr; r++ {
+				y0[r] = dot(x0, rows[r*in:(r+1)*in])
+				y1[r] = dot(x1, rows[r*in:(r+1)*in])
+			}
+		}
+	}
+	for ; t < t1; t++ {
 		xt := x[t*in : (t+1)*in]
 		o := out[t*outCols+o0 : t*outCols+o0+nr]
 		r := 0
