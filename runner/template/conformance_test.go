@@ -210,11 +210,21 @@ type featureCase struct {
 	Vars     json.RawMessage `json:"vars"`
 }
 
+// TestFeatureConformance checks the feature templates: features.json against
+// transformers' own rendering, features_extra.json (cases added after that device run,
+// many found by scripts/tmplref/fuzzdiff.py) against Jinja2 3.1.6, the version that
+// transformers run used, in render.py's copy of transformers' environment.
 func TestFeatureConformance(t *testing.T) {
+	for _, base := range []string{"features", "features_extra"} {
+		t.Run(base, func(t *testing.T) { testFeatures(t, base) })
+	}
+}
+
+func testFeatures(t *testing.T, base string) {
 	var features []featureCase
-	readJSON(t, filepath.Join("testdata", "features.json"), &features)
+	readJSON(t, filepath.Join("testdata", base+".json"), &features)
 	var ref refFile
-	readJSON(t, filepath.Join(refDir(), "features_reference.json"), &ref)
+	readJSON(t, filepath.Join(refDir(), base+"_reference.json"), &ref)
 	now := refNow(t, ref)
 	want := map[string]refCase{}
 	for _, c := range ref.Cases {

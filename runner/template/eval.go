@@ -14,29 +14,111 @@ const (
 	maxDepth     = 200      // nested macro calls and recursive loops
 	maxRange     = 100000   // items in range(), as Jinja2's sandbox
 	maxRepeatLen = 16 << 20 // bytes or items made by "x" * n
+	maxSteps     = 1 << 20  // loop iterations and macro calls in one render
 )
 
+// scope is one Jinja2 frame: the template's top level, a loop iteration, a macro call,
+// or the body of a set, filter or with block.
 type scope struct {
 	vars   map[string]any
 	parent *scope
+	// stores are the names the frame's body assigns unconditionally (see storesOf).
+	stores map[string]bool
+	// macro marks a macro's (or a call block's caller's) frame.
+	macro bool
 }
 
 func newScope(parent *scope) *scope { return &scope{vars: map[string]any{}, parent: parent} }
 
+func frame(parent *scope, stores map[string]bool) *scope {
+	return &scope{vars: map[string]any{}, parent: parent, stores: stores}
+}
+
+// lookup resolves a name as Jinja2's compiled frames do. A macro sees the frames it was
+// defined in, except that a name one of those frames assigns unconditionally is that
+// frame's own variable: undefined until the assignment has run, even when an outer
+// frame or the render variables have it.
 func (s *scope) lookup(name string) (any, bool) {
+	crossed := false
 	for ; s != nil; s = s.parent {
 		if v, ok := s.vars[name]; ok {
 			return v, true
 		}
+		if crossed && s.stores[name] {
+			return nil, false
+		}
+		if s.macro {
+			crossed = true
+		}
 	}
 	return nil, false
+}
+
+// storesOf returns the names a frame body assigns unconditionally: those whose first
+// assignment in the body is a set or macro statement of the body itself. A name first
+// assigned inside an if is, like in Jinja2, read from the enclosing frames until then.
+func storesOf(body []node) map[string]bool {
+	seen := map[string]bool{}
+	out := map[string]bool{}
+	var visit func(body []node, top bool)
+	mark := func(target expr, top bool) {
+		var names []expr
+		switch t := target.(type) {
+		case *nameExpr:
+			names = []expr{t}
+		case *tupleExpr:
+			names = t.items
+		}
+		for _, n := range names {
+			name := n.(*nameExpr).name
+			if !seen[name] {
+				seen[name] = true
+				out[name] = top
+			}
+		}
+	}
+	visit = func(body []node, top bool) {
+		for _, n := range body {
+			switch n := n.(type) {
+			case *setNode:
+				mark(n.target, top)
+			case *setBlockNode:
+				mark(n.target, top)
+			case *macroNode:
+				mark(&nameExpr{name: n.m.name}, top)
+			case *ifNode:
+				for _, b := range n.bodies {
+					visit(b, false)
+				}
+				visit(n.els, false)
+			}
+		}
+	}
+	visit(body, true)
+	for name, top := range out {
+		if !top {
+			delete(out, name)
+		}
+	}
+	return out
 }
 
 type state struct {
 	out     *strings.Builder
 	now     func() time.Time
 	depth   int
+	steps   int
 	globals map[string]any
+}
+
+// step counts work that a template can repeat without bound (nested loops over
+// range(), recursion) and stops it past maxSteps.
+func (r *state) step() error {
+	r.steps++
+	if r.steps > maxSteps {
+		return fmt.Errorf("template does too much work: more than %d loop iterations and macro calls", maxSteps)
+	}
+	return nil
 }
 
 var (
@@ -103,7 +185,7 @@ func (r *state) exec(n node, sc *scope) error {
 		}
 		return withLine(r.assign(n.target, v, sc), n.ln)
 	case *setBlockNode:
-		s, err := r.capture(n.body, sc)
+		s, err := r.capture(n.body, frame(sc, n.stores))
 		if err != nil {
 			return err
 		}
@@ -125,7 +207,7 @@ func (r *state) exec(n node, sc *scope) error {
 		}
 		return r.write(pyStr(v))
 	case *filterBlockNode:
-		s, err := r.capture(n.body, sc)
+		s, err := r.capture(n.body, frame(sc, n.stores))
 		if err != nil {
 			return err
 		}
@@ -137,7 +219,8 @@ func (r *state) exec(n node, sc *scope) error {
 		}
 		return r.write(pyStr(v))
 	case *withNode:
-		inner := newScope(sc)
+		inner := frame(sc, n.stores)
+		inner.macro = n.generation
 		for i, t := range n.targets {
 			v, err := r.eval(n.vals[i], sc)
 			if err != nil {
@@ -146,9 +229,6 @@ func (r *state) exec(n node, sc *scope) error {
 			if err := r.assign(t, v, inner); err != nil {
 				return withLine(err, n.ln)
 			}
-		}
-		if n.targets == nil { // {% generation %}: no scope of its own
-			inner = sc
 		}
 		return r.execBody(n.body, inner)
 	case *loopCtlNode:
@@ -264,8 +344,11 @@ func (r *state) loop(n *forNode, iv any, sc *scope, depth0 int) error {
 		}
 	}
 	for i, it := range items {
+		if err := r.step(); err != nil {
+			return withLine(err, n.ln)
+		}
 		lo.index0 = i
-		body := newScope(sc)
+		body := frame(sc, n.stores)
 		body.vars["loop"] = lo
 		if err := r.assign(n.target, it, body); err != nil {
 			return withLine(err, n.ln)
@@ -350,9 +433,13 @@ func (r *state) callMacro(m *macro, args []any, kw *Dict, caller *macro) (any, e
 	if r.depth >= maxDepth {
 		return nil, fmt.Errorf("macro '%s' recursed deeper than %d levels", m.def.name, maxDepth)
 	}
+	if err := r.step(); err != nil {
+		return nil, err
+	}
 	r.depth++
 	defer func() { r.depth-- }()
-	sc := newScope(m.closure)
+	sc := frame(m.closure, m.def.stores)
+	sc.macro = true
 	d := m.def
 	firstDefault := len(d.params) - len(d.defaults)
 	for i, p := range d.params {
@@ -834,32 +921,27 @@ func arith(op string, fl float64, il int64, lInt bool, fr float64, ir int64, rIn
 			return nil, fmt.Errorf("division by zero")
 		}
 		return fl / fr, nil
-	case "//":
+	case "//", "%":
 		if fr == 0 {
-			return nil, fmt.Errorf("integer division or modulo by zero")
-		}
-		if both {
-			q := il / ir
-			if (il%ir != 0) && ((il < 0) != (ir < 0)) {
-				q--
+			if both {
+				return nil, fmt.Errorf("integer division or modulo by zero")
 			}
-			return q, nil
-		}
-		return math.Floor(fl / fr), nil
-	case "%":
-		if fr == 0 {
-			return nil, fmt.Errorf("integer division or modulo by zero")
+			return nil, fmt.Errorf("float floor division by zero")
 		}
 		if both {
-			m := il % ir
+			q, m := il/ir, il%ir
 			if m != 0 && ((m < 0) != (ir < 0)) {
+				q--
 				m += ir
+			}
+			if op == "//" {
+				return q, nil
 			}
 			return m, nil
 		}
-		m := math.Mod(fl, fr)
-		if m != 0 && ((m < 0) != (fr < 0)) {
-			m += fr
+		q, m := floatDivmod(fl, fr)
+		if op == "//" {
+			return q, nil
 		}
 		return m, nil
 	case "**":
@@ -1045,4 +1127,29 @@ func getItem(obj, key any) (any, error) {
 		return getAttr(obj, s)
 	}
 	return undefinedAttr(obj, key), nil
+}
+
+// floatDivmod is CPython's float divmod, whose floor quotient is not always
+// math.Floor(x/y): 1 // 0.1 == 9.0 because fmod(1, 0.1) is 0.09999999999999995.
+func floatDivmod(x, y float64) (float64, float64) {
+	mod := math.Mod(x, y)
+	div := (x - mod) / y
+	if mod != 0 {
+		if (y < 0) != (mod < 0) {
+			mod += y
+			div -= 1
+		}
+	} else {
+		mod = math.Copysign(0, y)
+	}
+	var floordiv float64
+	if div != 0 {
+		floordiv = math.Floor(div)
+		if div-floordiv > 0.5 {
+			floordiv++
+		}
+	} else {
+		floordiv = math.Copysign(0, x/y)
+	}
+	return floordiv, mod
 }

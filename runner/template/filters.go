@@ -578,6 +578,9 @@ func filterJoin(r *state, v any, args []any, kw *Dict) (any, error) {
 }
 
 func filterMap(r *state, v any, args []any, kw *Dict) (any, error) {
+	if !truthy(v) { // Jinja2 maps over a false value as over nothing
+		v = []any{}
+	}
 	items, err := iterate(v)
 	if err != nil {
 		return nil, err
@@ -620,6 +623,9 @@ func filterMap(r *state, v any, args []any, kw *Dict) (any, error) {
 }
 
 func selectReject(r *state, v any, args []any, kw *Dict, byAttr, want bool) (any, error) {
+	if !truthy(v) { // as in Jinja2, a false value selects nothing, iterable or not
+		v = []any{}
+	}
 	items, err := iterate(v)
 	if err != nil {
 		return nil, err
@@ -711,7 +717,11 @@ func filterIndent(r *state, v any, args []any, kw *Dict) (any, error) {
 			return nil, err
 		}
 	}
-	s := pyStr(v) + "\n"
+	str, ok := asString(v)
+	if !ok {
+		return nil, fmt.Errorf("indent needs a string, not %s", typeName(v))
+	}
+	s := str + "\n"
 	lines := splitLines(s, false)
 	var rv string
 	if truthy(or(a[2], false)) {
@@ -784,7 +794,10 @@ func filterTruncate(r *state, v any, args []any, kw *Dict) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := pyStr(v)
+	s, ok := asString(v)
+	if !ok {
+		return nil, fmt.Errorf("object of type '%s' has no len()", typeName(v))
+	}
 	n, err := toInt(or(a[0], int64(255)), "length")
 	if err != nil {
 		return nil, err
@@ -903,12 +916,12 @@ func init() {
 		"ge": cmp(">="), ">=": cmp(">="),
 		"escaped": func(r *state, v any, args []any) (bool, error) { _, ok := v.(Markup); return ok, nil },
 		"even": func(r *state, v any, args []any) (bool, error) {
-			i, err := toInt(v, "value")
-			return err == nil && i%2 == 0, err
+			m, err := binary("%", v, int64(2))
+			return err == nil && equal(m, int64(0)), err
 		},
 		"odd": func(r *state, v any, args []any) (bool, error) {
-			i, err := toInt(v, "value")
-			return err == nil && i%2 != 0, err
+			m, err := binary("%", v, int64(2))
+			return err == nil && equal(m, int64(1)), err
 		},
 		"false": func(r *state, v any, args []any) (bool, error) { return v == false, nil },
 		"true":  func(r *state, v any, args []any) (bool, error) { return v == true, nil },
@@ -951,14 +964,8 @@ func init() {
 		},
 		"mapping": func(r *state, v any, args []any) (bool, error) { _, ok := v.(*Dict); return ok, nil },
 		"string":  func(r *state, v any, args []any) (bool, error) { return isStr(v), nil },
-		"lower": func(r *state, v any, args []any) (bool, error) {
-			s, ok := asString(v)
-			return ok && pyIsCase(s, false), nil
-		},
-		"upper": func(r *state, v any, args []any) (bool, error) {
-			s, ok := asString(v)
-			return ok && pyIsCase(s, true), nil
-		},
+		"lower":   func(r *state, v any, args []any) (bool, error) { return pyIsCase(pyStr(v), false), nil },
+		"upper":   func(r *state, v any, args []any) (bool, error) { return pyIsCase(pyStr(v), true), nil },
 		"sameas": func(r *state, v any, args []any) (bool, error) {
 			if len(args) != 1 {
 				return false, fmt.Errorf("sameas needs one argument")

@@ -121,6 +121,7 @@ type (
 		cond      expr
 		body, els []node
 		recursive bool
+		stores    map[string]bool
 	}
 	setNode struct {
 		pos
@@ -132,6 +133,7 @@ type (
 		target  expr
 		filters []*filterExpr
 		body    []node
+		stores  map[string]bool
 	}
 	macroNode struct {
 		pos
@@ -146,12 +148,15 @@ type (
 		pos
 		filters []*filterExpr
 		body    []node
+		stores  map[string]bool
 	}
 	withNode struct {
 		pos
-		targets []expr
-		vals    []expr
-		body    []node
+		targets    []expr
+		vals       []expr
+		body       []node
+		stores     map[string]bool
+		generation bool // {% generation %}: a call block, whose body is a caller macro
 	}
 	loopCtlNode struct {
 		pos
@@ -165,6 +170,7 @@ type macroDef struct {
 	defaults []expr // aligned to the last len(defaults) params
 	body     []node
 	line     int
+	stores   map[string]bool
 }
 
 // ---- parser ----
@@ -330,7 +336,7 @@ func (p *parser) statement() (node, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &withNode{pos: pos{ln}, body: body}, p.expectBlockEnd()
+		return &withNode{pos: pos{ln}, body: body, stores: storesOf(body), generation: true}, p.expectBlockEnd()
 	case "extends", "include", "import", "from", "block":
 		return nil, p.errAt(ln, "'%s' is not supported: a chat template is rendered from a string, with no loader", t.val)
 	}
@@ -449,6 +455,7 @@ func (p *parser) parseFor(ln int) (node, error) {
 		return nil, err
 	}
 	n.body = body
+	n.stores = storesOf(body)
 	if end == "else" {
 		if err := p.expectBlockEnd(); err != nil {
 			return nil, err
@@ -486,6 +493,7 @@ func (p *parser) parseSet(ln int) (node, error) {
 	if n.body, _, err = p.subparse([]string{"endset"}); err != nil {
 		return nil, err
 	}
+	n.stores = storesOf(n.body)
 	return n, p.expectBlockEnd()
 }
 
@@ -536,6 +544,7 @@ func (p *parser) parseMacro(ln int) (node, error) {
 	if m.body, _, err = p.subparse([]string{"endmacro"}); err != nil {
 		return nil, err
 	}
+	m.stores = storesOf(m.body)
 	if p.cur().kind == tokName { // {% endmacro name %}
 		p.next()
 	}
@@ -563,6 +572,7 @@ func (p *parser) parseCallBlock(ln int) (node, error) {
 	if caller.body, _, err = p.subparse([]string{"endcall"}); err != nil {
 		return nil, err
 	}
+	caller.stores = storesOf(caller.body)
 	return &callBlockNode{pos{ln}, call, caller}, p.expectBlockEnd()
 }
 
@@ -582,6 +592,7 @@ func (p *parser) parseFilterBlock(ln int) (node, error) {
 	if n.body, _, err = p.subparse([]string{"endfilter"}); err != nil {
 		return nil, err
 	}
+	n.stores = storesOf(n.body)
 	return n, p.expectBlockEnd()
 }
 
@@ -612,6 +623,7 @@ func (p *parser) parseWith(ln int) (node, error) {
 	if n.body, _, err = p.subparse([]string{"endwith"}); err != nil {
 		return nil, err
 	}
+	n.stores = storesOf(n.body)
 	return n, p.expectBlockEnd()
 }
 
@@ -959,7 +971,47 @@ func (p *parser) parsePostfix(x expr) (expr, error) {
 	}
 }
 
+// parseSubscript parses what follows "[": an index, a slice, or several of them
+// separated by commas (a tuple key, as Jinja2 allows).
 func (p *parser) parseSubscript(obj expr, ln int) (expr, error) {
+	var keys []expr
+	for {
+		k, err := p.parseSubscribed(obj, ln)
+		if err != nil {
+			return nil, err
+		}
+		keys = append(keys, k)
+		if p.skipOp("]") {
+			break
+		}
+		if err := p.expectOp(","); err != nil {
+			return nil, err
+		}
+		if p.skipOp("]") {
+			keys = append(keys, nil)
+			break
+		}
+	}
+	if len(keys) == 1 {
+		return keys[0], nil
+	}
+	if keys[len(keys)-1] == nil {
+		keys = keys[:len(keys)-1]
+	}
+	items := make([]expr, len(keys))
+	for i, k := range keys {
+		switch k := k.(type) {
+		case *itemExpr:
+			items[i] = k.key
+		default:
+			return nil, p.errAt(ln, "a slice inside a tuple subscript is not supported")
+		}
+	}
+	return &itemExpr{pos{ln}, obj, &tupleExpr{pos{ln}, items}}, nil
+}
+
+// parseSubscribed parses one index or slice, leaving "]" or "," unread.
+func (p *parser) parseSubscribed(obj expr, ln int) (expr, error) {
 	var parts [3]expr
 	n := 0
 	isSlice := false
@@ -973,8 +1025,7 @@ func (p *parser) parseSubscript(obj expr, ln int) (expr, error) {
 			}
 			continue
 		}
-		if p.isOp("]") {
-			p.next()
+		if p.isOp("]") || p.isOp(",") {
 			break
 		}
 		if parts[n] != nil {

@@ -12,8 +12,9 @@ import (
 
 // Template is a parsed Jinja2 template, safe for concurrent Render calls.
 type Template struct {
-	name string
-	body []node
+	name   string
+	body   []node
+	stores map[string]bool
 }
 
 // Error is a template error: a syntax error at Parse, or a failure at Render (an
@@ -59,7 +60,7 @@ func Parse(name, source string) (*Template, error) {
 		}
 		return nil, fmt.Errorf("template %s: %w", name, err)
 	}
-	return &Template{name: name, body: body}, nil
+	return &Template{name: name, body: body, stores: storesOf(body)}, nil
 }
 
 // Render renders the template with vars as its top-level variables. Values are
@@ -74,14 +75,15 @@ func (t *Template) render(vars map[string]any, now func() time.Time) (string, er
 	if now == nil {
 		now = time.Now
 	}
-	root := newScope(nil)
+	context := newScope(nil)
 	for k, v := range vars {
 		cv, err := convert(v)
 		if err != nil {
 			return "", fmt.Errorf("template %s: variable %s: %w", t.name, k, err)
 		}
-		root.vars[k] = cv
+		context.vars[k] = cv
 	}
+	root := frame(context, t.stores)
 	var b strings.Builder
 	r := &state{out: &b, now: now, globals: globals}
 	err := r.execBody(t.body, root)

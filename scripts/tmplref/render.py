@@ -3,8 +3,9 @@
 
 Chat templates are rendered by transformers itself: AutoTokenizer.from_pretrained(<model
 dir>).apply_chat_template(..., tokenize=False), so the special tokens, template choice and
-Jinja2 environment are transformers' own. The feature templates (testdata/features.json)
-are rendered by transformers' compiled environment (chat_template_utils._compile_jinja_template).
+Jinja2 environment are transformers' own. The feature templates (testdata/features.json,
+features_extra.json) are rendered by transformers' compiled environment
+(chat_template_utils._compile_jinja_template).
 strftime_now is pinned to NOW by patching the datetime that chat_template_utils reads.
 
 Without transformers (a machine with only jinja2) --emulate renders with an
@@ -152,22 +153,26 @@ def main():
                     case["error"] = error_of(e)
                 chat["cases"].append(case)
 
-    features = json.load(open(os.path.join(testdata, "features.json")))
-    feat_out = {"engine": engine, "cases": []}
-    for f in features:
-        case = {"name": f["name"]}
-        try:
-            case["output"] = compile_template(f["template"]).render(**f.get("vars", {}))
-        except Exception as e:
-            case["error"] = error_of(e)
-        feat_out["cases"].append(case)
-
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "chat_reference.json"), "w") as f:
         json.dump(chat, f, ensure_ascii=False, indent=0)
-    with open(os.path.join(out_dir, "features_reference.json"), "w") as f:
-        json.dump(feat_out, f, ensure_ascii=False, indent=0)
-    print("rendered", len(chat["cases"]), "chat cases and", len(feat_out["cases"]), "feature cases with", engine)
+    counts = {}
+    for base in ("features", "features_extra"):
+        path = os.path.join(testdata, base + ".json")
+        if not os.path.exists(path):
+            continue
+        feat_out = {"engine": engine, "cases": []}
+        for feat in json.load(open(path)):
+            case = {"name": feat["name"]}
+            try:
+                case["output"] = compile_template(feat["template"]).render(**feat.get("vars", {}))
+            except Exception as e:
+                case["error"] = error_of(e)
+            feat_out["cases"].append(case)
+        with open(os.path.join(out_dir, base + "_reference.json"), "w") as f:
+            json.dump(feat_out, f, ensure_ascii=False, indent=0)
+        counts[base] = len(feat_out["cases"])
+    print("rendered", len(chat["cases"]), "chat cases and feature cases", counts, "with", engine)
 
 
 if __name__ == "__main__":
