@@ -101,6 +101,11 @@ func (s *Store) Pull(ctx context.Context, n Name, opts PullOptions, progress fun
 	if err != nil {
 		return nil, err
 	}
+	// A new repo gets the Hub's own spelling of its name (names are case-insensitive there), as other
+	// tools mostly use it; an existing folder keeps its own.
+	if _, err := os.Stat(s.repoDir(target.Repo)); err != nil && strings.EqualFold(info.ID, target.Repo) {
+		target.Repo = info.ID
+	}
 	lock, err := s.lockRepo(ctx, target.Repo, func() {
 		emit(Progress{Status: "waiting for another pull of " + target.Repo})
 	})

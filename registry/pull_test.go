@@ -407,3 +407,25 @@ func TestPullStall(t *testing.T) {
 		t.Fatalf("pull after the stall: %v", err)
 	}
 }
+
+// Hub names are case-insensitive: a pull takes the Hub's spelling, and any spelling finds the model.
+func TestPullCaseInsensitiveName(t *testing.T) {
+	e := newPullEnv(t)
+	m, _, err := e.pull(t, "ORG/Tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Repo != "org/tiny" || !strings.Contains(m.Dir, "models--org--tiny") {
+		t.Errorf("pulled into %s as %s", m.Dir, m.Repo)
+	}
+	got, err := e.store.Resolve(mustParse(t, "Org/TINY"))
+	if err != nil || got.Dir != m.Dir {
+		t.Fatalf("resolve in another spelling: %+v, %v", got, err)
+	}
+	if _, _, err := e.pull(t, "org/TINY"); err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(e.store.HubCache); len(ents) != 2 { // models--org--tiny and .locks
+		t.Errorf("cache holds %d entries, want the one repo folder and .locks", len(ents))
+	}
+}

@@ -112,6 +112,7 @@ func (s *Store) lockRepo(ctx context.Context, repo string, wait func()) (*flock.
 // a local model (local/name), or a built-in alias, in that order. A repo name is returned as is.
 func (s *Store) Lookup(n Name) (Name, error) {
 	if !n.IsBare() {
+		n.Repo = s.canonicalRepo(n.Repo)
 		return n, nil
 	}
 	st, err := s.readState()
@@ -129,6 +130,22 @@ func (s *Store) Lookup(n Name) (Name, error) {
 		return b, nil
 	}
 	return Name{}, unknownBare(n.Bare)
+}
+
+// canonicalRepo spells repo as its folder in the store does, since Hub repo names are case-insensitive
+// (mlx-community/qwen3-0.6b-4bit is mlx-community/Qwen3-0.6B-4bit); repo itself when no folder matches.
+func (s *Store) canonicalRepo(repo string) string {
+	if _, err := os.Stat(s.repoDir(repo)); err == nil {
+		return repo
+	}
+	ents, _ := os.ReadDir(s.HubCache)
+	for _, e := range ents {
+		if e.IsDir() && strings.EqualFold(e.Name(), repoFolder(repo)) {
+			org, name, _ := strings.Cut(strings.TrimPrefix(e.Name(), "models--"), "--")
+			return org + "/" + name
+		}
+	}
+	return repo
 }
 
 // Resolve finds a model on this machine: its snapshot directory, repo, revision and commit.

@@ -350,12 +350,14 @@ func (s *Server) load(w http.ResponseWriter, id string) (*repo, bool) {
 		hubError(w, http.StatusNotFound, "RepoNotFound", "Repository not found")
 		return nil, false
 	}
-	root := filepath.Join(s.dir, org, name)
-	if fi, err := os.Stat(root); err != nil || !fi.IsDir() {
+	// Repo names are case-insensitive on the Hub, which answers with its own spelling.
+	org, name, ok := s.findRepo(org, name)
+	if !ok {
 		hubError(w, http.StatusNotFound, "RepoNotFound", "Repository not found")
 		return nil, false
 	}
-	rp := &repo{id: id}
+	root := filepath.Join(s.dir, org, name)
+	rp := &repo{id: org + "/" + name}
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -388,6 +390,25 @@ func (s *Server) load(w http.ResponseWriter, id string) (*repo, bool) {
 	}
 	rp.commit = hex.EncodeToString(h.Sum(nil))
 	return rp, true
+}
+
+// findRepo finds the folder org/name, ignoring case, and returns its spelling.
+func (s *Server) findRepo(org, name string) (string, string, bool) {
+	match := func(dir, want string) (string, bool) {
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			if e.IsDir() && strings.EqualFold(e.Name(), want) {
+				return e.Name(), true
+			}
+		}
+		return "", false
+	}
+	o, ok := match(s.dir, org)
+	if !ok {
+		return "", "", false
+	}
+	n, ok := match(filepath.Join(s.dir, o), name)
+	return o, n, ok
 }
 
 func (s *Server) describe(abs, rel string) (file, error) {
