@@ -122,7 +122,7 @@ func (e *HubError) Error() string {
 	case e.Status == http.StatusNotFound && e.Code == "EntryNotFound":
 		advice = "the file is not in the repo at this revision"
 	case e.Status == http.StatusNotFound:
-		advice = "no such repo or revision on the Hub: check the name (org/name, case matters for the cache) and the revision"
+		advice = "no such repo or revision on the Hub: check the name (org/name) and the revision"
 	case e.Status == http.StatusTooManyRequests:
 		advice = "the Hub is rate limiting; wait and run the pull again (it resumes)"
 	default:
