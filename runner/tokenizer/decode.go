@@ -133,6 +133,32 @@ func (d metaspaceDec) decodeChain(t []string) []string {
 	return t
 }
 
+// byteSource says how a decoder chain turns tokens into raw bytes, which may
+// split UTF-8 characters across tokens.
+type byteSource int
+
+const (
+	noBytes        byteSource = iota
+	byteLevelBytes            // ByteLevel: every token is bytes
+	fallbackBytes             // ByteFallback: <0xXX> tokens are bytes
+)
+
+func bytesOf(d decoder) byteSource {
+	switch d := d.(type) {
+	case byteLevelDec:
+		return byteLevelBytes
+	case byteFallbackDec:
+		return fallbackBytes
+	case decSequence:
+		for _, x := range d {
+			if b := bytesOf(x); b != noBytes {
+				return b
+			}
+		}
+	}
+	return noBytes
+}
+
 func parseDecoder(raw json.RawMessage) (decoder, error) {
 	if isNull(raw) {
 		return nil, nil

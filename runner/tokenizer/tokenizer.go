@@ -58,6 +58,7 @@ type Tokenizer struct {
 	lazyBytes  bool // the pre-tokenizer ends in ByteLevel: words are raw bytes
 	post       *template
 	dec        decoder
+	decBytes   byteSource // where the decoder takes raw bytes from, for streaming
 	vocabSize  int
 
 	bos    int32
@@ -143,6 +144,7 @@ func parse(data []byte) (*Tokenizer, error) {
 	if t.dec, err = parseDecoder(raw.decoder); err != nil {
 		return nil, err
 	}
+	t.decBytes = bytesOf(t.dec)
 	var added []addedToken
 	if !isNull(raw.added) {
 		if err := json.Unmarshal(raw.added, &added); err != nil {
