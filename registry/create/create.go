@@ -213,25 +213,42 @@ func Convert(ctx context.Context, src, dst string, opts Options) (*Summary, erro
 			continue
 		}
 		t, _ := ck.Tensor(n)
-		vals, err := t.Float32s()
-		if err != nil {
-			return nil, fmt.Errorf("create: %s: tensor %s: %w", src, n, err)
-		}
-		roundTo(vals, dt)
-		sum.Parameters += int64(len(vals))
+		elems := int(t.NumElements())
+		sum.Parameters += int64(elems)
+		var err error
 		if opts.Bits > 0 && len(t.Shape) == 2 && strings.HasSuffix(n, ".weight") && t.Shape[1]%opts.GroupSize == 0 {
 			rows, cols := t.Shape[0], t.Shape[1]
-			packed, scales, biases := quantizeRows(vals, rows, cols, opts.Bits, opts.GroupSize)
+			words, groups := quant.Words(cols, opts.Bits), cols/opts.GroupSize
+			packed := make([]uint32, rows*words)
+			scales := make([]float32, rows*groups)
+			biases := make([]float32, rows*groups)
+			forRows(t, rows, cols, dt, func(r0 int, vals []float32) {
+				for i := range len(vals) / cols {
+					r := r0 + i
+					quant.QuantizeRow(packed[r*words:(r+1)*words], scales[r*groups:(r+1)*groups], biases[r*groups:(r+1)*groups],
+						vals[i*cols:(i+1)*cols], opts.Bits, opts.GroupSize)
+				}
+			})
 			base := strings.TrimSuffix(n, ".weight")
-			gshape := []int{rows, cols / opts.GroupSize}
+			gshape := []int{rows, groups}
 			err = w.add(
-				safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: n, DType: safetensors.U32, Shape: []int{rows, quant.Words(cols, opts.Bits)}}, Data: u32Bytes(packed)},
+				safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: n, DType: safetensors.U32, Shape: []int{rows, words}}, Data: u32Bytes(packed)},
 				safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: base + ".scales", DType: dt, Shape: gshape}, Data: encode(scales, dt)},
 				safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: base + ".biases", DType: dt, Shape: gshape}, Data: encode(biases, dt)})
 			sum.Quantized = append(sum.Quantized, n)
 			logf("quantized %s %v to %d bits, group %d", n, t.Shape, opts.Bits, opts.GroupSize)
 		} else {
-			err = w.add(safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: n, DType: dt, Shape: slices.Clone(t.Shape)}, Data: encode(vals, dt)})
+			cols := elems
+			if len(t.Shape) > 0 {
+				cols = t.Shape[len(t.Shape)-1]
+			}
+			data := make([]byte, elems*dt.Size())
+			if cols > 0 {
+				forRows(t, elems/cols, cols, dt, func(r0 int, vals []float32) {
+					encodeInto(data[r0*cols*dt.Size():], vals, dt)
+				})
+			}
+			err = w.add(safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: n, DType: dt, Shape: slices.Clone(t.Shape)}, Data: data})
 			sum.Kept++
 		}
 		if err != nil {
@@ -269,24 +286,44 @@ func Convert(ctx context.Context, src, dst string, opts Options) (*Summary, erro
 	return sum, nil
 }
 
-// quantizeRows quantizes a rows×cols matrix, rows spread over all cores.
-func quantizeRows(vals []float32, rows, cols, bits, group int) (packed []uint32, scales, biases []float32) {
-	words := quant.Words(cols, bits)
-	packed = make([]uint32, rows*words)
-	scales = make([]float32, rows*cols/group)
-	biases = make([]float32, rows*cols/group)
-	g := cols / group
-	workers := min(runtime.GOMAXPROCS(0), rows)
+// forRows decodes t (rows×cols, F32/F16/BF16/F64) block by block, rounds the values
+// to dt, and calls fn with each block's first row and values; blocks of about 1M
+// values run on all cores, so memory stays bounded whatever the tensor's size.
+func forRows(t *safetensors.Tensor, rows, cols int, dt safetensors.DType, fn func(r0 int, vals []float32)) {
+	block := max(1, (1<<20)/cols)
+	next := make(chan int, (rows+block-1)/block)
+	for r := 0; r < rows; r += block {
+		next <- r
+	}
+	close(next)
+	size := t.DType.Size()
 	var wg sync.WaitGroup
-	for k := range workers {
+	for range min(runtime.GOMAXPROCS(0), (rows+block-1)/block) {
 		wg.Go(func() {
-			for r := k; r < rows; r += workers {
-				quant.QuantizeRow(packed[r*words:(r+1)*words], scales[r*g:(r+1)*g], biases[r*g:(r+1)*g], vals[r*cols:(r+1)*cols], bits, group)
+			buf := make([]float32, block*cols)
+			for r0 := range next {
+				n := min(block, rows-r0) * cols
+				vals, src := buf[:n], t.Data[r0*cols*size:(r0*cols+n)*size]
+				switch t.DType {
+				case safetensors.F32:
+					for i := range vals {
+						vals[i] = math.Float32frombits(binary.LittleEndian.Uint32(src[4*i:]))
+					}
+				case safetensors.F16:
+					half.DecodeF16(vals, src)
+				case safetensors.BF16:
+					half.DecodeBF16(vals, src)
+				case safetensors.F64:
+					for i := range vals {
+						vals[i] = float32(math.Float64frombits(binary.LittleEndian.Uint64(src[8*i:])))
+					}
+				}
+				roundTo(vals, dt)
+				fn(r0, vals)
 			}
 		})
 	}
 	wg.Wait()
-	return packed, scales, biases
 }
 
 // roundTo rounds float32 values to what dtype dt can hold, in place.
@@ -305,6 +342,12 @@ func roundTo(v []float32, dt safetensors.DType) {
 
 func encode(v []float32, dt safetensors.DType) []byte {
 	out := make([]byte, len(v)*dt.Size())
+	encodeInto(out, v, dt)
+	return out
+}
+
+// encodeInto writes v into dst in dtype dt.
+func encodeInto(out []byte, v []float32, dt safetensors.DType) {
 	switch dt {
 	case safetensors.F32:
 		for i, f := range v {
@@ -315,7 +358,6 @@ func encode(v []float32, dt safetensors.DType) []byte {
 	case safetensors.BF16:
 		half.EncodeBF16(out, v)
 	}
-	return out
 }
 
 func u32Bytes(v []uint32) []byte {

@@ -334,3 +334,27 @@ func TestCreateIntoStore(t *testing.T) {
 		t.Fatalf("stored embeddings: %s", w.DType)
 	}
 }
+
+// A sharded source (model.safetensors.index.json) converts like a single file.
+func TestShardedSource(t *testing.T) {
+	cfg := randmodel.Tiny("qwen2", 256)
+	one, many := t.TempDir(), t.TempDir()
+	if err := randmodel.Generate(one, cfg, randmodel.Options{Seed: 9}); err != nil {
+		t.Fatal(err)
+	}
+	if err := randmodel.Generate(many, cfg, randmodel.Options{Seed: 9, MaxShardBytes: 100 << 10}); err != nil {
+		t.Fatal(err)
+	}
+	a, b := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
+	if _, err := Convert(context.Background(), one, a, Options{Bits: 4}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Convert(context.Background(), many, b, Options{Bits: 4}); err != nil {
+		t.Fatal(err)
+	}
+	x, _ := os.ReadFile(filepath.Join(a, "model.safetensors"))
+	y, _ := os.ReadFile(filepath.Join(b, "model.safetensors"))
+	if len(x) == 0 || string(x) != string(y) {
+		t.Fatal("converting a sharded checkpoint gave different weights")
+	}
+}
