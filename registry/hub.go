@@ -24,26 +24,21 @@ func Endpoint() string {
 	return DefaultEndpoint
 }
 
-// Token is $HF_TOKEN, else the token `hf auth login` saved ($HF_TOKEN_PATH, else $HF_HOME/token,
-// else ~/.cache/huggingface/token), else "".
+// Token is $HF_TOKEN (or its old name $HUGGING_FACE_HUB_TOKEN), else the token `hf auth login` saved
+// ($HF_TOKEN_PATH, else HFHome()/token), else "".
 func Token() string {
-	if t := strings.TrimSpace(os.Getenv("HF_TOKEN")); t != "" {
-		return t
+	for _, k := range []string{"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"} {
+		if t := strings.TrimSpace(os.Getenv(k)); t != "" {
+			return t
+		}
 	}
 	p := os.Getenv("HF_TOKEN_PATH")
 	if p == "" {
-		home := os.Getenv("HF_HOME")
-		if home == "" {
-			if h, err := os.UserHomeDir(); err == nil {
-				home = filepath.Join(h, ".cache", "huggingface")
-			}
+		home, err := HFHome()
+		if err != nil {
+			return ""
 		}
-		if home != "" {
-			p = filepath.Join(home, "token")
-		}
-	}
-	if p == "" {
-		return ""
+		p = filepath.Join(home, "token")
 	}
 	b, err := os.ReadFile(p)
 	if err != nil {

@@ -24,23 +24,34 @@ type Store struct {
 	Home     string // mlxg's own state, e.g. ~/.mlxg
 }
 
-// HubCacheDir is $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub
-// (huggingface_hub also honours $XDG_CACHE_HOME/huggingface/hub before the last one, and so does mlxg).
+// HubCacheDir is $HF_HUB_CACHE (or its old name $HUGGINGFACE_HUB_CACHE), else HFHome()/hub:
+// where huggingface_hub looks.
 func HubCacheDir() (string, error) {
-	if d := os.Getenv("HF_HUB_CACHE"); d != "" {
-		return d, nil
+	for _, k := range []string{"HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"} {
+		if d := os.Getenv(k); d != "" {
+			return d, nil
+		}
 	}
-	if d := os.Getenv("HF_HOME"); d != "" {
-		return filepath.Join(d, "hub"), nil
-	}
-	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
-		return filepath.Join(d, "huggingface", "hub"), nil
-	}
-	home, err := os.UserHomeDir()
+	home, err := HFHome()
 	if err != nil {
 		return "", fmt.Errorf("finding the Hugging Face cache: %w (set HF_HUB_CACHE)", err)
 	}
-	return filepath.Join(home, ".cache", "huggingface", "hub"), nil
+	return filepath.Join(home, "hub"), nil
+}
+
+// HFHome is $HF_HOME, else $XDG_CACHE_HOME/huggingface, else ~/.cache/huggingface, as in huggingface_hub.
+func HFHome() (string, error) {
+	if d := os.Getenv("HF_HOME"); d != "" {
+		return d, nil
+	}
+	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
+		return filepath.Join(d, "huggingface"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(home, ".cache", "huggingface"), nil
 }
 
 // HomeDir is $MLXG_HOME, else ~/.mlxg.

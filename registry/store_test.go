@@ -209,3 +209,43 @@ func TestForeignCacheEntry(t *testing.T) {
 		t.Errorf("repo folder left: %v", err)
 	}
 }
+
+func TestEnvironmentPaths(t *testing.T) {
+	for _, k := range []string{"HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH", "MLXG_HOME"} {
+		t.Setenv(k, "")
+	}
+	home, _ := os.UserHomeDir()
+	check := func(what, want string) {
+		t.Helper()
+		got, err := HubCacheDir()
+		if err != nil || got != want {
+			t.Errorf("%s: HubCacheDir = %q, %v; want %q", what, got, err, want)
+		}
+	}
+	check("default", filepath.Join(home, ".cache", "huggingface", "hub"))
+	t.Setenv("XDG_CACHE_HOME", "/x")
+	check("XDG_CACHE_HOME", "/x/huggingface/hub")
+	t.Setenv("HF_HOME", "/h")
+	check("HF_HOME", "/h/hub")
+	t.Setenv("HUGGINGFACE_HUB_CACHE", "/old")
+	check("HUGGINGFACE_HUB_CACHE", "/old")
+	t.Setenv("HF_HUB_CACHE", "/c")
+	check("HF_HUB_CACHE", "/c")
+
+	dir := t.TempDir()
+	t.Setenv("HF_HOME", dir)
+	if tok := Token(); tok != "" {
+		t.Errorf("token with nothing set = %q", tok)
+	}
+	os.WriteFile(filepath.Join(dir, "token"), []byte("hf_saved\n"), 0o600)
+	if tok := Token(); tok != "hf_saved" {
+		t.Errorf("saved token = %q", tok)
+	}
+	t.Setenv("HF_TOKEN", "hf_env")
+	if tok := Token(); tok != "hf_env" {
+		t.Errorf("HF_TOKEN = %q", tok)
+	}
+	if d, _ := HomeDir(); d != filepath.Join(home, ".mlxg") {
+		t.Errorf("HomeDir = %q", d)
+	}
+}
