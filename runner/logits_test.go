@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
 	"os"
@@ -58,10 +59,18 @@ func readRefs(t *testing.T) []refCase {
 	return f.Cases
 }
 
-// buildRef regenerates a case's checkpoint exactly as scripts/refs/gen built it.
-func buildRef(t *testing.T, c refCase) string {
+// buildRef regenerates a case's checkpoint exactly as scripts/refs/gen built it, under
+// root; built remembers converted shared models, which several cases use.
+func buildRef(t *testing.T, c refCase, root string, built map[string]string) string {
 	t.Helper()
-	root := t.TempDir()
+	key := c.SharedModel
+	if c.Quantize != nil {
+		key += fmt.Sprintf("-q%dg%d", c.Quantize.Bits, c.Quantize.GroupSize)
+	}
+	if d, ok := built[key]; ok && c.SharedModel != "" {
+		return d
+	}
+	root = filepath.Join(root, c.Name)
 	dir := filepath.Join(root, "hf")
 	if c.SharedModel != "" {
 		dir = testdata.SharedModel(t, c.SharedModel)
@@ -89,6 +98,7 @@ func buildRef(t *testing.T, c refCase) string {
 	if got := hex.EncodeToString(h.Sum(nil)); got != c.WeightsSHA256 {
 		t.Fatalf("%s: the regenerated weights hash to %s, the fixture was made from %s: registry/randmodel or registry/create changed its output; regenerate the fixtures (scripts/refs/regen.sh)", c.Name, got, c.WeightsSHA256)
 	}
+	built[key] = dir
 	return dir
 }
 
@@ -113,9 +123,10 @@ func relErr(got []float32, want []float64, index []int) float64 {
 // the prompt's last-position logits within relative error 1e-3, and the greedy
 // tokens (8, or 16 for qwen3-tiny) identical.
 func TestLogitsAgainstTransformers(t *testing.T) {
+	root, built := t.TempDir(), map[string]string{}
 	for _, c := range readRefs(t) {
 		t.Run(c.Name, func(t *testing.T) {
-			dir := buildRef(t, c)
+			dir := buildRef(t, c, root, built)
 			e, err := LoadModel(dir, LoadOptions{KVCache: FP32Cache, Logger: quietLog()})
 			if err != nil {
 				t.Fatal(err)
