@@ -79,12 +79,18 @@ func (c rowCodec) get(dst []float32, s seg, r int) {
 			dst[j] = half.F16ToF32(x)
 		}
 	case Affine:
-		var buf [2 * maxGroups]float32
-		sc, bi := buf[:c.groups], buf[maxGroups:maxGroups+c.groups]
-		for g := range sc {
-			sc[g], bi[g] = half.F16ToF32(h[2*g]), half.F16ToF32(h[2*g+1])
+		// quant.DequantizeRow's arithmetic (scale*code + bias), with the codes unpacked
+		// straight into dst and the fp16 scales read in place: this runs once per cached
+		// position per head in every attention call.
+		quant.Codes(dst, s.codes[r*c.words:(r+1)*c.words], 0, c.f.Bits)
+		g := c.f.Group
+		for i := 0; i < c.groups; i++ {
+			sc, bi := half.F16ToF32(h[2*i]), half.F16ToF32(h[2*i+1])
+			d := dst[i*g : (i+1)*g]
+			for j, q := range d {
+				d[j] = sc*q + bi
+			}
 		}
-		quant.DequantizeRow(dst, s.codes[r*c.words:(r+1)*c.words], sc, bi, c.f.Bits, c.f.Group)
 	case Q4_0:
 		quant.Codes(dst, s.codes[r*c.words:(r+1)*c.words], 0, 4)
 		for g, d := range h {
