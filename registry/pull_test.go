@@ -66,6 +66,7 @@ func newPullEnv(t *testing.T) *pullEnv {
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	t.Setenv("HF_TOKEN", "")
+	t.Setenv("HUGGING_FACE_HUB_TOKEN", "")
 	t.Setenv("HF_TOKEN_PATH", filepath.Join(root, "no-token"))
 	return &pullEnv{root: root, store: testStore(t), hub: h, files: files,
 		opts: PullOptions{Endpoint: srv.URL, Retries: -1, Backoff: time.Millisecond}}

@@ -87,6 +87,7 @@ func cliEnv(t *testing.T) (*hubtest.Server, string, int64) {
 	cache := filepath.Join(root, "cache")
 	t.Setenv("HF_ENDPOINT", srv.URL)
 	t.Setenv("HF_TOKEN", "test")
+	t.Setenv("HUGGING_FACE_HUB_TOKEN", "")
 	t.Setenv("HF_HUB_CACHE", cache)
 	t.Setenv("MLXG_HOME", filepath.Join(root, "mlxg"))
 	t.Setenv("MLXG_HOST", closed)
