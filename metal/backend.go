@@ -23,7 +23,9 @@ import (
 // Weights are wrapped, not copied, where Metal accepts the checkpoint's mmapped pages
 // (newBufferWithBytesNoCopy needs page-aligned memory: each tensor's pages are
 // wrapped and the tensor sliced out of them); MLX copies when it refuses. The
-// checkpoint must therefore stay open until the Backend is closed.
+// checkpoint must therefore stay open until the Backend is closed: use one Backend per
+// loaded model and close it first. compute.Weight has no release of its own, so a
+// Backend holds every weight bound on it until Close.
 type Backend struct {
 	lib   *Lib
 	gpu   mlxStream
@@ -156,8 +158,20 @@ var dtypes = map[safetensors.DType]mlxDtype{
 // zeroCopyMin is the smallest tensor worth wrapping rather than copying.
 const zeroCopyMin = 1 << 16
 
-// tensor makes an array over t's bytes, wrapping the mmapped pages when it is large.
-func (b *Backend) tensor(g *graph, t *safetensors.Tensor) mlxArray {
+// mapped reports whether src's tensors live in a checkpoint's read-only mmap, which
+// stays put until the checkpoint is closed. Other sources (Go memory, which the GC may
+// free) are always copied.
+func mapped(src compute.Source) bool {
+	switch src.(type) {
+	case *safetensors.Checkpoint, *safetensors.File:
+		return true
+	}
+	return false
+}
+
+// tensor makes an array over t's bytes, wrapping the mmapped pages when wrap is set
+// and the tensor is large.
+func (b *Backend) tensor(g *graph, t *safetensors.Tensor, wrap bool) mlxArray {
 	dt, ok := dtypes[t.DType]
 	if !ok {
 		return g.fail(fmt.Errorf("tensor %q has dtype %s, which the Metal backend does not load (F32, F16, BF16, U32, U8, I32)", t.Name, t.DType))
@@ -166,7 +180,7 @@ func (b *Backend) tensor(g *graph, t *safetensors.Tensor) mlxArray {
 		return g.fail(fmt.Errorf("tensor %q is empty", t.Name))
 	}
 	p := unsafe.Pointer(&t.Data[0])
-	if len(t.Data) < zeroCopyMin {
+	if !wrap || len(t.Data) < zeroCopyMin {
 		return g.fromData(p, dt, t.Shape...)
 	}
 	page := uintptr(os.Getpagesize())
@@ -247,19 +261,20 @@ func (b *Backend) Weight(src compute.Source, prefix string, q compute.Quant) (co
 		}
 		bias = bt
 	}
+	wrap := mapped(src)
 	err := b.graph(func(g *graph) error {
-		w.w = b.tensor(g, t)
+		w.w = b.tensor(g, t, wrap)
 		arrays := []mlxArray{w.w}
 		if scales != nil {
-			w.scales = b.tensor(g, scales)
+			w.scales = b.tensor(g, scales, wrap)
 			arrays = append(arrays, w.scales)
 		}
 		if biases != nil {
-			w.biases = b.tensor(g, biases)
+			w.biases = b.tensor(g, biases, wrap)
 			arrays = append(arrays, w.biases)
 		}
 		if bias != nil {
-			w.bias = g.reshape(g.astype(b.tensor(g, bias), dtFloat32), w.out)
+			w.bias = g.reshape(g.astype(b.tensor(g, bias, wrap), dtFloat32), w.out)
 			arrays = append(arrays, w.bias)
 		}
 		b.bind(g, arrays...)
@@ -302,7 +317,7 @@ func (b *Backend) Vector(src compute.Source, name string) (compute.Vector, error
 	}
 	v := &vector{n: t.Shape[0]}
 	err := b.graph(func(g *graph) error {
-		v.a = g.astype(b.tensor(g, t), dtFloat32)
+		v.a = g.astype(b.tensor(g, t, mapped(src)), dtFloat32)
 		b.bind(g, v.a)
 		return nil
 	})

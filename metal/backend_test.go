@@ -7,6 +7,7 @@ import (
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/metal"
 	"github.com/mlxg/mlxg/runner/backend"
+	"github.com/mlxg/mlxg/runner/compute"
 	"github.com/mlxg/mlxg/runner/cpu"
 	"github.com/mlxg/mlxg/runner/model"
 	_ "github.com/mlxg/mlxg/runner/model/all"
@@ -24,6 +25,8 @@ func emulated(t *testing.T) (*metal.Backend, func() int, func() int) {
 	}
 	return b, live, evals
 }
+
+var _ compute.Backend = (*metal.Backend)(nil)
 
 func TestEveryOpOnEmulatedMLX(t *testing.T) {
 	b, live, _ := emulated(t)
@@ -50,13 +53,14 @@ func TestTinyModelOnEmulatedMLX(t *testing.T) {
 	if err := backend.TinyModel(dir, 5); err != nil {
 		t.Fatal(err)
 	}
-	b, live, evals := emulated(t)
-	for _, r := range backend.CheckModel(dir, b, cpu.New(2), backend.TolGPU) {
+	open := func() (compute.Backend, error) { b, _, _ := emulated(t); return b, nil }
+	for _, r := range backend.CheckModel(dir, open, func() (compute.Backend, error) { return cpu.New(2), nil }, backend.TolGPU) {
 		if !r.OK() {
 			t.Errorf("%s vs %s: relative error %.3g (tolerance %.0e), %v", r.Check, r.Against, r.RelErr, r.Tol, r.Err)
 		}
 	}
 
+	b, live, evals := emulated(t)
 	// One evaluation per forward pass, prefill or decode, and no arrays left behind by
 	// a context beyond the KV mirror's.
 	m, err := model.Load(dir, b)
@@ -86,10 +90,10 @@ func TestTinyModelOnEmulatedMLX(t *testing.T) {
 	if got := caches[0].Len(); got != 8 {
 		t.Errorf("the layer caches hold %d positions, want 8", got)
 	}
-	m.Close()
-	if err := b.Close(); err != nil {
+	if err := b.Close(); err != nil { // before the model: the weights wrap its mmap
 		t.Fatal(err)
 	}
+	m.Close()
 	if n := live(); n != 0 {
 		t.Errorf("%d MLX arrays are still alive after Close", n)
 	}

@@ -523,56 +523,76 @@ func TinyModel(dir string, seed uint64) error {
 	return randmodel.Generate(dir, randmodel.Tiny("qwen3", 512), randmodel.Options{Seed: seed})
 }
 
-// modelLogits loads dir on b and returns the logits of a prefill of prompt followed by
-// one decode step per token of next, concatenated, and the logits of one prefill of
-// the whole sequence at its last position.
-func modelLogits(dir string, b compute.Backend, prompt, next []int32) (steps, whole []float32, err error) {
+// Opener makes a backend for one model load. A backend with a Close method is closed
+// before the model is: Metal's weights wrap the checkpoint's mmapped pages.
+type Opener func() (compute.Backend, error)
+
+// modelLogits loads dir on a backend from open and returns its name, the logits of a
+// prefill of prompt followed by one decode step per token of next, concatenated, and
+// the logits of one prefill of the whole sequence at its last position.
+func modelLogits(dir string, open Opener, prompt, next []int32) (name string, steps, whole []float32, err error) {
+	b, err := open()
+	if err != nil {
+		return "", nil, nil, err
+	}
+	name = b.Name()
 	m, err := model.Load(dir, b)
 	if err != nil {
-		return nil, nil, err
+		closeBackend(b)
+		return name, nil, nil, err
 	}
-	defer m.Close()
+	defer func() {
+		closeBackend(b)
+		m.Close()
+	}()
 	ctx := context.Background()
 	caches, err := m.NewCaches(false)
 	if err != nil {
-		return nil, nil, err
+		return name, nil, nil, err
 	}
 	if steps, err = m.Forward(ctx, prompt, caches, false); err != nil {
-		return nil, nil, err
+		return name, nil, nil, err
 	}
 	for _, id := range next {
 		l, err := m.Forward(ctx, []int32{id}, caches, false)
 		if err != nil {
-			return nil, nil, err
+			return name, nil, nil, err
 		}
 		steps = append(steps, l...)
 	}
 	fresh, err := m.NewCaches(false)
 	if err != nil {
-		return nil, nil, err
+		return name, nil, nil, err
 	}
 	whole, err = m.Forward(ctx, append(slices.Clone(prompt), next...), fresh, false)
-	return steps, whole, err
+	return name, steps, whole, err
 }
 
-// CheckModel runs the tiny model of dir on b: its incremental decoding must match a
-// single prefill of the same tokens, and its logits ref's (the CPU backend's) when b
-// is another backend.
-func CheckModel(dir string, b, ref compute.Backend, tol float64) []Result {
+func closeBackend(b compute.Backend) {
+	if c, ok := b.(interface{ Close() error }); ok {
+		c.Close()
+	}
+}
+
+// CheckModel runs the tiny model of dir on a backend from open: its incremental
+// decoding must match a single prefill of the same tokens, and, when ref is not nil,
+// its logits those of a backend from ref (the CPU backend).
+func CheckModel(dir string, open, ref Opener, tol float64) []Result {
 	prompt, next := []int32{1, 17, 42, 99, 256, 3, 511, 8}, []int32{77, 5}
-	steps, whole, err := modelLogits(dir, b, prompt, next)
-	res := Result{Check: "tiny qwen3: decode steps vs one prefill", Backend: b.Name(), Against: "itself", Tol: tol, Err: err}
+	name, steps, whole, err := modelLogits(dir, open, prompt, next)
+	res := Result{Check: "tiny qwen3: decode steps vs one prefill", Backend: name, Against: "itself", Tol: tol, Err: err}
 	if err == nil {
 		vocab := len(whole)
 		res.RelErr, res.Err = relErr(steps[len(steps)-vocab:], whole)
 	}
 	out := []Result{res}
-	if ref != nil && ref != b {
-		cmp := Result{Check: "tiny qwen3: logits", Backend: b.Name(), Against: ref.Name(), Tol: tol, Err: err}
+	if ref != nil {
+		cmp := Result{Check: "tiny qwen3: logits", Backend: name, Tol: tol, Err: err}
+		refName, want, _, rerr := modelLogits(dir, ref, prompt, next)
+		cmp.Against = refName
 		if err == nil {
-			want, _, rerr := modelLogits(dir, ref, prompt, next)
 			if rerr != nil {
-				cmp.Err = fmt.Errorf("on %s: %w", ref.Name(), rerr)
+				cmp.Err = fmt.Errorf("on %s: %w", refName, rerr)
 			} else {
 				cmp.RelErr, cmp.Err = relErr(steps, want)
 			}
