@@ -326,3 +326,32 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(code)
 }
+
+// Requests run concurrently on one engine, each with its own caches and sampler.
+func TestConcurrentRequests(t *testing.T) {
+	e := loadChat(t, nil)
+	o := Greedy()
+	o.NumPredict = 8
+	want, err := e.Generate(context.Background(), Request{Messages: hello, Options: o}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	results := make([]*Result, 3)
+	for i := range results {
+		wg.Go(func() {
+			res, err := e.Generate(context.Background(), Request{Messages: hello, Options: o}, nil)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			results[i] = res
+		})
+	}
+	wg.Wait()
+	for _, r := range results {
+		if r == nil || !slices.Equal(r.Tokens, want.Tokens) {
+			t.Fatalf("a concurrent request gave %v, alone %v", r, want.Tokens)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -104,6 +105,52 @@ func TestOptionsValidate(t *testing.T) {
 		f(&o)
 		if err := o.Validate(); err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("bad %s: error %v", name, err)
+		}
+	}
+}
+
+// Random texts, stop strings and splits against the plain answer: generation ends
+// after the first piece that completes a stop string, cutting the text before the
+// earliest stop string in what has arrived; otherwise all the text comes out.
+func TestStopFilterRandom(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	alphabet := []string{"a", "b", "ab", "é", "\n", " "}
+	word := func(n int) string {
+		var b strings.Builder
+		for range n {
+			b.WriteString(alphabet[r.IntN(len(alphabet))])
+		}
+		return b.String()
+	}
+	for range 3000 {
+		text := word(r.IntN(20))
+		stops := []string{word(1 + r.IntN(3)), word(1 + r.IntN(4))}
+		// Split at random rune boundaries.
+		var pieces []string
+		rest := []rune(text)
+		for len(rest) > 0 {
+			k := 1 + r.IntN(len(rest))
+			pieces = append(pieces, string(rest[:k]))
+			rest = rest[k:]
+		}
+		want, wantHit := text, false
+		seen := ""
+		for _, p := range pieces {
+			seen += p
+			first := -1
+			for _, s := range stops {
+				if i := strings.Index(seen, s); i >= 0 && (first < 0 || i < first) {
+					first = i
+				}
+			}
+			if first >= 0 {
+				want, wantHit = seen[:first], true
+				break
+			}
+		}
+		got, hit := feed(stops, pieces...)
+		if got != want || hit != wantHit {
+			t.Fatalf("text %q stops %q pieces %q: got %q (%v), want %q (%v)", text, stops, pieces, got, hit, want, wantHit)
 		}
 	}
 }
