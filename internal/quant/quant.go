@@ -4,8 +4,10 @@
 //
 // Supported:
 //   - affine mode (w = scale*q + bias per group of Group consecutive elements along a row),
-//     bits 2, 3, 4, 5, 6, 8 and group sizes 32, 64, 128: Quantize, Dequantize, and the
-//     row-level QuantizeRow, DequantizeRow, DotRow that kernels call;
+//     bits 2, 3, 4, 5, 6, 8 and group sizes 32, 64, 128: Quantize, Dequantize, the
+//     row-level QuantizeRow, DequantizeRow, DotRow that kernels call, and Vec, an input
+//     vector prepared for many dot products with packed rows (AVX2+FMA assembly for 4
+//     and 8 bits on amd64, chosen at run time; plain Go elsewhere);
 //   - decoding of the scale-only float modes mxfp4 (e2m1 codes, e8m0 scale, group 32),
 //     mxfp8 (e4m3 codes, e8m0 scale, group 32) and nvfp4 (e2m1 codes, e4m3 scale,
 //     group 16, without the optional global scale): DequantizeFP.
