@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -28,8 +30,9 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// writeRepo writes a small quantized MLX checkpoint as a repo folder dir/org/tiny and returns the weights' size.
-func writeRepo(t *testing.T, dir string) int64 {
+// writeRepo writes a small quantized MLX checkpoint as a repo folder dir/org/tiny and returns the weights' size;
+// pad > 0 adds an F16 tensor of that many elements.
+func writeRepo(t *testing.T, dir string, pad int) int64 {
 	t.Helper()
 	repo := filepath.Join(dir, "org", "tiny")
 	if err := os.MkdirAll(repo, 0o755); err != nil {
@@ -62,6 +65,13 @@ func writeRepo(t *testing.T, dir string) int64 {
 		{TensorInfo: safetensors.TensorInfo{Name: "model.embed_tokens.scales", DType: safetensors.BF16, Shape: []int{256, 2}}, Data: scales},
 		{TensorInfo: safetensors.TensorInfo{Name: "model.embed_tokens.biases", DType: safetensors.BF16, Shape: []int{256, 2}}, Data: scales},
 	}
+	if pad > 0 { // a bigger file, for tests that stop a download midway
+		b := make([]byte, pad*2)
+		for i := range b {
+			b[i] = byte(i * 3)
+		}
+		ts = append(ts, safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: "model.norm.weight", DType: safetensors.F16, Shape: []int{pad}}, Data: b})
+	}
 	p := filepath.Join(repo, "model.safetensors")
 	if err := safetensors.Write(p, ts, nil); err != nil {
 		t.Fatal(err)
@@ -71,10 +81,12 @@ func writeRepo(t *testing.T, dir string) int64 {
 }
 
 // cliEnv points the CLI at a fake hub, a fresh cache and a port where no server listens.
-func cliEnv(t *testing.T) (*hubtest.Server, string, int64) {
+func cliEnv(t *testing.T) (*hubtest.Server, string, int64) { return cliEnvPad(t, 0) }
+
+func cliEnvPad(t *testing.T, pad int) (*hubtest.Server, string, int64) {
 	t.Helper()
 	root := t.TempDir()
-	size := writeRepo(t, filepath.Join(root, "hub"))
+	size := writeRepo(t, filepath.Join(root, "hub"), pad)
 	h := hubtest.New(filepath.Join(root, "hub"))
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
@@ -335,5 +347,54 @@ func TestCLIThroughServer(t *testing.T) {
 	}
 	if _, _, err := mlxg(t, "pull", "org/nosuch"); err == nil || !strings.Contains(err.Error(), "no such repo") {
 		t.Errorf("404 through the server: %v", err)
+	}
+}
+
+// A pull process killed midway (a crash, no chance to clean up) leaves its partial file; the next
+// pull resumes from it with a Range request and ends with the right bytes.
+func TestCLIPullKilledThenRestarted(t *testing.T) {
+	h, cache, size := cliEnvPad(t, 200_000) // 400 kB of weights
+	h.SetFaults(hubtest.Faults{ChunkDelay: 100 * time.Millisecond})
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := exec.Command(exe, "pull", "org/tiny")
+	c.Env = append(os.Environ(), "MLXG_TEST_AS_CLI=1")
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	blobs := filepath.Join(cache, "models--org--tiny", "blobs")
+	var partial string
+	deadline := time.Now().Add(10 * time.Second)
+	for partial == "" && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		m, _ := filepath.Glob(filepath.Join(blobs, "*.incomplete"))
+		for _, p := range m {
+			if fi, err := os.Stat(p); err == nil && fi.Size() > 0 && len(filepath.Base(p)) == 64+len(".incomplete") {
+				partial = p
+			}
+		}
+	}
+	c.Process.Kill()
+	c.Wait()
+	if partial == "" {
+		t.Fatal("the pull never started writing the weights")
+	}
+	fi, err := os.Stat(partial)
+	if err != nil || fi.Size() == 0 || fi.Size() >= size {
+		t.Fatalf("after the kill: %v, %v (want a partial file of the %d bytes)", fi, err, size)
+	}
+	kept := fi.Size()
+	h.SetFaults(hubtest.Faults{})
+	if _, stderr, err := mlxg(t, "pull", "org/tiny"); err != nil {
+		t.Fatalf("pull after the kill: %v\n%s", err, stderr)
+	}
+	if r := h.Ranges(); !slices.Contains(r, fmt.Sprintf("bytes=%d-", kept)) {
+		t.Errorf("after keeping %d bytes, the ranges asked were %q", kept, r)
+	}
+	out, _, err := mlxg(t, "show", "-v", "org/tiny")
+	if err != nil || !strings.Contains(out, "model.norm.weight") {
+		t.Errorf("show after the resumed pull: %v\n%s", err, out)
 	}
 }
