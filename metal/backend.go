@@ -1,6 +1,7 @@
 package metal
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -31,6 +32,9 @@ type Backend struct {
 	gpu   mlxStream
 	calls chan func()
 	name  string
+
+	life    sync.RWMutex // held for reading by each call to the worker, for writing by Close
+	stopped bool
 
 	mu      sync.Mutex
 	owned   []mlxArray // weights and RoPE tables, freed by Close
@@ -73,8 +77,20 @@ func (b *Backend) worker() {
 	}
 }
 
+// errClosed is what a call on a closed Backend returns.
+var errClosed = errors.New("metal: the backend is closed")
+
 // do runs fn on the worker thread with the Lib's mutex held.
 func (b *Backend) do(fn func() error) error {
+	b.life.RLock()
+	defer b.life.RUnlock()
+	if b.stopped {
+		return errClosed
+	}
+	return b.run(fn)
+}
+
+func (b *Backend) run(fn func() error) error {
 	done := make(chan error, 1)
 	b.calls <- func() {
 		b.lib.mu.Lock()
@@ -107,11 +123,13 @@ func (b *Backend) Lib() *Lib { return b.lib }
 // Close frees the weights, caches and stream and stops the worker. Contexts must be
 // closed first.
 func (b *Backend) Close() error {
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
+	b.life.Lock()
+	defer b.life.Unlock()
+	if b.stopped {
 		return nil
 	}
+	b.stopped = true
+	b.mu.Lock()
 	b.closed = true
 	owned := b.owned
 	for _, m := range b.mirrors {
@@ -119,7 +137,7 @@ func (b *Backend) Close() error {
 	}
 	b.owned, b.mirrors, b.freqs = nil, nil, nil
 	b.mu.Unlock()
-	err := b.do(func() error {
+	err := b.run(func() error {
 		for _, a := range owned {
 			b.lib.arrayFree(a)
 		}

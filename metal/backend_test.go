@@ -2,10 +2,12 @@ package metal_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/metal"
+	"github.com/mlxg/mlxg/registry/safetensors"
 	"github.com/mlxg/mlxg/runner/backend"
 	"github.com/mlxg/mlxg/runner/compute"
 	"github.com/mlxg/mlxg/runner/cpu"
@@ -171,3 +173,32 @@ func TestKVMirrorConversionsAndFallback(t *testing.T) {
 		}
 	}
 }
+
+// A closed backend answers with an error, never a panic.
+func TestClosedBackend(t *testing.T) {
+	b, live, _ := emulated(t)
+	data := make([]byte, 4*2*3)
+	w, err := b.Weight(source{"w.weight": {TensorInfo: safetensors.TensorInfo{Name: "w.weight", DType: safetensors.F32, Shape: []int{2, 3}, End: 24}, Data: data}}, "w", compute.Quant{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := b.NewContext()
+	x := c.Embed(w, []int32{1})
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatalf("a second Close: %v", err)
+	}
+	if _, err := c.Float32s(x); err == nil || !strings.Contains(err.Error(), "closed") {
+		t.Fatalf("a context of a closed backend evaluated: %v", err)
+	}
+	c.Close()
+	if n := live(); n != 0 {
+		t.Errorf("%d arrays alive", n)
+	}
+}
+
+type source map[string]*safetensors.Tensor
+
+func (s source) Tensor(name string) (*safetensors.Tensor, bool) { t, ok := s[name]; return t, ok }
