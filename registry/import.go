@@ -71,7 +71,13 @@ func (s *Store) ImportDir(ctx context.Context, n Name, dir string) (*LocalModel,
 	if err := writeFileAtomic(filepath.Join(repoDir, "refs", filepath.FromSlash(target.Revision)), []byte(commit)); err != nil {
 		return nil, err
 	}
-	if err := s.recordPull(target.Repo, target.Revision, time.Now()); err != nil {
+	// The name now means this model: an alias of the same name made by cp goes.
+	err = s.updateState(func(st *state) error {
+		delete(st.Aliases, n.Bare)
+		st.Pulled[target.Repo+":"+target.Revision] = time.Now().UTC()
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	return s.Resolve(n)

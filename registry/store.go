@@ -133,8 +133,7 @@ func (s *Store) Lookup(n Name) (Name, error) {
 	if a, ok := st.Aliases[n.Bare]; ok {
 		return Name{Repo: a.Repo, Revision: a.Commit}, nil
 	}
-	local := localName(n.Bare)
-	if _, err := s.readRef(local.Repo, local.Revision); err == nil {
+	if local := localName(n.Bare); s.hasRef(local.Repo, local.Revision) {
 		return local, nil
 	}
 	if b, ok := builtin(n.Bare); ok {
@@ -217,6 +216,11 @@ func (s *Store) readRef(repo, rev string) (string, error) {
 		return "", fmt.Errorf("ref %s of %s holds %q, not a commit hash", rev, repo, c)
 	}
 	return c, nil
+}
+
+func (s *Store) hasRef(repo, rev string) bool {
+	_, err := s.readRef(repo, rev)
+	return err == nil
 }
 
 // refs lists a repo's refs as revision -> commit.
@@ -348,6 +352,9 @@ func (s *Store) Copy(src, dst Name) (*LocalModel, error) {
 	m, err := s.Resolve(src)
 	if err != nil {
 		return nil, err
+	}
+	if local := localName(dst.Bare); s.hasRef(local.Repo, local.Revision) {
+		return nil, fmt.Errorf("%s is a model made with mlxg create (%s); remove it first (mlxg rm %s) or copy to another name", dst, local, dst)
 	}
 	err = s.updateState(func(st *state) error {
 		st.Aliases[dst.Bare] = alias{Repo: m.Repo, Commit: m.Commit, Created: time.Now().UTC()}

@@ -249,3 +249,42 @@ func TestEnvironmentPaths(t *testing.T) {
 		t.Errorf("HomeDir = %q", d)
 	}
 }
+
+// A bare name means one model: cp refuses to shadow a created model, and create replaces an alias.
+func TestBareNameConflicts(t *testing.T) {
+	ctx := context.Background()
+	s := testStore(t)
+	src := t.TempDir()
+	writeFiles(t, src, map[string]string{"config.json": "{}", "model.safetensors": "a"})
+	a, err := s.ImportDir(ctx, mustParse(t, "first"), src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFiles(t, src, map[string]string{"model.safetensors": "b"})
+	b, err := s.ImportDir(ctx, mustParse(t, "second"), src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Copy(mustParse(t, "first"), mustParse(t, "second")); err == nil || !strings.Contains(err.Error(), "mlxg rm second:latest") {
+		t.Errorf("cp onto a created model: %v", err)
+	}
+	if _, err := s.Copy(mustParse(t, "first"), mustParse(t, "third")); err != nil {
+		t.Fatal(err)
+	}
+	writeFiles(t, src, map[string]string{"model.safetensors": "c"})
+	c, err := s.ImportDir(ctx, mustParse(t, "third"), src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Commit == a.Commit || c.Commit == b.Commit || c.Repo != "local/third" {
+		t.Errorf("create over an alias resolved to %+v", c)
+	}
+	list, _ := s.List()
+	seen := map[string]int{}
+	for _, m := range list {
+		seen[m.Name]++
+	}
+	if len(list) != 3 || seen["first:latest"] != 1 || seen["second:latest"] != 1 || seen["third:latest"] != 1 {
+		t.Errorf("list = %v", seen)
+	}
+}
