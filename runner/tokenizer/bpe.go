@@ -112,24 +112,33 @@ func newBPE(vocab map[string]int32, merges [][2]string, unk *string, fuseUnk, by
 // addMerge adds the merge of rank rank. A repeated pair keeps its last rank,
 // as HF's map does.
 func (m *bpe) addMerge(rank int, left, right []byte) error {
+	key, mg, err := m.resolveMerge(rank, left, right, &m.scratch)
+	if err == nil {
+		m.merges[key] = mg
+	}
+	return err
+}
+
+// resolveMerge looks up the ids of a merge; it only reads m, so several
+// goroutines may call it at once with their own scratch buffers.
+func (m *bpe) resolveMerge(rank int, left, right []byte, scratch *[]byte) (uint64, merge, error) {
 	a, ok := m.vocab[string(left)]
 	if !ok {
-		return fmt.Errorf("model.merges[%d]: token %q is not in the vocab", rank, left)
+		return 0, merge{}, fmt.Errorf("model.merges[%d]: token %q is not in the vocab", rank, left)
 	}
 	b, ok := m.vocab[string(right)]
 	if !ok {
-		return fmt.Errorf("model.merges[%d]: token %q is not in the vocab", rank, right)
+		return 0, merge{}, fmt.Errorf("model.merges[%d]: token %q is not in the vocab", rank, right)
 	}
 	if len(m.prefix) > 0 && len(right) >= len(m.prefix) {
 		right = right[len(m.prefix):]
 	}
-	m.scratch = append(append(m.scratch[:0], left...), right...)
-	id, ok := m.vocab[string(m.scratch)]
+	*scratch = append(append((*scratch)[:0], left...), right...)
+	id, ok := m.vocab[string(*scratch)]
 	if !ok {
-		return fmt.Errorf("model.merges[%d]: merged token %q is not in the vocab", rank, m.scratch)
+		return 0, merge{}, fmt.Errorf("model.merges[%d]: merged token %q is not in the vocab", rank, *scratch)
 	}
-	m.merges[pairKey(a, b)] = merge{rank: uint32(rank), id: id}
-	return nil
+	return pairKey(a, b), merge{rank: uint32(rank), id: id}, nil
 }
 
 // encode appends the ids of one pre-tokenized word. When byteLevel is set, word

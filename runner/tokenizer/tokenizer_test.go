@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"unicode/utf8"
 
@@ -327,4 +328,36 @@ func referenceBPE(vocab map[string]int32, merges [][2]string, word string) []int
 		ids[i] = vocab[p]
 	}
 	return ids
+}
+
+// TestConcurrentUse encodes and decodes from several goroutines at once (the
+// word cache is shared) and checks the results against sequential ones.
+func TestConcurrentUse(t *testing.T) {
+	tok := family(t, "qwen3")
+	texts := corpus(t)
+	want := make([][]int32, len(texts))
+	for i, s := range texts {
+		want[i] = tok.Encode(s, false)
+	}
+	tok.model.cacheMu.Lock()
+	tok.model.cache = make(map[string][]int32)
+	tok.model.cacheMu.Unlock()
+	errs := make(chan string, 4*len(texts))
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for k := range texts {
+				i := (k + g*7) % len(texts)
+				if got := tok.Encode(texts[i], false); !slices.Equal(got, want[i]) {
+					errs <- texts[i]
+				}
+				tok.Decode(want[i], true)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for s := range errs {
+		t.Errorf("concurrent Encode(%q) differs from sequential", s)
+	}
 }
