@@ -1,8 +1,8 @@
 package runner
 
 import (
-	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -70,13 +70,21 @@ func Load(dir string, o LoadOptions) (*Engine, error) {
 }
 
 // hasChatTemplate reports whether dir ships a chat template (chat_template.jinja, or
-// a chat_template key in tokenizer_config.json), without parsing it.
+// a non-null chat_template in tokenizer_config.json); a base model has none.
 func hasChatTemplate(dir string) bool {
 	if _, err := os.Stat(filepath.Join(dir, "chat_template.jinja")); err == nil {
 		return true
 	}
 	raw, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
-	return err == nil && bytes.Contains(raw, []byte(`"chat_template"`))
+	if err != nil {
+		return false
+	}
+	var cfg map[string]json.RawMessage
+	if json.Unmarshal(raw, &cfg) != nil {
+		return true // let LoadChatTemplate report the broken file
+	}
+	t, ok := cfg["chat_template"]
+	return ok && string(t) != "null"
 }
 
 // LoadModel loads only the weights: the engine generates token ids (GenerateTokens)

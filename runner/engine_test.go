@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -353,5 +354,25 @@ func TestConcurrentRequests(t *testing.T) {
 		if r == nil || !slices.Equal(r.Tokens, want.Tokens) {
 			t.Fatalf("a concurrent request gave %v, alone %v", r, want.Tokens)
 		}
+	}
+}
+
+func TestHasChatTemplate(t *testing.T) {
+	for body, want := range map[string]bool{
+		`{"chat_template": "{{ messages }}"}`:                       true,
+		`{"chat_template": [{"name": "default", "template": "x"}]}`: true,
+		`{"chat_template": null}`:                                   false,
+		`{"eos_token": "</s>"}`:                                     false,
+	} {
+		dir := t.TempDir()
+		os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), []byte(body), 0o644)
+		if got := hasChatTemplate(dir); got != want {
+			t.Errorf("%s: %v", body, got)
+		}
+	}
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "chat_template.jinja"), []byte("x"), 0o644)
+	if !hasChatTemplate(dir) {
+		t.Error("chat_template.jinja not seen")
 	}
 }
