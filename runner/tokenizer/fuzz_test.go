@@ -31,6 +31,7 @@ func FuzzEncode(f *testing.F) {
 	for i, s := range corpus(f) {
 		f.Add(uint8(i), s)
 	}
+	preload(f)
 	f.Fuzz(func(t *testing.T, which uint8, text string) {
 		fam := families[int(which)%len(families)]
 		tok := family(t, fam)
@@ -59,6 +60,7 @@ func FuzzEncode(f *testing.F) {
 func FuzzDecode(f *testing.F) {
 	f.Add(uint8(0), []byte{0, 0, 0, 1, 0, 0, 0, 2})
 	f.Add(uint8(3), []byte{3, 0, 0, 0, 0xe2, 0, 0, 0, 0x82, 0, 0, 0})
+	preload(f)
 	f.Fuzz(func(t *testing.T, which uint8, data []byte) {
 		fam := families[int(which)%len(families)]
 		tok := family(t, fam)
@@ -80,4 +82,13 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 	})
+}
+
+// preload loads every tokenizer before fuzzing starts: the fuzzing engine
+// treats a single input that runs for 10 s as a hang, and a fresh worker
+// would otherwise load Gemma 3 inside its first input.
+func preload(f *testing.F) {
+	for _, fam := range families {
+		family(f, fam)
+	}
 }
