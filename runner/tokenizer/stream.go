@@ -6,11 +6,14 @@ import (
 )
 
 // StreamDecoder turns ids into text one at a time, for streaming generation.
-// Add returns only text that is final: never half a UTF-8 character (a byte
-// token or byte-level piece that needs the next ones), and never text that a
-// later token would change. The concatenation of everything Add and Flush
-// return equals Decode of all ids, except where a model emits byte tokens
-// whose run is invalid UTF-8 only in combination with later ones.
+// Add returns only text that is final: it holds back the first bytes of a
+// UTF-8 character (byte-level pieces or <0xXX> byte tokens) until the
+// character is complete, and never returns text that a later token would
+// change. Special tokens are single ids, so they are never split. The
+// concatenation of everything Add and Flush return equals Decode of all ids,
+// except where a model emits a run of byte tokens that starts with a valid
+// character and turns invalid later (HF then decodes the whole run as U+FFFD
+// per byte, after the character was streamed).
 //
 // It works like HF's DecodeStream: it decodes a short window (the tokens of
 // the last emission, for context such as a leading-space strip, plus the new

@@ -15,11 +15,12 @@
 //   - decoders: ByteLevel, ByteFallback, Fuse, Metaspace, Replace (string
 //     pattern), Strip, Sequence.
 //
-// This covers the Qwen2/2.5/3, Llama 3.x, DeepSeek V3 (byte-level BPE) and
-// Llama 2, Gemma 3 (SentencePiece-style BPE with byte fallback) tokenizers.
-// Split regexes run on hand-written scanners for the patterns of those
-// families (proved equal to the regex by differential tests and a fuzz
-// target), and on dlclark/regexp2 otherwise.
+// This covers the Qwen2/2.5/3, Llama 3.x, DeepSeek V3 (byte-level BPE),
+// Llama 2, Gemma 3 (SentencePiece-style BPE with byte fallback) and
+// Mistral-style (Metaspace) tokenizers; the conformance tests check the first
+// five against HF's own output. Split regexes run on hand-written scanners for
+// the patterns of those families and GPT-2's (checked equal to the regex by a
+// differential test and a fuzz target), and on dlclark/regexp2 otherwise.
 //
 // tokenizer_config.json, when present, supplies BOS and EOS and, for the Llama
 // and Gemma tokenizer classes, add_bos_token/add_eos_token, which transformers
