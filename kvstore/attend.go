@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"sync"
+
+	"github.com/mlxg/mlxg/internal/quant"
 )
 
 // tiler is what a cache kind gives the shared attention loop: the keys and values of
@@ -67,9 +69,10 @@ func attendTiles(t tiler, length int, a Attention) error {
 					mx := m[st]
 					sc := scores[:end-from]
 					j := 0
+					var s4 [4]float32
 					for ; j+4 <= len(sc); j += 4 { // four keys per pass over q
-						s0, s1, s2, s3 := dot4(q, kt[j*kDim:], kt[(j+1)*kDim:], kt[(j+2)*kDim:], kt[(j+3)*kDim:])
-						sc[j], sc[j+1], sc[j+2], sc[j+3] = a.Scale*s0, a.Scale*s1, a.Scale*s2, a.Scale*s3
+						quant.DotRows4(&s4, q, kt[j*kDim:], kDim)
+						sc[j], sc[j+1], sc[j+2], sc[j+3] = a.Scale*s4[0], a.Scale*s4[1], a.Scale*s4[2], a.Scale*s4[3]
 					}
 					for ; j < len(sc); j++ {
 						sc[j] = a.Scale * dot(q, kt[j*kDim:(j+1)*kDim])
@@ -92,7 +95,7 @@ func attendTiles(t tiler, length int, a Attention) error {
 					}
 					j = 0
 					for ; j+4 <= len(sc); j += 4 { // four values per pass over o
-						axpy4(o, vt[j*vDim:], vt[(j+1)*vDim:], vt[(j+2)*vDim:], vt[(j+3)*vDim:], sc[j], sc[j+1], sc[j+2], sc[j+3])
+						quant.AxpyRows4(o, vt[j*vDim:], vDim, (*[4]float32)(sc[j:j+4]))
 					}
 					for ; j < len(sc); j++ {
 						axpy(o, vt[j*vDim:(j+1)*vDim], sc[j])
@@ -169,29 +172,6 @@ func dot(a, b []float32) float32 {
 		s0 += a[i] * b[i]
 	}
 	return (s0 + s1) + (s2 + s3)
-}
-
-// dot4 is q·k0 .. q·k3 in one pass over q (each k at least len(q) long).
-func dot4(q, k0, k1, k2, k3 []float32) (float32, float32, float32, float32) {
-	n := len(q)
-	k0, k1, k2, k3 = k0[:n], k1[:n], k2[:n], k3[:n]
-	var a0, a1, a2, a3 float32
-	for i, x := range q {
-		a0 += x * k0[i]
-		a1 += x * k1[i]
-		a2 += x * k2[i]
-		a3 += x * k3[i]
-	}
-	return a0, a1, a2, a3
-}
-
-// axpy4: y += p0*v0 + p1*v1 + p2*v2 + p3*v3 (each v at least len(y) long).
-func axpy4(y, v0, v1, v2, v3 []float32, p0, p1, p2, p3 float32) {
-	n := len(y)
-	v0, v1, v2, v3 = v0[:n], v1[:n], v2[:n], v3[:n]
-	for i := range y {
-		y[i] += p0*v0[i] + p1*v1[i] + p2*v2[i] + p3*v3[i]
-	}
 }
 
 // axpy: y += a*x.

@@ -16,10 +16,27 @@ func dotQ4(x *float32, w *uint32, scales *float32, groups, blocks int) float32
 //go:noescape
 func dotQ8(x *float32, w *uint32, scales *float32, groups, blocks int) float32
 
-// setSIMD switches the assembly kernels on or off (for tests of the plain kernels) and
-// returns the previous setting; it cannot turn them on where the CPU lacks them.
-func setSIMD(on bool) bool {
+// SetSIMD switches the assembly kernels on or off (for tests and benchmarks of the
+// plain Go kernels) and returns the previous setting; it cannot turn them on where the
+// CPU lacks them. It must not be called while kernels run.
+func SetSIMD(on bool) bool {
 	prev := simd
 	simd = on && cpu.X86.HasAVX2 && cpu.X86.HasFMA
 	return prev
 }
+
+// dot4x8 writes x·w_0 .. x·w_3 into out for the rows w_k = w + k*stride (stride in
+// floats), over n values, n a positive multiple of 8.
+//
+//go:noescape
+func dot4x8(x, w *float32, stride, n int, out *[4]float32)
+
+// dot4x8x2 is dot4x8 for two vectors: out[k] = x0·w_k, out[4+k] = x1·w_k.
+//
+//go:noescape
+func dot4x8x2(x0, x1, w *float32, stride, n int, out *[8]float32)
+
+// axpy4x8 adds Σ_k p[k]·w_k to y over n values, n a positive multiple of 8.
+//
+//go:noescape
+func axpy4x8(y, w *float32, stride, n int, p *[4]float32)

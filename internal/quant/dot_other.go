@@ -12,4 +12,11 @@ func dotQ8(x *float32, w *uint32, scales *float32, groups, blocks int) float32 {
 	panic("unreachable")
 }
 
-func setSIMD(bool) bool { return false }
+// SetSIMD reports false: there are no assembly kernels on this architecture.
+func SetSIMD(bool) bool { return false }
+
+func dot4x8(x, w *float32, stride, n int, out *[4]float32) { panic("unreachable") }
+
+func dot4x8x2(x0, x1, w *float32, stride, n int, out *[8]float32) { panic("unreachable") }
+
+func axpy4x8(y, w *float32, stride, n int, p *[4]float32) { panic("unreachable") }

@@ -10,10 +10,10 @@ import (
 // DotRow otherwise) against a float64 dot product with the dequantized rows.
 func TestVecDot(t *testing.T) {
 	for _, on := range []bool{true, false} {
-		prev := setSIMD(on)
+		prev := SetSIMD(on)
 		t.Logf("SIMD kernels: %v", simd)
 		testVecDot(t)
-		setSIMD(prev)
+		SetSIMD(prev)
 	}
 }
 

@@ -108,10 +108,10 @@ func TestLinearFloat(t *testing.T) { bothKernels(t, testLinearFloat) }
 // the plain Go ones.
 func bothKernels(t *testing.T, test func(*testing.T)) {
 	for _, on := range []bool{true, false} {
-		prev := setSIMD(on)
-		t.Logf("SIMD kernels: %v", simd)
+		prev := quant.SetSIMD(on)
+		t.Logf("assembly kernels requested: %v", on)
 		test(t)
-		setSIMD(prev)
+		quant.SetSIMD(prev)
 	}
 }
 

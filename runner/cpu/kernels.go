@@ -49,47 +49,32 @@ func (b *Backend) gemm(out, x []float32, T int, w *weight) {
 }
 
 // gemmTile: for tokens t0..t1-1 and the nr weight rows in rows (starting at output o0),
-// out[t][o0+r] = x_t · rows[r]. With the assembly kernels it takes two tokens and four
-// rows at a time.
+// out[t][o0+r] = x_t · rows[r], two tokens against four rows at a time.
 func gemmTile(out []float32, outCols int, x []float32, t0, t1, in int, rows []float32, o0, nr int) {
+	var acc8 [8]float32
+	var acc4 [4]float32
 	t := t0
-	if n8 := in &^ 7; simd && n8 > 0 {
-		var acc [8]float32
-		for ; t+2 <= t1; t += 2 {
-			x0, x1 := x[t*in:(t+1)*in], x[(t+1)*in:(t+2)*in]
-			y0, y1 := out[t*outCols+o0:][:nr], out[(t+1)*outCols+o0:][:nr]
-			r := 0
-			for ; r+4 <= nr; r += 4 {
-				_ = rows[(r+3)*in+n8-1]
-				dot4x8x2(&x0[0], &x1[0], &rows[r*in], in, n8, &acc)
-				for k := 0; k < 4; k++ {
-					w := rows[(r+k)*in+n8 : (r+k+1)*in]
-					y0[r+k] = acc[k] + dot(x0[n8:], w)
-					y1[r+k] = acc[4+k] + dot(x1[n8:], w)
-				}
-			}
-			for ; r < nr; r++ {
-				y0[r] = dot(x0, rows[r*in:(r+1)*in])
-				y1[r] = dot(x1, rows[r*in:(r+1)*in])
-			}
+	for ; t+2 <= t1; t += 2 {
+		x0, x1 := x[t*in:(t+1)*in], x[(t+1)*in:(t+2)*in]
+		y0, y1 := out[t*outCols+o0:][:nr], out[(t+1)*outCols+o0:][:nr]
+		r := 0
+		for ; r+4 <= nr; r += 4 {
+			quant.DotRows4x2(&acc8, x0, x1, rows[r*in:], in)
+			copy(y0[r:r+4], acc8[:4])
+			copy(y1[r:r+4], acc8[4:])
+		}
+		for ; r < nr; r++ {
+			y0[r] = dot(x0, rows[r*in:(r+1)*in])
+			y1[r] = dot(x1, rows[r*in:(r+1)*in])
 		}
 	}
 	for ; t < t1; t++ {
 		xt := x[t*in : (t+1)*in]
-		o := out[t*outCols+o0 : t*outCols+o0+nr]
+		o := out[t*outCols+o0:][:nr]
 		r := 0
-		if n8 := in &^ 7; simd && n8 > 0 {
-			var acc [4]float32
-			for ; r+4 <= nr; r += 4 {
-				_ = rows[(r+3)*in+n8-1]
-				dot4x8(&xt[0], &rows[r*in], in, n8, &acc)
-				for k := range acc {
-					o[r+k] = acc[k] + dot(xt[n8:], rows[(r+k)*in+n8:(r+k+1)*in])
-				}
-			}
-		}
 		for ; r+4 <= nr; r += 4 {
-			o[r], o[r+1], o[r+2], o[r+3] = dot4(xt, rows[r*in:(r+1)*in], rows[(r+1)*in:(r+2)*in], rows[(r+2)*in:(r+3)*in], rows[(r+3)*in:(r+4)*in])
+			quant.DotRows4(&acc4, xt, rows[r*in:], in)
+			copy(o[r:r+4], acc4[:])
 		}
 		for ; r < nr; r++ {
 			o[r] = dot(xt, rows[r*in:(r+1)*in])
@@ -172,32 +157,6 @@ func dot(a, b []float32) float32 {
 		s0 += a[i] * b[i]
 	}
 	return (s0 + s1) + (s2 + s3)
-}
-
-// dot4 is x·w0 .. x·w3 in one pass over x.
-func dot4(x, w0, w1, w2, w3 []float32) (float32, float32, float32, float32) {
-	n := len(x)
-	w0, w1, w2, w3 = w0[:n], w1[:n], w2[:n], w3[:n]
-	var a0, a1, a2, a3, b0, b1, b2, b3 float32
-	i := 0
-	for ; i+2 <= n; i += 2 {
-		x0, x1 := x[i], x[i+1]
-		a0 += x0 * w0[i]
-		a1 += x0 * w1[i]
-		a2 += x0 * w2[i]
-		a3 += x0 * w3[i]
-		b0 += x1 * w0[i+1]
-		b1 += x1 * w1[i+1]
-		b2 += x1 * w2[i+1]
-		b3 += x1 * w3[i+1]
-	}
-	if i < n {
-		a0 += x[i] * w0[i]
-		a1 += x[i] * w1[i]
-		a2 += x[i] * w2[i]
-		a3 += x[i] * w3[i]
-	}
-	return a0 + b0, a1 + b1, a2 + b2, a3 + b3
 }
 
 func addTo(dst, src []float32) {

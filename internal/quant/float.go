@@ -1,0 +1,78 @@
+package quant
+
+// Float kernels shared by the CPU backend's matrix products and the KV cache's
+// attention loops: dot products of one or two vectors with four rows at a time, and
+// the matching weighted sum of four rows. AVX2+FMA assembly on amd64, plain Go
+// elsewhere, with identical results up to float32 rounding.
+
+// DotRows4 sets out[k] = x · w[k*stride : k*stride+len(x)] for k = 0..3.
+func DotRows4(out *[4]float32, x, w []float32, stride int) {
+	n := len(x)
+	if n == 0 {
+		*out = [4]float32{}
+		return
+	}
+	_ = w[3*stride+n-1] // every row in range
+	n8 := n &^ 7
+	if simd && n8 > 0 {
+		dot4x8(&x[0], &w[0], stride, n8, out)
+	} else {
+		n8 = 0
+		*out = [4]float32{}
+	}
+	for k := range out {
+		row := w[k*stride+n8 : k*stride+n]
+		for i, v := range x[n8:] {
+			out[k] += v * row[i]
+		}
+	}
+}
+
+// DotRows4x2 is DotRows4 for two vectors of the same length: out[k] = x0·w_k and
+// out[4+k] = x1·w_k.
+func DotRows4x2(out *[8]float32, x0, x1, w []float32, stride int) {
+	n := len(x0)
+	if n == 0 {
+		*out = [8]float32{}
+		return
+	}
+	_, _ = x1[n-1], w[3*stride+n-1]
+	n8 := n &^ 7
+	if simd && n8 > 0 {
+		dot4x8x2(&x0[0], &x1[0], &w[0], stride, n8, out)
+	} else {
+		var a, b [4]float32
+		DotRows4(&a, x0, w, stride)
+		DotRows4(&b, x1[:n], w, stride)
+		copy(out[:4], a[:])
+		copy(out[4:], b[:])
+		return
+	}
+	for k := 0; k < 4; k++ {
+		row := w[k*stride+n8 : k*stride+n]
+		for i := range row {
+			out[k] += x0[n8+i] * row[i]
+			out[4+k] += x1[n8+i] * row[i]
+		}
+	}
+}
+
+// AxpyRows4 adds p[0]·w_0 + p[1]·w_1 + p[2]·w_2 + p[3]·w_3 to y, where
+// w_k = w[k*stride : k*stride+len(y)].
+func AxpyRows4(y, w []float32, stride int, p *[4]float32) {
+	n := len(y)
+	if n == 0 {
+		return
+	}
+	_ = w[3*stride+n-1]
+	n8 := n &^ 7
+	if simd && n8 > 0 {
+		axpy4x8(&y[0], &w[0], stride, n8, p)
+	} else {
+		n8 = 0
+	}
+	w0, w1, w2, w3 := w[n8:n], w[stride+n8:stride+n], w[2*stride+n8:2*stride+n], w[3*stride+n8:3*stride+n]
+	for i := range y[n8:] {
+		y[n8+i] += p[0]*w0[i] + p[1]*w1[i] + p[2]*w2[i] + p[3]*w3[i]
+	}
+}

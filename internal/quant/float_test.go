@@ -1,0 +1,48 @@
+package quant
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// TestFloatKernels checks DotRows4, DotRows4x2 and AxpyRows4 against float64 sums for
+// lengths around the 8- and 16-wide steps, with the assembly kernels and without.
+func TestFloatKernels(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 11))
+	for _, on := range []bool{true, false} {
+		prev := SetSIMD(on)
+		for n := 1; n <= 41; n++ {
+			stride := n + r.IntN(5)
+			x0, x1, w := randMatrix(r, n), randMatrix(r, n), randMatrix(r, 3*stride+n)
+			var got [4]float32
+			var got2 [8]float32
+			DotRows4(&got, x0, w, stride)
+			DotRows4x2(&got2, x0, x1, w, stride)
+			y := randMatrix(r, n)
+			y0 := append([]float32(nil), y...)
+			p := [4]float32{0.5, -1, 2, 0.25}
+			AxpyRows4(y, w, stride, &p)
+			for k := 0; k < 4; k++ {
+				var a, b float64
+				for i := 0; i < n; i++ {
+					a += float64(x0[i]) * float64(w[k*stride+i])
+					b += float64(x1[i]) * float64(w[k*stride+i])
+				}
+				if math.Abs(float64(got[k])-a) > 1e-6 || math.Abs(float64(got2[k])-a) > 1e-6 || math.Abs(float64(got2[4+k])-b) > 1e-6 {
+					t.Fatalf("simd=%v n=%d row %d: DotRows4 %v, DotRows4x2 %v %v, reference %v %v", simd, n, k, got[k], got2[k], got2[4+k], a, b)
+				}
+			}
+			for i := 0; i < n; i++ {
+				want := float64(y0[i])
+				for k := 0; k < 4; k++ {
+					want += float64(p[k]) * float64(w[k*stride+i])
+				}
+				if math.Abs(float64(y[i])-want) > 1e-6 {
+					t.Fatalf("simd=%v n=%d: AxpyRows4 element %d = %v, reference %v", simd, n, i, y[i], want)
+				}
+			}
+		}
+		SetSIMD(prev)
+	}
+}
