@@ -1,6 +1,7 @@
-// Package quant implements MLX's quantization formats in plain Go. It is the single
-// source of truth for the bit layout used by the weights (runner), by `mlxg create`
-// (packing) and by the quantized KV cache (kvstore, codes along head_dim).
+// Package quant implements MLX's quantization formats in Go (plain Go, plus assembly fast
+// paths on amd64). It is the single source of truth for the bit layout used by the weights
+// (runner), by `mlxg create` (packing) and by the quantized KV cache (kvstore, codes along
+// head_dim).
 //
 // Supported:
 //   - affine mode (w = scale*q + bias per group of Group consecutive elements along a row),
@@ -8,6 +9,8 @@
 //     row-level QuantizeRow, DequantizeRow, DotRow that kernels call, and Vec, an input
 //     vector prepared for many dot products with packed rows (AVX2+FMA assembly for 4
 //     and 8 bits on amd64, chosen at run time; plain Go elsewhere);
+//   - the float kernels the CPU backend's matrix products and the KV cache's attention
+//     share (DotRows4, DotRows4x2, AxpyRows4), in assembly on amd64 as well;
 //   - decoding of the scale-only float modes mxfp4 (e2m1 codes, e8m0 scale, group 32),
 //     mxfp8 (e4m3 codes, e8m0 scale, group 32) and nvfp4 (e2m1 codes, e4m3 scale,
 //     group 16, without the optional global scale): DequantizeFP.
