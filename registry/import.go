@@ -5,13 +5,10 @@ import (
 	"crypto/sha1"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 )
@@ -143,24 +140,4 @@ func linkSnapshot(repoDir, commit string, files map[string]string) error {
 		}
 	}
 	return nil
-}
-
-// snapshotFiles lists a snapshot's files, relative, with '/' separators.
-func snapshotFiles(dir string) ([]string, error) {
-	var out []string
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if !d.IsDir() {
-			rel, _ := filepath.Rel(dir, p)
-			out = append(out, filepath.ToSlash(rel))
-		}
-		return nil
-	})
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%w: snapshot %s is missing", ErrNotFound, dir)
-	}
-	slices.Sort(out)
-	return out, err
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"net/http/httptest"
 	"os"
@@ -429,4 +430,21 @@ func TestPullCaseInsensitiveName(t *testing.T) {
 	if ents, _ := os.ReadDir(e.store.HubCache); len(ents) != 2 { // models--org--tiny and .locks
 		t.Errorf("cache holds %d entries, want the one repo folder and .locks", len(ents))
 	}
+}
+
+// snapshotFiles lists a snapshot's files, relative, with '/' separators.
+func snapshotFiles(dir string) ([]string, error) {
+	var out []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			rel, _ := filepath.Rel(dir, p)
+			out = append(out, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	slices.Sort(out)
+	return out, err
 }
