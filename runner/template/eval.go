@@ -18,89 +18,35 @@ const (
 )
 
 // scope is one Jinja2 frame: the template's top level, a loop iteration, a macro call,
-// or the body of a set, filter or with block.
+// or the body of a set, filter or with block. The render variables sit in a scope of
+// their own above the top level.
 type scope struct {
 	vars   map[string]any
 	parent *scope
-	// stores are the names the frame's body assigns unconditionally (see storesOf).
-	stores map[string]bool
-	// macro marks a macro's (or a call block's caller's) frame.
-	macro bool
+	// undef holds the names this frame reads as undefined until it assigns them,
+	// whatever the frames above have (see resolveFrames).
+	undef map[string]bool
 }
 
 func newScope(parent *scope) *scope { return &scope{vars: map[string]any{}, parent: parent} }
 
-func frame(parent *scope, stores map[string]bool) *scope {
-	return &scope{vars: map[string]any{}, parent: parent, stores: stores}
+func frame(parent *scope, undef map[string]bool) *scope {
+	return &scope{vars: map[string]any{}, parent: parent, undef: undef}
 }
 
-// lookup resolves a name as Jinja2's compiled frames do. A macro sees the frames it was
-// defined in, except that a name one of those frames assigns unconditionally is that
-// frame's own variable: undefined until the assignment has run, even when an outer
-// frame or the render variables have it.
+// lookup resolves a name from code running in frame s as Jinja2's compiled frames do:
+// the innermost frame that has it; but an enclosing frame whose variable is still
+// unassigned hides the frames above it.
 func (s *scope) lookup(name string) (any, bool) {
-	crossed := false
-	for ; s != nil; s = s.parent {
-		if v, ok := s.vars[name]; ok {
+	for f := s; f != nil; f = f.parent {
+		if v, ok := f.vars[name]; ok {
 			return v, true
 		}
-		if crossed && s.stores[name] {
+		if f != s && f.undef[name] {
 			return nil, false
-		}
-		if s.macro {
-			crossed = true
 		}
 	}
 	return nil, false
-}
-
-// storesOf returns the names a frame body assigns unconditionally: those whose first
-// assignment in the body is a set or macro statement of the body itself. A name first
-// assigned inside an if is, like in Jinja2, read from the enclosing frames until then.
-func storesOf(body []node) map[string]bool {
-	seen := map[string]bool{}
-	out := map[string]bool{}
-	var visit func(body []node, top bool)
-	mark := func(target expr, top bool) {
-		var names []expr
-		switch t := target.(type) {
-		case *nameExpr:
-			names = []expr{t}
-		case *tupleExpr:
-			names = t.items
-		}
-		for _, n := range names {
-			name := n.(*nameExpr).name
-			if !seen[name] {
-				seen[name] = true
-				out[name] = top
-			}
-		}
-	}
-	visit = func(body []node, top bool) {
-		for _, n := range body {
-			switch n := n.(type) {
-			case *setNode:
-				mark(n.target, top)
-			case *setBlockNode:
-				mark(n.target, top)
-			case *macroNode:
-				mark(&nameExpr{name: n.m.name}, top)
-			case *ifNode:
-				for _, b := range n.bodies {
-					visit(b, false)
-				}
-				visit(n.els, false)
-			}
-		}
-	}
-	visit(body, true)
-	for name, top := range out {
-		if !top {
-			delete(out, name)
-		}
-	}
-	return out
 }
 
 type state struct {
@@ -185,7 +131,7 @@ func (r *state) exec(n node, sc *scope) error {
 		}
 		return withLine(r.assign(n.target, v, sc), n.ln)
 	case *setBlockNode:
-		s, err := r.capture(n.body, frame(sc, n.stores))
+		s, err := r.capture(n.body, frame(sc, n.undef))
 		if err != nil {
 			return err
 		}
@@ -207,7 +153,7 @@ func (r *state) exec(n node, sc *scope) error {
 		}
 		return r.write(pyStr(v))
 	case *filterBlockNode:
-		s, err := r.capture(n.body, frame(sc, n.stores))
+		s, err := r.capture(n.body, frame(sc, n.undef))
 		if err != nil {
 			return err
 		}
@@ -219,8 +165,7 @@ func (r *state) exec(n node, sc *scope) error {
 		}
 		return r.write(pyStr(v))
 	case *withNode:
-		inner := frame(sc, n.stores)
-		inner.macro = n.generation
+		inner := frame(sc, n.undef)
 		for i, t := range n.targets {
 			v, err := r.eval(n.vals[i], sc)
 			if err != nil {
@@ -311,7 +256,7 @@ func (r *state) loop(n *forNode, iv any, sc *scope, depth0 int) error {
 	if n.cond != nil {
 		items = nil
 		for _, it := range all {
-			fs := newScope(sc)
+			fs := frame(sc, n.undef)
 			if err := r.assign(n.target, it, fs); err != nil {
 				return withLine(err, n.ln)
 			}
@@ -348,7 +293,7 @@ func (r *state) loop(n *forNode, iv any, sc *scope, depth0 int) error {
 			return withLine(err, n.ln)
 		}
 		lo.index0 = i
-		body := frame(sc, n.stores)
+		body := frame(sc, n.undef)
 		body.vars["loop"] = lo
 		if err := r.assign(n.target, it, body); err != nil {
 			return withLine(err, n.ln)
@@ -438,8 +383,7 @@ func (r *state) callMacro(m *macro, args []any, kw *Dict, caller *macro) (any, e
 	}
 	r.depth++
 	defer func() { r.depth-- }()
-	sc := frame(m.closure, m.def.stores)
-	sc.macro = true
+	sc := frame(m.closure, m.def.undef)
 	d := m.def
 	firstDefault := len(d.params) - len(d.defaults)
 	for i, p := range d.params {

@@ -794,35 +794,40 @@ func filterTruncate(r *state, v any, args []any, kw *Dict) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, ok := asString(v)
-	if !ok {
-		return nil, fmt.Errorf("object of type '%s' has no len()", typeName(v))
-	}
 	n, err := toInt(or(a[0], int64(255)), "length")
 	if err != nil {
 		return nil, err
 	}
-	end := pyStr(or(a[2], "..."))
 	leeway, err := toInt(or(a[3], int64(5)), "leeway")
 	if err != nil {
 		return nil, err
 	}
+	end := pyStr(or(a[2], "..."))
+	endLen := int64(utf8.RuneCountInString(end))
+	if n < endLen || leeway < 0 {
+		return nil, fmt.Errorf("truncate: expected length >= %d and leeway >= 0", endLen)
+	}
+	s, ok := asString(v)
+	if !ok {
+		// Jinja2 measures any sized value and returns it whole when it is short enough.
+		l, err := length(v)
+		if err != nil {
+			return nil, err
+		}
+		if int64(l) > n+leeway {
+			return nil, fmt.Errorf("truncate needs a string, not %s", typeName(v))
+		}
+		return v, nil
+	}
 	runes := []rune(s)
 	if int64(len(runes)) <= n+leeway {
-		return s, nil
+		return v, nil
 	}
-	cut := int(n) - utf8.RuneCountInString(end)
-	if cut < 0 {
-		cut = 0
-	}
-	if truthy(or(a[1], false)) {
-		return string(runes[:cut]) + end, nil
-	}
-	head := string(runes[:cut])
-	if i := strings.LastIndex(head, " "); i >= 0 {
-		head = head[:i]
-	} else {
-		head = ""
+	head := string(runes[:n-endLen])
+	if !truthy(or(a[1], false)) {
+		if i := strings.LastIndex(head, " "); i >= 0 {
+			head = head[:i]
+		}
 	}
 	return head + end, nil
 }

@@ -121,7 +121,7 @@ type (
 		cond      expr
 		body, els []node
 		recursive bool
-		stores    map[string]bool
+		undef     map[string]bool // names this frame reads as undefined until it sets them (frames.go)
 	}
 	setNode struct {
 		pos
@@ -133,7 +133,7 @@ type (
 		target  expr
 		filters []*filterExpr
 		body    []node
-		stores  map[string]bool
+		undef   map[string]bool // names this frame reads as undefined until it sets them (frames.go)
 	}
 	macroNode struct {
 		pos
@@ -148,15 +148,15 @@ type (
 		pos
 		filters []*filterExpr
 		body    []node
-		stores  map[string]bool
+		undef   map[string]bool // names this frame reads as undefined until it sets them (frames.go)
 	}
 	withNode struct {
 		pos
 		targets    []expr
 		vals       []expr
 		body       []node
-		stores     map[string]bool
-		generation bool // {% generation %}: a call block, whose body is a caller macro
+		undef      map[string]bool // names this frame reads as undefined until it sets them (frames.go)
+		generation bool            // {% generation %}: a call block, whose body is a caller macro
 	}
 	loopCtlNode struct {
 		pos
@@ -170,7 +170,7 @@ type macroDef struct {
 	defaults []expr // aligned to the last len(defaults) params
 	body     []node
 	line     int
-	stores   map[string]bool
+	undef    map[string]bool // names this frame reads as undefined until it sets them (frames.go)
 }
 
 // ---- parser ----
@@ -336,7 +336,7 @@ func (p *parser) statement() (node, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &withNode{pos: pos{ln}, body: body, stores: storesOf(body), generation: true}, p.expectBlockEnd()
+		return &withNode{pos: pos{ln}, body: body, generation: true}, p.expectBlockEnd()
 	case "extends", "include", "import", "from", "block":
 		return nil, p.errAt(ln, "'%s' is not supported: a chat template is rendered from a string, with no loader", t.val)
 	}
@@ -455,7 +455,6 @@ func (p *parser) parseFor(ln int) (node, error) {
 		return nil, err
 	}
 	n.body = body
-	n.stores = storesOf(body)
 	if end == "else" {
 		if err := p.expectBlockEnd(); err != nil {
 			return nil, err
@@ -493,7 +492,6 @@ func (p *parser) parseSet(ln int) (node, error) {
 	if n.body, _, err = p.subparse([]string{"endset"}); err != nil {
 		return nil, err
 	}
-	n.stores = storesOf(n.body)
 	return n, p.expectBlockEnd()
 }
 
@@ -544,7 +542,6 @@ func (p *parser) parseMacro(ln int) (node, error) {
 	if m.body, _, err = p.subparse([]string{"endmacro"}); err != nil {
 		return nil, err
 	}
-	m.stores = storesOf(m.body)
 	if p.cur().kind == tokName { // {% endmacro name %}
 		p.next()
 	}
@@ -572,7 +569,6 @@ func (p *parser) parseCallBlock(ln int) (node, error) {
 	if caller.body, _, err = p.subparse([]string{"endcall"}); err != nil {
 		return nil, err
 	}
-	caller.stores = storesOf(caller.body)
 	return &callBlockNode{pos{ln}, call, caller}, p.expectBlockEnd()
 }
 
@@ -592,7 +588,6 @@ func (p *parser) parseFilterBlock(ln int) (node, error) {
 	if n.body, _, err = p.subparse([]string{"endfilter"}); err != nil {
 		return nil, err
 	}
-	n.stores = storesOf(n.body)
 	return n, p.expectBlockEnd()
 }
 
@@ -623,7 +618,6 @@ func (p *parser) parseWith(ln int) (node, error) {
 	if n.body, _, err = p.subparse([]string{"endwith"}); err != nil {
 		return nil, err
 	}
-	n.stores = storesOf(n.body)
 	return n, p.expectBlockEnd()
 }
 

@@ -12,9 +12,9 @@ import (
 
 // Template is a parsed Jinja2 template, safe for concurrent Render calls.
 type Template struct {
-	name   string
-	body   []node
-	stores map[string]bool
+	name  string
+	body  []node
+	undef map[string]bool
 }
 
 // Error is a template error: a syntax error at Parse, or a failure at Render (an
@@ -60,7 +60,7 @@ func Parse(name, source string) (*Template, error) {
 		}
 		return nil, fmt.Errorf("template %s: %w", name, err)
 	}
-	return &Template{name: name, body: body, stores: storesOf(body)}, nil
+	return &Template{name: name, body: body, undef: resolveFrames(body)}, nil
 }
 
 // Render renders the template with vars as its top-level variables. Values are
@@ -83,7 +83,7 @@ func (t *Template) render(vars map[string]any, now func() time.Time) (string, er
 		}
 		context.vars[k] = cv
 	}
-	root := frame(context, t.stores)
+	root := frame(context, t.undef)
 	var b strings.Builder
 	r := &state{out: &b, now: now, globals: globals}
 	err := r.execBody(t.body, root)

@@ -207,11 +207,38 @@ func pyStr(v any) string {
 // pyRepr is Python's repr().
 func pyRepr(v any) string {
 	var b strings.Builder
-	writeRepr(&b, v)
+	writeRepr(&b, v, nil)
 	return b.String()
 }
 
-func writeRepr(b *strings.Builder, v any) {
+// writeRepr writes repr(v); active holds the containers being written, so that a
+// value that contains itself (through a namespace) prints "{...}" or "[...]" as in
+// Python.
+func writeRepr(b *strings.Builder, v any, active map[any]bool) {
+	var id any
+	switch x := v.(type) {
+	case *Dict:
+		id = x
+	case []any:
+		if len(x) > 0 {
+			id = &x[0]
+		}
+	}
+	if id != nil {
+		if active[id] {
+			if _, ok := v.(*Dict); ok {
+				b.WriteString("{...}")
+			} else {
+				b.WriteString("[...]")
+			}
+			return
+		}
+		if active == nil {
+			active = map[any]bool{}
+		}
+		active[id] = true
+		defer delete(active, id)
+	}
 	switch x := v.(type) {
 	case nil:
 		b.WriteString("None")
@@ -237,7 +264,7 @@ func writeRepr(b *strings.Builder, v any) {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			writeRepr(b, e)
+			writeRepr(b, e, active)
 		}
 		b.WriteByte(']')
 	case tuple:
@@ -246,7 +273,7 @@ func writeRepr(b *strings.Builder, v any) {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			writeRepr(b, e)
+			writeRepr(b, e, active)
 		}
 		if len(x) == 1 {
 			b.WriteByte(',')
@@ -258,16 +285,16 @@ func writeRepr(b *strings.Builder, v any) {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			writeRepr(b, k)
+			writeRepr(b, k, active)
 			b.WriteString(": ")
-			writeRepr(b, x.m[k])
+			writeRepr(b, x.m[k], active)
 		}
 		b.WriteByte('}')
 	case Undefined:
 		b.WriteString("Undefined")
 	case *namespace:
 		b.WriteString("<Namespace ")
-		writeRepr(b, x.d)
+		writeRepr(b, x.d, active)
 		b.WriteString(">")
 	default:
 		fmt.Fprintf(b, "<%s>", typeName(v))

@@ -44,7 +44,13 @@ NAMES = list(VARS) + ["u"]
 STR_METHODS = ["strip()", "lstrip()", "rstrip()", "strip('a ')", "split()", "split(',')", "split(',', 1)", "rsplit(',', 1)",
                "upper()", "lower()", "title()", "capitalize()", "startswith('a')", "endswith('c')", "replace('a', 'b')",
                "replace(',', '')", "find('b')", "count('a')", "isdigit()", "splitlines()", "zfill(5)", "center(9, '*')"]
-FILTERS = ["length", "upper", "lower", "trim", "title", "capitalize", "first", "last", "list", "sort", "unique",
+FILTERS = ["tojson(indent=1, sort_keys=true)", "tojson(separators=(',', ':'))", "join(', ', attribute='role')",
+           "sort(attribute='role')|map(attribute='content')|list", "dictsort(by='value')", "unique(attribute='role')|list",
+           "groupby('role')|list|length", "slice(2)|list", "sum(start=10)", "round(2)", "round(1, 'floor')",
+           "center(11)", "indent(3, first=true)", "trim('a')", "replace('l', 'L', 1)", "last|string", "first|string",
+           "selectattr('content')|list|length", "rejectattr('role', 'in', ['user'])|list|length", "map('upper')|join",
+           "batch(3, 'F')|list", "min(attribute='role')", "max(case_sensitive=true)", "truncate(6, true)",
+           "wordcount", "items|list|first", "capitalize|title", "length", "upper", "lower", "trim", "title", "capitalize", "first", "last", "list", "sort", "unique",
            "reverse|list", "join(',')", "join", "tojson", "tojson(indent=2)", "string", "int", "float", "abs", "round",
            "default('dflt')", "default('e', true)", "d", "sum", "max", "min", "items|list", "dictsort", "indent(2)",
            "select('odd')|list", "reject('none')|list", "map('string')|list", "map(attribute='role')|list",
@@ -123,6 +129,16 @@ def block(r, depth=0):
         elif c < 0.75:
             name = r.choice(["a", "s", "n", "x"])
             parts.append(f"{{%{ws(r)} set {name} = {expr(r)} {ws(r)}%}}")
+        elif c < 0.78:
+            parts.append(r.choice([
+                "{% set blk %}" + block(r, depth + 2) + "{% endset %}[{{ blk|trim }}]",
+                "{% filter upper %}" + block(r, depth + 2) + "{% endfilter %}",
+                "{% macro wrap(x) %}<{{ x }}|{{ caller() }}>{% endmacro %}{% call wrap(" + expr(r) + ") %}" + block(r, depth + 2) + "{% endcall %}",
+                "{{ '%s|%s'|format(" + expr(r) + ", " + expr(r) + ") }}",
+                "{{ '{}/{}'.format(" + expr(r) + ", " + expr(r) + ") }}",
+                "{% for a in l %}{% for b in w %}{{ loop.index }}{{ b if loop.first }}{% if loop.last %}{% break %}{% endif %}{% endfor %}{{ a }}{% endfor %}",
+                "{% with q = " + expr(r) + " %}{{ q }}" + block(r, depth + 2) + "{% endwith %}",
+            ]))
         elif c < 0.82:
             parts.append("{% set ns = namespace(v=0, s='') %}" + f"{{% for x in l %}}{{% set ns.v = ns.v + x %}}{{% set ns.s = ns.s ~ x %}}{{% endfor %}}{{{{ ns.v }}}}{{{{ ns.s }}}}")
         elif c < 0.9:
