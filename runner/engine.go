@@ -339,14 +339,24 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 		return nil, err
 	}
 
-	var logits []float32
-	for i := 0; i < len(prompt); i += o.NumBatch {
-		chunk := prompt[i:min(i+o.NumBatch, len(prompt))]
-		if logits, err = e.Model.Forward(ctx, chunk, caches, false); err != nil {
-			res.TotalDuration = time.Since(start)
-			return res, err
+	// prefill runs tokens through the caches num_batch at a time and returns the last
+	// position's logits.
+	prefill := func(tokens []int32) ([]float32, error) {
+		var logits []float32
+		for i := 0; i < len(tokens); i += o.NumBatch {
+			var err error
+			if logits, err = e.Model.Forward(ctx, tokens[i:min(i+o.NumBatch, len(tokens))], caches, false); err != nil {
+				return nil, err
+			}
 		}
+		return logits, nil
 	}
+	logits, err := prefill(prompt)
+	if err != nil {
+		res.TotalDuration = time.Since(start)
+		return res, err
+	}
+	seq := slices.Clone(prompt) // what the caches hold
 	decodeStart := time.Now()
 	res.PromptDuration = decodeStart.Sub(start)
 	finish := func(reason string, err error) (*Result, error) {
@@ -388,12 +398,26 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 			return finish("length", nil)
 		}
 		if caches[0].Len() >= numCtx {
-			e.log.Warn("context window full, ending generation", "num_ctx", numCtx)
-			return finish("length", nil)
+			if o.NumPredict == -2 {
+				return finish("length", nil) // "fill the context"
+			}
+			// Shift the context as Ollama does: keep num_keep tokens, drop half of the
+			// rest, and go on. The kept tokens are prefilled again at their new positions.
+			keep := min(o.NumKeep, numCtx/2)
+			discard := (numCtx - keep) / 2
+			e.log.Warn("context limit hit - shifting", "limit", numCtx, "input", len(seq), "keep", keep, "discard", discard)
+			seq = append(seq[:keep:keep], seq[keep+discard:]...)
+			if caches, err = e.kv(e.Model, numCtx); err != nil {
+				return finish("", err)
+			}
+			if _, err = prefill(seq); err != nil {
+				return finish("", err)
+			}
 		}
 		if logits, err = e.Model.Forward(ctx, []int32{id}, caches, false); err != nil {
 			return finish("", err)
 		}
+		seq = append(seq, id)
 	}
 }
 

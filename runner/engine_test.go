@@ -257,7 +257,7 @@ func TestContextOverflow(t *testing.T) {
 	prompt := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 30)
 	n := len(e.Tokenizer.Encode(prompt, true))
 	o := Greedy()
-	o.NumCtx, o.NumPredict = 64, -1
+	o.NumCtx, o.NumPredict = 64, -2
 	res, err := e.Generate(context.Background(), Request{Prompt: prompt, Options: o}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -269,9 +269,51 @@ func TestContextOverflow(t *testing.T) {
 	if !strings.Contains(logs.String(), "truncating input prompt") {
 		t.Fatalf("no truncation in the log: %s", logs.String())
 	}
-	// Generation stops when the window is full (unless EOS came first).
+	// num_predict -2 stops when the window is full (unless EOS came first).
 	if res.DoneReason == "length" && res.EvalCount != 64-34+1 {
 		t.Fatalf("filled the window with %d tokens after a %d-token prompt", res.EvalCount, res.PromptTokens)
+	}
+}
+
+// With num_predict beyond the window, the context shifts as Ollama's does: the next
+// token is what a fresh pass over the kept tokens predicts.
+func TestContextShift(t *testing.T) {
+	var logs logBuffer
+	e := loadChat(t, slog.New(slog.NewTextHandler(&logs, nil)))
+	e.eos, e.log = nil, slog.New(slog.NewTextHandler(&logs, nil))
+	defer func() { e.eos = mergeIDs(e.Model.Config.EOS, e.Tokenizer.EOS()) }()
+	prompt := e.Tokenizer.Encode("Once upon a time there was a lighthouse keeper who", true)
+	p := len(prompt)
+	o := Greedy()
+	o.NumCtx, o.NumPredict, o.NumKeep = 32, 40, 4
+	res, err := e.GenerateTokens(context.Background(), prompt, o, func(int32) (bool, error) { return false, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.EvalCount != 40 || !strings.Contains(logs.String(), "context limit hit - shifting") {
+		t.Fatalf("%d tokens; log: %s", res.EvalCount, logs.String())
+	}
+	// The first shift comes before feeding token j (1-based) with p+j-1 == num_ctx.
+	j := o.NumCtx - p + 1
+	held := append(slices.Clone(prompt), res.Tokens[:j-1]...)
+	discard := (o.NumCtx - o.NumKeep) / 2
+	kept := append(slices.Clone(held[:o.NumKeep]), held[o.NumKeep+discard:]...)
+	caches, err := e.Model.NewCaches(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logits, err := e.Model.Forward(context.Background(), append(kept, res.Tokens[j-1]), caches, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	best := 0
+	for i, l := range logits {
+		if l > logits[best] {
+			best = i
+		}
+	}
+	if int32(best) != res.Tokens[j] {
+		t.Fatalf("after the shift the engine chose %d, a fresh pass over the kept tokens %d", res.Tokens[j], best)
 	}
 }
 

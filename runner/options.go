@@ -14,7 +14,7 @@ type Options struct {
 	NumCtx     int `json:"num_ctx"`     // context window in tokens (clamped to max_position_embeddings)
 	NumBatch   int `json:"num_batch"`   // prompt tokens per prefill step
 	NumKeep    int `json:"num_keep"`    // prompt tokens always kept when a prompt is truncated to fit num_ctx
-	NumPredict int `json:"num_predict"` // most tokens to generate; -1 until EOS or a full context, -2 until the context is full
+	NumPredict int `json:"num_predict"` // most tokens to generate; -1 until EOS (shifting the context when full), -2 until the context is full
 
 	Temperature      float32 `json:"temperature"`
 	TopK             int     `json:"top_k"`
