@@ -123,7 +123,7 @@ func Choose(in PolicyInput) (Plan, error) {
 			return Plan{}, err
 		}
 		need := p.Weights + p.Overhead + l.Bytes(in.Model, min(minLoadContext, want))
-		return Plan{}, missingError("memory pressure is critical", need, p.Reserve, mem)
+		return Plan{}, missingError(true, need, p.Reserve, mem)
 	case mem.Pressure == sysmem.Critical:
 		start = len(ladder) - 1
 	case mem.Pressure == sysmem.Warn:
@@ -148,7 +148,7 @@ func Choose(in PolicyInput) (Plan, error) {
 	p.Context = min(want, p.FitContext)
 	if p.Context < min(minLoadContext, want) {
 		need := p.Weights + p.Overhead + p.Layout.Bytes(in.Model, min(minLoadContext, want))
-		return Plan{}, missingError("not enough memory", need, p.Reserve, mem)
+		return Plan{}, missingError(false, need, p.Reserve, mem)
 	}
 	p.KVBytes = p.Layout.Bytes(in.Model, p.Context)
 	p.KVTokenBytes = p.Layout.TokenBytes(in.Model)
@@ -198,15 +198,35 @@ func fitContext(m ModelShape, l Layout, free int64, maxCtx int) int {
 	return lo
 }
 
-func missingError(what string, need, reserve int64, mem sysmem.Info) error {
-	missing := need + reserve - int64(mem.Available)
-	if missing <= 0 {
-		return fmt.Errorf("%s: refusing to load a model that needs %s (weights, overhead and KV for the first tokens) although %s is available; retry when the pressure drops",
-			what, humanize.IBytes(uint64(need)), humanize.IBytes(mem.Available))
-	}
-	return fmt.Errorf("%s: loading needs %s (weights, overhead and KV for the first tokens) plus %s kept free for the system, but only %s is available: %s missing; close other applications or unload a model",
-		what, humanize.IBytes(uint64(need)), humanize.IBytes(uint64(reserve)), humanize.IBytes(mem.Available), humanize.IBytes(uint64(missing)))
+// MemoryError is the policy's refusal to load a model: the scheduler can report
+// Missing (0 when memory is available but the kernel reports critical pressure).
+type MemoryError struct {
+	Critical  bool  // refused for critical memory pressure
+	Need      int64 // weights, overhead and KV for the first tokens
+	Reserve   int64 // kept free for the system
+	Available int64
+	Missing   int64
 }
+
+func (e *MemoryError) Error() string {
+	what := "not enough memory"
+	if e.Critical {
+		what = "memory pressure is critical"
+	}
+	if e.Missing <= 0 {
+		return fmt.Sprintf("%s: refusing to load a model that needs %s (weights, overhead and KV for the first tokens) although %s is available; retry when the pressure drops",
+			what, ibytes(e.Need), ibytes(e.Available))
+	}
+	return fmt.Sprintf("%s: loading needs %s (weights, overhead and KV for the first tokens) plus %s kept free for the system, but only %s is available: %s missing; close other applications or unload a model",
+		what, ibytes(e.Need), ibytes(e.Reserve), ibytes(e.Available), ibytes(e.Missing))
+}
+
+func missingError(critical bool, need, reserve int64, mem sysmem.Info) error {
+	avail := int64(mem.Available)
+	return &MemoryError{Critical: critical, Need: need, Reserve: reserve, Available: avail, Missing: max(0, need+reserve-avail)}
+}
+
+func ibytes(n int64) string { return humanize.IBytes(uint64(max(n, 0))) }
 
 // String is the plan as one log line.
 func (p Plan) String() string {

@@ -1,6 +1,7 @@
 package kvstore
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -113,6 +114,10 @@ func TestPolicyCritical(t *testing.T) {
 	// is 3.1 GiB more than the 6 GiB available.
 	if !strings.Contains(err.Error(), "3.1 GiB missing") {
 		t.Errorf("missing amount: %v", err)
+	}
+	var me *MemoryError
+	if !errors.As(err, &me) || !me.Critical || me.Missing != me.Need+me.Reserve-6*gib {
+		t.Errorf("not a MemoryError with the missing amount: %#v", err)
 	}
 	// Plenty available but the kernel says critical: still refused, without a negative amount.
 	_, err = Choose(PolicyInput{Model: m, NumCtx: 8192, Memory: mem(64*gib, 60*gib, sysmem.Critical)})
