@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 
 	"github.com/dustin/go-humanize"
+	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
 
 	"github.com/mlxg/mlxg/registry"
@@ -42,6 +43,14 @@ func newCreateCmd() *cobra.Command {
 			}
 			out := cmd.ErrOrStderr()
 			opts := create.Options{Bits: bits, GroupSize: group, DType: dtype}
+			if f, ok := out.(*os.File); ok && isatty.IsTerminal(f.Fd()) {
+				opts.Progress = func(done, total int) {
+					fmt.Fprintf(out, "\rconverting tensors: %d/%d", done, total)
+					if done == total {
+						fmt.Fprintln(out)
+					}
+				}
+			}
 			var sum *create.Summary
 			if output != "" {
 				fmt.Fprintf(out, "converting %s to %s\n", from, output)

@@ -56,6 +56,8 @@ type Options struct {
 	MaxShardBytes int64
 	// Logf, when set, receives one line per step.
 	Logf func(format string, args ...any)
+	// Progress, when set, is called after each tensor with the count done and the total.
+	Progress func(done, total int)
 }
 
 // Summary describes a finished conversion.
@@ -204,7 +206,10 @@ func Convert(ctx context.Context, src, dst string, opts Options) (*Summary, erro
 		return nil, err
 	}
 	w := &shardWriter{dir: dst, limit: opts.MaxShardBytes}
-	for _, n := range names {
+	for i, n := range names {
+		if opts.Progress != nil && i > 0 {
+			opts.Progress(i, len(names))
+		}
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
@@ -254,6 +259,9 @@ func Convert(ctx context.Context, src, dst string, opts Options) (*Summary, erro
 		if err != nil {
 			return nil, err
 		}
+	}
+	if opts.Progress != nil {
+		opts.Progress(len(names), len(names))
 	}
 	if err := w.finish(sum.Parameters); err != nil {
 		return nil, err

@@ -358,3 +358,17 @@ func TestShardedSource(t *testing.T) {
 		t.Fatal("converting a sharded checkpoint gave different weights")
 	}
 }
+
+func TestProgress(t *testing.T) {
+	src := genTiny(t, "llama", nil)
+	var calls [][2]int
+	_, err := Convert(context.Background(), src, filepath.Join(t.TempDir(), "o"), Options{Bits: 4,
+		Progress: func(done, total int) { calls = append(calls, [2]int{done, total}) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := len(randmodel.Tiny("llama", 256).Tensors())
+	if len(calls) != n || calls[len(calls)-1] != [2]int{n, n} || calls[0] != [2]int{1, n} {
+		t.Fatalf("progress calls %v for %d tensors", calls, n)
+	}
+}
