@@ -130,6 +130,21 @@ type Request struct {
 	// when Messages is empty.
 	Prompt  string
 	Options Options
+	// NoTruncate makes a prompt that does not fit num_ctx an error (*ContextError)
+	// instead of dropping old messages and tokens (Ollama's "truncate": false).
+	NoTruncate bool
+	// NoShift ends generation with "length" when the window is full instead of
+	// shifting the context (Ollama's "shift": false).
+	NoShift bool
+}
+
+// ContextError reports a prompt that does not fit the context window.
+type ContextError struct {
+	PromptTokens, NumCtx int
+}
+
+func (e *ContextError) Error() string {
+	return fmt.Sprintf("the prompt has %d tokens, more than the context window (num_ctx %d) holds: raise num_ctx or shorten the prompt", e.PromptTokens, e.NumCtx)
 }
 
 // Result describes a finished generation.
@@ -176,7 +191,7 @@ func (e *Engine) Generate(ctx context.Context, req Request, fn func(text string)
 	dropped := 0
 	if len(req.Messages) > 0 {
 		var err error
-		if prompt, dropped, err = e.chatPrompt(req, numCtx); err != nil {
+		if prompt, dropped, err = e.chatPrompt(req, numCtx, !req.NoTruncate); err != nil {
 			return nil, err
 		}
 	} else {
@@ -200,7 +215,7 @@ func (e *Engine) Generate(ctx context.Context, req Request, fn func(text string)
 		return nil
 	}
 	hit := false
-	res, err := e.run(ctx, prompt, o, numCtx, func(id int32) (bool, error) {
+	res, err := e.run(ctx, prompt, o, numCtx, flags{noTruncate: req.NoTruncate, noShift: req.NoShift}, func(id int32) (bool, error) {
 		var out string
 		out, hit = stops.push(dec.Add(id))
 		return hit, send(out)
@@ -236,7 +251,7 @@ func (e *Engine) GenerateTokens(ctx context.Context, prompt []int32, o Options, 
 	if len(prompt) == 0 {
 		return nil, errors.New("generate: the prompt is empty")
 	}
-	return e.run(ctx, prompt, o, e.numCtx(o), fn)
+	return e.run(ctx, prompt, o, e.numCtx(o), flags{}, fn)
 }
 
 // numCtx is num_ctx clamped to what the model was trained for.
@@ -252,7 +267,7 @@ func (e *Engine) numCtx(o Options) int {
 // chatPrompt renders the messages and tokenizes them. When they do not fit in
 // numCtx, the oldest messages are dropped, as Ollama does: system messages and the
 // last message are always kept.
-func (e *Engine) chatPrompt(req Request, numCtx int) ([]int32, int, error) {
+func (e *Engine) chatPrompt(req Request, numCtx int, truncate bool) ([]int32, int, error) {
 	if e.Template == nil {
 		return nil, 0, fmt.Errorf("%s has no chat template: send a raw prompt instead", e.Dir)
 	}
@@ -275,7 +290,7 @@ func (e *Engine) chatPrompt(req Request, numCtx int) ([]int32, int, error) {
 		return nil, 0, err
 	}
 	last := len(req.Messages) - 1
-	if len(ids) <= numCtx || last == 0 {
+	if len(ids) <= numCtx || last == 0 || !truncate {
 		return ids, 0, nil
 	}
 	// The smallest start that fits; the last message is kept even if nothing fits.
@@ -320,9 +335,15 @@ func truncatePrompt(prompt []int32, numCtx, numKeep int) []int32 {
 
 // run is the generation loop: chunked prefill, then sample, emit and decode one token
 // at a time. emit returns true to stop.
-func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int, emit func(id int32) (bool, error)) (*Result, error) {
+// flags are a request's switches that Options do not carry.
+type flags struct{ noTruncate, noShift bool }
+
+func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int, f flags, emit func(id int32) (bool, error)) (*Result, error) {
 	start := time.Now()
 	res := &Result{}
+	if f.noTruncate && len(prompt) >= numCtx {
+		return nil, &ContextError{PromptTokens: len(prompt), NumCtx: numCtx}
+	}
 	if p := truncatePrompt(prompt, numCtx, o.NumKeep); len(p) < len(prompt) {
 		res.PromptTruncated = len(prompt) - len(p)
 		e.log.Warn("truncating input prompt", "limit", len(p), "prompt", len(prompt), "keep", min(o.NumKeep, numCtx/2), "new", len(p))
@@ -398,8 +419,8 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 			return finish("length", nil)
 		}
 		if caches[0].Len() >= numCtx {
-			if o.NumPredict == -2 {
-				return finish("length", nil) // "fill the context"
+			if o.NumPredict == -2 || f.noShift {
+				return finish("length", nil) // "fill the context", or no shifting wanted
 			}
 			// Shift the context as Ollama does: keep num_keep tokens, drop half of the
 			// rest, and go on. The kept tokens are prefilled again at their new positions.

@@ -327,7 +327,7 @@ func TestChatTruncationKeepsSystem(t *testing.T) {
 			template.Message{"role": "assistant", "content": "answer " + string(rune('a'+i))})
 	}
 	msgs = append(msgs, template.Message{"role": "user", "content": "LAST-QUESTION here"})
-	ids, dropped, err := e.chatPrompt(Request{Messages: msgs}, 200)
+	ids, dropped, err := e.chatPrompt(Request{Messages: msgs}, 200, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,7 +342,7 @@ func TestChatTruncationKeepsSystem(t *testing.T) {
 		t.Fatalf("no truncation in the log")
 	}
 	// Dropping one message less would not fit.
-	if all, _, _ := e.chatPrompt(Request{Messages: msgs}, 100000); len(all) <= 200 {
+	if all, _, _ := e.chatPrompt(Request{Messages: msgs}, 100000, true); len(all) <= 200 {
 		t.Fatalf("the whole chat (%d tokens) fits: the test proves nothing", len(all))
 	}
 }
@@ -416,5 +416,34 @@ func TestHasChatTemplate(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "chat_template.jinja"), []byte("x"), 0o644)
 	if !hasChatTemplate(dir) {
 		t.Error("chat_template.jinja not seen")
+	}
+}
+
+// Ollama's "truncate": false and "shift": false.
+func TestNoTruncateNoShift(t *testing.T) {
+	e := loadChat(t, nil)
+	long := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 30)
+	o := Greedy()
+	o.NumCtx = 64
+	_, err := e.Generate(context.Background(), Request{Prompt: long, Options: o, NoTruncate: true}, nil)
+	var ce *ContextError
+	if !errors.As(err, &ce) || ce.NumCtx != 64 || ce.PromptTokens <= 64 {
+		t.Fatalf("an oversized prompt with NoTruncate: %v", err)
+	}
+	msgs := append(slices.Clone(hello), template.Message{"role": "user", "content": long})
+	if _, err := e.Generate(context.Background(), Request{Messages: msgs, Options: o, NoTruncate: true}, nil); !errors.As(err, &ce) {
+		t.Fatalf("an oversized chat with NoTruncate: %v", err)
+	}
+
+	saved := e.eos
+	e.eos = nil // random weights: only the window may end it
+	defer func() { e.eos = saved }()
+	o.NumCtx, o.NumPredict = 32, 40
+	res, err := e.Generate(context.Background(), Request{Prompt: "Once upon a time", Options: o, NoShift: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.DoneReason != "length" || res.EvalCount != 32-res.PromptTokens+1 {
+		t.Fatalf("NoShift: %d tokens after a %d-token prompt (%s)", res.EvalCount, res.PromptTokens, res.DoneReason)
 	}
 }
