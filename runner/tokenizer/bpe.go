@@ -202,10 +202,16 @@ func (m *bpe) store(word string, ids []int32, cacheable bool) {
 }
 
 func (m *bpe) lookupWhole(word string, byteLevel bool) (int32, bool) {
-	if byteLevel {
-		word = byteLevelString(word)
+	if !byteLevel {
+		id, ok := m.vocab[word]
+		return id, ok
 	}
-	id, ok := m.vocab[word]
+	var arr [128]byte // the mapped word, on the stack for short words
+	buf := arr[:0]
+	for i := range len(word) {
+		buf = utf8.AppendRune(buf, byteToRune[word[i]])
+	}
+	id, ok := m.vocab[string(buf)]
 	return id, ok
 }
 
