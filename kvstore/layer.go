@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/mlxg/mlxg/internal/half"
+	"github.com/mlxg/mlxg/internal/quant"
 )
 
 // BlockTokens is the page size of every layer cache: positions are stored in blocks of
@@ -147,11 +148,7 @@ func (c *Full) tile(k, v []float32, head, from, to int) {
 			copy(vd, c.v32[b][vo:vo+c.vDim])
 			continue
 		}
-		for j, h := range c.k16[b][ko : ko+c.kDim] {
-			kd[j] = half.F16ToF32(h)
-		}
-		for j, h := range c.v16[b][vo : vo+c.vDim] {
-			vd[j] = half.F16ToF32(h)
-		}
+		quant.WidenF16(kd, c.k16[b][ko:ko+c.kDim])
+		quant.WidenF16(vd, c.v16[b][vo:vo+c.vDim])
 	}
 }

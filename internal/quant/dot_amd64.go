@@ -2,8 +2,8 @@ package quant
 
 import "golang.org/x/sys/cpu"
 
-// simd reports whether the AVX2+FMA kernels in dot_amd64.s can run.
-var simd = cpu.X86.HasAVX2 && cpu.X86.HasFMA
+// simd reports whether the AVX2+FMA(+F16C) kernels in dot_amd64.s can run.
+var simd = cpu.X86.HasAVX2 && cpu.X86.HasFMA && cpu.X86.HasF16C
 
 // dotQ4 returns Σ_g scales[g] · Σ x'·codes over groups groups of blocks runs of 16
 // 4-bit codes (8 bytes each), x' in the order Vec.Prepare permutes it.
@@ -21,7 +21,7 @@ func dotQ8(x *float32, w *uint32, scales *float32, groups, blocks int) float32
 // CPU lacks them. It must not be called while kernels run.
 func SetSIMD(on bool) bool {
 	prev := simd
-	simd = on && cpu.X86.HasAVX2 && cpu.X86.HasFMA
+	simd = on && cpu.X86.HasAVX2 && cpu.X86.HasFMA && cpu.X86.HasF16C
 	return prev
 }
 
@@ -40,3 +40,8 @@ func dot4x8x2(x0, x1, w *float32, stride, n int, out *[8]float32)
 //
 //go:noescape
 func axpy4x8(y, w *float32, stride, n int, p *[4]float32)
+
+// widen8 converts n fp16 values to float32, n a positive multiple of 8.
+//
+//go:noescape
+func widen8(dst *float32, src *uint16, n int)

@@ -263,3 +263,21 @@ axloop:
 
 	VZEROUPPER
 	RET
+
+// func widen8(dst *float32, src *uint16, n int)
+TEXT ·widen8(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $3, CX
+
+wloop:
+	VCVTPH2PS (SI), Y0
+	VMOVUPS Y0, (DI)
+	ADDQ $16, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ wloop
+
+	VZEROUPPER
+	RET

@@ -20,3 +20,5 @@ func dot4x8(x, w *float32, stride, n int, out *[4]float32) { panic("unreachable"
 func dot4x8x2(x0, x1, w *float32, stride, n int, out *[8]float32) { panic("unreachable") }
 
 func axpy4x8(y, w *float32, stride, n int, p *[4]float32) { panic("unreachable") }
+
+func widen8(dst *float32, src *uint16, n int) { panic("unreachable") }

@@ -1,5 +1,7 @@
 package quant
 
+import "math"
+
 // Float kernels shared by the CPU backend's matrix products and the KV cache's
 // attention loops: dot products of one or two vectors with four rows at a time, and
 // the matching weighted sum of four rows. AVX2+FMA assembly on amd64, plain Go
@@ -74,5 +76,27 @@ func AxpyRows4(y, w []float32, stride int, p *[4]float32) {
 	w0, w1, w2, w3 := w[n8:n], w[stride+n8:stride+n], w[2*stride+n8:2*stride+n], w[3*stride+n8:3*stride+n]
 	for i := range y[n8:] {
 		y[n8+i] += p[0]*w0[i] + p[1]*w1[i] + p[2]*w2[i] + p[3]*w3[i]
+	}
+}
+
+// WidenF16 converts fp16 values to float32 (len(src) values into dst), exactly.
+func WidenF16(dst []float32, src []uint16) {
+	n := len(src)
+	if n == 0 {
+		return
+	}
+	dst = dst[:n]
+	n8 := n &^ 7
+	if simd && n8 > 0 {
+		widen8(&dst[0], &src[0], n8)
+	} else {
+		n8 = 0
+	}
+	for i, h := range src[n8:] {
+		if e := h & 0x7c00; e != 0 && e != 0x7c00 { // normal: move and rebias the exponent
+			dst[n8+i] = math.Float32frombits(uint32(h&0x8000)<<16 | (uint32(h&0x7fff)<<13 + 0x38000000))
+		} else {
+			dst[n8+i] = f16(h) // zero, subnormal, inf, NaN
+		}
 	}
 }

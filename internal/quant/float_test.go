@@ -46,3 +46,47 @@ func TestFloatKernels(t *testing.T) {
 		SetSIMD(prev)
 	}
 }
+
+// TestWidenF16 converts every fp16 value, at every offset within a run of 8, with the
+// assembly kernel and without, against a reference conversion.
+func TestWidenF16(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		prev := SetSIMD(on)
+		src := make([]uint16, 1<<16+5)
+		for i := range src {
+			src[i] = uint16(i)
+		}
+		for _, off := range []int{0, 3} {
+			dst := make([]float32, len(src)-off)
+			WidenF16(dst, src[off:])
+			for i, h := range src[off:] {
+				want := refF16(h)
+				if math.Float32bits(dst[i]) != math.Float32bits(want) && !(want != want && dst[i] != dst[i]) {
+					t.Fatalf("simd=%v: WidenF16(%#04x) = %v, want %v", simd, h, dst[i], want)
+				}
+			}
+		}
+		SetSIMD(prev)
+	}
+}
+
+// refF16 is fp16 -> float32 by its definition: (-1)^s · 2^(e-15) · (1 + m/1024), or
+// 2^-14 · m/1024 for subnormals.
+func refF16(h uint16) float32 {
+	s, e, m := h>>15, int(h>>10&31), float64(h&1023)
+	var v float64
+	switch {
+	case e == 31 && m == 0:
+		v = math.Inf(1)
+	case e == 31:
+		return float32(math.NaN())
+	case e == 0:
+		v = math.Ldexp(m/1024, -14)
+	default:
+		v = math.Ldexp(1+m/1024, e-15)
+	}
+	if s == 1 {
+		v = -v
+	}
+	return float32(v)
+}
