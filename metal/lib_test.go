@@ -218,3 +218,38 @@ func TestOpenOnThisPlatform(t *testing.T) {
 		t.Fatalf("error %q, want %q", err, want)
 	}
 }
+
+func TestDeviceInfoAndMemory(t *testing.T) {
+	f := newFakeLib(false)
+	name := append([]byte("Apple M3 Max"), 0)
+	f.impls["mlx_device_info_has_key"] = func(res *bool, _ mlxDeviceInfo, key string) int32 {
+		*res = key == "device_name" || key == "memory_size"
+		return 0
+	}
+	f.impls["mlx_device_info_is_string"] = func(res *bool, _ mlxDeviceInfo, key string) int32 {
+		*res = key == "device_name"
+		return 0
+	}
+	f.impls["mlx_device_info_get_string"] = func(res **byte, _ mlxDeviceInfo, _ string) int32 { *res = &name[0]; return 0 }
+	f.impls["mlx_device_info_get_size"] = func(res *uintptr, _ mlxDeviceInfo, _ string) int32 { *res = 128 << 30; return 0 }
+	f.impls["mlx_device_new_type"] = func(mlxDeviceType, int32) mlxDevice { return 5 }
+	f.impls["mlx_get_active_memory"] = func(res *uintptr) int32 { *res = 1; return 0 }
+	f.impls["mlx_get_peak_memory"] = func(res *uintptr) int32 { *res = 2; return 0 }
+	f.impls["mlx_get_cache_memory"] = func(res *uintptr) int32 { *res = 3; return 0 }
+	l, err := load(f.dynlib(), "/fake/libmlxc.dylib")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := l.DeviceInfo()
+	if err != nil || !reflect.DeepEqual(info, map[string]string{"device_name": "Apple M3 Max", "memory_size": "137438953472"}) {
+		t.Errorf("DeviceInfo = %v, %v", info, err)
+	}
+	if m, err := l.Memory(); err != nil || m != (MemoryUse{Active: 1, Peak: 2, Cache: 3}) {
+		t.Errorf("Memory = %+v, %v", m, err)
+	}
+	f.impls["mlx_device_new_type"] = func(mlxDeviceType, int32) mlxDevice { return 0 }
+	l, _ = load(f.dynlib(), "/fake/libmlxc.dylib")
+	if _, err := l.DeviceInfo(); err == nil || !strings.Contains(err.Error(), "mlx_device_new_type") {
+		t.Errorf("a null device gave %v", err)
+	}
+}
