@@ -254,9 +254,9 @@ func TestCancel(t *testing.T) {
 func TestLoadErrors(t *testing.T) {
 	dir := generate(t, randmodel.Tiny("llama", 512))
 	raw, _ := os.ReadFile(filepath.Join(dir, "config.json"))
-	edit := func(key string, value any) {
-		var c map[string]any
-		json.Unmarshal(raw, &c)
+	var c map[string]any
+	json.Unmarshal(raw, &c)
+	edit := func(key string, value any) { // edits accumulate
 		c[key] = value
 		data, _ := json.Marshal(c)
 		os.WriteFile(filepath.Join(dir, "config.json"), data, 0o644)
@@ -266,9 +266,37 @@ func TestLoadErrors(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `"gpt2"`) || !strings.Contains(err.Error(), "llama, mistral, qwen2, qwen3") {
 		t.Fatalf("unsupported model_type: %v", err)
 	}
+	edit("model_type", "mistral")
+	edit("sliding_window", 4096)
+	if _, err := model.Load(dir, cpu.New(1)); err == nil || !strings.Contains(err.Error(), "sliding window") {
+		t.Fatalf("mistral with a sliding window: %v", err)
+	}
+	edit("model_type", "llama")
+	delete(c, "sliding_window")
 	edit("intermediate_size", 200)
 	if _, err := model.Load(dir, cpu.New(1)); err == nil || !strings.Contains(err.Error(), "gate_proj.weight is 256×128, the config implies 200×128") {
 		t.Fatalf("wrong shape: %v", err)
+	}
+}
+
+// TestArchErrors: what an architecture cannot run is refused when it loads.
+func TestArchErrors(t *testing.T) {
+	dir := generate(t, randmodel.Tiny("qwen2", 512))
+	raw, _ := os.ReadFile(filepath.Join(dir, "config.json"))
+	var c map[string]any
+	json.Unmarshal(raw, &c)
+	c["use_sliding_window"] = true
+	data, _ := json.Marshal(c)
+	os.WriteFile(filepath.Join(dir, "config.json"), data, 0o644)
+	if _, err := model.Load(dir, cpu.New(1)); err == nil || !strings.Contains(err.Error(), "use_sliding_window") {
+		t.Fatalf("qwen2 with use_sliding_window: %v", err)
+	}
+	// A llama checkpoint relabelled qwen3 lacks q_norm: the error names the tensor.
+	dir = generate(t, randmodel.Tiny("llama", 512))
+	raw, _ = os.ReadFile(filepath.Join(dir, "config.json"))
+	os.WriteFile(filepath.Join(dir, "config.json"), []byte(strings.Replace(string(raw), `"llama"`, `"qwen3"`, 1)), 0o644)
+	if _, err := model.Load(dir, cpu.New(1)); err == nil || !strings.Contains(err.Error(), "q_norm.weight") {
+		t.Fatalf("qwen3 without q_norm: %v", err)
 	}
 }
 
