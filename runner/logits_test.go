@@ -2,16 +2,12 @@ package runner
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"testing"
 
 	"github.com/mlxg/mlxg/internal/testdata"
@@ -33,7 +29,7 @@ type refCase struct {
 		GroupSize int `json:"group_size"`
 	} `json:"quantize"`
 	Prompt        []int32   `json:"prompt"`
-	WeightsSHA256 string    `json:"weights_sha256"`
+	WeightsDigest string    `json:"weights_digest"` // randmodel.Digest of the checkpoint
 	Logits        []float64 `json:"logits"`
 	LogitsIndex   []int     `json:"logits_index"` // for large vocabularies: which logits Logits holds
 	Greedy        []int32   `json:"greedy"`
@@ -84,19 +80,12 @@ func buildRef(t *testing.T, c refCase, root string, built map[string]string) str
 		}
 		dir = q
 	}
-	files, _ := filepath.Glob(filepath.Join(dir, "*.safetensors"))
-	sort.Strings(files)
-	h := sha256.New()
-	for _, f := range files {
-		in, err := os.Open(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(h, in)
-		in.Close()
+	got, err := randmodel.Digest(dir)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != c.WeightsSHA256 {
-		t.Fatalf("%s: the regenerated weights hash to %s, the fixture was made from %s: registry/randmodel or registry/create changed its output; regenerate the fixtures (scripts/refs/regen.sh)", c.Name, got, c.WeightsSHA256)
+	if got != c.WeightsDigest {
+		t.Fatalf("%s: the rebuilt weights have digest %s, the fixture was made from %s: registry/randmodel, registry/create or internal/quant changed the weights; regenerate the fixtures (scripts/refs/regen.sh)", c.Name, got, c.WeightsDigest)
 	}
 	built[key] = dir
 	return dir

@@ -19,7 +19,9 @@
 package randmodel
 
 import (
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -501,4 +503,24 @@ func copyFile(src, dst string) error {
 		return err
 	}
 	return out.Close()
+}
+
+// Digest is the sha256 of a checkpoint's tensors — for each, in name order, its name,
+// dtype, shape and bytes — independent of how they are laid out in files (sharding,
+// header order, metadata). Reference fixtures record it to tell that a checkpoint
+// rebuilt later holds the same weights.
+func Digest(dir string) (string, error) {
+	ck, err := safetensors.OpenDir(dir)
+	if err != nil {
+		return "", err
+	}
+	defer ck.Close()
+	h := sha256.New()
+	for _, name := range ck.Names() {
+		t, _ := ck.Tensor(name)
+		shape, _ := json.Marshal(append([]int{}, t.Shape...)) // a scalar's shape is [], not null
+		fmt.Fprintf(h, "%s\x00%s\x00%s\x00", name, t.DType, shape)
+		h.Write(t.Data)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }

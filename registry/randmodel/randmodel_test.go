@@ -172,6 +172,18 @@ func TestSharded(t *testing.T) {
 	if !slices.Equal(a.Names(), b.Names()) {
 		t.Fatalf("names differ: %v vs %v", a.Names(), b.Names())
 	}
+	da, err := Digest(one)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if db, _ := Digest(many); db != da {
+		t.Fatal("the same weights in one file and in shards have different digests")
+	}
+	other := t.TempDir()
+	Generate(other, cfg, Options{Seed: 4})
+	if dc, _ := Digest(other); dc == da {
+		t.Fatal("different weights have the same digest")
+	}
 	if _, ok := a.Tensor("lm_head.weight"); ok {
 		t.Fatal("tied model has lm_head.weight")
 	}

@@ -41,12 +41,28 @@ def subset_logits(values):
     return index, [values[i] for i in index]
 
 
-def weights_sha256(d):
-    h = hashlib.sha256()
+def weights_digest(d):
+    """registry/randmodel.Digest: sha256 over each tensor, in name order, of
+    name NUL dtype NUL shape-as-JSON NUL bytes; independent of the file layout."""
+    tensors = {}
     for f in sorted(os.listdir(d)):
-        if f.endswith(".safetensors"):
-            with open(os.path.join(d, f), "rb") as fh:
-                h.update(fh.read())
+        if not f.endswith(".safetensors"):
+            continue
+        with open(os.path.join(d, f), "rb") as fh:
+            blob = fh.read()
+        n = int.from_bytes(blob[:8], "little")
+        header = json.loads(blob[8 : 8 + n])
+        base = 8 + n
+        for name, info in header.items():
+            if name == "__metadata__":
+                continue
+            begin, end = info["data_offsets"]
+            tensors[name] = (info["dtype"], info["shape"], blob[base + begin : base + end])
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        dtype, shape, data = tensors[name]
+        h.update(f"{name}\0{dtype}\0{json.dumps(shape, separators=(',', ':'))}\0".encode())
+        h.update(data)
     return h.hexdigest()
 
 
@@ -95,9 +111,9 @@ def rope_parameters(cfg):
 
 def build_model(case, root):
     d = os.path.join(root, case["dir"])
-    got = weights_sha256(d)
-    if got != case["weights_sha256"]:
-        raise SystemExit(f"{case['name']}: weights in {d} hash to {got}, cases.json says {case['weights_sha256']}")
+    got = weights_digest(d)
+    if got != case["weights_digest"]:
+        raise SystemExit(f"{case['name']}: weights in {d} have digest {got}, cases.json says {case['weights_digest']}")
     raw = json.load(open(os.path.join(d, "config.json")))
     raw.pop("quantization", None)
     raw.pop("quantization_config", None)

@@ -10,23 +10,20 @@
 // form is under 50 MB), with prompts encoded by runner/tokenizer and
 // runner/template. reference.py runs transformers on each (on the dequantized
 // weights for quantized cases). The Go test rebuilds every checkpoint from the
-// fixture's description and checks weights_sha256 first, so a change in the
-// generator or the converter is reported as such, not as a numerical mismatch.
+// fixture's description and checks weights_digest (randmodel.Digest: tensor names,
+// dtypes, shapes and bytes) first, so a change in the generator or the converter is
+// reported as such, not as a numerical mismatch.
 package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"log"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"sort"
 
 	"github.com/mlxg/mlxg/registry/create"
 	"github.com/mlxg/mlxg/registry/randmodel"
@@ -44,8 +41,8 @@ type Case struct {
 	Quantize      *Quantize         `json:"quantize,omitempty"`
 	Prompt        []int32           `json:"prompt"`
 	GreedyN       int               `json:"greedy_n"`
-	WeightsSHA256 string            `json:"weights_sha256"`
-	Dir           string            `json:"dir"` // the checkpoint reference.py reads, relative to cases.json
+	WeightsDigest string            `json:"weights_digest"` // randmodel.Digest of the checkpoint read
+	Dir           string            `json:"dir"`            // the checkpoint reference.py reads, relative to cases.json
 }
 
 // Quantize is the MLX quantization applied by registry/create.
@@ -128,7 +125,7 @@ func tinyCases(dir string) ([]Case, error) {
 }
 
 // Build writes the checkpoint of c into out and returns the directory the model is
-// read from and the sha256 of its weights. Random source checkpoints of quantized
+// read from and the digest of its weights. Random source checkpoints of quantized
 // cases go to scratch, so out holds only what reference.py reads.
 func Build(c Case, out, scratch, shared string) (string, string, error) {
 	var src string
@@ -153,7 +150,7 @@ func Build(c Case, out, scratch, shared string) (string, string, error) {
 			model = filepath.Join(out, fmt.Sprintf("%s-q%dg%d", c.SharedModel, c.Quantize.Bits, c.Quantize.GroupSize))
 		}
 		if _, err := os.Stat(filepath.Join(model, "config.json")); err == nil {
-			sum, err := WeightsSHA256(model)
+			sum, err := randmodel.Digest(model)
 			return model, sum, err
 		}
 		if _, err := create.Convert(context.Background(), src, model, create.Options{Bits: c.Quantize.Bits, GroupSize: c.Quantize.GroupSize}); err != nil {
@@ -162,30 +159,8 @@ func Build(c Case, out, scratch, shared string) (string, string, error) {
 		// reference.py reads no tokenizer, and the GPU machine takes 64 MiB in all.
 		os.Remove(filepath.Join(model, "tokenizer.json"))
 	}
-	sum, err := WeightsSHA256(model)
+	sum, err := randmodel.Digest(model)
 	return model, sum, err
-}
-
-// WeightsSHA256 hashes every *.safetensors file of dir, in name order.
-func WeightsSHA256(dir string) (string, error) {
-	files, err := filepath.Glob(filepath.Join(dir, "*.safetensors"))
-	if err != nil {
-		return "", err
-	}
-	sort.Strings(files)
-	h := sha256.New()
-	for _, f := range files {
-		in, err := os.Open(f)
-		if err != nil {
-			return "", err
-		}
-		_, err = io.Copy(h, in)
-		in.Close()
-		if err != nil {
-			return "", err
-		}
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 func main() {
@@ -211,7 +186,7 @@ func main() {
 		if err != nil {
 			log.Fatalf("%s: %v", cs[i].Name, err)
 		}
-		cs[i].WeightsSHA256 = sum
+		cs[i].WeightsDigest = sum
 		cs[i].Dir, _ = filepath.Rel(*out, model)
 		fmt.Printf("%-20s %s %s (%d prompt tokens)\n", cs[i].Name, sum[:12], cs[i].Dir, len(cs[i].Prompt))
 	}
