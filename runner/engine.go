@@ -204,15 +204,16 @@ func (e *Engine) Generate(ctx context.Context, req Request, fn func(text string)
 	dec := e.Tokenizer.NewStreamDecoder(true)
 	stops := &stopFilter{stops: o.Stop}
 	var text []byte
+	var failed error // fn's error: fn is not called again after one
 	send := func(s string) error {
-		if s == "" {
-			return nil
+		if s == "" || failed != nil {
+			return failed
 		}
 		text = append(text, s...)
 		if fn != nil {
-			return fn(s)
+			failed = fn(s)
 		}
-		return nil
+		return failed
 	}
 	hit := false
 	res, err := e.run(ctx, prompt, o, numCtx, flags{noTruncate: req.NoTruncate, noShift: req.NoShift}, func(id int32) (bool, error) {

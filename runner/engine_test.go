@@ -245,9 +245,10 @@ func TestCancel(t *testing.T) {
 	}
 	// A callback error stops generation too, and is returned.
 	boom := errors.New("client went away")
-	_, err = e.Generate(context.Background(), Request{Messages: hello, Options: o}, func(string) error { return boom })
-	if !errors.Is(err, boom) {
-		t.Fatalf("callback error %v not returned", err)
+	calls := 0
+	_, err = e.Generate(context.Background(), Request{Messages: hello, Options: o}, func(string) error { calls++; return boom })
+	if !errors.Is(err, boom) || calls != 1 {
+		t.Fatalf("callback error %v not returned, or the callback was called %d times", err, calls)
 	}
 }
 
