@@ -226,9 +226,12 @@ func (c *context) Attention(q, k, v compute.Tensor, cache kvstore.Layer, nHeads 
 	if !ok {
 		return nilTensor
 	}
+	if cache == nil {
+		return c.fail("Attention without a KV cache layer")
+	}
 	kvHeads, kDim, vDim := cache.Dims()
 	T := a[0].rows
-	if T == 0 || a[1].rows != T || a[2].rows != T || nHeads <= 0 || nHeads%kvHeads != 0 ||
+	if T == 0 || kvHeads <= 0 || a[1].rows != T || a[2].rows != T || nHeads <= 0 || nHeads%kvHeads != 0 ||
 		a[0].cols != nHeads*kDim || a[1].cols != kvHeads*kDim || a[2].cols != kvHeads*vDim {
 		return c.fail("Attention: q %d×%d, k %d×%d, v %d×%d do not fit %d heads over a cache of %d KV heads of %d/%d dims",
 			a[0].rows, a[0].cols, a[1].rows, a[1].cols, a[2].rows, a[2].cols, nHeads, kvHeads, kDim, vDim)
