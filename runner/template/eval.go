@@ -749,6 +749,9 @@ func unary(op string, v any) (any, error) {
 }
 
 func binary(op string, l, r any) (any, error) {
+	if s, ok := asString(l); ok && op == "%" {
+		return percentFormat(s, r) // str % anything, Undefined included, is str.__mod__
+	}
 	if u, ok := l.(Undefined); ok {
 		return nil, u.err()
 	}
@@ -795,10 +798,6 @@ func binary(op string, l, r any) (any, error) {
 		}
 		if lInt {
 			return repeat(r, il)
-		}
-	case "%":
-		if s, ok := asString(l); ok {
-			return percentFormat(s, r)
 		}
 	}
 	if op == "+" {

@@ -466,14 +466,29 @@ func filterSort(r *state, v any, args []any, kw *Dict) (any, error) {
 		return nil, err
 	}
 	cs := truthy(or(a[1], false))
+	// Jinja2 sorts by a list of keys, one per comma-separated attribute, so keys that
+	// are equal (Undefined ones too) never need ordering.
+	var attrs []any
+	if s, ok := asString(or(a[2], nil)); ok {
+		for _, part := range strings.Split(s, ",") {
+			attrs = append(attrs, part)
+		}
+	} else if given(a[2]) && a[2] != nil {
+		attrs = []any{a[2]}
+	}
 	return sortValues(items, func(it any) (any, error) {
-		if given(a[2]) && a[2] != nil {
-			var err error
-			if it, err = attrPath(it, a[2]); err != nil {
+		if attrs == nil {
+			return []any{sortKey(it, cs)}, nil
+		}
+		keys := make([]any, len(attrs))
+		for i, attr := range attrs {
+			k, err := attrPath(it, attr)
+			if err != nil {
 				return nil, err
 			}
+			keys[i] = sortKey(k, cs)
 		}
-		return sortKey(it, cs), nil
+		return keys, nil
 	}, truthy(or(a[0], false)))
 }
 

@@ -942,11 +942,11 @@ func padAlign(body, sign string, width int, align string, fill rune) string {
 
 func percentFormat(s string, arg any) (any, error) {
 	var args []any
-	var mapping *Dict
+	var mapping any // a *Dict, or Undefined, which Python also takes for a mapping
 	switch x := arg.(type) {
 	case tuple:
 		args = x
-	case *Dict:
+	case *Dict, Undefined:
 		mapping = x
 		args = []any{x}
 	default:
@@ -984,7 +984,11 @@ func percentFormat(s string, arg any) (any, error) {
 				return nil, fmt.Errorf("format requires a mapping")
 			}
 			key := s[i+1 : i+k]
-			val, ok := mapping.get(key)
+			d, isDict := mapping.(*Dict)
+			if !isDict {
+				return nil, mapping.(Undefined).err()
+			}
+			val, ok := d.get(key)
 			if !ok {
 				return nil, fmt.Errorf("KeyError: '%s'", key)
 			}

@@ -565,6 +565,10 @@ func contains(container, item any) (bool, error) {
 		}
 		return false, nil
 	case *Dict:
+		switch item.(type) {
+		case []any, *Dict:
+			return false, fmt.Errorf("unhashable type: '%s'", typeName(item))
+		}
 		_, ok := x.get(item)
 		return ok, nil
 	case Undefined:

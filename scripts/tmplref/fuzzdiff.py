@@ -8,6 +8,7 @@ differ, or where only one side fails. Needs python3 with jinja2 and Go.
 
 Usage: fuzzdiff.py [N] [SEED]      (from the repository root; default 2000 templates)
 """
+import copy
 import json
 import os
 import random
@@ -158,7 +159,8 @@ def main():
         src = block(r)
         name = f"case{i}"
         try:
-            out = emulated_compile(src).render(**VARS)
+            # A fresh copy each time: Jinja2's indent filter extends a list it is given in place.
+            out = emulated_compile(src).render(**copy.deepcopy(VARS))
             if " at 0x" in out or "<built-in" in out or "<bound" in out:
                 continue  # Python object addresses: not comparable
             want[name] = ("ok", out)
