@@ -75,9 +75,7 @@ func (c rowCodec) get(dst []float32, s seg, r int) {
 	dst = dst[:c.dim]
 	switch c.f.Mode {
 	case F16:
-		for j, x := range h {
-			dst[j] = half.F16ToF32(x)
-		}
+		quant.WidenF16(dst, h)
 	case Affine:
 		// quant.DequantizeRow's arithmetic (scale*code + bias), with the codes unpacked
 		// straight into dst and the fp16 scales read in place: this runs once per cached
