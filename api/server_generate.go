@@ -103,7 +103,7 @@ func (s *Server) schedRequest(j *job) (sched.Request, error) {
 		return sched.Request{}, err
 	}
 	lm, numCtx, det := j.lm, j.opts.NumCtx, details(j.info)
-	return sched.Request{Key: lm.Dir, Name: j.name, Fingerprint: strconv.Itoa(numCtx), Size: size,
+	return sched.Request{Key: lm.Dir, Name: lm.Name, Fingerprint: strconv.Itoa(numCtx), Size: size,
 		KeepAlive: j.keepAlive, Load: func(ctx context.Context) (sched.Model, error) {
 			m, err := s.cfg.Loader.Load(ctx, lm, numCtx)
 			if err != nil {

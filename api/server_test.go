@@ -314,7 +314,7 @@ func TestLoadUnloadPsEmbed(t *testing.T) {
 	var ps ProcessResponse
 	_ = json.NewDecoder(r.Body).Decode(&ps)
 	r.Body.Close()
-	if len(ps.Models) != 1 || ps.Models[0].Name != "scripted" || ps.Models[0].ContextLength != 4096 || ps.Models[0].KVCache == "" ||
+	if len(ps.Models) != 1 || ps.Models[0].Name != "scripted:latest" || ps.Models[0].ContextLength != 4096 || ps.Models[0].KVCache == "" ||
 		ps.Models[0].Size <= 0 || time.Until(ps.Models[0].ExpiresAt) < 4*time.Minute || ps.Models[0].Details.Family != "llama" {
 		t.Fatalf("ps %+v", ps)
 	}

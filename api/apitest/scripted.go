@@ -105,7 +105,7 @@ func WriteScripted(dir, tokenizerDir string, scripts []Script) error {
 		}
 		return v
 	}
-	const heads, kvHeads, headDim, inter = 4, 2, 16, 64
+	const heads, kvHeads, headDim, inter = 2, 1, 64, 64
 	tensors := []struct {
 		name  string
 		shape []int
