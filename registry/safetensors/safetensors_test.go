@@ -89,6 +89,9 @@ func TestWriteOpenRoundTrip(t *testing.T) {
 	if err != nil || len(h.Tensors) != 4 {
 		t.Fatalf("ReadHeader: %v %v", h, err)
 	}
+	if st, err := os.Stat(path); err != nil || st.Mode().Perm() != 0o644 {
+		t.Fatalf("written file mode: %v %v", st.Mode(), err)
+	}
 	// no temp files left behind
 	ents, _ := os.ReadDir(dir)
 	if len(ents) != 1 {

@@ -91,6 +91,10 @@ func Write(path string, tensors []Tensor, metadata map[string]string) error {
 	if err := w.Flush(); err != nil {
 		return fmt.Errorf("safetensors write %s: %w", path, err)
 	}
+	// CreateTemp makes the file owner-only; a checkpoint or block is an ordinary file.
+	if err := tmp.Chmod(0o644); err != nil {
+		return fmt.Errorf("safetensors write %s: %w", path, err)
+	}
 	if err := tmp.Sync(); err != nil {
 		return fmt.Errorf("safetensors write %s: fsync: %w", path, err)
 	}
