@@ -5,16 +5,17 @@ import "golang.org/x/sys/cpu"
 // simd reports whether the AVX2+FMA(+F16C) kernels in dot_amd64.s can run.
 var simd = cpu.X86.HasAVX2 && cpu.X86.HasFMA && cpu.X86.HasF16C
 
-// dotQ4 returns Σ_g scales[g] · Σ x'·codes over groups groups of blocks runs of 16
-// 4-bit codes (8 bytes each), x' in the order Vec.Prepare permutes it.
+// dotQ4Rows writes, for rows consecutive packed rows (with their scales and biases),
+// out[r] = Σ_g scales[g]·Σ x'·codes + biases[g]·sums[g], over groups groups of blocks
+// runs of 16 4-bit codes (8 bytes each), x' in the order Vec.Prepare permutes it.
 //
 //go:noescape
-func dotQ4(x *float32, w *uint32, scales *float32, groups, blocks int) float32
+func dotQ4Rows(x *float32, w *uint32, scales, biases, sums, out *float32, rows, groups, blocks int)
 
-// dotQ8 is dotQ4 for 8-bit codes, blocks runs of 8 codes per group, x in order.
+// dotQ8Rows is dotQ4Rows for 8-bit codes, blocks runs of 8 codes per group, x in order.
 //
 //go:noescape
-func dotQ8(x *float32, w *uint32, scales *float32, groups, blocks int) float32
+func dotQ8Rows(x *float32, w *uint32, scales, biases, sums, out *float32, rows, groups, blocks int)
 
 // SetSIMD switches the assembly kernels on or off (for tests and benchmarks of the
 // plain Go kernels) and returns the previous setting; it cannot turn them on where the

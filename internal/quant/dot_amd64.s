@@ -1,16 +1,28 @@
 #include "textflag.h"
 
-// func dotQ4(x *float32, w *uint32, scales *float32, groups, blocks int) float32
-TEXT ·dotQ4(SB), NOSPLIT, $0-44
+// func dotQ4Rows(x *float32, w *uint32, scales, biases, sums, out *float32, rows, groups, blocks int)
+// For each of rows consecutive packed rows: out[r] = Σ_g scales[g]·(x'·codes of g) +
+// biases[g]·sums[g], with blocks runs of 16 codes per group and x' permuted by Vec.
+TEXT ·dotQ4Rows(SB), NOSPLIT, $0-72
 	MOVQ x+0(FP), SI
 	MOVQ w+8(FP), DI
 	MOVQ scales+16(FP), DX
-	MOVQ groups+24(FP), CX
-	MOVQ blocks+32(FP), BX
+	MOVQ biases+24(FP), R13
+	MOVQ sums+32(FP), R14
+	MOVQ out+40(FP), R12
+	MOVQ rows+48(FP), CX
+	MOVQ groups+56(FP), R9
+	MOVQ blocks+64(FP), BX
 	MOVL $15, AX
 	VMOVD AX, X15
 	VPBROADCASTD X15, Y15
-	VXORPS Y0, Y0, Y0
+
+q4row:
+	MOVQ SI, R11             // x' from the start
+	MOVQ R14, AX             // group sums from the start
+	MOVQ R9, R10
+	VXORPS Y0, Y0, Y0        // Σ scale·acc
+	VXORPS X13, X13, X13     // Σ bias·sum
 
 q4group:
 	VXORPS Y1, Y1, Y1
@@ -31,12 +43,12 @@ q4block:
 	VCVTDQ2PS Y4, Y4
 	VCVTDQ2PS Y10, Y10
 	VCVTDQ2PS Y11, Y11
-	VFMADD231PS (SI), Y3, Y1
-	VFMADD231PS 32(SI), Y4, Y6
-	VFMADD231PS 64(SI), Y10, Y7
-	VFMADD231PS 96(SI), Y11, Y8
+	VFMADD231PS (R11), Y3, Y1
+	VFMADD231PS 32(R11), Y4, Y6
+	VFMADD231PS 64(R11), Y10, Y7
+	VFMADD231PS 96(R11), Y11, Y8
 	ADDQ $16, DI
-	ADDQ $128, SI
+	ADDQ $128, R11
 	DECQ R8
 	JNZ q4block
 
@@ -45,26 +57,46 @@ q4block:
 	VADDPS Y6, Y1, Y1
 	VBROADCASTSS (DX), Y5
 	VFMADD231PS Y1, Y5, Y0
+	VMOVSS (R13), X12
+	VFMADD231SS (AX), X12, X13
 	ADDQ $4, DX
-	DECQ CX
+	ADDQ $4, R13
+	ADDQ $4, AX
+	DECQ R10
 	JNZ q4group
 
 	VEXTRACTF128 $1, Y0, X1
 	VADDPS X1, X0, X0
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
+	VADDSS X13, X0, X0
+	VMOVSS X0, (R12)
+	ADDQ $4, R12
+	DECQ CX
+	JNZ q4row
+
 	VZEROUPPER
-	MOVSS X0, ret+40(FP)
 	RET
 
-// func dotQ8(x *float32, w *uint32, scales *float32, groups, blocks int) float32
-TEXT ·dotQ8(SB), NOSPLIT, $0-44
+// func dotQ8Rows(x *float32, w *uint32, scales, biases, sums, out *float32, rows, groups, blocks int)
+// dotQ4Rows for 8-bit codes: blocks runs of 8 codes per group, x in order.
+TEXT ·dotQ8Rows(SB), NOSPLIT, $0-72
 	MOVQ x+0(FP), SI
 	MOVQ w+8(FP), DI
 	MOVQ scales+16(FP), DX
-	MOVQ groups+24(FP), CX
-	MOVQ blocks+32(FP), BX
+	MOVQ biases+24(FP), R13
+	MOVQ sums+32(FP), R14
+	MOVQ out+40(FP), R12
+	MOVQ rows+48(FP), CX
+	MOVQ groups+56(FP), R9
+	MOVQ blocks+64(FP), BX
+
+q8row:
+	MOVQ SI, R11
+	MOVQ R14, AX
+	MOVQ R9, R10
 	VXORPS Y0, Y0, Y0
+	VXORPS X13, X13, X13
 
 q8group:
 	VXORPS Y1, Y1, Y1
@@ -77,26 +109,35 @@ q8block:
 	VPMOVZXBD 8(DI), Y3
 	VCVTDQ2PS Y2, Y2
 	VCVTDQ2PS Y3, Y3
-	VFMADD231PS (SI), Y2, Y1
-	VFMADD231PS 32(SI), Y3, Y6
+	VFMADD231PS (R11), Y2, Y1
+	VFMADD231PS 32(R11), Y3, Y6
 	ADDQ $16, DI
-	ADDQ $64, SI
+	ADDQ $64, R11
 	DECQ R8
 	JNZ q8block
 
 	VADDPS Y6, Y1, Y1
 	VBROADCASTSS (DX), Y5
 	VFMADD231PS Y1, Y5, Y0
+	VMOVSS (R13), X12
+	VFMADD231SS (AX), X12, X13
 	ADDQ $4, DX
-	DECQ CX
+	ADDQ $4, R13
+	ADDQ $4, AX
+	DECQ R10
 	JNZ q8group
 
 	VEXTRACTF128 $1, Y0, X1
 	VADDPS X1, X0, X0
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
+	VADDSS X13, X0, X0
+	VMOVSS X0, (R12)
+	ADDQ $4, R12
+	DECQ CX
+	JNZ q8row
+
 	VZEROUPPER
-	MOVSS X0, ret+40(FP)
 	RET
 
 // func dot4x8(x, w *float32, stride, n int, out *[4]float32)

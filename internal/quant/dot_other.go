@@ -4,11 +4,11 @@ package quant
 
 const simd = false
 
-func dotQ4(x *float32, w *uint32, scales *float32, groups, blocks int) float32 {
+func dotQ4Rows(x *float32, w *uint32, scales, biases, sums, out *float32, rows, groups, blocks int) {
 	panic("unreachable")
 }
 
-func dotQ8(x *float32, w *uint32, scales *float32, groups, blocks int) float32 {
+func dotQ8Rows(x *float32, w *uint32, scales, biases, sums, out *float32, rows, groups, blocks int) {
 	panic("unreachable")
 }
 

@@ -31,14 +31,16 @@ func testVecDot(t *testing.T) {
 				t.Fatal(err)
 			}
 			wpr, gpr := Words(cols, bits), cols/group
+			all := make([]float32, rows)
+			v.DotRows(all, p, s, b)
 			for row := 0; row < rows; row++ {
 				var want float64
 				for i := 0; i < cols; i++ {
 					want += float64(x[i]) * float64(d[row*cols+i])
 				}
 				got := v.Dot(p[row*wpr:(row+1)*wpr], s[row*gpr:(row+1)*gpr], b[row*gpr:(row+1)*gpr])
-				if math.Abs(float64(got)-want) > 1e-5+1e-4*math.Abs(want) {
-					t.Fatalf("bits %d group %d row %d: Dot %v, reference %v", bits, group, row, got, want)
+				if math.Abs(float64(got)-want) > 1e-5+1e-4*math.Abs(want) || math.Abs(float64(all[row])-want) > 1e-5+1e-4*math.Abs(want) {
+					t.Fatalf("bits %d group %d row %d: Dot %v, DotRows %v, reference %v", bits, group, row, got, all[row], want)
 				}
 			}
 		}
