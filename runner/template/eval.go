@@ -946,6 +946,11 @@ func sliceValue(obj any, start, stop, step *int64) (any, error) {
 		n = len(runes)
 	case Undefined:
 		return nil, x.err()
+	case *view:
+		if x.kind != "range" {
+			return nil, fmt.Errorf("'%s' object is not subscriptable", typeName(obj))
+		}
+		seq, n = x.items, len(x.items)
 	default:
 		return nil, fmt.Errorf("'%s' object is not subscriptable", typeName(obj))
 	}
@@ -1043,6 +1048,15 @@ func getItem(obj, key any) (any, error) {
 	case *Dict:
 		if v, ok := x.get(key); ok {
 			return v, nil
+		}
+	case *view:
+		if _, i, isInt, ok := number(key); ok && isInt && x.kind == "range" {
+			if i < 0 {
+				i += int64(len(x.items))
+			}
+			if i >= 0 && i < int64(len(x.items)) {
+				return x.items[i], nil
+			}
 		}
 	case []any, tuple, string, Markup:
 		if _, i, isInt, ok := number(key); ok && isInt {

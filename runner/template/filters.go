@@ -146,16 +146,23 @@ func init() {
 			return Markup(htmlEscape(pyStr(v))), nil
 		},
 		"first": func(r *state, v any, args []any, kw *Dict) (any, error) {
-			items, err := iterate(v)
+			next, err := pull(v)
 			if err != nil {
 				return nil, err
 			}
-			if len(items) == 0 {
+			item, ok, err := next()
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
 				return Undefined{hint: "No first item, sequence was empty."}, nil
 			}
-			return items[0], nil
+			return item, nil
 		},
 		"last": func(r *state, v any, args []any, kw *Dict) (any, error) {
+			if it, ok := v.(*iterator); ok {
+				return nil, fmt.Errorf("'%s' object is not reversible", it.kind)
+			}
 			items, err := iterate(v)
 			if err != nil {
 				return nil, err
@@ -202,13 +209,15 @@ func init() {
 		"groupby": filterGroupby,
 		"indent":  filterIndent,
 		"items": func(r *state, v any, args []any, kw *Dict) (any, error) {
-			switch x := v.(type) {
-			case Undefined:
-				return []any{}, nil
-			case *Dict:
-				return dictItems(x), nil
-			}
-			return nil, fmt.Errorf("can only get item pairs from a mapping, not %s", typeName(v))
+			return lazily(func() ([]any, error) {
+				switch x := v.(type) {
+				case Undefined:
+					return nil, nil
+				case *Dict:
+					return dictItems(x), nil
+				}
+				return nil, fmt.Errorf("can only get item pairs from a mapping, not %s", typeName(v))
+			}), nil
 		},
 		"join": filterJoin,
 		"list": func(r *state, v any, args []any, kw *Dict) (any, error) {
@@ -247,15 +256,7 @@ func init() {
 				}
 				return sameKind(v, string(runes)), nil
 			}
-			items, err := iterate(v)
-			if err != nil {
-				return nil, fmt.Errorf("argument must be iterable")
-			}
-			out := make([]any, len(items))
-			for i, it := range items {
-				out[len(items)-1-i] = it
-			}
-			return out, nil
+			return reversedValue(v)
 		},
 		"round": filterRound,
 		"safe": func(r *state, v any, args []any, kw *Dict) (any, error) {
@@ -384,6 +385,10 @@ func filterBatch(r *state, v any, args []any, kw *Dict) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	return lazily(func() ([]any, error) { return batch(v, a) }), nil
+}
+
+func batch(v any, a []any) ([]any, error) {
 	n, err := toInt(a[0], "linecount")
 	if err != nil || n <= 0 {
 		return nil, fmt.Errorf("batch() needs a positive linecount")
@@ -408,6 +413,10 @@ func filterSlice(r *state, v any, args []any, kw *Dict) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	return lazily(func() ([]any, error) { return slices(v, a) }), nil
+}
+
+func slices(v any, a []any) ([]any, error) {
 	n, err := toInt(a[0], "slices")
 	if err != nil || n <= 0 {
 		return nil, fmt.Errorf("slice() needs a positive number of slices")
@@ -497,34 +506,25 @@ func filterUnique(r *state, v any, args []any, kw *Dict) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	items, err := iterate(v)
-	if err != nil {
-		return nil, err
-	}
 	cs := truthy(or(a[0], false))
 	var seen []any
-	out := []any{}
-	for _, it := range items {
+	return generate(v, false, func(it any) (any, bool, error) {
 		k := it
 		if given(a[1]) && a[1] != nil {
+			var err error
 			if k, err = attrPath(it, a[1]); err != nil {
-				return nil, err
+				return nil, false, err
 			}
 		}
 		k = sortKey(k, cs)
-		dup := false
 		for _, s := range seen {
 			if equal(s, k) {
-				dup = true
-				break
+				return nil, false, nil
 			}
 		}
-		if !dup {
-			seen = append(seen, k)
-			out = append(out, it)
-		}
-	}
-	return out, nil
+		seen = append(seen, k)
+		return it, true, nil
+	}), nil
 }
 
 func minMax(r *state, v any, args []any, kw *Dict, max bool) (any, error) {
@@ -592,32 +592,24 @@ func filterJoin(r *state, v any, args []any, kw *Dict) (any, error) {
 	return strings.Join(parts, sep), nil
 }
 
+// filterMap is a generator, as in Jinja2 (which maps over a false value as over nothing).
 func filterMap(r *state, v any, args []any, kw *Dict) (any, error) {
-	if !truthy(v) { // Jinja2 maps over a false value as over nothing
-		v = []any{}
-	}
-	items, err := iterate(v)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]any, 0, len(items))
 	if len(args) == 0 && kw != nil {
 		attr, ok := kw.get("attribute")
 		if !ok {
 			return nil, fmt.Errorf("map() needs a filter name or attribute=")
 		}
 		def, hasDef := kw.get("default")
-		for _, it := range items {
+		return generate(v, true, func(it any) (any, bool, error) {
 			x, err := attrPath(it, attr)
 			if err != nil {
-				return nil, err
+				return nil, false, err
 			}
 			if _, undef := x.(Undefined); undef && hasDef {
 				x = def
 			}
-			out = append(out, x)
-		}
-		return out, nil
+			return x, true, nil
+		}), nil
 	}
 	if len(args) == 0 {
 		return nil, fmt.Errorf("map() needs a filter name or attribute=")
@@ -627,24 +619,15 @@ func filterMap(r *state, v any, args []any, kw *Dict) (any, error) {
 	if !ok {
 		return nil, fmt.Errorf("no filter named '%s'", name)
 	}
-	for _, it := range items {
+	return generate(v, true, func(it any) (any, bool, error) {
 		x, err := f(r, it, args[1:], kw)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, x)
-	}
-	return out, nil
+		return x, true, err
+	}), nil
 }
 
+// selectReject is a generator, as in Jinja2 (where a false value selects nothing,
+// iterable or not).
 func selectReject(r *state, v any, args []any, kw *Dict, byAttr, want bool) (any, error) {
-	if !truthy(v) { // as in Jinja2, a false value selects nothing, iterable or not
-		v = []any{}
-	}
-	items, err := iterate(v)
-	if err != nil {
-		return nil, err
-	}
 	var attr any
 	if byAttr {
 		if len(args) == 0 {
@@ -661,25 +644,22 @@ func selectReject(r *state, v any, args []any, kw *Dict, byAttr, want bool) (any
 		}
 		test, args = t, args[1:]
 	}
-	out := []any{}
-	for _, it := range items {
+	return generate(v, true, func(it any) (any, bool, error) {
 		x := it
+		var err error
 		if byAttr {
 			if x, err = attrPath(it, attr); err != nil {
-				return nil, err
+				return nil, false, err
 			}
 		}
 		ok := truthy(x)
 		if test != nil {
 			if ok, err = test(r, x, args); err != nil {
-				return nil, err
+				return nil, false, err
 			}
 		}
-		if ok == want {
-			out = append(out, it)
-		}
-	}
-	return out, nil
+		return it, ok == want, nil
+	}), nil
 }
 
 func filterRound(r *state, v any, args []any, kw *Dict) (any, error) {
@@ -970,15 +950,17 @@ func init() {
 		},
 		"iterable": func(r *state, v any, args []any) (bool, error) {
 			switch v.(type) {
-			case string, Markup, []any, tuple, *Dict, Undefined:
+			case string, Markup, []any, tuple, *Dict, Undefined, *view, *iterator:
 				return true, nil
 			}
 			return false, nil
 		},
 		"sequence": func(r *state, v any, args []any) (bool, error) {
-			switch v.(type) {
+			switch x := v.(type) {
 			case string, Markup, []any, tuple, *Dict, Undefined:
 				return true, nil
+			case *view:
+				return x.kind == "range", nil // dict views have len() but no indexing
 			}
 			return false, nil
 		},

@@ -352,15 +352,15 @@ func (r *state) callMethod(recv any, name string, args []any, kw *Dict) (any, er
 		}
 		switch name {
 		case "items":
-			return dictItems(x), nil
+			return &view{kind: "dict_items", items: dictItems(x)}, nil
 		case "keys":
-			return append([]any{}, x.keys...), nil
+			return &view{kind: "dict_keys", items: append([]any{}, x.keys...)}, nil
 		case "values":
 			out := make([]any, 0, len(x.keys))
 			for _, k := range x.keys {
 				out = append(out, x.m[k])
 			}
-			return out, nil
+			return &view{kind: "dict_values", items: out}, nil
 		case "copy":
 			return x.copy(), nil
 		case "get":

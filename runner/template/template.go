@@ -139,7 +139,11 @@ func init() {
 				}
 				out = append(out, i)
 			}
-			return out, nil
+			repr := fmt.Sprintf("range(%d, %d)", start, stop)
+			if step != 1 {
+				repr = fmt.Sprintf("range(%d, %d, %d)", start, stop, step)
+			}
+			return &view{kind: "range", items: out, repr: repr}, nil
 		}),
 		"dict": builtin(func(r *state, args []any, kw *Dict) (any, error) {
 			d := NewDict()

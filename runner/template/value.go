@@ -122,7 +122,7 @@ func undefinedAttr(obj any, attr any) Undefined {
 type namespace struct{ d *Dict }
 
 func typeName(v any) string {
-	switch v.(type) {
+	switch x := v.(type) {
 	case nil:
 		return "NoneType"
 	case bool:
@@ -149,6 +149,10 @@ func typeName(v any) string {
 		return "LoopContext"
 	case *macro:
 		return "Macro"
+	case *iterator:
+		return x.kind
+	case *view:
+		return x.kind
 	}
 	return "function"
 }
@@ -176,6 +180,8 @@ func truthy(v any) bool {
 		return len(x.keys) > 0
 	case Undefined:
 		return false
+	case *view:
+		return len(x.items) > 0
 	}
 	return true
 }
@@ -296,6 +302,10 @@ func writeRepr(b *strings.Builder, v any, active map[any]bool) {
 		b.WriteString("<Namespace ")
 		writeRepr(b, x.d, active)
 		b.WriteString(">")
+	case *view:
+		b.WriteString(x.String())
+	case *iterator:
+		fmt.Fprintf(b, "<%s object>", x.kind)
 	default:
 		fmt.Fprintf(b, "<%s>", typeName(v))
 	}
@@ -438,6 +448,9 @@ func equal(a, b any) bool {
 	case Undefined:
 		_, ok := b.(Undefined)
 		return ok
+	case *view:
+		y, ok := b.(*view)
+		return ok && x.kind == y.kind && x.kind != "dict_values" && seqEqual(x.items, y.items)
 	}
 	return a == b
 }
@@ -522,6 +535,10 @@ func iterate(v any) ([]any, error) {
 		return out, nil
 	case Undefined:
 		return nil, nil
+	case *view:
+		return x.items, nil
+	case *iterator:
+		return drain(x.next)
 	}
 	return nil, fmt.Errorf("'%s' object is not iterable", typeName(v))
 }
@@ -542,6 +559,8 @@ func length(v any) (int, error) {
 		return 0, nil
 	case *namespace:
 		return len(x.d.keys), nil
+	case *view:
+		return len(x.items), nil
 	}
 	return 0, fmt.Errorf("object of type '%s' has no len()", typeName(v))
 }
@@ -573,6 +592,17 @@ func contains(container, item any) (bool, error) {
 		return ok, nil
 	case Undefined:
 		return false, nil
+	case *view, *iterator:
+		next, _ := pull(x)
+		for {
+			v, ok, err := next()
+			if err != nil || !ok {
+				return false, err
+			}
+			if equal(v, item) {
+				return true, nil
+			}
+		}
 	}
 	return false, fmt.Errorf("argument of type '%s' is not iterable", typeName(container))
 }

@@ -144,10 +144,26 @@ def block(r, depth=0):
             parts.append("{% set ns = namespace(v=0, s='') %}" + f"{{% for x in l %}}{{% set ns.v = ns.v + x %}}{{% set ns.s = ns.s ~ x %}}{{% endfor %}}{{{{ ns.v }}}}{{{{ ns.s }}}}")
         elif c < 0.9:
             parts.append(f"{{% macro mm(a, b='B') %}}[{{{{ a }}}}{{{{ b }}}}]{block(r, depth + 2)}{{% endmacro %}}{{{{ mm({expr(r)}) }}}}{{{{ mm(1, b={expr(r)}) }}}}")
+        elif c < 0.95:
+            parts.append(chat_like(r))
         else:
             parts.append(f"{{#{ws(r)} comment {ws(r)}#}}")
         parts.append(text(r))
     return "".join(parts)
+
+
+def chat_like(r):
+    """A loop over messages in the style of real chat templates."""
+    role_test = r.choice(["m.role == 'user'", "m['role'] == 'assistant'", "m.role in ['system', 'tool']",
+                          "loop.first and m.role == 'system'", "(m.role == 'user') != (loop.index0 % 2 == 0)"])
+    content = r.choice(["m.content", "m['content']|trim", "m.content.strip()", "(m.content or '')",
+                        "m.content.split('</think>')[-1].lstrip('\\n')", "m.content|tojson",
+                        "m.tool_calls|tojson if m.tool_calls is defined else m.content",
+                        "(m.content if m.content is string else m.content|map(attribute='text')|join)"])
+    return (f"{{%{ws(r)} for m in msgs %}}{{%{ws(r)} if {role_test} %}}{{{{{ws(r)} '<|' + m.role + '|>\\n' + {content} + '\\n' }}}}"
+            f"{{%{ws(r)} elif m.tool_calls %}}{{%- for tc in m.tool_calls %}}{{%- set tc = tc.function if tc.function else tc %}}"
+            f"{{{{ tc.name }}}}:{{{{ tc.arguments|tojson }}}}{{%- endfor %}}{{% else %}}{{{{ m.role|upper }}}}{{%{ws(r)} endif %}}"
+            f"{{%{ws(r)} endfor %}}{{%- if {expr(r)} %}}{{{{- '<|assistant|>\\n' }}}}{{%- endif %}}")
 
 
 def main():
