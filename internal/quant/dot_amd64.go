@@ -46,3 +46,8 @@ func axpy4x8(y, w *float32, stride, n int, p *[4]float32)
 //
 //go:noescape
 func widen8(dst *float32, src *uint16, n int)
+
+// swiglu8 writes gate·up / (1 + e^-gate) into out over n values, n a positive multiple of 8.
+//
+//go:noescape
+func swiglu8(out, gate, up *float32, n int)

@@ -322,3 +322,78 @@ wloop:
 
 	VZEROUPPER
 	RET
+
+// Constants of swiglu8's e^x: log2 e, ln 2 split in two, the Taylor coefficients 1/7!
+// .. 1/2!, 1, and the clamp [-87, 88] that keeps 2^k a normal float.
+DATA expc<>+0(SB)/4, $0x3fb8aa3b
+DATA expc<>+4(SB)/4, $0x3f317200
+DATA expc<>+8(SB)/4, $0x35bfbe8e
+DATA expc<>+12(SB)/4, $0x39500d01
+DATA expc<>+16(SB)/4, $0x3ab60b61
+DATA expc<>+20(SB)/4, $0x3c088889
+DATA expc<>+24(SB)/4, $0x3d2aaaab
+DATA expc<>+28(SB)/4, $0x3e2aaaab
+DATA expc<>+32(SB)/4, $0x3f000000
+DATA expc<>+36(SB)/4, $0x3f800000
+DATA expc<>+40(SB)/4, $0x42b00000
+DATA expc<>+44(SB)/4, $0xc2ae0000
+GLOBL expc<>(SB), RODATA|NOPTR, $48
+
+// func swiglu8(out, gate, up *float32, n int)
+// out = g·u / (1 + e^-g) over n values, n a positive multiple of 8.
+TEXT ·swiglu8(SB), NOSPLIT, $0-32
+	MOVQ out+0(FP), DI
+	MOVQ gate+8(FP), SI
+	MOVQ up+16(FP), DX
+	MOVQ n+24(FP), CX
+	SHRQ $3, CX
+	VBROADCASTSS expc<>+0(SB), Y15
+	VBROADCASTSS expc<>+4(SB), Y14
+	VBROADCASTSS expc<>+8(SB), Y13
+	VBROADCASTSS expc<>+36(SB), Y12
+	VBROADCASTSS expc<>+40(SB), Y11
+	VBROADCASTSS expc<>+44(SB), Y10
+	MOVL $127, AX
+	VMOVD AX, X9
+	VPBROADCASTD X9, Y9
+
+sgloop:
+	VMOVUPS (SI), Y0            // g
+	VXORPS Y1, Y1, Y1
+	VSUBPS Y0, Y1, Y1           // x = -g
+	VMINPS Y11, Y1, Y1
+	VMAXPS Y10, Y1, Y1
+	VMULPS Y15, Y1, Y2
+	VROUNDPS $0, Y2, Y2         // k = round(x·log2 e)
+	VMOVAPS Y1, Y3
+	VFNMADD231PS Y14, Y2, Y3    // r = x - k·ln2
+	VFNMADD231PS Y13, Y2, Y3
+	VBROADCASTSS expc<>+12(SB), Y4
+	VBROADCASTSS expc<>+16(SB), Y5
+	VFMADD213PS Y5, Y3, Y4      // Horner: p = p·r + c
+	VBROADCASTSS expc<>+20(SB), Y5
+	VFMADD213PS Y5, Y3, Y4
+	VBROADCASTSS expc<>+24(SB), Y5
+	VFMADD213PS Y5, Y3, Y4
+	VBROADCASTSS expc<>+28(SB), Y5
+	VFMADD213PS Y5, Y3, Y4
+	VBROADCASTSS expc<>+32(SB), Y5
+	VFMADD213PS Y5, Y3, Y4
+	VFMADD213PS Y12, Y3, Y4
+	VFMADD213PS Y12, Y3, Y4     // p ≈ e^r
+	VCVTPS2DQ Y2, Y6
+	VPADDD Y9, Y6, Y6
+	VPSLLD $23, Y6, Y6          // 2^k
+	VMULPS Y6, Y4, Y4           // e^x
+	VADDPS Y12, Y4, Y4          // 1 + e^-g
+	VMULPS (DX), Y0, Y0         // g·u
+	VDIVPS Y4, Y0, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DX
+	ADDQ $32, DI
+	DECQ CX
+	JNZ sgloop
+
+	VZEROUPPER
+	RET

@@ -22,3 +22,5 @@ func dot4x8x2(x0, x1, w *float32, stride, n int, out *[8]float32) { panic("unrea
 func axpy4x8(y, w *float32, stride, n int, p *[4]float32) { panic("unreachable") }
 
 func widen8(dst *float32, src *uint16, n int) { panic("unreachable") }
+
+func swiglu8(out, gate, up *float32, n int) { panic("unreachable") }

@@ -100,3 +100,43 @@ func WidenF16(dst []float32, src []uint16) {
 		}
 	}
 }
+
+// SwiGLU writes silu(g)·u = g·u / (1 + e^-g) into out (len(g) values), with e^x to
+// about 2 ulp.
+func SwiGLU(out, g, u []float32) {
+	n := len(g)
+	if n == 0 {
+		return
+	}
+	out, u = out[:n], u[:n]
+	n8 := n &^ 7
+	if simd && n8 > 0 {
+		swiglu8(&out[0], &g[0], &u[0], n8)
+	} else {
+		n8 = 0
+	}
+	for i := n8; i < n; i++ {
+		out[i] = g[i] * u[i] / (1 + exp32(-g[i]))
+	}
+}
+
+// exp32 is e^x in float32 to about 2 ulp, saturating outside float32's range: x =
+// k·ln2 + r with |r| <= ln2/2, e^r by its degree-7 Taylor polynomial, times 2^k.
+func exp32(x float32) float32 {
+	switch {
+	case x > 88.7:
+		return float32(math.Inf(1))
+	case x < -87:
+		return 0
+	case x != x:
+		return x
+	}
+	const ln2Hi, ln2Lo = 0.693145751953125, 1.428606765330187e-06
+	k := float32(math.RoundToEven(float64(x * 1.442695041)))
+	r := (x - k*ln2Hi) - k*ln2Lo
+	p := 1 + r*(1+r*(1.0/2+r*(1.0/6+r*(1.0/24+r*(1.0/120+r*(1.0/720+r*(1.0/5040)))))))
+	if k > 127 { // 2^128 itself overflows: scale in two steps
+		return p * 2 * math.Float32frombits(uint32(int32(k)-1+127)<<23)
+	}
+	return p * math.Float32frombits(uint32(int32(k)+127)<<23)
+}

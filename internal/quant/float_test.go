@@ -90,3 +90,42 @@ func refF16(h uint16) float32 {
 	}
 	return float32(v)
 }
+
+func TestExp32(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 5))
+	for i := 0; i < 200000; i++ {
+		x := float32(r.Float64()*175 - 87)
+		want := math.Exp(float64(x))
+		if got := float64(exp32(x)); math.Abs(got-want) > 3e-7*want {
+			t.Fatalf("exp32(%v) = %v, want %v", x, got, want)
+		}
+	}
+	if !math.IsInf(float64(exp32(100)), 1) || exp32(-100) != 0 {
+		t.Fatal("exp32 does not saturate")
+	}
+}
+
+// TestSwiGLU compares SwiGLU, with and without the assembly kernel, against float64 on
+// ordinary and extreme gate values.
+func TestSwiGLU(t *testing.T) {
+	r := rand.New(rand.NewPCG(6, 6))
+	const n = 1003
+	g, u := make([]float32, n), randMatrix(r, n)
+	for i := range g {
+		g[i] = float32(r.NormFloat64() * 4)
+	}
+	copy(g, []float32{-200, -90, -87.5, -30, 0, 30, 87.5, 90, 200})
+	for _, on := range []bool{true, false} {
+		prev := SetSIMD(on)
+		out := make([]float32, n)
+		SwiGLU(out, g, u)
+		for i := range g {
+			x := float64(g[i])
+			want := x * float64(u[i]) / (1 + math.Exp(-x))
+			if math.Abs(float64(out[i])-want) > 1e-6*math.Abs(want)+1e-30 {
+				t.Fatalf("simd=%v: SwiGLU(%v, %v) = %v, want %v", simd, g[i], u[i], out[i], want)
+			}
+		}
+		SetSIMD(prev)
+	}
+}

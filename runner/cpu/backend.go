@@ -71,17 +71,23 @@ func (b *Backend) Weight(src compute.Source, prefix string, q compute.Quant) (co
 	if !ok {
 		return nil, fmt.Errorf("checkpoint has no tensor %q", name)
 	}
-	if len(t.Shape) != 2 {
-		return nil, fmt.Errorf("tensor %q has shape %v, want a matrix", name, t.Shape)
+	if len(t.Shape) != 2 && len(t.Shape) != 3 {
+		return nil, fmt.Errorf("tensor %q has shape %v, want a matrix (or a stack of expert matrices)", name, t.Shape)
 	}
-	w := &weight{name: prefix, out: t.Shape[0], q: q}
+	// A stack of expert matrices [E, out, in] (mlx-lm's switch_mlp) is bound as one
+	// E·out × in matrix: the same bytes in the same order.
+	rows, cols := t.Shape[0], t.Shape[len(t.Shape)-1]
+	if len(t.Shape) == 3 {
+		rows *= t.Shape[1]
+	}
+	w := &weight{name: prefix, out: rows, q: q}
 	var err error
 	if !q.Quantized() {
-		w.in = t.Shape[1]
+		w.in = cols
 		if w.f, err = floats(t); err != nil {
 			return nil, err
 		}
-	} else if err = w.bindQuantized(src, t); err != nil {
+	} else if err = w.bindQuantized(src, t, cols); err != nil {
 		return nil, err
 	}
 	if bt, ok := src.Tensor(prefix + ".bias"); ok {
@@ -95,7 +101,7 @@ func (b *Backend) Weight(src compute.Source, prefix string, q compute.Quant) (co
 	return w, nil
 }
 
-func (w *weight) bindQuantized(src compute.Source, t *safetensors.Tensor) error {
+func (w *weight) bindQuantized(src compute.Source, t *safetensors.Tensor, cols int) error {
 	q := w.q
 	if q.Mode == quant.Affine {
 		if err := quant.CheckAffine(q.Bits, q.GroupSize); err != nil {
@@ -113,7 +119,7 @@ func (w *weight) bindQuantized(src compute.Source, t *safetensors.Tensor) error 
 	if t.DType != safetensors.U32 {
 		return fmt.Errorf("tensor %q is %s, but the config says the layer is %d-bit quantized (packed U32 codes expected)", t.Name, t.DType, q.Bits)
 	}
-	w.in = t.Shape[1] * 32 / q.Bits
+	w.in = cols * 32 / q.Bits
 	if w.in%q.GroupSize != 0 {
 		return fmt.Errorf("tensor %q: %d inputs are not a multiple of the group size %d", t.Name, w.in, q.GroupSize)
 	}

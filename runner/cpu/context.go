@@ -3,6 +3,7 @@ package cpu
 import (
 	"fmt"
 
+	"github.com/mlxg/mlxg/internal/quant"
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/runner/compute"
 )
@@ -196,7 +197,7 @@ func (c *context) Attention(q, k, v compute.Tensor, cache kvstore.Layer, heads i
 }
 
 func (c *context) SwiGLU(gate, up compute.Tensor) compute.Tensor {
-	return c.elementwise("SwiGLU", gate, up, swiGLU)
+	return c.elementwise("SwiGLU", gate, up, quant.SwiGLU)
 }
 
 func (c *context) Add(x, y compute.Tensor) compute.Tensor {

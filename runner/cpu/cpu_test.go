@@ -251,7 +251,9 @@ func TestLinearFP(t *testing.T) {
 	}
 }
 
-func TestNormRoPESwiGLU(t *testing.T) {
+func TestNormRoPESwiGLU(t *testing.T) { bothKernels(t, testNormRoPESwiGLU) }
+
+func testNormRoPESwiGLU(t *testing.T) {
 	r := rand.New(rand.NewPCG(4, 4))
 	b := New(2)
 	const T, heads, hd = 5, 3, 16
@@ -318,20 +320,6 @@ func TestNormRoPESwiGLU(t *testing.T) {
 		want[i] = float64(x[k]) + float64(x[k])*float64(y[k])
 	}
 	closeTo(t, "Add/Mul/Rows", got, want, 1e-6)
-}
-
-func TestExp32(t *testing.T) {
-	r := rand.New(rand.NewPCG(5, 5))
-	for i := 0; i < 200000; i++ {
-		x := float32(r.Float64()*175 - 87)
-		want := math.Exp(float64(x))
-		if got := float64(exp32(x)); math.Abs(got-want) > 3e-7*want {
-			t.Fatalf("exp32(%v) = %v, want %v", x, got, want)
-		}
-	}
-	if !math.IsInf(float64(exp32(100)), 1) || exp32(-100) != 0 {
-		t.Fatal("exp32 does not saturate")
-	}
 }
 
 // TestAttention runs two steps (a prefill of 5 rows, then one row) through Context.Attention

@@ -196,38 +196,3 @@ func ropeRow(row []float32, headDim int, cos, sin []float32) {
 		}
 	}
 }
-
-// swiGLU: out = silu(g) * u.
-func swiGLU(out, g, u []float32) {
-	u = u[:len(g)]
-	for i, x := range g {
-		out[i] = x / (1 + exp32(-x)) * u[i]
-	}
-}
-
-// exp32 is e^x in float32 to about 2 ulp, saturating outside float32's range.
-func exp32(x float32) float32 {
-	switch {
-	case x > 88.7:
-		return float32(math.Inf(1))
-	case x < -87:
-		return 0
-	case x != x:
-		return x
-	}
-	const ln2Hi, ln2Lo = 0.693145751953125, 1.428606765330187e-06
-	t := x * 1.442695041
-	k := int32(t)
-	if t-float32(k) >= 0.5 {
-		k++
-	} else if t-float32(k) <= -0.5 {
-		k--
-	}
-	kf := float32(k)
-	r := (x - kf*ln2Hi) - kf*ln2Lo
-	p := 1 + r*(1+r*(1.0/2+r*(1.0/6+r*(1.0/24+r*(1.0/120+r*(1.0/720+r*(1.0/5040)))))))
-	if k > 127 { // 2^128 itself overflows: scale in two steps
-		return p * 2 * math.Float32frombits(uint32(k-1+127)<<23)
-	}
-	return p * math.Float32frombits(uint32(k+127)<<23)
-}
