@@ -244,9 +244,7 @@ func (c *context) Attention(q, k, v compute.Tensor, cache kvstore.Layer, nHeads 
 			return c.attendOnCPU(g, a[0], a[1], a[2], cache, nHeads, scale)
 		}
 		q4 := g.astype(heads(g, a[0].arr, T, nHeads, kDim), dtFloat16)
-		k4 := g.astype(heads(g, a[1].arr, T, kvHeads, kDim), dtFloat16)
-		v4 := g.astype(heads(g, a[2].arr, T, kvHeads, vDim), dtFloat16)
-		m.append(g, k4, v4, T)
+		m.append(g, heads(g, a[1].arr, T, kvHeads, kDim), heads(g, a[2].arr, T, kvHeads, vDim), T)
 		k2, v2 := g.float32Array(a[1].arr), g.float32Array(a[2].arr)
 		if !mayConvert(cache) {
 			c.appends = append(c.appends, pendingAppend{cache, k2, v2, T})

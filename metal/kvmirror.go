@@ -148,7 +148,8 @@ func (m *mirror) replace(g *graph, prev, next mlxArray) mlxArray {
 	return next
 }
 
-// write stores x ([1, kvHeads, T, dim] fp16) at positions m.n.. of s.
+// write stores x ([1, kvHeads, T, dim], float32 as computed) at positions m.n.. of s,
+// rounding to fp16 or quantizing from the float32 values, as kvstore does.
 func (m *mirror) write(g *graph, s *side, x mlxArray, T, dim int) {
 	at := func(buf, upd mlxArray) mlxArray {
 		shape := g.shape(buf)
@@ -158,7 +159,7 @@ func (m *mirror) write(g *graph, s *side, x mlxArray, T, dim int) {
 		if s.data == 0 {
 			s.data = g.keep(g.broadcastTo(g.astype(g.scalar(0), dtFloat16), 1, m.kvHeads, m.cap, dim))
 		}
-		s.data = m.replace(g, s.data, at(s.data, x))
+		s.data = m.replace(g, s.data, at(s.data, g.astype(x, dtFloat16)))
 		return
 	}
 	codes, scales, biases := g.quantize(x, s.f.Group, s.f.Bits)
@@ -172,7 +173,7 @@ func (m *mirror) write(g *graph, s *side, x mlxArray, T, dim int) {
 	s.biases = m.replace(g, s.biases, at(s.biases, g.astype(biases, dtFloat16)))
 }
 
-// append stores a step's keys and values.
+// append stores a step's keys and values ([1, kvHeads, T, dim] float32).
 func (m *mirror) append(g *graph, k, v mlxArray, T int) {
 	m.grow(g, m.n+T)
 	m.write(g, &m.k, k, T, m.kDim)

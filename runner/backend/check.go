@@ -356,8 +356,17 @@ func opCases(seed uint64) ([]opCase, error) {
 	steps := []int{5, 1, 1}
 	total := 7
 	qs := randn(r, total*heads*headDim, 1)
-	ks := randn(r, total*kvHeads*headDim, 1)
-	vs := randn(r, total*kvHeads*headDim, 1)
+	// Keys and values lie on the grids of the affine case's 8-bit keys and 4-bit values,
+	// so that a backend quantizing the cache itself must find the very same codes: a
+	// random value can sit at a rounding tie, where float details decide a whole step.
+	ks, err := onGrid(randn(r, total*kvHeads*headDim, 1), headDim, 8, 32)
+	if err != nil {
+		return nil, err
+	}
+	vs, err := onGrid(randn(r, total*kvHeads*headDim, 1), headDim, 4, 32)
+	if err != nil {
+		return nil, err
+	}
 	src.floats("att.q.weight", safetensors.F32, []int{total, heads * headDim}, qs)
 	src.floats("att.k.weight", safetensors.F32, []int{total, kvHeads * headDim}, ks)
 	src.floats("att.v.weight", safetensors.F32, []int{total, kvHeads * headDim}, vs)
@@ -410,6 +419,16 @@ func opCases(seed uint64) ([]opCase, error) {
 		}, want})
 	}
 	return cases, nil
+}
+
+// onGrid is x (rows of dim values) quantized and dequantized with MLX's affine
+// algorithm: values that quantize to themselves.
+func onGrid(x []float32, dim, bits, group int) ([]float32, error) {
+	packed, scales, biases, err := quant.Quantize(x, len(x)/dim, dim, bits, group)
+	if err != nil {
+		return nil, err
+	}
+	return quant.Dequantize(packed, scales, biases, len(x)/dim, dim, bits, group)
 }
 
 // roundTrip is x (rows of kvHeads·dim) as cache format f stores it.
