@@ -203,6 +203,11 @@ func TestOpenFirstRecordsEveryAttempt(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "libmlxc not found") {
 		t.Errorf("nothing installed gave %v", err)
 	}
+	// A library that failed to load is the reason even when a later place is empty.
+	_, err = openFirst(d, []string{broken, missing})
+	if err == nil || !strings.Contains(err.Error(), "libmlxc could not be loaded") {
+		t.Errorf("a broken library then nothing gave %v", err)
+	}
 }
 
 func TestOpenOnThisPlatform(t *testing.T) {

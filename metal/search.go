@@ -19,6 +19,8 @@ const LibName = "libmlxc.dylib"
 // ErrUnsupportedPlatform is the reason Open fails on anything but macOS on Apple Silicon.
 var ErrUnsupportedPlatform = errors.New("Metal is only available on macOS on Apple Silicon")
 
+var errNotFound = errors.New("not found")
+
 // Attempt is one place Open looked for libmlxc and why it was not used.
 type Attempt struct {
 	Path string
@@ -69,7 +71,7 @@ func openFirst(d dynlib, candidates []string) (*Lib, error) {
 	var tried []Attempt
 	for _, p := range candidates {
 		if _, err := os.Stat(p); err != nil {
-			tried = append(tried, Attempt{p, errors.New("not found")})
+			tried = append(tried, Attempt{p, errNotFound})
 			continue
 		}
 		l, err := load(d, p)
@@ -79,8 +81,10 @@ func openFirst(d dynlib, candidates []string) (*Lib, error) {
 		tried = append(tried, Attempt{p, err})
 	}
 	reason := errors.New("libmlxc not found")
-	if len(tried) > 0 && tried[len(tried)-1].Err.Error() != "not found" {
-		reason = errors.New("libmlxc could not be loaded")
+	for _, a := range tried {
+		if !errors.Is(a.Err, errNotFound) {
+			reason = errors.New("libmlxc could not be loaded")
+		}
 	}
 	return nil, &UnavailableError{Reason: reason, Tried: tried}
 }
