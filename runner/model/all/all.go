@@ -5,4 +5,5 @@ import (
 	_ "github.com/mlxg/mlxg/runner/llama"
 	_ "github.com/mlxg/mlxg/runner/qwen2"
 	_ "github.com/mlxg/mlxg/runner/qwen3"
+	_ "github.com/mlxg/mlxg/runner/qwen3moe"
 )

@@ -1,0 +1,135 @@
+package compute
+
+import (
+	"fmt"
+	"math"
+	"sort"
+)
+
+// Optional operations of the hybrid and mixture-of-experts architectures (qwen3_moe,
+// gemma3, qwen3_next). A backend's Context implements the interfaces it supports; an
+// architecture asks for them with Ext, which sees through wrapping contexts, and
+// checks at load time with Supports, so that a backend without them is refused with
+// a clear error rather than failing mid-pass.
+
+// Routing is how a mixture-of-experts router's logits pick the experts of a token:
+// softmax over all experts (in float32), the TopK largest probabilities, renormalised
+// to sum to 1 when NormTopK (config.json's norm_topk_prob).
+type Routing struct {
+	TopK     int
+	NormTopK bool
+}
+
+// Select returns the experts picked by one token's router logits, best first, and
+// their weights.
+func (r Routing) Select(logits []float32) (experts []int, weights []float32) {
+	maxv := float32(math.Inf(-1))
+	for _, v := range logits {
+		maxv = max(maxv, v)
+	}
+	p := make([]float32, len(logits))
+	var sum float32
+	for i, v := range logits {
+		p[i] = float32(math.Exp(float64(v - maxv)))
+		sum += p[i]
+	}
+	idx := make([]int, len(logits))
+	for i := range idx {
+		idx[i] = i
+	}
+	// Stable: equal probabilities keep the lower index first, as torch.topk does on CPU.
+	sort.SliceStable(idx, func(a, b int) bool { return p[idx[a]] > p[idx[b]] })
+	k := min(r.TopK, len(idx))
+	experts, weights = idx[:k], make([]float32, k)
+	var top float32
+	for i, e := range experts {
+		weights[i] = p[e] / sum
+		top += weights[i]
+	}
+	if r.NormTopK && top > 0 {
+		for i := range weights {
+			weights[i] /= top
+		}
+	}
+	return experts, weights
+}
+
+// MoEContext runs mixture-of-experts blocks.
+type MoEContext interface {
+	// MoE is the SwiGLU mixture of experts: for row t of x (T × in) with router logits
+	// row t of router (T × experts), Σ p_e · down_e(silu(gate_e·x_t) ⊙ up_e·x_t) over
+	// the experts r.Select picks. gate and up are stacked expert matrices of
+	// experts·inter × in, down of experts·out × inter (mlx-lm's switch_mlp tensors,
+	// [experts, out, in], bound as one matrix); only the picked experts' rows are read.
+	MoE(x, router Tensor, gate, up, down Weight, experts int, r Routing) Tensor
+}
+
+// ActivationContext holds the elementwise and normalisation variants of Gemma and
+// Qwen3-Next.
+type ActivationContext interface {
+	// GeGLU is gelu_tanh(gate) * up, elementwise (Gemma's gelu_pytorch_tanh MLP).
+	GeGLU(gate, up Tensor) Tensor
+	// RMSNormOffset is x / sqrt(mean(x²) + eps) * (offset + w) per row: Gemma and
+	// Qwen3-Next store their norm weights around 0 and scale by 1 + w.
+	RMSNormOffset(x Tensor, w Vector, offset, eps float32) Tensor
+	// Scale multiplies every element by s.
+	Scale(x Tensor, s float32) Tensor
+	// SoftCap is cap · tanh(x / cap), elementwise (Gemma's logit soft-capping).
+	SoftCap(x Tensor, cap float32) Tensor
+	// SigmoidMul is x * sigmoid(g), elementwise; g has x's rows and either x's
+	// columns or one column per group of x's columns (a gate per head, or per row).
+	SigmoidMul(x, g Tensor) Tensor
+}
+
+// LinearAttentionContext runs Gated DeltaNet (Qwen3-Next, Qwen3.5) layers, whose state
+// lives in a kvstore.Recurrent.
+type LinearAttentionContext interface {
+	// CausalConv1D is a depthwise causal convolution with SiLU over the rows of x
+	// (T × C): out_t[c] = silu(Σ_j w[c][j] · x'_{t-K+1+j}[c]) for a kernel of K taps,
+	// where x' is the K-1 rows of state followed by x. state (K-1 rows × C, oldest
+	// first) is read and then overwritten with the last K-1 rows of x'. w is C × K.
+	CausalConv1D(x Tensor, w Weight, state []float32) Tensor
+	// GatedDelta runs the gated delta rule over T steps for H value heads:
+	// S ← exp(g)·S; S ← S + k ⊗ β(v − Sᵀk); o = Sᵀq, per head, with the state S
+	// (H × dk × dv, float32) read and overwritten. q, k are T × H·dk (already
+	// normalised and scaled), v is T × H·dv, g (log decay) and beta are T × H.
+	// Returns T × H·dv.
+	GatedDelta(q, k, v, g, beta Tensor, heads int, state []float32) Tensor
+	// DeltaGates computes Gated DeltaNet's per-head gates from a (T × H) and b
+	// (T × H) projections: g = -exp(aLog)·softplus(a + dtBias), beta = sigmoid(b).
+	DeltaGates(a, b Tensor, aLog, dtBias Vector) (g, beta Tensor)
+	// L2NormScale normalises each row of x (rows of one head) to unit L2 norm
+	// (x / sqrt(Σx² + eps)) and multiplies by s.
+	L2NormScale(x Tensor, eps, s float32) Tensor
+	// Cols is columns start .. start+n-1 of every row of x.
+	Cols(x Tensor, start, n int) Tensor
+}
+
+// unwrapper is implemented by contexts that wrap another (runner/model's cancellable
+// pass); Ext sees through them.
+type unwrapper interface{ Unwrap() Context }
+
+// Ext returns c, or the context it wraps, as T.
+func Ext[T any](c Context) (T, bool) {
+	for {
+		if t, ok := c.(T); ok {
+			return t, true
+		}
+		u, ok := c.(unwrapper)
+		if !ok {
+			var zero T
+			return zero, false
+		}
+		c = u.Unwrap()
+	}
+}
+
+// Supports reports an error naming what is missing when b's contexts lack T.
+func Supports[T any](b Backend, what string) error {
+	c := b.NewContext()
+	defer c.Close()
+	if _, ok := Ext[T](c); !ok {
+		return fmt.Errorf("the %s backend does not run %s yet: use the CPU backend (MLXG_BACKEND=cpu)", b.Name(), what)
+	}
+	return nil
+}

@@ -1,0 +1,168 @@
+package cpu
+
+import (
+	"math"
+
+	"github.com/mlxg/mlxg/internal/quant"
+	"github.com/mlxg/mlxg/runner/compute"
+)
+
+// expert returns a view of rows e*rows .. (e+1)*rows-1 of a stacked expert matrix,
+// sharing its memory: only those rows are read by a product with it.
+func (w *weight) expert(e, rows int) *weight {
+	v := &weight{name: w.name, out: rows, in: w.in, q: w.q}
+	lo, hi := e*rows, (e+1)*rows
+	if !w.q.Quantized() {
+		v.f = w.f[lo*w.in : hi*w.in]
+		return v
+	}
+	wpr, gpr := quant.Words(w.in, w.q.Bits), w.in/w.q.GroupSize
+	v.packed = w.packed[lo*wpr : hi*wpr]
+	v.scales = w.scales[lo*gpr : hi*gpr]
+	if w.biases != nil {
+		v.biases = w.biases[lo*gpr : hi*gpr]
+	}
+	return v
+}
+
+// MoE implements compute.MoEContext. Tokens are grouped by expert, so each picked
+// expert's weights are read once per call, and experts nobody picked are not read.
+func (c *context) MoE(x, router compute.Tensor, gate, up, down compute.Weight, experts int, r compute.Routing) compute.Tensor {
+	a, ok := c.args(x, router)
+	if !ok {
+		return nilTensor
+	}
+	g, ok1 := gate.(*weight)
+	u, ok2 := up.(*weight)
+	d, ok3 := down.(*weight)
+	if !ok1 || !ok2 || !ok3 {
+		return c.fail("MoE: weights are not CPU weights")
+	}
+	xs, rl := a[0], a[1]
+	T, in := xs.rows, xs.cols
+	if experts <= 0 || r.TopK <= 0 || r.TopK > experts || rl.rows != T || rl.cols != experts ||
+		g.in != in || u.in != in || g.out != u.out || g.out%experts != 0 || d.out%experts != 0 || d.in != g.out/experts {
+		return c.fail("MoE: x %d×%d, router %d×%d, top-%d of %d experts do not fit gate %d×%d, up %d×%d, down %d×%d",
+			T, in, rl.rows, rl.cols, r.TopK, experts, g.out, g.in, u.out, u.in, d.out, d.in)
+	}
+	inter, hidden := g.out/experts, d.out/experts
+	type pick struct {
+		token int
+		w     float32
+	}
+	byExpert := make([][]pick, experts)
+	for t := 0; t < T; t++ {
+		es, ws := r.Select(rl.data[t*experts : (t+1)*experts])
+		for i, e := range es {
+			byExpert[e] = append(byExpert[e], pick{t, ws[i]})
+		}
+	}
+	out := c.newTensor(T, hidden)
+	clear(out.data)
+	var bufs [][]float32
+	defer func() { c.b.release(bufs) }()
+	get := func(n int) []float32 {
+		buf := c.b.alloc(n)
+		bufs = append(bufs, buf)
+		return buf
+	}
+	for e, picks := range byExpert {
+		n := len(picks)
+		if n == 0 {
+			continue
+		}
+		xe := get(n * in)
+		for i, p := range picks {
+			copy(xe[i*in:(i+1)*in], xs.data[p.token*in:(p.token+1)*in])
+		}
+		h, hu, y := get(n*inter), get(n*inter), get(n*hidden)
+		c.b.linear(h, xe, n, g.expert(e, inter))
+		c.b.linear(hu, xe, n, u.expert(e, inter))
+		quant.SwiGLU(h, h, hu)
+		c.b.linear(y, h, n, d.expert(e, hidden))
+		for i, p := range picks {
+			o := out.data[p.token*hidden : (p.token+1)*hidden]
+			for j, v := range y[i*hidden : (i+1)*hidden] {
+				o[j] += p.w * v
+			}
+		}
+		c.b.release(bufs)
+		bufs = bufs[:0]
+	}
+	return out
+}
+
+// GeGLU implements compute.ActivationContext.
+func (c *context) GeGLU(gate, up compute.Tensor) compute.Tensor {
+	return c.elementwise("GeGLU", gate, up, func(o, g, u []float32) {
+		u = u[:len(g)]
+		for i, x := range g {
+			o[i] = geluTanh(x) * u[i]
+		}
+	})
+}
+
+// geluTanh is gelu_pytorch_tanh: 0.5x(1 + tanh(sqrt(2/π)(x + 0.044715x³))).
+func geluTanh(x float32) float32 {
+	v := float64(x)
+	return float32(0.5 * v * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(v+0.044715*v*v*v))))
+}
+
+// RMSNormOffset implements compute.ActivationContext.
+func (c *context) RMSNormOffset(x compute.Tensor, w compute.Vector, offset, eps float32) compute.Tensor {
+	v, ok := w.(vector)
+	if !ok {
+		return c.fail("RMSNormOffset: weight is not a CPU vector")
+	}
+	shifted := make(vector, len(v))
+	for i, x := range v {
+		shifted[i] = offset + x
+	}
+	return c.RMSNorm(x, shifted, eps)
+}
+
+// Scale implements compute.ActivationContext.
+func (c *context) Scale(x compute.Tensor, s float32) compute.Tensor {
+	return c.unary("Scale", x, func(v float32) float32 { return v * s })
+}
+
+// SoftCap implements compute.ActivationContext.
+func (c *context) SoftCap(x compute.Tensor, cp float32) compute.Tensor {
+	if cp <= 0 {
+		return c.fail("SoftCap: the cap must be positive, got %v", cp)
+	}
+	return c.unary("SoftCap", x, func(v float32) float32 { return cp * float32(math.Tanh(float64(v/cp))) })
+}
+
+// SigmoidMul implements compute.ActivationContext.
+func (c *context) SigmoidMul(x, g compute.Tensor) compute.Tensor {
+	a, ok := c.args(x, g)
+	if !ok {
+		return nilTensor
+	}
+	xs, gs := a[0], a[1]
+	if gs.rows != xs.rows || gs.cols <= 0 || xs.cols%gs.cols != 0 {
+		return c.fail("SigmoidMul of %d×%d by a gate of %d×%d", xs.rows, xs.cols, gs.rows, gs.cols)
+	}
+	out := c.newTensor(xs.rows, xs.cols)
+	group := xs.cols / gs.cols
+	for i, v := range xs.data {
+		r, col := i/xs.cols, i%xs.cols
+		out.data[i] = v * sigmoid(gs.data[r*gs.cols+col/group])
+	}
+	return out
+}
+
+func sigmoid(x float32) float32 { return float32(1 / (1 + math.Exp(-float64(x)))) }
+
+func (c *context) unary(op string, x compute.Tensor, fn func(float32) float32) compute.Tensor {
+	a, ok := c.args(x)
+	if !ok {
+		return nilTensor
+	}
+	out := c.newTensor(a[0].rows, a[0].cols)
+	for i, v := range a[0].data {
+		out.data[i] = fn(v)
+	}
+	return out
+}

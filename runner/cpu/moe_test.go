@@ -1,0 +1,223 @@
+package cpu
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/mlxg/mlxg/internal/quant"
+	"github.com/mlxg/mlxg/registry/safetensors"
+	"github.com/mlxg/mlxg/runner/compute"
+)
+
+// refSelect is the router rule in float64: softmax, the k largest, renormalised.
+func refSelect(logits []float32, k int, norm bool) ([]int, []float64) {
+	p := make([]float64, len(logits))
+	var sum float64
+	for i, v := range logits {
+		p[i] = math.Exp(float64(v))
+		sum += p[i]
+	}
+	used := make([]bool, len(p))
+	var es []int
+	var ws []float64
+	var top float64
+	for range k {
+		best := -1
+		for i := range p {
+			if !used[i] && (best < 0 || p[i] > p[best]) {
+				best = i
+			}
+		}
+		used[best] = true
+		es, ws = append(es, best), append(ws, p[best]/sum)
+		top += p[best] / sum
+	}
+	if norm {
+		for i := range ws {
+			ws[i] /= top
+		}
+	}
+	return es, ws
+}
+
+func TestRoutingSelect(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 7))
+	for _, norm := range []bool{true, false} {
+		for range 50 {
+			logits := randVec(r, 16)
+			es, ws := compute.Routing{TopK: 4, NormTopK: norm}.Select(logits)
+			wantE, wantW := refSelect(logits, 4, norm)
+			for i := range wantE {
+				if es[i] != wantE[i] || math.Abs(float64(ws[i])-wantW[i]) > 1e-6 {
+					t.Fatalf("norm %v: picked %v %v, reference %v %v", norm, es, ws, wantE, wantW)
+				}
+			}
+		}
+	}
+}
+
+// TestMoE checks the expert block, with float and 4-bit stacked experts, for a decode
+// row and a prefill, against a float64 reference over the dequantized experts; the
+// experts no token picks hold NaN, which must not reach the output (they are not read).
+func TestMoE(t *testing.T) { bothKernels(t, testMoE) }
+
+func testMoE(t *testing.T) {
+	r := rand.New(rand.NewPCG(8, 8))
+	const E, k, hidden, inter = 8, 2, 64, 96
+	for _, quantized := range []bool{false, true} {
+		for _, T := range []int{1, 6} {
+			x := randVec(r, T*hidden)
+			router := randVec(r, T*E)
+			picked := map[int]bool{}
+			for t := 0; t < T; t++ {
+				es, _ := refSelect(router[t*E:(t+1)*E], k, true)
+				for _, e := range es {
+					picked[e] = true
+				}
+			}
+			src, mats := source{}, map[string][]float32{}
+			for _, m := range []struct {
+				name    string
+				out, in int
+			}{{"gate", inter, hidden}, {"up", inter, hidden}, {"down", hidden, inter}} {
+				w := randVec(r, E*m.out*m.in)
+				for i := range w {
+					w[i] /= float32(math.Sqrt(float64(m.in)))
+				}
+				if !quantized {
+					for e := range E {
+						if !picked[e] {
+							for i := e * m.out * m.in; i < (e+1)*m.out*m.in; i++ {
+								w[i] = float32(math.NaN())
+							}
+						}
+					}
+					src.putFloat(m.name+".weight", safetensors.F32, []int{E, m.out, m.in}, w)
+					mats[m.name] = w
+					continue
+				}
+				packed, scales, biases, err := quant.Quantize(w, E*m.out, m.in, 4, 32)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for e := range E {
+					if !picked[e] {
+						gpr := m.in / 32
+						for i := e * m.out * gpr; i < (e+1)*m.out*gpr; i++ {
+							scales[i] = float32(math.NaN())
+						}
+					}
+				}
+				src.putU32(m.name+".weight", []int{E, m.out, m.in / 8}, packed)
+				src.putFloat(m.name+".scales", safetensors.F32, []int{E, m.out, m.in / 32}, scales)
+				src.putFloat(m.name+".biases", safetensors.F32, []int{E, m.out, m.in / 32}, biases)
+				mats[m.name], err = quant.Dequantize(packed, scales, biases, E*m.out, m.in, 4, 32)
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			want := make([]float64, T*hidden)
+			for t := 0; t < T; t++ {
+				xt := x[t*hidden : (t+1)*hidden]
+				es, ws := refSelect(router[t*E:(t+1)*E], k, true)
+				for i, e := range es {
+					g := refLinear(xt, mats["gate"][e*inter*hidden:], nil, 1, inter, hidden)
+					u := refLinear(xt, mats["up"][e*inter*hidden:], nil, 1, inter, hidden)
+					h := make([]float32, inter)
+					for j := range h {
+						h[j] = float32(g[j] / (1 + math.Exp(-g[j])) * u[j])
+					}
+					y := refLinear(h, mats["down"][e*hidden*inter:], nil, 1, hidden, inter)
+					for j := range y {
+						want[t*hidden+j] += ws[i] * y[j]
+					}
+				}
+			}
+			q := compute.Quant{}
+			if quantized {
+				q = compute.Quant{Mode: quant.Affine, Bits: 4, GroupSize: 32}
+			}
+			b := New(3)
+			bind := func(name string) compute.Weight {
+				w, err := b.Weight(src, name, q)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return w
+			}
+			gate, up, down := bind("gate"), bind("up"), bind("down")
+			xw, rw := input(t, b, T, hidden, x), input(t, b, T, E, router)
+			got := run(t, b, func(c compute.Context) compute.Tensor {
+				m, ok := compute.Ext[compute.MoEContext](c)
+				if !ok {
+					t.Fatal("the CPU context is not a MoEContext")
+				}
+				return m.MoE(c.Embed(xw, seq(T)), c.Embed(rw, seq(T)), gate, up, down, E, compute.Routing{TopK: k, NormTopK: true})
+			})
+			closeTo(t, "MoE", got, want, 1e-4)
+		}
+	}
+}
+
+func TestActivations(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 9))
+	b := New(2)
+	const T, C = 5, 24
+	x, y := randVec(r, T*C), randVec(r, T*C)
+	gh := randVec(r, T*3) // one gate per group of 8 columns
+	xw, yw, gw := input(t, b, T, C, x), input(t, b, T, C, y), input(t, b, T, 3, gh)
+	src := source{}
+	nw := randVec(r, C)
+	src.putFloat("n", safetensors.F32, []int{C}, nw)
+	norm, err := b.Vector(src, "n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ext := func(c compute.Context) compute.ActivationContext {
+		a, ok := compute.Ext[compute.ActivationContext](c)
+		if !ok {
+			t.Fatal("the CPU context is not an ActivationContext")
+		}
+		return a
+	}
+	sig := func(v float64) float64 { return 1 / (1 + math.Exp(-v)) }
+	want := map[string][]float64{}
+	for _, name := range []string{"gelu", "scale", "softcap", "sigmoid", "sigmoidGroup", "norm"} {
+		want[name] = make([]float64, T*C)
+	}
+	for i := range x {
+		a, u := float64(x[i]), float64(y[i])
+		want["gelu"][i] = 0.5 * a * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(a+0.044715*a*a*a))) * u
+		want["scale"][i] = a * 1.5
+		want["softcap"][i] = 3 * math.Tanh(a/3)
+		want["sigmoid"][i] = a * sig(u)
+		want["sigmoidGroup"][i] = a * sig(float64(gh[(i/C)*3+(i%C)/8]))
+	}
+	for t := 0; t < T; t++ {
+		var ss float64
+		for _, v := range x[t*C : (t+1)*C] {
+			ss += float64(v) * float64(v)
+		}
+		inv := 1 / math.Sqrt(ss/C+1e-6)
+		for j := 0; j < C; j++ {
+			want["norm"][t*C+j] = float64(x[t*C+j]) * inv * (1 + float64(nw[j]))
+		}
+	}
+	for name, op := range map[string]func(c compute.Context) compute.Tensor{
+		"gelu":    func(c compute.Context) compute.Tensor { return ext(c).GeGLU(c.Embed(xw, seq(T)), c.Embed(yw, seq(T))) },
+		"scale":   func(c compute.Context) compute.Tensor { return ext(c).Scale(c.Embed(xw, seq(T)), 1.5) },
+		"softcap": func(c compute.Context) compute.Tensor { return ext(c).SoftCap(c.Embed(xw, seq(T)), 3) },
+		"sigmoid": func(c compute.Context) compute.Tensor {
+			return ext(c).SigmoidMul(c.Embed(xw, seq(T)), c.Embed(yw, seq(T)))
+		},
+		"sigmoidGroup": func(c compute.Context) compute.Tensor {
+			return ext(c).SigmoidMul(c.Embed(xw, seq(T)), c.Embed(gw, seq(T)))
+		},
+		"norm": func(c compute.Context) compute.Tensor {
+			return ext(c).RMSNormOffset(c.Embed(xw, seq(T)), norm, 1, 1e-6)
+		},
+	} {
+		closeTo(t, name, run(t, b, op), want[name], 1e-5)
+	}
+}
