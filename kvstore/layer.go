@@ -51,6 +51,7 @@ type Full struct {
 	n                   int
 	k16, v16            [][]uint16 // blocks of BlockTokens×kvHeads×dim, when !fp32
 	k32, v32            [][]float32
+	shared              int // leading blocks handed to the prefix cache by reference: copied before a write
 }
 
 // NewFull makes an empty full-attention cache, fp16 unless fp32 is set.
@@ -115,6 +116,7 @@ func (c *Full) Truncate(n int) error {
 	if n < 0 || n > c.n {
 		return fmt.Errorf("kvstore: cannot truncate a cache of %d positions to %d", c.n, n)
 	}
+	privatize(&c.shared, n, c.unshare)
 	keep := (n + BlockTokens - 1) / BlockTokens
 	if c.fp32 {
 		c.k32, c.v32 = c.k32[:keep], c.v32[:keep]

@@ -89,6 +89,7 @@ type Quantized struct {
 	kvCodecs
 	n      int
 	kb, vb []seg // blocks of BlockTokens×kvHeads rows
+	shared int   // leading blocks handed to the prefix cache by reference: copied before a write
 }
 
 // NewQuantized makes an empty full-attention cache that stores spec, fp16 until
@@ -134,6 +135,7 @@ func (c *Quantized) Truncate(n int) error {
 	if n < 0 || n > c.n {
 		return fmt.Errorf("kvstore: cannot truncate a cache of %d positions to %d", c.n, n)
 	}
+	privatize(&c.shared, n, c.unshare)
 	keep := (n + BlockTokens - 1) / BlockTokens
 	c.kb, c.vb = c.kb[:keep], c.vb[:keep]
 	c.n = n
