@@ -339,9 +339,13 @@ func TestQwen3Tiny(t *testing.T) {
 	t.Logf("continuation: %q", text)
 }
 
-func ExampleSupported() {
-	fmt.Println(model.Supported())
-	// Output: [llama mistral qwen2 qwen3]
+func TestSupported(t *testing.T) {
+	got := fmt.Sprint(model.Supported())
+	for _, want := range []string{"llama", "mistral", "qwen2", "qwen3"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("Supported() = %s, missing %s", got, want)
+		}
+	}
 }
 
 var _ kvstore.Layer = (*kvstore.Full)(nil)
