@@ -942,12 +942,17 @@ func padAlign(body, sign string, width int, align string, fill rune) string {
 
 func percentFormat(s string, arg any) (any, error) {
 	var args []any
-	var mapping any // a *Dict, or Undefined, which Python also takes for a mapping
+	var mapping any // anything with __getitem__ but a tuple or str: Python takes it for a mapping
 	switch x := arg.(type) {
 	case tuple:
 		args = x
-	case *Dict, Undefined:
+	case *Dict, Undefined, []any:
 		mapping = x
+		args = []any{x}
+	case *view:
+		if x.kind == "range" {
+			mapping = x
+		}
 		args = []any{x}
 	default:
 		args = []any{arg}
@@ -986,7 +991,10 @@ func percentFormat(s string, arg any) (any, error) {
 			key := s[i+1 : i+k]
 			d, isDict := mapping.(*Dict)
 			if !isDict {
-				return nil, mapping.(Undefined).err()
+				if u, ok := mapping.(Undefined); ok {
+					return nil, u.err()
+				}
+				return nil, fmt.Errorf("%s indices must be integers or slices, not str", typeName(mapping))
 			}
 			val, ok := d.get(key)
 			if !ok {
