@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"runtime"
@@ -76,9 +77,9 @@ func runDoctor(out io.Writer, seed uint64) int {
 	openCPU := func() (compute.Backend, error) { return cpubackend.New(0), nil }
 	openers := []backend.Opener{openCPU}
 	row("cpu", "available: "+ref.Name())
-	gpu, err := backend.OpenMetal()
-	if err != nil {
-		row("metal", strings.ReplaceAll(err.Error(), "\n", "\n  \t"))
+	gpu, gpuErr := backend.OpenMetal()
+	if gpuErr != nil {
+		row("metal", strings.ReplaceAll(gpuErr.Error(), "\n", "\n  \t"))
 	} else {
 		defer gpu.(interface{ Close() error }).Close()
 		backends = append(backends, gpu)
@@ -90,10 +91,22 @@ func runDoctor(out io.Writer, seed uint64) int {
 		}
 		row("metal", desc)
 	}
-	if forced := os.Getenv(backend.Env); forced != "" {
-		row("selected", fmt.Sprintf("%s=%s forces it", backend.Env, forced))
+	// What `mlxg serve` and `mlxg run` would choose, by the same rule.
+	choice, err := backend.Select(backend.Options{
+		Metal: func() (compute.Backend, error) {
+			if len(backends) > 1 {
+				return backends[1], nil
+			}
+			return nil, gpuErr
+		},
+		CPU:    func(int) compute.Backend { return ref },
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		row("selected", "FAIL: "+strings.ReplaceAll(err.Error(), "\n", "\n  \t"))
+		failed++
 	} else {
-		row("selected", backends[len(backends)-1].Name()+" (the best available; set "+backend.Env+"=cpu or metal to force one)")
+		row("selected", fmt.Sprintf("%s (%s; %s=cpu or metal forces one)", choice.Backend.Name(), choice.Reason, backend.Env))
 	}
 
 	report := func(res []backend.Result) {

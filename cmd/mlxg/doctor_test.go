@@ -8,6 +8,7 @@ import (
 )
 
 func TestDoctorReport(t *testing.T) {
+	t.Setenv("MLXG_BACKEND", "")
 	var out bytes.Buffer
 	failed := runDoctor(&out, 1)
 	report := out.String()
@@ -26,5 +27,22 @@ func TestDoctorReport(t *testing.T) {
 	}
 	if strings.Count(report, "  ok  ") < 32 {
 		t.Errorf("fewer checks than expected ran:\n%s", report)
+	}
+}
+
+// Forcing a backend that cannot run here is a failed check: mlxg would not start.
+func TestDoctorFailsAForcedBackendThatCannotRun(t *testing.T) {
+	if runtime.GOOS == "darwin" && runtime.GOARCH == "arm64" {
+		t.Skip("Metal may run here")
+	}
+	t.Setenv("MLXG_BACKEND", "metal")
+	var out bytes.Buffer
+	if failed := runDoctor(&out, 1); failed != 1 {
+		t.Fatalf("%d failed checks, want 1:\n%s", failed, out.String())
+	}
+	for _, w := range []string{"FAIL: MLXG_BACKEND=metal, but the Metal backend cannot run", "1 check(s) FAILED."} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("the report lacks %q:\n%s", w, out.String())
+		}
 	}
 }
