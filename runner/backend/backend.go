@@ -23,6 +23,28 @@ type Choice struct {
 	Backend compute.Backend
 	Kind    string // "metal" or "cpu"
 	Reason  string // for the log: why this one
+
+	open func() (compute.Backend, error) // another Metal backend, for ForModel
+}
+
+// ForModel returns the backend to load one more model on. The CPU backend is shared
+// by every model. Metal gets a Backend of its own per model, because its weights wrap
+// that model's mmapped checkpoint and are held until the Backend is closed: call
+// Release on it before closing the model.
+func (c Choice) ForModel() (compute.Backend, error) {
+	if c.open == nil {
+		return c.Backend, nil
+	}
+	return c.open()
+}
+
+// Release closes a backend ForModel made, when it has anything to close (the shared
+// CPU backend has not).
+func Release(b compute.Backend) error {
+	if c, ok := b.(interface{ Close() error }); ok {
+		return c.Close()
+	}
+	return nil
 }
 
 // Options are what Select reads; the zero value means the real environment.
@@ -68,11 +90,11 @@ func Select(o Options) (Choice, error) {
 		if err != nil {
 			return Choice{}, fmt.Errorf("%s=metal, but the Metal backend cannot run: %w", Env, err)
 		}
-		c = Choice{Backend: b, Kind: "metal", Reason: Env + "=metal"}
+		c = Choice{Backend: b, Kind: "metal", Reason: Env + "=metal", open: openMetal}
 	case "":
 		b, err := openMetal()
 		if err == nil {
-			c = Choice{Backend: b, Kind: "metal", Reason: "libmlxc loaded and MLX reports a Metal GPU"}
+			c = Choice{Backend: b, Kind: "metal", Reason: "libmlxc loaded and MLX reports a Metal GPU", open: openMetal}
 			break
 		}
 		c = Choice{Backend: newCPU(o.Threads), Kind: "cpu", Reason: oneLine(err)}

@@ -139,3 +139,22 @@ func TestCheckModelOnCPU(t *testing.T) {
 		t.Fatalf("a wrong SwiGLU passed the logits check: %+v", res)
 	}
 }
+
+func TestForModel(t *testing.T) {
+	c, _, err := selectWith(t, "cpu", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := c.ForModel(); err != nil || b != c.Backend || Release(b) != nil {
+		t.Errorf("the CPU backend is not shared: %v %v", b, err)
+	}
+	c, _, err = selectWith(t, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b1, err1 := c.ForModel()
+	b2, err2 := c.ForModel()
+	if err1 != nil || err2 != nil || b1 == b2 || b1 == c.Backend || b1.Name() != "metal (fake)" {
+		t.Errorf("Metal backends per model: %v %v, %v %v", b1, err1, b2, err2)
+	}
+}
