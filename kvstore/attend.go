@@ -20,7 +20,9 @@ type tiler interface {
 // attendTiles runs causal grouped-query attention over the first length positions of
 // t, with a flash-attention style online softmax: for each KV head it walks the cache
 // block by block, loads each tile once, and updates every query row and every query
-// head of the group that may see it. Work is split over KV heads and chunks of rows.
+// head of the group that may see it. Work is split over KV heads and chunks of rows;
+// when that leaves threads idle (a decode step over few KV heads), the blocks are
+// split too and the partial softmax states merged at the end.
 func attendTiles(t tiler, length int, a Attention) error {
 	kvHeads, kDim, vDim := t.Dims()
 	switch {
@@ -36,86 +38,157 @@ func attendTiles(t tiler, length int, a Attention) error {
 	chunks := min(a.N, max(1, (2*threads+kvHeads-1)/kvHeads))
 	rowsPer := (a.N + chunks - 1) / chunks
 	chunks = (a.N + rowsPer - 1) / rowsPer
+	blocks := (length + BlockTokens - 1) / BlockTokens
+	splits := 1
+	if kvHeads*chunks < threads {
+		splits = min(blocks, (threads+kvHeads*chunks-1)/(kvHeads*chunks))
+	}
 	group := a.Heads / kvHeads
-	first := length - a.N // absolute position of query row 0
+	var parts []state // per item when split: partial states to merge
+	if splits > 1 {
+		parts = make([]state, kvHeads*chunks*splits)
+	}
 
-	parallel(threads, kvHeads*chunks, func(item int) {
-		h, r0 := item/chunks, item%chunks*rowsPer
+	parallel(threads, kvHeads*chunks*splits, func(item int) {
+		h, c, sp := item/(chunks*splits), item/splits%chunks, item%splits
+		r0 := c * rowsPer
 		r1 := min(r0+rowsPer, a.N)
-		rows := r1 - r0
 		s := scratchPool.Get().(*scratch)
 		defer scratchPool.Put(s)
-		kt, vt := s.grow(&s.k, BlockTokens*kDim), s.grow(&s.v, BlockTokens*vDim)
-		scores := s.grow(&s.scores, BlockTokens)
-		m, l := s.grow(&s.m, rows*group), s.grow(&s.l, rows*group)
-		acc := s.grow(&s.acc, rows*group*vDim)
-		for i := range m {
-			m[i], l[i] = float32(math.Inf(-1)), 0
+		var st state
+		if splits > 1 {
+			st = newState((r1-r0)*group, vDim)
+		} else {
+			st = state{m: s.grow(&s.m, (r1-r0)*group), l: s.grow(&s.l, (r1-r0)*group), acc: s.grow(&s.acc, (r1-r0)*group*vDim)}
+			st.reset()
 		}
-		clear(acc)
-		last := first + r1 - 1 // the last position any row of this chunk sees
-		for from := 0; from <= last; from += BlockTokens {
-			to := min(from+BlockTokens, last+1)
-			t.tile(kt, vt, h, from, to)
-			for i := r0; i < r1; i++ {
-				end := min(to, first+i+1)
-				if end <= from {
-					continue
-				}
-				for g := 0; g < group; g++ {
-					hq := h*group + g
-					q := a.Q[(i*a.Heads+hq)*kDim:][:kDim]
-					st := (i-r0)*group + g
-					mx := m[st]
-					sc := scores[:end-from]
-					j := 0
-					var s4 [4]float32
-					for ; j+4 <= len(sc); j += 4 { // four keys per pass over q
-						quant.DotRows4(&s4, q, kt[j*kDim:], kDim)
-						sc[j], sc[j+1], sc[j+2], sc[j+3] = a.Scale*s4[0], a.Scale*s4[1], a.Scale*s4[2], a.Scale*s4[3]
-					}
-					for ; j < len(sc); j++ {
-						sc[j] = a.Scale * dot(q, kt[j*kDim:(j+1)*kDim])
-					}
-					for _, x := range sc {
-						mx = max(mx, x)
-					}
-					o := acc[st*vDim : (st+1)*vDim]
-					if mx > m[st] {
-						corr := expNeg(m[st] - mx)
-						l[st] *= corr
-						for d := range o {
-							o[d] *= corr
-						}
-						m[st] = mx
-					}
-					for j := range sc {
-						sc[j] = expNeg(sc[j] - mx)
-						l[st] += sc[j]
-					}
-					j = 0
-					for ; j+4 <= len(sc); j += 4 { // four values per pass over o
-						quant.AxpyRows4(o, vt[j*vDim:], vDim, (*[4]float32)(sc[j:j+4]))
-					}
-					for ; j < len(sc); j++ {
-						axpy(o, vt[j*vDim:(j+1)*vDim], sc[j])
-					}
-				}
-			}
+		attendPart(t, s, a, &st, length, h, r0, r1, sp*blocks/splits, (sp+1)*blocks/splits)
+		if splits > 1 {
+			parts[item] = st
+			return
 		}
-		for i := r0; i < r1; i++ {
-			for g := 0; g < group; g++ {
-				hq := h*group + g
-				st := (i-r0)*group + g
-				out := a.Out[(i*a.Heads+hq)*vDim:][:vDim]
-				inv := 1 / l[st]
-				for d, x := range acc[st*vDim : (st+1)*vDim] {
-					out[d] = x * inv
-				}
-			}
-		}
+		st.write(a, h, group, r0, r1, vDim)
 	})
+	if splits > 1 {
+		parallel(threads, kvHeads*chunks, func(item int) {
+			h, c := item/chunks, item%chunks
+			r0 := c * rowsPer
+			r1 := min(r0+rowsPer, a.N)
+			merged := parts[item*splits]
+			for _, p := range parts[item*splits+1 : (item+1)*splits] {
+				merged.merge(p, vDim)
+			}
+			merged.write(a, h, group, r0, r1, vDim)
+		})
+	}
 	return nil
+}
+
+// state is the online softmax of a set of (query row, head) pairs: running max m,
+// sum of exponentials l, and the weighted sum of values acc (vDim each).
+type state struct{ m, l, acc []float32 }
+
+func newState(n, vDim int) state {
+	st := state{m: make([]float32, n), l: make([]float32, n), acc: make([]float32, n*vDim)}
+	st.reset()
+	return st
+}
+
+func (st *state) reset() {
+	for i := range st.m {
+		st.m[i], st.l[i] = float32(math.Inf(-1)), 0
+	}
+	clear(st.acc)
+}
+
+// merge folds another partial state over different positions of the same pairs in.
+func (st *state) merge(o state, vDim int) {
+	for i := range st.m {
+		mx := max(st.m[i], o.m[i])
+		if math.IsInf(float64(mx), -1) {
+			continue // neither saw a position yet
+		}
+		a, b := expNeg(st.m[i]-mx), expNeg(o.m[i]-mx)
+		st.l[i] = st.l[i]*a + o.l[i]*b
+		x, y := st.acc[i*vDim:(i+1)*vDim], o.acc[i*vDim:(i+1)*vDim]
+		for d := range x {
+			x[d] = x[d]*a + y[d]*b
+		}
+		st.m[i] = mx
+	}
+}
+
+// write normalises the state of rows r0..r1-1 of KV head h into a.Out.
+func (st *state) write(a Attention, h, group, r0, r1, vDim int) {
+	for i := r0; i < r1; i++ {
+		for g := 0; g < group; g++ {
+			k := (i-r0)*group + g
+			out := a.Out[(i*a.Heads+h*group+g)*vDim:][:vDim]
+			inv := 1 / st.l[k]
+			for d, x := range st.acc[k*vDim : (k+1)*vDim] {
+				out[d] = x * inv
+			}
+		}
+	}
+}
+
+// attendPart updates st for query rows r0..r1-1 of KV head h's group with the
+// positions of blocks b0..b1-1 that each row may see.
+func attendPart(t tiler, s *scratch, a Attention, st *state, length, h, r0, r1, b0, b1 int) {
+	kvHeads, kDim, vDim := t.Dims()
+	group := a.Heads / kvHeads
+	first := length - a.N // absolute position of query row 0
+	kt, vt := s.grow(&s.k, BlockTokens*kDim), s.grow(&s.v, BlockTokens*vDim)
+	scores := s.grow(&s.scores, BlockTokens)
+	last := first + r1 - 1 // the last position any row of this chunk sees
+	for from := b0 * BlockTokens; from < b1*BlockTokens && from <= last; from += BlockTokens {
+		to := min(from+BlockTokens, last+1)
+		t.tile(kt, vt, h, from, to)
+		for i := r0; i < r1; i++ {
+			end := min(to, first+i+1)
+			if end <= from {
+				continue
+			}
+			for g := 0; g < group; g++ {
+				q := a.Q[(i*a.Heads+h*group+g)*kDim:][:kDim]
+				k := (i-r0)*group + g
+				mx := st.m[k]
+				sc := scores[:end-from]
+				j := 0
+				var s4 [4]float32
+				for ; j+4 <= len(sc); j += 4 { // four keys per pass over q
+					quant.DotRows4(&s4, q, kt[j*kDim:], kDim)
+					sc[j], sc[j+1], sc[j+2], sc[j+3] = a.Scale*s4[0], a.Scale*s4[1], a.Scale*s4[2], a.Scale*s4[3]
+				}
+				for ; j < len(sc); j++ {
+					sc[j] = a.Scale * dot(q, kt[j*kDim:(j+1)*kDim])
+				}
+				for _, x := range sc {
+					mx = max(mx, x)
+				}
+				o := st.acc[k*vDim : (k+1)*vDim]
+				if mx > st.m[k] {
+					corr := expNeg(st.m[k] - mx)
+					st.l[k] *= corr
+					for d := range o {
+						o[d] *= corr
+					}
+					st.m[k] = mx
+				}
+				for j := range sc {
+					sc[j] = expNeg(sc[j] - mx)
+					st.l[k] += sc[j]
+				}
+				j = 0
+				for ; j+4 <= len(sc); j += 4 { // four values per pass over o
+					quant.AxpyRows4(o, vt[j*vDim:], vDim, (*[4]float32)(sc[j:j+4]))
+				}
+				for ; j < len(sc); j++ {
+					axpy(o, vt[j*vDim:(j+1)*vDim], sc[j])
+				}
+			}
+		}
+	}
 }
 
 type scratch struct{ k, v, scores, m, l, acc []float32 }

@@ -199,3 +199,40 @@ func BenchmarkFullDecode(b *testing.B) {
 		c.Attend(Attention{Q: q, Out: out, N: 1, Heads: heads, Scale: 0.125, Threads: 2})
 	}
 }
+
+// TestSplitAttend: decode steps with more threads than KV heads split the cache's
+// blocks between goroutines and merge their softmax states; the result must equal the
+// reference.
+func TestSplitAttend(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 7))
+	const kvHeads, heads, dim = 2, 6, 32
+	for _, fp32 := range []bool{true, false} {
+		c, _ := NewFull(kvHeads, dim, dim, fp32)
+		k, v := randVec(r, 1000*kvHeads*dim), randVec(r, 1000*kvHeads*dim)
+		c.Append(k, v, 1000)
+		k, v = make([]float32, len(k)), make([]float32, len(v))
+		for p := 0; p < 1000; p++ { // the stored (fp16-rounded) keys and values
+			for h := 0; h < kvHeads; h++ {
+				kt, vt := make([]float32, dim), make([]float32, dim)
+				c.tile(kt, vt, h, p, p+1)
+				copy(k[(p*kvHeads+h)*dim:], kt)
+				copy(v[(p*kvHeads+h)*dim:], vt)
+			}
+		}
+		for _, n := range []int{1, 2, 3} {
+			for _, threads := range []int{4, 8} {
+				q := randVec(r, n*heads*dim)
+				out := make([]float32, n*heads*dim)
+				if err := c.Attend(Attention{Q: q, Out: out, N: n, Heads: heads, Scale: 0.3, Threads: threads}); err != nil {
+					t.Fatal(err)
+				}
+				want := refAttention(q, k, v, n, 1000, heads, kvHeads, dim, dim, 0.3)
+				for i := range want {
+					if math.Abs(float64(out[i]-want[i])) > 2e-5 {
+						t.Fatalf("fp32=%v n=%d threads=%d: element %d = %v, reference %v", fp32, n, threads, i, out[i], want[i])
+					}
+				}
+			}
+		}
+	}
+}
