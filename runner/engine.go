@@ -32,6 +32,8 @@ type LoadOptions struct {
 	KVCache func(m *model.Model, numCtx int) ([]kvstore.Layer, error)
 	// Logger receives load and truncation messages; nil means slog.Default().
 	Logger *slog.Logger
+	// Prefix shares prompt prefixes between requests (prefix.go); nil: none.
+	Prefix *kvstore.PrefixCache
 }
 
 // FP32Cache is a KVCache that keeps keys and values in float32 (reference tests).
@@ -47,6 +49,7 @@ type Engine struct {
 	eos       []int32
 	kv        func(m *model.Model, numCtx int) ([]kvstore.Layer, error)
 	log       *slog.Logger
+	prefix    *prefixEngine
 }
 
 // Load loads the checkpoint in dir: weights, tokenizer and (when present) chat template.
@@ -109,7 +112,7 @@ func LoadModel(dir string, o LoadOptions) (*Engine, error) {
 	}
 	log.Info("model loaded", "dir", dir, "type", m.Config.ModelType, "layers", m.Config.NumLayers,
 		"backend", backend.Name(), "weights", m.WeightBytes(), "took", time.Since(start).Round(time.Millisecond))
-	return &Engine{Dir: dir, Model: m, eos: m.Config.EOS, kv: kv, log: log}, nil
+	return &Engine{Dir: dir, Model: m, eos: m.Config.EOS, kv: kv, log: log, prefix: newPrefixEngine(o.Prefix, dir, log)}, nil
 }
 
 // Close releases the model.
@@ -159,6 +162,7 @@ type Result struct {
 	EvalCount       int // tokens generated
 	EvalDuration    time.Duration
 	TotalDuration   time.Duration
+	Prefix          *kvstore.RequestStats // what the prefix cache gave; nil without one
 }
 
 // PromptRate is prefill speed in tokens per second.
@@ -360,6 +364,8 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 	if err != nil {
 		return nil, err
 	}
+	pf := e.prefixBegin(caches, res)
+	defer pf.end()
 
 	// prefill runs tokens through the caches num_batch at a time and returns the last
 	// position's logits.
@@ -373,7 +379,7 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 		}
 		return logits, nil
 	}
-	logits, err := prefill(prompt)
+	logits, err := pf.prefill(prompt, prefill)
 	if err != nil {
 		res.TotalDuration = time.Since(start)
 		return res, err
@@ -382,6 +388,7 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 	decodeStart := time.Now()
 	res.PromptDuration = decodeStart.Sub(start)
 	finish := func(reason string, err error) (*Result, error) {
+		pf.finish(seq, caches)
 		res.DoneReason = reason
 		res.EvalCount = len(res.Tokens)
 		res.EvalDuration = time.Since(decodeStart)

@@ -1,0 +1,109 @@
+package runner
+
+import (
+	"context"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/mlxg/mlxg/internal/testdata"
+	"github.com/mlxg/mlxg/kvstore"
+	"github.com/mlxg/mlxg/runner/model"
+)
+
+// TestPrefixCacheGreedyIdentical serves a growing conversation on qwen3-tiny from a cold
+// prefix cache, then from its RAM tier, then from its SSD tier after a restart, for every
+// cache kind, and checks that every greedy continuation is token-identical to the same
+// request on an engine without a prefix cache.
+func TestPrefixCacheGreedyIdentical(t *testing.T) {
+	dir := testdata.SharedModel(t, "qwen3-tiny")
+	base, err := LoadModel(dir, LoadOptions{Logger: quietLog(), Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer base.Close()
+	cfg, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shape, err := kvstore.ShapeFromConfig(cfg, base.Model.WeightBytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := kvstore.AffineFormat
+	layout := func(spec kvstore.Spec, boundary, maxKV int) func(*model.Model, int) ([]kvstore.Layer, error) {
+		l, err := kvstore.NewLayout(shape, spec, boundary, kvstore.Spec{K: a(8, 64), V: a(8, 32)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.MaxKVSize = maxKV
+		return func(*model.Model, int) ([]kvstore.Layer, error) { return kvstore.NewCaches(shape, l) }
+	}
+	kinds := []struct {
+		name string
+		kv   func(*model.Model, int) ([]kvstore.Layer, error)
+	}{
+		{"fp16", base.kv},
+		{"K8/V4 boundary 2", layout(kvstore.Spec{K: a(8, 64), V: a(4, 32)}, 2, 0)},
+		{"q4_0", layout(kvstore.Spec{K: kvstore.FormatQ4_0, V: kvstore.FormatQ4_0}, 0, 0)},
+		{"rotating 350", layout(kvstore.Spec{K: a(8, 64), V: a(8, 32)}, 0, 350)},
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	words := func(n int) []int32 {
+		out := make([]int32, n)
+		for i := range out {
+			out[i] = int32(r.IntN(20000))
+		}
+		return out
+	}
+	turn1 := words(300)
+	turn2 := append(slices.Clone(turn1), words(220)...)
+	turn3 := append(slices.Clone(turn2), words(30)...)
+	o := Greedy()
+	o.NumPredict = 8
+	o.NumBatch = 128
+	gen := func(e *Engine, prompt []int32) *Result {
+		t.Helper()
+		res, err := e.GenerateTokens(context.Background(), prompt, o, func(int32) (bool, error) { return false, nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			ref := *base
+			ref.kv = k.kv
+			cacheDir := t.TempDir()
+			open := func() *Engine {
+				pc, err := kvstore.NewPrefixCache(kvstore.PrefixConfig{Dir: cacheDir, Log: quietLog()})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { pc.Close() })
+				e := ref
+				e.prefix = newPrefixEngine(pc, dir, quietLog())
+				return &e
+			}
+			e := open()
+			check := func(e *Engine, prompt []int32, wantCached, wantDisk int) {
+				t.Helper()
+				got, want := gen(e, prompt), gen(&ref, prompt)
+				if !slices.Equal(got.Tokens, want.Tokens) {
+					t.Fatalf("%d-token prompt with %d cached tokens: %v, cold %v", len(prompt), got.Prefix.Cached, got.Tokens, want.Tokens)
+				}
+				if st := got.Prefix; st.Cached != wantCached || st.DiskHits != wantDisk || st.Prefilled != len(prompt)-wantCached {
+					t.Fatalf("%d-token prompt: %+v, want %d cached, %d blocks from SSD", len(prompt), *st, wantCached, wantDisk)
+				}
+			}
+			check(e, turn1, 0, 0)
+			check(e, turn2, len(turn1)-1, 0) // RAM: the first turn's prompt
+			e.prefix.cache.Close()           // the SSD writer finishes
+			e = open()                       // a restart: RAM empty
+			check(e, turn3, len(turn2)-1, 3) // SSD: two full blocks and the partial at turn2's end
+			check(e, turn3, len(turn3)-1, 0) // RAM again, its own prompt
+		})
+	}
+}
