@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -177,6 +178,21 @@ func splitBy(dst []piece, p piece, m matcher, b behavior, invert bool) []piece {
 	return dst
 }
 
+// charMatcher matches every character for which it is true, one by one.
+type charMatcher func(rune) bool
+
+func (f charMatcher) matches(dst [][2]int, s string) [][2]int {
+	for i, r := range s {
+		if f(r) {
+			dst = append(dst, [2]int{i, i + utf8.RuneLen(r)})
+		}
+	}
+	return dst
+}
+
+// isPunctuation is HF's is_punc: ASCII punctuation or Unicode category P.
+func isPunctuation(r rune) bool { return isASCIIPunct(r) || unicode.IsPunct(r) }
+
 // literal matches a {"String": ...} Split pattern.
 type literal string
 
@@ -258,8 +274,28 @@ func parsePreTokenizer(raw json.RawMessage, last bool, lazy *bool) (preTokenizer
 		return &splitPre{m: m, behavior: bh, invert: head.Invert}, nil
 	case "Metaspace":
 		return parseMetaspace(raw)
+	case "Digits":
+		var j struct {
+			IndividualDigits bool `json:"individual_digits"`
+		}
+		if err := json.Unmarshal(raw, &j); err != nil {
+			return nil, fmt.Errorf("pre_tokenizer Digits: %w", err)
+		}
+		if j.IndividualDigits {
+			return &splitPre{m: charMatcher(unicode.IsNumber), behavior: isolated}, nil
+		}
+		return &splitPre{m: charMatcher(unicode.IsNumber), behavior: contiguous}, nil
+	case "Punctuation":
+		bh := isolated
+		if head.Behavior != "" {
+			var ok bool
+			if bh, ok = behaviors[head.Behavior]; !ok {
+				return nil, fmt.Errorf("pre_tokenizer Punctuation: unsupported behavior %q", head.Behavior)
+			}
+		}
+		return &splitPre{m: charMatcher(isPunctuation), behavior: bh}, nil
 	}
-	return nil, fmt.Errorf("unsupported pre_tokenizer type %q (supported: ByteLevel, Metaspace, Split, Sequence)", head.Type)
+	return nil, fmt.Errorf("unsupported pre_tokenizer type %q (supported: ByteLevel, Digits, Metaspace, Punctuation, Split, Sequence)", head.Type)
 }
 
 // parseMetaspace reads a Metaspace pre-tokenizer; older files say

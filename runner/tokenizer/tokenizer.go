@@ -10,7 +10,7 @@
 //   - normalizers: NFC, NFD, NFKC, NFKD, Prepend, Replace (string pattern), Sequence;
 //   - pre-tokenizers: ByteLevel (with or without its regex, add_prefix_space),
 //     Metaspace (every prepend_scheme, split or not), Split (string or regex
-//     pattern, every behavior, invert), Sequence;
+//     pattern, every behavior, invert), Digits, Punctuation, Sequence;
 //   - post-processors: TemplateProcessing (single sequences), ByteLevel, Sequence;
 //   - decoders: ByteLevel, ByteFallback, Fuse, Metaspace, Replace (string
 //     pattern), Strip, Sequence.

@@ -68,6 +68,20 @@ const variants = [
       },
     },
   },
+  {
+    name: "digits_punctuation", base: "qwen3",
+    patch: {
+      pre_tokenizer: {
+        type: "Sequence", pretokenizers: [
+          { type: "Digits", individual_digits: false },
+          { type: "Punctuation", behavior: "Contiguous" },
+          { type: "Digits", individual_digits: true },
+          { type: "Punctuation" },
+          { type: "ByteLevel", add_prefix_space: false, trim_offsets: false, use_regex: false },
+        ],
+      },
+    },
+  },
   { name: "nfkc", base: "qwen3", patch: { normalizer: { type: "NFKC" } } },
   {
     name: "nfd_replace_prepend", base: "llama2",
@@ -119,7 +133,7 @@ const variantCorpus = [
   "", "plain text with 123 numbers and 4567", "camelCaseWords and snake_case x-xx-xxx axxb",
   "  many   spaces \t\ttabs\n\nlines  ", "vowels aeiou AEIOU queue", "Ω ﬁ ① ｆｕｌｌ e\u0301 \u212b",
   "a <L> b  <L>c<L>", "a <R>  b <R>\n c<R>", "x  <LR>  y<LR>", "word words sword word, (word) _word word_",
-  "a word\u00e9 wordé 1word", "café cafe\u0301 CAFÉ", "Hello world! It's 2024. I'm   here.\n\n",
+  "a word\u00e9 wordé 1word", "a,b;;c...d 12,345.6 ٣٤٥½ (x)[y]{z} $5+3=8 «q» ¿¡ 3rd", "café cafe\u0301 CAFÉ", "Hello world! It's 2024. I'm   here.\n\n",
   "日本語 😀👨‍👩‍👧 ٣٤٥", " leading", "trailing ", "<s>Hello world", "Hello</s> world  again", "</s> after",
 ];
 
