@@ -67,6 +67,8 @@ func (r *state) step() error {
 	return nil
 }
 
+// errBreak and errContinue unwind a loop body to its for loop; the parser allows them
+// only inside one.
 var (
 	errBreak    = errors.New("break outside a loop")
 	errContinue = errors.New("continue outside a loop")
@@ -422,11 +424,7 @@ func (r *state) callMacro(m *macro, args []any, kw *Dict, caller *macro) (any, e
 	if caller != nil {
 		sc.vars["caller"] = caller
 	}
-	s, err := r.capture(d.body, sc)
-	if err == errBreak || err == errContinue {
-		err = fmt.Errorf("'%v' outside of a loop", map[bool]string{true: "break", false: "continue"}[err == errBreak])
-	}
-	return s, err
+	return r.capture(d.body, sc)
 }
 
 func containsStr(list []string, s string) bool {
@@ -846,17 +844,29 @@ func arith(op string, fl float64, il int64, lInt bool, fr float64, ir int64, rIn
 	switch op {
 	case "+":
 		if both {
-			return il + ir, nil
+			s := il + ir
+			if (s > il) != (ir > 0) {
+				return nil, errIntOverflow
+			}
+			return s, nil
 		}
 		return fl + fr, nil
 	case "-":
 		if both {
-			return il - ir, nil
+			d := il - ir
+			if (d < il) != (ir > 0) {
+				return nil, errIntOverflow
+			}
+			return d, nil
 		}
 		return fl - fr, nil
 	case "*":
 		if both {
-			return il * ir, nil
+			p := il * ir
+			if il != 0 && (p/il != ir || (il == -1 && ir == math.MinInt64)) {
+				return nil, errIntOverflow
+			}
+			return p, nil
 		}
 		return fl * fr, nil
 	case "/":
@@ -889,17 +899,35 @@ func arith(op string, fl float64, il int64, lInt bool, fr float64, ir int64, rIn
 		return m, nil
 	case "**":
 		if both && ir >= 0 {
+			switch {
+			case ir == 0 || il == 1:
+				return int64(1), nil
+			case il == 0:
+				return int64(0), nil
+			case il == -1:
+				return int64(1 - 2*(ir%2)), nil
+			}
 			res := int64(1)
-			base := il
-			for e := ir; e > 0; e >>= 1 {
-				if e&1 == 1 {
-					res *= base
+			for e := int64(0); e < ir; e++ { // |il| >= 2: overflows within 63 steps
+				next := res * il
+				if next/il != res {
+					return nil, errIntOverflow
 				}
-				base *= base
+				res = next
 			}
 			return res, nil
 		}
-		return math.Pow(fl, fr), nil
+		if fl == 0 && fr < 0 {
+			return nil, fmt.Errorf("0.0 cannot be raised to a negative power")
+		}
+		if fl < 0 && fr != math.Trunc(fr) {
+			return nil, fmt.Errorf("a negative number raised to a fractional power is complex, which templates do not support")
+		}
+		p := math.Pow(fl, fr)
+		if math.IsInf(p, 0) && !math.IsInf(fl, 0) && !math.IsInf(fr, 0) {
+			return nil, fmt.Errorf("(34, 'Numerical result out of range')")
+		}
+		return p, nil
 	}
 	return nil, fmt.Errorf("unknown operator %s", op)
 }
@@ -1085,6 +1113,9 @@ func getItem(obj, key any) (any, error) {
 	}
 	return undefinedAttr(obj, key), nil
 }
+
+// errIntOverflow: Python's ints are unbounded, the engine's are 64-bit.
+var errIntOverflow = errors.New("integer result does not fit in 64 bits")
 
 // floatDivmod is CPython's float divmod, whose floor quotient is not always
 // math.Floor(x/y): 1 // 0.1 == 9.0 because fmod(1, 0.1) is 0.09999999999999995.

@@ -176,8 +176,9 @@ type macroDef struct {
 // ---- parser ----
 
 type parser struct {
-	toks []token
-	i    int
+	toks  []token
+	i     int
+	loops int // for bodies being parsed around the current position (0 inside a macro)
 }
 
 func parse(src string) ([]node, error) {
@@ -326,6 +327,9 @@ func (p *parser) statement() (node, error) {
 		}
 		return &outputNode{pos{ln}, x}, p.expectBlockEnd()
 	case "break", "continue":
+		if p.loops == 0 {
+			return nil, p.errAt(ln, "'%s' outside of a loop", t.val)
+		}
 		return &loopCtlNode{pos{ln}, t.val == "break"}, p.expectBlockEnd()
 	case "generation":
 		// transformers' AssistantTracker tag: marks assistant text, renders its body as is.
@@ -450,7 +454,9 @@ func (p *parser) parseFor(ln int) (node, error) {
 	if err := p.expectBlockEnd(); err != nil {
 		return nil, err
 	}
+	p.loops++
 	body, end, err := p.subparse([]string{"else", "endfor"})
+	p.loops--
 	if err != nil {
 		return nil, err
 	}
@@ -539,7 +545,11 @@ func (p *parser) parseMacro(ln int) (node, error) {
 	if err := p.expectBlockEnd(); err != nil {
 		return nil, err
 	}
-	if m.body, _, err = p.subparse([]string{"endmacro"}); err != nil {
+	loops := p.loops
+	p.loops = 0
+	m.body, _, err = p.subparse([]string{"endmacro"})
+	p.loops = loops
+	if err != nil {
 		return nil, err
 	}
 	if p.cur().kind == tokName { // {% endmacro name %}
@@ -566,7 +576,11 @@ func (p *parser) parseCallBlock(ln int) (node, error) {
 	if err := p.expectBlockEnd(); err != nil {
 		return nil, err
 	}
-	if caller.body, _, err = p.subparse([]string{"endcall"}); err != nil {
+	loops := p.loops
+	p.loops = 0
+	caller.body, _, err = p.subparse([]string{"endcall"})
+	p.loops = loops
+	if err != nil {
 		return nil, err
 	}
 	return &callBlockNode{pos{ln}, call, caller}, p.expectBlockEnd()

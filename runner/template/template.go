@@ -87,9 +87,6 @@ func (t *Template) render(vars map[string]any, now func() time.Time) (string, er
 	var b strings.Builder
 	r := &state{out: &b, now: now, globals: globals}
 	err := r.execBody(t.body, root)
-	if err == errBreak || err == errContinue {
-		err = &Error{Msg: fmt.Sprintf("'%v' outside of a loop", map[bool]string{true: "break", false: "continue"}[err == errBreak])}
-	}
 	if err != nil {
 		var te *Error
 		if !errors.As(err, &te) {

@@ -39,6 +39,8 @@ func TestErrorsNameTemplateAndLine(t *testing.T) {
 		{"line1\n{% for x in y %}\nno end", 3, false, "expected 'else' or 'endfor'"},
 		{"{{ 'unterminated }}", 1, false, "never closed"},
 		{"{% set x = {'a': 1} %}\n\n{{ x.a.b.c }}", 3, false, "'int object' has no attribute 'b'"},
+		{"{% for x in y %}{% endfor %}\n{% break %}", 2, false, "'break' outside of a loop"},
+		{"{% for x in y %}{% macro m() %}\n{% continue %}{% endmacro %}{% endfor %}", 2, false, "'continue' outside of a loop"},
 	}
 	for _, c := range cases {
 		tmpl, err := Parse("models/demo", c.src)
@@ -239,6 +241,41 @@ func BenchmarkParseQwen3(b *testing.B) {
 	for b.Loop() {
 		if _, err := LoadChatTemplate(dir); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestConcurrentApply renders one parsed template from several goroutines (run with
+// -race): a ChatTemplate is shared by all requests for its model.
+func TestConcurrentApply(t *testing.T) {
+	ct, err := LoadChatTemplate(testdata.Tokenizer(t, "qwen3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := []Message{{"role": "system", "content": "s"}, {"role": "user", "content": "u"}}
+	want, err := ct.Apply(msgs, Options{AddGenerationPrompt: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 8)
+	for g := 0; g < 8; g++ {
+		go func() {
+			for i := 0; i < 20; i++ {
+				got, err := ct.Apply(msgs, Options{AddGenerationPrompt: true})
+				if err == nil && got != want {
+					err = fmt.Errorf("concurrent render differs: %q", got)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for g := 0; g < 8; g++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
 		}
 	}
 }
