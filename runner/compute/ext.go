@@ -85,24 +85,28 @@ type ActivationContext interface {
 // lives in a kvstore.Recurrent.
 type LinearAttentionContext interface {
 	// CausalConv1D is a depthwise causal convolution with SiLU over the rows of x
-	// (T × C): out_t[c] = silu(Σ_j w[c][j] · x'_{t-K+1+j}[c]) for a kernel of K taps,
-	// where x' is the K-1 rows of state followed by x. state (K-1 rows × C, oldest
-	// first) is read and then overwritten with the last K-1 rows of x'. w is C × K.
+	// (T × C): out_t[c] = silu(Σ_j w[c][j] · x'_{t+j}[c]) for a kernel of K taps, where
+	// x' is the K-1 rows of state followed by x. state ((K-1) × C, oldest row first) is
+	// read and then overwritten with the last K-1 rows of x'. w holds C × K floats
+	// (Hugging Face's [C, 1, K] or mlx-lm's [C, K, 1] conv1d weight, unquantized).
 	CausalConv1D(x Tensor, w Weight, state []float32) Tensor
-	// GatedDelta runs the gated delta rule over T steps for H value heads:
-	// S ← exp(g)·S; S ← S + k ⊗ β(v − Sᵀk); o = Sᵀq, per head, with the state S
-	// (H × dk × dv, float32) read and overwritten. q, k are T × H·dk (already
-	// normalised and scaled), v is T × H·dv, g (log decay) and beta are T × H.
-	// Returns T × H·dv.
+	// GatedDelta runs the gated delta rule over T steps for H value heads, per head:
+	// S ← exp(g)·S; S ← S + k ⊗ β(v − Sᵀk); o = Sᵀq, with the state S (H × dk × dv,
+	// float32) read and overwritten. q and k are T × Hk·dk (already normalised and
+	// scaled) for Hk key heads, H a multiple of Hk, value head h using key head
+	// h/(H/Hk); v is T × H·dv, g (log decay) and beta are T × H. Returns T × H·dv.
 	GatedDelta(q, k, v, g, beta Tensor, heads int, state []float32) Tensor
-	// DeltaGates computes Gated DeltaNet's per-head gates from a (T × H) and b
-	// (T × H) projections: g = -exp(aLog)·softplus(a + dtBias), beta = sigmoid(b).
+	// DeltaGates computes Gated DeltaNet's per-head gates from the a (T × H) and b
+	// (T × H) projections: the log decay g = -exp(aLog)·softplus(a + dtBias) and
+	// beta = sigmoid(b).
 	DeltaGates(a, b Tensor, aLog, dtBias Vector) (g, beta Tensor)
 	// L2NormScale normalises each row of x (rows of one head) to unit L2 norm
 	// (x / sqrt(Σx² + eps)) and multiplies by s.
 	L2NormScale(x Tensor, eps, s float32) Tensor
 	// Cols is columns start .. start+n-1 of every row of x.
 	Cols(x Tensor, start, n int) Tensor
+	// ConcatCols joins tensors of equal rows side by side.
+	ConcatCols(xs ...Tensor) Tensor
 }
 
 // unwrapper is implemented by contexts that wrap another (runner/model's cancellable
@@ -133,3 +137,22 @@ func Supports[T any](b Backend, what string) error {
 	}
 	return nil
 }
+
+// Failer is implemented by contexts that record an error an architecture finds (a
+// cache of the wrong kind for a layer, say) as the pass's sticky error.
+type Failer interface {
+	Fail(err error) Tensor
+}
+
+// Fail records err in c when c (or the context it wraps) is a Failer, and returns a
+// tensor no op accepts, so the rest of the pass is skipped.
+func Fail(c Context, err error) Tensor {
+	if f, ok := Ext[Failer](c); ok {
+		return f.Fail(err)
+	}
+	return failed{}
+}
+
+type failed struct{}
+
+func (failed) Dims() (int, int) { return 0, 0 }

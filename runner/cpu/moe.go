@@ -166,3 +166,11 @@ func (c *context) unary(op string, x compute.Tensor, fn func(float32) float32) c
 	}
 	return out
 }
+
+// Fail implements compute.Failer.
+func (c *context) Fail(err error) compute.Tensor {
+	if c.err == nil {
+		c.err = err
+	}
+	return nilTensor
+}

@@ -2,6 +2,7 @@
 package all
 
 import (
+	_ "github.com/mlxg/mlxg/runner/gemma3"
 	_ "github.com/mlxg/mlxg/runner/llama"
 	_ "github.com/mlxg/mlxg/runner/qwen2"
 	_ "github.com/mlxg/mlxg/runner/qwen3"

@@ -1,0 +1,266 @@
+// Package gemma3 is the Gemma 3 text architecture (model_type "gemma3_text": Gemma 3
+// 270M and 1B, and the text part of the larger models as mlx-lm's gemma3_text reads
+// it), as transformers' Gemma3ForCausalLM computes it:
+//   - embeddings scaled by sqrt(hidden_size);
+//   - every RMSNorm scales by 1 + w (weights stored around 0), in float32;
+//   - four norms per layer: input, post-attention (on the attention output, before
+//     the residual add), pre-feedforward and post-feedforward;
+//   - attention with per-head q/k norms, scale query_pre_attn_scalar^-0.5, on
+//     sliding-window layers (layer_types, else every layer but each
+//     sliding_window_pattern-th) a window of sliding_window positions and RoPE base
+//     rope_local_base_freq, on global layers rope_theta with its rope_scaling;
+//   - a GELU (tanh approximation) gated MLP;
+//   - final_logit_softcapping when set. attn_logit_softcapping (Gemma 2) is refused.
+//
+// Sliding-window layers need a cache that keeps the window (kvstore.Rotating, which
+// the KV policy makes for them); a cache that keeps every position is accepted only
+// while the sequence fits in the window, where both give the same attention.
+package gemma3
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+
+	"github.com/mlxg/mlxg/kvstore"
+	"github.com/mlxg/mlxg/runner/compute"
+	"github.com/mlxg/mlxg/runner/model"
+)
+
+func init() { model.Register("gemma3_text", New) }
+
+// Config is the Gemma-specific part of config.json.
+type Config struct {
+	SlidingWindow         int             `json:"sliding_window"`
+	SlidingWindowPattern  *int            `json:"sliding_window_pattern"`
+	LayerTypes            []string        `json:"layer_types"`
+	QueryPreAttnScalar    *float64        `json:"query_pre_attn_scalar"`
+	RopeTheta             *float64        `json:"rope_theta"`
+	RopeLocalBaseFreq     *float64        `json:"rope_local_base_freq"`
+	RopeScaling           map[string]any  `json:"rope_scaling"`
+	RopeParameters        map[string]any  `json:"rope_parameters"`
+	FinalLogitSoftcapping *float64        `json:"final_logit_softcapping"`
+	AttnLogitSoftcapping  *float64        `json:"attn_logit_softcapping"`
+	HiddenActivation      string          `json:"hidden_activation"`
+	TextConfig            json.RawMessage `json:"text_config"`
+}
+
+// New binds a Gemma 3 text checkpoint.
+func New(l *model.Loader) (model.Network, error) {
+	if err := compute.Supports[compute.ActivationContext](l.Backend, "Gemma's norms and GELU"); err != nil {
+		return nil, err
+	}
+	cfg := l.Config
+	var g Config
+	raw, _ := json.Marshal(cfg.Raw)
+	if err := json.Unmarshal(raw, &g); err != nil {
+		return nil, fmt.Errorf("config.json: %w", err)
+	}
+	if g.AttnLogitSoftcapping != nil {
+		return nil, fmt.Errorf("config.json sets attn_logit_softcapping (%v): attention soft-capping (Gemma 2) is not supported", *g.AttnLogitSoftcapping)
+	}
+	if g.HiddenActivation != "" && g.HiddenActivation != "gelu_pytorch_tanh" {
+		return nil, fmt.Errorf("config.json: hidden_activation %q is not supported (gelu_pytorch_tanh)", g.HiddenActivation)
+	}
+	sliding, err := slidingLayers(g, cfg.NumLayers)
+	if err != nil {
+		return nil, err
+	}
+	global, local, err := ropes(cfg, g)
+	if err != nil {
+		return nil, err
+	}
+	scalar := float64(cfg.HeadDim)
+	if g.QueryPreAttnScalar != nil {
+		scalar = *g.QueryPreAttnScalar
+	}
+	n := &Network{Eps: cfg.RMSNormEps, EmbedScale: float32(math.Sqrt(float64(cfg.HiddenSize)))}
+	if g.FinalLogitSoftcapping != nil && *g.FinalLogitSoftcapping > 0 {
+		n.SoftCap = float32(*g.FinalLogitSoftcapping)
+	}
+	h, hd := cfg.HiddenSize, cfg.HeadDim
+	n.Embed = l.Linear("model.embed_tokens", cfg.VocabSize, h)
+	for i := 0; i < cfg.NumLayers; i++ {
+		p := fmt.Sprintf("model.layers.%d.", i)
+		a := &Attention{Heads: cfg.NumHeads, KVHeads: cfg.NumKVHeads, HeadDim: hd, RoPE: global,
+			Scale: float32(1 / math.Sqrt(scalar)), Eps: cfg.RMSNormEps}
+		if sliding[i] {
+			a.RoPE, a.Window = local, g.SlidingWindow
+		}
+		a.Q = l.Linear(p+"self_attn.q_proj", a.Heads*hd, h)
+		a.K = l.Linear(p+"self_attn.k_proj", a.KVHeads*hd, h)
+		a.V = l.Linear(p+"self_attn.v_proj", a.KVHeads*hd, h)
+		a.O = l.Linear(p+"self_attn.o_proj", h, a.Heads*hd)
+		a.QNorm = l.Vector(p+"self_attn.q_norm.weight", hd)
+		a.KNorm = l.Vector(p+"self_attn.k_norm.weight", hd)
+		n.Layers = append(n.Layers, Layer{
+			InputNorm:    l.Vector(p+"input_layernorm.weight", h),
+			Attn:         a,
+			PostAttnNorm: l.Vector(p+"post_attention_layernorm.weight", h),
+			PreFFNorm:    l.Vector(p+"pre_feedforward_layernorm.weight", h),
+			Gate:         l.Linear(p+"mlp.gate_proj", cfg.IntermediateSize, h),
+			Up:           l.Linear(p+"mlp.up_proj", cfg.IntermediateSize, h),
+			Down:         l.Linear(p+"mlp.down_proj", h, cfg.IntermediateSize),
+			PostFFNorm:   l.Vector(p+"post_feedforward_layernorm.weight", h),
+		})
+	}
+	n.Norm = l.Vector("model.norm.weight", h)
+	n.Head = l.Head(n.Embed, cfg.VocabSize, h)
+	return n, nil
+}
+
+// slidingLayers reads which layers use the sliding window.
+func slidingLayers(g Config, layers int) ([]bool, error) {
+	out := make([]bool, layers)
+	if len(g.LayerTypes) > 0 {
+		if len(g.LayerTypes) != layers {
+			return nil, fmt.Errorf("config.json: layer_types has %d entries for %d layers", len(g.LayerTypes), layers)
+		}
+		for i, t := range g.LayerTypes {
+			switch t {
+			case "sliding_attention":
+				out[i] = true
+			case "full_attention":
+			default:
+				return nil, fmt.Errorf("config.json: layer %d has layer type %q (full_attention or sliding_attention)", i, t)
+			}
+		}
+	} else {
+		pattern := 6 // transformers' and mlx-lm's default
+		if g.SlidingWindowPattern != nil {
+			pattern = *g.SlidingWindowPattern
+		}
+		for i := range out {
+			out[i] = pattern > 1 && (i+1)%pattern != 0
+		}
+	}
+	for _, s := range out {
+		if s && g.SlidingWindow <= 0 {
+			return nil, fmt.Errorf("config.json: sliding_window must be positive for sliding-window layers, got %d", g.SlidingWindow)
+		}
+	}
+	return out, nil
+}
+
+// ropes builds the global and local rotary embeddings: from transformers 5's
+// rope_parameters per layer type, else rope_theta with rope_scaling (global) and
+// rope_local_base_freq (local).
+func ropes(cfg *model.Config, g Config) (global, local *compute.RoPE, err error) {
+	gp, lp := g.RopeScaling, map[string]any(nil)
+	gTheta, lTheta := 1e6, 1e4 // transformers' Gemma3TextConfig defaults
+	if g.RopeTheta != nil {
+		gTheta = *g.RopeTheta
+	}
+	if g.RopeLocalBaseFreq != nil {
+		lTheta = *g.RopeLocalBaseFreq
+	}
+	if full, ok := g.RopeParameters["full_attention"].(map[string]any); ok {
+		gp = full
+		if t, ok := full["rope_theta"].(float64); ok {
+			gTheta = t
+		}
+	}
+	if sl, ok := g.RopeParameters["sliding_attention"].(map[string]any); ok {
+		lp = sl
+		if t, ok := sl["rope_theta"].(float64); ok {
+			lTheta = t
+		}
+	}
+	if global, err = rope(cfg, gp, gTheta); err != nil {
+		return nil, nil, fmt.Errorf("global layers: %w", err)
+	}
+	if local, err = rope(cfg, lp, lTheta); err != nil {
+		return nil, nil, fmt.Errorf("sliding-window layers: %w", err)
+	}
+	return global, local, nil
+}
+
+// rope builds a rotary embedding over the full head from a rope_scaling-style block,
+// through model.ParseConfig so every scaling type it knows is read the same way.
+func rope(cfg *model.Config, params map[string]any, theta float64) (*compute.RoPE, error) {
+	doc := map[string]any{"model_type": cfg.ModelType, "vocab_size": 1, "hidden_size": cfg.HeadDim, "num_attention_heads": 1,
+		"num_hidden_layers": 1, "head_dim": cfg.HeadDim, "max_position_embeddings": cfg.MaxPositions, "rope_theta": theta}
+	if params != nil {
+		doc["rope_scaling"] = params
+	}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return nil, err
+	}
+	c, err := model.ParseConfig(b)
+	if err != nil {
+		return nil, err
+	}
+	return c.RoPE()
+}
+
+// Network is the decoder stack.
+type Network struct {
+	Embed      compute.Weight
+	EmbedScale float32
+	Layers     []Layer
+	Norm       compute.Vector
+	Head       compute.Weight
+	Eps        float32
+	SoftCap    float32 // final_logit_softcapping; 0: none
+}
+
+// Layer is one decoder layer.
+type Layer struct {
+	InputNorm, PostAttnNorm, PreFFNorm, PostFFNorm compute.Vector
+	Attn                                           *Attention
+	Gate, Up, Down                                 compute.Weight
+}
+
+// Attention is Gemma 3's attention block.
+type Attention struct {
+	Q, K, V, O              compute.Weight
+	QNorm, KNorm            compute.Vector
+	Heads, KVHeads, HeadDim int
+	RoPE                    *compute.RoPE
+	Scale, Eps              float32
+	Window                  int // sliding_window on sliding layers, 0 on global ones
+}
+
+// windowed is a cache that keeps a sliding window (kvstore.Rotating).
+type windowed interface{ Window() int }
+
+// Forward implements model.Network.
+func (n *Network) Forward(c compute.Context, tokens []int32, caches []kvstore.Layer, lastOnly bool) compute.Tensor {
+	x, _ := compute.Ext[compute.ActivationContext](c) // New checked the backend
+	norm := func(t compute.Tensor, w compute.Vector) compute.Tensor { return x.RMSNormOffset(t, w, 1, n.Eps) }
+	offset := caches[0].Len()
+	h := x.Scale(c.Embed(n.Embed, tokens), n.EmbedScale)
+	for i, l := range n.Layers {
+		if w := l.Attn.Window; w > 0 && offset+len(tokens) > w {
+			if _, ok := caches[i].(windowed); !ok {
+				return compute.Fail(c, fmt.Errorf("gemma3: layer %d is a sliding-window layer of %d positions, but its cache (%T) keeps every position: make its cache with kvstore.NewCaches (a Rotating cache)", i, w, caches[i]))
+			}
+		}
+		a := l.Attn.Forward(c, x, norm(h, l.InputNorm), caches[i], offset)
+		h = c.Add(h, norm(a, l.PostAttnNorm))
+		f := norm(h, l.PreFFNorm)
+		m := c.Linear(x.GeGLU(c.Linear(f, l.Gate), c.Linear(f, l.Up)), l.Down)
+		h = c.Add(h, norm(m, l.PostFFNorm))
+		compute.Free(c, h)
+	}
+	if lastOnly {
+		h = c.Rows(h, len(tokens)-1, 1)
+	}
+	logits := c.Linear(norm(h, n.Norm), n.Head)
+	if n.SoftCap > 0 {
+		logits = x.SoftCap(logits, n.SoftCap)
+	}
+	return logits
+}
+
+// Forward computes the attention block.
+func (a *Attention) Forward(c compute.Context, x compute.ActivationContext, in compute.Tensor, cache kvstore.Layer, offset int) compute.Tensor {
+	T, _ := in.Dims()
+	hd := a.HeadDim
+	q := c.Reshape(x.RMSNormOffset(c.Reshape(c.Linear(in, a.Q), T*a.Heads, hd), a.QNorm, 1, a.Eps), T, a.Heads*hd)
+	k := c.Reshape(x.RMSNormOffset(c.Reshape(c.Linear(in, a.K), T*a.KVHeads, hd), a.KNorm, 1, a.Eps), T, a.KVHeads*hd)
+	q = c.RoPE(q, a.RoPE, hd, offset)
+	k = c.RoPE(k, a.RoPE, hd, offset)
+	return c.Linear(c.Attention(q, k, c.Linear(in, a.V), cache, a.Heads, a.Scale), a.O)
+}
