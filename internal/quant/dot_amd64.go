@@ -51,3 +51,8 @@ func widen8(dst *float32, src *uint16, n int)
 //
 //go:noescape
 func swiglu8(out, gate, up *float32, n int)
+
+// dequantQ4 writes scale·code + bias for groups groups of blocks runs of 16 4-bit codes.
+//
+//go:noescape
+func dequantQ4(dst *float32, w *uint32, scales, biases *float32, groups, blocks int)

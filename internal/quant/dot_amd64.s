@@ -397,3 +397,48 @@ sgloop:
 
 	VZEROUPPER
 	RET
+
+// func dequantQ4(dst *float32, w *uint32, scales, biases *float32, groups, blocks int)
+// dst = scale·code + bias for groups groups of blocks runs of 16 4-bit codes, in order.
+TEXT ·dequantQ4(SB), NOSPLIT, $0-48
+	MOVQ dst+0(FP), DI
+	MOVQ w+8(FP), SI
+	MOVQ scales+16(FP), DX
+	MOVQ biases+24(FP), R13
+	MOVQ groups+32(FP), CX
+	MOVQ blocks+40(FP), BX
+	MOVL $15, AX
+	VMOVD AX, X15
+	VPBROADCASTD X15, Y15
+
+dqgroup:
+	VBROADCASTSS (DX), Y13
+	VBROADCASTSS (R13), Y14
+	MOVQ BX, R8
+
+dqblock:
+	VPMOVZXBD (SI), Y2        // 8 bytes -> 8 dwords, two codes each
+	VPAND Y15, Y2, Y3         // codes 0,2,..,14
+	VPSRLD $4, Y2, Y4         // codes 1,3,..,15
+	VCVTDQ2PS Y3, Y3
+	VCVTDQ2PS Y4, Y4
+	VUNPCKLPS Y4, Y3, Y5      // 0,1,2,3 | 8,9,10,11
+	VUNPCKHPS Y4, Y3, Y6      // 4,5,6,7 | 12,13,14,15
+	VPERM2F128 $0x20, Y6, Y5, Y7  // 0..7
+	VPERM2F128 $0x31, Y6, Y5, Y8  // 8..15
+	VFMADD213PS Y14, Y13, Y7  // scale·code + bias
+	VFMADD213PS Y14, Y13, Y8
+	VMOVUPS Y7, (DI)
+	VMOVUPS Y8, 32(DI)
+	ADDQ $8, SI
+	ADDQ $64, DI
+	DECQ R8
+	JNZ dqblock
+
+	ADDQ $4, DX
+	ADDQ $4, R13
+	DECQ CX
+	JNZ dqgroup
+
+	VZEROUPPER
+	RET

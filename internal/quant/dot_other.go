@@ -24,3 +24,7 @@ func axpy4x8(y, w *float32, stride, n int, p *[4]float32) { panic("unreachable")
 func widen8(dst *float32, src *uint16, n int) { panic("unreachable") }
 
 func swiglu8(out, gate, up *float32, n int) { panic("unreachable") }
+
+func dequantQ4(dst *float32, w *uint32, scales, biases *float32, groups, blocks int) {
+	panic("unreachable")
+}

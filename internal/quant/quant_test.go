@@ -18,6 +18,14 @@ func randMatrix(r *rand.Rand, n int) []float32 {
 // originals (a full step where MLX's exact-edge scale makes the far end clamp), and
 // Codes agrees with Code.
 func TestRoundTrip(t *testing.T) {
+	for _, on := range []bool{true, false} { // DequantizeRow has a 4-bit assembly kernel
+		prev := SetSIMD(on)
+		testRoundTrip(t)
+		SetSIMD(prev)
+	}
+}
+
+func testRoundTrip(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, bits := range []int{2, 3, 4, 5, 6, 8} {
 		for _, group := range []int{32, 64, 128} {
@@ -235,5 +243,28 @@ func TestFP(t *testing.T) {
 	}
 	if _, err := DequantizeFP(NVFP4, packed, []uint8{1}, 1, 32); err == nil {
 		t.Fatal("nvfp4 with one scale for 32 values accepted")
+	}
+}
+
+// TestDequantizeRowKernel compares the 4-bit assembly DequantizeRow with the plain one
+// (equal up to the fused multiply-add's single rounding).
+func TestDequantizeRowKernel(t *testing.T) {
+	r := rand.New(rand.NewPCG(12, 12))
+	for _, group := range []int{32, 64, 128} {
+		w := randMatrix(r, 512)
+		p, s, b, _ := Quantize(w, 1, 512, 4, group)
+		fast, plain := make([]float32, 512), make([]float32, 512)
+		prev := SetSIMD(true)
+		DequantizeRow(fast, p, s, b, 4, group)
+		SetSIMD(false)
+		DequantizeRow(plain, p, s, b, 4, group)
+		SetSIMD(prev)
+		for i := range plain {
+			g := i / group // an ulp or two of the terms, which may cancel
+			tol := 2.4e-7 * (15*math.Abs(float64(s[g])) + math.Abs(float64(b[g])))
+			if math.Abs(float64(fast[i]-plain[i])) > tol {
+				t.Fatalf("group %d: element %d = %v, plain kernel %v", group, i, fast[i], plain[i])
+			}
+		}
 	}
 }
