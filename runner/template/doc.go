@@ -3,14 +3,15 @@
 // on, keep_trailing_newline off, the loopcontrols extension, transformers' tojson,
 // raise_exception and strftime_now, and the {% generation %} tag.
 //
-// The engine is written here rather than taken from gonja/v2. gonja's gaps are in
-// exactly the places chat templates live (tojson's separators and key order, a
-// parenthesised inline if, str methods called with default arguments), and each fix
-// would be a patch against another engine's value model; chat templates also depend
-// on Python's semantics throughout (str(None) == "None", 1 == 1.0, Undefined that
-// prints as "" but fails on attribute access, per-iteration loop scopes, insertion-
-// ordered dicts). A focused engine that models those values directly is smaller than
-// gonja plus its patches, and is checked against Jinja2 itself (testdata/).
+// The engine is written here rather than taken from gonja/v2. gonja's known gaps are
+// exactly where chat templates live: tojson's separators and key order, a
+// parenthesised inline if (Gemma 3), str.lstrip() without an argument and replace()
+// without a count; and each fix would be a patch against another engine's value
+// model. Chat templates also lean on Python's semantics throughout (str(None) is
+// "None", 1 == 1.0, an Undefined that prints as "" but fails on attribute access,
+// per-frame scoping, insertion-ordered dicts, lazy generator filters). A focused engine
+// that models Python's values directly is smaller than gonja plus its patches, and it
+// is checked byte for byte against transformers and Jinja2 (testdata/, scripts/tmplref).
 //
 // Supported:
 //   - Syntax: {{ }}, {% %}, {# #}, whitespace control with - and +, raw blocks.
@@ -38,10 +39,20 @@
 //     sequence string test true undefined upper (and ==, !=, <, <=, >, >=).
 //   - Globals: range dict namespace joiner raise_exception strftime_now.
 //
+// Python's behaviour is followed where it shows in output or errors: generator filters
+// (map, select, reject, selectattr, rejectattr, unique, batch, slice, items) return
+// lazy one-shot iterators that are always true and have no length; dict views and
+// range print as Python prints them; names resolve per Jinja2 frame (a loop body or
+// macro running before its frame's unconditional set sees the name undefined); str %
+// args, str.format, repr of floats and strings, floor division and ** are CPython's.
+//
 // Not supported: extends/include/import/block (a chat template has no loader), the
 // filters filesizeformat pprint random striptags urlencode urlize wordwrap xmlattr
-// (an unknown filter is an error at Parse, as in Jinja2), autoescaping, and Python
-// ints beyond 64 bits.
+// (an unknown filter is an error at Parse, as in Jinja2), autoescaping, complex
+// numbers, and ints beyond 64 bits (an overflow is an error, where Python would go on).
+// A render stops with an error past 64 MiB of output, 200 nested macro calls, or 2^20
+// loop iterations and macro calls; range() is capped at 100000 items as in Jinja2's
+// sandbox.
 //
 // Values from Go: maps become dicts with sorted keys (a Go map has no order), so pass
 // json.RawMessage, *Dict or DecodeJSON results where key order shows in the output
