@@ -2,6 +2,8 @@ package metal_test
 
 import (
 	"context"
+	"encoding/binary"
+	"math"
 	"strings"
 	"testing"
 
@@ -202,3 +204,78 @@ func TestClosedBackend(t *testing.T) {
 type source map[string]*safetensors.Tensor
 
 func (s source) Tensor(name string) (*safetensors.Tensor, bool) { t, ok := s[name]; return t, ok }
+
+// Past kvstore.BlockTokens positions the device cache grows, copying what it holds;
+// attention must not notice, in fp16 or quantized.
+func TestKVMirrorGrowsPastABlock(t *testing.T) {
+	const kvHeads, heads, dim, total = 2, 4, 32, kvstore.BlockTokens + 20
+	src := source{}
+	put := func(name string, rows, cols int, seed int) {
+		data := make([]byte, 4*rows*cols)
+		for i := 0; i < rows*cols; i++ {
+			// A fixed pseudo-random pattern on the 8/4-bit affine grids would be
+			// overkill here: the Go cache quantizes the same float32 values.
+			v := float32((i*7919+seed*104729)%2003)/1001.5 - 1
+			binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(v))
+		}
+		src[name+".weight"] = &safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: name + ".weight", DType: safetensors.F32, Shape: []int{rows, cols}, End: int64(len(data))}, Data: data}
+	}
+	put("q", total, heads*dim, 1)
+	put("k", total, kvHeads*dim, 2)
+	put("v", total, kvHeads*dim, 3)
+	scale := float32(1 / math.Sqrt(dim))
+	steps := []int{kvstore.BlockTokens - 3, 2, 1, 1, 19} // crosses the block boundary one position at a time
+	for _, spec := range []kvstore.Spec{kvstore.SpecF16, {K: kvstore.AffineFormat(8, 32), V: kvstore.AffineFormat(4, 32)}} {
+		run := func(b compute.Backend) [][]float32 {
+			var cache kvstore.Layer
+			var err error
+			if spec == kvstore.SpecF16 {
+				cache, err = kvstore.NewFull(kvHeads, dim, dim, false)
+			} else {
+				cache, err = kvstore.NewQuantized(kvHeads, dim, dim, spec, 0)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var w [3]compute.Weight
+			for i, n := range []string{"q", "k", "v"} {
+				if w[i], err = b.Weight(src, n, compute.Quant{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var out [][]float32
+			pos := 0
+			for _, n := range steps {
+				ids := make([]int32, n)
+				for i := range ids {
+					ids[i] = int32(pos + i)
+				}
+				c := b.NewContext()
+				got, err := c.Float32s(c.Attention(c.Embed(w[0], ids), c.Embed(w[1], ids), c.Embed(w[2], ids), cache, heads, scale))
+				c.Close()
+				if err != nil {
+					t.Fatalf("%s at %d: %v", b.Name(), pos, err)
+				}
+				out = append(out, got)
+				pos += n
+			}
+			if cache.Len() != total {
+				t.Fatalf("%s: the cache holds %d positions, want %d", b.Name(), cache.Len(), total)
+			}
+			return out
+		}
+		mb, _, _ := emulated(t)
+		got, want := run(mb), run(cpu.New(2))
+		mb.Close()
+		for i := range want {
+			var diff, scale float64
+			for j := range want[i] {
+				diff = max(diff, math.Abs(float64(got[i][j]-want[i][j])))
+				scale = max(scale, math.Abs(float64(want[i][j])))
+			}
+			if diff/scale > backend.TolGPU {
+				t.Errorf("%v step %d: relative error %.3g", spec, i, diff/scale)
+			}
+		}
+	}
+}
