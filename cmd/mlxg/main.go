@@ -36,6 +36,8 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newFitCmd())
 	root.AddCommand(newDoctorCmd())
 	root.AddCommand(newServeCmd())
+	root.AddCommand(newPsCmd())
+	root.AddCommand(newStopCmd())
 	root.AddCommand(newRunCmd())
 	root.AddCommand(newCreateCmd())
 	return root

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/dustin/go-humanize"
+	"github.com/spf13/cobra"
+
+	"github.com/mlxg/mlxg/api"
+)
+
+// runningClient is a client of the running server, with a plain error when none answers.
+func runningClient(ctx context.Context) (*api.Client, error) {
+	c, err := api.ClientFromEnvironment()
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Heartbeat(ctx); err != nil {
+		if api.Unreachable(err) {
+			return nil, fmt.Errorf("could not connect to a running mlxg server at %s: start one with `mlxg serve`", c.Base())
+		}
+		return nil, err
+	}
+	return c, nil
+}
+
+func newPsCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "ps",
+		Short: "List running models",
+		Long: `List the models the server has loaded: their memory, where they run, their context length, the KV cache
+layout mlxg chose for them, and when they will be unloaded.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := runningClient(cmd.Context())
+			if err != nil {
+				return err
+			}
+			ps, err := c.ListRunning(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return printPs(cmd.OutOrStdout(), ps, time.Now())
+		},
+	}
+}
+
+func printPs(out io.Writer, ps *api.ProcessResponse, now time.Time) error {
+	w := tabwriter.NewWriter(out, 0, 8, 3, ' ', 0)
+	fmt.Fprintln(w, "NAME\tID\tSIZE\tPROCESSOR\tCONTEXT\tKV CACHE\tUNTIL")
+	for _, m := range ps.Models {
+		id := m.Digest[:min(12, len(m.Digest))]
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", m.Name, id, humanize.Bytes(uint64(m.Size)), processor(m),
+			m.ContextLength, m.KVCache, until(m.ExpiresAt, now))
+	}
+	return w.Flush()
+}
+
+// processor says where a model runs, as ollama ps does.
+func processor(m api.ProcessModelResponse) string {
+	switch {
+	case m.Size <= 0 || m.SizeVRAM <= 0:
+		return "100% CPU"
+	case m.SizeVRAM >= m.Size:
+		return "100% GPU"
+	}
+	gpu := int(100 * m.SizeVRAM / m.Size)
+	return fmt.Sprintf("%d%%/%d%% CPU/GPU", 100-gpu, gpu)
+}
+
+func until(t, now time.Time) string {
+	switch {
+	case t.IsZero():
+		return ""
+	case t.Sub(now) > 100*365*24*time.Hour:
+		return "Forever"
+	case t.Before(now):
+		return "Stopping..."
+	}
+	return humanize.RelTime(t, now, "ago", "from now")
+}

@@ -1,0 +1,46 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mlxg/mlxg/api"
+)
+
+func TestPrintPs(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	ps := &api.ProcessResponse{Models: []api.ProcessModelResponse{
+		{Name: "qwen3:0.6b", Digest: "0123456789abcdef", Size: 2_000_000_000, SizeVRAM: 2_000_000_000, ContextLength: 8192,
+			KVCache: "K8/V4 g64/32", ExpiresAt: now.Add(4 * time.Minute)},
+		{Name: "org/cpu-model", Digest: "abc", Size: 1_000_000, ContextLength: 4096, KVCache: "fp16",
+			ExpiresAt: now.Add(time.Duration(1<<63 - 1))},
+		{Name: "split", Digest: "d", Size: 100, SizeVRAM: 25, ExpiresAt: now.Add(-time.Second)},
+	}}
+	var b bytes.Buffer
+	if err := printPs(&b, ps, now); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"NAME", "KV CACHE", "qwen3:0.6b", "0123456789ab ", "2.0 GB", "100% GPU", "8192", "K8/V4 g64/32",
+		"4 minutes from now", "100% CPU", "Forever", "75%/25% CPU/GPU", "Stopping..."} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestRunningMatches(t *testing.T) {
+	for _, c := range []struct {
+		listed, typed string
+		want          bool
+	}{
+		{"qwen3:latest", "qwen3", true}, {"qwen3:latest", "qwen3:latest", true}, {"qwen3:0.6b", "qwen3", false},
+		{"org/name", "org/name", true}, {"org/name:latest", "org/name", false},
+	} {
+		if got := runningMatches(c.listed, c.typed); got != c.want {
+			t.Errorf("runningMatches(%q, %q) = %v", c.listed, c.typed, got)
+		}
+	}
+}
