@@ -205,10 +205,10 @@ type source map[string]*safetensors.Tensor
 
 func (s source) Tensor(name string) (*safetensors.Tensor, bool) { t, ok := s[name]; return t, ok }
 
-// Past kvstore.BlockTokens positions the device cache grows, copying what it holds;
-// attention must not notice, in fp16 or quantized.
+// Past kvstore.BlockTokens positions the device cache grows, copying what it holds,
+// and a truncated layer truncates it: attention must not notice, in fp16 or quantized.
 func TestKVMirrorGrowsPastABlock(t *testing.T) {
-	const kvHeads, heads, dim, total = 2, 4, 32, kvstore.BlockTokens + 20
+	const kvHeads, heads, dim, total = 2, 4, 32, kvstore.BlockTokens + 20 // rows of inputs
 	src := source{}
 	put := func(name string, rows, cols int, seed int) {
 		data := make([]byte, 4*rows*cols)
@@ -224,7 +224,10 @@ func TestKVMirrorGrowsPastABlock(t *testing.T) {
 	put("k", total, kvHeads*dim, 2)
 	put("v", total, kvHeads*dim, 3)
 	scale := float32(1 / math.Sqrt(dim))
-	steps := []int{kvstore.BlockTokens - 3, 2, 1, 1, 19} // crosses the block boundary one position at a time
+	// Runs of positions to append, crossing the block boundary one position at a
+	// time; a negative entry truncates the cache by that many first (a rewind, as
+	// generation does on a shorter prefix match), then appends one.
+	steps := []int{kvstore.BlockTokens - 3, 2, 1, -3, 1, 2, 19}
 	for _, spec := range []kvstore.Spec{kvstore.SpecF16, {K: kvstore.AffineFormat(8, 32), V: kvstore.AffineFormat(4, 32)}} {
 		run := func(b compute.Backend) [][]float32 {
 			var cache kvstore.Layer
@@ -246,6 +249,13 @@ func TestKVMirrorGrowsPastABlock(t *testing.T) {
 			var out [][]float32
 			pos := 0
 			for _, n := range steps {
+				if n < 0 {
+					pos += n
+					if err := cache.Truncate(pos); err != nil {
+						t.Fatal(err)
+					}
+					n = 1
+				}
 				ids := make([]int32, n)
 				for i := range ids {
 					ids[i] = int32(pos + i)
@@ -259,8 +269,8 @@ func TestKVMirrorGrowsPastABlock(t *testing.T) {
 				out = append(out, got)
 				pos += n
 			}
-			if cache.Len() != total {
-				t.Fatalf("%s: the cache holds %d positions, want %d", b.Name(), cache.Len(), total)
+			if cache.Len() != pos || pos != total {
+				t.Fatalf("%s: the cache holds %d positions, want %d", b.Name(), cache.Len(), pos)
 			}
 			return out
 		}
