@@ -33,6 +33,9 @@ type EngineLoader struct {
 	// full-attention caches sized by the request's num_ctx.
 	KV     *kvstore.Policy
 	Logger *slog.Logger
+	// Prefix shares prompt prefixes between requests (RAM and SSD tiers); nil: none. Its RAM
+	// budget is the KV policy's prefix budget, set on each load.
+	Prefix *kvstore.PrefixCache
 }
 
 // plan reads the model's shape and asks the KV policy for its layout at numCtx.
@@ -85,7 +88,7 @@ func (l *EngineLoader) Load(ctx context.Context, m *registry.LocalModel, numCtx 
 		backend = cpu.New(l.Threads)
 	}
 	cb := &captureBackend{Backend: backend}
-	opts := runner.LoadOptions{Backend: cb, Logger: l.Logger}
+	opts := runner.LoadOptions{Backend: cb, Logger: l.Logger, Prefix: l.Prefix}
 	kvSpec, size := "fp16", m.Size+fp16KV(info, numCtx)
 	if l.KV != nil {
 		shape, plan, err := l.plan(m, numCtx, false)
@@ -96,6 +99,9 @@ func (l *EngineLoader) Load(ctx context.Context, m *registry.LocalModel, numCtx 
 			numCtx = plan.Context // the largest context that fits
 		}
 		kvSpec, size = plan.Layout.String(), plan.Peak()
+		if l.Prefix != nil {
+			l.Prefix.SetBudget(plan.PrefixBudget)
+		}
 		opts.KVCache = func(_ *model.Model, n int) ([]kvstore.Layer, error) {
 			caches, _, err := l.KV.Caches(m.Dir, shape, n)
 			return caches, err
@@ -186,6 +192,9 @@ func (m *engineModel) Generate(ctx context.Context, in GenerateInput, emit func(
 		st.Perf = append(st.Perf, "messages_dropped", res.MessagesDropped)
 	}
 	st.Perf = append(st.Perf, "kv", m.kvSpec)
+	if res.Prefix != nil {
+		st.Perf = append(st.Perf, res.Prefix.Perf()...)
+	}
 	return st, err
 }
 

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	"github.com/mlxg/mlxg/registry/safetensors"
 )
 
@@ -554,4 +556,33 @@ func testChild(t *testing.T, test, env string) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.count=1")
 	cmd.Env = append(os.Environ(), env)
 	return cmd
+}
+
+func TestPrefixOptions(t *testing.T) {
+	var o PrefixOptions
+	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	o.RegisterFlags(fs)
+	if err := fs.Parse([]string{"--block-ssd-cache-max-size", "2.5"}); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"MLXG_PREFIX_DIR": "/x/prefix", "MLXG_PREFIX_MAX_SIZE": "7", "MLXG_PROMPT_CACHE_HOT": "3"}
+	if err := o.ApplyEnv(func(k string) string { return env[k] }); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := o.Config(nil)
+	if err != nil || cfg.Dir != "/x/prefix" || cfg.MaxDiskBytes != 2.5e9 || cfg.Hot != 3 {
+		t.Fatalf("%+v %v: the flag must win over MLXG_PREFIX_MAX_SIZE", cfg, err)
+	}
+	if err := fs.Parse([]string{"--prompt-cache-hot", "many"}); err == nil || !strings.Contains(err.Error(), "prompt-cache-hot") {
+		t.Fatalf("bad value accepted or error unnamed: %v", err)
+	}
+	var d PrefixOptions
+	cfg, _ = d.Config(nil)
+	if !strings.HasSuffix(cfg.Dir, filepath.Join(".cache", "mlxg", "prefix")) || cfg.Hot != DefaultPrefixHot || cfg.MaxDiskBytes != DefaultPrefixMaxGB*1e9 {
+		t.Fatalf("defaults: %+v", cfg)
+	}
+	d.Dir = "off"
+	if cfg, _ = d.Config(nil); cfg.Dir != "" {
+		t.Fatal("off kept an SSD tier")
+	}
 }
