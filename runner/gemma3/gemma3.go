@@ -264,3 +264,22 @@ func (a *Attention) Forward(c compute.Context, x compute.ActivationContext, in c
 	k = c.RoPE(k, a.RoPE, hd, offset)
 	return c.Linear(c.Attention(q, k, c.Linear(in, a.V), cache, a.Heads, a.Scale), a.O)
 }
+
+// NewCaches implements model.CacheMaker: a full-attention cache (fp16, or float32 when
+// fp32) per global layer and a sliding-window cache (fp16) per sliding layer.
+func (n *Network) NewCaches(fp32 bool) ([]kvstore.Layer, error) {
+	caches := make([]kvstore.Layer, len(n.Layers))
+	for i, l := range n.Layers {
+		a := l.Attn
+		var err error
+		if a.Window > 0 {
+			caches[i], err = kvstore.NewRotating(a.KVHeads, a.HeadDim, a.HeadDim, a.Window, kvstore.SpecF16, 0)
+		} else {
+			caches[i], err = kvstore.NewFull(a.KVHeads, a.HeadDim, a.HeadDim, fp32)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return caches, nil
+}

@@ -115,8 +115,12 @@ func (m *Model) WeightBytes() int64 { return m.bytes }
 // Backend returns the backend the model runs on.
 func (m *Model) Backend() compute.Backend { return m.backend }
 
-// NewCaches returns empty full-attention caches, one per layer, fp16 unless fp32.
+// NewCaches returns empty caches, one per layer, fp16 unless fp32: full attention,
+// or the kinds a CacheMaker network asks for.
 func (m *Model) NewCaches(fp32 bool) ([]kvstore.Layer, error) {
+	if cm, ok := m.net.(CacheMaker); ok {
+		return cm.NewCaches(fp32)
+	}
 	caches := make([]kvstore.Layer, m.Config.NumLayers)
 	for i := range caches {
 		c, err := kvstore.NewFull(m.Config.NumKVHeads, m.Config.HeadDim, m.Config.HeadDim, fp32)

@@ -79,6 +79,9 @@ func New(l *model.Loader) (model.Network, error) {
 	if err != nil {
 		return nil, err
 	}
+	if l.Has("model.layers.0.mlp.experts.0.up_proj.weight") {
+		return nil, fmt.Errorf("the checkpoint is in Hugging Face's layout (one tensor per expert): convert it to the MLX layout with `mlxg create`")
+	}
 	rope, err := l.Config.RoPE()
 	if err != nil {
 		return nil, err

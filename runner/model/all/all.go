@@ -7,4 +7,5 @@ import (
 	_ "github.com/mlxg/mlxg/runner/qwen2"
 	_ "github.com/mlxg/mlxg/runner/qwen3"
 	_ "github.com/mlxg/mlxg/runner/qwen3moe"
+	_ "github.com/mlxg/mlxg/runner/qwen3next"
 )
