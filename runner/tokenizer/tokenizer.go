@@ -28,7 +28,9 @@
 //
 // Input that is not valid UTF-8 is read with each invalid sequence replaced by
 // U+FFFD. Decode joins tokens as HF's decode does, without transformers'
-// optional clean_up_tokenization_spaces.
+// optional clean_up_tokenization_spaces. The truncation and padding settings
+// of tokenizer.json are ignored, as transformers ignores them unless asked.
+// Character classes come from Go's Unicode 15 tables.
 package tokenizer
 
 import (
