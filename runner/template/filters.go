@@ -177,6 +177,9 @@ func init() {
 			if err != nil {
 				return nil, err
 			}
+			if u, ok := v.(Undefined); ok {
+				return nil, u.err() // float(Undefined) fails, and Jinja2 does not catch that
+			}
 			if f, ok := toFloat(v); ok {
 				return f, nil
 			}
@@ -190,6 +193,9 @@ func init() {
 			base, err := toInt(or(a[1], int64(10)), "base")
 			if err != nil {
 				return nil, err
+			}
+			if u, ok := v.(Undefined); ok {
+				return nil, u.err() // int(Undefined) fails, and Jinja2 does not catch that
 			}
 			if i, ok := toIntValue(v, int(base)); ok {
 				return i, nil
@@ -891,7 +897,7 @@ func init() {
 		"boolean": func(r *state, v any, args []any) (bool, error) { _, ok := v.(bool); return ok, nil },
 		"callable": func(r *state, v any, args []any) (bool, error) {
 			switch v.(type) {
-			case *macro, builtin, boundMethod:
+			case *macro, builtin, boundMethod, Undefined: // Undefined has __call__ (which fails)
 				return true, nil
 			}
 			return false, nil
