@@ -40,6 +40,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newStopCmd())
 	root.AddCommand(newRunCmd())
 	root.AddCommand(newCreateCmd())
+	root.AddCommand(newCacheCmd())
 	return root
 }
 

@@ -35,10 +35,13 @@ Environment variables:
   MLXG_LOG_FORMAT                     "text" (default) or "json"
   MLXG_DEBUG                          1 logs at debug level
   MLXG_BACKEND                        cpu or metal (default: metal when libmlxc loads)
-  MLXG_KV_*, OLLAMA_KV_CACHE_TYPE     the KV cache, as the --kv-* flags`
+  MLXG_KV_*, OLLAMA_KV_CACHE_TYPE     the KV cache, as the --kv-* flags
+  MLXG_PREFIX_DIR, MLXG_PREFIX_MAX_SIZE, MLXG_PROMPT_CACHE_HOT  the prefix cache, as --block-ssd-cache-dir,
+                                      --block-ssd-cache-max-size and --prompt-cache-hot`
 
 func newServeCmd() *cobra.Command {
 	var kv kvstore.Options
+	var pc kvstore.PrefixOptions
 	var threads int
 	var grace time.Duration
 	cmd := &cobra.Command{
@@ -48,10 +51,11 @@ func newServeCmd() *cobra.Command {
 		Long:    serveHelp,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return serve(cmd.Context(), cmd.ErrOrStderr(), &kv, threads, grace)
+			return serve(cmd.Context(), cmd.ErrOrStderr(), &kv, &pc, threads, grace)
 		},
 	}
 	kv.RegisterFlags(cmd.Flags())
+	pc.RegisterFlags(cmd.Flags())
 	cmd.Flags().IntVar(&threads, "threads", 0, "CPU threads per model (0: all cores)")
 	cmd.Flags().DurationVar(&grace, "shutdown-grace", 10*time.Second, "time requests in flight get to finish on shutdown")
 	return cmd
@@ -83,13 +87,16 @@ func envFirst(keys ...string) (string, string) {
 	return keys[0], ""
 }
 
-func serve(ctx context.Context, logw io.Writer, kv *kvstore.Options, threads int, grace time.Duration) error {
+func serve(ctx context.Context, logw io.Writer, kv *kvstore.Options, pc *kvstore.PrefixOptions, threads int, grace time.Duration) error {
 	log, err := newLogger(logw)
 	if err != nil {
 		return err
 	}
 	slog.SetDefault(log)
 	if err := kv.ApplyEnv(os.Getenv); err != nil {
+		return err
+	}
+	if err := pc.ApplyEnv(os.Getenv); err != nil {
 		return err
 	}
 	sc, err := sched.ConfigFromEnv(os.Getenv)
@@ -125,9 +132,14 @@ func serve(ctx context.Context, logw io.Writer, kv *kvstore.Options, threads int
 	if err != nil {
 		return err
 	}
+	prefix, err := openPrefixCache(pc, log)
+	if err != nil {
+		return err
+	}
+	defer prefix.Close()
 	srv, err := api.NewServer(api.ServerConfig{
 		Store:         store,
-		Loader:        &api.EngineLoader{Backend: choice.Backend, Threads: threads, KV: &kvstore.Policy{Options: *kv, Log: log}, Logger: log},
+		Loader:        &api.EngineLoader{Backend: choice.Backend, Threads: threads, KV: &kvstore.Policy{Options: *kv, Log: log}, Logger: log, Prefix: prefix},
 		Sched:         sc,
 		Origins:       api.OriginsFromEnv(os.Getenv),
 		ContextLength: ctxLen,
