@@ -76,6 +76,7 @@ func (s *Server) newJob(model string, options map[string]any, keepAlive *Duratio
 	}
 	j.opts = DefaultOptions()
 	j.opts.NumCtx = s.cfg.ContextLength
+	generationDefaults(&j.opts, j.info.Generation)
 	if err := j.opts.FromMap(options); err != nil {
 		var unknown *UnknownOptionError
 		if !errors.As(err, &unknown) || strings.Contains(err.Error(), "must be") {
@@ -94,6 +95,30 @@ func (s *Server) newJob(model string, options map[string]any, keepAlive *Duratio
 		j.keepAlive = &d
 	}
 	return j, nil
+}
+
+// generationDefaults applies the sampling settings of the checkpoint's generation_config.json (what
+// /api/show lists as parameters), as an Ollama model's parameters are applied before the request's options.
+func generationDefaults(o *Options, g map[string]any) {
+	num := func(k string) (float64, bool) {
+		f, ok := g[k].(float64)
+		return f, ok && f >= 0
+	}
+	if f, ok := num("temperature"); ok {
+		o.Temperature = float32(f)
+	}
+	if f, ok := num("top_k"); ok {
+		o.TopK = int(f)
+	}
+	if f, ok := num("top_p"); ok {
+		o.TopP = float32(f)
+	}
+	if f, ok := num("min_p"); ok {
+		o.MinP = float32(f)
+	}
+	if f, ok := num("repetition_penalty"); ok && f > 0 {
+		o.RepeatPenalty = float32(f)
+	}
 }
 
 // schedRequest is the scheduler's view of the job's model.

@@ -251,6 +251,9 @@ func (s *Server) handleOpenAIChat(c *gin.Context) {
 		oaiAbort(c, err)
 		return
 	}
+	if strings.TrimSpace(string(req.ToolChoice)) == `"none"` {
+		tools = nil // the model must not call tools
+	}
 	opts, err := oaiOptions(req.MaxTokens, req.MaxCompletionTokens, req.Seed, req.Temperature, req.TopP,
 		req.FrequencyPenalty, req.PresencePenalty, req.Stop)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -394,5 +395,103 @@ func TestClientDisconnect(t *testing.T) {
 	resp2, body := ts.post(t, "/api/generate", `{"model":"scripted","stream":false,"think":false,"prompt":"Weather?"}`)
 	if resp2.StatusCode != 200 || !strings.Contains(string(body), apitest.PlainReply) {
 		t.Fatalf("after disconnect: %d %s", resp2.StatusCode, body)
+	}
+}
+
+// TestQueueFull: with one slot and a queue of one, a third request gets 503 while the first runs.
+func TestQueueFull(t *testing.T) {
+	ts := newTestServer(t, sched.Config{NumParallel: 1, MaxQueue: 1})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/api/generate",
+		strings.NewReader(`{"model":"scripted","raw":true,"prompt":"zzzz","options":{"temperature":0}}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	queued := make(chan string)
+	go func() {
+		_, body := ts.post(t, "/api/generate", `{"model":"scripted","stream":false,"think":false,"prompt":"Weather?"}`)
+		queued <- string(body)
+	}()
+	time.Sleep(300 * time.Millisecond) // the second request is waiting for the slot
+	r, body := ts.post(t, "/v1/chat/completions", `{"model":"scripted","messages":[{"role":"user","content":"hi"}]}`)
+	if r.StatusCode != 503 || !strings.Contains(string(body), "too many requests are queued") {
+		t.Fatalf("third request: %d %s", r.StatusCode, body)
+	}
+	cancel() // the first client leaves: the queued request runs
+	select {
+	case b := <-queued:
+		if !strings.Contains(b, apitest.PlainReply) {
+			t.Fatalf("queued request: %s", b)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the queued request never ran")
+	}
+}
+
+// TestGracefulShutdown: on shutdown, a request still generating after the grace period is cancelled, Serve
+// returns, and the model is unloaded.
+func TestGracefulShutdown(t *testing.T) {
+	ckpt := scriptedCheckpoint(t)
+	tmp := t.TempDir()
+	store := &registry.Store{HubCache: filepath.Join(tmp, "hub"), Home: filepath.Join(tmp, "home")}
+	n, _ := registry.ParseName("scripted")
+	if _, err := store.ImportDir(context.Background(), n, ckpt); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := NewServer(ServerConfig{Store: store, Loader: &EngineLoader{Threads: 2}, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, l, 300*time.Millisecond) }()
+	resp, err := http.Post("http://"+l.Addr().String()+"/api/generate", "application/json",
+		strings.NewReader(`{"model":"scripted","raw":true,"prompt":"zzzz","options":{"temperature":0}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	rd := bufio.NewReader(resp.Body)
+	if _, err := rd.ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	stop()
+	_, _ = io.Copy(io.Discard, rd) // the stream ends once the grace period is over
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatalf("Serve: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Serve did not return")
+	}
+	if d := time.Since(start); d < 300*time.Millisecond {
+		t.Fatalf("shut down after %v, before the grace period", d)
+	}
+	if st := srv.sched.Running(); len(st) != 0 {
+		t.Fatalf("models still loaded: %+v", st)
+	}
+}
+
+func TestGenerationDefaults(t *testing.T) {
+	o := DefaultOptions()
+	generationDefaults(&o, map[string]any{"temperature": 0.6, "top_k": 20.0, "top_p": 0.95, "min_p": 0.0, "repetition_penalty": 1.1, "do_sample": true})
+	if o.Temperature != 0.6 || o.TopK != 20 || o.TopP != 0.95 || o.MinP != 0 || o.RepeatPenalty != float32(1.1) {
+		t.Fatalf("%+v", o)
+	}
+	// The request's options still win.
+	if err := o.FromMap(map[string]any{"temperature": 0.0}); err != nil || o.Temperature != 0 {
+		t.Fatalf("%v %+v", err, o)
 	}
 }
