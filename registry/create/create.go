@@ -13,6 +13,9 @@
 //     codes, internal/quant's packing), "<name>.scales" and "<name>.biases" (model
 //     dtype). The weights are rounded to the model dtype before quantizing and the
 //     scales and biases after, as MLX does. Norms and biases stay as they are;
+//   - for qwen3_moe and qwen3_next, what mlx-lm's sanitize does (families.go): experts
+//     stacked into switch_mlp tensors (quantized per expert row), routers at 8 bits,
+//     and Qwen3-Next's conv1d layout, norm offsets and dropped mtp weights;
 //   - config.json with "quantization" and "quantization_config" blocks
 //     {"group_size", "bits", "mode": "affine"};
 //   - lm_head.weight dropped when tie_word_embeddings is set, rotary_emb.inv_freq
@@ -205,6 +208,12 @@ func Convert(ctx context.Context, src, dst string, opts Options) (*Summary, erro
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		return nil, err
 	}
+	fam := newFamily(cfg)
+	stacks, err := fam.stacks(ck, names)
+	if err != nil {
+		return nil, err
+	}
+	overrides := map[string]any{}
 	w := &shardWriter{dir: dst, limit: opts.MaxShardBytes}
 	for i, n := range names {
 		if opts.Progress != nil && i > 0 {
@@ -213,47 +222,85 @@ func Convert(ctx context.Context, src, dst string, opts Options) (*Summary, erro
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		if strings.HasSuffix(n, "rotary_emb.inv_freq") || (tied && n == "lm_head.weight") {
+		if strings.HasSuffix(n, "rotary_emb.inv_freq") || (tied && n == "lm_head.weight") || fam.drop(n) {
 			sum.Dropped = append(sum.Dropped, n)
 			continue
 		}
 		t, _ := ck.Tensor(n)
 		elems := int(t.NumElements())
 		sum.Parameters += int64(elems)
+		// What is written: this tensor, or the stack of experts it begins.
+		out, shape := n, fam.shape(n, t.Shape)
+		rows := func(rows, cols int, fn func(r0 int, vals []float32)) { forRows(t, rows, cols, dt, fn) }
+		if stacked, e, ok := fam.expert(n); ok {
+			if e != 0 {
+				continue // written with expert 0
+			}
+			group := stacks[stacked]
+			out, shape = stacked, []int{len(group), t.Shape[0], t.Shape[1]}
+			sum.Parameters += int64(elems) * int64(len(group)-1)
+			rows = func(_, cols int, fn func(r0 int, vals []float32)) {
+				for e, name := range group {
+					et, _ := ck.Tensor(name)
+					forRows(et, et.Shape[0], cols, dt, func(r0 int, vals []float32) { fn(e*et.Shape[0]+r0, vals) })
+				}
+			}
+		}
+		bits, groupSize := opts.Bits, opts.GroupSize
+		base := strings.TrimSuffix(out, ".weight")
+		if b, g, ok := fam.override(base); ok && bits > 0 {
+			bits, groupSize = b, g
+		}
 		var err error
-		if opts.Bits > 0 && len(t.Shape) == 2 && strings.HasSuffix(n, ".weight") && t.Shape[1]%opts.GroupSize == 0 {
-			rows, cols := t.Shape[0], t.Shape[1]
-			words, groups := quant.Words(cols, opts.Bits), cols/opts.GroupSize
-			packed := make([]uint32, rows*words)
-			scales := make([]float32, rows*groups)
-			biases := make([]float32, rows*groups)
-			forRows(t, rows, cols, dt, func(r0 int, vals []float32) {
+		cols := elems
+		if len(shape) > 0 {
+			cols = shape[len(shape)-1]
+		}
+		if bits > 0 && (len(shape) == 2 || (len(shape) == 3 && out != n)) && strings.HasSuffix(out, ".weight") && cols%groupSize == 0 {
+			nrows := 1
+			for _, d := range shape[:len(shape)-1] {
+				nrows *= d
+			}
+			words, groups := quant.Words(cols, bits), cols/groupSize
+			packed := make([]uint32, nrows*words)
+			scales := make([]float32, nrows*groups)
+			biases := make([]float32, nrows*groups)
+			rows(nrows, cols, func(r0 int, vals []float32) {
 				for i := range len(vals) / cols {
 					r := r0 + i
 					quant.QuantizeRow(packed[r*words:(r+1)*words], scales[r*groups:(r+1)*groups], biases[r*groups:(r+1)*groups],
-						vals[i*cols:(i+1)*cols], opts.Bits, opts.GroupSize)
+						vals[i*cols:(i+1)*cols], bits, groupSize)
 				}
 			})
-			base := strings.TrimSuffix(n, ".weight")
-			gshape := []int{rows, groups}
+			lead := shape[:len(shape)-1]
+			gshape := append(slices.Clone(lead), groups)
 			err = w.add(
-				safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: n, DType: safetensors.U32, Shape: []int{rows, words}}, Data: u32Bytes(packed)},
+				safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: out, DType: safetensors.U32, Shape: append(slices.Clone(lead), words)}, Data: u32Bytes(packed)},
 				safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: base + ".scales", DType: dt, Shape: gshape}, Data: encode(scales, dt)},
 				safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: base + ".biases", DType: dt, Shape: gshape}, Data: encode(biases, dt)})
-			sum.Quantized = append(sum.Quantized, n)
-			logf("quantized %s %v to %d bits, group %d", n, t.Shape, opts.Bits, opts.GroupSize)
-		} else {
-			cols := elems
-			if len(t.Shape) > 0 {
-				cols = t.Shape[len(t.Shape)-1]
+			if bits != opts.Bits || groupSize != opts.GroupSize {
+				overrides[base] = map[string]any{"group_size": groupSize, "bits": bits}
 			}
-			data := make([]byte, elems*dt.Size())
+			sum.Quantized = append(sum.Quantized, out)
+			logf("quantized %s %v to %d bits, group %d", out, shape, bits, groupSize)
+		} else {
+			n := 1
+			for _, d := range shape {
+				n *= d
+			}
+			data := make([]byte, n*dt.Size())
+			one := fam.plusOne(out, shape)
 			if cols > 0 {
-				forRows(t, elems/cols, cols, dt, func(r0 int, vals []float32) {
+				rows(n/cols, cols, func(r0 int, vals []float32) {
+					if one {
+						for i := range vals {
+							vals[i]++
+						}
+					}
 					encodeInto(data[r0*cols*dt.Size():], vals, dt)
 				})
 			}
-			err = w.add(safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: n, DType: dt, Shape: slices.Clone(t.Shape)}, Data: data})
+			err = w.add(safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: out, DType: dt, Shape: shape}, Data: data})
 			sum.Kept++
 		}
 		if err != nil {
@@ -273,6 +320,9 @@ func Convert(ctx context.Context, src, dst string, opts Options) (*Summary, erro
 
 	if opts.Bits > 0 {
 		q := map[string]any{"group_size": opts.GroupSize, "bits": opts.Bits, "mode": "affine"}
+		for module, o := range overrides {
+			q[module] = o
+		}
 		cfg["quantization"] = q
 		cfg["quantization_config"] = q
 	}

@@ -2,7 +2,11 @@
 // (config.json, generation_config.json, *.safetensors), for tests and benchmarks.
 //
 // Supported architectures: llama (LlamaForCausalLM), qwen2 (Qwen2ForCausalLM, with
-// q/k/v biases) and qwen3 (Qwen3ForCausalLM, with per-head q/k RMSNorm), any shape,
+// q/k/v biases), qwen3 (Qwen3ForCausalLM, with per-head q/k RMSNorm), qwen3_moe
+// (Qwen3MoeForCausalLM: per-expert tensors as Hugging Face stores them), gemma3_text
+// (Gemma3ForCausalLM: sliding and global layers, four norms per layer) and qwen3_next
+// (Qwen3NextForCausalLM: Gated DeltaNet and gated attention layers, experts and a
+// shared expert; norms of the 1 + w kind drawn around 0), any shape,
 // any vocabulary size, float32, float16 or bfloat16 weights, tied or separate
 // lm_head, optional RoPE scaling. A fixed seed gives byte-identical files whatever
 // the number of CPUs: every tensor is filled in fixed-size chunks, each from its own
@@ -31,6 +35,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 
 	"github.com/mlxg/mlxg/internal/half"
@@ -56,6 +61,31 @@ type Config struct {
 	DType             string         `json:"dtype"`                    // "float32", "float16" or "bfloat16"
 	BOSTokenID        *int           `json:"bos_token_id,omitempty"`
 	EOSTokenIDs       []int          `json:"eos_token_ids,omitempty"` // written to generation_config.json
+
+	// Mixture of experts (qwen3_moe, qwen3_next).
+	NumExperts        int   `json:"num_experts,omitempty"`
+	TopK              int   `json:"num_experts_per_tok,omitempty"`
+	MoEIntermediate   int   `json:"moe_intermediate_size,omitempty"`
+	NormTopK          bool  `json:"norm_topk_prob,omitempty"`
+	DecoderSparseStep int   `json:"decoder_sparse_step,omitempty"` // 0 means 1
+	MLPOnlyLayers     []int `json:"mlp_only_layers,omitempty"`
+	SharedExpertInter int   `json:"shared_expert_intermediate_size,omitempty"` // qwen3_next
+
+	// Sliding-window and global layers (gemma3_text).
+	SlidingWindow         int     `json:"sliding_window,omitempty"`
+	SlidingWindowPattern  int     `json:"sliding_window_pattern,omitempty"` // every Nth layer global
+	RopeLocalBaseFreq     float64 `json:"rope_local_base_freq,omitempty"`
+	QueryPreAttnScalar    float64 `json:"query_pre_attn_scalar,omitempty"`
+	FinalLogitSoftcapping float64 `json:"final_logit_softcapping,omitempty"`
+
+	// Gated DeltaNet layers (qwen3_next).
+	LinearKHeads          int     `json:"linear_num_key_heads,omitempty"`
+	LinearVHeads          int     `json:"linear_num_value_heads,omitempty"`
+	LinearKHeadDim        int     `json:"linear_key_head_dim,omitempty"`
+	LinearVHeadDim        int     `json:"linear_value_head_dim,omitempty"`
+	ConvKernel            int     `json:"linear_conv_kernel_dim,omitempty"`
+	FullAttentionInterval int     `json:"full_attention_interval,omitempty"`
+	PartialRotary         float64 `json:"partial_rotary_factor,omitempty"`
 }
 
 // Options control how a checkpoint is written.
@@ -104,10 +134,64 @@ func Tiny(arch string, vocab int) Config {
 }
 
 var archNames = map[string]string{
-	"llama": "LlamaForCausalLM",
-	"qwen2": "Qwen2ForCausalLM",
-	"qwen3": "Qwen3ForCausalLM",
+	"llama":       "LlamaForCausalLM",
+	"qwen2":       "Qwen2ForCausalLM",
+	"qwen3":       "Qwen3ForCausalLM",
+	"qwen3_moe":   "Qwen3MoeForCausalLM",
+	"gemma3_text": "Gemma3ForCausalLM",
+	"qwen3_next":  "Qwen3NextForCausalLM",
 }
+
+// TinyMoE returns a small float32 Qwen3-MoE: 2 layers, 8 experts of which 2 are
+// picked per token, norm_topk_prob set.
+func TinyMoE(vocab int) Config {
+	c := Tiny("qwen3_moe", vocab)
+	c.HeadDim, c.NumExperts, c.TopK, c.MoEIntermediate, c.NormTopK = 64, 8, 2, 64, true
+	return c
+}
+
+// TinyGemma3 returns a small float32 Gemma 3 text model: 4 layers, every second one
+// global, a sliding window of 8 positions.
+func TinyGemma3(vocab int) Config {
+	c := Tiny("gemma3_text", vocab)
+	c.NumLayers, c.NumKVHeads, c.HeadDim, c.RopeTheta = 4, 1, 32, 1e6
+	c.SlidingWindow, c.SlidingWindowPattern, c.RopeLocalBaseFreq, c.QueryPreAttnScalar = 8, 2, 1e4, 32
+	c.TieWordEmbeddings = true
+	return c
+}
+
+// TinyQwen3Next returns a small float32 Qwen3-Next: 4 layers (the fourth full
+// attention), 4 value heads over 2 key heads, 8 experts plus a shared one.
+func TinyQwen3Next(vocab int) Config {
+	c := Tiny("qwen3_next", vocab)
+	c.NumLayers, c.HeadDim, c.PartialRotary, c.RopeTheta = 4, 64, 0.25, 1e6
+	c.NumExperts, c.TopK, c.MoEIntermediate, c.NormTopK, c.SharedExpertInter = 8, 2, 64, true, 96
+	c.LinearKHeads, c.LinearVHeads, c.LinearKHeadDim, c.LinearVHeadDim, c.ConvKernel, c.FullAttentionInterval = 2, 4, 32, 32, 4, 4
+	return c
+}
+
+// moe reports whether layer i has the expert block (transformers' rule).
+func (c Config) moe(i int) bool {
+	if c.NumExperts == 0 || slices.Contains(c.MLPOnlyLayers, i) {
+		return false
+	}
+	step := max(c.DecoderSparseStep, 1)
+	return (i+1)%step == 0
+}
+
+// linear reports whether layer i is a Gated DeltaNet layer (qwen3_next).
+func (c Config) linear(i int) bool {
+	return c.Arch == "qwen3_next" && (i+1)%c.FullAttentionInterval != 0
+}
+
+// sliding reports whether layer i is a sliding-window layer (gemma3_text).
+func (c Config) sliding(i int) bool {
+	return c.Arch == "gemma3_text" && c.SlidingWindowPattern > 1 && (i+1)%c.SlidingWindowPattern != 0
+}
+
+// zeroCentredNorms: the architecture scales by 1 + w, so its norm weights are drawn
+// around 0.
+func (c Config) zeroCentredNorms() bool { return c.Arch == "gemma3_text" || c.Arch == "qwen3_next" }
 
 var dtypes = map[string]safetensors.DType{
 	"float32":  safetensors.F32,
@@ -127,7 +211,7 @@ func (c Config) hasBias() bool { return c.Arch == "qwen2" || c.AttentionBias }
 // Validate reports a shape that no architecture could load.
 func (c Config) Validate() error {
 	if _, ok := archNames[c.Arch]; !ok {
-		return fmt.Errorf("randmodel: unknown arch %q: use llama, qwen2 or qwen3", c.Arch)
+		return fmt.Errorf("randmodel: unknown arch %q: use llama, qwen2, qwen3, qwen3_moe, gemma3_text or qwen3_next", c.Arch)
 	}
 	if _, ok := dtypes[c.DType]; !ok {
 		return fmt.Errorf("randmodel: unknown dtype %q: use float32, float16 or bfloat16", c.DType)
@@ -153,6 +237,20 @@ func (c Config) Validate() error {
 	}
 	if c.RMSNormEps <= 0 || c.RopeTheta <= 0 {
 		return errors.New("randmodel: rms_norm_eps and rope_theta must be positive")
+	}
+	switch c.Arch {
+	case "qwen3_moe", "qwen3_next":
+		if c.NumExperts <= 0 || c.TopK <= 0 || c.TopK > c.NumExperts || c.MoEIntermediate <= 0 {
+			return errors.New("randmodel: num_experts, num_experts_per_tok (at most num_experts) and moe_intermediate_size must be positive")
+		}
+	case "gemma3_text":
+		if c.SlidingWindow <= 0 || c.SlidingWindowPattern <= 0 || c.RopeLocalBaseFreq <= 0 || c.QueryPreAttnScalar <= 0 {
+			return errors.New("randmodel: gemma3_text needs sliding_window, sliding_window_pattern, rope_local_base_freq and query_pre_attn_scalar")
+		}
+	}
+	if c.Arch == "qwen3_next" && (c.LinearKHeads <= 0 || c.LinearVHeads%c.LinearKHeads != 0 || c.LinearKHeadDim <= 0 ||
+		c.LinearVHeadDim <= 0 || c.ConvKernel < 2 || c.FullAttentionInterval <= 0 || c.PartialRotary <= 0) {
+		return errors.New("randmodel: qwen3_next needs linear key heads dividing the value heads, head dims, a conv kernel of at least 2, full_attention_interval and partial_rotary_factor")
 	}
 	return nil
 }
@@ -201,10 +299,65 @@ func (c Config) HFConfig() map[string]any {
 	case "qwen2":
 		m["use_sliding_window"] = false
 		m["max_window_layers"] = c.NumLayers
-	case "qwen3":
+	case "qwen3", "qwen3_moe":
 		m["attention_bias"] = c.AttentionBias
 		m["use_sliding_window"] = false
 		m["max_window_layers"] = c.NumLayers
+	case "gemma3_text":
+		types := make([]string, c.NumLayers)
+		for i := range types {
+			types[i] = "full_attention"
+			if c.sliding(i) {
+				types[i] = "sliding_attention"
+			}
+		}
+		m["layer_types"] = types
+		m["sliding_window"] = c.SlidingWindow
+		m["sliding_window_pattern"] = c.SlidingWindowPattern
+		m["rope_local_base_freq"] = c.RopeLocalBaseFreq
+		m["query_pre_attn_scalar"] = c.QueryPreAttnScalar
+		m["hidden_activation"] = "gelu_pytorch_tanh"
+		m["attn_logit_softcapping"] = nil
+		m["final_logit_softcapping"] = nil
+		if c.FinalLogitSoftcapping > 0 {
+			m["final_logit_softcapping"] = c.FinalLogitSoftcapping
+		}
+		delete(m, "hidden_act")
+		// transformers 5 reads one block per layer type; mlx-lm the flat keys above.
+		full := map[string]any{"rope_type": "default", "rope_theta": c.RopeTheta}
+		for k, v := range rp {
+			full[k] = v
+		}
+		m["rope_parameters"] = map[string]any{"full_attention": full,
+			"sliding_attention": map[string]any{"rope_type": "default", "rope_theta": c.RopeLocalBaseFreq}}
+	case "qwen3_next":
+		types := make([]string, c.NumLayers)
+		for i := range types {
+			types[i] = "full_attention"
+			if c.linear(i) {
+				types[i] = "linear_attention"
+			}
+		}
+		m["layer_types"] = types
+		m["attention_bias"] = false
+		m["partial_rotary_factor"] = c.PartialRotary
+		rp["partial_rotary_factor"] = c.PartialRotary
+		for k, v := range map[string]any{"linear_num_key_heads": c.LinearKHeads, "linear_num_value_heads": c.LinearVHeads,
+			"linear_key_head_dim": c.LinearKHeadDim, "linear_value_head_dim": c.LinearVHeadDim,
+			"linear_conv_kernel_dim": c.ConvKernel, "full_attention_interval": c.FullAttentionInterval,
+			"shared_expert_intermediate_size": c.SharedExpertInter} {
+			m[k] = v
+		}
+	}
+	if c.NumExperts > 0 {
+		m["num_experts"] = c.NumExperts
+		m["num_experts_per_tok"] = c.TopK
+		m["moe_intermediate_size"] = c.MoEIntermediate
+		m["norm_topk_prob"] = c.NormTopK
+		m["decoder_sparse_step"] = max(c.DecoderSparseStep, 1)
+		m["mlp_only_layers"] = append([]int{}, c.MLPOnlyLayers...)
+		m["output_router_logits"] = false
+		m["router_aux_loss_coef"] = 0.001
 	}
 	if c.BOSTokenID != nil {
 		m["bos_token_id"] = *c.BOSTokenID
@@ -233,34 +386,73 @@ func (c Config) Tensors() []TensorSpec {
 	norm := func(name string, n int) TensorSpec { return TensorSpec{name, []int{n}, 1, 0.2} }
 	bias := func(name string, n int) TensorSpec { return TensorSpec{name, []int{n}, 0, 0.1} }
 
+	if c.zeroCentredNorms() {
+		norm = func(name string, n int) TensorSpec { return TensorSpec{name, []int{n}, 0, 0.2} }
+	}
+	mlp := func(p string, inter int) []TensorSpec {
+		return []TensorSpec{lin(p+"gate_proj.weight", inter, h), lin(p+"up_proj.weight", inter, h), lin(p+"down_proj.weight", h, inter)}
+	}
+
 	ts := []TensorSpec{{"model.embed_tokens.weight", []int{c.VocabSize, h}, 0, 0.1}}
 	for i := range c.NumLayers {
 		p := fmt.Sprintf("model.layers.%d.", i)
 		ts = append(ts, norm(p+"input_layernorm.weight", h))
-		ts = append(ts, lin(p+"self_attn.q_proj.weight", q, h))
-		if c.hasBias() {
-			ts = append(ts, bias(p+"self_attn.q_proj.bias", q))
-		}
-		ts = append(ts, lin(p+"self_attn.k_proj.weight", kv, h))
-		if c.hasBias() {
-			ts = append(ts, bias(p+"self_attn.k_proj.bias", kv))
-		}
-		ts = append(ts, lin(p+"self_attn.v_proj.weight", kv, h))
-		if c.hasBias() {
-			ts = append(ts, bias(p+"self_attn.v_proj.bias", kv))
-		}
-		ts = append(ts, lin(p+"self_attn.o_proj.weight", h, q))
-		if c.Arch == "llama" && c.AttentionBias {
-			ts = append(ts, bias(p+"self_attn.o_proj.bias", h))
-		}
-		if c.Arch == "qwen3" {
-			ts = append(ts, norm(p+"self_attn.q_norm.weight", hd), norm(p+"self_attn.k_norm.weight", hd))
+		switch {
+		case c.linear(i):
+			kd, vd := c.LinearKHeads*c.LinearKHeadDim, c.LinearVHeads*c.LinearVHeadDim
+			conv := 2*kd + vd
+			ts = append(ts,
+				lin(p+"linear_attn.in_proj_qkvz.weight", 2*kd+2*vd, h),
+				lin(p+"linear_attn.in_proj_ba.weight", 2*c.LinearVHeads, h),
+				TensorSpec{p + "linear_attn.conv1d.weight", []int{conv, 1, c.ConvKernel}, 0, float32(math.Sqrt(3 / float64(c.ConvKernel)))},
+				TensorSpec{p + "linear_attn.A_log", []int{c.LinearVHeads}, 0, 1},
+				TensorSpec{p + "linear_attn.dt_bias", []int{c.LinearVHeads}, 1, 0.5},
+				TensorSpec{p + "linear_attn.norm.weight", []int{c.LinearVHeadDim}, 1, 0.2}, // the gated norm scales by w
+				lin(p+"linear_attn.out_proj.weight", h, vd))
+		default:
+			qo := q
+			if c.Arch == "qwen3_next" {
+				qo = 2 * q // the query and its gate
+			}
+			ts = append(ts, lin(p+"self_attn.q_proj.weight", qo, h))
+			if c.hasBias() {
+				ts = append(ts, bias(p+"self_attn.q_proj.bias", q))
+			}
+			ts = append(ts, lin(p+"self_attn.k_proj.weight", kv, h))
+			if c.hasBias() {
+				ts = append(ts, bias(p+"self_attn.k_proj.bias", kv))
+			}
+			ts = append(ts, lin(p+"self_attn.v_proj.weight", kv, h))
+			if c.hasBias() {
+				ts = append(ts, bias(p+"self_attn.v_proj.bias", kv))
+			}
+			ts = append(ts, lin(p+"self_attn.o_proj.weight", h, q))
+			if c.Arch == "llama" && c.AttentionBias {
+				ts = append(ts, bias(p+"self_attn.o_proj.bias", h))
+			}
+			if c.Arch != "llama" && c.Arch != "qwen2" {
+				ts = append(ts, norm(p+"self_attn.q_norm.weight", hd), norm(p+"self_attn.k_norm.weight", hd))
+			}
 		}
 		ts = append(ts, norm(p+"post_attention_layernorm.weight", h))
-		ts = append(ts,
-			lin(p+"mlp.gate_proj.weight", c.IntermediateSize, h),
-			lin(p+"mlp.up_proj.weight", c.IntermediateSize, h),
-			lin(p+"mlp.down_proj.weight", h, c.IntermediateSize))
+		if c.Arch == "gemma3_text" {
+			ts = append(ts, norm(p+"pre_feedforward_layernorm.weight", h))
+		}
+		if c.moe(i) {
+			ts = append(ts, lin(p+"mlp.gate.weight", c.NumExperts, h))
+			for e := range c.NumExperts {
+				ts = append(ts, mlp(fmt.Sprintf("%smlp.experts.%d.", p, e), c.MoEIntermediate)...)
+			}
+			if c.SharedExpertInter > 0 {
+				ts = append(ts, mlp(p+"mlp.shared_expert.", c.SharedExpertInter)...)
+				ts = append(ts, lin(p+"mlp.shared_expert_gate.weight", 1, h))
+			}
+		} else {
+			ts = append(ts, mlp(p+"mlp.", c.IntermediateSize)...)
+		}
+		if c.Arch == "gemma3_text" {
+			ts = append(ts, norm(p+"post_feedforward_layernorm.weight", h))
+		}
 	}
 	ts = append(ts, norm("model.norm.weight", h))
 	if !c.TieWordEmbeddings {

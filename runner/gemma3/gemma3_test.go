@@ -1,0 +1,136 @@
+package gemma3_test
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/mlxg/mlxg/kvstore"
+	"github.com/mlxg/mlxg/registry/create"
+	"github.com/mlxg/mlxg/registry/randmodel"
+	"github.com/mlxg/mlxg/runner/cpu"
+	"github.com/mlxg/mlxg/runner/model"
+)
+
+func load(t *testing.T, bits int) (*model.Model, string) {
+	t.Helper()
+	dir := t.TempDir()
+	hf, mlx := filepath.Join(dir, "hf"), filepath.Join(dir, "mlx")
+	if err := randmodel.Generate(hf, randmodel.TinyGemma3(256), randmodel.Options{Seed: 6}); err != nil {
+		t.Fatal(err)
+	}
+	if bits > 0 {
+		if _, err := create.Convert(context.Background(), hf, mlx, create.Options{Bits: bits, GroupSize: 32}); err != nil {
+			t.Fatal(err)
+		}
+		hf = mlx
+	}
+	m, err := model.Load(hf, cpu.New(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m, hf
+}
+
+func prompt(n int) []int32 {
+	r := rand.New(rand.NewPCG(4, 4))
+	p := make([]int32, n)
+	for i := range p {
+		p[i] = int32(r.IntN(256))
+	}
+	return p
+}
+
+func run(t *testing.T, m *model.Model, caches []kvstore.Layer, tokens []int32, chunk int) []float32 {
+	t.Helper()
+	var all []float32
+	for i := 0; i < len(tokens); i += chunk {
+		l, err := m.Forward(context.Background(), tokens[i:min(i+chunk, len(tokens))], caches, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, l...)
+	}
+	return all
+}
+
+func maxRel(a, b []float32) float64 {
+	var num, den float64
+	for i := range a {
+		num = max(num, math.Abs(float64(a[i]-b[i])))
+		den = max(den, math.Abs(float64(b[i])))
+	}
+	return num / den
+}
+
+// TestSlidingWindowChunks: a prompt three times the window, in one pass and in chunks
+// of 1 and 5, through the model's own caches (rotating on sliding layers).
+func TestSlidingWindowChunks(t *testing.T) {
+	m, _ := load(t, 0)
+	p := prompt(24)
+	caches, err := m.NewCaches(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := caches[0].(*kvstore.Rotating); !ok {
+		t.Fatalf("layer 0 (sliding) has a %T cache", caches[0])
+	}
+	if _, ok := caches[1].(*kvstore.Full); !ok {
+		t.Fatalf("layer 1 (global) has a %T cache", caches[1])
+	}
+	want := run(t, m, caches, p, len(p))
+	for _, chunk := range []int{1, 5} {
+		caches, _ := m.NewCaches(true)
+		if r := maxRel(run(t, m, caches, p, chunk), want); r > 1e-5 {
+			t.Errorf("chunks of %d differ from one pass by %.3g", chunk, r)
+		}
+	}
+	// A cache that keeps every position on a sliding layer is refused past the window.
+	full := make([]kvstore.Layer, len(caches))
+	for i := range full {
+		full[i], _ = kvstore.NewFull(1, 32, 32, true)
+	}
+	if _, err := m.Forward(context.Background(), p, full, false); err == nil {
+		t.Error("full-attention caches on sliding layers were accepted past the window")
+	}
+}
+
+// TestQuantizedKV: the KV policy's caches for this model (rotating on sliding layers,
+// quantized K8/V4 with 8-bit boundary layers, converted from fp16 after 4 positions),
+// on 4-bit weights, run a chunked prefill and decode steps without error and stay
+// close to the fp16 caches.
+func TestQuantizedKV(t *testing.T) {
+	m, dir := load(t, 4)
+	raw, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shape, err := kvstore.ShapeFromConfig(raw, m.WeightBytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := kvstore.Spec{K: kvstore.AffineFormat(8, 32), V: kvstore.AffineFormat(4, 32)}
+	layout, err := kvstore.NewLayout(shape, base, 1, kvstore.Spec{K: kvstore.AffineFormat(8, 32), V: kvstore.AffineFormat(8, 32)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	layout.QuantizedKVStart = 4
+	p := prompt(30)
+	q, err := kvstore.NewCaches(shape, layout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, _ := m.NewCaches(false)
+	got := run(t, m, q, p[:20], 6)
+	got = append(got, run(t, m, q, p[20:], 1)...)
+	want := run(t, m, ref, p, 7)
+	if r := maxRel(got, want); r > 0.1 || math.IsNaN(r) {
+		t.Errorf("quantized KV logits differ from fp16 by %.3g", r)
+	} else {
+		t.Logf("quantized KV vs fp16: relative difference %.3g", r)
+	}
+}

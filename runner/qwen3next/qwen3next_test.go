@@ -1,0 +1,136 @@
+package qwen3next_test
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"path/filepath"
+	"testing"
+
+	"github.com/mlxg/mlxg/kvstore"
+	"github.com/mlxg/mlxg/registry/create"
+	"github.com/mlxg/mlxg/registry/randmodel"
+	"github.com/mlxg/mlxg/runner/cpu"
+	"github.com/mlxg/mlxg/runner/model"
+	"github.com/mlxg/mlxg/runner/qwen3next"
+)
+
+// load converts a random Qwen3-Next to the MLX layout (bits 0: float32) and loads it.
+func load(t *testing.T, bits int) *model.Model {
+	t.Helper()
+	dir := t.TempDir()
+	hf, mlx := filepath.Join(dir, "hf"), filepath.Join(dir, "mlx")
+	if err := randmodel.Generate(hf, randmodel.TinyQwen3Next(256), randmodel.Options{Seed: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := model.Load(hf, cpu.New(2)); err == nil {
+		t.Fatal("the Hugging Face layout loaded; want an error asking for mlxg create")
+	}
+	if _, err := create.Convert(context.Background(), hf, mlx, create.Options{Bits: bits, GroupSize: 32}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.Load(mlx, cpu.New(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+func prompt(n int) []int32 {
+	r := rand.New(rand.NewPCG(3, 3))
+	p := make([]int32, n)
+	for i := range p {
+		p[i] = int32(r.IntN(256))
+	}
+	return p
+}
+
+// run feeds tokens in chunks of the given sizes (cycled) and returns every position's logits.
+func run(t *testing.T, m *model.Model, caches []kvstore.Layer, tokens []int32, chunk int) []float32 {
+	t.Helper()
+	var all []float32
+	for i := 0; i < len(tokens); i += chunk {
+		l, err := m.Forward(context.Background(), tokens[i:min(i+chunk, len(tokens))], caches, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, l...)
+	}
+	return all
+}
+
+func maxRel(a, b []float32) float64 {
+	var num, den float64
+	for i := range a {
+		num = max(num, math.Abs(float64(a[i]-b[i])))
+		den = max(den, math.Abs(float64(b[i])))
+	}
+	return num / den
+}
+
+// TestChunkedPrefill: a prompt split across prefill chunks of 1, 4 and 7 tokens gives
+// the logits of one pass, and the caches are one State per linear layer plus a full
+// cache on the fourth.
+func TestChunkedPrefill(t *testing.T) {
+	for _, bits := range []int{0, 4} {
+		m := load(t, bits)
+		p := prompt(23)
+		caches, err := m.NewCaches(true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, c := range caches {
+			_, linear := c.(qwen3next.State)
+			if linear != ((i+1)%4 != 0) {
+				t.Fatalf("layer %d has a %T cache", i, c)
+			}
+		}
+		want := run(t, m, caches, p, len(p))
+		for _, chunk := range []int{1, 4, 7} {
+			caches, _ := m.NewCaches(true)
+			if r := maxRel(run(t, m, caches, p, chunk), want); r > 1e-5 {
+				t.Errorf("bits %d: chunks of %d differ from one pass by %.3g", bits, chunk, r)
+			}
+		}
+	}
+}
+
+// TestResumeFromCheckpoint: rewinding every cache to a position where the recurrent
+// states were checkpointed (as a prefix-cache hit does) and recomputing the rest gives
+// the logits of a cold run; rewinding to a position without a checkpoint is an error.
+func TestResumeFromCheckpoint(t *testing.T) {
+	m := load(t, 0)
+	p := prompt(20)
+	caches, _ := m.NewCaches(true)
+	run(t, m, caches, p[:12], 12)
+	for _, c := range caches {
+		if s, ok := c.(qwen3next.State); ok {
+			s.Checkpoint()
+		}
+	}
+	want := run(t, m, caches, p[12:], 8)
+	for _, c := range caches {
+		if err := c.Truncate(12); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := maxRel(run(t, m, caches, p[12:], 3), want); r > 1e-5 {
+		t.Errorf("resumed from the checkpoint at 12: logits differ by %.3g", r)
+	}
+	if err := caches[0].Truncate(5); err == nil {
+		t.Error("rewinding a recurrent state to a position without a checkpoint worked")
+	}
+}
+
+// TestWrongCache: full-attention caches on linear layers are an error, not a panic.
+func TestWrongCache(t *testing.T) {
+	m := load(t, 0)
+	caches := make([]kvstore.Layer, m.Config.NumLayers)
+	for i := range caches {
+		caches[i], _ = kvstore.NewFull(m.Config.NumKVHeads, m.Config.HeadDim, m.Config.HeadDim, true)
+	}
+	if _, err := m.Forward(context.Background(), prompt(3), caches, false); err == nil {
+		t.Fatal("a full-attention cache on a linear-attention layer was accepted")
+	}
+}
