@@ -38,6 +38,7 @@ const (
 
 type server struct {
 	base    string // http://127.0.0.1:PORT
+	bin     string // the mlxg binary
 	logPath string
 	cmd     *exec.Cmd
 	hub     *httptest.Server
@@ -77,8 +78,8 @@ func launch(tokDir string) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &server{tmp: tmp, logPath: filepath.Join(tmp, "serve.log")}
-	bin := filepath.Join(tmp, "mlxg")
+	s := &server{tmp: tmp, logPath: filepath.Join(tmp, "serve.log"), bin: filepath.Join(tmp, "mlxg")}
+	bin := s.bin
 	build := exec.Command("go", "build", "-C", "..", "-o", bin, "./cmd/mlxg")
 	if out, err := build.CombinedOutput(); err != nil {
 		return s, fmt.Errorf("building mlxg: %v\n%s", err, out)
@@ -109,7 +110,7 @@ func launch(tokDir string) (*server, error) {
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	s.cmd.Env = append(os.Environ(), "MLXG_HOST="+addr, "OLLAMA_HOST=", "HF_HUB_CACHE="+store.HubCache,
 		"MLXG_HOME="+store.Home, "HF_ENDPOINT="+s.hub.URL, "HF_TOKEN=", "MLXG_BACKEND=cpu", "MLXG_KEEP_ALIVE=5m",
-		"MLXG_ORIGINS=", "OLLAMA_ORIGINS=")
+		"MLXG_ORIGINS=", "OLLAMA_ORIGINS=", "MLXG_PREFIX_DIR="+filepath.Join(tmp, "prefix"))
 	if err := s.cmd.Start(); err != nil {
 		return s, err
 	}
