@@ -1,7 +1,10 @@
 #include "textflag.h"
 
-// func dequant8(dst *float32, codes *uint32, sb *float32, groups, group int)
-// dst[g*group+j] = sb[2g]*code + sb[2g+1] for 8-bit codes (4 a word, low byte first),
+// The scales and biases are read as fp16 straight from the cache (VCVTPH2PS), one
+// (scale, bias) pair of halfs per group, so a row costs one call.
+
+// func dequant8(dst *float32, codes *uint32, sb *uint16, groups, group int)
+// dst[g*group+j] = scale_g*code + bias_g for 8-bit codes (4 a word, low byte first),
 // group a multiple of 8. Multiply then add, rounded separately, as the plain Go path.
 TEXT ·dequant8(SB), NOSPLIT, $0-40
 	MOVQ dst+0(FP), DI
@@ -12,8 +15,12 @@ TEXT ·dequant8(SB), NOSPLIT, $0-40
 	SHRQ $3, R9
 
 d8group:
-	VBROADCASTSS (DX), Y1
-	VBROADCASTSS 4(DX), Y2
+	MOVL (DX), BX            // scale, bias as fp16
+	VMOVD BX, X1
+	VCVTPH2PS X1, X1
+	VMOVSHDUP X1, X2
+	VBROADCASTSS X1, Y1      // scale
+	VBROADCASTSS X2, Y2      // bias
 	MOVQ R9, CX
 
 d8block:
@@ -26,16 +33,16 @@ d8block:
 	ADDQ $32, DI
 	DECQ CX
 	JNZ d8block
-	ADDQ $8, DX
+	ADDQ $4, DX
 	DECQ R8
 	JNZ d8group
 
 	VZEROUPPER
 	RET
 
-// func dequant4(dst *float32, codes *uint32, sb *float32, groups, group int, shifts *[8]uint32)
+// func dequant4(dst *float32, codes *uint32, sb *uint16, groups, group int, shifts *[8]uint32)
 // As dequant8 for 4-bit codes (8 a word, low nibble first): each word is broadcast to
-// 8 lanes and shifted right by shifts (0, 4, .., 28), then masked.
+// 8 lanes, shifted right by shifts (0, 4, .., 28) and masked.
 TEXT ·dequant4(SB), NOSPLIT, $0-48
 	MOVQ dst+0(FP), DI
 	MOVQ codes+8(FP), SI
@@ -50,8 +57,12 @@ TEXT ·dequant4(SB), NOSPLIT, $0-48
 	SHRQ $3, R9
 
 d4group:
-	VBROADCASTSS (DX), Y1
-	VBROADCASTSS 4(DX), Y2
+	MOVL (DX), BX
+	VMOVD BX, X1
+	VCVTPH2PS X1, X1
+	VMOVSHDUP X1, X2
+	VBROADCASTSS X1, Y1
+	VBROADCASTSS X2, Y2
 	MOVQ R9, CX
 
 d4block:
@@ -66,15 +77,15 @@ d4block:
 	ADDQ $32, DI
 	DECQ CX
 	JNZ d4block
-	ADDQ $8, DX
+	ADDQ $4, DX
 	DECQ R8
 	JNZ d4group
 
 	VZEROUPPER
 	RET
 
-// func dequantQ40(dst *float32, codes *uint32, d *float32, blocks int, shifts *[8]uint32)
-// q4_0: dst[b*32+j] = d[b]·(code−8) over blocks blocks of 32 4-bit codes.
+// func dequantQ40(dst *float32, codes *uint32, d *uint16, blocks int, shifts *[8]uint32)
+// q4_0: dst[b*32+j] = d_b·(code−8) over blocks blocks of 32 4-bit codes, d_b fp16.
 TEXT ·dequantQ40(SB), NOSPLIT, $0-40
 	MOVQ dst+0(FP), DI
 	MOVQ codes+8(FP), SI
@@ -90,7 +101,10 @@ TEXT ·dequantQ40(SB), NOSPLIT, $0-40
 	VBROADCASTSS X2, Y2
 
 q4blk:
-	VBROADCASTSS (DX), Y1
+	MOVWLZX (DX), BX
+	VMOVD BX, X1
+	VCVTPH2PS X1, X1
+	VBROADCASTSS X1, Y1
 	MOVQ $4, CX
 
 q4word:
@@ -105,7 +119,7 @@ q4word:
 	ADDQ $32, DI
 	DECQ CX
 	JNZ q4word
-	ADDQ $4, DX
+	ADDQ $2, DX
 	DECQ R8
 	JNZ q4blk
 

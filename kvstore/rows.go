@@ -81,15 +81,13 @@ func (c rowCodec) get(dst []float32, s seg, r int) {
 		// the codes unpacked straight into dst: this runs once per cached position per
 		// head in every attention call, so 4- and 8-bit rows take the SIMD kernels.
 		codes := s.codes[r*c.words : (r+1)*c.words]
-		var sb [2 * maxGroups]float32
-		quant.WidenF16(sb[:len(h)], h)
-		if dequantFast(dst, codes, sb[:], c.f.Bits, c.f.Group) {
+		if dequantFast(dst, codes, h, c.f.Bits, c.f.Group) {
 			return
 		}
 		quant.Codes(dst, codes, 0, c.f.Bits)
 		g := c.f.Group
 		for i := 0; i < c.groups; i++ {
-			sc, bi := sb[2*i], sb[2*i+1]
+			sc, bi := half.F16ToF32(h[2*i]), half.F16ToF32(h[2*i+1])
 			d := dst[i*g : (i+1)*g]
 			for j, q := range d {
 				d[j] = sc*q + bi
@@ -97,13 +95,12 @@ func (c rowCodec) get(dst []float32, s seg, r int) {
 		}
 	case Q4_0:
 		codes := s.codes[r*c.words : (r+1)*c.words]
-		var d [maxGroups]float32
-		quant.WidenF16(d[:len(h)], h)
-		if dequantQ40Fast(dst, codes, d[:]) {
+		if dequantQ40Fast(dst, codes, h) {
 			return
 		}
 		quant.Codes(dst, codes, 0, 4)
-		for g, df := range d[:len(h)] {
+		for g, d := range h {
+			df := half.F16ToF32(d)
 			for j := g * 32; j < (g+1)*32; j++ {
 				dst[j] = df * (dst[j] - 8)
 			}
