@@ -36,13 +36,14 @@ import (
 // so a killed writer leaves at most a temporary file, removed at the next start; least
 // recently used means the oldest modification time (a read touches the file). A file that
 // fails verification is deleted. Two servers may share the folder: writes are atomic
-// renames of identical contents, and eviction and clean-up hold an flock on <dir>/.lock.
+// renames of identical contents; a writer holds a shared flock on <dir>/.lock while it
+// writes a block, and start-up clean-up, eviction and clear hold it exclusively, so a
+// temporary file found under the exclusive lock belongs to a dead writer.
 
 const (
-	blockFormat   = "mlxg-prefix-block"
-	blockExt      = ".safetensors"
-	lockName      = ".lock"
-	defaultTmpAge = time.Minute
+	blockFormat = "mlxg-prefix-block"
+	blockExt    = ".safetensors"
+	lockName    = ".lock"
 )
 
 type diskTier struct {
@@ -50,8 +51,8 @@ type diskTier struct {
 	maxBytes int64
 	p        *PrefixCache
 	log      *slog.Logger
-	lock     *flock.Flock
-	tmpAge   time.Duration
+	lock     *flock.Flock // exclusive: clean-up and eviction
+	wlock    *flock.Flock // shared, around each write
 	write    func(path string, tensors []safetensors.Tensor, meta map[string]string) error
 
 	mu      sync.Mutex
@@ -70,7 +71,7 @@ func openDisk(dir string, maxBytes int64, p *PrefixCache) (*diskTier, error) {
 		return nil, fmt.Errorf("prefix cache: creating %s: %w (set --block-ssd-cache-dir or MLXG_PREFIX_DIR to a writable folder)", dir, err)
 	}
 	d := &diskTier{dir: dir, maxBytes: maxBytes, p: p, log: p.log, lock: flock.New(filepath.Join(dir, lockName)),
-		tmpAge: defaultTmpAge, write: safetensors.Write}
+		wlock: flock.New(filepath.Join(dir, lockName)), write: safetensors.Write}
 	d.idle = sync.NewCond(&d.mu)
 	if err := d.scan(true); err != nil {
 		return nil, err
@@ -130,9 +131,9 @@ func (d *diskTier) path(key ModelKey, parent Hash, n int, h Hash, stateful bool)
 	return filepath.Join(d.dir, key.String(), blockName(parent, n, h, stateful))
 }
 
-// listFiles returns every block file under dir, and removes temporary files older than
-// tmpAge (a killed writer's; a live writer's are younger) when clean is set.
-func listFiles(dir string, clean bool, tmpAge time.Duration) ([]diskFile, error) {
+// listFiles returns every block file under dir; with clean, whose caller holds the
+// exclusive lock, it also removes temporary files (a killed writer's).
+func listFiles(dir string, clean bool) ([]diskFile, error) {
 	subs, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err
@@ -154,7 +155,7 @@ func listFiles(dir string, clean bool, tmpAge time.Duration) ([]diskFile, error)
 				continue
 			}
 			if strings.HasPrefix(e.Name(), ".") && strings.Contains(e.Name(), ".tmp-") {
-				if clean && time.Since(info.ModTime()) >= tmpAge {
+				if clean {
 					os.Remove(path)
 				}
 				continue
@@ -176,7 +177,7 @@ func (d *diskTier) scan(clean bool) error {
 		return fmt.Errorf("prefix cache: locking %s: %w", d.dir, err)
 	}
 	defer d.lock.Unlock()
-	files, err := listFiles(d.dir, clean, d.tmpAge)
+	files, err := listFiles(d.dir, clean)
 	if err != nil {
 		return fmt.Errorf("prefix cache: reading %s: %w", d.dir, err)
 	}
@@ -606,13 +607,18 @@ func (d *diskTier) writeBlock(b *Block) {
 		return
 	}
 	ts, meta := encodeBlock(b)
-	if err := d.write(path, ts, meta); err != nil {
+	if err := d.wlock.RLock(); err != nil {
 		d.writeFailed(path, err)
 		return
 	}
-	st, err := os.Stat(path)
+	err := d.write(path, ts, meta)
+	d.wlock.Unlock()
+	if err != nil {
+		d.writeFailed(path, err)
+		return
+	}
 	var size int64
-	if err == nil {
+	if st, err := os.Stat(path); err == nil {
 		size = st.Size()
 	}
 	d.mu.Lock()
@@ -653,7 +659,7 @@ func (d *diskTier) evict() {
 		return
 	}
 	defer d.lock.Unlock()
-	files, err := listFiles(d.dir, false, 0)
+	files, err := listFiles(d.dir, false)
 	if err != nil {
 		return
 	}
@@ -696,7 +702,7 @@ func (d *diskTier) close() {
 
 // loadHot loads the n most recently used blocks into RAM.
 func (d *diskTier) loadHot(n int) {
-	files, err := listFiles(d.dir, false, 0)
+	files, err := listFiles(d.dir, false)
 	if err != nil {
 		return
 	}
@@ -723,7 +729,7 @@ func (d *diskTier) loadHot(n int) {
 // DiskUsage describes an SSD tier's folder: block files, their bytes, and the oldest
 // block's last use.
 func DiskUsage(dir string) (blocks int, bytes int64, oldest time.Time, err error) {
-	files, err := listFiles(dir, false, 0)
+	files, err := listFiles(dir, false)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return 0, 0, time.Time{}, nil
@@ -749,7 +755,7 @@ func ClearDisk(dir string) error {
 		return fmt.Errorf("prefix cache: locking %s: %w", dir, err)
 	}
 	defer l.Unlock()
-	files, err := listFiles(dir, true, 0)
+	files, err := listFiles(dir, true)
 	if err != nil {
 		return err
 	}
@@ -767,7 +773,7 @@ func VerifyDisk(dir string, log *slog.Logger) (ok, removed int, err error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	files, err := listFiles(dir, false, 0)
+	files, err := listFiles(dir, false)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -305,7 +305,7 @@ func TestPrefixRAMEviction(t *testing.T) {
 // blockFiles lists the SSD tier's block files.
 func blockFiles(t *testing.T, dir string) []string {
 	t.Helper()
-	files, err := listFiles(dir, false, 0)
+	files, err := listFiles(dir, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -517,9 +517,13 @@ func TestPrefixKilledWriter(t *testing.T) {
 	if err != nil || removed != 0 || ok == 0 {
 		t.Fatalf("after kill -9: %d blocks verify, %d removed, %v", ok, removed, err)
 	}
-	if _, err := listFiles(dir, true, 0); err != nil {
+	tmps, _ := filepath.Glob(filepath.Join(dir, "*", ".*tmp-*"))
+	t.Logf("%d blocks verify, %d temporary files left by the killed writer", ok, len(tmps))
+	p, err := NewPrefixCache(PrefixConfig{Dir: dir, Log: quietLog()}) // a restart removes them
+	if err != nil {
 		t.Fatal(err)
 	}
+	p.Close()
 	all, _ := filepath.Glob(filepath.Join(dir, "*", ".*tmp-*"))
 	if len(all) != 0 {
 		t.Fatalf("temporary files left: %v", all)
@@ -545,7 +549,7 @@ func killChild(t *testing.T, dir string, round int) {
 }
 
 func blockFilesQuiet(dir string) []diskFile {
-	f, _ := listFiles(dir, false, 0)
+	f, _ := listFiles(dir, false)
 	return f
 }
 
@@ -584,5 +588,38 @@ func TestPrefixOptions(t *testing.T) {
 	d.Dir = "off"
 	if cfg, _ = d.Config(nil); cfg.Dir != "" {
 		t.Fatal("off kept an SSD tier")
+	}
+}
+
+// TestPrefixSharedFolder: two caches (two servers) write the same and different blocks to
+// one folder at once, one of them evicting under a cap; every file left verifies and both
+// read each other's blocks.
+func TestPrefixSharedFolder(t *testing.T) {
+	m := fakeModel{kinds: []string{"k8v4"}}
+	dir := t.TempDir()
+	a, _ := NewPrefixCache(PrefixConfig{Dir: dir, Log: quietLog()})
+	b, _ := NewPrefixCache(PrefixConfig{Dir: dir, Log: quietLog(), MaxDiskBytes: 1 << 30})
+	done := make(chan bool)
+	for _, p := range []*PrefixCache{a, b} {
+		go func() {
+			for i := range 6 {
+				serve(t, p, m, tokensOf(uint64(70+i), 600))
+			}
+			p.Flush()
+			done <- true
+		}()
+	}
+	<-done
+	<-done
+	a.Close()
+	b.Close()
+	ok, removed, err := VerifyDisk(dir, quietLog())
+	if err != nil || removed != 0 || ok != 18 {
+		t.Fatalf("%d ok, %d removed, %v; want 18 blocks (6 prompts of 2 full blocks and a partial)", ok, removed, err)
+	}
+	c, _ := NewPrefixCache(PrefixConfig{Dir: dir, Log: quietLog()})
+	defer c.Close()
+	if _, st := serve(t, c, m, tokensOf(75, 600)); st.DiskHits != 3 {
+		t.Fatalf("%+v", st)
 	}
 }
