@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +14,8 @@ import (
 func (s *server) mlxg(t *testing.T, stdin string, args ...string) (string, error) {
 	t.Helper()
 	cmd := exec.Command(s.bin, args...)
-	cmd.Env = append(os.Environ(), "MLXG_HOST="+strings.TrimPrefix(s.base, "http://"), "OLLAMA_HOST=")
+	cmd.Env = append(os.Environ(), "MLXG_HOST="+strings.TrimPrefix(s.base, "http://"), "OLLAMA_HOST=",
+		"HF_HUB_CACHE="+filepath.Join(s.tmp, "hub"), "MLXG_HOME="+filepath.Join(s.tmp, "home"), "MLXG_BACKEND=cpu")
 	cmd.Stdin = strings.NewReader(stdin)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
@@ -25,6 +28,12 @@ func TestCLI(t *testing.T) {
 	if err != nil || out != "The weather in Paris is sunny.\n" {
 		t.Fatalf("run: %v %q", err, out)
 	}
+	// Load it for ps (run loads it too when it goes through the server).
+	resp, err := http.Post(s.base+"/api/generate", "application/json", strings.NewReader(`{"model":"scripted"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
 	out, err = s.mlxg(t, "", "ps")
 	if err != nil || !strings.Contains(out, "KV CACHE") || !strings.Contains(out, model+":latest") || !strings.Contains(out, "100% CPU") {
 		t.Fatalf("ps: %v\n%s", err, out)
