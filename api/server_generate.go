@@ -123,12 +123,9 @@ func generationDefaults(o *Options, g map[string]any) {
 
 // schedRequest is the scheduler's view of the job's model.
 func (s *Server) schedRequest(j *job) (sched.Request, error) {
-	size, err := s.cfg.Loader.Estimate(j.lm, j.opts.NumCtx)
-	if err != nil {
-		return sched.Request{}, err
-	}
 	lm, numCtx, det := j.lm, j.opts.NumCtx, details(j.info)
-	return sched.Request{Key: lm.Dir, Name: lm.Name, Fingerprint: strconv.Itoa(numCtx), Size: size,
+	return sched.Request{Key: lm.Dir, Name: lm.Name, Fingerprint: strconv.Itoa(numCtx),
+		Estimate:  func() (int64, error) { return s.cfg.Loader.Estimate(lm, numCtx) },
 		KeepAlive: j.keepAlive, Load: func(ctx context.Context) (sched.Model, error) {
 			m, err := s.cfg.Loader.Load(ctx, lm, numCtx)
 			if err != nil {

@@ -34,6 +34,9 @@ type Request struct {
 	Fingerprint string
 	// Size is the memory the model will take once loaded, in bytes (weights and KV cache).
 	Size int64
+	// Estimate, when set, gives Size only when the model must be loaded (it may read the machine's memory,
+	// which is wasted work for a model already loaded); its error fails the request.
+	Estimate func() (int64, error)
 	// KeepAlive is how long the model stays loaded after this request: nil is the scheduler's default, 0 unloads
 	// it as soon as it is idle, a negative value keeps it until the server stops.
 	KeepAlive *time.Duration
@@ -178,6 +181,13 @@ func (s *Scheduler) Acquire(ctx context.Context, req Request) (*Lease, error) {
 			}
 			return l, nil
 		case e == nil:
+			if req.Estimate != nil {
+				size, err := req.Estimate()
+				if err != nil {
+					return nil, err
+				}
+				req.Size, req.Estimate = size, nil
+			}
 			fits, err := s.makeRoomLocked(req)
 			if err != nil {
 				return nil, err
