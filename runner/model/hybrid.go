@@ -15,3 +15,7 @@ func (c *cancellable) Unwrap() compute.Context { return c.Context }
 type CacheMaker interface {
 	NewCaches(fp32 bool) ([]kvstore.Layer, error)
 }
+
+// Network returns the built architecture, for tests and tools that inspect it (the
+// expert routing of a mixture-of-experts layer, say).
+func (m *Model) Network() Network { return m.net }

@@ -166,6 +166,7 @@ func Build(c Case, out, scratch, shared string) (string, string, error) {
 func main() {
 	out := flag.String("out", "", "directory to write the checkpoints and cases.json into (created)")
 	shared := flag.String("shared", "../shared", "the shared folder holding models/qwen3-tiny")
+	hybrid := flag.Bool("hybrid", false, "write the mixture-of-experts and hybrid cases (refs_hybrid.json) instead")
 	flag.Parse()
 	if *out == "" {
 		log.Fatal("usage: go run ./scripts/refs/gen -out DIR [-shared ../shared]")
@@ -175,12 +176,17 @@ func main() {
 		log.Fatal(err)
 	}
 	defer os.RemoveAll(scratch)
-	cs := randomCases()
-	tiny, err := tinyCases(filepath.Join(*shared, "models", "qwen3-tiny"))
-	if err != nil {
-		log.Fatalf("qwen3-tiny: %v", err)
+	var cs []Case
+	if *hybrid {
+		cs = hybridCases()
+	} else {
+		cs = randomCases()
+		tiny, err := tinyCases(filepath.Join(*shared, "models", "qwen3-tiny"))
+		if err != nil {
+			log.Fatalf("qwen3-tiny: %v", err)
+		}
+		cs = append(cs, tiny...)
 	}
-	cs = append(cs, tiny...)
 	for i := range cs {
 		model, sum, err := Build(cs[i], *out, scratch, *shared)
 		if err != nil {
