@@ -281,10 +281,11 @@ func parsePreTokenizer(raw json.RawMessage, last bool, lazy *bool) (preTokenizer
 		if err := json.Unmarshal(raw, &j); err != nil {
 			return nil, fmt.Errorf("pre_tokenizer Digits: %w", err)
 		}
+		// Rust's char::is_numeric, on the same Unicode version as the regexes' \p{N}.
 		if j.IndividualDigits {
-			return &splitPre{m: charMatcher(unicode.IsNumber), behavior: isolated}, nil
+			return &splitPre{m: charMatcher(isN), behavior: isolated}, nil
 		}
-		return &splitPre{m: charMatcher(unicode.IsNumber), behavior: contiguous}, nil
+		return &splitPre{m: charMatcher(isN), behavior: contiguous}, nil
 	case "Punctuation":
 		bh := isolated
 		if head.Behavior != "" {

@@ -34,7 +34,7 @@ var scanners = map[string]scanner{
 	patLlama3: func(s string, i int) int { return scanLlama(s, i, 3) },
 	patQwen2:  func(s string, i int) int { return scanLlama(s, i, 1) },
 	patGPT2:   scanGPT2,
-	patDigits: func(s string, i int) int { return runOf(s, i, 3, unicode.IsNumber) },
+	patDigits: func(s string, i int) int { return runOf(s, i, 3, isN) },
 	patCJK:    func(s string, i int) int { return runOf(s, i, -1, isDeepSeekCJK) },
 	patDSWord: scanDeepSeek,
 }
@@ -111,10 +111,28 @@ func runOf(s string, i, limit int, f func(rune) bool) int {
 	return j
 }
 
-func isL(r rune) bool       { return unicode.IsLetter(r) }
-func isN(r rune) bool       { return unicode.IsNumber(r) }
-func isSpace(r rune) bool   { return unicode.IsSpace(r) }
+// The character classes of the regexes (\p{L}, \p{N}, \s, ...) as HF's
+// regex engine defines them: Go's tables, corrected for the characters of
+// newer Unicode versions (unicode_tables.go).
+func isL(r rune) bool       { return onigL.apply(r, unicode.IsLetter) }
+func isN(r rune) bool       { return onigN.apply(r, unicode.IsNumber) }
+func isSpace(r rune) bool   { return onigSpace.apply(r, unicode.IsSpace) }
 func isNewline(r rune) bool { return r == '\r' || r == '\n' }
+
+// classFix corrects one of Go's character classes.
+type classFix struct{ add, remove *unicode.RangeTable }
+
+func (f classFix) apply(r rune, goIs func(rune) bool) bool {
+	if r >= onigFrom {
+		if f.add != nil && unicode.Is(f.add, r) {
+			return true
+		}
+		if f.remove != nil && unicode.Is(f.remove, r) {
+			return false
+		}
+	}
+	return goIs(r)
+}
 
 // contraction matches 's|'t|'re|'ve|'m|'ll|'d at i (case-insensitively when
 // fold is set, ASCII only: Oniguruma does not fold 'ſ' here, HF's output shows).
@@ -247,8 +265,8 @@ func isASCIIPunct(r rune) bool {
 	return r < utf8.RuneSelf && r > ' ' && r < 0x7f && !(r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
 }
 func isASCIILetter(r rune) bool { return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' }
-func isLM(r rune) bool          { return unicode.IsLetter(r) || unicode.IsMark(r) }
-func isPS(r rune) bool          { return unicode.IsPunct(r) || unicode.IsSymbol(r) }
+func isLM(r rune) bool          { return isL(r) || onigM.apply(r, unicode.IsMark) }
+func isPS(r rune) bool          { return onigP.apply(r, unicode.IsPunct) || onigS.apply(r, unicode.IsSymbol) }
 
 // scanDeepSeek is patDSWord, DeepSeek V3's word regex.
 func scanDeepSeek(s string, i int) int {

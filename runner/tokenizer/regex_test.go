@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/dlclark/regexp2"
@@ -40,8 +41,25 @@ var references = sync.OnceValue(func() map[string]regexMatcher {
 	return m
 })
 
+// newerUnicode reports characters whose class Go's Unicode tables (which
+// regexp2 uses) do not know yet; the scanners follow HF's engine there, which
+// the conformance tests check.
+func newerUnicode(s string) bool {
+	for _, r := range s {
+		for _, f := range []classFix{onigL, onigN, onigP, onigS, onigM, onigSpace} {
+			if f.apply(r, func(rune) bool { return false }) || f.remove != nil && unicode.Is(f.remove, r) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func checkScanners(t *testing.T, s string) {
 	t.Helper()
+	if newerUnicode(s) {
+		return
+	}
 	for pat, sc := range scanners {
 		want := references()[pat].matches(nil, s)
 		if got := scanMatcher(sc).matches(nil, s); !slices.Equal(got, want) {

@@ -30,7 +30,9 @@
 // U+FFFD. Decode joins tokens as HF's decode does, without transformers'
 // optional clean_up_tokenization_spaces. The truncation and padding settings
 // of tokenizer.json are ignored, as transformers ignores them unless asked.
-// Character classes come from Go's Unicode 15 tables.
+// The scanners' character classes are HF's regex engine's (Unicode 16: Go's
+// Unicode 15 tables plus unicode_tables.go); regexes on regexp2 and the
+// normalizers use Go's tables.
 package tokenizer
 
 import (

