@@ -815,7 +815,10 @@ func repeat(v any, n int64) (any, error) {
 	switch x := v.(type) {
 	case string, Markup:
 		s, _ := asString(x)
-		if int64(len(s))*n > maxRepeatLen {
+		if s == "" {
+			n = 0
+		}
+		if n > 0 && int64(len(s)) > maxRepeatLen/n {
 			return nil, fmt.Errorf("repeated string would exceed %d MiB", maxRepeatLen>>20)
 		}
 		if m, ok := x.(Markup); ok {
@@ -824,7 +827,10 @@ func repeat(v any, n int64) (any, error) {
 		return strings.Repeat(s, int(n)), nil
 	case []any, tuple:
 		seq, _ := asSeq(x)
-		if int64(len(seq))*n > maxRepeatLen {
+		if len(seq) == 0 {
+			n = 0
+		}
+		if n > 0 && int64(len(seq)) > maxRepeatLen/n {
 			return nil, fmt.Errorf("repeated list would exceed %d items", maxRepeatLen)
 		}
 		out := make([]any, 0, len(seq)*int(n))

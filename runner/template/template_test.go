@@ -196,6 +196,8 @@ func TestFloatRepr(t *testing.T) {
 func TestLimits(t *testing.T) {
 	for _, src := range []string{
 		"{{ 'x' * 100000000 }}",
+		"{{ [1, 2] * 4611686018427387904 }}",
+		"{{ 'ab' * 4611686018427387904 }}",
 		"{% macro r() %}{{ r() }}{% endmacro %}{{ r() }}",
 		"{% for i in range(1000000) %}{% endfor %}",
 		"{% set s = 'x' * 1000000 %}{% for i in range(100) %}{{ s }}{% endfor %}",
