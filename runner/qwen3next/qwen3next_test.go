@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -132,5 +133,43 @@ func TestWrongCache(t *testing.T) {
 	}
 	if _, err := m.Forward(context.Background(), prompt(3), caches, false); err == nil {
 		t.Fatal("a full-attention cache on a linear-attention layer was accepted")
+	}
+}
+
+// TestPolicyCaches: the KV policy's caches (kvstore.NewCaches over ShapeFromConfig, nil
+// for linear layers, which Forward fills with the model's recurrent States) with the
+// attention layer quantized to K8/V4 run a chunked prefill and decode steps, close to
+// the float32 caches.
+func TestPolicyCaches(t *testing.T) {
+	m := load(t, 4)
+	raw, err := os.ReadFile(filepath.Join(m.Dir, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shape, err := kvstore.ShapeFromConfig(raw, m.WeightBytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	layout, err := kvstore.NewLayout(shape, kvstore.Spec{K: kvstore.AffineFormat(8, 32), V: kvstore.AffineFormat(4, 32)}, 0, kvstore.SpecF16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if layout.KVLayerCount != 1 {
+		t.Fatalf("%d KV layers, want 1 of 4", layout.KVLayerCount)
+	}
+	caches, err := kvstore.NewCaches(shape, layout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := prompt(24)
+	got := append(run(t, m, caches, p[:18], 5), run(t, m, caches, p[18:], 1)...)
+	if _, ok := caches[0].(qwen3next.State); !ok {
+		t.Fatalf("layer 0's cache is %T after Forward, want the filled-in State", caches[0])
+	}
+	ref, _ := m.NewCaches(true)
+	if r := maxRel(got, run(t, m, ref, p, 24)); r > 0.1 || math.IsNaN(r) {
+		t.Errorf("quantized KV differs from float32 by %.3g", r)
+	} else {
+		t.Logf("quantized KV vs float32 caches: relative difference %.3g", r)
 	}
 }
