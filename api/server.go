@@ -77,7 +77,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	gin.SetMode(gin.ReleaseMode)
 	g := gin.New()
 	g.ContextWithFallback = true // c.Done()/c.Err() follow the request's context
-	g.Use(s.recoverer, s.cors, s.limitBody)
+	g.Use(s.accessLog, s.recoverer, s.cors, s.limitBody)
 	g.HandleMethodNotAllowed = true
 	g.NoRoute(func(c *gin.Context) { abort(c, http.StatusNotFound, "404 page not found") })
 	g.NoMethod(func(c *gin.Context) { abort(c, http.StatusMethodNotAllowed, "405 method not allowed") })
@@ -141,9 +141,8 @@ func (s *Server) Serve(ctx context.Context, l net.Listener, grace time.Duration)
 		err = srv.Shutdown(ctx2)
 	}
 	s.Close()
-	if errors.Is(<-errc, http.ErrServerClosed) {
-		return err
-	}
+	<-errc // http.ErrServerClosed
+	s.log.Info("server stopped")
 	return err
 }
 
@@ -224,6 +223,18 @@ func decode(c *gin.Context, v any) error {
 		return errorf(http.StatusBadRequest, "%v", err)
 	}
 	return nil
+}
+
+// accessLog logs each request once it is answered (health checks and metrics at debug level).
+func (s *Server) accessLog(c *gin.Context) {
+	start := time.Now()
+	c.Next()
+	level := slog.LevelInfo
+	if p := c.Request.URL.Path; p == "/" || p == "/metrics" || p == "/api/version" {
+		level = slog.LevelDebug
+	}
+	s.log.Log(c.Request.Context(), level, "request", "method", c.Request.Method, "path", c.Request.URL.Path,
+		"status", c.Writer.Status(), "took", time.Since(start).Round(time.Microsecond), "client", c.ClientIP())
 }
 
 func (s *Server) recoverer(c *gin.Context) {
