@@ -50,9 +50,10 @@
 // filters filesizeformat pprint random striptags urlencode urlize wordwrap xmlattr
 // (an unknown filter is an error at Parse, as in Jinja2), autoescaping, complex
 // numbers, and ints beyond 64 bits (an overflow is an error, where Python would go on).
-// A render stops with an error past 64 MiB of output, 200 nested macro calls, or 2^20
-// loop iterations and macro calls; range() is capped at 100000 items as in Jinja2's
-// sandbox.
+// Parse refuses templates nested more than 400 levels deep; a render stops with an
+// error past 64 MiB of output, 1 MiB made by one repetition ("x" * n), 200 nested
+// macro calls, or 2^20 loop iterations and macro calls; range() is capped at 100000
+// items as in Jinja2's sandbox.
 //
 // Values from Go: maps become dicts with sorted keys (a Go map has no order), so pass
 // json.RawMessage, *Dict or DecodeJSON results where key order shows in the output

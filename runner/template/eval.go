@@ -13,7 +13,7 @@ const (
 	maxOutput    = 64 << 20 // bytes of rendered text
 	maxDepth     = 200      // nested macro calls and recursive loops
 	maxRange     = 100000   // items in range(), as Jinja2's sandbox
-	maxRepeatLen = 16 << 20 // bytes or items made by "x" * n
+	maxRepeatLen = 1 << 20  // bytes or items made by "x" * n
 	maxSteps     = 1 << 20  // loop iterations and macro calls in one render
 )
 

@@ -179,6 +179,19 @@ type parser struct {
 	toks  []token
 	i     int
 	loops int // for bodies being parsed around the current position (0 inside a macro)
+	depth int // nesting of expressions and statements, bounded by maxNesting
+}
+
+// maxNesting bounds how deeply expressions and blocks nest (Python's own parser and
+// recursion limit stop Jinja2 near there too).
+const maxNesting = 400
+
+func (p *parser) enter() error {
+	p.depth++
+	if p.depth > maxNesting {
+		return p.errAt(p.cur().line, "template nested more than %d levels deep", maxNesting)
+	}
+	return nil
 }
 
 func parse(src string) ([]node, error) {
@@ -303,6 +316,10 @@ func (p *parser) subparse(ends []string) ([]node, string, error) {
 }
 
 func (p *parser) statement() (node, error) {
+	if err := p.enter(); err != nil {
+		return nil, err
+	}
+	defer func() { p.depth-- }()
 	t := p.next()
 	ln := t.line
 	switch t.val {
@@ -683,6 +700,10 @@ func (p *parser) tupleEnds() bool {
 }
 
 func (p *parser) parseExpression(withCond bool) (expr, error) {
+	if err := p.enter(); err != nil {
+		return nil, err
+	}
+	defer func() { p.depth-- }()
 	if !withCond {
 		return p.parseOr()
 	}
@@ -732,6 +753,10 @@ func (p *parser) parseAnd() (expr, error) {
 }
 
 func (p *parser) parseNot() (expr, error) {
+	if err := p.enter(); err != nil {
+		return nil, err
+	}
+	defer func() { p.depth-- }()
 	if p.isName("not") {
 		ln := p.next().line
 		x, err := p.parseNot()
@@ -836,6 +861,10 @@ func (p *parser) parsePow() (expr, error) {
 }
 
 func (p *parser) parseUnary(withFilter bool) (expr, error) {
+	if err := p.enter(); err != nil {
+		return nil, err
+	}
+	defer func() { p.depth-- }()
 	var x expr
 	var err error
 	if p.isOp("-") || p.isOp("+") {

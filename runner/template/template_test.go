@@ -194,6 +194,12 @@ func TestFloatRepr(t *testing.T) {
 }
 
 func TestLimits(t *testing.T) {
+	if _, err := Parse("deep", "{{ "+strings.Repeat("(", 5000)+"1"+strings.Repeat(")", 5000)+" }}"); err == nil {
+		t.Error("deeply nested parentheses must be refused")
+	}
+	if _, err := Parse("deep", strings.Repeat("{% if x %}", 1000)+strings.Repeat("{% endif %}", 1000)); err == nil {
+		t.Error("deeply nested blocks must be refused")
+	}
 	for _, src := range []string{
 		"{{ 'x' * 100000000 }}",
 		"{{ [1, 2] * 4611686018427387904 }}",
