@@ -168,8 +168,11 @@ func Choose(in PolicyInput) (Plan, error) {
 	default:
 		p.Reason = "spec chosen by the policy"
 	}
-	if chosen > 0 {
+	switch {
+	case chosen > 0 && p.Context >= want:
 		p.Reason += fmt.Sprintf("; tightened so that %d tokens fit", want)
+	case chosen > 0:
+		p.Reason += "; the tightest spec"
 	}
 	if p.Context < want {
 		p.Reason += fmt.Sprintf("; context %d reduced to %d, the most that fits", want, p.Context)

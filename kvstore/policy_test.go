@@ -99,7 +99,7 @@ func TestPolicyTightensToFitContext(t *testing.T) {
 	if p.KVBytes > p.Free || p.Layout.Bytes(m, p.Context+BlockTokens) <= p.Free {
 		t.Errorf("context %d is not the largest block multiple that fits: kv %d free %d", p.Context, p.KVBytes, p.Free)
 	}
-	if !strings.Contains(p.Reason, "reduced to") {
+	if !strings.Contains(p.Reason, "the tightest spec; context 32768 reduced to") {
 		t.Errorf("reason %q", p.Reason)
 	}
 }
