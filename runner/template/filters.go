@@ -133,6 +133,9 @@ func init() {
 			if err != nil {
 				return nil, err
 			}
+			if w > maxRepeatLen {
+				return nil, errTooWide
+			}
 			return pad(pyStr(v), int(w), "^", ' '), nil
 		},
 		"count":    filterLength,
@@ -396,8 +399,8 @@ func filterBatch(r *state, v any, args []any, kw *Dict) (any, error) {
 
 func batch(v any, a []any) ([]any, error) {
 	n, err := toInt(a[0], "linecount")
-	if err != nil || n <= 0 {
-		return nil, fmt.Errorf("batch() needs a positive linecount")
+	if err != nil || n <= 0 || n > maxRepeatLen {
+		return nil, fmt.Errorf("batch() needs a positive linecount up to %d", maxRepeatLen)
 	}
 	items, err := iterate(v)
 	if err != nil {
@@ -424,8 +427,8 @@ func filterSlice(r *state, v any, args []any, kw *Dict) (any, error) {
 
 func slices(v any, a []any) ([]any, error) {
 	n, err := toInt(a[0], "slices")
-	if err != nil || n <= 0 {
-		return nil, fmt.Errorf("slice() needs a positive number of slices")
+	if err != nil || n <= 0 || n > maxRepeatLen {
+		return nil, fmt.Errorf("slice() needs a positive number of slices up to %d", maxRepeatLen)
 	}
 	items, err := iterate(v)
 	if err != nil {
@@ -713,6 +716,9 @@ func filterIndent(r *state, v any, args []any, kw *Dict) (any, error) {
 		if s, ok := asString(w); ok {
 			ind = s
 		} else if n, err := toInt(w, "width"); err == nil {
+			if n > maxRepeatLen {
+				return nil, errTooWide
+			}
 			ind = strings.Repeat(" ", int(max(n, 0)))
 		} else {
 			return nil, err

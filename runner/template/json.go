@@ -29,6 +29,9 @@ func filterToJSON(r *state, v any, args []any, kw *Dict) (any, error) {
 		if err != nil {
 			return nil, err
 		}
+		if n > maxRepeatLen {
+			return nil, errTooWide
+		}
 		e.indent, e.pretty = strings.Repeat(" ", int(max(n, 0))), true
 	}
 	e.itemSep, e.keySep = ", ", ": "

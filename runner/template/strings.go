@@ -254,6 +254,8 @@ func splitWhitespace(s string, maxsplit int64, fromRight bool) []string {
 	}
 }
 
+var errTooWide = fmt.Errorf("a width over %d characters is refused", maxRepeatLen)
+
 // pad aligns s in width code points: "<", ">" or "^" (Python's center puts the extra
 // space on the right).
 func pad(s string, width int, align string, fill rune) string {
@@ -566,6 +568,9 @@ func (r *state) strMethod(v any, s, name string, args []any, kw *Dict) (any, err
 		if err != nil {
 			return nil, err
 		}
+		if w > maxRepeatLen {
+			return nil, errTooWide
+		}
 		fill := ' '
 		if len(a) > 1 && given(a[1]) {
 			f, ok := asString(a[1])
@@ -780,6 +785,9 @@ func formatSpec(v any, spec string) (string, error) {
 	for i < len(rs) && rs[i] >= '0' && rs[i] <= '9' {
 		width = width*10 + int(rs[i]-'0')
 		i++
+		if width > maxRepeatLen {
+			return "", errTooWide
+		}
 	}
 	comma := false
 	if i < len(rs) && (rs[i] == ',' || rs[i] == '_') {
@@ -793,6 +801,9 @@ func formatSpec(v any, spec string) (string, error) {
 		for i < len(rs) && rs[i] >= '0' && rs[i] <= '9' {
 			prec = prec*10 + int(rs[i]-'0')
 			i++
+			if prec > maxRepeatLen {
+				return "", errTooWide
+			}
 		}
 	}
 	typ := ""
@@ -1012,6 +1023,9 @@ func percentFormat(s string, arg any) (any, error) {
 		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
 			width = width*10 + int(s[i]-'0')
 			i++
+			if width > maxRepeatLen {
+				return nil, errTooWide
+			}
 		}
 		prec := ""
 		if i < len(s) && s[i] == '.' {
@@ -1020,6 +1034,9 @@ func percentFormat(s string, arg any) (any, error) {
 			for i < len(s) && s[i] >= '0' && s[i] <= '9' {
 				p = p*10 + int(s[i]-'0')
 				i++
+				if p > maxRepeatLen {
+					return nil, errTooWide
+				}
 			}
 			prec = "." + strconv.Itoa(p)
 		}
