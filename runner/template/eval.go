@@ -409,31 +409,43 @@ func (r *state) callMacro(m *macro, args []any, kw *Dict, caller *macro) (any, e
 	}
 	var varargs []any
 	if len(args) > len(d.params) {
+		if !d.catchVarargs {
+			return nil, fmt.Errorf("macro '%s' takes not more than %d argument(s)", d.name, len(d.params))
+		}
 		varargs = append(varargs, args[len(d.params):]...)
 	}
 	sc.vars["varargs"] = tuple(varargs)
 	extra := NewDict()
 	if kw != nil {
-		for _, k := range kw.keys {
-			if s, ok := k.(string); ok && !containsStr(d.params, s) {
-				extra.set(k, kw.m[k])
+		for i, k := range kw.keys {
+			s, _ := k.(string)
+			if j := indexStr(d.params, s); j >= len(args) {
+				continue // bound to its parameter above
 			}
+			if !d.catchKwargs {
+				return nil, fmt.Errorf("macro '%s' takes no keyword argument '%s'", d.name, s)
+			}
+			extra.set(k, kw.m[kw.keys[i]])
 		}
 	}
 	sc.vars["kwargs"] = extra
 	if caller != nil {
+		if !d.catchCaller {
+			return nil, fmt.Errorf("macro '%s' was invoked with two values for the special caller argument. This is most likely a bug.", d.name)
+		}
 		sc.vars["caller"] = caller
 	}
 	return r.capture(d.body, sc)
 }
 
-func containsStr(list []string, s string) bool {
-	for _, x := range list {
+// indexStr returns the index of s in list, or -1.
+func indexStr(list []string, s string) int {
+	for i, x := range list {
 		if x == s {
-			return true
+			return i
 		}
 	}
-	return false
+	return -1
 }
 
 // callValue calls fn with evaluated arguments.

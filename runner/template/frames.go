@@ -14,18 +14,22 @@ package template
 type frameWalker struct {
 	seen       map[string]bool
 	firstStore map[string]bool
-	children   []func(ancestors []map[string]bool)
+	loads      map[string]bool // names read, here and (after the children ran) in nested frames
+	children   []func(ancestors []map[string]bool) map[string]bool
 }
 
 func newFrameWalker(params ...string) *frameWalker {
-	w := &frameWalker{seen: map[string]bool{}, firstStore: map[string]bool{}}
+	w := &frameWalker{seen: map[string]bool{}, firstStore: map[string]bool{}, loads: map[string]bool{}}
 	for _, p := range params {
 		w.seen[p] = true
 	}
 	return w
 }
 
-func (w *frameWalker) load(name string) { w.seen[name] = true }
+func (w *frameWalker) load(name string) {
+	w.seen[name] = true
+	w.loads[name] = true
+}
 
 func (w *frameWalker) store(name string, conditional bool) {
 	if !w.seen[name] {
@@ -126,8 +130,22 @@ func (w *frameWalker) filters(fs []*filterExpr) {
 
 // child queues a nested frame, analysed once this frame's own names are all known.
 func (w *frameWalker) child(undef *map[string]bool, body []node, pre []expr, params ...string) {
-	w.children = append(w.children, func(ancestors []map[string]bool) {
-		*undef = analyzeFrame(body, pre, params, ancestors)
+	w.children = append(w.children, func(ancestors []map[string]bool) map[string]bool {
+		u, loads := analyzeFrame(body, pre, params, ancestors)
+		*undef = u
+		return loads
+	})
+}
+
+// macro queues a macro's frame; like Jinja2, a macro accepts extra positional or
+// keyword arguments, or a call block's caller, only if its body mentions varargs,
+// kwargs or caller.
+func (w *frameWalker) macro(m *macroDef) {
+	w.children = append(w.children, func(ancestors []map[string]bool) map[string]bool {
+		u, loads := analyzeFrame(m.body, m.defaults, append([]string{"varargs", "kwargs", "caller"}, m.params...), ancestors)
+		m.undef = u
+		m.catchVarargs, m.catchKwargs, m.catchCaller = loads["varargs"], loads["kwargs"], loads["caller"]
+		return loads
 	})
 }
 
@@ -161,12 +179,11 @@ func (w *frameWalker) body(body []node, conditional bool) {
 			w.child(&n.undef, n.body, nil)
 		case *macroNode:
 			w.store(n.m.name, conditional)
-			w.child(&n.m.undef, n.m.body, n.m.defaults, append([]string{"varargs", "kwargs", "caller"}, n.m.params...)...)
+			w.macro(n.m)
 		case *callBlockNode:
 			w.expr(n.call.fn)
 			w.args(&n.call.callArgs)
-			c := n.caller
-			w.child(&c.undef, c.body, c.defaults, append([]string{"varargs", "kwargs"}, c.params...)...)
+			w.macro(n.caller)
 		case *filterBlockNode:
 			w.filters(n.filters)
 			w.child(&n.undef, n.body, nil)
@@ -194,9 +211,10 @@ func collectNames(target expr, out *[]string) {
 	}
 }
 
-// analyzeFrame returns the names of one frame that start undefined, and analyses the
-// frames nested in it. ancestors are the names each enclosing frame refers to.
-func analyzeFrame(body []node, pre []expr, params []string, ancestors []map[string]bool) map[string]bool {
+// analyzeFrame returns the names of one frame that start undefined and the names read
+// in it or in frames nested in it, and analyses those frames. ancestors are the names
+// each enclosing frame refers to.
+func analyzeFrame(body []node, pre []expr, params []string, ancestors []map[string]bool) (map[string]bool, map[string]bool) {
 	w := newFrameWalker(params...)
 	for _, x := range pre {
 		w.expr(x)
@@ -217,15 +235,18 @@ func analyzeFrame(body []node, pre []expr, params []string, ancestors []map[stri
 	}
 	inner := append(append([]map[string]bool(nil), ancestors...), w.seen)
 	for _, c := range w.children {
-		c(inner)
+		for name := range c(inner) {
+			w.loads[name] = true
+		}
 	}
 	if len(undef) == 0 {
-		return nil
+		undef = nil
 	}
-	return undef
+	return undef, w.loads
 }
 
 // resolveFrames analyses a template's frames and returns its top level's undef names.
 func resolveFrames(body []node) map[string]bool {
-	return analyzeFrame(body, nil, nil, nil)
+	undef, _ := analyzeFrame(body, nil, nil, nil)
+	return undef
 }

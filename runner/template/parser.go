@@ -171,6 +171,8 @@ type macroDef struct {
 	body     []node
 	line     int
 	undef    map[string]bool // names this frame reads as undefined until it sets them (frames.go)
+	// catchVarargs, catchKwargs, catchCaller: the body mentions varargs, kwargs, caller.
+	catchVarargs, catchKwargs, catchCaller bool
 }
 
 // ---- parser ----
