@@ -469,10 +469,41 @@ func (p *plainLines) ReadLine(prompt string) (string, error) {
 
 // termLines edits lines on a terminal with history (kept in MLXG_HOME/history across sessions).
 type termLines struct {
-	fd      int
-	t       *term.Terminal
-	hist    *fileHistory
-	oldMode *term.State
+	fd   int
+	raw  bool // put the terminal in raw mode while reading (false in tests)
+	t    *term.Terminal
+	in   *ctrlCReader
+	out  io.Writer
+	hist *fileHistory
+}
+
+// ctrlCReader turns Ctrl-C, which x/term reports as end of input like Ctrl-D (and leaves the typed text in
+// place), into "go to the end, delete the line, Enter": ReadLine then returns an empty line it recognizes.
+type ctrlCReader struct {
+	r       io.Reader
+	pending []byte
+	ctrlC   int // Ctrl-C lines not yet returned
+}
+
+func (c *ctrlCReader) Read(p []byte) (int, error) {
+	if len(c.pending) == 0 {
+		buf := make([]byte, len(p))
+		n, err := c.r.Read(buf)
+		for _, b := range buf[:n] {
+			if b == 3 {
+				c.pending = append(c.pending, 5, 21, '\r') // ^E ^U Enter
+				c.ctrlC++
+			} else {
+				c.pending = append(c.pending, b)
+			}
+		}
+		if len(c.pending) == 0 {
+			return 0, err
+		}
+	}
+	n := copy(p, c.pending)
+	c.pending = c.pending[n:]
+	return n, nil
 }
 
 func newTermLines(in *os.File, out io.Writer) *termLines {
@@ -480,22 +511,38 @@ func newTermLines(in *os.File, out io.Writer) *termLines {
 	if home, err := registry.HomeDir(); err == nil {
 		h.load(filepath.Join(home, "history"))
 	}
+	cr := &ctrlCReader{r: in}
 	t := term.NewTerminal(struct {
 		io.Reader
 		io.Writer
-	}{in, out}, "")
+	}{cr, out}, "")
 	t.History = h
-	return &termLines{fd: int(in.Fd()), t: t, hist: h}
+	return &termLines{fd: int(in.Fd()), raw: true, t: t, in: cr, out: out, hist: h}
 }
 
+// ReadLine reads a line; Ctrl-C drops the line being typed (as in ollama), Ctrl-D on an empty line ends.
 func (l *termLines) ReadLine(prompt string) (string, error) {
-	old, err := term.MakeRaw(l.fd)
-	if err != nil {
-		return "", err
+	for {
+		line, err := l.readRaw(prompt)
+		if err == nil && line == "" && l.in.ctrlC > 0 {
+			l.in.ctrlC--
+			fmt.Fprintln(l.out, "Use Ctrl + d or /bye to exit.")
+			continue
+		}
+		return line, err
 	}
-	defer term.Restore(l.fd, old)
-	if w, _, err := term.GetSize(l.fd); err == nil {
-		_ = l.t.SetSize(w, 0)
+}
+
+func (l *termLines) readRaw(prompt string) (string, error) {
+	if l.raw {
+		old, err := term.MakeRaw(l.fd)
+		if err != nil {
+			return "", err
+		}
+		defer term.Restore(l.fd, old)
+		if w, _, err := term.GetSize(l.fd); err == nil {
+			_ = l.t.SetSize(w, 0)
+		}
 	}
 	l.t.SetPrompt(prompt)
 	line, err := l.t.ReadLine()

@@ -9,9 +9,13 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"golang.org/x/term"
 
 	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/api/apitest"
@@ -167,5 +171,45 @@ func TestREPL(t *testing.T) {
 	}
 	if strings.Contains(o, "never read") {
 		t.Fatal("read past /bye")
+	}
+}
+
+// TestTermLines drives the terminal line editor with keystrokes: Ctrl-C drops the line and keeps going,
+// the up arrow recalls history (also from the history file), Ctrl-D ends.
+func TestTermLines(t *testing.T) {
+	hist := filepath.Join(t.TempDir(), "history")
+	if err := os.WriteFile(hist, []byte("older line\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h := &fileHistory{}
+	h.load(hist)
+	var out bytes.Buffer
+	cr := &ctrlCReader{r: strings.NewReader("half a li\x03first\r\x1b[A\r\x1b[A\x1b[A\r\x04")}
+	tl := term.NewTerminal(struct {
+		io.Reader
+		io.Writer
+	}{cr, &out}, "")
+	tl.History = h
+	l := &termLines{t: tl, in: cr, out: &out, hist: h}
+	var got []string
+	for {
+		line, err := l.ReadLine(">>> ")
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, line)
+	}
+	if want := []string{"first", "first", "older line"}; !slices.Equal(got, want) {
+		t.Fatalf("lines %q, want %q", got, want)
+	}
+	if !strings.Contains(out.String(), "Use Ctrl + d or /bye to exit.") {
+		t.Fatalf("no Ctrl-C hint in %q", out.String())
+	}
+	b, _ := os.ReadFile(hist)
+	if string(b) != "older line\nfirst\nolder line\n" {
+		t.Fatalf("history file %q", b)
 	}
 }
