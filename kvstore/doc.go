@@ -1,2 +1,20 @@
-// Package kvstore holds the KV cache: per-layer layout and bit-widths, the memory policy, paged blocks and the RAM and SSD prefix tiers.
+// Package kvstore holds the KV cache: per-layer layout and bit-widths, the memory policy,
+// paged blocks and the RAM and SSD prefix tiers.
+//
+// Cache kinds, each a Layer that attends over its own storage: Full (fp16 or float32),
+// Quantized (full attention in any Spec), Rotating (sliding window, and every layer under
+// --max-kv-size, in any Spec) and Recurrent (the fixed-size state of a hybrid model's
+// linear-attention layers). A Spec stores keys and values separately in fp16, MLX affine
+// quantization along head_dim (2, 3, 4, 5, 6 or 8 bits, groups of 32, 64 or 128, fp16
+// scale and bias; internal/quant's bit layout) or q4_0 (blocks of 32, one fp16 scale);
+// a cache may stay fp16 until quantized_kv_start positions. Quantized kinds dequantize one
+// tile of one head at a time inside the attention loop (AVX2 for 4- and 8-bit codes on
+// amd64), never into a full-size copy.
+//
+// A Layout assigns a Spec to every layer with KV, the first and last boundary layers
+// counted over those layers; NewCaches builds a sequence's caches from it. Options parse
+// the --kv-* flags and MLXG_KV_* / OLLAMA_KV_CACHE_TYPE variables; Choose (and Policy,
+// with a fresh sysmem reading per call) picks the layout, the largest context that fits
+// and the prefix cache's budget from the model's shape (ShapeFromConfig), the memory
+// available and the pressure level.
 package kvstore
