@@ -495,3 +495,43 @@ func TestGenerationDefaults(t *testing.T) {
 		t.Fatalf("%v %+v", err, o)
 	}
 }
+
+// TestLoadError: a model that cannot load fails every request waiting for it with the loader's reason,
+// and the server goes on serving.
+func TestLoadError(t *testing.T) {
+	ts := newTestServer(t, sched.Config{NumParallel: 4})
+	bad := t.TempDir()
+	ckpt := scriptedCheckpoint(t)
+	for _, f := range []string{"model.safetensors", "tokenizer.json", "tokenizer_config.json"} {
+		b, err := os.ReadFile(filepath.Join(ckpt, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(bad, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg, _ := os.ReadFile(filepath.Join(ckpt, "config.json"))
+	cfg = bytes.Replace(cfg, []byte(`"model_type": "llama"`), []byte(`"model_type": "nosuch"`), 1)
+	if err := os.WriteFile(filepath.Join(bad, "config.json"), cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n, _ := registry.ParseName("broken")
+	if _, err := ts.srv.cfg.Store.ImportDir(context.Background(), n, bad); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() {
+			resp, body := ts.post(t, "/api/chat", `{"model":"broken","messages":[{"role":"user","content":"hi"}]}`)
+			if resp.StatusCode != 500 || !strings.Contains(string(body), `model_type \"nosuch\"`) || !strings.Contains(string(body), "supported model types") {
+				t.Errorf("%d %s", resp.StatusCode, body)
+			}
+		})
+	}
+	wg.Wait()
+	resp, body := ts.post(t, "/api/generate", `{"model":"scripted","stream":false,"think":false,"prompt":"Weather?"}`)
+	if resp.StatusCode != 200 || !strings.Contains(string(body), apitest.PlainReply) {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+}
