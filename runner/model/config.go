@@ -95,6 +95,12 @@ func ParseConfig(data []byte) (*Config, error) {
 	if err := json.Unmarshal(data, &raw); err != nil {
 		return nil, fmt.Errorf("not valid JSON: %w", err)
 	}
+	if raw["num_hidden_layers"] == nil && raw["text_config"] != nil {
+		var err error
+		if data, raw, err = textConfig(raw); err != nil {
+			return nil, err
+		}
+	}
 	c := &Config{Raw: raw, PartialRotary: 1}
 	var f struct {
 		ModelType         string          `json:"model_type"`

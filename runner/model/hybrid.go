@@ -1,6 +1,7 @@
 package model
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 
@@ -45,4 +46,24 @@ func (m *Model) fillCaches(caches []kvstore.Layer) error {
 		}
 	}
 	return nil
+}
+
+// textConfig reads a multimodal checkpoint's config.json (Qwen3.5/3.6, Gemma 3 4B and
+// up) as its language model's: text_config's fields, with the top level's model_type,
+// architectures and quantization blocks (and any key text_config lacks) on top.
+func textConfig(raw map[string]json.RawMessage) ([]byte, map[string]json.RawMessage, error) {
+	var text map[string]json.RawMessage
+	if err := json.Unmarshal(raw["text_config"], &text); err != nil {
+		return nil, nil, fmt.Errorf("text_config: want an object: %w", err)
+	}
+	for k, v := range raw {
+		_, has := text[k]
+		switch {
+		case k == "text_config":
+		case !has, k == "model_type", k == "architectures", k == "quantization", k == "quantization_config":
+			text[k] = v
+		}
+	}
+	data, err := json.Marshal(text)
+	return data, text, err
 }

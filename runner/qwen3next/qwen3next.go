@@ -1,5 +1,10 @@
 // Package qwen3next is the hybrid Qwen3-Next architecture (model_type "qwen3_next":
-// Qwen3-Next-80B-A3B), as transformers' Qwen3NextForCausalLM computes it: three of
+// Qwen3-Next-80B-A3B) and its successors Qwen3.5 and Qwen3.6 (model_type "qwen3_5",
+// dense, and "qwen3_5_moe": Qwen3.5/3.6-35B-A3B and the like; their language model,
+// from text_config and the language_model.* weights mlx-lm writes, with separate
+// in_proj_qkv/z/b/a projections instead of Qwen3-Next's grouped in_proj_qkvz/ba,
+// every layer sparse when num_experts is set, dense otherwise), as transformers'
+// Qwen3NextForCausalLM computes it: three of
 // every full_attention_interval layers are Gated DeltaNet linear attention, whose
 // cache is a fixed-size recurrent state (a causal convolution window and a delta-rule
 // matrix per head, kvstore.Recurrent, carried in the layer's cache slot as a State),
@@ -27,7 +32,11 @@ import (
 	"github.com/mlxg/mlxg/runner/qwen3moe"
 )
 
-func init() { model.Register("qwen3_next", New) }
+func init() {
+	model.Register("qwen3_next", New)
+	model.Register("qwen3_5", New)
+	model.Register("qwen3_5_moe", New)
+}
 
 // Config is the hybrid part of config.json.
 type Config struct {
@@ -80,22 +89,30 @@ func New(l *model.Loader) (model.Network, error) {
 	if hc.AttentionBias {
 		return nil, fmt.Errorf("config.json: attention_bias is not supported for qwen3_next")
 	}
-	moe, err := qwen3moe.ReadMoEConfig(cfg)
-	if err != nil {
-		return nil, err
+	var moe qwen3moe.MoEConfig
+	if hasExperts(cfg) {
+		var err error
+		if moe, err = qwen3moe.ReadMoEConfig(cfg); err != nil {
+			return nil, err
+		}
 	}
 	rope, err := cfg.RoPE()
 	if err != nil {
 		return nil, err
 	}
+	// mlx-lm keeps Qwen3.5/3.6's language model under language_model.
+	base, head := "model.", "lm_head"
+	if l.Has("language_model.model.embed_tokens.weight") {
+		base, head = "language_model.model.", "language_model.lm_head"
+	}
+	if l.Has(base+"layers.0.mlp.experts.0.up_proj.weight") || l.Has(base+"layers.0.mlp.experts.gate_up_proj") || l.Has("model.language_model.embed_tokens.weight") {
+		return nil, fmt.Errorf("the checkpoint is in Hugging Face's layout (per-expert or fused expert tensors, or model.language_model keys): convert it to the MLX layout (`mlxg create` for qwen3_next, mlx_lm.convert for qwen3_5)")
+	}
 	n := &Network{Eps: cfg.RMSNormEps, Config: hc, KVHeads: cfg.NumKVHeads, HeadDim: cfg.HeadDim}
 	h := cfg.HiddenSize
-	if l.Has("model.layers.0.mlp.experts.0.up_proj.weight") {
-		return nil, fmt.Errorf("the checkpoint is in Hugging Face's layout (one tensor per expert): convert it to the MLX layout with `mlxg create`")
-	}
-	n.Embed = l.Linear("model.embed_tokens", cfg.VocabSize, h)
+	n.Embed = l.Linear(base+"embed_tokens", cfg.VocabSize, h)
 	for i := 0; i < cfg.NumLayers; i++ {
-		p := fmt.Sprintf("model.layers.%d.", i)
+		p := fmt.Sprintf("%slayers.%d.", base, i)
 		layer := Layer{
 			InputNorm: l.Vector(p+"input_layernorm.weight", h),
 			PostNorm:  l.Vector(p+"post_attention_layernorm.weight", h),
@@ -105,7 +122,7 @@ func New(l *model.Loader) (model.Network, error) {
 		} else {
 			layer.Attn = newAttention(l, p+"self_attn.", rope)
 		}
-		if moe.Sparse(i) {
+		if moe.NumExperts > 0 && moe.Sparse(i) {
 			s := &Sparse{Sparse: qwen3moe.NewSparse(l, p+"mlp.", moe.NumExperts, moe.MoEIntermediate, moe.Routing())}
 			if hc.SharedExpertInter > 0 {
 				si := hc.SharedExpertInter
@@ -122,9 +139,26 @@ func New(l *model.Loader) (model.Network, error) {
 		}
 		n.Layers = append(n.Layers, layer)
 	}
-	n.Norm = l.Vector("model.norm.weight", h)
-	n.Head = l.Head(n.Embed, cfg.VocabSize, h)
+	n.Norm = l.Vector(base+"norm.weight", h)
+	tied := !l.Has(head + ".weight")
+	if t := cfg.TieWordEmbeddings; t != nil {
+		tied = *t
+	}
+	n.Head = n.Embed
+	if !tied {
+		n.Head = l.Linear(head, cfg.VocabSize, h)
+	}
 	return n, nil
+}
+
+// hasExperts reports whether config.json describes expert blocks (num_experts > 0).
+func hasExperts(cfg *model.Config) bool {
+	var m struct {
+		N int `json:"num_experts"`
+	}
+	raw, _ := json.Marshal(cfg.Raw)
+	json.Unmarshal(raw, &m)
+	return m.N > 0
 }
 
 // Network is the hybrid decoder stack.
@@ -281,7 +315,11 @@ func (a *Attention) Forward(c compute.Context, x compute.Tensor, cache kvstore.L
 
 // DeltaNet is the Gated DeltaNet linear attention.
 type DeltaNet struct {
-	QKVZ, BA               compute.Weight // in_proj_qkvz, in_proj_ba: grouped per key head
+	// Qwen3-Next: in_proj_qkvz and in_proj_ba, grouped per key head.
+	QKVZ, BA compute.Weight
+	// Qwen3.5/3.6: in_proj_qkv ([q, k, v], the convolution's input as it is),
+	// in_proj_z, in_proj_b and in_proj_a.
+	QKV, Z, B, A           compute.Weight
 	Conv                   compute.Weight // conv1d: C × K taps, C = 2·key_dim + value_dim
 	ALog, DTBias           compute.Vector // A_log, dt_bias: per value head
 	Norm                   compute.Vector // norm: the gated RMSNorm over a value head
@@ -292,16 +330,24 @@ type DeltaNet struct {
 
 func newDeltaNet(l *model.Loader, p string, hc Config) *DeltaNet {
 	cfg := l.Config
+	h := cfg.HiddenSize
 	d := &DeltaNet{KHeads: hc.LinearKHeads, VHeads: hc.LinearVHeads, DK: hc.LinearKHeadDim, DV: hc.LinearVHeadDim, Eps: cfg.RMSNormEps}
 	kd, vd := d.KHeads*d.DK, d.VHeads*d.DV
 	conv := 2*kd + vd
-	d.QKVZ = l.Linear(p+"in_proj_qkvz", 2*kd+2*vd, cfg.HiddenSize)
-	d.BA = l.Linear(p+"in_proj_ba", 2*d.VHeads, cfg.HiddenSize)
+	if l.Has(p + "in_proj_qkvz.weight") {
+		d.QKVZ = l.Linear(p+"in_proj_qkvz", 2*kd+2*vd, h)
+		d.BA = l.Linear(p+"in_proj_ba", 2*d.VHeads, h)
+	} else {
+		d.QKV = l.Linear(p+"in_proj_qkv", conv, h)
+		d.Z = l.Linear(p+"in_proj_z", vd, h)
+		d.B = l.Linear(p+"in_proj_b", d.VHeads, h)
+		d.A = l.Linear(p+"in_proj_a", d.VHeads, h)
+	}
 	d.Conv = l.Linear(p+"conv1d", conv*hc.ConvKernel, 1) // mlx-lm's [C, K, 1]
 	d.ALog = l.Vector(p+"A_log", d.VHeads)
 	d.DTBias = l.Vector(p+"dt_bias", d.VHeads)
 	d.Norm = l.Vector(p+"norm.weight", d.DV)
-	d.Out = l.Linear(p+"out_proj", cfg.HiddenSize, vd)
+	d.Out = l.Linear(p+"out_proj", h, vd)
 	return d
 }
 
@@ -310,22 +356,30 @@ func (d *DeltaNet) Forward(c compute.Context, x compute.Tensor, st State) comput
 	lin, _ := compute.Ext[compute.LinearAttentionContext](c)
 	T, _ := x.Dims()
 	nk, nv, dk, dv := d.KHeads, d.VHeads, d.DK, d.DV
-	r := nv / nk // value heads per key head
-	// in_proj_qkvz is, per key head, [q (dk), k (dk), v (r·dv), z (r·dv)]; in_proj_ba,
-	// per key head, [b (r), a (r)].
-	qkvz := c.Reshape(c.Linear(x, d.QKVZ), T*nk, 2*dk+2*r*dv)
-	q := c.Reshape(lin.Cols(qkvz, 0, dk), T, nk*dk)
-	k := c.Reshape(lin.Cols(qkvz, dk, dk), T, nk*dk)
-	v := c.Reshape(lin.Cols(qkvz, 2*dk, r*dv), T, nv*dv)
-	z := c.Reshape(lin.Cols(qkvz, 2*dk+r*dv, r*dv), T*nv, dv)
-	ba := c.Reshape(c.Linear(x, d.BA), T*nk, 2*r)
-	b := c.Reshape(lin.Cols(ba, 0, r), T, nv)
-	a := c.Reshape(lin.Cols(ba, r, r), T, nv)
+	var mixed, z, a, b compute.Tensor
+	if d.QKVZ != nil {
+		r := nv / nk // value heads per key head
+		// in_proj_qkvz is, per key head, [q (dk), k (dk), v (r·dv), z (r·dv)]; in_proj_ba,
+		// per key head, [b (r), a (r)].
+		qkvz := c.Reshape(c.Linear(x, d.QKVZ), T*nk, 2*dk+2*r*dv)
+		q := c.Reshape(lin.Cols(qkvz, 0, dk), T, nk*dk)
+		k := c.Reshape(lin.Cols(qkvz, dk, dk), T, nk*dk)
+		v := c.Reshape(lin.Cols(qkvz, 2*dk, r*dv), T, nv*dv)
+		mixed = lin.ConcatCols(q, k, v)
+		z = c.Reshape(lin.Cols(qkvz, 2*dk+r*dv, r*dv), T*nv, dv)
+		ba := c.Reshape(c.Linear(x, d.BA), T*nk, 2*r)
+		b = c.Reshape(lin.Cols(ba, 0, r), T, nv)
+		a = c.Reshape(lin.Cols(ba, r, r), T, nv)
+	} else {
+		mixed = c.Linear(x, d.QKV)
+		z = c.Reshape(c.Linear(x, d.Z), T*nv, dv)
+		b, a = c.Linear(x, d.B), c.Linear(x, d.A)
+	}
 
-	conv := lin.CausalConv1D(lin.ConcatCols(q, k, v), d.Conv, st.State(0))
-	q = lin.Cols(conv, 0, nk*dk)
-	k = lin.Cols(conv, nk*dk, nk*dk)
-	v = lin.Cols(conv, 2*nk*dk, nv*dv)
+	conv := lin.CausalConv1D(mixed, d.Conv, st.State(0))
+	q := lin.Cols(conv, 0, nk*dk)
+	k := lin.Cols(conv, nk*dk, nk*dk)
+	v := lin.Cols(conv, 2*nk*dk, nv*dv)
 	q = c.Reshape(lin.L2NormScale(c.Reshape(q, T*nk, dk), 1e-6, float32(1/math.Sqrt(float64(dk)))), T, nk*dk)
 	k = c.Reshape(lin.L2NormScale(c.Reshape(k, T*nk, dk), 1e-6, 1), T, nk*dk)
 	g, beta := lin.DeltaGates(a, b, d.ALog, d.DTBias)
