@@ -1,6 +1,7 @@
 // Package gemma3 is the Gemma 3 text architecture (model_type "gemma3_text": Gemma 3
-// 270M and 1B, and the text part of the larger models as mlx-lm's gemma3_text reads
-// it), as transformers' Gemma3ForCausalLM computes it:
+// 270M and 1B; and "gemma3", the multimodal 4B, 12B and 27B, whose language model is
+// read from text_config and the language_model.* weights, the vision tower ignored),
+// as transformers' Gemma3ForCausalLM computes it:
 //   - embeddings scaled by sqrt(hidden_size);
 //   - every RMSNorm scales by 1 + w (weights stored around 0), in float32;
 //   - four norms per layer: input, post-attention (on the attention output, before
@@ -27,7 +28,10 @@ import (
 	"github.com/mlxg/mlxg/runner/model"
 )
 
-func init() { model.Register("gemma3_text", New) }
+func init() {
+	model.Register("gemma3_text", New)
+	model.Register("gemma3", New)
+}
 
 // Config is the Gemma-specific part of config.json.
 type Config struct {
@@ -79,9 +83,14 @@ func New(l *model.Loader) (model.Network, error) {
 		n.SoftCap = float32(*g.FinalLogitSoftcapping)
 	}
 	h, hd := cfg.HiddenSize, cfg.HeadDim
-	n.Embed = l.Linear("model.embed_tokens", cfg.VocabSize, h)
+	// The multimodal models keep the language model under language_model.
+	base, head := "model.", "lm_head"
+	if l.Has("language_model.model.embed_tokens.weight") {
+		base, head = "language_model.model.", "language_model.lm_head"
+	}
+	n.Embed = l.Linear(base+"embed_tokens", cfg.VocabSize, h)
 	for i := 0; i < cfg.NumLayers; i++ {
-		p := fmt.Sprintf("model.layers.%d.", i)
+		p := fmt.Sprintf("%slayers.%d.", base, i)
 		a := &Attention{Heads: cfg.NumHeads, KVHeads: cfg.NumKVHeads, HeadDim: hd, RoPE: global,
 			Scale: float32(1 / math.Sqrt(scalar)), Eps: cfg.RMSNormEps}
 		if sliding[i] {
@@ -104,8 +113,15 @@ func New(l *model.Loader) (model.Network, error) {
 			PostFFNorm:   l.Vector(p+"post_feedforward_layernorm.weight", h),
 		})
 	}
-	n.Norm = l.Vector("model.norm.weight", h)
-	n.Head = l.Head(n.Embed, cfg.VocabSize, h)
+	n.Norm = l.Vector(base+"norm.weight", h)
+	tied := !l.Has(head + ".weight")
+	if t := cfg.TieWordEmbeddings; t != nil {
+		tied = *t
+	}
+	n.Head = n.Embed
+	if !tied {
+		n.Head = l.Linear(head, cfg.VocabSize, h)
+	}
 	return n, nil
 }
 

@@ -2,6 +2,7 @@ package gemma3_test
 
 import (
 	"context"
+	"encoding/json"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/registry/create"
 	"github.com/mlxg/mlxg/registry/randmodel"
+	"github.com/mlxg/mlxg/registry/safetensors"
 	"github.com/mlxg/mlxg/runner/cpu"
 	"github.com/mlxg/mlxg/runner/model"
 )
@@ -132,5 +134,43 @@ func TestQuantizedKV(t *testing.T) {
 		t.Errorf("quantized KV logits differ from fp16 by %.3g", r)
 	} else {
 		t.Logf("quantized KV vs fp16: relative difference %.3g", r)
+	}
+}
+
+// TestMultimodalLayout: the same weights as a multimodal Gemma 3 checkpoint (model_type
+// gemma3, text_config, language_model.* keys, a vision tower tensor to ignore) give
+// the text model's logits.
+func TestMultimodalLayout(t *testing.T) {
+	m, dir := load(t, 0)
+	dst := t.TempDir()
+	ck, err := safetensors.OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	var ts []safetensors.Tensor
+	for _, name := range ck.Names() {
+		tt, _ := ck.Tensor(name)
+		ts = append(ts, safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: "language_model." + name, DType: tt.DType, Shape: tt.Shape}, Data: tt.Data})
+	}
+	ts = append(ts, safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: "vision_tower.patch.weight", DType: safetensors.F32, Shape: []int{2}}, Data: make([]byte, 8)})
+	if err := safetensors.Write(filepath.Join(dst, "model.safetensors"), ts, nil); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := os.ReadFile(filepath.Join(dir, "config.json"))
+	var text map[string]any
+	json.Unmarshal(raw, &text)
+	cfg, _ := json.Marshal(map[string]any{"model_type": "gemma3", "architectures": []string{"Gemma3ForConditionalGeneration"}, "text_config": text})
+	os.WriteFile(filepath.Join(dst, "config.json"), cfg, 0o644)
+	mm, err := model.Load(dst, cpu.New(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mm.Close()
+	p := prompt(12)
+	a, _ := m.NewCaches(true)
+	b, _ := mm.NewCaches(true)
+	if r := maxRel(run(t, mm, b, p, 12), run(t, m, a, p, 12)); r > 1e-6 {
+		t.Errorf("the multimodal layout's logits differ by %.3g", r)
 	}
 }
