@@ -20,8 +20,8 @@ func TestMessageText(t *testing.T) {
 	}
 	for in, msg := range map[string]string{
 		`[{"type":"image_url","image_url":{"url":"x"}}]`: "text only",
-		`[{"type":"audio"}]`: `unsupported content part type "audio"`,
-		`42`:                 "string or a list",
+		`[{"type":"audio"}]`:                             `unsupported content part type "audio"`,
+		`42`:                                             "string or a list",
 	} {
 		if _, err := (Message{Content: json.RawMessage(in)}).Text(); err == nil || !strings.Contains(err.Error(), msg) {
 			t.Errorf("%s: %v, want %q", in, err, msg)
