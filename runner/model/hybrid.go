@@ -67,3 +67,25 @@ func textConfig(raw map[string]json.RawMessage) ([]byte, map[string]json.RawMess
 	data, err := json.Marshal(text)
 	return data, text, err
 }
+
+// RecurrentLayer is the cache of a linear-attention layer (qwen3next.State): a
+// recurrent state carried in the per-layer cache list.
+type RecurrentLayer interface {
+	kvstore.Layer
+	RecurrentState() *kvstore.Recurrent
+}
+
+// Seq presents one sequence's caches as the prefix cache sees them: the attention
+// caches by layer, nil for linear-attention layers, whose recurrent states follow in
+// layer order.
+func Seq(caches []kvstore.Layer) kvstore.Seq {
+	s := kvstore.Seq{Layers: make([]kvstore.Layer, len(caches))}
+	for i, c := range caches {
+		if r, ok := c.(RecurrentLayer); ok {
+			s.Recurrent = append(s.Recurrent, r.RecurrentState())
+			continue
+		}
+		s.Layers[i] = c
+	}
+	return s
+}

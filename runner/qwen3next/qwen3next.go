@@ -186,6 +186,9 @@ type Layer struct {
 // or values, so Append and Attend are errors.
 type State struct{ *kvstore.Recurrent }
 
+// RecurrentState implements model.RecurrentLayer.
+func (s State) RecurrentState() *kvstore.Recurrent { return s.Recurrent }
+
 // Dims implements kvstore.Layer: no KV heads.
 func (State) Dims() (int, int, int) { return 0, 0, 0 }
 

@@ -87,6 +87,9 @@ func TestChunkedPrefill(t *testing.T) {
 				t.Fatalf("layer %d has a %T cache", i, c)
 			}
 		}
+		if s := model.Seq(caches); len(s.Recurrent) != 3 || s.Layers[0] != nil || s.Layers[3] != caches[3] {
+			t.Fatalf("model.Seq gives %d recurrent states and layers %v", len(s.Recurrent), s.Layers)
+		}
 		want := run(t, m, caches, p, len(p))
 		for _, chunk := range []int{1, 4, 7} {
 			caches, _ := m.NewCaches(true)
