@@ -40,6 +40,7 @@ var (
 	work     = flag.String("work", "", "working folder (default: a temporary one, removed)")
 	phase    = flag.String("phase", "all", "all, or (run by all in child processes) cold, ssd, writer")
 	cacheDir = flag.String("cache", "", "prefix cache folder (child phases)")
+	seed     = flag.Uint64("seed", 0, "prompt seed of the writer phase")
 )
 
 func main() {
@@ -273,31 +274,46 @@ func ttftPhase(kind string) {
 func writer() {
 	e, pc := load(*cacheDir, 0)
 	defer pc.Close()
-	for i := 0; ; i++ {
-		r := rand.New(rand.NewPCG(uint64(i), 9))
-		request(e, []template.Message{{"role": "system", "content": text(r, 700)}, {"role": "user", "content": text(r, 30)}})
+	for i := uint64(0); ; i++ {
+		r := rand.New(rand.NewPCG(*seed, i))
+		request(e, []template.Message{{"role": "system", "content": text(r, 1200)}, {"role": "user", "content": text(r, 30)}})
 	}
 }
 
-// faults kills a writer process with SIGKILL at random moments, restarts, and checks the
-// folder each time: the temporary files it left are removed at start-up, every block file
+// tempFiles lists the SSD tier's temporary files: blocks being written.
+func tempFiles(dir string) []string {
+	t, _ := filepath.Glob(filepath.Join(dir, "*", ".*.tmp-*"))
+	return t
+}
+
+// faults kills a writer process with SIGKILL while it writes a block (0-5 ms after the
+// temporary file of its k-th block appears, k random in 1..12), restarts, and checks the folder
+// each time: the temporary files it left are removed at start-up, every block file
 // verifies, and a truncated and a garbled file are found and removed.
 func faults(self, model, dir string) {
 	r := rand.New(rand.NewPCG(42, 42))
 	fmt.Printf("\nFault run: %d rounds of kill -9 while writing blocks, then restart and verify.\n\n", *kills)
-	fmt.Printf("| round | killed after | block files | temp files left | verify after restart | planted bad files found and removed |\n|---|---|---|---|---|---|\n")
+	fmt.Printf("| round | killed after | block files | temp files at the kill | verify after restart | planted bad files found and removed |\n|---|---|---|---|---|---|\n")
 	totalBad := 0
 	for round := 1; round <= *kills; round++ {
-		cmd := exec.Command(self, "-phase", "writer", "-model", model, "-cache", dir, "-threads", strconv.Itoa(*threads))
+		cmd := exec.Command(self, "-phase", "writer", "-model", model, "-cache", dir, "-threads", strconv.Itoa(*threads), "-seed", strconv.Itoa(round))
 		cmd.Stderr = os.Stderr
+		start := time.Now()
 		if err := cmd.Start(); err != nil {
 			log.Fatal(err)
 		}
-		after := time.Duration(1500+r.IntN(2500)) * time.Millisecond
-		time.Sleep(after)
+		seen, k := map[string]bool{}, 1+r.IntN(12) // killed while writing its k-th block
+		for len(seen) < k && time.Since(start) < time.Minute {
+			for _, t := range tempFiles(dir) {
+				seen[t] = true
+			}
+			time.Sleep(200 * time.Microsecond)
+		}
+		time.Sleep(time.Duration(r.IntN(5000)) * time.Microsecond)
 		cmd.Process.Signal(syscall.SIGKILL)
+		after := time.Since(start)
 		cmd.Wait()
-		tmps, _ := filepath.Glob(filepath.Join(dir, "*", ".*.tmp-*"))
+		tmps := tempFiles(dir)
 		blocks, _, _, _ := kvstore.DiskUsage(dir)
 		// Restart: opening the cache cleans up; then verify every file.
 		pc, err := kvstore.NewPrefixCache(kvstore.PrefixConfig{Dir: dir, Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))})
