@@ -114,24 +114,41 @@ func runOf(s string, i, limit int, f func(rune) bool) int {
 // The character classes of the regexes (\p{L}, \p{N}, \s, ...) as HF's
 // regex engine defines them: Go's tables, corrected for the characters of
 // newer Unicode versions (unicode_tables.go).
-func isL(r rune) bool       { return onigL.apply(r, unicode.IsLetter) }
-func isN(r rune) bool       { return onigN.apply(r, unicode.IsNumber) }
-func isSpace(r rune) bool   { return onigSpace.apply(r, unicode.IsSpace) }
+func isL(r rune) bool {
+	if r < onigFrom {
+		return unicode.IsLetter(r)
+	}
+	return onigL.fix(r, unicode.IsLetter(r))
+}
+
+func isN(r rune) bool {
+	if r < onigFrom {
+		return unicode.IsNumber(r)
+	}
+	return onigN.fix(r, unicode.IsNumber(r))
+}
+
+func isSpace(r rune) bool {
+	if r < onigFrom {
+		return unicode.IsSpace(r)
+	}
+	return onigSpace.fix(r, unicode.IsSpace(r))
+}
+
 func isNewline(r rune) bool { return r == '\r' || r == '\n' }
 
 // classFix corrects one of Go's character classes.
 type classFix struct{ add, remove *unicode.RangeTable }
 
-func (f classFix) apply(r rune, goIs func(rune) bool) bool {
-	if r >= onigFrom {
-		if f.add != nil && unicode.Is(f.add, r) {
-			return true
-		}
-		if f.remove != nil && unicode.Is(f.remove, r) {
-			return false
-		}
+// fix returns the engine's answer for r, given Go's.
+func (f classFix) fix(r rune, goIs bool) bool {
+	if f.add != nil && unicode.Is(f.add, r) {
+		return true
 	}
-	return goIs(r)
+	if f.remove != nil && unicode.Is(f.remove, r) {
+		return false
+	}
+	return goIs
 }
 
 // contraction matches 's|'t|'re|'ve|'m|'ll|'d at i (case-insensitively when
@@ -265,8 +282,8 @@ func isASCIIPunct(r rune) bool {
 	return r < utf8.RuneSelf && r > ' ' && r < 0x7f && !(r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
 }
 func isASCIILetter(r rune) bool { return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' }
-func isLM(r rune) bool          { return isL(r) || onigM.apply(r, unicode.IsMark) }
-func isPS(r rune) bool          { return onigP.apply(r, unicode.IsPunct) || onigS.apply(r, unicode.IsSymbol) }
+func isLM(r rune) bool          { return isL(r) || onigM.fix(r, unicode.IsMark(r)) }
+func isPS(r rune) bool          { return onigP.fix(r, unicode.IsPunct(r)) || onigS.fix(r, unicode.IsSymbol(r)) }
 
 // scanDeepSeek is patDSWord, DeepSeek V3's word regex.
 func scanDeepSeek(s string, i int) int {

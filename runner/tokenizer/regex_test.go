@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/dlclark/regexp2"
@@ -47,7 +46,7 @@ var references = sync.OnceValue(func() map[string]regexMatcher {
 func newerUnicode(s string) bool {
 	for _, r := range s {
 		for _, f := range []classFix{onigL, onigN, onigP, onigS, onigM, onigSpace} {
-			if f.apply(r, func(rune) bool { return false }) || f.remove != nil && unicode.Is(f.remove, r) {
+			if f.fix(r, false) || !f.fix(r, true) {
 				return true
 			}
 		}
