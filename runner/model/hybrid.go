@@ -24,11 +24,12 @@ type CacheMaker interface {
 // expert routing of a mixture-of-experts layer, say).
 func (m *Model) Network() Network { return m.net }
 
-// fillCaches gives the layers that have no cache (kvstore.NewCaches leaves nil where a
+// FillCaches gives the layers that have no cache (kvstore.NewCaches leaves nil where a
 // layer keeps no keys and values: a hybrid model's linear-attention layers) the
-// network's own cache for them, in place, so the caches the KV policy makes work for
-// hybrid models.
-func (m *Model) fillCaches(caches []kvstore.Layer) error {
+// network's own cache for them, in place, so that the caches the KV policy makes work
+// for hybrid models. Forward calls it; a caller that hands the caches to the prefix
+// cache calls it first and passes Seq(caches), so the recurrent states are carried.
+func (m *Model) FillCaches(caches []kvstore.Layer) error {
 	if !slices.Contains(caches, nil) {
 		return nil
 	}
@@ -48,24 +49,18 @@ func (m *Model) fillCaches(caches []kvstore.Layer) error {
 	return nil
 }
 
-// textConfig reads a multimodal checkpoint's config.json (Qwen3.5/3.6, Gemma 3 4B and
-// up) as its language model's: text_config's fields, with the top level's model_type,
-// architectures and quantization blocks (and any key text_config lacks) on top.
-func textConfig(raw map[string]json.RawMessage) ([]byte, map[string]json.RawMessage, error) {
-	var text map[string]json.RawMessage
-	if err := json.Unmarshal(raw["text_config"], &text); err != nil {
-		return nil, nil, fmt.Errorf("text_config: want an object: %w", err)
+// prepareCaches fills the caches and checks that every layer holds the same positions.
+func (m *Model) prepareCaches(caches []kvstore.Layer) error {
+	if err := m.FillCaches(caches); err != nil {
+		return err
 	}
-	for k, v := range raw {
-		_, has := text[k]
-		switch {
-		case k == "text_config":
-		case !has, k == "model_type", k == "architectures", k == "quantization", k == "quantization_config":
-			text[k] = v
+	for i, c := range caches {
+		if c.Len() != caches[0].Len() {
+			return fmt.Errorf("model: the layer caches are out of step: layer 0 holds %d positions, layer %d holds %d (were some restored without the others, such as a prefix-cache hit that did not carry a hybrid model's recurrent states?)",
+				caches[0].Len(), i, c.Len())
 		}
 	}
-	data, err := json.Marshal(text)
-	return data, text, err
+	return nil
 }
 
 // RecurrentLayer is the cache of a linear-attention layer (qwen3next.State): a
@@ -88,4 +83,24 @@ func Seq(caches []kvstore.Layer) kvstore.Seq {
 		s.Layers[i] = c
 	}
 	return s
+}
+
+// textConfig reads a multimodal checkpoint's config.json (Qwen3.5/3.6, Gemma 3 4B and
+// up) as its language model's: text_config's fields, with the top level's model_type,
+// architectures and quantization blocks (and any key text_config lacks) on top.
+func textConfig(raw map[string]json.RawMessage) ([]byte, map[string]json.RawMessage, error) {
+	var text map[string]json.RawMessage
+	if err := json.Unmarshal(raw["text_config"], &text); err != nil {
+		return nil, nil, fmt.Errorf("text_config: want an object: %w", err)
+	}
+	for k, v := range raw {
+		_, has := text[k]
+		switch {
+		case k == "text_config":
+		case !has, k == "model_type", k == "architectures", k == "quantization", k == "quantization_config":
+			text[k] = v
+		}
+	}
+	data, err := json.Marshal(text)
+	return data, text, err
 }

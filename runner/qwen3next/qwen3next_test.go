@@ -176,3 +176,16 @@ func TestPolicyCaches(t *testing.T) {
 		t.Logf("quantized KV vs float32 caches: relative difference %.3g", r)
 	}
 }
+
+// TestOutOfStep: attention caches restored without the linear layers' states (what a
+// prefix-cache hit that does not carry them would leave) are an error, not wrong logits.
+func TestOutOfStep(t *testing.T) {
+	m := load(t, 0)
+	caches, _ := m.NewCaches(false)
+	run(t, m, caches, prompt(6), 6)
+	fresh, _ := m.NewCaches(false)
+	fresh[3] = caches[3] // the attention layer holds 6 positions, the states none
+	if _, err := m.Forward(context.Background(), prompt(2), fresh, false); err == nil {
+		t.Fatal("caches out of step were accepted")
+	}
+}
