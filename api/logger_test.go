@@ -6,11 +6,11 @@ import (
 )
 
 // testLogger sends the server's log to t.Log.
-func testLogger(t *testing.T) *slog.Logger {
+func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(tlogWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
 
-type tlogWriter struct{ t *testing.T }
+type tlogWriter struct{ t testing.TB }
 
 func (w tlogWriter) Write(p []byte) (int, error) {
 	w.t.Log(string(p))

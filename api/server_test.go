@@ -30,7 +30,7 @@ var (
 )
 
 // scriptedCheckpoint writes the scripted Qwen3-tokenizer checkpoint once per test binary.
-func scriptedCheckpoint(t *testing.T) string {
+func scriptedCheckpoint(t testing.TB) string {
 	tokDir := testdata.Tokenizer(t, "qwen3")
 	ckptOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "mlxg-scripted-")
@@ -61,7 +61,7 @@ type testServer struct {
 }
 
 // newTestServer serves a store holding the scripted model as "scripted" (and nothing else).
-func newTestServer(t *testing.T, sc sched.Config) *testServer {
+func newTestServer(t testing.TB, sc sched.Config) *testServer {
 	t.Helper()
 	ckpt := scriptedCheckpoint(t)
 	tmp := t.TempDir()
@@ -84,7 +84,7 @@ func newTestServer(t *testing.T, sc sched.Config) *testServer {
 }
 
 // post sends body to path (with DELETE for /api/delete, as Ollama's route wants).
-func (ts *testServer) post(t *testing.T, path, body string) (*http.Response, []byte) {
+func (ts *testServer) post(t testing.TB, path, body string) (*http.Response, []byte) {
 	t.Helper()
 	method := "POST"
 	if path == "/api/delete" {
