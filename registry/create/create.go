@@ -13,9 +13,11 @@
 //     codes, internal/quant's packing), "<name>.scales" and "<name>.biases" (model
 //     dtype). The weights are rounded to the model dtype before quantizing and the
 //     scales and biases after, as MLX does. Norms and biases stay as they are;
-//   - for qwen3_moe and qwen3_next, what mlx-lm's sanitize does (families.go): experts
-//     stacked into switch_mlp tensors (quantized per expert row), routers at 8 bits,
-//     and Qwen3-Next's conv1d layout, norm offsets and dropped mtp weights;
+//   - for qwen3_moe, qwen3_next, qwen3_5 and qwen3_5_moe, what mlx-lm's sanitize does
+//     (families.go): experts stacked (or fused ones split) into switch_mlp tensors
+//     (quantized per expert row), routers at 8 bits, the Gated DeltaNet models' conv1d
+//     layout, norm offsets and dropped mtp weights, and Qwen3.5/3.6's language_model
+//     renames with the vision tower dropped;
 //   - config.json with "quantization" and "quantization_config" blocks
 //     {"group_size", "bits", "mode": "affine"};
 //   - lm_head.weight dropped when tie_word_embeddings is set, rotary_emb.inv_freq
@@ -200,6 +202,9 @@ func Convert(ctx context.Context, src, dst string, opts Options) (*Summary, erro
 	}
 
 	tied, _ := cfg["tie_word_embeddings"].(bool)
+	if tc, ok := cfg["text_config"].(map[string]any); ok && cfg["tie_word_embeddings"] == nil {
+		tied, _ = tc["tie_word_embeddings"].(bool) // a multimodal model's language model
+	}
 	sum := &Summary{DType: dtName, Bits: opts.Bits, Group: opts.GroupSize}
 	if opts.Bits == 0 {
 		sum.Group = 0
@@ -215,48 +220,25 @@ func Convert(ctx context.Context, src, dst string, opts Options) (*Summary, erro
 	}
 	overrides := map[string]any{}
 	w := &shardWriter{dir: dst, limit: opts.MaxShardBytes}
-	for i, n := range names {
-		if opts.Progress != nil && i > 0 {
-			opts.Progress(i, len(names))
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		if strings.HasSuffix(n, "rotary_emb.inv_freq") || (tied && n == "lm_head.weight") || fam.drop(n) {
-			sum.Dropped = append(sum.Dropped, n)
-			continue
-		}
-		t, _ := ck.Tensor(n)
-		elems := int(t.NumElements())
-		sum.Parameters += int64(elems)
-		// What is written: this tensor, or the stack of experts it begins.
-		out, shape := n, fam.shape(n, t.Shape)
-		rows := func(rows, cols int, fn func(r0 int, vals []float32)) { forRows(t, rows, cols, dt, fn) }
-		if stacked, e, ok := fam.expert(n); ok {
-			if e != 0 {
-				continue // written with expert 0
-			}
-			group := stacks[stacked]
-			out, shape = stacked, []int{len(group), t.Shape[0], t.Shape[1]}
-			sum.Parameters += int64(elems) * int64(len(group)-1)
-			rows = func(_, cols int, fn func(r0 int, vals []float32)) {
-				for e, name := range group {
-					et, _ := ck.Tensor(name)
-					forRows(et, et.Shape[0], cols, dt, func(r0 int, vals []float32) { fn(e*et.Shape[0]+r0, vals) })
-				}
-			}
-		}
+	// emit writes one output tensor: quantized when it is a linear (or stacked expert)
+	// weight whose input width the group divides, else cast to the model dtype.
+	emit := func(j job) error {
+		out, shape, rows := j.out, j.shape, j.rows
 		bits, groupSize := opts.Bits, opts.GroupSize
 		base := strings.TrimSuffix(out, ".weight")
 		if b, g, ok := fam.override(base); ok && bits > 0 {
 			bits, groupSize = b, g
 		}
 		var err error
+		elems := 1
+		for _, d := range shape {
+			elems *= d
+		}
 		cols := elems
 		if len(shape) > 0 {
 			cols = shape[len(shape)-1]
 		}
-		if bits > 0 && (len(shape) == 2 || (len(shape) == 3 && out != n)) && strings.HasSuffix(out, ".weight") && cols%groupSize == 0 {
+		if bits > 0 && (len(shape) == 2 || (len(shape) == 3 && j.stacked)) && strings.HasSuffix(out, ".weight") && cols%groupSize == 0 {
 			nrows := 1
 			for _, d := range shape[:len(shape)-1] {
 				nrows *= d
@@ -303,8 +285,25 @@ func Convert(ctx context.Context, src, dst string, opts Options) (*Summary, erro
 			err = w.add(safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: out, DType: dt, Shape: shape}, Data: data})
 			sum.Kept++
 		}
-		if err != nil {
+		return err
+	}
+	for i, n := range names {
+		if opts.Progress != nil && i > 0 {
+			opts.Progress(i, len(names))
+		}
+		if err := ctx.Err(); err != nil {
 			return nil, err
+		}
+		if strings.HasSuffix(n, "rotary_emb.inv_freq") || (tied && n == "lm_head.weight") || fam.drop(n) {
+			sum.Dropped = append(sum.Dropped, n)
+			continue
+		}
+		t, _ := ck.Tensor(n)
+		sum.Parameters += t.NumElements()
+		for _, j := range fam.jobs(ck, n, t, dt, stacks) {
+			if err := emit(j); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if opts.Progress != nil {
