@@ -1010,41 +1010,33 @@ func (p *parser) parsePostfix(x expr) (expr, error) {
 	}
 }
 
-// parseSubscript parses what follows "[": an index, a slice, or several of them
-// separated by commas (a tuple key, as Jinja2 allows).
+// parseSubscript parses what follows "[" as Jinja2 does: one index or slice, or any
+// other number of them separated by commas, which make a tuple key (x[] is x[()]).
 func (p *parser) parseSubscript(obj expr, ln int) (expr, error) {
 	var keys []expr
-	for {
+	for !p.isOp("]") {
+		if len(keys) > 0 {
+			if err := p.expectOp(","); err != nil {
+				return nil, err
+			}
+		}
 		k, err := p.parseSubscribed(obj, ln)
 		if err != nil {
 			return nil, err
 		}
 		keys = append(keys, k)
-		if p.skipOp("]") {
-			break
-		}
-		if err := p.expectOp(","); err != nil {
-			return nil, err
-		}
-		if p.skipOp("]") {
-			keys = append(keys, nil)
-			break
-		}
 	}
+	p.next()
 	if len(keys) == 1 {
 		return keys[0], nil
 	}
-	if keys[len(keys)-1] == nil {
-		keys = keys[:len(keys)-1]
-	}
 	items := make([]expr, len(keys))
 	for i, k := range keys {
-		switch k := k.(type) {
-		case *itemExpr:
-			items[i] = k.key
-		default:
+		it, ok := k.(*itemExpr)
+		if !ok {
 			return nil, p.errAt(ln, "a slice inside a tuple subscript is not supported")
 		}
+		items[i] = it.key
 	}
 	return &itemExpr{pos{ln}, obj, &tupleExpr{pos{ln}, items}}, nil
 }
