@@ -264,7 +264,7 @@ const replHelp = `Available Commands:
   /set system TEXT           Set the system message
   /set think, /set nothink   Turn thinking on or off (thinking models)
   /set verbose, /set quiet   Show or hide timings after each answer
-  /show info                 Show the model's details
+  /show info                 Show the model's details (also: license, parameters, system, template)
   /clear                     Clear the conversation
   /bye                       Exit
   /?, /help                  This help
@@ -289,10 +289,23 @@ func (s *chatSession) command(ctx context.Context, line string) (quit bool, err 
 		s.messages = nil
 		fmt.Fprintln(s.out, "Cleared session context")
 	case "/show":
-		if len(f) < 2 || f[1] != "info" {
-			return false, fmt.Errorf("usage: /show info")
+		if len(f) < 2 || s.show == nil {
+			return false, fmt.Errorf("usage: /show info|license|parameters|system|template")
 		}
-		s.printInfo()
+		switch f[1] {
+		case "info":
+			s.printInfo()
+		case "license":
+			fmt.Fprintln(s.out, orNone(s.show.License, "No license was specified for this model."))
+		case "parameters":
+			fmt.Fprintln(s.out, orNone(s.show.Parameters, "No parameters were specified for this model."))
+		case "system":
+			fmt.Fprintln(s.out, orNone(s.system, "No system message was specified for this session."))
+		case "template":
+			fmt.Fprintln(s.out, orNone(s.show.Template, "No chat template was found for this model."))
+		default:
+			return false, fmt.Errorf("usage: /show info|license|parameters|system|template")
+		}
 	case "/set":
 		if len(f) < 2 {
 			return false, fmt.Errorf("usage: /set parameter NAME VALUE, /set system TEXT, /set think|nothink, /set verbose|quiet")
@@ -330,6 +343,13 @@ func (s *chatSession) command(ctx context.Context, line string) (quit bool, err 
 		return false, fmt.Errorf("unknown command %q (see /help)", f[0])
 	}
 	return false, nil
+}
+
+func orNone(s, none string) string {
+	if strings.TrimSpace(s) == "" {
+		return none
+	}
+	return s
 }
 
 func (s *chatSession) printInfo() {

@@ -144,6 +144,9 @@ func TestREPL(t *testing.T) {
 		"Weather?",
 		"/set system Be brief.",
 		"/show info",
+		"/show template",
+		"/show system",
+		"/show license",
 		"/clear",
 		"/set verbose",
 		`"""Weather?"""`,
@@ -156,7 +159,8 @@ func TestREPL(t *testing.T) {
 	}
 	o, e := out.String(), errb.String()
 	for _, want := range []string{"Set 'nothink' mode.", apitest.PlainReply + "\n", "Set parameter 'num_predict' to '2'",
-		"The weather\n", "Set system message.", "architecture        llama", "Cleared session context", "... "} {
+		"The weather\n", "Set system message.", "architecture        llama", "Cleared session context", "... ",
+		"<|im_start|>", "Be brief.\n", "No license was specified"} {
 		if !strings.Contains(o, want) {
 			t.Errorf("output lacks %q:\n%s", want, o)
 		}
