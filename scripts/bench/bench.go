@@ -79,6 +79,10 @@ func (b *Bench) Run(ctx context.Context) (err error) {
 	b.res = Results{Config: c, Machine: machineInfo(b.Repo)}
 	b.res.Machine.StartedAt = b.start.UTC()
 	defer func() {
+		if err != nil && len(b.res.Samples) > 0 { // what was measured before the failure
+			b.res.Table = b.report()
+			fmt.Print(b.res.Table)
+		}
 		b.res.Machine.LoadEnd = loadAverage()
 		b.res.Machine.DurationS = time.Since(b.start).Seconds()
 		if werr := b.writeJSON(); werr != nil && err == nil {
@@ -122,6 +126,9 @@ func (b *Bench) Run(ctx context.Context) (err error) {
 	}
 	b.measureBandwidth()
 	b.res.Machine.LoadEnd = loadAverage()
+	for _, e := range b.res.Engines { // the ceiling from the best of every bandwidth reading
+		e.CeilingTPS = Ceiling(b.bandwidth(), e.BytesPerToken)
+	}
 	b.res.Table = b.report()
 	fmt.Print(b.res.Table)
 	return nil
@@ -202,6 +209,9 @@ func (b *Bench) runBits(ctx context.Context, bits int, prefix bool, src, mlxgBin
 	}
 	for rep := 1; rep <= c.Repeats; rep++ {
 		for i, p := range c.Prompts {
+			if i > 0 && bits == 8 && c.MaxPrompt8 > 0 && p > c.MaxPrompt8 {
+				continue
+			}
 			predict := c.LongDecode
 			if i == 0 {
 				predict = c.Decode

@@ -135,7 +135,7 @@ type genRequest struct {
 	Prompt    string         `json:"prompt"`
 	Raw       bool           `json:"raw"`
 	Stream    bool           `json:"stream"`
-	KeepAlive string         `json:"keep_alive"`
+	KeepAlive int            `json:"keep_alive"` // seconds; negative: stay loaded
 	Options   map[string]any `json:"options"`
 }
 
@@ -154,7 +154,7 @@ var client = &http.Client{}
 
 // Generate streams one raw completion and measures it.
 func (s *Server) Generate(ctx context.Context, model, prompt string, options map[string]any) (Sample, error) {
-	body, err := json.Marshal(genRequest{Model: model, Prompt: prompt, Raw: true, Stream: true, KeepAlive: "-1", Options: options})
+	body, err := json.Marshal(genRequest{Model: model, Prompt: prompt, Raw: true, Stream: true, KeepAlive: -1, Options: options})
 	if err != nil {
 		return Sample{}, err
 	}

@@ -43,6 +43,7 @@ type Config struct {
 	Bits         []int   `json:"bits"`
 	Repeats      int     `json:"repeats"`
 	Prompts      []int   `json:"prompts"`
+	MaxPrompt8   int     `json:"max_prompt_8bit"` // the 8-bit pass skips longer prompts (0: none skipped)
 	Decode       int     `json:"decode"`
 	LongDecode   int     `json:"long_decode"`
 	Threads      int     `json:"threads"`
@@ -90,6 +91,7 @@ func run() error {
 	flag.StringVar(&cfg.Shape, "shape", "qwen2-0.5b", "checkpoint shape: qwen2-0.5b or qwen2-1.5b")
 	flag.Uint64Var(&cfg.Seed, "seed", 1, "seed of the random weights")
 	flag.IntVar(&cfg.Repeats, "repeats", 5, "measured repeats per cell, after one warm-up")
+	flag.IntVar(&cfg.MaxPrompt8, "max-prompt-8bit", 1024, "the 8-bit pass leaves out prompts longer than this, to fit the run in 20 minutes (0: none left out)")
 	flag.IntVar(&cfg.Decode, "decode", 128, "tokens generated for the decode measure")
 	flag.IntVar(&cfg.LongDecode, "long-decode", 16, "tokens generated after each longer prompt (decode rate at that context)")
 	flag.IntVar(&cfg.Threads, "threads", 2, "CPU threads for every engine")
