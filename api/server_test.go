@@ -299,6 +299,13 @@ func TestBadInput(t *testing.T) {
 	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 || resp.Header.Get("Access-Control-Allow-Origin") != "http://localhost:3000" {
 		t.Errorf("loopback origin: %v %v", resp, err)
 	}
+	// A browser's preflight.
+	pre, _ := http.NewRequest("OPTIONS", ts.URL+"/v1/chat/completions", nil)
+	pre.Header.Set("Origin", "http://127.0.0.1:8080")
+	pre.Header.Set("Access-Control-Request-Method", "POST")
+	if resp, err := http.DefaultClient.Do(pre); err != nil || resp.StatusCode != 204 || !strings.Contains(resp.Header.Get("Access-Control-Allow-Headers"), "Content-Type") {
+		t.Errorf("preflight: %v %v", resp, err)
+	}
 }
 
 func TestLoadUnloadPsEmbed(t *testing.T) {
