@@ -101,6 +101,11 @@ func TestRunOneShot(t *testing.T) {
 	if err != nil || out != "The weather\n" {
 		t.Fatalf("stdin prompt: %v %q", err, out)
 	}
+	// --raw skips the template: an unscripted prompt makes greedy decoding repeat token 0 ("!").
+	out, _, err = runClient(t, "", "scripted", "--raw", "zzzz", "-o", "num_predict=3", "-o", "temperature=0")
+	if err != nil || out != "!!!\n" {
+		t.Fatalf("--raw: %v %q", err, out)
+	}
 	if _, _, err = runClient(t, "", "scripted", "hi", "-o", "top_k=many"); err == nil || !strings.Contains(err.Error(), "top_k") {
 		t.Fatalf("bad option: %v", err)
 	}

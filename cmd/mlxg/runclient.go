@@ -56,6 +56,9 @@ func newRunClientCmd() *cobra.Command {
 					prompt = strings.TrimSpace(prompt + "\n\n" + s)
 				}
 			}
+			if raw && interactive {
+				return fmt.Errorf("--raw sends one prompt: give it (mlxg run %s --raw \"PROMPT\")", model)
+			}
 			if !interactive && prompt == "" {
 				return fmt.Errorf("the prompt is empty: give one (mlxg run %s \"PROMPT\"), pipe one on stdin, or run on a terminal for a chat", model)
 			}
