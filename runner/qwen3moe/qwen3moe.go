@@ -65,9 +65,14 @@ func (m MoEConfig) Sparse(i int) bool {
 	return step > 0 && (i+1)%step == 0
 }
 
-// Routing is the router's top-k rule.
-func (m MoEConfig) Routing() compute.Routing {
-	return compute.Routing{TopK: m.TopK, NormTopK: m.NormTopK == nil || *m.NormTopK}
+// Routing is the router's top-k rule; normDefault is the model's norm_topk_prob when
+// config.json does not set it (transformers: false for qwen3_moe, true for qwen3_next).
+func (m MoEConfig) Routing(normDefault bool) compute.Routing {
+	norm := normDefault
+	if m.NormTopK != nil {
+		norm = *m.NormTopK
+	}
+	return compute.Routing{TopK: m.TopK, NormTopK: norm}
 }
 
 // New binds a Qwen3-MoE checkpoint.
@@ -97,7 +102,7 @@ func New(l *model.Loader) (model.Network, error) {
 			PostNorm:  l.Vector(p+"post_attention_layernorm.weight", cfg.HiddenSize),
 		}
 		if moe.Sparse(i) {
-			layer.MoE = NewSparse(l, p+"mlp.", moe.NumExperts, moe.MoEIntermediate, moe.Routing())
+			layer.MoE = NewSparse(l, p+"mlp.", moe.NumExperts, moe.MoEIntermediate, moe.Routing(false))
 		} else {
 			layer.MLP = llama.NewMLP(l, p+"mlp.")
 		}

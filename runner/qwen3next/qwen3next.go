@@ -123,7 +123,7 @@ func New(l *model.Loader) (model.Network, error) {
 			layer.Attn = newAttention(l, p+"self_attn.", rope)
 		}
 		if moe.NumExperts > 0 && moe.Sparse(i) {
-			s := &Sparse{Sparse: qwen3moe.NewSparse(l, p+"mlp.", moe.NumExperts, moe.MoEIntermediate, moe.Routing())}
+			s := &Sparse{Sparse: qwen3moe.NewSparse(l, p+"mlp.", moe.NumExperts, moe.MoEIntermediate, moe.Routing(true))}
 			if hc.SharedExpertInter > 0 {
 				si := hc.SharedExpertInter
 				s.Shared = &llama.MLP{
