@@ -542,3 +542,46 @@ func TestLoadError(t *testing.T) {
 		t.Fatalf("%d %s", resp.StatusCode, body)
 	}
 }
+
+// TestMemoryBudgetEvicts: with room for one model, loading a second unloads the idle first one.
+func TestMemoryBudgetEvicts(t *testing.T) {
+	ckpt := scriptedCheckpoint(t)
+	tmp := t.TempDir()
+	store := &registry.Store{HubCache: filepath.Join(tmp, "hub"), Home: filepath.Join(tmp, "home")}
+	var size int64
+	loader := &EngineLoader{Threads: 2}
+	for _, name := range []string{"first", "second"} {
+		n, _ := registry.ParseName(name)
+		lm, err := store.ImportDir(context.Background(), n, ckpt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if size, err = loader.Estimate(lm, 4096); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv, err := NewServer(ServerConfig{Store: store, Loader: loader, Sched: sched.Config{MemoryBudget: size * 3 / 2}, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := &testServer{Server: httptest.NewServer(srv.Handler()), srv: srv}
+	defer func() { ts.Close(); srv.Close() }()
+	running := func() []string {
+		var names []string
+		for _, st := range srv.sched.Running() {
+			names = append(names, st.Name)
+		}
+		return names
+	}
+	ts.post(t, "/api/generate", `{"model":"first"}`)
+	if got := running(); len(got) != 1 || got[0] != "first:latest" {
+		t.Fatalf("running %v", got)
+	}
+	resp, body := ts.post(t, "/api/generate", `{"model":"second","prompt":"Weather?","think":false,"stream":false}`)
+	if resp.StatusCode != 200 || !strings.Contains(string(body), apitest.PlainReply) {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	if got := running(); len(got) != 1 || got[0] != "second:latest" {
+		t.Fatalf("running %v, want only second:latest", got)
+	}
+}
