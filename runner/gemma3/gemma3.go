@@ -74,7 +74,7 @@ func New(l *model.Loader) (model.Network, error) {
 	if err != nil {
 		return nil, err
 	}
-	scalar := float64(cfg.HeadDim)
+	scalar := 256.0 // transformers' and mlx-lm's default
 	if g.QueryPreAttnScalar != nil {
 		scalar = *g.QueryPreAttnScalar
 	}
