@@ -272,7 +272,7 @@ func (r *state) loop(n *forNode, iv any, sc *scope, depth0 int) error {
 		}
 	}
 	if len(items) == 0 {
-		return r.execBody(n.els, sc)
+		return r.execBody(n.els, frame(sc, n.elseUndef))
 	}
 	lo := &loopObj{items: items, depth0: depth0}
 	if n.recursive {

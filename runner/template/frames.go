@@ -169,7 +169,7 @@ func (w *frameWalker) body(body []node, conditional bool) {
 				pre = append(pre, n.cond)
 			}
 			w.child(&n.undef, n.body, pre, params...)
-			w.body(n.els, conditional)
+			w.child(&n.elseUndef, n.els, nil)
 		case *setNode:
 			w.expr(n.x)
 			w.storeTarget(n.target, conditional)

@@ -122,6 +122,7 @@ type (
 		body, els []node
 		recursive bool
 		undef     map[string]bool // names this frame reads as undefined until it sets them (frames.go)
+		elseUndef map[string]bool // the same for the else body, a frame of its own
 	}
 	setNode struct {
 		pos
