@@ -8,6 +8,11 @@
 // goroutines (runtime.NumCPU by default): matrix products split their output rows,
 // attention its heads and rows. A decode step reads each packed weight byte once; a
 // prefill dequantizes a tile of weight rows once and reuses it for every token.
+//
+// It also implements the optional interfaces of the hybrid and mixture-of-experts
+// architectures (moe.go, linattn.go): compute.MoEContext (stacked [experts, out, in]
+// weights, only the picked experts' rows read), compute.ActivationContext and
+// compute.LinearAttentionContext (Gated DeltaNet's convolution and delta rule).
 package cpu
 
 import (
