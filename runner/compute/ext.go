@@ -156,3 +156,9 @@ func Fail(c Context, err error) Tensor {
 type failed struct{}
 
 func (failed) Dims() (int, int) { return 0, 0 }
+
+// Unsupported fails the pass in c for a context that lacks an optional operation (a
+// wrapping context that does not Unwrap, say: Supports checked the backend itself).
+func Unsupported(c Context, what string) Tensor {
+	return Fail(c, fmt.Errorf("compute: this context does not run %s", what))
+}

@@ -243,7 +243,10 @@ type windowed interface{ Window() int }
 
 // Forward implements model.Network.
 func (n *Network) Forward(c compute.Context, tokens []int32, caches []kvstore.Layer, lastOnly bool) compute.Tensor {
-	x, _ := compute.Ext[compute.ActivationContext](c) // New checked the backend
+	x, ok := compute.Ext[compute.ActivationContext](c)
+	if !ok {
+		return compute.Unsupported(c, "Gemma's norms and GELU")
+	}
 	norm := func(t compute.Tensor, w compute.Vector) compute.Tensor { return x.RMSNormOffset(t, w, 1, n.Eps) }
 	offset := caches[0].Len()
 	h := x.Scale(c.Embed(n.Embed, tokens), n.EmbedScale)

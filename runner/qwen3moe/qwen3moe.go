@@ -181,6 +181,9 @@ func (s *Sparse) Forward(c compute.Context, x compute.Tensor) compute.Tensor {
 	if s.OnRoute != nil {
 		s.OnRoute(c, logits)
 	}
-	m, _ := compute.Ext[compute.MoEContext](c) // New checked the backend
+	m, ok := compute.Ext[compute.MoEContext](c)
+	if !ok {
+		return compute.Unsupported(c, "mixture-of-experts layers")
+	}
 	return m.MoE(x, logits, s.Gate, s.Up, s.Down, s.Experts, s.Routing)
 }

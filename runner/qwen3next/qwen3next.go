@@ -274,7 +274,10 @@ func (s *Sparse) Forward(c compute.Context, x compute.Tensor) compute.Tensor {
 	if s.Shared == nil {
 		return y
 	}
-	a, _ := compute.Ext[compute.ActivationContext](c)
+	a, ok := compute.Ext[compute.ActivationContext](c)
+	if !ok {
+		return compute.Unsupported(c, "the shared expert's gate")
+	}
 	return c.Add(y, a.SigmoidMul(s.Shared.Forward(c, x), c.Linear(x, s.SharedGate)))
 }
 
@@ -302,8 +305,11 @@ func newAttention(l *model.Loader, p string, rope *compute.RoPE) *Attention {
 
 // Forward computes the block.
 func (a *Attention) Forward(c compute.Context, x compute.Tensor, cache kvstore.Layer, offset int) compute.Tensor {
-	ext, _ := compute.Ext[compute.ActivationContext](c)
-	lin, _ := compute.Ext[compute.LinearAttentionContext](c)
+	ext, ok1 := compute.Ext[compute.ActivationContext](c)
+	lin, ok2 := compute.Ext[compute.LinearAttentionContext](c)
+	if !ok1 || !ok2 {
+		return compute.Unsupported(c, "gated attention")
+	}
 	T, _ := x.Dims()
 	hd := a.HeadDim
 	qg := c.Reshape(c.Linear(x, a.Q), T*a.Heads, 2*hd)
@@ -356,7 +362,10 @@ func newDeltaNet(l *model.Loader, p string, hc Config) *DeltaNet {
 
 // Forward computes the block, reading and advancing the layer's state.
 func (d *DeltaNet) Forward(c compute.Context, x compute.Tensor, st State) compute.Tensor {
-	lin, _ := compute.Ext[compute.LinearAttentionContext](c)
+	lin, ok := compute.Ext[compute.LinearAttentionContext](c)
+	if !ok {
+		return compute.Unsupported(c, "Gated DeltaNet layers")
+	}
 	T, _ := x.Dims()
 	nk, nv, dk, dv := d.KHeads, d.VHeads, d.DK, d.DV
 	var mixed, z, a, b compute.Tensor
