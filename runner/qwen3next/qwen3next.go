@@ -1,23 +1,25 @@
 // Package qwen3next is the hybrid Qwen3-Next architecture (model_type "qwen3_next":
 // Qwen3-Next-80B-A3B) and its successors Qwen3.5 and Qwen3.6 (model_type "qwen3_5",
-// dense, and "qwen3_5_moe": Qwen3.5/3.6-35B-A3B and the like; their language model,
-// from text_config and the language_model.* weights mlx-lm writes, with separate
-// in_proj_qkv/z/b/a projections instead of Qwen3-Next's grouped in_proj_qkvz/ba,
-// every layer sparse when num_experts is set, dense otherwise), as transformers'
-// Qwen3NextForCausalLM computes it: three of
-// every full_attention_interval layers are Gated DeltaNet linear attention, whose
-// cache is a fixed-size recurrent state (a causal convolution window and a delta-rule
-// matrix per head, kvstore.Recurrent, carried in the layer's cache slot as a State),
-// the others gated full attention (a sigmoid gate per head and channel from a doubled
-// q_proj, per-head q/k RMSNorm, partial RoPE over partial_rotary_factor of each head)
-// with an ordinary KV cache; the MLP is Qwen3-MoE's expert block plus a shared expert
-// scaled by sigmoid(shared_expert_gate), or a dense SwiGLU on mlp_only_layers.
+// dense, and "qwen3_5_moe": Qwen3.5/3.6-35B-A3B and the like), as transformers'
+// Qwen3NextForCausalLM and Qwen3.5's language model compute them.
+//
+// Three of every full_attention_interval layers (or as layer_types says) are Gated
+// DeltaNet linear attention, whose cache is a fixed-size recurrent state (the causal
+// convolution's window and a delta-rule matrix per value head, a kvstore.Recurrent
+// carried in the layer's cache slot as a State); the others are gated full attention
+// (a sigmoid gate per channel from a doubled q_proj, per-head q/k RMSNorm, RoPE over
+// partial_rotary_factor of each head) with an ordinary KV cache. The MLP is
+// Qwen3-MoE's expert block plus a shared expert scaled by sigmoid(shared_expert_gate),
+// or a dense SwiGLU (mlp_only_layers, or every layer without num_experts).
 //
 // Weights are read in mlx-lm's layout, which `mlxg create` and mlx_lm.convert write
 // from Hugging Face's: experts stacked under mlp.switch_mlp, conv1d as [C, K, 1], and
 // the zero-centred RMSNorm weights (transformers scales by 1 + w) stored with the 1
-// added, so that every norm is a plain RMSNorm (the gated norm of the linear layers
-// is plain in both).
+// added, so that every norm is a plain RMSNorm (the gated norm of the linear layers is
+// plain in both). Qwen3-Next projects the linear layers' inputs with in_proj_qkvz and
+// in_proj_ba, grouped per key head; Qwen3.5/3.6 with separate in_proj_qkv, in_proj_z,
+// in_proj_b and in_proj_a, and keeps its language model under language_model.* with
+// its config.json fields in text_config.
 package qwen3next
 
 import (
