@@ -153,11 +153,10 @@ type (
 	}
 	withNode struct {
 		pos
-		targets    []expr
-		vals       []expr
-		body       []node
-		undef      map[string]bool // names this frame reads as undefined until it sets them (frames.go)
-		generation bool            // {% generation %}: a call block, whose body is a caller macro
+		targets []expr
+		vals    []expr
+		body    []node
+		undef   map[string]bool // names this frame reads as undefined until it sets them (frames.go)
 	}
 	loopCtlNode struct {
 		pos
@@ -356,11 +355,15 @@ func (p *parser) statement() (node, error) {
 		if err := p.expectBlockEnd(); err != nil {
 			return nil, err
 		}
+		// Its body is a call block's caller, a macro: a frame of its own, outside any loop.
+		loops := p.loops
+		p.loops = 0
 		body, _, err := p.subparse([]string{"endgeneration"})
+		p.loops = loops
 		if err != nil {
 			return nil, err
 		}
-		return &withNode{pos: pos{ln}, body: body, generation: true}, p.expectBlockEnd()
+		return &withNode{pos: pos{ln}, body: body}, p.expectBlockEnd()
 	case "extends", "include", "import", "from", "block":
 		return nil, p.errAt(ln, "'%s' is not supported: a chat template is rendered from a string, with no loader", t.val)
 	}
