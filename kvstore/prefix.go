@@ -326,23 +326,6 @@ func (p *PrefixCache) Stats() PrefixStats {
 	return st
 }
 
-// Clear drops every unreferenced block from RAM and, with an SSD tier, every block file.
-func (p *PrefixCache) Clear() error {
-	p.mu.Lock()
-	for e := p.lru.Back(); e != nil; {
-		prev := e.Prev()
-		if b := e.Value.(*Block); b.refs == 0 {
-			p.removeLocked(b)
-		}
-		e = prev
-	}
-	p.mu.Unlock()
-	if p.disk != nil {
-		return ClearDisk(p.disk.dir)
-	}
-	return nil
-}
-
 // lookupLocked returns the RAM block named h, marking it used.
 func (p *PrefixCache) lookupLocked(h Hash) *Block {
 	b := p.blocks[h]

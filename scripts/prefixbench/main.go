@@ -97,8 +97,9 @@ func runAll() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	child := func(phase string) []result {
-		cmd := exec.Command(self, "-phase", phase, "-model", model, "-cache", cache, "-sizes", *sizesArg, "-threads", strconv.Itoa(*threads))
+	child := func(phase string, seed int) []result {
+		cmd := exec.Command(self, "-phase", phase, "-model", model, "-cache", cache, "-sizes", *sizesArg, "-threads", strconv.Itoa(*threads),
+			"-seed", strconv.Itoa(seed))
 		cmd.Stderr = os.Stderr
 		out, err := cmd.Output()
 		if err != nil {
@@ -115,23 +116,48 @@ func runAll() {
 		return rs
 	}
 	fmt.Fprintf(os.Stderr, "TTFT on %s (CPU, %d threads; 0 = all)\n", *modelDir, *threads)
-	rs := append(child("cold"), child("ssd")...) // ssd: a new process, an empty RAM tier
+	rs := child("cold", 0)
+	for i := 1; i <= hits; i++ {
+		rs = append(rs, child("ssd", i)...) // a new process each time: an empty RAM tier
+	}
+	fmt.Printf("\nTTFT: cold once; RAM and SSD hits the median of %d, each a new turn on the same conversation.\n", hits)
 	fmt.Printf("\n| prompt tokens | cold TTFT | RAM hit TTFT | SSD hit after restart TTFT | cold / RAM | cold / SSD | reused tokens (RAM, SSD) |\n")
 	fmt.Printf("|---|---|---|---|---|---|---|\n")
 	for _, n := range sizes() {
-		by := map[string]result{}
+		by := map[string][]result{}
 		for _, r := range rs {
 			if r.Size == n {
-				by[r.Kind] = r
+				by[r.Kind] = append(by[r.Kind], r)
 			}
 		}
-		c, ram, ssd := by["cold"], by["ram"], by["ssd"]
+		c, ram, ssd := median(by["cold"]), median(by["ram"]), median(by["ssd"])
 		fmt.Printf("| %d | %.3f s | %.3f s | %.3f s | %.1fx | %.1fx | %d of %d, %d of %d (%d blocks read) |\n", c.Prompt, c.TTFT, ram.TTFT, ssd.TTFT,
 			c.TTFT/ram.TTFT, c.TTFT/ssd.TTFT, ram.Cached, ram.Prompt, ssd.Cached, ssd.Prompt, ssd.DiskHits)
 	}
 	if *kills > 0 {
 		faults(self, model, filepath.Join(dir, "fault"))
 	}
+}
+
+// hits is how many times RAM and SSD hits are measured.
+const hits = 3
+
+func median(rs []result) result {
+	if len(rs) == 0 {
+		log.Fatal("a measurement is missing")
+	}
+	slices.SortFunc(rs, func(a, b result) int { return cmpFloat(a.TTFT, b.TTFT) })
+	return rs[len(rs)/2]
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }
 
 // longModel links the checkpoint's files into dir with max_position_embeddings raised to n.
@@ -240,11 +266,13 @@ func request(e *runner.Engine, msgs []template.Message) *runner.Result {
 }
 
 // ttftPhase: "cold" measures each size's conversation cold, then with one more turn (a
-// RAM hit of the first request's prompt); "ssd", in a fresh process, the same
-// conversation with another new turn (an SSD hit: nothing is loaded at start-up).
+// RAM hit of the first request's prompt), three times with three turns; "ssd", in a
+// fresh process, the same conversation with another new turn (an SSD hit: nothing is
+// loaded at start-up). Each process first warms up on a short unrelated prompt.
 func ttftPhase(kind string) {
 	e, pc := load(*cacheDir, 0)
 	defer pc.Close()
+	request(e, []template.Message{{"role": "user", "content": "Hello there."}})
 	enc := json.NewEncoder(os.Stdout)
 	for _, n := range sizes() {
 		base := chat(e, n)
@@ -262,9 +290,11 @@ func ttftPhase(kind string) {
 		}
 		if kind == "cold" {
 			measure("cold", base)
-			measure("ram", next("And what about the river?"))
+			for i := 1; i <= hits; i++ {
+				measure("ram", next(fmt.Sprintf("And what about river %d?", i)))
+			}
 		} else {
-			measure("ssd", next("And what about the mountain?"))
+			measure("ssd", next(fmt.Sprintf("And what about mountain %d?", *seed)))
 		}
 	}
 	pc.Flush()
