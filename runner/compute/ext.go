@@ -3,7 +3,6 @@ package compute
 import (
 	"fmt"
 	"math"
-	"sort"
 )
 
 // Optional operations of the hybrid and mixture-of-experts architectures (qwen3_moe,
@@ -21,29 +20,40 @@ type Routing struct {
 }
 
 // Select returns the experts picked by one token's router logits, best first, and
-// their weights.
+// their weights. Equal probabilities keep the lower index first, as torch.topk does on
+// the CPU.
 func (r Routing) Select(logits []float32) (experts []int, weights []float32) {
+	k := min(r.TopK, len(logits))
+	if k <= 0 {
+		return nil, nil
+	}
 	maxv := float32(math.Inf(-1))
 	for _, v := range logits {
 		maxv = max(maxv, v)
 	}
-	p := make([]float32, len(logits))
-	var sum float32
+	// The k largest logits by insertion (k is small), then their softmax probabilities.
+	experts = make([]int, 0, k)
+	var sum float64
 	for i, v := range logits {
-		p[i] = float32(math.Exp(float64(v - maxv)))
-		sum += p[i]
+		sum += math.Exp(float64(v - maxv))
+		if len(experts) == k && v <= logits[experts[k-1]] {
+			continue
+		}
+		j := len(experts)
+		if j < k {
+			experts = append(experts, i)
+		} else {
+			j--
+		}
+		for ; j > 0 && v > logits[experts[j-1]]; j-- {
+			experts[j] = experts[j-1]
+		}
+		experts[j] = i
 	}
-	idx := make([]int, len(logits))
-	for i := range idx {
-		idx[i] = i
-	}
-	// Stable: equal probabilities keep the lower index first, as torch.topk does on CPU.
-	sort.SliceStable(idx, func(a, b int) bool { return p[idx[a]] > p[idx[b]] })
-	k := min(r.TopK, len(idx))
-	experts, weights = idx[:k], make([]float32, k)
+	weights = make([]float32, k)
 	var top float32
 	for i, e := range experts {
-		weights[i] = p[e] / sum
+		weights[i] = float32(math.Exp(float64(logits[e]-maxv)) / sum)
 		top += weights[i]
 	}
 	if r.NormTopK && top > 0 {

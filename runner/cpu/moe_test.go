@@ -42,12 +42,15 @@ func refSelect(logits []float32, k int, norm bool) ([]int, []float64) {
 }
 
 func TestRoutingSelect(t *testing.T) {
+	if es, _ := (compute.Routing{TopK: 3}).Select([]float32{1, 3, 3, 2, 3, 0}); es[0] != 1 || es[1] != 2 || es[2] != 4 {
+		t.Errorf("ties picked %v, want the lower indices first: [1 2 4]", es)
+	}
 	r := rand.New(rand.NewPCG(7, 7))
 	for _, norm := range []bool{true, false} {
 		for range 50 {
-			logits := randVec(r, 16)
-			es, ws := compute.Routing{TopK: 4, NormTopK: norm}.Select(logits)
-			wantE, wantW := refSelect(logits, 4, norm)
+			logits := randVec(r, 64)
+			es, ws := compute.Routing{TopK: 8, NormTopK: norm}.Select(logits)
+			wantE, wantW := refSelect(logits, 8, norm)
 			for i := range wantE {
 				if es[i] != wantE[i] || math.Abs(float64(ws[i])-wantW[i]) > 1e-6 {
 					t.Fatalf("norm %v: picked %v %v, reference %v %v", norm, es, ws, wantE, wantW)
