@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/runner/compute"
 	"github.com/mlxg/mlxg/runner/qwen3moe"
 	"github.com/mlxg/mlxg/runner/qwen3next"
@@ -45,7 +46,8 @@ func routers(net any) map[int]*qwen3moe.Sparse {
 // TestHybridLogitsAgainstTransformers is TestLogitsAgainstTransformers for qwen3_moe,
 // gemma3_text and qwen3_next (float32 and MLX-quantized random checkpoints, the
 // mixture-of-experts ones converted to the MLX layout by registry/create): last-position
-// logits within relative error 1e-3 for the prompt in one pass and in chunks of 5,
+// logits within relative error 1e-3 for the prompt in one pass and in chunks of 5 (with
+// exact float32 sliding windows for Gemma 3),
 // identical greedy tokens, and for the mixture-of-experts layers the same experts, in
 // the same order, as transformers' router for every prompt position.
 func TestHybridLogitsAgainstTransformers(t *testing.T) {
@@ -99,6 +101,13 @@ func TestHybridLogitsAgainstTransformers(t *testing.T) {
 				caches, err := FP32Cache(e.Model, 0)
 				if err != nil {
 					t.Fatal(err)
+				}
+				// Exact float32 windows in place of the fp16 rotating caches of sliding layers.
+				for i, l := range caches {
+					if r, ok := l.(*kvstore.Rotating); ok {
+						h, d, _ := r.Dims()
+						caches[i] = &window32{kvHeads: h, dim: d, window: r.Window()}
+					}
 				}
 				var logits []float32
 				for i := 0; i < len(c.Prompt); i += chunk {
