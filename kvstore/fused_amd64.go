@@ -1,0 +1,159 @@
+package kvstore
+
+import "golang.org/x/sys/cpu"
+
+// fusedSIMD reports whether decode attention over 4- and 8-bit affine caches reads the
+// codes in place with the kernels of fused_amd64.s (tests turn it off to compare them
+// with the tile path).
+var fusedSIMD = cpu.X86.HasAVX2 && cpu.X86.HasFMA && cpu.X86.HasF16C
+
+//go:noescape
+func kdot8x2(out, q, qs *float32, codes *uint32, sb *uint16, n, cstride, hstride, groups, blocks int)
+
+//go:noescape
+func kdot4x2(out, q, qs *float32, codes *uint32, sb *uint16, n, cstride, hstride, groups, blocks int)
+
+//go:noescape
+func vacc8x2(acc0, acc1, p *float32, codes *uint32, sb *uint16, n, cstride, hstride int)
+
+//go:noescape
+func vacc4x2(acc0, acc1, p *float32, codes *uint32, sb *uint16, n, cstride, hstride int)
+
+// fusedRows is the most query rows of a chunk that take the fused path: the kernels
+// convert each code once per row and pair of heads, where the tile path dequantizes a
+// tile once for all rows, so prefill keeps the tiles.
+const fusedRows = 4
+
+// fusedSource is a cache kind whose rows the fused kernels can read in place.
+type fusedSource interface {
+	codecs() (k, v rowCodec)
+	// rows returns head's keys and values from position from to the end of its block,
+	// rows stride rows apart.
+	rows(head, from int) (k, v seg, stride int)
+}
+
+// fusable reports whether the kernels handle k and v: affine 4 or 8 bits, key groups a
+// multiple of 16, value groups of 32.
+func fusable(k, v rowCodec) bool {
+	ok := func(f Format, unit int) bool {
+		return f.Mode == Affine && (f.Bits == 4 || f.Bits == 8) && f.Group%unit == 0
+	}
+	return ok(k.f, 16) && ok(v.f, 32)
+}
+
+// prepareQ writes query heads q0 and q1 in the key kernel's order into qp (2·dim) and
+// their sums per key group, interleaved, into qs (2·groups). 4-bit runs of 16 put their
+// 8 even elements first, as the kernel splits a byte's two codes.
+func prepareQ(qp, qs, q0, q1 []float32, k rowCodec) {
+	dim := k.dim
+	for h, q := range [2][]float32{q0, q1} {
+		dst := qp[h*dim : (h+1)*dim]
+		if k.f.Bits == 4 {
+			for b := 0; b < dim; b += 16 {
+				for i := 0; i < 8; i++ {
+					dst[b+i], dst[b+8+i] = q[b+2*i], q[b+2*i+1]
+				}
+			}
+		} else {
+			copy(dst, q[:dim])
+		}
+		for g := 0; g < k.groups; g++ {
+			var s float32
+			for _, x := range q[g*k.f.Group : (g+1)*k.f.Group] {
+				s += x
+			}
+			qs[2*g+h] = s
+		}
+	}
+}
+
+// scoresPair writes q_h·key_j into out[2j+h] for n positions of k, rows stride apart.
+func scoresPair(out, qp, qs []float32, kc rowCodec, k seg, stride, n int) {
+	_ = k.codes[(n-1)*stride*kc.words+kc.words-1]
+	_ = k.halfs[(n-1)*stride*kc.halfs+kc.halfs-1]
+	_, _, _ = out[2*n-1], qp[2*kc.dim-1], qs[2*kc.groups-1]
+	cs, hs := stride*kc.words*4, stride*kc.halfs*2
+	if kc.f.Bits == 8 {
+		kdot8x2(&out[0], &qp[0], &qs[0], &k.codes[0], &k.halfs[0], n, cs, hs, kc.groups, kc.f.Group/16)
+	} else {
+		kdot4x2(&out[0], &qp[0], &qs[0], &k.codes[0], &k.halfs[0], n, cs, hs, kc.groups, kc.f.Group/16)
+	}
+}
+
+// accumulatePair adds Σ_j p[2j+h]·value_j to acc_h for n positions of v, rows stride apart.
+func accumulatePair(acc0, acc1, p []float32, vc rowCodec, v seg, stride, n int) {
+	_ = v.codes[(n-1)*stride*vc.words+vc.words-1]
+	_ = v.halfs[(n-1)*stride*vc.halfs+vc.halfs-1]
+	_, _, _ = acc0[vc.dim-1], acc1[vc.dim-1], p[2*n-1]
+	cs, hs := stride*vc.words*4, stride*vc.halfs*2
+	wordsPer := vc.f.Bits // words of one run of 32 codes
+	for c := 0; c < vc.dim/32; c++ {
+		codes, sb := &v.codes[c*wordsPer], &v.halfs[2*(c*32/vc.f.Group)]
+		if vc.f.Bits == 8 {
+			vacc8x2(&acc0[c*32], &acc1[c*32], &p[0], codes, sb, n, cs, hs)
+		} else {
+			vacc4x2(&acc0[c*32], &acc1[c*32], &p[0], codes, sb, n, cs, hs)
+		}
+	}
+}
+
+// attendFused is attendPart for a few query rows over a 4- or 8-bit affine cache:
+// scores and the weighted sum of values come straight from the codes, two query heads
+// of the group per pass (an odd last head pairs with itself, its twin's weights zero).
+// It reports false, doing nothing, where the tile path must run.
+func attendFused(t tiler, s *scratch, a Attention, st *state, length, h, r0, r1, b0, b1 int) bool {
+	src, ok := t.(fusedSource)
+	if !ok || !fusedSIMD || r1-r0 > fusedRows {
+		return false
+	}
+	kc, vc := src.codecs()
+	if !fusable(kc, vc) {
+		return false
+	}
+	kvHeads, kDim, vDim := t.Dims()
+	group := a.Heads / kvHeads
+	pairs := (group + 1) / 2
+	first := length - a.N
+	qp := s.grow(&s.q, (r1-r0)*pairs*2*kDim)
+	qs := s.grow(&s.qs, (r1-r0)*pairs*2*kc.groups)
+	for i := r0; i < r1; i++ {
+		for pr := 0; pr < pairs; pr++ {
+			g0, g1 := 2*pr, min(2*pr+1, group-1)
+			q0 := a.Q[(i*a.Heads+h*group+g0)*kDim:][:kDim]
+			q1 := a.Q[(i*a.Heads+h*group+g1)*kDim:][:kDim]
+			x := (i-r0)*pairs + pr
+			prepareQ(qp[x*2*kDim:(x+1)*2*kDim], qs[x*2*kc.groups:(x+1)*2*kc.groups], q0, q1, kc)
+		}
+	}
+	sc := s.grow(&s.scores, 2*BlockTokens)
+	p := s.grow(&s.p, 2*BlockTokens)
+	spare := s.grow(&s.spare, vDim)
+	last := first + r1 - 1
+	for from := b0 * BlockTokens; from < b1*BlockTokens && from <= last; from += BlockTokens {
+		to := min(from+BlockTokens, last+1)
+		ks, vs, stride := src.rows(h, from)
+		for i := r0; i < r1; i++ {
+			end := min(to, first+i+1)
+			if end <= from {
+				continue
+			}
+			n := end - from
+			for pr := 0; pr < pairs; pr++ {
+				x := (i-r0)*pairs + pr
+				scoresPair(sc, qp[x*2*kDim:(x+1)*2*kDim], qs[x*2*kc.groups:(x+1)*2*kc.groups], kc, ks, stride, n)
+				g0, g1 := 2*pr, min(2*pr+1, group-1)
+				k0 := (i-r0)*group + g0
+				acc0, acc1 := st.softmaxLane(k0, sc, p, 0, n, a.Scale, vDim), spare
+				if g1 != g0 {
+					acc1 = st.softmaxLane(k0+1, sc, p, 1, n, a.Scale, vDim)
+				} else {
+					for j := 0; j < n; j++ {
+						p[2*j+1] = 0
+					}
+				}
+				accumulatePair(acc0, acc1, p, vc, vs, stride, n)
+			}
+		}
+	}
+	return true
+}

@@ -1,0 +1,325 @@
+#include "textflag.h"
+
+// Decode attention straight from the cache's codes, two query heads per pass over a
+// run of positions (rows cstride code bytes and hstride fp16 bytes apart): no
+// dequantized row is written. An affine group's dot product is
+// scale·Σq·code + bias·Σq, so keys cost one conversion per code, and values
+// accumulate (p·scale)·code with Σp·bias added once per call.
+
+// func kdot8x2(out, q, qs *float32, codes *byte, sb *uint16, n, cstride, hstride, groups, blocks int)
+// out[2j+h] = Σ_g scale_g·(q_h·codes_g) + bias_g·qs[2g+h] for position j, 8-bit codes,
+// q_h at q + h·dim floats, blocks runs of 16 codes a group.
+TEXT ·kdot8x2(SB), NOSPLIT, $0-80
+	MOVQ out+0(FP), DI
+	MOVQ q+8(FP), R10
+	MOVQ qs+16(FP), R11
+	MOVQ codes+24(FP), SI
+	MOVQ sb+32(FP), DX
+	MOVQ n+40(FP), R8
+	MOVQ cstride+48(FP), R12
+	MOVQ hstride+56(FP), R13
+	MOVQ groups+64(FP), AX
+	IMULQ blocks+72(FP), AX
+	SHLQ $6, AX              // dim·4 bytes: q_1's offset from q_0
+
+k8pos:
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS X12, X12, X12
+	MOVQ SI, CX
+	MOVQ R10, R15
+	XORQ BX, BX
+
+k8group:
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	MOVQ blocks+72(FP), R9
+
+k8block:
+	VPMOVZXBD (CX), Y0
+	VPMOVZXBD 8(CX), Y1
+	VCVTDQ2PS Y0, Y0
+	VCVTDQ2PS Y1, Y1
+	VFMADD231PS (R15), Y0, Y6
+	VFMADD231PS (R15)(AX*1), Y0, Y7
+	VFMADD231PS 32(R15), Y1, Y10
+	VFMADD231PS 32(R15)(AX*1), Y1, Y11
+	ADDQ $16, CX
+	ADDQ $64, R15
+	DECQ R9
+	JNZ k8block
+
+	VADDPS Y10, Y6, Y6
+	VADDPS Y11, Y7, Y7
+	MOVL (DX)(BX*4), R9      // scale, bias as fp16
+	VMOVD R9, X1
+	VCVTPH2PS X1, X1
+	VBROADCASTSS X1, Y2
+	VFMADD231PS Y6, Y2, Y8
+	VFMADD231PS Y7, Y2, Y9
+	VMOVSHDUP X1, X1
+	VBROADCASTSS X1, X1
+	VMOVQ (R11)(BX*8), X3
+	VFMADD231PS X3, X1, X12
+	INCQ BX
+	CMPQ BX, groups+64(FP)
+	JLT k8group
+
+	VHADDPS Y9, Y8, Y8
+	VEXTRACTF128 $1, Y8, X4
+	VADDPS X4, X8, X8
+	VHADDPS X8, X8, X8
+	VADDPS X12, X8, X8
+	VMOVQ X8, (DI)
+	ADDQ $8, DI
+	ADDQ R12, SI
+	ADDQ R13, DX
+	DECQ R8
+	JNZ k8pos
+	VZEROUPPER
+	RET
+
+// func kdot4x2(out, q, qs *float32, codes *byte, sb *uint16, n, cstride, hstride, groups, blocks int)
+// kdot8x2 for 4-bit codes, blocks runs of 16 codes (8 bytes) a group; each run of q
+// is permuted as fusedQ4Order: its 8 even elements, then its 8 odd ones.
+TEXT ·kdot4x2(SB), NOSPLIT, $0-80
+	MOVQ out+0(FP), DI
+	MOVQ q+8(FP), R10
+	MOVQ qs+16(FP), R11
+	MOVQ codes+24(FP), SI
+	MOVQ sb+32(FP), DX
+	MOVQ n+40(FP), R8
+	MOVQ cstride+48(FP), R12
+	MOVQ hstride+56(FP), R13
+	MOVQ groups+64(FP), AX
+	IMULQ blocks+72(FP), AX
+	SHLQ $6, AX
+	MOVL $15, BX
+	VMOVD BX, X15
+	VPBROADCASTD X15, Y15
+
+k4pos:
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS X12, X12, X12
+	MOVQ SI, CX
+	MOVQ R10, R15
+	XORQ BX, BX
+
+k4group:
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	MOVQ blocks+72(FP), R9
+
+k4block:
+	VPMOVZXBD (CX), Y0       // 8 bytes, 16 codes
+	VPAND Y15, Y0, Y1        // even elements
+	VPSRLD $4, Y0, Y0        // odd elements
+	VCVTDQ2PS Y1, Y1
+	VCVTDQ2PS Y0, Y0
+	VFMADD231PS (R15), Y1, Y6
+	VFMADD231PS (R15)(AX*1), Y1, Y7
+	VFMADD231PS 32(R15), Y0, Y10
+	VFMADD231PS 32(R15)(AX*1), Y0, Y11
+	ADDQ $8, CX
+	ADDQ $64, R15
+	DECQ R9
+	JNZ k4block
+
+	VADDPS Y10, Y6, Y6
+	VADDPS Y11, Y7, Y7
+	MOVL (DX)(BX*4), R9
+	VMOVD R9, X1
+	VCVTPH2PS X1, X1
+	VBROADCASTSS X1, Y2
+	VFMADD231PS Y6, Y2, Y8
+	VFMADD231PS Y7, Y2, Y9
+	VMOVSHDUP X1, X1
+	VBROADCASTSS X1, X1
+	VMOVQ (R11)(BX*8), X3
+	VFMADD231PS X3, X1, X12
+	INCQ BX
+	CMPQ BX, groups+64(FP)
+	JLT k4group
+
+	VHADDPS Y9, Y8, Y8
+	VEXTRACTF128 $1, Y8, X4
+	VADDPS X4, X8, X8
+	VHADDPS X8, X8, X8
+	VADDPS X12, X8, X8
+	VMOVQ X8, (DI)
+	ADDQ $8, DI
+	ADDQ R12, SI
+	ADDQ R13, DX
+	DECQ R8
+	JNZ k4pos
+	VZEROUPPER
+	RET
+
+// vcoef loads position j's fp16 (scale, bias) at (DX) and weights (p_0, p_1) at (R10):
+// X12 += bias·(p_0, p_1), Y13 = p_0·scale, Y14 = p_1·scale.
+#define VCOEF \
+	MOVL (DX), BX; \
+	VMOVD BX, X1; \
+	VCVTPH2PS X1, X1; \
+	VMOVQ (R10), X2; \
+	VMOVSHDUP X1, X0; \
+	VBROADCASTSS X0, X0; \
+	VFMADD231PS X2, X0, X12; \
+	VBROADCASTSS X1, X3; \
+	VMULPS X2, X3, X3; \
+	VBROADCASTSS X3, Y13; \
+	VMOVSHDUP X3, X0; \
+	VBROADCASTSS X0, Y14
+
+// vstore adds the bias sums and the registers to 32 floats at (DI) (head 0, Y4-Y7)
+// and (R9) (head 1, Y8-Y11).
+#define VSTORE \
+	VBROADCASTSS X12, Y13; \
+	VMOVSHDUP X12, X0; \
+	VBROADCASTSS X0, Y14; \
+	VADDPS (DI), Y13, Y0; \
+	VADDPS Y4, Y0, Y0; \
+	VMOVUPS Y0, (DI); \
+	VADDPS 32(DI), Y13, Y0; \
+	VADDPS Y5, Y0, Y0; \
+	VMOVUPS Y0, 32(DI); \
+	VADDPS 64(DI), Y13, Y0; \
+	VADDPS Y6, Y0, Y0; \
+	VMOVUPS Y0, 64(DI); \
+	VADDPS 96(DI), Y13, Y0; \
+	VADDPS Y7, Y0, Y0; \
+	VMOVUPS Y0, 96(DI); \
+	VADDPS (R9), Y14, Y0; \
+	VADDPS Y8, Y0, Y0; \
+	VMOVUPS Y0, (R9); \
+	VADDPS 32(R9), Y14, Y0; \
+	VADDPS Y9, Y0, Y0; \
+	VMOVUPS Y0, 32(R9); \
+	VADDPS 64(R9), Y14, Y0; \
+	VADDPS Y10, Y0, Y0; \
+	VMOVUPS Y0, 64(R9); \
+	VADDPS 96(R9), Y14, Y0; \
+	VADDPS Y11, Y0, Y0; \
+	VMOVUPS Y0, 96(R9)
+
+#define VZERO \
+	VXORPS Y4, Y4, Y4; \
+	VXORPS Y5, Y5, Y5; \
+	VXORPS Y6, Y6, Y6; \
+	VXORPS Y7, Y7, Y7; \
+	VXORPS Y8, Y8, Y8; \
+	VXORPS Y9, Y9, Y9; \
+	VXORPS Y10, Y10, Y10; \
+	VXORPS Y11, Y11, Y11; \
+	VXORPS X12, X12, X12
+
+// func vacc8x2(acc0, acc1, p *float32, codes *byte, sb *uint16, n, cstride, hstride int)
+// acc_h[d] += Σ_j p[2j+h]·(scale_j·code_j[d] + bias_j) over one group's run of 32
+// 8-bit codes (d < 32) at n positions.
+TEXT ·vacc8x2(SB), NOSPLIT, $0-64
+	MOVQ acc0+0(FP), DI
+	MOVQ acc1+8(FP), R9
+	MOVQ p+16(FP), R10
+	MOVQ codes+24(FP), SI
+	MOVQ sb+32(FP), DX
+	MOVQ n+40(FP), R8
+	MOVQ cstride+48(FP), R12
+	MOVQ hstride+56(FP), R13
+	VZERO
+
+v8pos:
+	VCOEF
+	VPMOVZXBD (SI), Y0
+	VCVTDQ2PS Y0, Y0
+	VFMADD231PS Y0, Y13, Y4
+	VFMADD231PS Y0, Y14, Y8
+	VPMOVZXBD 8(SI), Y1
+	VCVTDQ2PS Y1, Y1
+	VFMADD231PS Y1, Y13, Y5
+	VFMADD231PS Y1, Y14, Y9
+	VPMOVZXBD 16(SI), Y0
+	VCVTDQ2PS Y0, Y0
+	VFMADD231PS Y0, Y13, Y6
+	VFMADD231PS Y0, Y14, Y10
+	VPMOVZXBD 24(SI), Y1
+	VCVTDQ2PS Y1, Y1
+	VFMADD231PS Y1, Y13, Y7
+	VFMADD231PS Y1, Y14, Y11
+	ADDQ $8, R10
+	ADDQ R12, SI
+	ADDQ R13, DX
+	DECQ R8
+	JNZ v8pos
+
+	VSTORE
+	VZEROUPPER
+	RET
+
+// func vacc4x2(acc0, acc1, p *float32, codes *byte, sb *uint16, n, cstride, hstride int)
+// vacc8x2 for 4-bit codes (16 bytes a run of 32). The registers hold even and odd
+// elements apart; they are interleaved back before the store.
+TEXT ·vacc4x2(SB), NOSPLIT, $0-64
+	MOVQ acc0+0(FP), DI
+	MOVQ acc1+8(FP), R9
+	MOVQ p+16(FP), R10
+	MOVQ codes+24(FP), SI
+	MOVQ sb+32(FP), DX
+	MOVQ n+40(FP), R8
+	MOVQ cstride+48(FP), R12
+	MOVQ hstride+56(FP), R13
+	MOVL $15, BX
+	VMOVD BX, X15
+	VPBROADCASTD X15, Y15
+	VZERO
+
+v4pos:
+	VCOEF
+	VPMOVZXBD (SI), Y0       // elements 0..15
+	VPAND Y15, Y0, Y1
+	VPSRLD $4, Y0, Y0
+	VCVTDQ2PS Y1, Y1
+	VCVTDQ2PS Y0, Y0
+	VFMADD231PS Y1, Y13, Y4  // even
+	VFMADD231PS Y0, Y13, Y5  // odd
+	VFMADD231PS Y1, Y14, Y8
+	VFMADD231PS Y0, Y14, Y9
+	VPMOVZXBD 8(SI), Y0      // elements 16..31
+	VPAND Y15, Y0, Y1
+	VPSRLD $4, Y0, Y0
+	VCVTDQ2PS Y1, Y1
+	VCVTDQ2PS Y0, Y0
+	VFMADD231PS Y1, Y13, Y6
+	VFMADD231PS Y0, Y13, Y7
+	VFMADD231PS Y1, Y14, Y10
+	VFMADD231PS Y0, Y14, Y11
+	ADDQ $8, R10
+	ADDQ R12, SI
+	ADDQ R13, DX
+	DECQ R8
+	JNZ v4pos
+
+	// (even, odd) -> in order: unpack within lanes, then swap the lane halves.
+	VUNPCKLPS Y5, Y4, Y0
+	VUNPCKHPS Y5, Y4, Y1
+	VPERM2F128 $0x20, Y1, Y0, Y4
+	VPERM2F128 $0x31, Y1, Y0, Y5
+	VUNPCKLPS Y7, Y6, Y0
+	VUNPCKHPS Y7, Y6, Y1
+	VPERM2F128 $0x20, Y1, Y0, Y6
+	VPERM2F128 $0x31, Y1, Y0, Y7
+	VUNPCKLPS Y9, Y8, Y0
+	VUNPCKHPS Y9, Y8, Y1
+	VPERM2F128 $0x20, Y1, Y0, Y8
+	VPERM2F128 $0x31, Y1, Y0, Y9
+	VUNPCKLPS Y11, Y10, Y0
+	VUNPCKHPS Y11, Y10, Y1
+	VPERM2F128 $0x20, Y1, Y0, Y10
+	VPERM2F128 $0x31, Y1, Y0, Y11
+	VSTORE
+	VZEROUPPER
+	RET

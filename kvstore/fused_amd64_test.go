@@ -1,0 +1,140 @@
+package kvstore
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// fusedFormats are the formats the kernels read, keys and values alike.
+var fusedFormats = []Format{AffineFormat(8, 32), AffineFormat(8, 64), AffineFormat(8, 128),
+	AffineFormat(4, 32), AffineFormat(4, 64), AffineFormat(4, 128)}
+
+// fillRows encodes rows random rows of varied range and offset.
+func fillRows(r *rand.Rand, c rowCodec, rows int) seg {
+	s := c.newSeg(rows)
+	for i := 0; i < rows; i++ {
+		x := randVec(r, c.dim)
+		for j := range x {
+			x[j] = x[j]*float32(1+i%5) - float32(i%3)
+		}
+		c.put(s, i, x)
+	}
+	return s
+}
+
+// TestFusedKernels checks the key and value kernels against plain float64 arithmetic
+// on the decoded rows, for every format they read, at a stride of 3 rows.
+func TestFusedKernels(t *testing.T) {
+	if !fusedSIMD {
+		t.Skip("no fused kernels on this CPU")
+	}
+	r := rand.New(rand.NewPCG(21, 21))
+	const stride, n = 3, 37
+	for _, f := range fusedFormats {
+		for _, dim := range []int{128, 256} {
+			c := newRowCodec(f, dim)
+			s := fillRows(r, c, stride*n)
+			rows := make([][]float64, n)
+			buf := make([]float32, dim)
+			for j := range rows {
+				c.get(buf, s, j*stride)
+				rows[j] = make([]float64, dim)
+				for d, x := range buf {
+					rows[j][d] = float64(x)
+				}
+			}
+			q0, q1 := randVec(r, dim), randVec(r, dim)
+			qp, qs := make([]float32, 2*dim), make([]float32, 2*c.groups)
+			prepareQ(qp, qs, q0, q1, c)
+			out := make([]float32, 2*n)
+			scoresPair(out, qp, qs, c, s, stride, n)
+			for j := 0; j < n; j++ {
+				for h, q := range [][]float32{q0, q1} {
+					var want, mag float64
+					for d, x := range rows[j] {
+						want += float64(q[d]) * x
+						mag += math.Abs(float64(q[d]) * x)
+					}
+					if math.Abs(float64(out[2*j+h])-want) > 1e-5*mag+1e-5 {
+						t.Fatalf("%v dim %d: score of head %d at %d = %v, want %v", f, dim, h, j, out[2*j+h], want)
+					}
+				}
+			}
+			p := randVec(r, 2*n)
+			acc0, acc1 := randVec(r, dim), randVec(r, dim)
+			want0, want1 := make([]float64, dim), make([]float64, dim)
+			for d := range want0 {
+				want0[d], want1[d] = float64(acc0[d]), float64(acc1[d])
+				for j := range rows {
+					want0[d] += float64(p[2*j]) * rows[j][d]
+					want1[d] += float64(p[2*j+1]) * rows[j][d]
+				}
+			}
+			accumulatePair(acc0, acc1, p, c, s, stride, n)
+			for d := range want0 {
+				if math.Abs(float64(acc0[d])-want0[d]) > 1e-4 || math.Abs(float64(acc1[d])-want1[d]) > 1e-4 {
+					t.Fatalf("%v dim %d: accumulated element %d = %v, %v, want %v, %v", f, dim, d, acc0[d], acc1[d], want0[d], want1[d])
+				}
+			}
+		}
+	}
+}
+
+// TestFusedAttendMatchesTiles: decode and few-row attention through the fused kernels
+// agrees with the tile path and with float64 attention on the dequantized cache, for
+// odd and even query groups, blocks split over threads, and a partial last block.
+func TestFusedAttendMatchesTiles(t *testing.T) {
+	if !fusedSIMD {
+		t.Skip("no fused kernels on this CPU")
+	}
+	r := rand.New(rand.NewPCG(22, 22))
+	const kvHeads, dim, length = 2, 128, 700
+	k, v := randVec(r, length*kvHeads*dim), randVec(r, length*kvHeads*dim)
+	for _, spec := range []Spec{
+		{K: AffineFormat(8, 64), V: AffineFormat(4, 32)},
+		{K: AffineFormat(4, 64), V: AffineFormat(4, 32)},
+		{K: AffineFormat(8, 32), V: AffineFormat(8, 64)},
+		{K: AffineFormat(4, 128), V: AffineFormat(8, 128)},
+	} {
+		c, err := NewQuantized(kvHeads, dim, dim, spec, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Append(k, v, length); err != nil {
+			t.Fatal(err)
+		}
+		refK, refV := refDequant(spec.K, k, dim), refDequant(spec.V, v, dim)
+		for _, heads := range []int{2, 6, 8} {
+			for _, n := range []int{1, 3} {
+				for _, threads := range []int{1, 4} {
+					name := fmt.Sprintf("%v heads %d rows %d threads %d", spec, heads, n, threads)
+					q := randVec(r, n*heads*dim)
+					a := Attention{Q: q, N: n, Heads: heads, Scale: 0.088, Threads: threads}
+					fused, tiles := make([]float32, n*heads*dim), make([]float32, n*heads*dim)
+					a.Out = fused
+					if err := c.Attend(a); err != nil {
+						t.Fatal(err)
+					}
+					fusedSIMD = false
+					a.Out = tiles
+					err := c.Attend(a)
+					fusedSIMD = true
+					if err != nil {
+						t.Fatal(err)
+					}
+					want := refAttention(q, refK, refV, n, length, heads, kvHeads, dim, dim, 0.088)
+					for i := range want {
+						if d := math.Abs(float64(fused[i] - tiles[i])); d > 2e-6 {
+							t.Fatalf("%s: element %d fused %v, tiles %v", name, i, fused[i], tiles[i])
+						}
+						if d := math.Abs(float64(fused[i] - want[i])); d > 3e-5 {
+							t.Fatalf("%s: element %d fused %v, reference %v", name, i, fused[i], want[i])
+						}
+					}
+				}
+			}
+		}
+	}
+}
