@@ -113,8 +113,11 @@ func (b *Bench) Run(ctx context.Context) (err error) {
 		if ollamaBin, err = findOllama(ctx, b.OllamaBin, c.Cache, b.logf); err != nil {
 			return err
 		}
+		// "Warning: could not connect to a running Ollama instance\nWarning: client version is 0.17.4"
 		if v, err := exec.CommandContext(ctx, ollamaBin, "--version").CombinedOutput(); err == nil {
-			b.res.Machine.Ollama = strings.TrimSpace(string(v))
+			if f := strings.Fields(string(v)); len(f) > 0 {
+				b.res.Machine.Ollama = "ollama " + f[len(f)-1]
+			}
 		}
 	}
 	store := &registry.Store{HubCache: filepath.Join(c.Cache, "hf"), Home: filepath.Join(c.Cache, "mlxg-home")}
@@ -188,8 +191,15 @@ func (b *Bench) runBits(ctx context.Context, bits int, prefix bool, src, mlxgBin
 	}
 	if c.Peer == "ollama" {
 		ol := engines[1]
-		if err := ensureOllamaModel(ctx, ol.Srv, ollamaBin, ol.Model, src, ollamaQuant[bits], b.logf); err != nil {
+		created, err := ensureOllamaModel(ctx, ol.Srv, ollamaBin, ol.Model, src, ollamaQuant[bits], b.logf)
+		if err != nil {
 			return err
+		}
+		if created { // the conversion's memory is not the engine's: measure from a fresh server
+			ol.Srv.Stop()
+			if err := ol.Srv.Start(ctx, "OLLAMA_HOST"); err != nil {
+				return err
+			}
 		}
 		ts, tied, err := ollamaTensors(ctx, ol.Srv, ol.Model)
 		if err != nil {

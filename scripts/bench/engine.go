@@ -66,7 +66,7 @@ func (s *Server) Start(ctx context.Context, hostEnv string) error {
 	}
 	s.done = make(chan struct{})
 	go func() { s.cmd.Wait(); close(s.done) }()
-	s.rss = watchRSS(s.cmd.Process.Pid, 200*time.Millisecond)
+	s.rss = watchRSS(s.cmd.Process.Pid, time.Second) // VmHWM keeps each process's peak between samples
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		select {

@@ -117,26 +117,26 @@ func ensureBuildDeps(ctx context.Context, logf func(string, ...any)) error {
 var ollamaQuant = map[int]string{4: "q4_K_M", 8: "q8_0"}
 
 // ensureOllamaModel imports the Hugging Face checkpoint src into the running Ollama as name,
-// quantized to quant, unless it is there already.
-func ensureOllamaModel(ctx context.Context, s *Server, bin, name, src, quant string, logf func(string, ...any)) error {
-	err := s.postJSON(ctx, "/api/show", map[string]any{"model": name}, nil)
+// quantized to quant, unless it is there already; created says it was made now.
+func ensureOllamaModel(ctx context.Context, s *Server, bin, name, src, quant string, logf func(string, ...any)) (created bool, err error) {
+	err = s.postJSON(ctx, "/api/show", map[string]any{"model": name}, nil)
 	if err == nil {
-		return nil
+		return false, nil
 	}
 	if !errors.Is(err, errNotFound) {
-		return err
+		return false, err
 	}
 	logf("ollama create %s -q %s (from %s)", name, quant, src)
 	mf := filepath.Join(filepath.Dir(src), name+".Modelfile")
 	if err := os.WriteFile(mf, []byte("FROM "+src+"\n"), 0o644); err != nil {
-		return err
+		return false, err
 	}
 	cmd := exec.CommandContext(ctx, bin, "create", name, "-q", quant, "-f", mf)
 	cmd.Env = append(os.Environ(), "OLLAMA_HOST="+strings.TrimPrefix(s.URL, "http://"))
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("ollama create %s: %w\n%s", name, err, tail(string(out), 2000))
+		return false, fmt.Errorf("ollama create %s: %w\n%s", name, err, tail(string(out), 2000))
 	}
-	return nil
+	return true, nil
 }
 
 // ollamaTensors lists the model's tensors through /api/show (verbose).
