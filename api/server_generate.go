@@ -321,6 +321,7 @@ func isOptionError(err error) bool {
 
 // perf logs the request's PERF line.
 func (s *Server) perf(j *job, o *outcome, err error) {
+	observeRequest(j.name, o, err) // Prometheus (metrics_server.go)
 	rate := func(n int, d time.Duration) string {
 		if d <= 0 {
 			return "0"

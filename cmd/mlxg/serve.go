@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dustin/go-humanize"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/mlxg/mlxg/api"
@@ -149,6 +150,7 @@ func serve(ctx context.Context, logw io.Writer, kv *kvstore.Options, pc *kvstore
 	if err != nil {
 		return err
 	}
+	prometheus.Register(srv.Collector()) // loaded models, memory pressure (once per process)
 	host := api.Host()
 	l, err := net.Listen("tcp", host.Host)
 	if err != nil {
