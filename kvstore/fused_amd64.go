@@ -11,13 +11,13 @@ var fusedSIMD = cpu.X86.HasAVX2 && cpu.X86.HasFMA && cpu.X86.HasF16C
 func kdot8x2(out, q, qs *float32, codes *uint32, sb *uint16, n, cstride, hstride, groups, blocks int)
 
 //go:noescape
-func kdot4x2(out, q, qs *float32, codes *uint32, sb *uint16, n, cstride, hstride, groups, blocks int)
+func kdot4x2(out, q, qs *float32, codes *uint32, sb *uint16, n, cstride, hstride, groups, blocks int, q40 bool)
 
 //go:noescape
 func vacc8x2(acc0, acc1, p *float32, codes *uint32, sb *uint16, n, cstride, hstride int)
 
 //go:noescape
-func vacc4x2(acc0, acc1, p *float32, codes *uint32, sb *uint16, n, cstride, hstride int)
+func vacc4x2(acc0, acc1, p *float32, codes *uint32, sb *uint16, n, cstride, hstride int, q40 bool)
 
 // fusedRows is the most query rows of a chunk that take the fused path: the kernels
 // convert each code once per row and pair of heads, where the tile path dequantizes a
@@ -32,11 +32,11 @@ type fusedSource interface {
 	rows(head, from int) (k, v seg, stride int)
 }
 
-// fusable reports whether the kernels handle k and v: affine 4 or 8 bits, key groups a
-// multiple of 16, value groups of 32.
+// fusable reports whether the kernels handle k and v: q4_0, or affine 4 or 8 bits with
+// key groups a multiple of 16 and value groups a multiple of 32.
 func fusable(k, v rowCodec) bool {
 	ok := func(f Format, unit int) bool {
-		return f.Mode == Affine && (f.Bits == 4 || f.Bits == 8) && f.Group%unit == 0
+		return f.Mode == Q4_0 || f.Mode == Affine && (f.Bits == 4 || f.Bits == 8) && f.Group%unit == 0
 	}
 	return ok(k.f, 16) && ok(v.f, 32)
 }
@@ -76,7 +76,7 @@ func scoresPair(out, qp, qs []float32, kc rowCodec, k seg, stride, n int) {
 	if kc.f.Bits == 8 {
 		kdot8x2(&out[0], &qp[0], &qs[0], &k.codes[0], &k.halfs[0], n, cs, hs, kc.groups, kc.f.Group/16)
 	} else {
-		kdot4x2(&out[0], &qp[0], &qs[0], &k.codes[0], &k.halfs[0], n, cs, hs, kc.groups, kc.f.Group/16)
+		kdot4x2(&out[0], &qp[0], &qs[0], &k.codes[0], &k.halfs[0], n, cs, hs, kc.groups, kc.f.Group/16, kc.f.Mode == Q4_0)
 	}
 }
 
@@ -88,16 +88,17 @@ func accumulatePair(acc0, acc1, p []float32, vc rowCodec, v seg, stride, n int) 
 	cs, hs := stride*vc.words*4, stride*vc.halfs*2
 	wordsPer := vc.f.Bits // words of one run of 32 codes
 	for c := 0; c < vc.dim/32; c++ {
-		codes, sb := &v.codes[c*wordsPer], &v.halfs[2*(c*32/vc.f.Group)]
+		g := c * 32 / vc.f.Group
+		codes, sb := &v.codes[c*wordsPer], &v.halfs[g*vc.halfs/vc.groups] // the group's (scale, bias), or q4_0's d
 		if vc.f.Bits == 8 {
 			vacc8x2(&acc0[c*32], &acc1[c*32], &p[0], codes, sb, n, cs, hs)
 		} else {
-			vacc4x2(&acc0[c*32], &acc1[c*32], &p[0], codes, sb, n, cs, hs)
+			vacc4x2(&acc0[c*32], &acc1[c*32], &p[0], codes, sb, n, cs, hs, vc.f.Mode == Q4_0)
 		}
 	}
 }
 
-// attendFused is attendPart for a few query rows over a 4- or 8-bit affine cache:
+// attendFused is attendPart for a few query rows over a 4- or 8-bit affine or q4_0 cache:
 // scores and the weighted sum of values come straight from the codes, two query heads
 // of the group per pass (an odd last head pairs with itself, its twin's weights zero).
 // It reports false, doing nothing, where the tile path must run.

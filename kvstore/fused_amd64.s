@@ -81,10 +81,19 @@ k8block:
 	VZEROUPPER
 	RET
 
-// func kdot4x2(out, q, qs *float32, codes *byte, sb *uint16, n, cstride, hstride, groups, blocks int)
+// q4_0 stores one fp16 scale d per group of 32: its values are d·code - 8d, an affine
+// group with bias -8d, made from d by multiplying (d, d) with q40sb.
+DATA q40sb<>+0(SB)/4, $0x3f800000 // 1.0
+DATA q40sb<>+4(SB)/4, $0xc1000000 // -8.0
+DATA q40sb<>+8(SB)/4, $0
+DATA q40sb<>+12(SB)/4, $0
+GLOBL q40sb<>(SB), RODATA|NOPTR, $16
+
+// func kdot4x2(out, q, qs *float32, codes *byte, sb *uint16, n, cstride, hstride, groups, blocks int, q40 bool)
 // kdot8x2 for 4-bit codes, blocks runs of 16 codes (8 bytes) a group; each run of q
-// is permuted as fusedQ4Order: its 8 even elements, then its 8 odd ones.
-TEXT ·kdot4x2(SB), NOSPLIT, $0-80
+// is permuted as prepareQ does: its 8 even elements, then its 8 odd ones. With q40 the
+// groups are q4_0's.
+TEXT ·kdot4x2(SB), NOSPLIT, $0-81
 	MOVQ out+0(FP), DI
 	MOVQ q+8(FP), R10
 	MOVQ qs+16(FP), R11
@@ -132,9 +141,21 @@ k4block:
 
 	VADDPS Y10, Y6, Y6
 	VADDPS Y11, Y7, Y7
+	CMPB q40+80(FP), $0
+	JNE k4q40
 	MOVL (DX)(BX*4), R9
 	VMOVD R9, X1
 	VCVTPH2PS X1, X1
+	JMP k4sb
+
+k4q40:
+	MOVWLZX (DX)(BX*2), R9
+	VMOVD R9, X1
+	VCVTPH2PS X1, X1
+	VBROADCASTSS X1, X1
+	VMULPS q40sb<>(SB), X1, X1
+
+k4sb:
 	VBROADCASTSS X1, Y2
 	VFMADD231PS Y6, Y2, Y8
 	VFMADD231PS Y7, Y2, Y9
@@ -160,12 +181,14 @@ k4block:
 	VZEROUPPER
 	RET
 
-// vcoef loads position j's fp16 (scale, bias) at (DX) and weights (p_0, p_1) at (R10):
-// X12 += bias·(p_0, p_1), Y13 = p_0·scale, Y14 = p_1·scale.
-#define VCOEF \
+// VSB loads position j's fp16 (scale, bias) at (DX) into X1. VCOEF takes them and the
+// weights (p_0, p_1) at (R10): X12 += bias·(p_0, p_1), Y13 = p_0·scale, Y14 = p_1·scale.
+#define VSB \
 	MOVL (DX), BX; \
 	VMOVD BX, X1; \
-	VCVTPH2PS X1, X1; \
+	VCVTPH2PS X1, X1
+
+#define VCOEF \
 	VMOVQ (R10), X2; \
 	VMOVSHDUP X1, X0; \
 	VBROADCASTSS X0, X0; \
@@ -233,6 +256,7 @@ TEXT ·vacc8x2(SB), NOSPLIT, $0-64
 	VZERO
 
 v8pos:
+	VSB
 	VCOEF
 	VPMOVZXBD (SI), Y0
 	VCVTDQ2PS Y0, Y0
@@ -260,10 +284,10 @@ v8pos:
 	VZEROUPPER
 	RET
 
-// func vacc4x2(acc0, acc1, p *float32, codes *byte, sb *uint16, n, cstride, hstride int)
-// vacc8x2 for 4-bit codes (16 bytes a run of 32). The registers hold even and odd
-// elements apart; they are interleaved back before the store.
-TEXT ·vacc4x2(SB), NOSPLIT, $0-64
+// func vacc4x2(acc0, acc1, p *float32, codes *byte, sb *uint16, n, cstride, hstride int, q40 bool)
+// vacc8x2 for 4-bit codes (16 bytes a run of 32), of q4_0 with q40. The registers hold
+// even and odd elements apart; they are interleaved back before the store.
+TEXT ·vacc4x2(SB), NOSPLIT, $0-65
 	MOVQ acc0+0(FP), DI
 	MOVQ acc1+8(FP), R9
 	MOVQ p+16(FP), R10
@@ -278,6 +302,19 @@ TEXT ·vacc4x2(SB), NOSPLIT, $0-64
 	VZERO
 
 v4pos:
+	CMPB q40+64(FP), $0
+	JNE v4q40
+	VSB
+	JMP v4coef
+
+v4q40:
+	MOVWLZX (DX), BX
+	VMOVD BX, X1
+	VCVTPH2PS X1, X1
+	VBROADCASTSS X1, X1
+	VMULPS q40sb<>(SB), X1, X1
+
+v4coef:
 	VCOEF
 	VPMOVZXBD (SI), Y0       // elements 0..15
 	VPAND Y15, Y0, Y1

@@ -9,7 +9,7 @@ import (
 
 // fusedFormats are the formats the kernels read, keys and values alike.
 var fusedFormats = []Format{AffineFormat(8, 32), AffineFormat(8, 64), AffineFormat(8, 128),
-	AffineFormat(4, 32), AffineFormat(4, 64), AffineFormat(4, 128)}
+	AffineFormat(4, 32), AffineFormat(4, 64), AffineFormat(4, 128), FormatQ4_0}
 
 // fillRows encodes rows random rows of varied range and offset.
 func fillRows(r *rand.Rand, c rowCodec, rows int) seg {
@@ -97,6 +97,8 @@ func TestFusedAttendMatchesTiles(t *testing.T) {
 		{K: AffineFormat(4, 64), V: AffineFormat(4, 32)},
 		{K: AffineFormat(8, 32), V: AffineFormat(8, 64)},
 		{K: AffineFormat(4, 128), V: AffineFormat(8, 128)},
+		{K: FormatQ4_0, V: FormatQ4_0},
+		{K: AffineFormat(8, 64), V: FormatQ4_0},
 	} {
 		c, err := NewQuantized(kvHeads, dim, dim, spec, 0)
 		if err != nil {
