@@ -22,6 +22,8 @@ type Engine struct {
 	BytesPerToken int64   `json:"weight_bytes_per_token"`
 	CeilingTPS    float64 `json:"ceiling_tps"`
 	PeakRSS       int64   `json:"peak_rss_bytes"`
+	KVBytes       int64   `json:"kv_bytes_per_token"`
+	KVLayout      string  `json:"kv_layout"`
 	Bits          int     `json:"bits"`
 	Srv           *Server `json:"-"`
 }
@@ -172,10 +174,16 @@ func (b *Bench) runBits(ctx context.Context, bits int, prefix bool, src, mlxgBin
 		Env: []string{"HF_HUB_CACHE=" + store.HubCache, "MLXG_HOME=" + store.Home, "MLXG_KEEP_ALIVE=-1",
 			fmt.Sprintf("MLXG_CONTEXT_LENGTH=%d", c.NumCtx), "MLXG_BACKEND=cpu"},
 		LogPath: filepath.Join(b.runDir, fmt.Sprintf("mlxg-q%d.log", bits))}
+	kv, layout, f16, err := kvPerToken(m.Dir, c.NumCtx)
+	if err != nil {
+		return err
+	}
+	mlx.KVBytes, mlx.KVLayout = kv, layout
 	engines := []*Engine{mlx}
 	if c.Peer == "ollama" {
 		q := ollamaQuant[bits]
-		ol := &Engine{Name: "ollama", Label: "ollama " + q, Model: fmt.Sprintf("bench-%s-s%d-%s", c.Shape, c.Seed, strings.ToLower(q)), Bits: bits}
+		ol := &Engine{Name: "ollama", Label: "ollama " + q, Model: fmt.Sprintf("bench-%s-s%d-%s", c.Shape, c.Seed, strings.ToLower(q)), Bits: bits,
+			KVBytes: f16, KVLayout: "f16"}
 		ol.Srv = &Server{Name: "ollama", Bin: ollamaBin, Args: []string{"serve"},
 			Env: []string{"OLLAMA_MODELS=" + filepath.Join(c.Cache, "ollama-models"), "OLLAMA_KEEP_ALIVE=-1",
 				"OLLAMA_NUM_PARALLEL=1", "OLLAMA_MAX_LOADED_MODELS=1", fmt.Sprintf("OLLAMA_CONTEXT_LENGTH=%d", c.NumCtx)},
@@ -209,7 +217,8 @@ func (b *Bench) runBits(ctx context.Context, bits int, prefix bool, src, mlxgBin
 	}
 	for _, e := range engines {
 		e.CeilingTPS = Ceiling(b.bandwidth(), e.BytesPerToken)
-		b.logf("%s: %s, %.1f MiB of weights read per token, ceiling %.1f tok/s", e.Label, e.Model, float64(e.BytesPerToken)/(1<<20), e.CeilingTPS)
+		b.logf("%s: %s, %.1f MiB of weights read per token, ceiling %.1f tok/s, KV cache %s: %d bytes per token",
+			e.Label, e.Model, float64(e.BytesPerToken)/(1<<20), e.CeilingTPS, e.KVLayout, e.KVBytes)
 	}
 
 	// Warm-up (rep 0, left out of the table): loads the models and faults their weights in.

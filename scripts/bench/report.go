@@ -91,6 +91,7 @@ func Rows(cfg Config, engines []*Engine, samples []Sample) [][]string {
 		add(label, sums)
 	}
 	one("peak RSS MiB, server process tree (lower is better)", func(e *Engine) float64 { return float64(e.PeakRSS) / (1 << 20) })
+	one("KV cache bytes per token (mlxg: its policy's layout; Ollama: f16)", func(e *Engine) float64 { return float64(e.KVBytes) })
 	one("weights read per token, MiB", func(e *Engine) float64 { return float64(e.BytesPerToken) / (1 << 20) })
 	one("bandwidth ceiling, tok/s", func(e *Engine) float64 { return e.CeilingTPS })
 	return rows
@@ -123,7 +124,11 @@ func (b *Bench) report() string {
 			header = append(header, "mlxg/"+es[1].Name)
 		}
 		s.WriteString(Table(header, Rows(c, es, b.res.Samples)))
-		s.WriteString("\n")
+		var kv []string
+		for _, e := range es {
+			kv = append(kv, e.Name+" "+e.KVLayout)
+		}
+		fmt.Fprintf(&s, "KV caches: %s\n\n", strings.Join(kv, "; "))
 	}
 	return s.String()
 }
