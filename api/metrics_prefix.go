@@ -1,6 +1,9 @@
 package api
 
 import (
+	"net/http"
+
+	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/mlxg/mlxg/kvstore"
@@ -72,4 +75,15 @@ func (c prefixCollector) Collect(ch chan<- prometheus.Metric) {
 		full = 1
 	}
 	gauge(prefixFull, full)
+}
+
+// handlePrefixClear empties the prefix cache's RAM tier (DELETE /api/prefix-cache, used by
+// `mlxg cache clear`); blocks that running requests hold stay until they finish.
+func (s *Server) handlePrefixClear(c *gin.Context) {
+	l, ok := s.cfg.Loader.(*EngineLoader)
+	if !ok || l.Prefix == nil {
+		c.JSON(http.StatusOK, gin.H{"cleared": 0})
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"cleared": l.Prefix.ClearRAM()})
 }

@@ -120,4 +120,17 @@ func TestPrefixCacheThroughServer(t *testing.T) {
 	if _, ok := got["mlxg_memory_pressure"]; !ok {
 		t.Fatalf("no memory pressure: %v", got)
 	}
+
+	// mlxg cache clear empties the RAM tier through the server.
+	req, _ := http.NewRequest(http.MethodDelete, ts.URL+"/api/prefix-cache", nil)
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cleared struct{ Cleared int }
+	json.NewDecoder(resp.Body).Decode(&cleared)
+	resp.Body.Close()
+	if cleared.Cleared == 0 || pc.Stats().RAMBlocks != 0 {
+		t.Fatalf("cleared %d, %d blocks left", cleared.Cleared, pc.Stats().RAMBlocks)
+	}
 }

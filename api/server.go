@@ -106,6 +106,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	g.POST("/v1/embeddings", s.handleOpenAIEmbeddings)
 
 	g.GET("/metrics", gin.WrapH(promhttp.Handler()))
+	g.DELETE("/api/prefix-cache", s.handlePrefixClear) // metrics_prefix.go
 	s.gin = g
 	return s, nil
 }

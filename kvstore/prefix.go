@@ -326,6 +326,22 @@ func (p *PrefixCache) Stats() PrefixStats {
 	return st
 }
 
+// ClearRAM drops every RAM block no sequence holds and returns how many went.
+func (p *PrefixCache) ClearRAM() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for e := p.lru.Back(); e != nil; {
+		prev := e.Prev()
+		if b := e.Value.(*Block); b.refs == 0 {
+			p.removeLocked(b)
+			n++
+		}
+		e = prev
+	}
+	return n
+}
+
 // lookupLocked returns the RAM block named h, marking it used.
 func (p *PrefixCache) lookupLocked(h Hash) *Block {
 	b := p.blocks[h]

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -53,7 +54,8 @@ func newCacheCmd() *cobra.Command {
 
 The SSD tier is read from its folder (--block-ssd-cache-dir, MLXG_PREFIX_DIR, default ~/.cache/mlxg/prefix);
 the RAM tier and the hit rate come from the running server's /metrics (at MLXG_HOST or OLLAMA_HOST).
-clear deletes every SSD block file; a running server's RAM tier empties when it restarts.`,
+clear deletes every SSD block file and empties the running server's RAM tier (blocks that requests in
+flight hold stay until they finish).`,
 		Args:      cobra.MaximumNArgs(1),
 		ValidArgs: []string{"show", "clear"},
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -72,7 +74,7 @@ clear deletes every SSD block file; a running server's RAM tier empties when it 
 			case "show":
 				return showCache(cmd.Context(), cmd.OutOrStdout(), dir)
 			case "clear":
-				return clearCache(cmd.OutOrStdout(), dir)
+				return clearCache(cmd.Context(), cmd.OutOrStdout(), dir)
 			}
 			return fmt.Errorf("mlxg cache %s: unknown action; use show or clear", action)
 		},
@@ -81,9 +83,14 @@ clear deletes every SSD block file; a running server's RAM tier empties when it 
 	return cmd
 }
 
-func clearCache(w io.Writer, dir string) error {
+func clearCache(ctx context.Context, w io.Writer, dir string) error {
+	if n, base, err := clearServerRAM(ctx); err != nil {
+		fmt.Fprintf(w, "RAM tier: %v\n", err)
+	} else {
+		fmt.Fprintf(w, "Cleared %d blocks from the RAM tier of the server at %s.\n", n, base)
+	}
 	if dir == "" {
-		fmt.Fprintln(w, "The SSD tier is off: nothing to clear.")
+		fmt.Fprintln(w, "The SSD tier is off.")
 		return nil
 	}
 	blocks, bytes, _, err := kvstore.DiskUsage(dir)
@@ -134,6 +141,32 @@ func showCache(ctx context.Context, w io.Writer, dir string) error {
 			humanize.IBytes(uint64(m["mlxg_prefix_cache_ssd_written_bytes_total"])), humanize.IBytes(uint64(m["mlxg_prefix_cache_ssd_read_bytes_total"])))
 	}
 	return nil
+}
+
+// clearServerRAM asks the running server to empty its RAM tier.
+func clearServerRAM(ctx context.Context) (int, string, error) {
+	c, err := api.ClientFromEnvironment()
+	if err != nil {
+		return 0, "", err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, c.Base().JoinPath("api", "prefix-cache").String(), nil)
+	if err != nil {
+		return 0, "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, "", fmt.Errorf("no server at %s", c.Base())
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Cleared int `json:"cleared"`
+	}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&out) != nil {
+		return 0, "", fmt.Errorf("the server at %s did not clear it (%s)", c.Base(), resp.Status)
+	}
+	return out.Cleared, c.Base().String(), nil
 }
 
 // serverMetrics reads the running server's mlxg_prefix_cache_* metrics, keyed by name

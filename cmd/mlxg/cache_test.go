@@ -1,7 +1,9 @@
 package main
 
 import (
+	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -55,7 +57,12 @@ func TestCacheShowClear(t *testing.T) {
 	// The RAM tier and hit rate come from a server's /metrics.
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(api.NewPrefixCollector(p))
-	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("DELETE /api/prefix-cache", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintf(w, `{"cleared":%d}`, p.ClearRAM())
+	})
+	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	t.Setenv("MLXG_HOST", srv.URL)
 	out, _, err := mlxg(t, "cache", "--block-ssd-cache-dir", dir)
@@ -68,11 +75,14 @@ func TestCacheShowClear(t *testing.T) {
 		}
 	}
 
-	t.Setenv("MLXG_HOST", "127.0.0.1:1")
 	out, _, err = mlxg(t, "cache", "clear", "--block-ssd-cache-dir", dir)
-	if err != nil || !strings.Contains(out, "Deleted 3 blocks") {
+	if err != nil || !strings.Contains(out, "Deleted 3 blocks") || !strings.Contains(out, "Cleared 3 blocks from the RAM tier") {
 		t.Fatalf("clear: %v\n%s", err, out)
 	}
+	if st := p.Stats(); st.RAMBlocks != 0 {
+		t.Fatalf("%d blocks left in RAM", st.RAMBlocks)
+	}
+	t.Setenv("MLXG_HOST", "127.0.0.1:1")
 	t.Setenv("MLXG_PREFIX_DIR", dir)
 	out, _, _ = mlxg(t, "cache", "show")
 	if !strings.Contains(out, "SSD    0 ") || !strings.Contains(out, "no server") {
