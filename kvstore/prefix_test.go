@@ -415,8 +415,15 @@ func TestPrefixDiskCap(t *testing.T) {
 	if st.DiskBytes > 3*one || st.DiskEvictions == 0 {
 		t.Fatalf("%d bytes on disk over a cap of %d, %d evicted", st.DiskBytes, 3*one, st.DiskEvictions)
 	}
-	if _, rs := serve(t, p, m, tokensOf(44, 257)); rs.Cached == 0 {
-		t.Fatal("the newest block was evicted")
+	// After a restart, the newest prompt comes from SSD and the oldest is gone.
+	p.Close()
+	p2, _ := NewPrefixCache(PrefixConfig{Dir: dir, Log: quietLog()})
+	defer p2.Close()
+	if _, rs := serve(t, p2, m, tokensOf(44, 257)); rs.DiskHits != 1 {
+		t.Fatalf("the newest block was evicted: %+v", rs)
+	}
+	if _, rs := serve(t, p2, m, tokensOf(41, 257)); rs.Cached != 0 {
+		t.Fatalf("the oldest block survived: %+v", rs)
 	}
 }
 
