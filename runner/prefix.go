@@ -4,6 +4,7 @@ import (
 	"log/slog"
 
 	"github.com/mlxg/mlxg/kvstore"
+	"github.com/mlxg/mlxg/runner/model"
 )
 
 // The engine's use of the prefix cache (kvstore.PrefixCache, LoadOptions.Prefix): a
@@ -45,7 +46,13 @@ func (e *Engine) prefixBegin(caches []kvstore.Layer, res *Result) *prefixRun {
 	if p == nil {
 		return nil
 	}
-	seq := kvstore.Seq{Layers: caches}
+	// A hybrid model's linear-attention layers get their recurrent states now, so that
+	// the prefix cache saves and restores them with the attention blocks.
+	if err := e.Model.FillCaches(caches); err != nil {
+		p.log.Debug("prefix cache off for this request", "error", err)
+		return nil
+	}
+	seq := model.Seq(caches)
 	key, err := kvstore.NewModelKey(p.identity, seq)
 	if err != nil {
 		p.log.Debug("prefix cache off for this request", "error", err)

@@ -10,6 +10,8 @@ import (
 
 	"github.com/mlxg/mlxg/internal/testdata"
 	"github.com/mlxg/mlxg/kvstore"
+	"github.com/mlxg/mlxg/registry/create"
+	"github.com/mlxg/mlxg/registry/randmodel"
 	"github.com/mlxg/mlxg/runner/model"
 )
 
@@ -104,6 +106,90 @@ func TestPrefixCacheGreedyIdentical(t *testing.T) {
 			e = open()                       // a restart: RAM empty
 			check(e, turn3, len(turn2)-1, 3) // SSD: two full blocks and the partial at turn2's end
 			check(e, turn3, len(turn3)-1, 0) // RAM again, its own prompt
+		})
+	}
+}
+
+// TestPrefixCacheHybridAndSliding: the same for a hybrid model (Qwen3-Next: recurrent
+// states in linear-attention layers, resumed only where a prompt ended) and a model with
+// sliding-window layers (Gemma 3, window 8), both random, with the KV policy's caches
+// (nil for linear-attention layers, filled by the model) and the model's own.
+func TestPrefixCacheHybridAndSliding(t *testing.T) {
+	for _, arch := range []struct {
+		name string
+		cfg  randmodel.Config
+	}{{"qwen3_next", randmodel.TinyQwen3Next(256)}, {"gemma3", randmodel.TinyGemma3(256)}} {
+		t.Run(arch.name, func(t *testing.T) {
+			dir := t.TempDir()
+			hf, mlx := filepath.Join(dir, "hf"), filepath.Join(dir, "mlx")
+			if err := randmodel.Generate(hf, arch.cfg, randmodel.Options{Seed: 5}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := create.Convert(context.Background(), hf, mlx, create.Options{GroupSize: 32}); err != nil {
+				t.Fatal(err)
+			}
+			base, err := LoadModel(mlx, LoadOptions{Logger: quietLog(), Threads: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer base.Close()
+			cfg, _ := os.ReadFile(filepath.Join(mlx, "config.json"))
+			shape, err := kvstore.ShapeFromConfig(cfg, base.Model.WeightBytes())
+			if err != nil {
+				t.Fatal(err)
+			}
+			layout, err := kvstore.NewLayout(shape, kvstore.SpecF16, 0, kvstore.SpecF16)
+			if err != nil {
+				t.Fatal(err)
+			}
+			policy := func(*model.Model, int) ([]kvstore.Layer, error) { return kvstore.NewCaches(shape, layout) }
+			r := rand.New(rand.NewPCG(5, 6))
+			words := func(n int) []int32 {
+				out := make([]int32, n)
+				for i := range out {
+					out[i] = int32(r.IntN(256))
+				}
+				return out
+			}
+			turn1 := words(300)
+			turn2 := append(slices.Clone(turn1), words(60)...)
+			o := Greedy()
+			o.NumPredict = 6
+			o.NumBatch = 64
+			gen := func(e *Engine, prompt []int32) *Result {
+				t.Helper()
+				res, err := e.GenerateTokens(context.Background(), prompt, o, func(int32) (bool, error) { return false, nil })
+				if err != nil {
+					t.Fatal(err)
+				}
+				return res
+			}
+			for _, kv := range []struct {
+				name string
+				kv   func(*model.Model, int) ([]kvstore.Layer, error)
+			}{{"policy caches", policy}, {"model caches", base.kv}} {
+				ref := *base
+				ref.kv = kv.kv
+				pc, err := kvstore.NewPrefixCache(kvstore.PrefixConfig{Dir: t.TempDir(), Log: quietLog()})
+				if err != nil {
+					t.Fatal(err)
+				}
+				e := ref
+				e.prefix = newPrefixEngine(pc, mlx, quietLog())
+				for i, c := range []struct {
+					prompt []int32
+					cached int
+				}{{turn1, 0}, {turn2, len(turn1) - 1}, {turn2, len(turn2) - 1}} {
+					got, want := gen(&e, c.prompt), gen(&ref, c.prompt)
+					if !slices.Equal(got.Tokens, want.Tokens) {
+						t.Fatalf("%s, request %d: %v, cold %v", kv.name, i, got.Tokens, want.Tokens)
+					}
+					if got.Prefix.Cached != c.cached {
+						t.Fatalf("%s, request %d: %+v, want %d cached", kv.name, i, *got.Prefix, c.cached)
+					}
+				}
+				pc.Close()
+			}
 		})
 	}
 }
