@@ -63,19 +63,24 @@ func TestFusedKernels(t *testing.T) {
 				}
 			}
 			p := randVec(r, 2*n)
-			acc0, acc1 := randVec(r, dim), randVec(r, dim)
-			want0, want1 := make([]float64, dim), make([]float64, dim)
-			for d := range want0 {
-				want0[d], want1[d] = float64(acc0[d]), float64(acc1[d])
-				for j := range rows {
-					want0[d] += float64(p[2*j]) * rows[j][d]
-					want1[d] += float64(p[2*j+1]) * rows[j][d]
+			accs := [2][]float32{randVec(r, dim), randVec(r, dim)}
+			var want, mag [2][]float64
+			for h := range accs {
+				want[h], mag[h] = make([]float64, dim), make([]float64, dim)
+				for d, x := range accs[h] {
+					want[h][d], mag[h][d] = float64(x), math.Abs(float64(x))
+					for j := range rows {
+						want[h][d] += float64(p[2*j+h]) * rows[j][d]
+						mag[h][d] += math.Abs(float64(p[2*j+h]) * rows[j][d])
+					}
 				}
 			}
-			accumulatePair(acc0, acc1, p, c, s, stride, n)
-			for d := range want0 {
-				if math.Abs(float64(acc0[d])-want0[d]) > 1e-4 || math.Abs(float64(acc1[d])-want1[d]) > 1e-4 {
-					t.Fatalf("%v dim %d: accumulated element %d = %v, %v, want %v, %v", f, dim, d, acc0[d], acc1[d], want0[d], want1[d])
+			accumulatePair(accs[0], accs[1], p, c, s, stride, n)
+			for h := range accs {
+				for d, x := range accs[h] {
+					if math.Abs(float64(x)-want[h][d]) > 1e-5*mag[h][d]+1e-6 {
+						t.Fatalf("%v dim %d: head %d accumulated element %d = %v, want %v", f, dim, h, d, x, want[h][d])
+					}
 				}
 			}
 		}
