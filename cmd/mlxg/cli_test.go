@@ -103,6 +103,7 @@ func cliEnvPad(t *testing.T, pad int) (*hubtest.Server, string, int64) {
 	t.Setenv("HF_HUB_CACHE", cache)
 	t.Setenv("MLXG_HOME", filepath.Join(root, "mlxg"))
 	t.Setenv("MLXG_HOST", closed)
+	t.Setenv("MLXG_PREFIX_DIR", filepath.Join(root, "prefix")) // a served model must not write into ~/.cache
 	return h, cache, size
 }
 
