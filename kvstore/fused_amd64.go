@@ -27,9 +27,9 @@ const fusedRows = 4
 // fusedSource is a cache kind whose rows the fused kernels can read in place.
 type fusedSource interface {
 	codecs() (k, v rowCodec)
-	// rows returns head's keys and values from position from to the end of its block,
-	// rows stride rows apart.
-	rows(head, from int) (k, v seg, stride int)
+	// rows returns head's keys and values of the n positions from, from+1, ... that lie
+	// stride rows apart, 0 < n <= to-from.
+	rows(head, from, to int) (k, v seg, stride, n int)
 }
 
 // fusable reports whether the kernels handle k and v: q4_0, or affine 4 or 8 bits with
@@ -126,35 +126,49 @@ func attendFused(t tiler, s *scratch, a Attention, st *state, length, h, r0, r1,
 			prepareQ(qp[x*2*kDim:(x+1)*2*kDim], qs[x*2*kc.groups:(x+1)*2*kc.groups], q0, q1, kc)
 		}
 	}
-	sc := s.grow(&s.scores, 2*BlockTokens)
-	p := s.grow(&s.p, 2*BlockTokens)
-	spare := s.grow(&s.spare, vDim)
+	f := fusedRow{kc: kc, vc: vc, scale: a.Scale, group: group,
+		sc: s.grow(&s.scores, 2*BlockTokens), p: s.grow(&s.p, 2*BlockTokens), spare: s.grow(&s.spare, vDim)}
 	last := first + r1 - 1
 	for from := b0 * BlockTokens; from < b1*BlockTokens && from <= last; from += BlockTokens {
 		to := min(from+BlockTokens, last+1)
-		ks, vs, stride := src.rows(h, from)
 		for i := r0; i < r1; i++ {
+			x := (i - r0) * pairs
+			f.qp, f.qs = qp[x*2*kDim:(x+pairs)*2*kDim], qs[x*2*kc.groups:(x+pairs)*2*kc.groups]
 			end := min(to, first+i+1)
-			if end <= from {
-				continue
-			}
-			n := end - from
-			for pr := 0; pr < pairs; pr++ {
-				x := (i-r0)*pairs + pr
-				scoresPair(sc, qp[x*2*kDim:(x+1)*2*kDim], qs[x*2*kc.groups:(x+1)*2*kc.groups], kc, ks, stride, n)
-				g0, g1 := 2*pr, min(2*pr+1, group-1)
-				k0 := (i-r0)*group + g0
-				acc0, acc1 := st.softmaxLane(k0, sc, p, 0, n, a.Scale, vDim), spare
-				if g1 != g0 {
-					acc1 = st.softmaxLane(k0+1, sc, p, 1, n, a.Scale, vDim)
-				} else {
-					for j := 0; j < n; j++ {
-						p[2*j+1] = 0
-					}
-				}
-				accumulatePair(acc0, acc1, p, vc, vs, stride, n)
+			for run := from; run < end; {
+				ks, vs, stride, n := src.rows(h, run, end)
+				f.attend(st, (i-r0)*group, ks, vs, stride, n)
+				run += n
 			}
 		}
 	}
 	return true
+}
+
+// fusedRow is one query row's group of heads in the fused path: its prepared query
+// pairs (prepareQ's qp and qs, pair after pair) and the scratch rows of a run.
+type fusedRow struct {
+	kc, vc       rowCodec
+	scale        float32
+	group        int
+	qp, qs       []float32
+	sc, p, spare []float32
+}
+
+// attend folds n positions, rows stride apart from ks and vs, into the states of the
+// row's heads, k to k+group-1.
+func (f *fusedRow) attend(st *state, k int, ks, vs seg, stride, n int) {
+	kDim, groups, vDim := f.kc.dim, f.kc.groups, f.vc.dim
+	for pr := 0; pr < (f.group+1)/2; pr++ {
+		scoresPair(f.sc, f.qp[pr*2*kDim:(pr+1)*2*kDim], f.qs[pr*2*groups:(pr+1)*2*groups], f.kc, ks, stride, n)
+		acc0, acc1 := st.softmaxLane(k+2*pr, f.sc, f.p, 0, n, f.scale, vDim), f.spare
+		if 2*pr+1 < f.group {
+			acc1 = st.softmaxLane(k+2*pr+1, f.sc, f.p, 1, n, f.scale, vDim)
+		} else { // an odd group's last head: its twin adds nothing
+			for j := 0; j < n; j++ {
+				f.p[2*j+1] = 0
+			}
+		}
+		accumulatePair(acc0, acc1, f.p, f.vc, vs, stride, n)
+	}
 }

@@ -145,3 +145,44 @@ func TestFusedAttendMatchesTiles(t *testing.T) {
 		}
 	}
 }
+
+// TestFusedRotatingMatchesTiles: decode over a quantized sliding window, whose ring
+// wraps inside a tile, agrees with the tile path.
+func TestFusedRotatingMatchesTiles(t *testing.T) {
+	if !fusedSIMD {
+		t.Skip("no fused kernels on this CPU")
+	}
+	r := rand.New(rand.NewPCG(23, 23))
+	const kvHeads, heads, dim, window = 2, 6, 128, 300
+	for _, spec := range []Spec{{K: AffineFormat(8, 64), V: AffineFormat(4, 32)}, {K: FormatQ4_0, V: FormatQ4_0}} {
+		c, err := NewRotating(kvHeads, dim, dim, window, spec, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for step, n := range []int{256, 200, 1, 1, 37, 1, 1, 1} {
+			if err := c.Append(randVec(r, n*kvHeads*dim), randVec(r, n*kvHeads*dim), n); err != nil {
+				t.Fatal(err)
+			}
+			rows := min(n, 2)
+			q := randVec(r, rows*heads*dim)
+			a := Attention{Q: q, N: rows, Heads: heads, Scale: 0.088, Threads: 2}
+			fused, tiles := make([]float32, rows*heads*dim), make([]float32, rows*heads*dim)
+			a.Out = fused
+			if err := c.Attend(a); err != nil {
+				t.Fatal(err)
+			}
+			fusedSIMD = false
+			a.Out = tiles
+			err := c.Attend(a)
+			fusedSIMD = true
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range fused {
+				if math.Abs(float64(fused[i]-tiles[i])) > 2e-6 {
+					t.Fatalf("%v step %d: element %d fused %v, tiles %v", spec, step, i, fused[i], tiles[i])
+				}
+			}
+		}
+	}
+}

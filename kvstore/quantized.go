@@ -156,12 +156,12 @@ func (c *Quantized) tile(k, v []float32, head, from, to int) {
 }
 
 // codecs implements fusedSource.
-func (c *Quantized) codecs() (k, v rowCodec) { return c.kc, c.vc }
+func (c *kvCodecs) codecs() (k, v rowCodec) { return c.kc, c.vc }
 
-// rows implements fusedSource: the rows of head from position from to its block's end.
-func (c *Quantized) rows(head, from int) (k, v seg, stride int) {
+// rows implements fusedSource: a tile never crosses a block, so [from, to) is one run.
+func (c *Quantized) rows(head, from, to int) (k, v seg, stride, n int) {
 	b, row := from/BlockTokens, (from%BlockTokens)*c.kvHeads+head
 	kb, vb := c.kb[b], c.vb[b]
 	return seg{kb.codes[row*c.kc.words:], kb.halfs[row*c.kc.halfs:]},
-		seg{vb.codes[row*c.vc.words:], vb.halfs[row*c.vc.halfs:]}, c.kvHeads
+		seg{vb.codes[row*c.vc.words:], vb.halfs[row*c.vc.halfs:]}, c.kvHeads, to - from
 }

@@ -1,0 +1,14 @@
+package kvstore
+
+// codecs implements fusedSource for the ring, so decode over a quantized sliding
+// window reads its codes in place too.
+func (r ringView) codecs() (k, v rowCodec) { return r.c.codecs() }
+
+// rows implements fusedSource: the slots of [from, to) up to the end of the ring.
+func (r ringView) rows(head, from, to int) (k, v seg, stride, n int) {
+	c := r.c
+	slot := (r.base + from) % c.slots
+	row := slot*c.kvHeads + head
+	return seg{c.k.codes[row*c.kc.words:], c.k.halfs[row*c.kc.halfs:]},
+		seg{c.v.codes[row*c.vc.words:], c.v.halfs[row*c.vc.halfs:]}, c.kvHeads, min(to-from, c.slots-slot)
+}
