@@ -116,6 +116,9 @@ func (b *Bench) report() string {
 				es = append(es, e)
 			}
 		}
+		if len(es) == 0 { // not reached: the run stopped before it
+			continue
+		}
 		header := []string{fmt.Sprintf("%d-bit", bits)}
 		for _, e := range es {
 			header = append(header, e.Label)
