@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/mlxg/mlxg/registry"
+	"github.com/mlxg/mlxg/runner/parser"
 )
 
 // Models runs the model-management endpoints over a local store: the server's handlers call it, and so
@@ -177,15 +178,15 @@ func ShowModel(lm *registry.LocalModel, info *registry.ModelInfo, verbose bool) 
 	return resp
 }
 
-// capabilities follow Ollama's names: completion always; tools and thinking when the chat template
-// handles them.
+// capabilities follow Ollama's names: completion always; tools and thinking when the chat template teaches
+// a tool-call or thinking syntax the server parses (runner/parser.Detect, the same test the server uses).
 func capabilities(info *registry.ModelInfo) []string {
 	caps := []string{"completion"}
-	t := info.ChatTemplate
-	if strings.Contains(t, "tools") {
+	pc := parser.Detect(info.ChatTemplate)
+	if pc.Tools != parser.ToolsNone {
 		caps = append(caps, "tools")
 	}
-	if strings.Contains(t, "<think>") || strings.Contains(t, "enable_thinking") || strings.Contains(t, "reasoning_content") {
+	if pc.Thinking {
 		caps = append(caps, "thinking")
 	}
 	return caps

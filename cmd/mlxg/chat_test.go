@@ -69,7 +69,7 @@ func scriptedStore(t *testing.T) {
 func runClient(t *testing.T, stdin string, args ...string) (string, string, error) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	cmd := newRunClientCmd()
+	cmd := newRunCmd()
 	cmd.SetArgs(args)
 	cmd.SetOut(&out)
 	cmd.SetErr(&errb)

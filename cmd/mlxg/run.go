@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,29 +13,31 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
 
+	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/runner"
 	"github.com/mlxg/mlxg/runner/backend"
 	"github.com/mlxg/mlxg/runner/template"
 )
 
-const runHelp = `Run a model on a prompt and stream the answer to stdout (one shot; the
-interactive prompt comes with the server). MODEL is a name in the store (see mlxg list)
-or a checkpoint directory. The prompt is the remaining arguments, or stdin when none.
+const runHelp = `Run a model: chat with it in the terminal, or answer one prompt.
 
-The prompt is sent as a user message through the model's chat template (--raw sends it as
-it is). Generation options take Ollama's names, e.g.
+With a PROMPT (or text on stdin) mlxg answers it and exits; otherwise it starts an interactive session
+(/? lists its commands; """ starts and ends a multi-line message; Ctrl-C stops an answer; Ctrl-D or /bye
+exits). Like every command it talks to the server at MLXG_HOST/OLLAMA_HOST, starting ` + "`mlxg serve`" + ` in
+the background when none answers, and pulls the model first when it is not on this machine.
+
+MODEL may also be a checkpoint directory, which runs in this process without a server.
+Generation options take Ollama's names, e.g.
   -o num_predict=64 -o temperature=0 -o seed=1 -o stop="\n\n" -o num_ctx=8192`
 
 func newRunCmd() *cobra.Command {
 	var (
-		verbose, raw bool
-		think        string
-		system       string
-		threads      int
-		options      []string
+		verbose, raw, hideThinking bool
+		think, system, keepAlive   string
+		threads                    int
+		options                    []string
 	)
 	cmd := &cobra.Command{
 		Use:   "run MODEL [PROMPT]",
@@ -41,94 +45,179 @@ func newRunCmd() *cobra.Command {
 		Long:  runHelp,
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts, err := parseRunOptions(options)
-			if err != nil {
-				return err
-			}
+			ctx := cmd.Context()
+			model := args[0]
 			prompt := strings.Join(args[1:], " ")
-			if len(args) == 1 {
-				in, ok := cmd.InOrStdin().(*os.File)
-				if ok && isatty.IsTerminal(in.Fd()) {
-					return fmt.Errorf("give a prompt: mlxg run %s \"PROMPT\" (or pipe one on stdin)", args[0])
-				}
-				b, err := io.ReadAll(cmd.InOrStdin())
+			in := cmd.InOrStdin()
+			interactive := len(args) == 1 && isTerminal(in)
+			if !interactive && !isTerminal(in) {
+				b, err := io.ReadAll(in)
 				if err != nil {
 					return err
 				}
-				prompt = strings.TrimSpace(string(b))
+				if s := strings.TrimSpace(string(b)); s != "" {
+					prompt = strings.TrimSpace(prompt + "\n\n" + s)
+				}
 			}
-			if prompt == "" {
-				return fmt.Errorf("the prompt is empty")
+			if raw && interactive {
+				return fmt.Errorf("--raw sends one prompt: give it (mlxg run %s --raw \"PROMPT\")", model)
 			}
-			dir, err := modelDir(args[0])
-			if err != nil {
-				return err
+			if !interactive && prompt == "" {
+				return fmt.Errorf("the prompt is empty: give one (mlxg run %s \"PROMPT\"), pipe one on stdin, or run on a terminal for a chat", model)
+			}
+			if st, err := os.Stat(model); err == nil && st.IsDir() {
+				if interactive {
+					return fmt.Errorf("%s is a directory: a chat needs the server; import it with mlxg create NAME --from %s, or give a prompt", model, model)
+				}
+				return runDirectory(cmd, model, prompt, options, raw, think, system, threads, verbose)
 			}
 
-			// Warnings (truncation, a context clamped to the model) go to stderr; load
-			// details only with --verbose.
-			level := slog.LevelWarn
-			if verbose {
-				level = slog.LevelInfo
+			s := &chatSession{model: model, options: map[string]any{}, system: system, hideThinking: hideThinking,
+				verbose: verbose, out: cmd.OutOrStdout(), errw: cmd.ErrOrStderr()}
+			for _, o := range options {
+				name, value, ok := strings.Cut(o, "=")
+				if !ok || name == "" {
+					return fmt.Errorf("option %q: use NAME=VALUE, e.g. -o temperature=0", o)
+				}
+				if err := setOption(s.options, name, value); err != nil {
+					return err
+				}
 			}
-			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
-			choice, err := backend.Select(backend.Options{Threads: threads, Logger: log})
-			if err != nil {
-				return err
-			}
-			start := time.Now()
-			e, err := runner.Load(dir, runner.LoadOptions{Backend: choice.Backend, Logger: log})
-			if err != nil {
-				return err
-			}
-			defer e.Close()
-			load := time.Since(start)
-
-			req := runner.Request{Options: opts}
-			switch {
-			case raw:
-				req.Prompt = prompt
-			case e.Template == nil:
-				fmt.Fprintf(cmd.ErrOrStderr(), "%s has no chat template: sending the prompt as it is\n", dir)
-				req.Prompt = prompt
+			switch think {
+			case "":
+			case "true", "false":
+				s.think = &api.ThinkValue{Value: think == "true"}
+			case "high", "medium", "low":
+				s.think = &api.ThinkValue{Value: think}
 			default:
-				if system != "" {
-					req.Messages = append(req.Messages, template.Message{"role": "system", "content": system})
-				}
-				req.Messages = append(req.Messages, template.Message{"role": "user", "content": prompt})
-				switch think {
-				case "":
-				case "true", "false":
-					req.TemplateKwargs = map[string]any{"enable_thinking": think == "true"}
-				default:
-					return fmt.Errorf("--think is %q: use true or false", think)
-				}
+				return fmt.Errorf("--think is %q: use true, false, high, medium or low", think)
 			}
-			out := cmd.OutOrStdout()
-			res, err := e.Generate(cmd.Context(), req, func(s string) error {
-				_, err := io.WriteString(out, s)
-				return err
-			})
-			if res != nil && !strings.HasSuffix(res.Text, "\n") {
-				fmt.Fprintln(out)
+			if keepAlive != "" {
+				var d api.Duration
+				if err := d.UnmarshalJSON([]byte(`"` + keepAlive + `"`)); err != nil {
+					if err := d.UnmarshalJSON([]byte(keepAlive)); err != nil {
+						return fmt.Errorf("--keepalive %q: give a duration such as 10m or 1h, or -1 to keep the model loaded", keepAlive)
+					}
+				}
+				s.keepAlive = &d
 			}
+			c, err := connect(ctx, s.errw)
 			if err != nil {
 				return err
 			}
-			if verbose {
-				printStats(cmd.ErrOrStderr(), res, load, time.Since(start))
+			s.c = c
+			if s.show, err = ensureModel(ctx, c, model, s.errw); err != nil {
+				return err
 			}
-			return nil
+			if raw {
+				return runRawPrompt(ctx, s, prompt)
+			}
+			if !interactive {
+				return s.send(ctx, prompt)
+			}
+			if err := s.load(ctx); err != nil {
+				return err
+			}
+			// The session outlives the first Ctrl-C: that one stops an answer, not mlxg.
+			ctx = context.WithoutCancel(ctx)
+			f, _ := in.(*os.File)
+			if f != nil && isTerminal(cmd.OutOrStdout()) {
+				return s.repl(ctx, newTermLines(f, cmd.OutOrStdout()))
+			}
+			return s.repl(ctx, &plainLines{sc: bufio.NewScanner(in), out: cmd.OutOrStdout()})
 		},
 	}
 	f := cmd.Flags()
-	f.BoolVar(&verbose, "verbose", false, "show load details and timings")
-	f.BoolVar(&raw, "raw", false, "send the prompt without the chat template")
-	f.StringVar(&think, "think", "", "true or false: enable_thinking for templates that read it (Qwen3)")
+	f.BoolVar(&verbose, "verbose", false, "show timings after each answer")
+	f.StringVar(&think, "think", "", "thinking models: true, false, or a level (high, medium, low); default: the model's")
+	f.BoolVar(&hideThinking, "hidethinking", false, "do not show the model's thinking")
+	f.StringVar(&keepAlive, "keepalive", "", "how long the model stays loaded after this session (e.g. 10m, 1h; -1: forever)")
 	f.StringVar(&system, "system", "", "a system message")
-	f.IntVar(&threads, "threads", 0, "CPU threads (0: all cores)")
+	f.BoolVar(&raw, "raw", false, "send the prompt without the chat template")
+	f.IntVar(&threads, "threads", 0, "CPU threads when MODEL is a directory run in-process (0: all cores)")
 	f.StringArrayVarP(&options, "option", "o", nil, "a generation option NAME=VALUE (Ollama's names; repeatable)")
 	return cmd
+}
+
+// runRawPrompt sends a prompt through /api/generate without the template.
+func runRawPrompt(ctx context.Context, s *chatSession, prompt string) error {
+	var text string
+	var final api.GenerateResponse
+	err := s.c.Generate(ctx, &api.GenerateRequest{Model: s.model, Prompt: prompt, Raw: true, Options: s.options, KeepAlive: s.keepAlive},
+		func(r api.GenerateResponse) error {
+			text += r.Response
+			if r.Done {
+				final = r
+			}
+			_, err := io.WriteString(s.out, r.Response)
+			return err
+		})
+	if !strings.HasSuffix(text, "\n") {
+		fmt.Fprintln(s.out)
+	}
+	if err == nil && s.verbose {
+		printMetrics(s.errw, final.Metrics)
+	}
+	return err
+}
+
+// runDirectory answers one prompt with a checkpoint directory, in this process.
+func runDirectory(cmd *cobra.Command, dir, prompt string, options []string, raw bool, think, system string, threads int, verbose bool) error {
+	opts, err := parseRunOptions(options)
+	if err != nil {
+		return err
+	}
+	level := slog.LevelWarn
+	if verbose {
+		level = slog.LevelInfo
+	}
+	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+	choice, err := backend.Select(backend.Options{Threads: threads, Logger: log})
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	e, err := runner.Load(dir, runner.LoadOptions{Backend: choice.Backend, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	load := time.Since(start)
+	req := runner.Request{Options: opts}
+	switch {
+	case raw:
+		req.Prompt = prompt
+	case e.Template == nil:
+		fmt.Fprintf(cmd.ErrOrStderr(), "%s has no chat template: sending the prompt as it is\n", dir)
+		req.Prompt = prompt
+	default:
+		if system != "" {
+			req.Messages = append(req.Messages, template.Message{"role": "system", "content": system})
+		}
+		req.Messages = append(req.Messages, template.Message{"role": "user", "content": prompt})
+		switch think {
+		case "":
+		case "true", "false":
+			req.TemplateKwargs = map[string]any{"enable_thinking": think == "true"}
+		default:
+			return fmt.Errorf("--think is %q: use true or false", think)
+		}
+	}
+	out := cmd.OutOrStdout()
+	res, err := e.Generate(cmd.Context(), req, func(s string) error {
+		_, err := io.WriteString(out, s)
+		return err
+	})
+	if res != nil && !strings.HasSuffix(res.Text, "\n") {
+		fmt.Fprintln(out)
+	}
+	if err != nil {
+		return err
+	}
+	if verbose {
+		printStats(cmd.ErrOrStderr(), res, load, time.Since(start))
+	}
+	return nil
 }
 
 // parseRunOptions applies NAME=VALUE pairs to Ollama's defaults. A value is read as JSON

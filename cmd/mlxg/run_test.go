@@ -111,6 +111,8 @@ func TestCreateAndRun(t *testing.T) {
 func TestCreateErrors(t *testing.T) {
 	t.Setenv("HF_HUB_CACHE", t.TempDir())
 	t.Setenv("MLXG_HOME", t.TempDir())
+	t.Setenv("MLXG_HOST", "127.0.0.1:1") // run goes through a server: the test's own, never one on 11434
+	t.Setenv("MLXG_PREFIX_DIR", t.TempDir())
 	for _, tc := range []struct {
 		args []string
 		want string
