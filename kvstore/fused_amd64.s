@@ -4,7 +4,9 @@
 // run of positions (rows cstride code bytes and hstride fp16 bytes apart): no
 // dequantized row is written. An affine group's dot product is
 // scale·Σq·code + bias·Σq, so keys cost one conversion per code, and values
-// accumulate (p·scale)·code with Σp·bias added once per call.
+// accumulate (p·scale)·code with Σp·bias added once per call. One head's rows lie
+// kvHeads rows apart, so each position's row is prefetched 8 positions ahead (measured:
+// 8-bit keys at 16K context took about half the time with it).
 
 // func kdot8x2(out, q, qs *float32, codes *byte, sb *uint16, n, cstride, hstride, groups, blocks int)
 // out[2j+h] = Σ_g scale_g·(q_h·codes_g) + bias_g·qs[2g+h] for position j, 8-bit codes,
@@ -23,6 +25,10 @@ TEXT ·kdot8x2(SB), NOSPLIT, $0-80
 	SHLQ $6, AX              // dim·4 bytes: q_1's offset from q_0
 
 k8pos:
+	PREFETCHT0 (SI)(R12*8)   // the row 8 positions ahead
+	PREFETCHT0 (DX)(R13*8)
+	PREFETCHT0 64(SI)(R12*8)
+	PREFETCHT0 127(SI)(R12*8)
 	VXORPS Y8, Y8, Y8
 	VXORPS Y9, Y9, Y9
 	VXORPS X12, X12, X12
@@ -110,6 +116,10 @@ TEXT ·kdot4x2(SB), NOSPLIT, $0-81
 	VPBROADCASTD X15, Y15
 
 k4pos:
+	PREFETCHT0 (SI)(R12*8)   // the row 8 positions ahead
+	PREFETCHT0 (DX)(R13*8)
+	PREFETCHT0 64(SI)(R12*8)
+	PREFETCHT0 127(SI)(R12*8)
 	VXORPS Y8, Y8, Y8
 	VXORPS Y9, Y9, Y9
 	VXORPS X12, X12, X12
@@ -256,6 +266,9 @@ TEXT ·vacc8x2(SB), NOSPLIT, $0-64
 	VZERO
 
 v8pos:
+	PREFETCHT0 (SI)(R12*8)   // the run 8 positions ahead
+	PREFETCHT0 31(SI)(R12*8)
+	PREFETCHT0 (DX)(R13*8)
 	VSB
 	VCOEF
 	VPMOVZXBD (SI), Y0
@@ -302,6 +315,9 @@ TEXT ·vacc4x2(SB), NOSPLIT, $0-65
 	VZERO
 
 v4pos:
+	PREFETCHT0 (SI)(R12*8)   // the run 8 positions ahead
+	PREFETCHT0 15(SI)(R12*8)
+	PREFETCHT0 (DX)(R13*8)
 	CMPB q40+64(FP), $0
 	JNE v4q40
 	VSB
