@@ -560,8 +560,8 @@ func (l *termLines) readRaw(prompt string) (string, error) {
 			return "", err
 		}
 		defer term.Restore(l.fd, old)
-		if w, _, err := term.GetSize(l.fd); err == nil {
-			_ = l.t.SetSize(w, 0)
+		if w, h, err := term.GetSize(l.fd); err == nil && w > 0 && h > 0 {
+			_ = l.t.SetSize(w, h)
 		}
 	}
 	l.t.SetPrompt(prompt)
