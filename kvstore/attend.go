@@ -194,34 +194,6 @@ func attendPart(t tiler, s *scratch, a Attention, st *state, length, h, r0, r1, 
 	}
 }
 
-// softmaxLane folds n raw scores sc[2j+lane] of pair k into the online softmax: it
-// scales them, rescales k's sum and values when the max grows, writes the weights
-// e^(score-max) to p[2j+lane] and returns k's value accumulator for the caller to add
-// the weighted values to.
-func (st *state) softmaxLane(k int, sc, p []float32, lane, n int, scale float32, vDim int) []float32 {
-	mx := st.m[k]
-	for j := 0; j < n; j++ {
-		x := scale * sc[2*j+lane]
-		sc[2*j+lane] = x
-		mx = max(mx, x)
-	}
-	o := st.acc[k*vDim : (k+1)*vDim]
-	if mx > st.m[k] {
-		corr := expNeg(st.m[k] - mx)
-		st.l[k] *= corr
-		for d := range o {
-			o[d] *= corr
-		}
-		st.m[k] = mx
-	}
-	for j := 0; j < n; j++ {
-		e := expNeg(sc[2*j+lane] - mx)
-		p[2*j+lane] = e
-		st.l[k] += e
-	}
-	return o
-}
-
 type scratch struct{ k, v, scores, m, l, acc, q, qs, p, spare []float32 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}

@@ -1,6 +1,10 @@
 package kvstore
 
-import "golang.org/x/sys/cpu"
+import (
+	"math"
+
+	"golang.org/x/sys/cpu"
+)
 
 // fusedSIMD reports whether decode attention over 4- and 8-bit affine caches reads the
 // codes in place with the kernels of fused_amd64.s (tests turn it off to compare them
@@ -12,6 +16,29 @@ func kdot8x2(out, q, qs *float32, codes *uint32, sb *uint16, n, cstride, hstride
 
 //go:noescape
 func kdot4x2(out, q, qs *float32, codes *uint32, sb *uint16, n, cstride, hstride, groups, blocks int, q40 bool)
+
+//go:noescape
+func scaleMax2(sc *float32, n int, scale float32, mx *[2]float32)
+
+//go:noescape
+func expSum2(p, sc *float32, n int, mx, sum *[2]float32, t *[13][8]uint32)
+
+// expTable is expNeg's constants for expSum2, 8 copies each: the cut-off, log2(e), 0.5,
+// ln2 high and low, the polynomial's coefficients from 1/5040 up to 1, and 127.
+var expTable = func() (t [13][8]uint32) {
+	c := [12]float32{-87, 1.442695041, 0.5, 0.693145751953125, 1.428606765330187e-06,
+		1.0 / 5040, 1.0 / 720, 1.0 / 120, 1.0 / 24, 1.0 / 6, 1.0 / 2, 1}
+	for i := range t {
+		for j := range t[i] {
+			if i < len(c) {
+				t[i][j] = math.Float32bits(c[i])
+			} else {
+				t[i][j] = 127
+			}
+		}
+	}
+	return t
+}()
 
 //go:noescape
 func vacc8x2(acc0, acc1, p *float32, codes *uint32, sb *uint16, n, cstride, hstride int)
@@ -161,14 +188,68 @@ func (f *fusedRow) attend(st *state, k int, ks, vs seg, stride, n int) {
 	kDim, groups, vDim := f.kc.dim, f.kc.groups, f.vc.dim
 	for pr := 0; pr < (f.group+1)/2; pr++ {
 		scoresPair(f.sc, f.qp[pr*2*kDim:(pr+1)*2*kDim], f.qs[pr*2*groups:(pr+1)*2*groups], f.kc, ks, stride, n)
-		acc0, acc1 := st.softmaxLane(k+2*pr, f.sc, f.p, 0, n, f.scale, vDim), f.spare
-		if 2*pr+1 < f.group {
-			acc1 = st.softmaxLane(k+2*pr+1, f.sc, f.p, 1, n, f.scale, vDim)
-		} else { // an odd group's last head: its twin adds nothing
+		two := 2*pr+1 < f.group
+		acc0, acc1 := st.softmaxPair(k+2*pr, two, f.sc, f.p, n, f.scale, vDim)
+		if !two { // an odd group's last head: its twin adds nothing
+			acc1 = f.spare
 			for j := 0; j < n; j++ {
 				f.p[2*j+1] = 0
 			}
 		}
 		accumulatePair(acc0, acc1, f.p, f.vc, vs, stride, n)
 	}
+}
+
+// softmaxPair folds n raw scores of two heads, sc[2j+h], into the online softmax of
+// pairs k and k+1 (only k unless two): it scales them, rescales a pair's sum and values
+// when its max grows, writes the weights e^(score-max) to p[2j+h] and returns the
+// pairs' value accumulators for the caller to add the weighted values to. Runs of 4
+// positions take scaleMax2 and expSum2, the rest expNeg.
+func (st *state) softmaxPair(k int, two bool, sc, p []float32, n int, scale float32, vDim int) (acc0, acc1 []float32) {
+	lanes := 1
+	if two {
+		lanes = 2
+	}
+	_, _ = sc[2*n-1], p[2*n-1]
+	mx := [2]float32{st.m[k], float32(math.Inf(-1))}
+	if two {
+		mx[1] = st.m[k+1]
+	}
+	n4 := n &^ 3
+	if n4 > 0 {
+		scaleMax2(&sc[0], n4, scale, &mx)
+	}
+	for i := 2 * n4; i < 2*n; i++ {
+		sc[i] *= scale
+		mx[i&1] = max(mx[i&1], sc[i])
+	}
+	if !two {
+		mx[1] = mx[0] // the twin's weights are dropped; keep its exponents finite
+	}
+	for h := 0; h < lanes; h++ {
+		if mx[h] > st.m[k+h] {
+			corr := expNeg(st.m[k+h] - mx[h])
+			st.l[k+h] *= corr
+			o := st.acc[(k+h)*vDim : (k+h+1)*vDim]
+			for d := range o {
+				o[d] *= corr
+			}
+			st.m[k+h] = mx[h]
+		}
+	}
+	var sum [2]float32
+	if n4 > 0 {
+		expSum2(&p[0], &sc[0], n4, &mx, &sum, &expTable)
+	}
+	for i := 2 * n4; i < 2*n; i++ {
+		p[i] = expNeg(sc[i] - mx[i&1])
+		sum[i&1] += p[i]
+	}
+	acc0 = st.acc[k*vDim : (k+1)*vDim]
+	st.l[k] += sum[0]
+	if two {
+		acc1 = st.acc[(k+1)*vDim : (k+2)*vDim]
+		st.l[k+1] += sum[1]
+	}
+	return acc0, acc1
 }

@@ -376,3 +376,94 @@ v4coef:
 	VSTORE
 	VZEROUPPER
 	RET
+
+// func scaleMax2(sc *float32, n int, scale float32, mx *[2]float32)
+// sc[i] *= scale over n positions of two interleaved heads (n a multiple of 4), and
+// mx[h] = max(mx[h], the head's scaled scores).
+TEXT ·scaleMax2(SB), NOSPLIT, $0-32
+	MOVQ sc+0(FP), SI
+	MOVQ n+8(FP), CX
+	VBROADCASTSS scale+16(FP), Y1
+	MOVQ mx+24(FP), DI
+	VMOVQ (DI), X2
+	VMOVDDUP X2, X2
+	VINSERTF128 $1, X2, Y2, Y2
+	SHRQ $2, CX
+
+smloop:
+	VMULPS (SI), Y1, Y0
+	VMOVUPS Y0, (SI)
+	VMAXPS Y0, Y2, Y2
+	ADDQ $32, SI
+	DECQ CX
+	JNZ smloop
+
+	VEXTRACTF128 $1, Y2, X3
+	VMAXPS X3, X2, X2
+	VPERMILPS $0x4E, X2, X3
+	VMAXPS X3, X2, X2
+	VMOVQ X2, (DI)
+	VZEROUPPER
+	RET
+
+// func expSum2(p, sc *float32, n int, mx, sum *[2]float32, t *[13][8]uint32)
+// p[2j+h] = expNeg(sc[2j+h] - mx[h]) over n positions (a multiple of 4), with expNeg's
+// operations in its order (no fused multiply-add), and sum[h] = the head's Σp. t holds
+// expNeg's constants, 8 copies each (expTable).
+TEXT ·expSum2(SB), NOSPLIT, $0-48
+	MOVQ p+0(FP), DI
+	MOVQ sc+8(FP), SI
+	MOVQ n+16(FP), CX
+	MOVQ mx+24(FP), DX
+	MOVQ t+40(FP), R8
+	VMOVQ (DX), X15
+	VMOVDDUP X15, X15
+	VINSERTF128 $1, X15, Y15, Y15
+	VXORPS Y13, Y13, Y13
+	SHRQ $2, CX
+
+exloop:
+	VMOVUPS (SI), Y0
+	VSUBPS Y15, Y0, Y0           // x
+	VCMPPS $5, (R8), Y0, Y14     // keep where !(x < -87)
+	VMULPS 32(R8), Y0, Y1
+	VSUBPS 64(R8), Y1, Y1
+	VCVTTPS2DQ Y1, Y1            // k
+	VCVTDQ2PS Y1, Y2             // kf
+	VMULPS 96(R8), Y2, Y3
+	VSUBPS Y3, Y0, Y3
+	VMULPS 128(R8), Y2, Y4
+	VSUBPS Y4, Y3, Y3            // r
+	VMULPS 160(R8), Y3, Y4
+	VADDPS 192(R8), Y4, Y4
+	VMULPS Y3, Y4, Y4
+	VADDPS 224(R8), Y4, Y4
+	VMULPS Y3, Y4, Y4
+	VADDPS 256(R8), Y4, Y4
+	VMULPS Y3, Y4, Y4
+	VADDPS 288(R8), Y4, Y4
+	VMULPS Y3, Y4, Y4
+	VADDPS 320(R8), Y4, Y4
+	VMULPS Y3, Y4, Y4
+	VADDPS 352(R8), Y4, Y4
+	VMULPS Y3, Y4, Y4
+	VADDPS 352(R8), Y4, Y4       // the polynomial
+	VPADDD 384(R8), Y1, Y1
+	VPSLLD $23, Y1, Y1           // 2^k
+	VMULPS Y1, Y4, Y4
+	VANDPS Y14, Y4, Y4
+	VMOVUPS Y4, (DI)
+	VADDPS Y4, Y13, Y13
+	ADDQ $32, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ exloop
+
+	MOVQ sum+32(FP), DX
+	VEXTRACTF128 $1, Y13, X3
+	VADDPS X3, X13, X13
+	VPERMILPS $0x4E, X13, X3
+	VADDPS X3, X13, X13
+	VMOVQ X13, (DX)
+	VZEROUPPER
+	RET

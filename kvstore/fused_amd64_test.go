@@ -186,3 +186,51 @@ func TestFusedRotatingMatchesTiles(t *testing.T) {
 		}
 	}
 }
+
+// TestSoftmaxKernels: scaleMax2 and expSum2 give expNeg's weights bit for bit, the
+// per-head maxima exactly and the sums to float rounding, scores past the cut-off and
+// -Inf included.
+func TestSoftmaxKernels(t *testing.T) {
+	if !fusedSIMD {
+		t.Skip("no fused kernels on this CPU")
+	}
+	r := rand.New(rand.NewPCG(24, 24))
+	const n = 64
+	sc := make([]float32, 2*n)
+	for i := range sc {
+		sc[i] = float32(r.NormFloat64() * 30)
+	}
+	sc[5], sc[8] = float32(math.Inf(-1)), -200
+	want := append([]float32(nil), sc...)
+	wantMx := [2]float32{3, float32(math.Inf(-1))}
+	for i := range want {
+		want[i] *= 0.7
+		wantMx[i&1] = max(wantMx[i&1], want[i])
+	}
+	mx := [2]float32{3, float32(math.Inf(-1))}
+	scaleMax2(&sc[0], n, 0.7, &mx)
+	if mx != wantMx {
+		t.Fatalf("maxima %v, want %v", mx, wantMx)
+	}
+	for i := range sc {
+		if sc[i] != want[i] {
+			t.Fatalf("scaled score %d = %v, want %v", i, sc[i], want[i])
+		}
+	}
+	p := make([]float32, 2*n)
+	var sum [2]float32
+	expSum2(&p[0], &sc[0], n, &mx, &sum, &expTable)
+	var wantSum [2]float64
+	for i, x := range sc {
+		e := expNeg(x - mx[i&1])
+		if p[i] != e {
+			t.Fatalf("weight %d of score %v = %v, expNeg %v", i, x-mx[i&1], p[i], e)
+		}
+		wantSum[i&1] += float64(e)
+	}
+	for h := range sum {
+		if math.Abs(float64(sum[h])-wantSum[h]) > 1e-6*wantSum[h] {
+			t.Fatalf("sum of head %d = %v, want %v", h, sum[h], wantSum[h])
+		}
+	}
+}
