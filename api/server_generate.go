@@ -573,13 +573,11 @@ func (s *Server) handleEmbed(c *gin.Context) {
 		abortErr(c, err)
 		return
 	}
-	if len(inputs) == 0 {
-		reason, err := s.loadOnly(c.Request.Context(), j)
-		if err != nil {
+	if len(inputs) == 0 { // no input: load (or with keep_alive 0 unload) the model, as Ollama does
+		if _, err := s.loadOnly(c.Request.Context(), j); err != nil {
 			abortErr(c, err)
 			return
 		}
-		_ = reason
 		c.JSON(http.StatusOK, EmbedResponse{Model: req.Model, Embeddings: [][]float32{}})
 		return
 	}

@@ -585,3 +585,37 @@ func TestMemoryBudgetEvicts(t *testing.T) {
 		t.Fatalf("running %v, want only second:latest", got)
 	}
 }
+
+// TestModelWithoutThinkingOrTools: a Llama 3 chat template (no thinking, no tools in this version) answers
+// plainly, and asking it to think or offering it tools is a 400, as in Ollama.
+func TestModelWithoutThinkingOrTools(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "llama")
+	if err := apitest.WriteScripted(dir, testdata.Tokenizer(t, "llama3_1"), []apitest.Script{{After: "\n\n", Reply: "Hello from Llama."}}); err != nil {
+		t.Fatal(err)
+	}
+	ts := newTestServer(t, sched.Config{})
+	n, _ := registry.ParseName("llama")
+	if _, err := ts.srv.cfg.Store.ImportDir(context.Background(), n, dir); err != nil {
+		t.Fatal(err)
+	}
+	resp, body := ts.post(t, "/api/chat", `{"model":"llama","stream":false,"messages":[{"role":"user","content":"Hi"}]}`)
+	var cr ChatResponse
+	if resp.StatusCode != 200 || json.Unmarshal(body, &cr) != nil || cr.Message.Content != "Hello from Llama." || cr.Message.Thinking != "" {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	for body, msg := range map[string]string{
+		`{"model":"llama","think":true,"messages":[{"role":"user","content":"Hi"}]}`:                  `"llama" does not support thinking`,
+		`{"model":"llama","tools":[` + weatherTool + `],"messages":[{"role":"user","content":"Hi"}]}`: `"llama" does not support tools`,
+	} {
+		resp, b := ts.post(t, "/api/chat", body)
+		var e struct{ Error string }
+		if resp.StatusCode != 400 || json.Unmarshal(b, &e) != nil || e.Error != msg {
+			t.Errorf("%d %s, want 400 %s", resp.StatusCode, b, msg)
+		}
+	}
+	// think false is fine on any model.
+	resp, body = ts.post(t, "/api/generate", `{"model":"llama","stream":false,"think":false,"prompt":"Hi"}`)
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "Hello from Llama.") {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+}
