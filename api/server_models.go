@@ -203,7 +203,7 @@ func (s *Server) handlePs(c *gin.Context) {
 		case st.Forever:
 			exp = time.Now().Add(time.Duration(1<<63 - 1))
 		case exp.IsZero(): // in use: it expires keep_alive after its requests end
-			exp = time.Now().Add(5 * time.Minute)
+			exp = time.Now().Add(st.KeepAlive)
 		}
 		resp.Models = append(resp.Models, ProcessModelResponse{Name: st.Name, Model: st.Name, Size: st.Size,
 			Digest: l.lm.Commit, Details: l.details, ExpiresAt: exp, SizeVRAM: info.GPUSize,

@@ -389,8 +389,9 @@ type Status struct {
 	Model     Model
 	Size      int64
 	Active    int
-	ExpiresAt time.Time // zero while requests hold it or when it is kept forever
-	Forever   bool      // keep_alive < 0
+	ExpiresAt time.Time     // zero while requests hold it or when it is kept forever
+	Forever   bool          // keep_alive < 0
+	KeepAlive time.Duration // of the latest request: how long it stays once idle
 }
 
 // Running lists the loaded models, most recently used first.
@@ -404,7 +405,7 @@ func (s *Scheduler) Running() []Status {
 			continue
 		}
 		out = append(out, Status{Key: e.req.Key, Name: e.req.Name, Model: e.model, Size: e.size, Active: e.active,
-			ExpiresAt: e.expires, Forever: e.keep < 0})
+			ExpiresAt: e.expires, Forever: e.keep < 0, KeepAlive: e.keep})
 		last = append(last, e.lastUsed)
 	}
 	idx := make([]int, len(out))
