@@ -92,7 +92,7 @@ func TestRunOneShot(t *testing.T) {
 	if want := "Thinking...\n" + apitest.ToolThinking + "\n...done thinking.\n\n" + toolText + "\n"; err != nil || out != want {
 		t.Fatalf("%v: %q, want %q\n%s", err, out, want, errs)
 	}
-	out, _, err = runClient(t, "", "scripted", "Weather?", "--hidethinking")
+	out, _, err = runClient(t, "", "scripted", "Weather?", "--think", "--hidethinking")
 	if err != nil || out != toolText+"\n" {
 		t.Fatalf("--hidethinking: %v %q", err, out)
 	}

@@ -130,6 +130,7 @@ func newRunCmd() *cobra.Command {
 	f := cmd.Flags()
 	f.BoolVar(&verbose, "verbose", false, "show timings after each answer")
 	f.StringVar(&think, "think", "", "thinking models: true, false, or a level (high, medium, low); default: the model's")
+	f.Lookup("think").NoOptDefVal = "true" // --think alone turns it on, as in ollama
 	f.BoolVar(&hideThinking, "hidethinking", false, "do not show the model's thinking")
 	f.StringVar(&keepAlive, "keepalive", "", "how long the model stays loaded after this session (e.g. 10m, 1h; -1: forever)")
 	f.StringVar(&system, "system", "", "a system message")
