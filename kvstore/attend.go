@@ -155,20 +155,17 @@ func attendPart(t tiler, s *scratch, a Attention, st *state, length, h, r0, r1, 
 			for g := 0; g < group; g++ {
 				q := a.Q[(i*a.Heads+h*group+g)*kDim:][:kDim]
 				k := (i-r0)*group + g
-				mx := st.m[k]
 				sc := scores[:end-from]
 				j := 0
 				var s4 [4]float32
 				for ; j+4 <= len(sc); j += 4 { // four keys per pass over q
 					quant.DotRows4(&s4, q, kt[j*kDim:], kDim)
-					sc[j], sc[j+1], sc[j+2], sc[j+3] = a.Scale*s4[0], a.Scale*s4[1], a.Scale*s4[2], a.Scale*s4[3]
+					copy(sc[j:j+4], s4[:])
 				}
 				for ; j < len(sc); j++ {
-					sc[j] = a.Scale * dot(q, kt[j*kDim:(j+1)*kDim])
+					sc[j] = dot(q, kt[j*kDim:(j+1)*kDim])
 				}
-				for _, x := range sc {
-					mx = max(mx, x)
-				}
+				mx := scaleMax(sc, a.Scale, st.m[k])
 				o := st.acc[k*vDim : (k+1)*vDim]
 				if mx > st.m[k] {
 					corr := expNeg(st.m[k] - mx)
@@ -178,10 +175,7 @@ func attendPart(t tiler, s *scratch, a Attention, st *state, length, h, r0, r1, 
 					}
 					st.m[k] = mx
 				}
-				for j := range sc {
-					sc[j] = expNeg(sc[j] - mx)
-					st.l[k] += sc[j]
-				}
+				st.l[k] += expSum(sc, mx)
 				j = 0
 				for ; j+4 <= len(sc); j += 4 { // four values per pass over o
 					quant.AxpyRows4(o, vt[j*vDim:], vDim, (*[4]float32)(sc[j:j+4]))

@@ -6,9 +6,9 @@ import (
 	"golang.org/x/sys/cpu"
 )
 
-// fusedSIMD reports whether decode attention over 4- and 8-bit affine caches reads the
-// codes in place with the kernels of fused_amd64.s (tests turn it off to compare them
-// with the tile path).
+// fusedSIMD reports whether the kernels of fused_amd64.s run: decode attention over 4-
+// and 8-bit affine and q4_0 caches reads the codes in place, and every attention's
+// softmax is vectorized (tests turn it off to compare with the plain Go path).
 var fusedSIMD = cpu.X86.HasAVX2 && cpu.X86.HasFMA && cpu.X86.HasF16C
 
 //go:noescape
@@ -252,4 +252,39 @@ func (st *state) softmaxPair(k int, two bool, sc, p []float32, n int, scale floa
 		st.l[k+1] += sum[1]
 	}
 	return acc0, acc1
+}
+
+// scaleMax multiplies the scores sc by scale and returns the larger of mx and their
+// maximum; runs of 8 take scaleMax2 (as 4 positions of two heads with one max).
+func scaleMax(sc []float32, scale, mx float32) float32 {
+	i := 0
+	if fusedSIMD && len(sc) >= 8 {
+		i = len(sc) &^ 7
+		m := [2]float32{mx, mx}
+		scaleMax2(&sc[0], i/2, scale, &m)
+		mx = max(m[0], m[1])
+	}
+	for ; i < len(sc); i++ {
+		sc[i] *= scale
+		mx = max(mx, sc[i])
+	}
+	return mx
+}
+
+// expSum replaces the scores sc by e^(score-mx) and returns their sum; runs of 8 take
+// expSum2 as scaleMax does scaleMax2.
+func expSum(sc []float32, mx float32) float32 {
+	i := 0
+	var s float32
+	if fusedSIMD && len(sc) >= 8 {
+		i = len(sc) &^ 7
+		m, sum := [2]float32{mx, mx}, [2]float32{}
+		expSum2(&sc[0], &sc[0], i/2, &m, &sum, &expTable)
+		s = sum[0] + sum[1]
+	}
+	for ; i < len(sc); i++ {
+		sc[i] = expNeg(sc[i] - mx)
+		s += sc[i]
+	}
+	return s
 }

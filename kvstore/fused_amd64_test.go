@@ -234,3 +234,36 @@ func TestSoftmaxKernels(t *testing.T) {
 		}
 	}
 }
+
+// TestScaleMaxExpSum: the tile path's softmax helpers, any length, agree with the
+// plain loops (weights and maxima bit for bit).
+func TestScaleMaxExpSum(t *testing.T) {
+	if !fusedSIMD {
+		t.Skip("no fused kernels on this CPU")
+	}
+	r := rand.New(rand.NewPCG(25, 25))
+	for n := 1; n <= 40; n++ {
+		sc := randVec(r, n)
+		for i := range sc {
+			sc[i] *= 20
+		}
+		plain := append([]float32(nil), sc...)
+		mx := scaleMax(sc, 0.3, -5)
+		sum := expSum(sc, mx)
+		fusedSIMD = false
+		wantMx := scaleMax(plain, 0.3, -5)
+		wantSum := expSum(plain, wantMx)
+		fusedSIMD = true
+		if mx != wantMx {
+			t.Fatalf("n %d: max %v, plain %v", n, mx, wantMx)
+		}
+		for i := range sc {
+			if sc[i] != plain[i] {
+				t.Fatalf("n %d: weight %d = %v, plain %v", n, i, sc[i], plain[i])
+			}
+		}
+		if math.Abs(float64(sum-wantSum)) > 1e-6*float64(wantSum) {
+			t.Fatalf("n %d: sum %v, plain %v", n, sum, wantSum)
+		}
+	}
+}
