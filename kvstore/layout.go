@@ -2,6 +2,9 @@ package kvstore
 
 import (
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 )
 
 // LayerKind is what one layer of a model keeps between tokens.
@@ -74,6 +77,10 @@ type Layout struct {
 	MaxKVSize        int    // >0: full-attention layers keep only the last MaxKVSize tokens
 	Specs            []Spec // per model layer; the zero Spec for layers without KV
 	KVLayerCount     int
+	// F16Layers counts the KV layers the policy kept fp16 because no KV group size
+	// (32, 64, 128) divides their head_dim; F16HeadDims lists those head_dims.
+	F16Layers   int
+	F16HeadDims []int
 }
 
 // NewLayout assigns base to every KV layer of m, and boundary to the first and last
@@ -81,6 +88,14 @@ type Layout struct {
 // Boundary layers never get a tighter format than base, for keys and values separately:
 // with an fp16 base every layer is fp16.
 func NewLayout(m ModelShape, base Spec, boundaryLayers int, boundary Spec) (Layout, error) {
+	return newLayout(m, base, boundaryLayers, boundary, nil)
+}
+
+// layerFit adapts a layer's spec to its head dimensions (the policy's group choice);
+// f16 reports that the layer falls back to fp16.
+type layerFit func(s Spec, kHeadDim, vHeadDim int, boundary bool) (out Spec, f16 bool, err error)
+
+func newLayout(m ModelShape, base Spec, boundaryLayers int, boundary Spec, fit layerFit) (Layout, error) {
 	if boundaryLayers < 0 {
 		return Layout{}, fmt.Errorf("kvstore: negative boundary layer count %d", boundaryLayers)
 	}
@@ -95,11 +110,32 @@ func NewLayout(m ModelShape, base Spec, boundaryLayers int, boundary Spec) (Layo
 	kv := m.KVLayers()
 	l.KVLayerCount = len(kv)
 	for n, i := range kv {
-		s := base
-		if n < boundaryLayers || n >= len(kv)-boundaryLayers {
+		s, isBoundary := base, n < boundaryLayers || n >= len(kv)-boundaryLayers
+		if isBoundary {
 			s = boundary
 		}
 		ls := m.Layers[i]
+		if fit != nil {
+			fs, f16, err := fit(s, ls.KHeadDim, ls.VHeadDim, isBoundary)
+			if err != nil {
+				return Layout{}, fmt.Errorf("layer %d: %w", i, err)
+			}
+			if f16 {
+				l.F16Layers++
+				if !slices.Contains(l.F16HeadDims, ls.KHeadDim) {
+					l.F16HeadDims = append(l.F16HeadDims, ls.KHeadDim)
+				}
+			}
+			s = fs
+		}
+		if fit != nil && n == 0 { // the spec strings show the groups the first KV layer got
+			if fb, f16, _ := fit(base, ls.KHeadDim, ls.VHeadDim, false); !f16 {
+				l.Base = fb
+			}
+			if fb, f16, _ := fit(boundary, ls.KHeadDim, ls.VHeadDim, true); !f16 {
+				l.Boundary = fb
+			}
+		}
 		if err := s.Validate(ls.KHeadDim, ls.VHeadDim); err != nil {
 			return Layout{}, fmt.Errorf("layer %d: %w", i, err)
 		}
@@ -169,6 +205,13 @@ func (l Layout) String() string {
 	}
 	if l.MaxKVSize > 0 {
 		out += fmt.Sprintf(", max %d tokens", l.MaxKVSize)
+	}
+	if l.F16Layers > 0 {
+		dims := make([]string, len(l.F16HeadDims))
+		for i, d := range l.F16HeadDims {
+			dims[i] = strconv.Itoa(d)
+		}
+		out += fmt.Sprintf(", fp16 in %d layers (head_dim %s: no KV group of 32, 64 or 128 divides it)", l.F16Layers, strings.Join(dims, "/"))
 	}
 	return out + fmt.Sprintf(", %d of %d layers with KV", l.KVLayerCount, len(l.Specs))
 }

@@ -110,7 +110,7 @@ func Choose(in PolicyInput) (Plan, error) {
 		if !r.boundary && o.BoundaryLayers == nil && o.Bits == nil {
 			n = 0
 		}
-		l, err := NewLayout(in.Model, o.withGroups(bits), n, boundary)
+		l, err := newLayout(in.Model, o.withGroups(bits), n, boundary, o.fitLayer)
 		l.QuantizedKVStart, l.MaxKVSize = o.QuantizedKVStart, o.MaxKVSize
 		return l, err
 	}
@@ -174,10 +174,75 @@ func Choose(in PolicyInput) (Plan, error) {
 	case chosen > 0:
 		p.Reason += "; the tightest spec"
 	}
+	if p.Layout.F16Layers > 0 {
+		p.Reason += fmt.Sprintf("; %d KV layers kept fp16: no KV group size divides their head_dim", p.Layout.F16Layers)
+	}
 	if p.Context < want {
 		p.Reason += fmt.Sprintf("; context %d reduced to %d, the most that fits", want, p.Context)
 	}
 	return p, nil
+}
+
+// groupChoices are the affine group sizes the policy may pick, largest first.
+var groupChoices = []int{128, 64, 32}
+
+// fitLayer is the policy's group choice for one layer. A group size the user did not
+// set shrinks to the largest of 128/64/32 that divides the head_dim and is not above
+// the default; when none does (head_dim below 32 or not a multiple of 32) the layer
+// stays fp16, unless the user set the bits. A user's setting that cannot fit is an
+// error naming the setting and the head_dim.
+func (o *Options) fitLayer(s Spec, kHeadDim, vHeadDim int, boundary bool) (Spec, bool, error) {
+	bitsName := "kv-bits"
+	userBits := o.Bits != nil
+	if boundary {
+		bitsName = "kv-boundary-bits"
+		userBits = o.BoundaryBits != nil || o.Bits != nil
+		if o.BoundaryBits == nil {
+			bitsName = "kv-bits"
+		}
+	}
+	fit := func(f Format, headDim int, which string) (Format, bool, error) {
+		if f.Mode == F16 || headDim%f.Group == 0 {
+			return f, false, nil
+		}
+		if f.Mode == Affine && o.GroupSize == nil {
+			for _, g := range groupChoices {
+				if g <= f.Group && headDim%g == 0 {
+					f.Group = g
+					return f, false, nil
+				}
+			}
+		}
+		switch {
+		case f.Mode == Affine && o.GroupSize != nil:
+			return f, false, fmt.Errorf("%s head_dim %d is not a multiple of the KV group size %d set by %s: choose a group size that divides it, or leave it to the policy",
+				which, headDim, f.Group, o.from("kv-group-size"))
+		case userBits:
+			return f, false, fmt.Errorf("%s head_dim %d cannot hold %s (set by %s): no KV group of 32, 64 or 128 divides it; use 16 (fp16) for this model",
+				which, headDim, f, o.from(bitsName))
+		}
+		return FormatF16, true, nil
+	}
+	k, kf16, err := fit(s.K, kHeadDim, "key")
+	if err != nil {
+		return s, false, err
+	}
+	v, vf16, err := fit(s.V, vHeadDim, "value")
+	if err != nil {
+		return s, false, err
+	}
+	if kf16 || vf16 {
+		return SpecF16, true, nil
+	}
+	return Spec{K: k, V: v}, false, nil
+}
+
+// from names where a setting came from ("--kv-bits", "MLXG_KV_BITS").
+func (o *Options) from(name string) string {
+	if src := o.Source[name]; src != "" {
+		return src
+	}
+	return "--" + name
 }
 
 // fitContext is the largest ctx ≤ maxCtx with l.Bytes(ctx) ≤ free, rounded down to
