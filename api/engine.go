@@ -12,8 +12,10 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/registry"
@@ -90,6 +92,7 @@ func (l *EngineLoader) Load(ctx context.Context, m *registry.LocalModel, numCtx 
 	cb := &captureBackend{Backend: backend}
 	opts := runner.LoadOptions{Backend: cb, Logger: l.Logger, Prefix: l.Prefix}
 	kvSpec, size := "fp16", m.Size+fp16KV(info, numCtx)
+	seqPlan := new(atomic.Pointer[kvstore.Plan]) // the KV policy's plan for the latest sequence
 	if l.KV != nil {
 		shape, plan, err := l.plan(m, numCtx, false)
 		if err != nil {
@@ -103,7 +106,10 @@ func (l *EngineLoader) Load(ctx context.Context, m *registry.LocalModel, numCtx 
 			l.Prefix.SetBudget(plan.PrefixBudget)
 		}
 		opts.KVCache = func(_ *model.Model, n int) ([]kvstore.Layer, error) {
-			caches, _, err := l.KV.Caches(m.Dir, shape, n)
+			caches, plan, err := l.KV.Caches(m.Dir, shape, n)
+			if err == nil {
+				seqPlan.Store(&plan) // for the PERF line
+			}
 			return caches, err
 		}
 	}
@@ -114,7 +120,7 @@ func (l *EngineLoader) Load(ctx context.Context, m *registry.LocalModel, numCtx 
 	if max := e.Model.Config.MaxPositions; max > 0 && numCtx > max {
 		numCtx = max
 	}
-	em := &engineModel{e: e, cb: cb, numCtx: numCtx, template: info.ChatTemplate, kvSpec: kvSpec, size: size}
+	em := &engineModel{e: e, cb: cb, numCtx: numCtx, template: info.ChatTemplate, kvSpec: kvSpec, size: size, seqPlan: seqPlan}
 	if backend.Name() != "" && !strings.HasPrefix(backend.Name(), "cpu") {
 		em.gpu = size // Metal: unified memory, all of it GPU-visible
 	}
@@ -138,6 +144,7 @@ type engineModel struct {
 	kvSpec   string
 	size     int64
 	gpu      int64
+	seqPlan  *atomic.Pointer[kvstore.Plan] // nil plan without a KV policy
 	// mu: generations share the model (RLock); an embedding takes it alone (Lock), since it reads hidden
 	// states through the backend wrapper.
 	mu sync.RWMutex
@@ -191,7 +198,16 @@ func (m *engineModel) Generate(ctx context.Context, in GenerateInput, emit func(
 	if res.MessagesDropped > 0 {
 		st.Perf = append(st.Perf, "messages_dropped", res.MessagesDropped)
 	}
-	st.Perf = append(st.Perf, "kv", m.kvSpec)
+	// The spec and pressure the policy chose for the newest sequence (concurrent requests may
+	// see each other's; the pressure is the machine's either way).
+	spec, pressure := m.kvSpec, ""
+	if p := m.seqPlan.Load(); p != nil {
+		spec, pressure = p.Layout.String(), p.Memory.Pressure.String()
+	}
+	st.Perf = append(st.Perf, "kv", strconv.Quote(spec), "kv_bytes", res.KVBytes)
+	if pressure != "" {
+		st.Perf = append(st.Perf, "pressure", pressure)
+	}
 	if res.Prefix != nil {
 		st.Perf = append(st.Perf, res.Prefix.Perf()...)
 	}

@@ -163,6 +163,7 @@ type Result struct {
 	EvalDuration    time.Duration
 	TotalDuration   time.Duration
 	Prefix          *kvstore.RequestStats // what the prefix cache gave; nil without one
+	KVBytes         int64                 // what the sequence's caches held at the end
 }
 
 // PromptRate is prefill speed in tokens per second.
@@ -389,6 +390,11 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 	res.PromptDuration = decodeStart.Sub(start)
 	finish := func(reason string, err error) (*Result, error) {
 		pf.finish(seq, caches)
+		for _, c := range caches {
+			if c != nil {
+				res.KVBytes += c.Bytes()
+			}
+		}
 		res.DoneReason = reason
 		res.EvalCount = len(res.Tokens)
 		res.EvalDuration = time.Since(decodeStart)
