@@ -36,7 +36,7 @@ type EngineLoader struct {
 	KV     *kvstore.Policy
 	Logger *slog.Logger
 	// Prefix shares prompt prefixes between requests (RAM and SSD tiers); nil: none. Its RAM
-	// budget is the KV policy's prefix budget, set on each load.
+	// budget is the KV policy's prefix budget, set on each load and each request.
 	Prefix *kvstore.PrefixCache
 }
 
@@ -109,6 +109,11 @@ func (l *EngineLoader) Load(ctx context.Context, m *registry.LocalModel, numCtx 
 			caches, plan, err := l.KV.Caches(m.Dir, shape, n)
 			if err == nil {
 				seqPlan.Store(&plan) // for the PERF line
+				if l.Prefix != nil {
+					// The budget follows the pressure read for this request: it shrinks under
+					// warn, and critical (budget 0) drops the RAM blocks no sequence holds.
+					l.Prefix.SetBudget(plan.PrefixBudget)
+				}
 			}
 			return caches, err
 		}

@@ -126,3 +126,27 @@ func TestPerfLineKVBytesAndPressure(t *testing.T) {
 		t.Errorf("/api/ps kv_cache %q (PERF %q)", ps.Models[0].KVCache, perf[0][1])
 	}
 }
+
+// The prefix cache's RAM budget follows the pressure read on each request: critical drops
+// the RAM blocks, normal keeps them again.
+func TestPrefixBudgetPerRequest(t *testing.T) {
+	ks := startKVServer(t)
+	ks.chat(t, "Weather?")
+	if st := ks.prefix.Stats(); st.RAMBlocks == 0 {
+		t.Fatalf("no RAM prefix blocks after the first request: %+v", st)
+	}
+	ks.sensor.set(sysmem.Critical)
+	ks.chat(t, "Rain?")
+	if st := ks.prefix.Stats(); st.RAMBlocks != 0 || st.RAMBytes != 0 {
+		t.Errorf("critical pressure kept %d RAM prefix blocks (%d bytes)", st.RAMBlocks, st.RAMBytes)
+	}
+	ks.sensor.set(sysmem.Normal)
+	ks.chat(t, "Snow?")
+	if st := ks.prefix.Stats(); st.RAMBlocks == 0 {
+		t.Errorf("normal pressure again: no RAM prefix blocks: %+v", st)
+	}
+	hits := regexp.MustCompile(`ram_hit=(\d+)`).FindAllStringSubmatch(ks.logs.String(), -1)
+	if len(hits) != 3 || hits[1][1] != "0" {
+		t.Errorf("ram_hit per request %q, want 3 requests and none for the critical one", hits)
+	}
+}
