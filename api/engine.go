@@ -20,6 +20,7 @@ import (
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/registry"
 	"github.com/mlxg/mlxg/runner"
+	"github.com/mlxg/mlxg/runner/backend"
 	"github.com/mlxg/mlxg/runner/compute"
 	"github.com/mlxg/mlxg/runner/cpu"
 	"github.com/mlxg/mlxg/runner/model"
@@ -31,6 +32,11 @@ type EngineLoader struct {
 	// Backend runs every model; nil means a CPU backend with Threads goroutines per model.
 	Backend compute.Backend
 	Threads int
+	// ForModel, when set, gives each model a backend of its own instead (runner/backend's
+	// Choice.ForModel: Metal's weights wrap the model's mmap and are held until that backend
+	// closes). It is released with backend.Release before the model closes, and is given the
+	// KV policy's plan (backend.ApplyPlan: Metal's memory limits) before the weights load.
+	ForModel func() (compute.Backend, error)
 	// KV chooses each model's KV cache layout and context from the memory it reads; nil means fp16
 	// full-attention caches sized by the request's num_ctx.
 	KV     *kvstore.Policy
@@ -85,11 +91,40 @@ func (l *EngineLoader) Load(ctx context.Context, m *registry.LocalModel, numCtx 
 	if err != nil {
 		return nil, err
 	}
-	backend := l.Backend
-	if backend == nil {
-		backend = cpu.New(l.Threads)
+	be := l.Backend
+	if l.ForModel != nil {
+		if be, err = l.ForModel(); err != nil {
+			return nil, fmt.Errorf("starting a compute backend for %s: %w", m.Dir, err)
+		}
 	}
-	cb := &captureBackend{Backend: backend}
+	if be == nil {
+		be = cpu.New(l.Threads)
+	}
+	release := func() {
+		if l.ForModel != nil {
+			if err := backend.Release(be); err != nil {
+				l.logger().Warn("releasing the compute backend", "model", m.Dir, "err", err)
+			}
+		}
+	}
+	em, err := l.load(m, info, be, numCtx)
+	if err != nil {
+		release()
+		return nil, err
+	}
+	em.release = release
+	return em, nil
+}
+
+func (l *EngineLoader) logger() *slog.Logger {
+	if l.Logger != nil {
+		return l.Logger
+	}
+	return slog.Default()
+}
+
+func (l *EngineLoader) load(m *registry.LocalModel, info *registry.ModelInfo, be compute.Backend, numCtx int) (*engineModel, error) {
+	cb := &captureBackend{Backend: be}
 	opts := runner.LoadOptions{Backend: cb, Logger: l.Logger, Prefix: l.Prefix}
 	kvSpec, size := "fp16", m.Size+fp16KV(info, numCtx)
 	seqPlan := new(atomic.Pointer[kvstore.Plan]) // the KV policy's plan for the latest sequence
@@ -102,6 +137,9 @@ func (l *EngineLoader) Load(ctx context.Context, m *registry.LocalModel, numCtx 
 			numCtx = plan.Context // the largest context that fits
 		}
 		kvSpec, size = plan.Layout.String(), plan.Peak()
+		if err := backend.ApplyPlan(be, plan); err != nil {
+			return nil, fmt.Errorf("%s: setting the backend's memory limits: %w", be.Name(), err)
+		}
 		if l.Prefix != nil {
 			l.Prefix.SetBudget(plan.PrefixBudget)
 		}
@@ -126,7 +164,7 @@ func (l *EngineLoader) Load(ctx context.Context, m *registry.LocalModel, numCtx 
 		numCtx = max
 	}
 	em := &engineModel{e: e, cb: cb, numCtx: numCtx, template: info.ChatTemplate, kvSpec: kvSpec, size: size, seqPlan: seqPlan}
-	if backend.Name() != "" && !strings.HasPrefix(backend.Name(), "cpu") {
+	if be.Name() != "" && !strings.HasPrefix(be.Name(), "cpu") {
 		em.gpu = size // Metal: unified memory, all of it GPU-visible
 	}
 	fim := [3]string{"<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"}
@@ -150,12 +188,19 @@ type engineModel struct {
 	size     int64
 	gpu      int64
 	seqPlan  *atomic.Pointer[kvstore.Plan] // nil plan without a KV policy
+	release  func()                        // the model's own backend, released before the model closes
 	// mu: generations share the model (RLock); an embedding takes it alone (Lock), since it reads hidden
 	// states through the backend wrapper.
 	mu sync.RWMutex
 }
 
-func (m *engineModel) Close() error { return m.e.Close() }
+// Close releases the model's backend first (Metal's arrays wrap the checkpoint's mmap), then the model.
+func (m *engineModel) Close() error {
+	if m.release != nil {
+		m.release()
+	}
+	return m.e.Close()
+}
 
 func (m *engineModel) Info() LoadedInfo {
 	return LoadedInfo{ContextLength: m.numCtx, ChatTemplate: m.template, FIM: m.fim, Size: m.size, GPUSize: m.gpu, KVSpec: m.kvSpec}

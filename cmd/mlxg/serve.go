@@ -140,7 +140,7 @@ func serve(ctx context.Context, logw io.Writer, kv *kvstore.Options, pc *kvstore
 	defer prefix.Close()
 	srv, err := api.NewServer(api.ServerConfig{
 		Store:         store,
-		Loader:        &api.EngineLoader{Backend: choice.Backend, Threads: threads, KV: &kvstore.Policy{Options: *kv, Log: log}, Logger: log, Prefix: prefix},
+		Loader:        &api.EngineLoader{Backend: choice.Backend, ForModel: choice.ForModel, Threads: threads, KV: &kvstore.Policy{Options: *kv, Log: log}, Logger: log, Prefix: prefix},
 		Sched:         sc,
 		Origins:       api.OriginsFromEnv(os.Getenv),
 		ContextLength: ctxLen,
