@@ -9,15 +9,19 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/mlxg/mlxg/api"
+	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/runner"
 	"github.com/mlxg/mlxg/runner/backend"
+	"github.com/mlxg/mlxg/runner/model"
 	"github.com/mlxg/mlxg/runner/template"
 )
 
@@ -28,7 +32,8 @@ With a PROMPT (or text on stdin) mlxg answers it and exits; otherwise it starts 
 exits). Like every command it talks to the server at MLXG_HOST/OLLAMA_HOST, starting ` + "`mlxg serve`" + ` in
 the background when none answers, and pulls the model first when it is not on this machine.
 
-MODEL may also be a checkpoint directory, which runs in this process without a server.
+MODEL may also be a checkpoint directory, which runs one prompt in this process without a server, with
+the KV cache the server's policy would choose (the --kv-* flags and MLXG_KV_* variables as for serve).
 Generation options take Ollama's names, e.g.
   -o num_predict=64 -o temperature=0 -o seed=1 -o stop="\n\n" -o num_ctx=8192`
 
@@ -38,6 +43,7 @@ func newRunCmd() *cobra.Command {
 		think, system, keepAlive   string
 		threads                    int
 		options                    []string
+		kv                         kvstore.Options
 	)
 	cmd := &cobra.Command{
 		Use:   "run MODEL [PROMPT]",
@@ -69,7 +75,10 @@ func newRunCmd() *cobra.Command {
 				if interactive {
 					return fmt.Errorf("%s is a directory: a chat needs the server; import it with mlxg create NAME --from %s, or give a prompt", model, model)
 				}
-				return runDirectory(cmd, model, prompt, options, raw, think, system, threads, verbose)
+				if err := kv.ApplyEnv(os.Getenv); err != nil {
+					return err
+				}
+				return runDirectory(cmd, model, prompt, options, raw, think, system, threads, verbose, kv)
 			}
 
 			s := &chatSession{model: model, options: map[string]any{}, system: system, hideThinking: hideThinking,
@@ -137,6 +146,11 @@ func newRunCmd() *cobra.Command {
 	f.BoolVar(&raw, "raw", false, "send the prompt without the chat template")
 	f.IntVar(&threads, "threads", 0, "CPU threads when MODEL is a directory run in-process (0: all cores)")
 	f.StringArrayVarP(&options, "option", "o", nil, "a generation option NAME=VALUE (Ollama's names; repeatable)")
+	// The server's KV settings, for a directory run in this process (a server has its own).
+	kvFlags := pflag.NewFlagSet("kv", pflag.ContinueOnError)
+	kv.RegisterFlags(kvFlags)
+	kvFlags.VisitAll(func(fl *pflag.Flag) { fl.Usage = "MODEL a directory: " + fl.Usage })
+	f.AddFlagSet(kvFlags)
 	return cmd
 }
 
@@ -163,7 +177,7 @@ func runRawPrompt(ctx context.Context, s *chatSession, prompt string) error {
 }
 
 // runDirectory answers one prompt with a checkpoint directory, in this process.
-func runDirectory(cmd *cobra.Command, dir, prompt string, options []string, raw bool, think, system string, threads int, verbose bool) error {
+func runDirectory(cmd *cobra.Command, dir, prompt string, options []string, raw bool, think, system string, threads int, verbose bool, kv kvstore.Options) error {
 	opts, err := parseRunOptions(options)
 	if err != nil {
 		return err
@@ -177,12 +191,47 @@ func runDirectory(cmd *cobra.Command, dir, prompt string, options []string, raw 
 	if err != nil {
 		return err
 	}
-	start := time.Now()
-	e, err := runner.Load(dir, runner.LoadOptions{Backend: choice.Backend, Logger: log})
+	// The KV cache as serve would choose it: the policy's plan from the memory it reads
+	// and the user's KV settings, the backend's limits from that plan, and the policy's
+	// caches for the sequence.
+	config, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return fmt.Errorf("%s is not a checkpoint directory: %w", dir, err)
+	}
+	shape, err := kvstore.ShapeFromConfig(config, weightBytes(dir))
+	if err != nil {
+		return fmt.Errorf("%s: %w", dir, err)
+	}
+	policy := &kvstore.Policy{Options: kv, Log: log}
+	plan, err := policy.Plan(dir, shape, opts.NumCtx, false)
+	if err != nil {
+		return fmt.Errorf("%s: %w", dir, err)
+	}
+	if plan.Context > 0 && plan.Context < opts.NumCtx {
+		opts.NumCtx = plan.Context // the largest context that fits
+	}
+	be, err := choice.ForModel()
 	if err != nil {
 		return err
 	}
-	defer e.Close()
+	if err := backend.ApplyPlan(be, plan); err != nil {
+		_ = backend.Release(be)
+		return err
+	}
+	start := time.Now()
+	e, err := runner.Load(dir, runner.LoadOptions{Backend: be, Logger: log,
+		KVCache: func(_ *model.Model, n int) ([]kvstore.Layer, error) {
+			caches, _, err := policy.Caches(dir, shape, n)
+			return caches, err
+		}})
+	if err != nil {
+		_ = backend.Release(be)
+		return err
+	}
+	defer func() {
+		_ = backend.Release(be) // before the model: Metal's arrays wrap its mmap
+		e.Close()
+	}()
 	load := time.Since(start)
 	req := runner.Request{Options: opts}
 	switch {
@@ -219,6 +268,18 @@ func runDirectory(cmd *cobra.Command, dir, prompt string, options []string, raw 
 		printStats(cmd.ErrOrStderr(), res, load, time.Since(start))
 	}
 	return nil
+}
+
+// weightBytes adds the sizes of a checkpoint directory's safetensors files.
+func weightBytes(dir string) int64 {
+	var n int64
+	files, _ := filepath.Glob(filepath.Join(dir, "*.safetensors"))
+	for _, f := range files {
+		if fi, err := os.Stat(f); err == nil {
+			n += fi.Size()
+		}
+	}
+	return n
 }
 
 // parseRunOptions applies NAME=VALUE pairs to Ollama's defaults. A value is read as JSON
