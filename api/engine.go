@@ -127,6 +127,7 @@ func (l *EngineLoader) load(m *registry.LocalModel, info *registry.ModelInfo, be
 	cb := &captureBackend{Backend: be}
 	opts := runner.LoadOptions{Backend: cb, Logger: l.Logger, Prefix: l.Prefix}
 	kvSpec, size := "fp16", m.Size+fp16KV(info, numCtx)
+	peak := size
 	seqPlan := new(atomic.Pointer[kvstore.Plan]) // the KV policy's plan for the latest sequence
 	if l.KV != nil {
 		shape, plan, err := l.plan(m, numCtx, false)
@@ -136,7 +137,7 @@ func (l *EngineLoader) load(m *registry.LocalModel, info *registry.ModelInfo, be
 		if plan.Context > 0 && plan.Context < numCtx {
 			numCtx = plan.Context // the largest context that fits
 		}
-		kvSpec, size = plan.Layout.String(), plan.Peak()
+		kvSpec, size, peak = plan.Layout.String(), plan.Weights+plan.KVBytes, plan.Peak()
 		if err := backend.ApplyPlan(be, plan); err != nil {
 			return nil, fmt.Errorf("%s: setting the backend's memory limits: %w", be.Name(), err)
 		}
@@ -163,7 +164,7 @@ func (l *EngineLoader) load(m *registry.LocalModel, info *registry.ModelInfo, be
 	if max := e.Model.Config.MaxPositions; max > 0 && numCtx > max {
 		numCtx = max
 	}
-	em := &engineModel{e: e, cb: cb, numCtx: numCtx, template: info.ChatTemplate, kvSpec: kvSpec, size: size, seqPlan: seqPlan}
+	em := &engineModel{e: e, cb: cb, numCtx: numCtx, template: info.ChatTemplate, kvSpec: kvSpec, size: size, peak: peak, seqPlan: seqPlan}
 	if be.Name() != "" && !strings.HasPrefix(be.Name(), "cpu") {
 		em.gpu = size // Metal: unified memory, all of it GPU-visible
 	}
@@ -185,7 +186,8 @@ type engineModel struct {
 	template string
 	fim      [3]string
 	kvSpec   string
-	size     int64
+	size     int64 // resident: weights and KV at numCtx
+	peak     int64 // the policy's predicted peak
 	gpu      int64
 	seqPlan  *atomic.Pointer[kvstore.Plan] // nil plan without a KV policy
 	release  func()                        // the model's own backend, released before the model closes
@@ -203,7 +205,7 @@ func (m *engineModel) Close() error {
 }
 
 func (m *engineModel) Info() LoadedInfo {
-	return LoadedInfo{ContextLength: m.numCtx, ChatTemplate: m.template, FIM: m.fim, Size: m.size, GPUSize: m.gpu, KVSpec: m.kvSpec}
+	return LoadedInfo{ContextLength: m.numCtx, ChatTemplate: m.template, FIM: m.fim, Size: m.size, Peak: m.peak, GPUSize: m.gpu, KVSpec: m.kvSpec}
 }
 
 func toTemplate(messages []map[string]any, tools []json.RawMessage) ([]template.Message, []any) {

@@ -125,6 +125,18 @@ func TestPerfLineKVBytesAndPressure(t *testing.T) {
 		ps.Models[0].KVCache != perf[0][1] || !strings.HasPrefix(perf[1][1], "K4/V4") {
 		t.Errorf("/api/ps kv_cache %q (PERF %q)", ps.Models[0].KVCache, perf[0][1])
 	}
+
+	// size is the resident size, as Ollama's: weights and KV at the context; size_peak adds
+	// the policy's overhead (512 MiB + weights/50) and is what the scheduler budgets.
+	load := regexp.MustCompile(`msg="kv policy" .* kv_bytes=(\d+) .* weights=(\d+) .*pressure=normal`).FindStringSubmatch(ks.logs.String())
+	if load == nil {
+		t.Fatalf("no load-time kv policy line:\n%s", ks.logs.String())
+	}
+	kv, _ := strconv.ParseInt(load[1], 10, 64)
+	weights, _ := strconv.ParseInt(load[2], 10, 64)
+	if got := ps.Models[0]; got.Size != weights+kv || got.PeakSize != weights+kv+512<<20+weights/50 {
+		t.Errorf("/api/ps size %d size_peak %d, want weights %d + kv %d and that plus the overhead", got.Size, got.PeakSize, weights, kv)
+	}
 }
 
 // The prefix cache's RAM budget follows the pressure read on each request: critical drops

@@ -50,7 +50,10 @@ type LoadedInfo struct {
 	ChatTemplate  string // the template's source ("" when the checkpoint has none)
 	// FIM holds the fill-in-the-middle tokens (prefix, suffix, middle) when the tokenizer has them, for suffix.
 	FIM  [3]string
-	Size int64 // bytes in memory
+	Size int64 // bytes resident, as Ollama's ps reports them: weights and the KV cache at ContextLength
+	// Peak is the predicted peak memory (Size plus activations and scratch), what the scheduler budgets;
+	// 0: Size.
+	Peak int64
 	// GPUSize is the part of Size in GPU-visible memory (all of it with Metal's unified memory; 0 on the CPU).
 	GPUSize int64
 	KVSpec  string // the KV cache layout, as mlxg ps prints it

@@ -16,7 +16,9 @@ type ProcessResponse struct {
 	Models []ProcessModelResponse `json:"models"`
 }
 
-// ProcessModelResponse is one loaded model. KVCache is mlxg's addition: the KV cache layout it chose.
+// ProcessModelResponse is one loaded model. Size is the resident size (weights and KV cache), as Ollama's.
+// KVCache and PeakSize are mlxg's additions: the KV cache layout it chose, and the predicted peak memory
+// (Size plus activations and scratch) that the scheduler budgets.
 type ProcessModelResponse struct {
 	Name          string       `json:"name"`
 	Model         string       `json:"model"`
@@ -27,6 +29,7 @@ type ProcessModelResponse struct {
 	SizeVRAM      int64        `json:"size_vram"`
 	ContextLength int          `json:"context_length"`
 	KVCache       string       `json:"kv_cache,omitempty"`
+	PeakSize      int64        `json:"size_peak,omitempty"` // the predicted peak the scheduler budgets
 }
 
 // resolve parses and finds a model name: 400 for a malformed name, 404 (Ollama's message) when it is not
@@ -188,7 +191,13 @@ type loaded struct {
 	details ModelDetails
 }
 
-func (l *loaded) Size() int64 { return l.Info().Size }
+// Size is what the scheduler budgets for the model: its predicted peak.
+func (l *loaded) Size() int64 {
+	if i := l.Info(); i.Peak > 0 {
+		return i.Peak
+	}
+	return l.Info().Size
+}
 
 func (s *Server) handlePs(c *gin.Context) {
 	resp := ProcessResponse{Models: []ProcessModelResponse{}}
@@ -205,9 +214,13 @@ func (s *Server) handlePs(c *gin.Context) {
 		case exp.IsZero(): // in use: it expires keep_alive after its requests end
 			exp = time.Now().Add(st.KeepAlive)
 		}
-		resp.Models = append(resp.Models, ProcessModelResponse{Name: st.Name, Model: st.Name, Size: st.Size,
-			Digest: l.lm.Commit, Details: l.details, ExpiresAt: exp, SizeVRAM: info.GPUSize,
-			ContextLength: info.ContextLength, KVCache: info.KVSpec})
+		size := info.Size // resident, as Ollama reports it; the scheduler's budget is the peak
+		if size <= 0 {
+			size = st.Size
+		}
+		resp.Models = append(resp.Models, ProcessModelResponse{Name: st.Name, Model: st.Name, Size: size,
+			Digest: l.lm.Commit, Details: l.details, ExpiresAt: exp, SizeVRAM: min(info.GPUSize, size),
+			ContextLength: info.ContextLength, KVCache: info.KVSpec, PeakSize: st.Size})
 	}
 	c.JSON(http.StatusOK, resp)
 }
