@@ -168,9 +168,12 @@ func toolsJSON(tools Tools) ([]json.RawMessage, []string, error) {
 	var out []json.RawMessage
 	var names []string
 	for _, t := range tools {
-		b, err := json.Marshal(t)
-		if err != nil {
-			return nil, nil, err
+		b := t.raw // as the client sent it
+		if b == nil {
+			var err error
+			if b, err = json.Marshal(t); err != nil {
+				return nil, nil, err
+			}
 		}
 		out = append(out, b)
 		names = append(names, t.Function.Name)

@@ -172,7 +172,8 @@ func oaiTools(in []openai.Tool) (Tools, error) {
 		if err := json.Unmarshal(t.Function, &f); err != nil || f.Name == "" {
 			return nil, errorf(http.StatusBadRequest, "tools[%d].function must be an object with a name and JSON-schema parameters", i)
 		}
-		out = append(out, Tool{Type: "function", Function: f})
+		raw := append(append([]byte(`{"type":"function","function":`), t.Function...), '}') // the client's schema, as sent
+		out = append(out, Tool{Type: "function", Function: f, raw: raw})
 	}
 	return out, nil
 }

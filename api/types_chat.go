@@ -87,7 +87,12 @@ type ToolCallFunction struct {
 }
 
 // ToolCallFunctionArguments is a JSON object of arguments that keeps its keys in order.
-type ToolCallFunctionArguments struct{ obj orderedObject }
+// Decoded from JSON, it also keeps that JSON (compacted) and marshals to it until Set
+// changes it, so nested objects and number kinds (1.0 vs 1) reach the chat template as sent.
+type ToolCallFunctionArguments struct {
+	obj orderedObject
+	raw json.RawMessage
+}
 
 // Get returns an argument.
 func (a *ToolCallFunctionArguments) Get(key string) (any, bool) {
@@ -96,7 +101,10 @@ func (a *ToolCallFunctionArguments) Get(key string) (any, bool) {
 }
 
 // Set sets an argument, appending new keys at the end.
-func (a *ToolCallFunctionArguments) Set(key string, v any) { a.obj.set(key, v) }
+func (a *ToolCallFunctionArguments) Set(key string, v any) {
+	a.obj.set(key, v)
+	a.raw = nil
+}
 
 // Len is the number of arguments.
 func (a *ToolCallFunctionArguments) Len() int { return len(a.obj.keys) }
@@ -118,18 +126,48 @@ func (a *ToolCallFunctionArguments) String() string {
 	return string(b)
 }
 
-func (a *ToolCallFunctionArguments) UnmarshalJSON(b []byte) error { return a.obj.UnmarshalJSON(b) }
+func (a *ToolCallFunctionArguments) UnmarshalJSON(b []byte) error {
+	a.raw = nil
+	if err := a.obj.UnmarshalJSON(b); err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, b); err != nil {
+		return err
+	}
+	a.raw = buf.Bytes()
+	return nil
+}
 
-func (a ToolCallFunctionArguments) MarshalJSON() ([]byte, error) { return a.obj.MarshalJSON() }
+func (a ToolCallFunctionArguments) MarshalJSON() ([]byte, error) {
+	if a.raw != nil {
+		return a.raw, nil
+	}
+	return a.obj.MarshalJSON()
+}
 
 // Tools is the list of tools a chat request offers.
 type Tools []Tool
 
-// Tool is one tool.
+// Tool is one tool. A decoded Tool keeps the JSON it came from, which the server gives the
+// chat template: a schema's key order, number kinds and keys these types do not know reach it as sent.
 type Tool struct {
 	Type     string       `json:"type"`
 	Items    any          `json:"items,omitempty"`
 	Function ToolFunction `json:"function"`
+
+	raw json.RawMessage
+}
+
+func (t *Tool) UnmarshalJSON(b []byte) error {
+	type plain Tool
+	var p plain
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	*t = Tool(p)
+	t.raw = append(json.RawMessage(nil), b...)
+	return nil
 }
 
 // ToolFunction describes a function the model may call.
