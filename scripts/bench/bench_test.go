@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -157,8 +158,8 @@ func TestRows(t *testing.T) {
 	var ss []Sample
 	for rep, v := range []float64{1000, 10, 20, 30} { // rep 0 is the warm-up and must not count
 		ss = append(ss,
-			Sample{Engine: "mlxg", Quant: "q4", Scenario: "prompt-128", Rep: rep, PrefillTPS: v, DecodeTPS: v, TTFT: v},
-			Sample{Engine: "ollama", Quant: "q4", Scenario: "prompt-128", Rep: rep, PrefillTPS: 2 * v, DecodeTPS: v / 2, TTFT: v})
+			Sample{Engine: "mlxg", Quant: "q4", Scenario: "prompt-128", Rep: rep, PrefillTPS: Num(v), DecodeTPS: Num(v), TTFT: Num(v)},
+			Sample{Engine: "ollama", Quant: "q4", Scenario: "prompt-128", Rep: rep, PrefillTPS: Num(2 * v), DecodeTPS: Num(v / 2), TTFT: Num(v)})
 	}
 	rows := Rows(cfg, es, ss)
 	find := func(prefix string) []string {
@@ -209,5 +210,16 @@ func TestPrompter(t *testing.T) {
 	}
 	if _, err := p.Prompt(1, 1); err == nil {
 		t.Error("a 1-token prompt: no error")
+	}
+}
+
+func TestNumJSON(t *testing.T) {
+	raw, err := json.Marshal([]Num{1.5, Num(nan)})
+	if err != nil || string(raw) != "[1.5,null]" {
+		t.Fatalf("Marshal = %s, %v; want [1.5,null]", raw, err)
+	}
+	var back []Num
+	if err := json.Unmarshal(raw, &back); err != nil || back[0] != 1.5 || !math.IsNaN(float64(back[1])) {
+		t.Errorf("Unmarshal = %v, %v", back, err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -116,17 +117,35 @@ func (s *Server) PeakRSS() int64 { return s.rss.peak() }
 
 // Sample is one request's measurements.
 type Sample struct {
-	Engine       string  `json:"engine"`
-	Quant        string  `json:"quant"`
-	Scenario     string  `json:"scenario"`
-	Rep          int     `json:"rep"` // 0 is the warm-up
-	PromptTokens int     `json:"prompt_tokens"`
-	EvalTokens   int     `json:"eval_tokens"`
-	PrefillTPS   float64 `json:"prefill_tps"` // prompt_eval_count / prompt_eval_duration
-	DecodeTPS    float64 `json:"decode_tps"`  // eval_count / eval_duration
-	TTFT         float64 `json:"ttft_s"`      // request sent to first streamed token, client side
-	Wall         float64 `json:"wall_s"`
-	Load1        float64 `json:"load1"` // the 1-minute load average when the request ended
+	Engine       string `json:"engine"`
+	Quant        string `json:"quant"`
+	Scenario     string `json:"scenario"`
+	Rep          int    `json:"rep"` // 0 is the warm-up
+	PromptTokens int    `json:"prompt_tokens"`
+	EvalTokens   int    `json:"eval_tokens"`
+	PrefillTPS   Num    `json:"prefill_tps"` // prompt_eval_count / prompt_eval_duration
+	DecodeTPS    Num    `json:"decode_tps"`  // eval_count / eval_duration
+	TTFT         Num    `json:"ttft_s"`      // request sent to first streamed token, client side
+	Wall         Num    `json:"wall_s"`
+	Load1        Num    `json:"load1"` // the 1-minute load average when the request ended
+}
+
+// Num is a measured value; NaN (not measured, e.g. a decode rate of one token) is JSON null.
+type Num float64
+
+func (n Num) MarshalJSON() ([]byte, error) {
+	if math.IsNaN(float64(n)) || math.IsInf(float64(n), 0) {
+		return []byte("null"), nil
+	}
+	return json.Marshal(float64(n))
+}
+
+func (n *Num) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*n = Num(math.NaN())
+		return nil
+	}
+	return json.Unmarshal(b, (*float64)(n))
 }
 
 // genRequest is the subset of Ollama's /api/generate request the bench sends.
@@ -185,15 +204,15 @@ func (s *Server) Generate(ctx context.Context, model, prompt string, options map
 			return Sample{}, fmt.Errorf("%s: %s", s.Name, c.Error)
 		}
 		if first {
-			out.TTFT = time.Since(t0).Seconds()
+			out.TTFT = Num(time.Since(t0).Seconds())
 			first = false
 		}
 		if c.Done {
-			out.Wall = time.Since(t0).Seconds()
+			out.Wall = Num(time.Since(t0).Seconds())
 			out.PromptTokens, out.EvalTokens = c.PromptEvalCount, c.EvalCount
-			out.PrefillTPS = rate(c.PromptEvalCount, c.PromptEvalDuration)
-			out.DecodeTPS = rate(c.EvalCount, c.EvalDuration)
-			out.Load1 = loadAverage()
+			out.PrefillTPS = Num(rate(c.PromptEvalCount, c.PromptEvalDuration))
+			out.DecodeTPS = Num(rate(c.EvalCount, c.EvalDuration))
+			out.Load1 = Num(loadAverage())
 			return out, nil
 		}
 	}

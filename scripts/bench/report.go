@@ -17,9 +17,9 @@ func pick(samples []Sample, engine, quant, scenario string, metric func(Sample) 
 }
 
 var (
-	prefill = func(s Sample) float64 { return s.PrefillTPS }
-	decode  = func(s Sample) float64 { return s.DecodeTPS }
-	ttft    = func(s Sample) float64 { return s.TTFT }
+	prefill = func(s Sample) float64 { return float64(s.PrefillTPS) }
+	decode  = func(s Sample) float64 { return float64(s.DecodeTPS) }
+	ttft    = func(s Sample) float64 { return float64(s.TTFT) }
 )
 
 // Rows builds one bit width's table: a row per metric, a column per engine (mlxg first), and
