@@ -7,9 +7,10 @@
 // linear-attention layers). A Spec stores keys and values separately in fp16, MLX affine
 // quantization along head_dim (2, 3, 4, 5, 6 or 8 bits, groups of 32, 64 or 128, fp16
 // scale and bias; internal/quant's bit layout) or q4_0 (blocks of 32, one fp16 scale);
-// a cache may stay fp16 until quantized_kv_start positions. Quantized kinds dequantize one
-// tile of one head at a time inside the attention loop (AVX2 for 4- and 8-bit codes on
-// amd64), never into a full-size copy.
+// a cache may stay fp16 until quantized_kv_start positions. Quantized kinds never make a
+// full-size float copy: at decode on amd64 they score keys and sum values straight from
+// 4-bit, 8-bit and q4_0 codes (fused AVX2 kernels); elsewhere, and in prefill, they
+// dequantize one tile of one head at a time inside the attention loop.
 //
 // A Layout assigns a Spec to every layer with KV, the first and last boundary layers
 // counted over those layers; NewCaches builds a sequence's caches from it. Options parse
