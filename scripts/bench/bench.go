@@ -168,9 +168,11 @@ func (b *Bench) runBits(ctx context.Context, bits int, prefix bool, src, mlxgBin
 		return err
 	}
 	mlx := &Engine{Name: "mlxg", Label: fmt.Sprintf("mlxg %d-bit", bits), Model: name, Bits: bits, BytesPerToken: BytesPerToken(ts, "model.embed_tokens.", tied)}
+	prefixDir := filepath.Join(b.runDir, fmt.Sprintf("prefix-q%d", bits))
+	defer os.RemoveAll(prefixDir) // after the servers stop (deferred below): KV blocks of every prompt, hundreds of MB
 	mlx.Srv = &Server{Name: "mlxg", Bin: mlxgBin,
 		Args: []string{"serve", "--threads", fmt.Sprint(c.Threads),
-			"--block-ssd-cache-dir", filepath.Join(b.runDir, fmt.Sprintf("prefix-q%d", bits)), "--prompt-cache-hot", "0"},
+			"--block-ssd-cache-dir", prefixDir, "--prompt-cache-hot", "0"},
 		Env: []string{"HF_HUB_CACHE=" + store.HubCache, "MLXG_HOME=" + store.Home, "MLXG_KEEP_ALIVE=-1",
 			fmt.Sprintf("MLXG_CONTEXT_LENGTH=%d", c.NumCtx), "MLXG_BACKEND=cpu"},
 		LogPath: filepath.Join(b.runDir, fmt.Sprintf("mlxg-q%d.log", bits))}
