@@ -230,7 +230,7 @@ func (b *Bench) runBits(ctx context.Context, bits int, prefix bool, src, mlxgBin
 	}
 	for rep := 1; rep <= c.Repeats; rep++ {
 		for i, p := range c.Prompts {
-			if i > 0 && bits == 8 && c.MaxPrompt8 > 0 && p > c.MaxPrompt8 {
+			if i > 0 && (bits == 8 && c.MaxPrompt8 > 0 && p > c.MaxPrompt8 || p > longPrompt && rep > c.LongRepeats) {
 				continue
 			}
 			predict := c.LongDecode
@@ -247,6 +247,10 @@ func (b *Bench) runBits(ctx context.Context, bits int, prefix bool, src, mlxgBin
 	}
 	return nil
 }
+
+// longPrompt is the longest prompt measured every repeat; longer ones get --long-repeats, since
+// one 4K prefill of each engine takes minutes on 2 cores.
+const longPrompt = 1024
 
 // options are the request options of every engine: Ollama's names.
 func (b *Bench) options(predict int) map[string]any {

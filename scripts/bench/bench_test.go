@@ -180,6 +180,17 @@ func TestRows(t *testing.T) {
 	if r := find("peak RSS"); !slices.Equal(r[1:], []string{"512", "-", "-"}) {
 		t.Errorf("RSS row = %q", r)
 	}
+	cfg.Repeats = 3 // prompt-128 has 3 measured samples: no count in its label
+	if r := find("prefill tok/s, 128"); r[0] != "prefill tok/s, 128-token prompt" {
+		t.Errorf("label of a full cell = %q", r[0])
+	}
+	ss = append(ss, Sample{Engine: "mlxg", Quant: "q4", Scenario: "prompt-1024", Rep: 1, PrefillTPS: 7, TTFT: 1, DecodeTPS: 1})
+	rows = Rows(cfg, es, ss)
+	if r := find("prefill tok/s, 1024"); r[0] != "prefill tok/s, 1024-token prompt [1 run]" || !slices.Equal(r[1:], []string{"7.00", "-", "-"}) {
+		t.Errorf("cell measured once = %q", r)
+	}
+	cfg.Repeats = 0
+	rows = Rows(cfg, es, ss[:8])
 	for _, r := range rows {
 		if strings.HasPrefix(r[0], "prefill tok/s, 1024") {
 			t.Errorf("a metric nobody measured has a row: %q", r)

@@ -42,6 +42,7 @@ type Config struct {
 	Seed         uint64  `json:"seed"`
 	Bits         []int   `json:"bits"`
 	Repeats      int     `json:"repeats"`
+	LongRepeats  int     `json:"long_repeats"` // repeats of prompts longer than longPrompt
 	Prompts      []int   `json:"prompts"`
 	MaxPrompt8   int     `json:"max_prompt_8bit"` // the 8-bit pass skips longer prompts (0: none skipped)
 	Decode       int     `json:"decode"`
@@ -91,6 +92,7 @@ func run() error {
 	flag.StringVar(&cfg.Shape, "shape", "qwen2-0.5b", "checkpoint shape: qwen2-0.5b or qwen2-1.5b")
 	flag.Uint64Var(&cfg.Seed, "seed", 1, "seed of the random weights")
 	flag.IntVar(&cfg.Repeats, "repeats", 5, "measured repeats per cell, after one warm-up")
+	flag.IntVar(&cfg.LongRepeats, "long-repeats", 1, fmt.Sprintf("measured repeats of prompts longer than %d tokens, whose prefill dominates the run (at most --repeats)", longPrompt))
 	flag.IntVar(&cfg.MaxPrompt8, "max-prompt-8bit", 1024, "the 8-bit pass leaves out prompts longer than this, to fit the run in 20 minutes (0: none left out)")
 	flag.IntVar(&cfg.Decode, "decode", 128, "tokens generated for the decode measure")
 	flag.IntVar(&cfg.LongDecode, "long-decode", 16, "tokens generated after each longer prompt (decode rate at that context)")
@@ -138,8 +140,8 @@ func run() error {
 	if cfg.Prompts[0] < 2 || cfg.PrefixTokens < 2 {
 		return fmt.Errorf("prompts must be at least 2 tokens long")
 	}
-	if cfg.Repeats < 1 || cfg.Decode < 1 || cfg.LongDecode < 1 || cfg.Threads < 1 {
-		return fmt.Errorf("--repeats, --decode, --long-decode and --threads must be at least 1")
+	if cfg.Repeats < 1 || cfg.LongRepeats < 1 || cfg.Decode < 1 || cfg.LongDecode < 1 || cfg.Threads < 1 {
+		return fmt.Errorf("--repeats, --long-repeats, --decode, --long-decode and --threads must be at least 1")
 	}
 	if cfg.Peer != "ollama" && cfg.Peer != "none" {
 		return fmt.Errorf("--peer %q: want ollama or none", cfg.Peer)
@@ -148,6 +150,7 @@ func run() error {
 		return fmt.Errorf("--bw-bytes %d: want at least 64 MiB, far more than the caches", cfg.BWBytes)
 	}
 	cfg.Prefix = !*noPrefix
+	cfg.LongRepeats = min(cfg.LongRepeats, cfg.Repeats)
 	cfg.Temperature = 1
 	longest := max(cfg.PrefixTokens, 0)
 	for _, p := range cfg.Prompts {

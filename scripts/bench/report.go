@@ -41,12 +41,17 @@ func Rows(cfg Config, engines []*Engine, samples []Sample) [][]string {
 		for _, e := range engines {
 			sums = append(sums, Summarize(pick(samples, e.Name, fmt.Sprintf("q%d", e.Bits), scenario, m)))
 		}
+		n := 0
 		for _, s := range sums {
-			if s.N > 0 { // leave out a metric nobody measured
-				add(label, sums)
-				return
-			}
+			n = max(n, s.N)
 		}
+		if n == 0 { // leave out a metric nobody measured
+			return
+		}
+		if n < cfg.Repeats { // say so when a cell has fewer samples than the header's repeats
+			label += fmt.Sprintf(" [%d run%s]", n, map[bool]string{true: "s"}[n > 1])
+		}
+		add(label, sums)
 	}
 	p0 := fmt.Sprintf("prompt-%d", cfg.Prompts[0])
 	for _, p := range cfg.Prompts {
