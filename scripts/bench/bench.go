@@ -16,7 +16,7 @@ import (
 
 // Engine is one side of the comparison for one bit width.
 type Engine struct {
-	Name          string  `json:"engine"` // mlxg or ollama
+	Name          string  `json:"engine"` // mlxg, ollama or llamacpp
 	Label         string  `json:"label"`  // e.g. "ollama q4_K_M"
 	Model         string  `json:"model"`
 	BytesPerToken int64   `json:"weight_bytes_per_token"`
@@ -36,6 +36,7 @@ type Machine struct {
 	GoVersion  string    `json:"go"`
 	Commit     string    `json:"mlxg_commit"`
 	Ollama     string    `json:"ollama"`
+	LlamaCpp   string    `json:"llamacpp,omitempty"`
 	LoadStart  float64   `json:"load1_start"`
 	LoadEnd    float64   `json:"load1_end"`
 	Bandwidth  []float64 `json:"bandwidth_bytes_per_s"` // measured at the start and at the end
@@ -122,10 +123,17 @@ func (b *Bench) Run(ctx context.Context) (err error) {
 			}
 		}
 	}
+	var llamaScript string
+	if c.LlamaCpp {
+		if llamaScript, err = ensureLlamaCpp(ctx, c.Cache, b.logf); err != nil {
+			return err
+		}
+		b.res.Machine.LlamaCpp = "node-llama-cpp " + NodeLlamaCppVersion
+	}
 	store := &registry.Store{HubCache: filepath.Join(c.Cache, "hf"), Home: filepath.Join(c.Cache, "mlxg-home")}
 
 	for i, bits := range c.Bits {
-		if err := b.runBits(ctx, bits, i == 0 && c.Prefix, src, mlxgBin, ollamaBin, store); err != nil {
+		if err := b.runBits(ctx, bits, i == 0 && c.Prefix, src, mlxgBin, ollamaBin, llamaScript, store); err != nil {
 			return err
 		}
 	}
@@ -156,7 +164,7 @@ func (b *Bench) bandwidth() float64 {
 }
 
 // runBits prepares both engines for one bit width and measures every scenario.
-func (b *Bench) runBits(ctx context.Context, bits int, prefix bool, src, mlxgBin, ollamaBin string, store *registry.Store) error {
+func (b *Bench) runBits(ctx context.Context, bits int, prefix bool, src, mlxgBin, ollamaBin, llamaScript string, store *registry.Store) error {
 	c := b.Cfg
 	name := fmt.Sprintf("bench-%s-s%d-q%d", c.Shape, c.Seed, bits)
 	m, err := ensureMLXModel(ctx, store, name, src, bits, b.logf)
@@ -193,7 +201,7 @@ func (b *Bench) runBits(ctx context.Context, bits int, prefix bool, src, mlxgBin
 		engines = append(engines, ol)
 	}
 	for _, e := range engines {
-		if err := e.Srv.Start(ctx, map[string]string{"mlxg": "MLXG_HOST", "ollama": "OLLAMA_HOST"}[e.Name]); err != nil {
+		if err := e.Srv.Start(ctx, hostEnv[e.Name]); err != nil {
 			return err
 		}
 		defer func() { e.PeakRSS = max(e.PeakRSS, e.Srv.Stop()) }()
@@ -216,6 +224,23 @@ func (b *Bench) runBits(ctx context.Context, bits int, prefix bool, src, mlxgBin
 			return err
 		}
 		ol.BytesPerToken = BytesPerToken(ts, "token_embd.", tied)
+		if c.LlamaCpp { // the same GGUF file, served by llama.cpp itself
+			gguf, err := ollamaGGUF(filepath.Join(c.Cache, "ollama-models"), ol.Model)
+			if err != nil {
+				return err
+			}
+			lc := &Engine{Name: "llamacpp", Label: "llama.cpp " + ollamaQuant[bits], Model: gguf, Bits: bits,
+				BytesPerToken: ol.BytesPerToken, KVBytes: f16, KVLayout: "f16"}
+			lc.Srv = &Server{Name: "llamacpp", Bin: "node", Args: []string{llamaScript},
+				Env:     []string{fmt.Sprintf("LLAMACPP_THREADS=%d", c.Threads), fmt.Sprintf("LLAMACPP_CONTEXT=%d", c.NumCtx)},
+				LogPath: filepath.Join(b.runDir, fmt.Sprintf("llamacpp-q%d.log", bits))}
+			if err := lc.Srv.Start(ctx, hostEnv[lc.Name]); err != nil {
+				return err
+			}
+			defer func() { lc.PeakRSS = max(lc.PeakRSS, lc.Srv.Stop()) }()
+			b.res.Engines = append(b.res.Engines, lc)
+			engines = append(engines, lc)
+		}
 	}
 	for _, e := range engines {
 		e.CeilingTPS = Ceiling(b.bandwidth(), e.BytesPerToken)
@@ -247,6 +272,9 @@ func (b *Bench) runBits(ctx context.Context, bits int, prefix bool, src, mlxgBin
 	}
 	return nil
 }
+
+// hostEnv names each engine's variable for its listen address.
+var hostEnv = map[string]string{"mlxg": "MLXG_HOST", "ollama": "OLLAMA_HOST", "llamacpp": "LLAMACPP_HOST"}
 
 // longPrompt is the longest prompt measured every repeat; longer ones get --long-repeats, since
 // one 4K prefill of each engine takes minutes on 2 cores.
@@ -310,7 +338,7 @@ func (b *Bench) prefixScenarios(ctx context.Context, engines []*Engine) error {
 	b.logf("restarting the servers")
 	for _, e := range engines {
 		e.PeakRSS = max(e.PeakRSS, e.Srv.Stop())
-		if err := e.Srv.Start(ctx, map[string]string{"mlxg": "MLXG_HOST", "ollama": "OLLAMA_HOST"}[e.Name]); err != nil {
+		if err := e.Srv.Start(ctx, hostEnv[e.Name]); err != nil {
 			return err
 		}
 		// Load the model first, so that the measure below is the prompt's, not the load's.

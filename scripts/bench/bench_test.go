@@ -4,6 +4,9 @@ import (
 	"encoding/json"
 	"math"
 	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -232,5 +235,65 @@ func TestNumJSON(t *testing.T) {
 	var back []Num
 	if err := json.Unmarshal(raw, &back); err != nil || back[0] != 1.5 || !math.IsNaN(float64(back[1])) {
 		t.Errorf("Unmarshal = %v, %v", back, err)
+	}
+}
+
+func TestOllamaGGUF(t *testing.T) {
+	dir := t.TempDir()
+	write := func(rel, text string) {
+		p := filepath.Join(dir, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	manifest := func(name, digest string) {
+		write(filepath.Join("manifests", "registry.ollama.ai", "library", name, "latest"), `{"schemaVersion":2,"layers":[
+			{"mediaType":"application/vnd.ollama.image.template","digest":"sha256:aaa"},
+			{"mediaType":"application/vnd.ollama.image.model","digest":"`+digest+`"}]}`)
+	}
+	manifest("good", "sha256:0123abcd")
+	write(filepath.Join("blobs", "sha256-0123abcd"), "GGUF")
+	if got, err := ollamaGGUF(dir, "good"); err != nil || got != filepath.Join(dir, "blobs", "sha256-0123abcd") {
+		t.Errorf("ollamaGGUF(good) = %q, %v", got, err)
+	}
+	manifest("noblob", "sha256:ffff")
+	manifest("escape", "sha256:../../x")
+	write(filepath.Join("manifests", "registry.ollama.ai", "library", "nomodel", "latest"), `{"layers":[]}`)
+	for _, name := range []string{"noblob", "escape", "nomodel", "missing"} {
+		if got, err := ollamaGGUF(dir, name); err == nil {
+			t.Errorf("ollamaGGUF(%s) = %q, %v: want an error", name, got, err)
+		}
+	}
+}
+
+func TestRowsTwoPeers(t *testing.T) {
+	cfg := Config{Prompts: []int{128}, Decode: 128, Repeats: 1}
+	es := []*Engine{{Name: "mlxg", Bits: 8}, {Name: "ollama", Bits: 8}, {Name: "llamacpp", Bits: 8}}
+	ss := []Sample{
+		{Engine: "mlxg", Quant: "q8", Scenario: "prompt-128", Rep: 1, PrefillTPS: 30, DecodeTPS: 9, TTFT: 1},
+		{Engine: "ollama", Quant: "q8", Scenario: "prompt-128", Rep: 1, PrefillTPS: 60, DecodeTPS: 3, TTFT: 2},
+		{Engine: "llamacpp", Quant: "q8", Scenario: "prompt-128", Rep: 1, PrefillTPS: 15, DecodeTPS: 9, TTFT: 4},
+	}
+	rows := Rows(cfg, es, ss)
+	if r := rows[0]; !slices.Equal(r, []string{"prefill tok/s, 128-token prompt", "30.0", "60.0", "15.0", "0.500", "2.00"}) {
+		t.Errorf("prefill row = %q", r)
+	}
+	for _, r := range rows {
+		if len(r) != 6 {
+			t.Errorf("row %q: want a label, 3 engines and 2 ratios", r)
+		}
+	}
+}
+
+func TestLlamaCppScriptParses(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node is not installed")
+	}
+	if out, err := exec.Command(node, "--check", "llamacpp-server.mjs").CombinedOutput(); err != nil {
+		t.Fatalf("node --check llamacpp-server.mjs: %v\n%s", err, out)
 	}
 }

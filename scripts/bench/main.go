@@ -1,4 +1,4 @@
-// Command bench measures mlxg against Ollama on the same weights, in one run, on this machine.
+// Command bench measures mlxg against Ollama (and with --llamacpp, llama.cpp) on the same weights, in one run, on this machine.
 //
 //	go run ./scripts/bench [--quick] [--cache DIR] [--shape qwen2-0.5b|qwen2-1.5b] [--repeats N] ...
 //
@@ -10,7 +10,9 @@
 // both the same raw prompts through Ollama's /api/generate, alternating A B A B after a warm-up:
 // prefill rate at each prompt length, time to first token, decode rate over 128 tokens at
 // temperature 1 with a fixed seed, decode rate after the longest prompt, and with --prefix the
-// prefix-cache scenarios (cold, repeated prompt, repeated after a restart). It reads each
+// prefix-cache scenarios (cold, repeated prompt, repeated after a restart). With --llamacpp it
+// installs npm node-llama-cpp (prebuilt llama.cpp) and serves Ollama's GGUF file through
+// llamacpp-server.mjs, a third engine measured in the same rotation. It reads each
 // process tree's peak resident memory (Linux /proc), measures memory read bandwidth with a Go
 // streaming-read kernel and prints decode as a share of the ceiling bandwidth / weight bytes read
 // per token. It prints a table of medians (min–max) with the mlxg/peer ratio per cell and writes
@@ -49,6 +51,7 @@ type Config struct {
 	LongDecode   int     `json:"long_decode"`
 	Threads      int     `json:"threads"`
 	Peer         string  `json:"peer"`
+	LlamaCpp     bool    `json:"llamacpp"` // llama.cpp (node-llama-cpp) as a second peer on Ollama's GGUF
 	Prefix       bool    `json:"prefix"`
 	PrefixTokens int     `json:"prefix_tokens"`
 	BWBytes      int64   `json:"bandwidth_buffer_bytes"`
@@ -98,6 +101,7 @@ func run() error {
 	flag.IntVar(&cfg.LongDecode, "long-decode", 16, "tokens generated after each longer prompt (decode rate at that context)")
 	flag.IntVar(&cfg.Threads, "threads", 2, "CPU threads for every engine")
 	flag.StringVar(&cfg.Peer, "peer", "ollama", "the peer engine: ollama, or none to measure mlxg alone")
+	flag.BoolVar(&cfg.LlamaCpp, "llamacpp", false, "also measure llama.cpp through npm node-llama-cpp v"+NodeLlamaCppVersion+" (prebuilt CPU binary, installed into the cache) on the GGUF that Ollama converted")
 	flag.IntVar(&cfg.PrefixTokens, "prefix-tokens", 1024, "prompt length of the prefix-cache scenarios")
 	flag.Int64Var(&cfg.BWBytes, "bw-bytes", 1<<30, "buffer size of the memory bandwidth measure")
 	flag.IntVar(&cfg.SampleSeed, "sample-seed", 42, "sampling seed of every request (temperature 1)")
@@ -145,6 +149,9 @@ func run() error {
 	}
 	if cfg.Peer != "ollama" && cfg.Peer != "none" {
 		return fmt.Errorf("--peer %q: want ollama or none", cfg.Peer)
+	}
+	if cfg.LlamaCpp && cfg.Peer != "ollama" {
+		return fmt.Errorf("--llamacpp runs on the GGUF that Ollama converts: it needs --peer ollama")
 	}
 	if cfg.BWBytes < 64<<20 {
 		return fmt.Errorf("--bw-bytes %d: want at least 64 MiB, far more than the caches", cfg.BWBytes)

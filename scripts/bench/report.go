@@ -23,7 +23,7 @@ var (
 )
 
 // Rows builds one bit width's table: a row per metric, a column per engine (mlxg first), and
-// the mlxg/peer ratio of the medians when there is a peer.
+// the mlxg/peer ratio of the medians for each peer.
 func Rows(cfg Config, engines []*Engine, samples []Sample) [][]string {
 	var rows [][]string
 	add := func(label string, sums []Summary) {
@@ -31,8 +31,8 @@ func Rows(cfg Config, engines []*Engine, samples []Sample) [][]string {
 		for _, s := range sums {
 			r = append(r, FormatSummary(s))
 		}
-		if len(sums) == 2 {
-			r = append(r, formatNum(Ratio(sums[0], sums[1])))
+		for _, peer := range sums[min(1, len(sums)):] { // mlxg over each peer
+			r = append(r, formatNum(Ratio(sums[0], peer)))
 		}
 		rows = append(rows, r)
 	}
@@ -96,7 +96,7 @@ func Rows(cfg Config, engines []*Engine, samples []Sample) [][]string {
 		add(label, sums)
 	}
 	one("peak RSS MiB, server process tree (lower is better)", func(e *Engine) float64 { return float64(e.PeakRSS) / (1 << 20) })
-	one("KV cache bytes per token (mlxg: its policy's layout; Ollama: f16)", func(e *Engine) float64 { return float64(e.KVBytes) })
+	one("KV cache bytes per token (mlxg: its policy's layout; peers: f16)", func(e *Engine) float64 { return float64(e.KVBytes) })
 	one("weights read per token, MiB", func(e *Engine) float64 { return float64(e.BytesPerToken) / (1 << 20) })
 	one("bandwidth ceiling, tok/s", func(e *Engine) float64 { return e.CeilingTPS })
 	return rows
@@ -106,8 +106,12 @@ func Rows(cfg Config, engines []*Engine, samples []Sample) [][]string {
 func (b *Bench) report() string {
 	c, m := b.Cfg, b.res.Machine
 	var s strings.Builder
+	peers := orNone(m.Ollama)
+	if m.LlamaCpp != "" {
+		peers += " and " + m.LlamaCpp
+	}
 	fmt.Fprintf(&s, "\nmlxg %s vs %s on %s (%d cores, %.0f GB), %s shape, %d threads, %d repeats after a warm-up; medians (min–max)\n",
-		m.Commit, orNone(m.Ollama), m.CPU, m.Cores, m.MemTotalGB, c.Shape, c.Threads, c.Repeats)
+		m.Commit, peers, m.CPU, m.Cores, m.MemTotalGB, c.Shape, c.Threads, c.Repeats)
 	bws := make([]string, len(m.Bandwidth))
 	for i, v := range m.Bandwidth {
 		bws[i] = fmt.Sprintf("%.2f", v/1e9)
@@ -128,8 +132,8 @@ func (b *Bench) report() string {
 		for _, e := range es {
 			header = append(header, e.Label)
 		}
-		if len(es) == 2 {
-			header = append(header, "mlxg/"+es[1].Name)
+		for _, e := range es[1:] {
+			header = append(header, "mlxg/"+e.Name)
 		}
 		s.WriteString(Table(header, Rows(c, es, b.res.Samples)))
 		var kv []string
