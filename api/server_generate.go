@@ -433,32 +433,42 @@ func (s *Server) handleGenerate(c *gin.Context) {
 		c.JSON(http.StatusOK, GenerateResponse{Model: req.Model, CreatedAt: time.Now().UTC(), Done: true, DoneReason: reason})
 		return
 	}
-	stream := req.Stream == nil || *req.Stream
+	respond(s, c, j, req.Stream == nil || *req.Stream,
+		func(e event) GenerateResponse {
+			return GenerateResponse{Model: req.Model, CreatedAt: time.Now().UTC(), Response: e.content,
+				Thinking: e.thinking, ToolCalls: e.calls}
+		},
+		func(o *outcome, whole event) GenerateResponse {
+			return GenerateResponse{Model: req.Model, CreatedAt: time.Now().UTC(), Response: whole.content,
+				Thinking: whole.thinking, ToolCalls: whole.calls, Done: true, DoneReason: o.DoneReason, Metrics: o.metrics()}
+		})
+}
+
+// respond runs j and answers as Ollama does: NDJSON pieces shaped by chunk and then
+// final when streaming, else one JSON object made by final from the whole reply (whole
+// is empty when streaming: its pieces have been sent).
+func respond[T any](s *Server, c *gin.Context, j *job, stream bool, chunk func(event) T, final func(o *outcome, whole event) T) {
 	nd := newNDJSON(c)
 	var text, thinking strings.Builder
 	var calls []ToolCall
-	o, err := s.run(ctx, j, func(e event) error {
+	o, err := s.run(c.Request.Context(), j, func(e event) error {
 		if !stream {
 			text.WriteString(e.content)
 			thinking.WriteString(e.thinking)
 			calls = append(calls, e.calls...)
 			return nil
 		}
-		return nd.send(GenerateResponse{Model: req.Model, CreatedAt: time.Now().UTC(), Response: e.content,
-			Thinking: e.thinking, ToolCalls: e.calls})
+		return nd.send(chunk(e))
 	})
 	if err != nil {
 		nd.fail(err)
 		return
 	}
-	final := GenerateResponse{Model: req.Model, CreatedAt: time.Now().UTC(), Done: true, DoneReason: o.DoneReason,
-		Metrics: o.metrics()}
 	if !stream {
-		final.Response, final.Thinking, final.ToolCalls = text.String(), thinking.String(), calls
-		c.JSON(http.StatusOK, final)
+		c.JSON(http.StatusOK, final(o, event{content: text.String(), thinking: thinking.String(), calls: calls}))
 		return
 	}
-	_ = nd.send(final)
+	_ = nd.send(final(o, event{}))
 }
 
 func (s *Server) handleChat(c *gin.Context) {
@@ -498,32 +508,17 @@ func (s *Server) handleChat(c *gin.Context) {
 			Message: Message{Role: "assistant"}, Done: true, DoneReason: reason})
 		return
 	}
-	stream := req.Stream == nil || *req.Stream
-	nd := newNDJSON(c)
-	var text, thinking strings.Builder
-	var calls []ToolCall
-	o, err := s.run(ctx, j, func(e event) error {
-		if !stream {
-			text.WriteString(e.content)
-			thinking.WriteString(e.thinking)
-			calls = append(calls, e.calls...)
-			return nil
-		}
-		return nd.send(ChatResponse{Model: req.Model, CreatedAt: time.Now().UTC(),
-			Message: Message{Role: "assistant", Content: e.content, Thinking: e.thinking, ToolCalls: e.calls}})
-	})
-	if err != nil {
-		nd.fail(err)
-		return
+	reply := func(e event) Message {
+		return Message{Role: "assistant", Content: e.content, Thinking: e.thinking, ToolCalls: e.calls}
 	}
-	final := ChatResponse{Model: req.Model, CreatedAt: time.Now().UTC(), Message: Message{Role: "assistant"},
-		Done: true, DoneReason: o.DoneReason, Metrics: o.metrics()}
-	if !stream {
-		final.Message.Content, final.Message.Thinking, final.Message.ToolCalls = text.String(), thinking.String(), calls
-		c.JSON(http.StatusOK, final)
-		return
-	}
-	_ = nd.send(final)
+	respond(s, c, j, req.Stream == nil || *req.Stream,
+		func(e event) ChatResponse {
+			return ChatResponse{Model: req.Model, CreatedAt: time.Now().UTC(), Message: reply(e)}
+		},
+		func(o *outcome, whole event) ChatResponse {
+			return ChatResponse{Model: req.Model, CreatedAt: time.Now().UTC(), Message: reply(whole),
+				Done: true, DoneReason: o.DoneReason, Metrics: o.metrics()}
+		})
 }
 
 // embedInputs reads /api/embed's input: a string or a list of strings.
