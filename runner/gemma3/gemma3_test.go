@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"math"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	"github.com/mlxg/mlxg/registry/safetensors"
 	"github.com/mlxg/mlxg/runner/cpu"
 	"github.com/mlxg/mlxg/runner/model"
+	"github.com/mlxg/mlxg/runner/model/modeltest"
 )
 
 func load(t *testing.T, bits int) (*model.Model, string) {
@@ -38,42 +38,11 @@ func load(t *testing.T, bits int) (*model.Model, string) {
 	return m, hf
 }
 
-func prompt(n int) []int32 {
-	r := rand.New(rand.NewPCG(4, 4))
-	p := make([]int32, n)
-	for i := range p {
-		p[i] = int32(r.IntN(256))
-	}
-	return p
-}
-
-func run(t *testing.T, m *model.Model, caches []kvstore.Layer, tokens []int32, chunk int) []float32 {
-	t.Helper()
-	var all []float32
-	for i := 0; i < len(tokens); i += chunk {
-		l, err := m.Forward(context.Background(), tokens[i:min(i+chunk, len(tokens))], caches, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		all = append(all, l...)
-	}
-	return all
-}
-
-func maxRel(a, b []float32) float64 {
-	var num, den float64
-	for i := range a {
-		num = max(num, math.Abs(float64(a[i]-b[i])))
-		den = max(den, math.Abs(float64(b[i])))
-	}
-	return num / den
-}
-
 // TestSlidingWindowChunks: a prompt three times the window, in one pass and in chunks
 // of 1 and 5, through the model's own caches (rotating on sliding layers).
 func TestSlidingWindowChunks(t *testing.T) {
 	m, _ := load(t, 0)
-	p := prompt(24)
+	p := modeltest.Tokens(4, 24)
 	caches, err := m.NewCaches(true)
 	if err != nil {
 		t.Fatal(err)
@@ -84,10 +53,10 @@ func TestSlidingWindowChunks(t *testing.T) {
 	if _, ok := caches[1].(*kvstore.Full); !ok {
 		t.Fatalf("layer 1 (global) has a %T cache", caches[1])
 	}
-	want := run(t, m, caches, p, len(p))
+	want := modeltest.Forward(t, m, caches, p, len(p))
 	for _, chunk := range []int{1, 5} {
 		caches, _ := m.NewCaches(true)
-		if r := maxRel(run(t, m, caches, p, chunk), want); r > 1e-5 {
+		if r := modeltest.MaxRel(modeltest.Forward(t, m, caches, p, chunk), want); r > 1e-5 {
 			t.Errorf("chunks of %d differ from one pass by %.3g", chunk, r)
 		}
 	}
@@ -121,16 +90,16 @@ func TestQuantizedKV(t *testing.T) {
 		t.Fatal(err)
 	}
 	layout.QuantizedKVStart = 4
-	p := prompt(30)
+	p := modeltest.Tokens(4, 30)
 	q, err := kvstore.NewCaches(shape, layout)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ref, _ := m.NewCaches(false)
-	got := run(t, m, q, p[:20], 6)
-	got = append(got, run(t, m, q, p[20:], 1)...)
-	want := run(t, m, ref, p, 7)
-	if r := maxRel(got, want); r > 0.1 || math.IsNaN(r) {
+	got := modeltest.Forward(t, m, q, p[:20], 6)
+	got = append(got, modeltest.Forward(t, m, q, p[20:], 1)...)
+	want := modeltest.Forward(t, m, ref, p, 7)
+	if r := modeltest.MaxRel(got, want); r > 0.1 || math.IsNaN(r) {
 		t.Errorf("quantized KV logits differ from fp16 by %.3g", r)
 	} else {
 		t.Logf("quantized KV vs fp16: relative difference %.3g", r)
@@ -167,10 +136,10 @@ func TestMultimodalLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer mm.Close()
-	p := prompt(12)
+	p := modeltest.Tokens(4, 12)
 	a, _ := m.NewCaches(true)
 	b, _ := mm.NewCaches(true)
-	if r := maxRel(run(t, mm, b, p, 12), run(t, m, a, p, 12)); r > 1e-6 {
+	if r := modeltest.MaxRel(modeltest.Forward(t, mm, b, p, 12), modeltest.Forward(t, m, a, p, 12)); r > 1e-6 {
 		t.Errorf("the multimodal layout's logits differ by %.3g", r)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/mlxg/mlxg/registry/safetensors"
 	"github.com/mlxg/mlxg/runner/cpu"
 	"github.com/mlxg/mlxg/runner/model"
+	"github.com/mlxg/mlxg/runner/model/modeltest"
 )
 
 // hfQwen35 rewrites a Hugging Face Qwen3-Next checkpoint as the Hugging Face Qwen3.5/3.6
@@ -122,7 +123,7 @@ func TestCreateQwen35(t *testing.T) {
 		t.Fatal(err)
 	}
 	hfQwen35(t, next, q35, c)
-	p := prompt(15)
+	p := modeltest.Tokens(3, 15)
 	for _, bits := range []int{0, 4} {
 		var logits [2][]float32
 		for i, src := range []string{next, q35} {
@@ -139,10 +140,10 @@ func TestCreateQwen35(t *testing.T) {
 				t.Fatal(err)
 			}
 			caches, _ := m.NewCaches(true)
-			logits[i] = run(t, m, caches, p, 5)
+			logits[i] = modeltest.Forward(t, m, caches, p, 5)
 			m.Close()
 		}
-		if r := maxRel(logits[1], logits[0]); r > 1e-5 {
+		if r := modeltest.MaxRel(logits[1], logits[0]); r > 1e-5 {
 			t.Errorf("bits %d: the converted Qwen3.5 checkpoint's logits differ from Qwen3-Next's by %.3g", bits, r)
 		}
 	}

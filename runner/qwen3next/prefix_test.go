@@ -7,6 +7,7 @@ import (
 
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/runner/model"
+	"github.com/mlxg/mlxg/runner/model/modeltest"
 )
 
 // TestPrefixCacheResume: the KV policy's caches for a hybrid model, filled with the
@@ -49,14 +50,14 @@ func TestPrefixCacheResume(t *testing.T) {
 		}
 		return caches, pc.Begin(key, seq)
 	}
-	long := prompt(300) // a full block and a partial one
+	long := modeltest.Tokens(3, 300) // a full block and a partial one
 	first := long[:270]
 
 	caches, s := begin()
 	if n := s.Restore(first); n != 0 {
 		t.Fatalf("a cold cache restored %d positions", n)
 	}
-	run(t, m, caches, first, 100)
+	modeltest.Forward(t, m, caches, first, 100)
 	s.Save(first)
 	s.End()
 
@@ -65,16 +66,16 @@ func TestPrefixCacheResume(t *testing.T) {
 	if n != len(first) {
 		t.Fatalf("restored %d positions, want %d (the first prompt, where its states were saved)", n, len(first))
 	}
-	got := run(t, m, caches, long[n:], 30)
+	got := modeltest.Forward(t, m, caches, long[n:], 30)
 	s.End()
 	cold, _ := m.NewCaches(false)
-	want := run(t, m, cold, long, 300)
+	want := modeltest.Forward(t, m, cold, long, 300)
 	want = want[len(want)-len(got):]
-	if r := maxRel(got, want); r > 1e-5 {
+	if r := modeltest.MaxRel(got, want); r > 1e-5 {
 		t.Errorf("resumed from the prefix cache: logits differ from a cold run by %.3g", r)
 	}
 
-	other := append(append([]int32{}, first[:200]...), prompt(40)...)
+	other := append(append([]int32{}, first[:200]...), modeltest.Tokens(3, 40)...)
 	_, s = begin()
 	if n := s.Restore(other); n != 0 {
 		t.Errorf("a prompt diverging at 200 restored %d positions, but the states exist only at 270", n)

@@ -10,6 +10,7 @@ import (
 	"github.com/mlxg/mlxg/registry/safetensors"
 	"github.com/mlxg/mlxg/runner/cpu"
 	"github.com/mlxg/mlxg/runner/model"
+	"github.com/mlxg/mlxg/runner/model/modeltest"
 )
 
 // qwen35Layout rewrites a float Qwen3-Next checkpoint in MLX layout (src) as the
@@ -108,10 +109,10 @@ func TestQwen35Layout(t *testing.T) {
 	if m.Config.ModelType != "qwen3_5_moe" || m.Config.NumLayers != 4 {
 		t.Fatalf("config read as %s with %d layers", m.Config.ModelType, m.Config.NumLayers)
 	}
-	p := prompt(17)
+	p := modeltest.Tokens(3, 17)
 	a, _ := next.NewCaches(true)
 	b, _ := m.NewCaches(true)
-	if r := maxRel(run(t, m, b, p, 6), run(t, next, a, p, 6)); r > 1e-5 {
+	if r := modeltest.MaxRel(modeltest.Forward(t, m, b, p, 6), modeltest.Forward(t, next, a, p, 6)); r > 1e-5 {
 		t.Errorf("the Qwen3.5 layout's logits differ from Qwen3-Next's by %.3g", r)
 	}
 }

@@ -3,7 +3,6 @@ package qwen3next_test
 import (
 	"context"
 	"math"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"github.com/mlxg/mlxg/registry/randmodel"
 	"github.com/mlxg/mlxg/runner/cpu"
 	"github.com/mlxg/mlxg/runner/model"
+	"github.com/mlxg/mlxg/runner/model/modeltest"
 	"github.com/mlxg/mlxg/runner/qwen3next"
 )
 
@@ -38,45 +38,13 @@ func load(t *testing.T, bits int) *model.Model {
 	return m
 }
 
-func prompt(n int) []int32 {
-	r := rand.New(rand.NewPCG(3, 3))
-	p := make([]int32, n)
-	for i := range p {
-		p[i] = int32(r.IntN(256))
-	}
-	return p
-}
-
-// run feeds tokens in chunks of the given sizes (cycled) and returns every position's logits.
-func run(t *testing.T, m *model.Model, caches []kvstore.Layer, tokens []int32, chunk int) []float32 {
-	t.Helper()
-	var all []float32
-	for i := 0; i < len(tokens); i += chunk {
-		l, err := m.Forward(context.Background(), tokens[i:min(i+chunk, len(tokens))], caches, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		all = append(all, l...)
-	}
-	return all
-}
-
-func maxRel(a, b []float32) float64 {
-	var num, den float64
-	for i := range a {
-		num = max(num, math.Abs(float64(a[i]-b[i])))
-		den = max(den, math.Abs(float64(b[i])))
-	}
-	return num / den
-}
-
 // TestChunkedPrefill: a prompt split across prefill chunks of 1, 4 and 7 tokens gives
 // the logits of one pass, and the caches are one State per linear layer plus a full
 // cache on the fourth.
 func TestChunkedPrefill(t *testing.T) {
 	for _, bits := range []int{0, 4} {
 		m := load(t, bits)
-		p := prompt(23)
+		p := modeltest.Tokens(3, 23)
 		caches, err := m.NewCaches(true)
 		if err != nil {
 			t.Fatal(err)
@@ -90,10 +58,10 @@ func TestChunkedPrefill(t *testing.T) {
 		if s := model.Seq(caches); len(s.Recurrent) != 3 || s.Layers[0] != nil || s.Layers[3] != caches[3] {
 			t.Fatalf("model.Seq gives %d recurrent states and layers %v", len(s.Recurrent), s.Layers)
 		}
-		want := run(t, m, caches, p, len(p))
+		want := modeltest.Forward(t, m, caches, p, len(p))
 		for _, chunk := range []int{1, 4, 7} {
 			caches, _ := m.NewCaches(true)
-			if r := maxRel(run(t, m, caches, p, chunk), want); r > 1e-5 {
+			if r := modeltest.MaxRel(modeltest.Forward(t, m, caches, p, chunk), want); r > 1e-5 {
 				t.Errorf("bits %d: chunks of %d differ from one pass by %.3g", bits, chunk, r)
 			}
 		}
@@ -105,21 +73,21 @@ func TestChunkedPrefill(t *testing.T) {
 // the logits of a cold run; rewinding to a position without a checkpoint is an error.
 func TestResumeFromCheckpoint(t *testing.T) {
 	m := load(t, 0)
-	p := prompt(20)
+	p := modeltest.Tokens(3, 20)
 	caches, _ := m.NewCaches(true)
-	run(t, m, caches, p[:12], 12)
+	modeltest.Forward(t, m, caches, p[:12], 12)
 	for _, c := range caches {
 		if s, ok := c.(qwen3next.State); ok {
 			s.Checkpoint()
 		}
 	}
-	want := run(t, m, caches, p[12:], 8)
+	want := modeltest.Forward(t, m, caches, p[12:], 8)
 	for _, c := range caches {
 		if err := c.Truncate(12); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if r := maxRel(run(t, m, caches, p[12:], 3), want); r > 1e-5 {
+	if r := modeltest.MaxRel(modeltest.Forward(t, m, caches, p[12:], 3), want); r > 1e-5 {
 		t.Errorf("resumed from the checkpoint at 12: logits differ by %.3g", r)
 	}
 	if err := caches[0].Truncate(5); err == nil {
@@ -134,7 +102,7 @@ func TestWrongCache(t *testing.T) {
 	for i := range caches {
 		caches[i], _ = kvstore.NewFull(m.Config.NumKVHeads, m.Config.HeadDim, m.Config.HeadDim, true)
 	}
-	if _, err := m.Forward(context.Background(), prompt(3), caches, false); err == nil {
+	if _, err := m.Forward(context.Background(), modeltest.Tokens(3, 3), caches, false); err == nil {
 		t.Fatal("a full-attention cache on a linear-attention layer was accepted")
 	}
 }
@@ -164,13 +132,13 @@ func TestPolicyCaches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := prompt(24)
-	got := append(run(t, m, caches, p[:18], 5), run(t, m, caches, p[18:], 1)...)
+	p := modeltest.Tokens(3, 24)
+	got := append(modeltest.Forward(t, m, caches, p[:18], 5), modeltest.Forward(t, m, caches, p[18:], 1)...)
 	if _, ok := caches[0].(qwen3next.State); !ok {
 		t.Fatalf("layer 0's cache is %T after Forward, want the filled-in State", caches[0])
 	}
 	ref, _ := m.NewCaches(true)
-	if r := maxRel(got, run(t, m, ref, p, 24)); r > 0.1 || math.IsNaN(r) {
+	if r := modeltest.MaxRel(got, modeltest.Forward(t, m, ref, p, 24)); r > 0.1 || math.IsNaN(r) {
 		t.Errorf("quantized KV differs from float32 by %.3g", r)
 	} else {
 		t.Logf("quantized KV vs float32 caches: relative difference %.3g", r)
@@ -182,10 +150,10 @@ func TestPolicyCaches(t *testing.T) {
 func TestOutOfStep(t *testing.T) {
 	m := load(t, 0)
 	caches, _ := m.NewCaches(false)
-	run(t, m, caches, prompt(6), 6)
+	modeltest.Forward(t, m, caches, modeltest.Tokens(3, 6), 6)
 	fresh, _ := m.NewCaches(false)
 	fresh[3] = caches[3] // the attention layer holds 6 positions, the states none
-	if _, err := m.Forward(context.Background(), prompt(2), fresh, false); err == nil {
+	if _, err := m.Forward(context.Background(), modeltest.Tokens(3, 2), fresh, false); err == nil {
 		t.Fatal("caches out of step were accepted")
 	}
 }
