@@ -3,7 +3,7 @@
 //
 // Names (ParseName): "org/name[:revision]", "hf.co/org/name", "huggingface.co/org/name", and bare
 // "name[:tag]" names, which Store.Lookup resolves through user aliases (Store.Copy), models made on this
-// machine (repo local/name, Store.ImportDir) and BuiltinAliases, in that order. Unsafe names ("..", absolute
+// machine (repo local/name, Store.ImportDir) and the Ollama library names of Library, in that order. Unsafe names ("..", absolute
 // paths, backslashes, control characters, over MaxNameLen bytes) are refused before any disk access.
 //
 // The store (Store) is the Hugging Face hub cache, laid out exactly as huggingface_hub lays it out

@@ -134,7 +134,7 @@ func TestLookupOrder(t *testing.T) {
 	if err != nil || got.Repo != "mlx-community/Qwen3-0.6B-4bit" || got.Revision != "main" {
 		t.Fatalf("builtin lookup = %+v, %v", got, err)
 	}
-	if _, err := s.Lookup(mustParse(t, "nosuchmodel")); !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "qwen3:0.6b") {
+	if _, err := s.Lookup(mustParse(t, "nosuchmodel")); !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "qwen2.5-coder") {
 		t.Errorf("unknown bare name: %v", err)
 	}
 	// A local model of the same name wins over the built-in alias.
