@@ -243,7 +243,8 @@ func (m *engineModel) Generate(ctx context.Context, in GenerateInput, emit func(
 		return GenerateStats{}, err
 	}
 	st := GenerateStats{PromptTokens: res.PromptTokens, PromptEvalDuration: res.PromptDuration,
-		EvalTokens: res.EvalCount, EvalDuration: res.EvalDuration, DoneReason: res.DoneReason}
+		EvalTokens: res.EvalCount, EvalDuration: res.EvalDuration, DoneReason: res.DoneReason,
+		StopSequence: res.StopSequence}
 	if res.PromptTruncated > 0 {
 		st.Perf = append(st.Perf, "prompt_truncated", res.PromptTruncated)
 	}

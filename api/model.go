@@ -66,6 +66,7 @@ type GenerateStats struct {
 	EvalTokens         int
 	EvalDuration       time.Duration
 	DoneReason         string // "stop" (EOS or a stop string) or "length" (num_predict or the context)
+	StopSequence       string // the stop string that ended generation, "" when none did
 	// Perf holds extra PERF log keys (KV cache hits, pressure...), printed in order.
 	Perf []any
 }

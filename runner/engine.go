@@ -155,6 +155,7 @@ type Result struct {
 	Text            string  // everything passed to the callback
 	Tokens          []int32 // generated ids, EOS excluded
 	DoneReason      string  // "stop" (EOS or a stop string) or "length" (num_predict or num_ctx)
+	StopSequence    string  // the stop string that ended generation ("" when none did)
 	PromptTokens    int     // prompt tokens evaluated
 	PromptTruncated int     // prompt tokens dropped to fit num_ctx
 	MessagesDropped int     // chat messages dropped to fit num_ctx
@@ -244,6 +245,7 @@ func (e *Engine) Generate(ctx context.Context, req Request, fn func(text string)
 		}
 	}
 	res.Text = string(text)
+	res.StopSequence = stops.matched
 	return res, err
 }
 

@@ -11,6 +11,7 @@ import (
 type stopFilter struct {
 	stops   []string
 	pending string
+	matched string // the stop string that ended the text, once one has
 }
 
 // push adds text and returns what is safe to emit. When a stop string appears, it
@@ -23,7 +24,7 @@ func (f *stopFilter) push(text string) (out string, hit bool) {
 	first := -1
 	for _, s := range f.stops {
 		if i := strings.Index(f.pending, s); i >= 0 && (first < 0 || i < first) {
-			first = i
+			first, f.matched = i, s
 		}
 	}
 	if first >= 0 {

@@ -70,6 +70,19 @@ func TestStopFilterEverySplit(t *testing.T) {
 	}
 }
 
+// matched names the stop string that ended the text: the earliest one, not the first listed.
+func TestStopFilterMatched(t *testing.T) {
+	f := &stopFilter{stops: []string{"User:", "\n\n", "b"}}
+	if _, hit := f.push("a\n\nUser: b"); !hit || f.matched != "\n\n" {
+		t.Fatalf("hit %v, matched %q; want \"\\n\\n\"", hit, f.matched)
+	}
+	f = &stopFilter{stops: []string{"STOP"}}
+	f.push("no stop here")
+	if f.matched != "" {
+		t.Fatalf("matched %q without a stop string", f.matched)
+	}
+}
+
 func TestTruncatePrompt(t *testing.T) {
 	p := make([]int32, 100)
 	for i := range p {
