@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -132,5 +133,50 @@ func TestPrefixCacheThroughServer(t *testing.T) {
 	resp.Body.Close()
 	if cleared.Cleared == 0 || pc.Stats().RAMBlocks != 0 {
 		t.Fatalf("cleared %d, %d blocks left", cleared.Cleared, pc.Stats().RAMBlocks)
+	}
+
+	// A restart: a new server whose cache preloads the SSD blocks at start. Its first request
+	// says on its PERF line that its blocks came from the SSD (block_hit, block_preload), not
+	// from RAM; the next one hits RAM.
+	pc.Flush()
+	ts.Close()
+	srv.Close()
+	var logs2 syncBuffer
+	log2 := slog.New(slog.NewTextHandler(&logs2, nil))
+	pc2, err := kvstore.NewPrefixCache(kvstore.PrefixConfig{Dir: filepath.Join(tmp, "prefix"), Log: log2, Hot: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc2.Close()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if st := pc2.Stats(); st.RAMBlocks > 0 && st.RAMBlocks == st.DiskBlocks {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the hot blocks did not load: %+v", pc2.Stats())
+		}
+	}
+	srv, err = NewServer(ServerConfig{Store: store, Loader: &EngineLoader{Threads: 2, KV: &kvstore.Policy{Log: log2}, Prefix: pc2, Logger: log2},
+		Sched: sched.Config{}, Version: "test", Logger: log2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts = httptest.NewServer(srv.Handler())
+	for range 2 {
+		resp, err := http.Post(ts.URL+"/api/chat", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var cr ChatResponse
+		if resp.StatusCode != 200 || json.Unmarshal(b, &cr) != nil || cr.Message.Content != replies[0] {
+			t.Fatalf("after the restart: status %d: %s, want %q", resp.StatusCode, b, replies[0])
+		}
+	}
+	perf = regexp.MustCompile(`ram_hit=(\d+) block_hit=(\d+) block_write=\d+ chain_break=0 block_preload=(\d+)`).FindAllStringSubmatch(logs2.String(), -1)
+	if len(perf) != 2 || perf[0][1] != "0" || perf[0][2] == "0" || perf[0][3] != perf[0][2] ||
+		perf[1][1] != perf[0][2] || perf[1][2] != "0" || perf[1][3] != "0" {
+		t.Fatalf("PERF after a restart: %q, want the first request's blocks all from SSD (preloaded), the second's from RAM\n%s", perf, logs2.String())
 	}
 }

@@ -177,6 +177,9 @@ type Block struct {
 	refs   int
 	elem   *list.Element
 	onDisk bool
+	// preloaded: read from the SSD tier at start-up and not used by a request since; its first
+	// use counts as an SSD hit, not a RAM hit.
+	preloaded bool
 }
 
 // Bytes is the memory the block's pages and snapshots hold.
@@ -442,7 +445,8 @@ type RequestStats struct {
 	Cached     int  // prompt tokens restored from the cache
 	Prefilled  int  // prompt tokens computed
 	RAMHits    int  // blocks reused from RAM
-	DiskHits   int  // blocks read from SSD
+	DiskHits   int  // blocks that came from SSD: read for this request, or preloaded at start-up and first used now
+	Preloaded  int  // of DiskHits, the blocks preloaded at start-up (read before the request)
 	Written    int  // blocks queued for the SSD tier
 	ChainBreak bool // the prompt's first block matched nothing while the cache holds blocks of this model
 }
@@ -454,7 +458,7 @@ func (r RequestStats) Perf() []any {
 		cb = 1
 	}
 	return []any{"cached_tok", r.Cached, "pref_tok", r.Prefilled, "ram_hit", r.RAMHits, "block_hit", r.DiskHits,
-		"block_write", r.Written, "chain_break", cb}
+		"block_write", r.Written, "chain_break", cb, "block_preload", r.Preloaded}
 }
 
 // Session is one sequence's use of the prefix cache: Restore before prefill, Save after
@@ -564,14 +568,19 @@ func (s *Session) Restore(tokens []int32) int {
 	if len(chain) > 0 {
 		n = chain[len(chain)-1].End()
 	}
+	p.mu.Lock()
 	for _, b := range chain {
-		if fromDisk[b] {
+		switch {
+		case fromDisk[b]:
 			s.Stats.DiskHits++
-		} else {
+		case b.preloaded: // read from SSD at start-up: this request is the first to use it
+			b.preloaded = false
+			s.Stats.DiskHits++
+			s.Stats.Preloaded++
+		default:
 			s.Stats.RAMHits++
 		}
 	}
-	p.mu.Lock()
 	if n == 0 {
 		p.st.Misses++
 	}

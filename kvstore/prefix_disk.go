@@ -451,7 +451,7 @@ func readBlockFile(path string) (*Block, int64, error) {
 			if err != nil {
 				return s, err
 			}
-			s.codes = make([]uint32, rows*c.words)
+			s.codes = blockSlice[uint32](rows * c.words)
 			for i := range s.codes {
 				s.codes[i] = binary.LittleEndian.Uint32(data[4*i:])
 			}
@@ -461,7 +461,7 @@ func readBlockFile(path string) (*Block, int64, error) {
 		if err != nil {
 			return s, err
 		}
-		s.halfs = make([]uint16, rows*c.halfs)
+		s.halfs = blockSlice[uint16](rows * c.halfs)
 		for i := range s.halfs {
 			s.halfs[i] = binary.LittleEndian.Uint16(data[2*i:])
 		}
@@ -714,7 +714,7 @@ func (d *diskTier) loadHot(n int) {
 			d.reject(f.path, err)
 			continue
 		}
-		b.onDisk = true
+		b.onDisk, b.preloaded = true, true
 		d.p.mu.Lock()
 		d.p.st.DiskRead += size
 		d.p.insertLocked(b)

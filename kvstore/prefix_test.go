@@ -2,6 +2,7 @@ package kvstore
 
 import (
 	"bytes"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -440,9 +441,23 @@ func TestPrefixHotBlocks(t *testing.T) {
 	if st := p2.Stats(); st.RAMBlocks != 4 {
 		t.Fatalf("%d hot blocks in RAM, want 4", st.RAMBlocks)
 	}
+	// The first request to use the preloaded blocks got them from the SSD (read at start-up):
+	// they count as SSD hits, not RAM hits, so the PERF line tells a restore after a restart
+	// from a RAM hit.
 	got, st := serve(t, p2, m, prompt)
-	if st.RAMHits != 4 || st.DiskHits != 0 || !slices.Equal(got, cold(t, m, prompt)) {
-		t.Fatalf("%+v", st)
+	if st.RAMHits != 0 || st.DiskHits != 4 || st.Preloaded != 4 || !slices.Equal(got, cold(t, m, prompt)) {
+		t.Fatalf("first use of preloaded blocks: %+v, want 4 SSD hits, all preloaded", st)
+	}
+	if perf := fmt.Sprint(st.Perf()); !strings.Contains(perf, "block_hit 4") || !strings.Contains(perf, "block_preload 4") {
+		t.Fatalf("PERF keys %s", perf)
+	}
+	// From then on they are RAM blocks like any other.
+	got, st = serve(t, p2, m, prompt)
+	if st.RAMHits != 4 || st.DiskHits != 0 || st.Preloaded != 0 || !slices.Equal(got, cold(t, m, prompt)) {
+		t.Fatalf("second use: %+v, want 4 RAM hits", st)
+	}
+	if s := p2.Stats(); s.DiskHits != 4 || s.RAMHits != 4 {
+		t.Fatalf("cache counters %+v", s)
 	}
 }
 
