@@ -139,7 +139,24 @@ type Request struct {
 	// NoShift ends generation with "length" when the window is full instead of
 	// shifting the context (Ollama's "shift": false).
 	NoShift bool
+	// Logprobs asks for each generated token's log-probability (Result.Logprobs), with
+	// the TopLogprobs (0 to sample.MaxTopLogprobs) most likely tokens at its position.
+	// OnLogprobs, when set, receives them while streaming: just before fn is given text,
+	// the entries of the tokens that text completes. A token whose text is never passed
+	// on (part of a stop string) has none.
+	Logprobs    bool
+	TopLogprobs int
+	OnLogprobs  func([]Logprob)
+	// Context are tokens placed before the prompt: the Context of an earlier Result (the
+	// conversation so far), as Ollama's /api/generate "context". With it, the prompt is
+	// tokenized without the tokenizer's added BOS.
+	Context []int32
+	// WantContext fills Result.Context.
+	WantContext bool
 }
+
+// Logprob is a generated token's log-probability and its position's most likely tokens.
+type Logprob = sample.Logprob
 
 // ContextError reports a prompt that does not fit the context window.
 type ContextError struct {
@@ -165,6 +182,10 @@ type Result struct {
 	TotalDuration   time.Duration
 	Prefix          *kvstore.RequestStats // what the prefix cache gave; nil without one
 	KVBytes         int64                 // what the sequence's caches held at the end
+	Logprobs        []Logprob             // with Request.Logprobs: one per token whose text was passed on
+	// Context (with Request.WantContext) is the conversation as tokens: the prompt (with the
+	// request's Context) and Text, for the next request's Context.
+	Context []int32
 }
 
 // PromptRate is prefill speed in tokens per second.
@@ -192,6 +213,15 @@ func (e *Engine) Generate(ctx context.Context, req Request, fn func(text string)
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
+	if req.Logprobs && (req.TopLogprobs < 0 || req.TopLogprobs > sample.MaxTopLogprobs) {
+		return nil, fmt.Errorf("top_logprobs is %d: it must be between 0 and %d", req.TopLogprobs, sample.MaxTopLogprobs)
+	}
+	vocab := max(e.Model.Config.VocabSize, e.Tokenizer.VocabSize())
+	for i, id := range req.Context {
+		if id < 0 || int(id) >= vocab {
+			return nil, fmt.Errorf("context[%d] is %d, not a token of this model (vocabulary of %d): send back the context a response of this model returned", i, id, vocab)
+		}
+	}
 	numCtx := e.numCtx(o)
 	var prompt []int32
 	dropped := 0
@@ -201,7 +231,10 @@ func (e *Engine) Generate(ctx context.Context, req Request, fn func(text string)
 			return nil, err
 		}
 	} else {
-		prompt = e.Tokenizer.Encode(req.Prompt, true)
+		prompt = e.Tokenizer.Encode(req.Prompt, len(req.Context) == 0)
+	}
+	if len(req.Context) > 0 {
+		prompt = append(slices.Clone(req.Context), prompt...)
 	}
 	if len(prompt) == 0 {
 		return nil, errors.New("generate: the prompt is empty")
@@ -210,19 +243,32 @@ func (e *Engine) Generate(ctx context.Context, req Request, fn func(text string)
 	dec := e.Tokenizer.NewStreamDecoder(true)
 	stops := &stopFilter{stops: o.Stop}
 	var text []byte
-	var failed error // fn's error: fn is not called again after one
+	var failed error                  // fn's error: fn is not called again after one
+	var logprobs, pendingLP []Logprob // all delivered; of tokens whose text is not passed on yet
 	send := func(s string) error {
 		if s == "" || failed != nil {
 			return failed
 		}
 		text = append(text, s...)
+		if len(pendingLP) > 0 {
+			logprobs = append(logprobs, pendingLP...)
+			if req.OnLogprobs != nil {
+				req.OnLogprobs(pendingLP)
+			}
+			pendingLP = nil
+		}
 		if fn != nil {
 			failed = fn(s)
 		}
 		return failed
 	}
 	hit := false
-	res, err := e.run(ctx, prompt, o, numCtx, flags{noTruncate: req.NoTruncate, noShift: req.NoShift}, func(id int32) (bool, error) {
+	f := flags{noTruncate: req.NoTruncate, noShift: req.NoShift}
+	if req.Logprobs {
+		f.topLogprobs = req.TopLogprobs
+		f.logprob = func(lp Logprob) { pendingLP = append(pendingLP, lp) }
+	}
+	res, err := e.run(ctx, prompt, o, numCtx, f, func(id int32) (bool, error) {
 		var out string
 		out, hit = stops.push(dec.Add(id))
 		return hit, send(out)
@@ -246,6 +292,10 @@ func (e *Engine) Generate(ctx context.Context, req Request, fn func(text string)
 	}
 	res.Text = string(text)
 	res.StopSequence = stops.matched
+	res.Logprobs = logprobs
+	if req.WantContext {
+		res.Context = append(slices.Clone(prompt), e.Tokenizer.Encode(res.Text, false)...)
+	}
 	return res, err
 }
 
@@ -344,7 +394,13 @@ func truncatePrompt(prompt []int32, numCtx, numKeep int) []int32 {
 // run is the generation loop: chunked prefill, then sample, emit and decode one token
 // at a time. emit returns true to stop.
 // flags are a request's switches that Options do not carry.
-type flags struct{ noTruncate, noShift bool }
+// logprob, when set, is given each generated token's log-probabilities (with topLogprobs
+// alternatives), before emit.
+type flags struct {
+	noTruncate, noShift bool
+	logprob             func(Logprob)
+	topLogprobs         int
+}
 
 func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int, f flags, emit func(id int32) (bool, error)) (*Result, error) {
 	start := time.Now()
@@ -421,6 +477,9 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 		}
 		if isEOS[id] {
 			return finish("stop", nil)
+		}
+		if f.logprob != nil {
+			f.logprob(sample.Logprobs(logits, id, f.topLogprobs)) // the logits the sampler saw
 		}
 		sampler.Accept(id)
 		res.Tokens = append(res.Tokens, id)
