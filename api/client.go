@@ -216,13 +216,22 @@ func (c *Client) Copy(ctx context.Context, req *CopyRequest) error {
 	return c.do(ctx, http.MethodPost, "/api/copy", req, nil)
 }
 
-// Version is GET /api/version.
+// Version is GET /api/version's "version": the Ollama API version the server follows.
 func (c *Client) Version(ctx context.Context) (string, error) {
-	var v VersionResponse
-	if err := c.do(ctx, http.MethodGet, "/api/version", nil, &v); err != nil {
+	v, err := c.Versions(ctx)
+	if err != nil {
 		return "", err
 	}
 	return v.Version, nil
+}
+
+// Versions is GET /api/version whole: the Ollama API version and, from an mlxg server, mlxg's own.
+func (c *Client) Versions(ctx context.Context) (*VersionResponse, error) {
+	var v VersionResponse
+	if err := c.do(ctx, http.MethodGet, "/api/version", nil, &v); err != nil {
+		return nil, err
+	}
+	return &v, nil
 }
 
 // Heartbeat is HEAD /: nil when a server answers.

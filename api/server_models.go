@@ -53,7 +53,7 @@ func (s *Server) resolve(name string) (*registry.LocalModel, error) {
 }
 
 func (s *Server) handleVersion(c *gin.Context) {
-	c.JSON(http.StatusOK, VersionResponse{Version: s.cfg.Version})
+	c.JSON(http.StatusOK, VersionResponse{Version: OllamaVersion, MLXGVersion: s.cfg.Version})
 }
 
 // notFound turns the store's "not found" into Ollama's 404 answer for name.

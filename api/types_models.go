@@ -121,7 +121,15 @@ type CopyRequest struct {
 	Destination string `json:"destination"`
 }
 
-// VersionResponse is the body of GET /api/version.
+// OllamaVersion is the Ollama version /api/version reports in "version": the release whose API mlxg
+// follows (its routes and fields were compared with Ollama v0.33.0's source). Clients read this field to
+// decide what the server can do, and some refuse a development version or anything below 0.6.4, so it is
+// an Ollama release number, not mlxg's own version (that is "mlxg_version").
+const OllamaVersion = "0.33.0"
+
+// VersionResponse is the body of GET /api/version: Version is OllamaVersion, MLXGVersion mlxg's own
+// (absent when the server is Ollama itself).
 type VersionResponse struct {
-	Version string `json:"version"`
+	Version     string `json:"version"`
+	MLXGVersion string `json:"mlxg_version,omitempty"`
 }

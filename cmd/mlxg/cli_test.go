@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/registry/hubtest"
 	"github.com/mlxg/mlxg/registry/safetensors"
 )
@@ -214,7 +215,7 @@ func TestCLIUsesServer(t *testing.T) {
 	cliEnv(t)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/api/version" {
-			w.Write([]byte(`{"version":"9.9.9"}`))
+			w.Write([]byte(`{"version":"0.33.0","mlxg_version":"9.9.9"}`))
 			return
 		}
 		if r.URL.Path != "/api/tags" {
@@ -231,8 +232,11 @@ func TestCLIUsesServer(t *testing.T) {
 	}
 	t.Setenv("MLXG_HOST", srv.URL)
 	out, _, _ = mlxg(t, "version")
-	if !strings.Contains(out, "mlxg version is 9.9.9") || !strings.Contains(out, "client version is "+version) {
+	if !strings.Contains(out, "mlxg version is 9.9.9 (Ollama API 0.33.0)") || !strings.Contains(out, "client version is "+version) {
 		t.Errorf("version with a server: %q", out)
+	}
+	if out, _, err := mlxg(t, "--version"); err != nil || out != "mlxg version is "+version+" (Ollama API "+api.OllamaVersion+")\n" {
+		t.Errorf("mlxg --version: %q, %v", out, err)
 	}
 	out, _, err := mlxg(t, "list")
 	if err != nil || !strings.Contains(out, "from-server:latest") || !strings.Contains(out, "0123456789ab ") {

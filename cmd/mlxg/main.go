@@ -25,7 +25,7 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 		Version:       version,
 	}
-	root.SetVersionTemplate("mlxg version is {{.Version}}\n")
+	root.SetVersionTemplate("mlxg version is {{.Version}} (Ollama API " + api.OllamaVersion + ")\n")
 	// One line per command.
 	root.AddCommand(newPullCmd())
 	root.AddCommand(newListCmd())
@@ -48,8 +48,10 @@ func newVersionCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
 		Short: "Show version information",
-		Long:  "Show the version of the running server (at MLXG_HOST or OLLAMA_HOST) and of this client, as ollama -v does.",
-		Args:  cobra.NoArgs,
+		Long: "Show the version of the running server (at MLXG_HOST or OLLAMA_HOST) and of this client, as ollama -v does.\n" +
+			"The server's /api/version reports the Ollama API version it follows (" + api.OllamaVersion + ") in \"version\" and\n" +
+			"mlxg's own in \"mlxg_version\"; a server without the latter is Ollama itself.",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			out := cmd.OutOrStdout()
 			c, err := api.ClientFromEnvironment()
@@ -58,16 +60,19 @@ func newVersionCmd() *cobra.Command {
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Second)
 			defer cancel()
-			server, err := c.Version(ctx)
+			v, err := c.Versions(ctx)
 			switch {
 			case err != nil:
 				fmt.Fprintf(out, "Warning: could not connect to a running mlxg server at %s\n", c.Base())
 				fmt.Fprintf(out, "Warning: client version is %s\n", version)
-			case server != version:
-				fmt.Fprintf(out, "mlxg version is %s\n", server)
+			case v.MLXGVersion == "":
+				fmt.Fprintf(out, "Warning: the server at %s is Ollama %s, not mlxg\n", c.Base(), v.Version)
+				fmt.Fprintf(out, "Warning: client version is %s\n", version)
+			case v.MLXGVersion != version:
+				fmt.Fprintf(out, "mlxg version is %s (Ollama API %s)\n", v.MLXGVersion, v.Version)
 				fmt.Fprintf(out, "Warning: client version is %s\n", version)
 			default:
-				fmt.Fprintf(out, "mlxg version is %s\n", version)
+				fmt.Fprintf(out, "mlxg version is %s (Ollama API %s)\n", version, v.Version)
 			}
 			return nil
 		},
