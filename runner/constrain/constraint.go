@@ -1,0 +1,193 @@
+package constrain
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// maxCacheBytes bounds a Constraint's mask cache; when full it starts again empty.
+const maxCacheBytes = 64 << 20
+
+// Constraint is one generation's automaton over a vocabulary: Apply masks the logits of the
+// next token, Accept moves past the token chosen. Not safe for concurrent use.
+type Constraint struct {
+	m     machine
+	v     *Vocab
+	cur   State
+	next  State
+	save  State
+	ended bool    // an end-of-sequence token was accepted
+	bufs  []State // the walk's state at each trie depth
+	cache map[string]bitset
+	bytes int
+	key   []byte
+	// Stats: masks computed by walking the trie, and masks found in the cache.
+	Walks, Hits int
+}
+
+// New returns a constraint at the start of the output.
+func (s *Schema) New(v *Vocab) *Constraint {
+	c := &Constraint{m: machine{s: s}, v: v, cache: map[string]bitset{}}
+	c.m.initial(&c.cur)
+	return c
+}
+
+// ErrNoToken is returned when no token of the vocabulary can continue the output.
+var ErrNoToken = errors.New("constrained decoding: no token of the vocabulary can continue the output as the schema requires")
+
+// Mask returns the set of ids allowed next: a cached set the caller must not modify.
+func (c *Constraint) Mask() bitset {
+	c.key = c.cur.key(c.key[:0])
+	if b, ok := c.cache[string(c.key)]; ok {
+		c.Hits++
+		return b
+	}
+	c.Walks++
+	b := newBitset(c.v.size)
+	if k, ok := c.plainString(); ok {
+		b.or(c.v.plain[k])
+		c.walk(&c.v.rest, 0, 0, &c.cur, b)
+	} else {
+		c.walk(&c.v.full, 0, 0, &c.cur, b)
+	}
+	if c.m.accepting(&c.cur) {
+		for _, id := range c.v.eos {
+			if int(id) < c.v.size {
+				b.set(id)
+			}
+		}
+	}
+	if c.bytes+8*len(b) > maxCacheBytes {
+		clear(c.cache)
+		c.bytes = 0
+	}
+	c.cache[string(c.key)] = b
+	c.bytes += 8 * len(b)
+	return b
+}
+
+// plainString reports whether the state is inside the content of a string without a
+// pattern, where plain text tokens of up to k characters keep the state a valid one.
+func (c *Constraint) plainString() (int, bool) {
+	if c.cur.n() != 1 {
+		return 0, false
+	}
+	st := c.cur.stack(0)
+	top := st[len(st)-1]
+	if top.kind != fStr || top.stage != sIn || top.b != 0 {
+		return 0, false
+	}
+	nd := &c.m.s.nodes[top.node]
+	if nd.pattern != nil {
+		return 0, false
+	}
+	if nd.maxLen < 0 {
+		return maxBucket, true
+	}
+	room := int(nd.maxLen - top.a)
+	if room >= maxBucket {
+		// A plain token longer than maxBucket characters might not fit: walk them all.
+		return 0, false
+	}
+	return room, true
+}
+
+// walk adds to b the tokens of the subtree of trie node n (at depth) that st accepts.
+func (c *Constraint) walk(t *trie, n int32, depth int, st *State, b bitset) {
+	if len(c.bufs) <= depth {
+		c.bufs = append(c.bufs, State{})
+	}
+	nd := t.nodes[n]
+	for _, e := range t.edges[nd.edge0 : nd.edge0+nd.nedge] {
+		next := &c.bufs[depth]
+		if !c.m.step(next, st, e.b) {
+			continue
+		}
+		child := t.nodes[e.child]
+		for _, id := range t.toks[child.tok0 : child.tok0+child.ntok] {
+			b.set(id)
+		}
+		if child.nedge > 0 {
+			c.walk(t, e.child, depth+1, next, b)
+		}
+	}
+}
+
+// Apply sets the logits of every token that may not come next to -Inf. It returns
+// ErrNoToken when none may.
+func (c *Constraint) Apply(logits []float32) error {
+	b := c.Mask()
+	any := false
+	inf := float32(math.Inf(-1))
+	for w := 0; w*64 < len(logits); w++ {
+		var word uint64
+		if w < len(b) {
+			word = b[w]
+		}
+		lo, hi := w*64, min(w*64+64, len(logits))
+		if word == ^uint64(0) && hi-lo == 64 {
+			any = true
+			continue
+		}
+		for i := lo; i < hi; i++ {
+			if word&(1<<uint(i-lo)) == 0 {
+				logits[i] = inf
+			} else {
+				any = true
+			}
+		}
+	}
+	if !any {
+		return ErrNoToken
+	}
+	return nil
+}
+
+// Allowed reports whether id may come next.
+func (c *Constraint) Allowed(id int32) bool {
+	return id >= 0 && int(id) < c.v.size && c.Mask().has(id)
+}
+
+// Accept moves past token id; an id the state does not allow is an error and leaves the
+// state as it was. End-of-sequence ids are accepted only where the output may end.
+func (c *Constraint) Accept(id int32) error {
+	if id < 0 || int(id) >= c.v.size {
+		return fmt.Errorf("constrained decoding: token %d is outside the vocabulary", id)
+	}
+	b := c.v.bytes[id]
+	if b == nil {
+		for _, e := range c.v.eos {
+			if e == id && c.m.accepting(&c.cur) {
+				c.ended = true
+				return nil
+			}
+		}
+		return fmt.Errorf("constrained decoding: token %d is not text the schema allows here", id)
+	}
+	if err := c.AcceptBytes(b); err != nil {
+		return fmt.Errorf("constrained decoding: token %d (%q): %w", id, b, err)
+	}
+	return nil
+}
+
+// AcceptBytes moves past text; text the state does not allow is an error and leaves the
+// state as it was.
+func (c *Constraint) AcceptBytes(text []byte) error {
+	c.save.copyFrom(&c.cur)
+	for i, ch := range text {
+		if !c.m.step(&c.next, &c.cur, ch) {
+			c.cur.copyFrom(&c.save)
+			return fmt.Errorf("byte %d (%q) is not allowed", i, ch)
+		}
+		c.cur, c.next = c.next, c.cur
+	}
+	return nil
+}
+
+// Accepting reports whether the output may end here: it is a complete value.
+func (c *Constraint) Accepting() bool { return c.m.accepting(&c.cur) }
+
+// Finished reports whether the value is complete and nothing may follow it (the caller
+// ends generation without asking the model).
+func (c *Constraint) Finished() bool { return c.ended || c.m.finished(&c.cur) }
