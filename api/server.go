@@ -21,6 +21,8 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/mlxg/mlxg/api/anthropic"
+	"github.com/mlxg/mlxg/api/openai"
 	"github.com/mlxg/mlxg/registry"
 	"github.com/mlxg/mlxg/runner/sched"
 )
@@ -37,7 +39,7 @@ type ServerConfig struct {
 	MaxBodyBytes int64
 	// ContextLength is the default num_ctx (default 4096).
 	ContextLength int
-	// Version is mlxg's version, which /api/version reports as "mlxg_version" ("version" is OllamaVersion).
+	// Version is what /api/version reports.
 	Version string
 	Pull    registry.PullOptions
 	Logger  *slog.Logger
@@ -104,6 +106,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	g.GET("/v1/models", s.handleOpenAIModels)
 	g.GET("/v1/models/*model", s.handleOpenAIModel)
 	g.POST("/v1/embeddings", s.handleOpenAIEmbeddings)
+	g.POST("/v1/messages", s.handleAnthropicMessages) // server_anthropic.go
 
 	g.GET("/metrics", gin.WrapH(promhttp.Handler()))
 	g.DELETE("/api/prefix-cache", s.handlePrefixClear) // metrics_prefix.go
@@ -188,9 +191,17 @@ func statusOf(err error) (int, string) {
 	return http.StatusInternalServerError, err.Error()
 }
 
-// abort answers with Ollama's error shape {"error": "..."}.
+// abort answers with Ollama's error shape {"error": "..."}, or on /v1/ paths (unknown routes, CORS,
+// panics) with the shape of the API the path belongs to: Anthropic's on /v1/messages, OpenAI's elsewhere.
 func abort(c *gin.Context, status int, msg string) {
-	c.AbortWithStatusJSON(status, gin.H{"error": msg})
+	switch p := c.Request.URL.Path; {
+	case p == "/v1/messages" || strings.HasPrefix(p, "/v1/messages/"):
+		c.AbortWithStatusJSON(status, anthropic.NewError(status, msg))
+	case strings.HasPrefix(p, "/v1/"):
+		c.AbortWithStatusJSON(status, openai.NewError(status, msg))
+	default:
+		c.AbortWithStatusJSON(status, gin.H{"error": msg})
+	}
 }
 
 func abortErr(c *gin.Context, err error) {
@@ -279,7 +290,8 @@ func (s *Server) cors(c *gin.Context) {
 	h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, User-Agent, Accept, X-Requested-With, "+
 		"X-Stainless-Lang, X-Stainless-Package-Version, X-Stainless-Os, X-Stainless-Arch, X-Stainless-Retry-Count, "+
 		"X-Stainless-Runtime, X-Stainless-Runtime-Version, X-Stainless-Async, X-Stainless-Helper-Method, "+
-		"X-Stainless-Poll-Helper, X-Stainless-Custom-Poll-Interval, X-Stainless-Timeout")
+		"X-Stainless-Poll-Helper, X-Stainless-Custom-Poll-Interval, X-Stainless-Timeout, "+
+		"X-Api-Key, Anthropic-Version, Anthropic-Beta, Anthropic-Dangerous-Direct-Browser-Access")
 	h.Set("Access-Control-Max-Age", "43200")
 	if c.Request.Method == http.MethodOptions {
 		c.AbortWithStatus(http.StatusNoContent)
