@@ -39,7 +39,7 @@ type ServerConfig struct {
 	MaxBodyBytes int64
 	// ContextLength is the default num_ctx (default 4096).
 	ContextLength int
-	// Version is what /api/version reports.
+	// Version is mlxg's version, which /api/version reports as "mlxg_version" ("version" is OllamaVersion).
 	Version string
 	Pull    registry.PullOptions
 	Logger  *slog.Logger
@@ -52,6 +52,7 @@ type Server struct {
 	sched  *sched.Scheduler
 	log    *slog.Logger
 	gin    *gin.Engine
+	hosts  hostGuard // the Host-header check against DNS rebinding (hosts.go)
 
 	// inflight counts requests that may run a model; Shutdown waits for them.
 	inflight sync.WaitGroup
@@ -79,7 +80,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	gin.SetMode(gin.ReleaseMode)
 	g := gin.New()
 	g.ContextWithFallback = true // c.Done()/c.Err() follow the request's context
-	g.Use(s.accessLog, s.recoverer, s.cors, s.limitBody)
+	g.Use(s.accessLog, s.recoverer, s.checkHost, s.cors, s.limitBody)
 	g.HandleMethodNotAllowed = true
 	g.NoRoute(func(c *gin.Context) { abort(c, http.StatusNotFound, "404 page not found") })
 	g.NoMethod(func(c *gin.Context) { abort(c, http.StatusMethodNotAllowed, "405 method not allowed") })
@@ -120,6 +121,7 @@ func (s *Server) Handler() http.Handler { return s.gin }
 // Serve serves on l until ctx ends, then shuts down gracefully: no new connections, requests in flight get
 // grace to finish, then their generation is cancelled; then every model is unloaded.
 func (s *Server) Serve(ctx context.Context, l net.Listener, grace time.Duration) error {
+	s.hosts.listen(l.Addr())
 	srv := &http.Server{Handler: s.gin, ReadHeaderTimeout: 30 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return s.stop }}
 	errc := make(chan error, 1)
