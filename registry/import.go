@@ -71,6 +71,7 @@ func (s *Store) ImportDir(ctx context.Context, n Name, dir string) (*LocalModel,
 	// The name now means this model: an alias of the same name made by cp goes.
 	err = s.updateState(func(st *state) error {
 		delete(st.Aliases, n.Bare)
+		delete(st.Modelfiles, n.Bare) // new weights: what create added to the old ones goes too
 		st.Pulled[target.Repo+":"+target.Revision] = time.Now().UTC()
 		return nil
 	})

@@ -16,6 +16,8 @@ import (
 type state struct {
 	Aliases map[string]alias     `json:"aliases"` // bare "name:tag" -> pinned snapshot
 	Pulled  map[string]time.Time `json:"pulled"`  // "org/name:revision" -> last pull or create
+	// Modelfiles: bare "name:tag" -> what ollama create added (an alias's or a local model's).
+	Modelfiles map[string]*Modelfile `json:"modelfiles,omitempty"`
 }
 
 type alias struct {

@@ -88,6 +88,9 @@ type LocalModel struct {
 	Dir      string    // the snapshot directory: config.json, *.safetensors, tokenizer files
 	Size     int64     // bytes of the files in the snapshot
 	Modified time.Time // when it was pulled, created or copied
+	// Modelfile is what ollama create added under this bare name (options, system, messages, licenses);
+	// nil for none.
+	Modelfile *Modelfile
 }
 
 // ID is the short commit id list shows.
@@ -185,6 +188,9 @@ func (s *Store) Resolve(n Name) (*LocalModel, error) {
 		return nil, err
 	}
 	m.Modified = s.modified(st, n, target, dir)
+	if n.IsBare() {
+		m.Modelfile = st.Modelfiles[n.Bare]
+	}
 	return m, nil
 }
 
@@ -358,6 +364,14 @@ func (s *Store) Copy(src, dst Name) (*LocalModel, error) {
 	}
 	err = s.updateState(func(st *state) error {
 		st.Aliases[dst.Bare] = alias{Repo: m.Repo, Commit: m.Commit, Created: time.Now().UTC()}
+		if m.Modelfile != nil { // a copy keeps what create added, as ollama cp does
+			if st.Modelfiles == nil {
+				st.Modelfiles = map[string]*Modelfile{}
+			}
+			st.Modelfiles[dst.Bare] = m.Modelfile
+		} else {
+			delete(st.Modelfiles, dst.Bare)
+		}
 		return nil
 	})
 	if err != nil {
@@ -383,7 +397,7 @@ func (s *Store) Remove(ctx context.Context, n Name) (*Removed, error) {
 		return nil, err
 	}
 	if a, ok := st.Aliases[n.Bare]; ok && n.IsBare() {
-		err := s.updateState(func(st *state) error { delete(st.Aliases, n.Bare); return nil })
+		err := s.updateState(func(st *state) error { delete(st.Aliases, n.Bare); delete(st.Modelfiles, n.Bare); return nil })
 		if err != nil {
 			return nil, err
 		}
@@ -411,7 +425,13 @@ func (s *Store) Remove(ctx context.Context, n Name) (*Removed, error) {
 	if err != nil {
 		return nil, err
 	}
-	return r, s.updateState(func(st *state) error { delete(st.Pulled, m.Repo+":"+m.Revision); return nil })
+	return r, s.updateState(func(st *state) error {
+		delete(st.Pulled, m.Repo+":"+m.Revision)
+		if n.IsBare() {
+			delete(st.Modelfiles, n.Bare)
+		}
+		return nil
+	})
 }
 
 // collect removes the refs drop from repo, then commit's snapshot unless a ref or alias still names it,
