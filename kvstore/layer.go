@@ -87,11 +87,11 @@ func (c *Full) Append(k, v []float32, n int) error {
 		b, off := c.n/BlockTokens, c.n%BlockTokens
 		if b == c.blocks() {
 			if c.fp32 {
-				c.k32 = append(c.k32, make([]float32, BlockTokens*kw))
-				c.v32 = append(c.v32, make([]float32, BlockTokens*vw))
+				c.k32 = append(c.k32, blockSlice[float32](BlockTokens*kw))
+				c.v32 = append(c.v32, blockSlice[float32](BlockTokens*vw))
 			} else {
-				c.k16 = append(c.k16, make([]uint16, BlockTokens*kw))
-				c.v16 = append(c.v16, make([]uint16, BlockTokens*vw))
+				c.k16 = append(c.k16, blockSlice[uint16](BlockTokens*kw))
+				c.v16 = append(c.v16, blockSlice[uint16](BlockTokens*vw))
 			}
 		}
 		kr, vr := k[i*kw:(i+1)*kw], v[i*vw:(i+1)*vw]

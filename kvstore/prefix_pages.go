@@ -104,7 +104,7 @@ func (c *Full) importPages(ps []*page) error {
 			c.k16, c.v16 = append(c.k16, p.k.halfs), append(c.v16, p.v.halfs)
 			c.shared = len(c.k16)
 		} else {
-			k, v := make([]uint16, BlockTokens*kw), make([]uint16, BlockTokens*vw)
+			k, v := blockSlice[uint16](BlockTokens*kw), blockSlice[uint16](BlockTokens*vw)
 			copy(k, p.k.halfs)
 			copy(v, p.v.halfs)
 			c.k16, c.v16 = append(c.k16, k), append(c.v16, v)

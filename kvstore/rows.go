@@ -43,7 +43,7 @@ type seg struct {
 }
 
 func (c rowCodec) newSeg(rows int) seg {
-	return seg{codes: make([]uint32, rows*c.words), halfs: make([]uint16, rows*c.halfs)}
+	return seg{codes: blockSlice[uint32](rows * c.words), halfs: blockSlice[uint16](rows * c.halfs)}
 }
 
 // bytes is the storage of one row.

@@ -217,6 +217,8 @@ func goArgFor(ty reflect.Type, ctyp string, k int) (v reflect.Value, logged stri
 	case typeOf[*int32]():
 		x := []int32{int32(5 + k), 6}
 		return reflect.ValueOf(&x[0]), fmt.Sprint(5 + k), nil
+	case typeOf[stackBool]():
+		return reflect.ValueOf(stackBool(1)), "1", nil
 	case typeOf[unsafe.Pointer]():
 		x := new(int64)
 		return reflect.ValueOf(unsafe.Pointer(x)), fmt.Sprintf("%x", uintptr(unsafe.Pointer(x))), nil

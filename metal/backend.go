@@ -3,6 +3,7 @@ package metal
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 	"sync"
@@ -14,10 +15,12 @@ import (
 	"github.com/mlxg/mlxg/runner/compute"
 )
 
-// Backend implements compute.Backend on MLX arrays on the default GPU stream.
+// Backend implements compute.Backend on MLX arrays, on the default stream of one MLX
+// device: the Metal GPU on a Mac; on Linux a CUDA GPU when MLX was built with CUDA and
+// sees one, else MLX's CPU backend.
 //
-// Every mlx-c call runs on one goroutine locked to its OS thread (MLX keeps per-thread
-// state for streams and command encoders), holding the Lib's mutex. A Context only
+// Every mlx-c call runs on one goroutine locked to its OS thread (MLX 0.31 keeps streams
+// and command encoders per thread), holding the Lib's mutex. A Context only
 // records ops in Go; Float32s hands the whole recorded step to that thread at once,
 // which builds the MLX graph and evaluates it with one mlx_eval.
 //
@@ -28,47 +31,79 @@ import (
 // loaded model and close it first. compute.Weight has no release of its own, so a
 // Backend holds every weight bound on it until Close.
 type Backend struct {
-	lib   *Lib
-	gpu   mlxStream
-	calls chan func()
-	name  string
+	lib    *Lib
+	gpu    mlxStream // the stream every op runs on (the CPU's on a machine without a GPU)
+	device string    // "metal", "cuda" or "cpu"
+	info   map[string]string
+	calls  chan func()
+	name   string
 
 	life    sync.RWMutex // held for reading by each call to the worker, for writing by Close
 	stopped bool
 
-	mu      sync.Mutex
-	owned   []mlxArray // weights and RoPE tables, freed by Close
-	freqs   map[*compute.RoPE]mlxArray
-	mirrors map[uintptr]*mirror // device-side KV per kvstore.Layer, by its address
-	closed  bool
+	mu     sync.Mutex
+	owned  []mlxArray // weights and RoPE tables, freed by Close
+	freqs  map[*compute.RoPE]mlxArray
+	closed bool
 }
 
-// NewBackend starts the MLX worker thread on lib's default GPU stream.
+// NewBackend starts the MLX worker thread on lib's best device: Metal (required on
+// macOS), else CUDA, else MLX's CPU.
 func NewBackend(lib *Lib) (*Backend, error) {
-	ok, err := lib.GPUAvailable()
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
-		return nil, &UnavailableError{Reason: fmt.Errorf("MLX %s at %s reports no Metal GPU", lib.Version, lib.Path)}
-	}
-	b := &Backend{lib: lib, calls: make(chan func()), freqs: map[*compute.RoPE]mlxArray{}, mirrors: map[uintptr]*mirror{}}
+	b := &Backend{lib: lib, calls: make(chan func()), freqs: map[*compute.RoPE]mlxArray{}}
 	go b.worker()
-	err = b.do(func() error {
-		s, err := handle("mlx_default_gpu_stream_new", lib.defaultGPUStream())
-		b.gpu = s
-		return err
-	})
-	if err != nil {
+	if err := b.do(b.open); err != nil {
 		close(b.calls)
 		return nil, err
 	}
-	b.name = "metal (MLX " + lib.Version + ")"
-	if info, err := lib.DeviceInfo(); err == nil && info["device_name"] != "" {
-		b.name = fmt.Sprintf("metal (MLX %s, %s)", lib.Version, info["device_name"])
+	b.name = fmt.Sprintf("%s (MLX %s)", b.Kind(), lib.Version)
+	if n := b.info["device_name"]; n != "" {
+		b.name = fmt.Sprintf("%s (MLX %s, %s)", b.Kind(), lib.Version, n)
 	}
 	return b, nil
 }
+
+// open picks the device and makes its default stream, on the worker.
+func (b *Backend) open() error {
+	l := b.lib
+	metalOK, err := l.available("mlx_metal_is_available", l.metalIsAvailable)
+	if err != nil {
+		return err
+	}
+	cudaOK, err := l.available("mlx_cuda_is_available", l.cudaIsAvailable)
+	if err != nil {
+		return err
+	}
+	dev, newStream, op := deviceGPU, l.defaultGPUStream, "mlx_default_gpu_stream_new"
+	switch {
+	case metalOK:
+		b.device = "metal"
+	case runtime.GOOS == "darwin":
+		return &UnavailableError{Reason: fmt.Errorf("MLX %s at %s reports no Metal GPU", l.Version, l.Path)}
+	case cudaOK:
+		b.device = "cuda"
+	default:
+		b.device, dev, newStream, op = "cpu", deviceCPU, l.defaultCPUStream, "mlx_default_cpu_stream_new"
+	}
+	s, err := handle(op, newStream())
+	if err != nil {
+		return err
+	}
+	b.gpu = s
+	b.info, _ = l.deviceInfo(dev) // informational: a library without it still runs
+	return nil
+}
+
+// Kind is "metal" for MLX on Apple's GPU, "mlx-cuda" or "mlx-cpu" elsewhere.
+func (b *Backend) Kind() string {
+	if b.device == "metal" {
+		return "metal"
+	}
+	return "mlx-" + b.device
+}
+
+// Device is the MLX device the backend runs on: "metal", "cuda" or "cpu".
+func (b *Backend) Device() string { return b.device }
 
 func (b *Backend) worker() {
 	runtime.LockOSThread()
@@ -132,16 +167,14 @@ func (b *Backend) Close() error {
 	b.mu.Lock()
 	b.closed = true
 	owned := b.owned
-	for _, m := range b.mirrors {
-		owned = append(owned, m.arrays()...)
-	}
-	b.owned, b.mirrors, b.freqs = nil, nil, nil
+	b.owned, b.freqs = nil, nil
 	b.mu.Unlock()
 	err := b.run(func() error {
+		limErr := b.releasePlan()
 		for _, a := range owned {
 			b.lib.arrayFree(a)
 		}
-		return status("mlx_stream_free", b.lib.streamFree(b.gpu))
+		return errors.Join(limErr, status("mlx_stream_free", b.lib.streamFree(b.gpu)))
 	})
 	close(b.calls)
 	return err
@@ -189,6 +222,13 @@ func mapped(src compute.Source) bool {
 
 // tensor makes an array over t's bytes, wrapping the mmapped pages when wrap is set
 // and the tensor is large.
+//
+// The pages are wrapped as a 1-D array of t's own dtype, not of bytes: MLX's
+// dimensions are int32, and counting elements keeps a tensor of up to 2³¹ elements
+// (a bf16 embedding of 2.8 GB, say) in one dimension. A tensor whose offset is not a
+// multiple of its element size, or whose pages hold more elements than an int32
+// counts, is handed to MLX at its own address and shape instead (Metal then copies
+// it; MLX's CPU backend reads it in place).
 func (b *Backend) tensor(g *graph, t *safetensors.Tensor, wrap bool) mlxArray {
 	dt, ok := dtypes[t.DType]
 	if !ok {
@@ -197,23 +237,44 @@ func (b *Backend) tensor(g *graph, t *safetensors.Tensor, wrap bool) mlxArray {
 	if len(t.Data) == 0 {
 		return g.fail(fmt.Errorf("tensor %q is empty", t.Name))
 	}
+	for _, d := range t.Shape {
+		if d > math.MaxInt32 {
+			return g.fail(fmt.Errorf("tensor %q has a dimension of %d, over MLX's limit of 2³¹-1", t.Name, d))
+		}
+	}
 	p := unsafe.Pointer(&t.Data[0])
 	if !wrap || len(t.Data) < zeroCopyMin {
 		return g.fromData(p, dt, t.Shape...)
 	}
+	size := t.DType.Size()
 	page := uintptr(os.Getpagesize())
 	start := uintptr(p) &^ (page - 1)
 	end := (uintptr(p) + uintptr(len(t.Data)) + page - 1) &^ (page - 1)
-	base := unsafe.Add(p, -int(uintptr(p)-start)) // the page holding the tensor's first byte
-	sp, _ := ints([]int{int(end - start)})
-	whole, err := handle("mlx_array_new_data_managed", b.lib.arrayNewDataMgd(base, sp, 1, dtUint8, b.lib.noop))
+	off := uintptr(p) - start
+	if size <= 0 || off%uintptr(size) != 0 || (end-start)/uintptr(size) > math.MaxInt32 {
+		return b.wrapAt(g, t, p, dt)
+	}
+	base := unsafe.Add(p, -int(off)) // the page holding the tensor's first byte
+	n := int((end - start) / uintptr(size))
+	sp, _ := ints([]int{n})
+	whole, err := handle("mlx_array_new_data_managed", b.lib.arrayNewDataMgd(base, sp, 1, dt, b.lib.noop))
 	if err != nil {
 		return g.fail(fmt.Errorf("tensor %q: %w", t.Name, err))
 	}
 	g.own(whole)
-	off := int(uintptr(p) - start)
-	bytes := g.slice(whole, []int{off}, []int{off + len(t.Data)})
-	return g.reshape(g.view(bytes, dt), t.Shape...)
+	first := int(off) / size
+	elems := len(t.Data) / size
+	return g.reshape(g.slice(whole, []int{first}, []int{first + elems}), t.Shape...)
+}
+
+// wrapAt hands MLX the tensor at its own address and shape, without copying it here.
+func (b *Backend) wrapAt(g *graph, t *safetensors.Tensor, p unsafe.Pointer, dt mlxDtype) mlxArray {
+	sp, n := ints(t.Shape)
+	a, err := handle("mlx_array_new_data_managed", b.lib.arrayNewDataMgd(p, sp, int32(n), dt, b.lib.noop))
+	if err != nil {
+		return g.fail(fmt.Errorf("tensor %q: %w", t.Name, err))
+	}
+	return g.own(a)
 }
 
 // bind evaluates arrays so they no longer hold their construction graph and hands
@@ -239,10 +300,16 @@ func (b *Backend) Weight(src compute.Source, prefix string, q compute.Quant) (co
 	if !ok {
 		return nil, fmt.Errorf("checkpoint has no tensor %q", name)
 	}
-	if len(t.Shape) != 2 {
-		return nil, fmt.Errorf("tensor %q has shape %v, want a matrix", name, t.Shape)
+	if len(t.Shape) != 2 && len(t.Shape) != 3 {
+		return nil, fmt.Errorf("tensor %q has shape %v, want a matrix (or a stack of expert matrices)", name, t.Shape)
 	}
-	w := &weight{name: prefix, out: t.Shape[0], in: t.Shape[1], q: q, dt: dtypes[t.DType]}
+	// A stack of expert matrices (or a conv1d kernel) is bound as one matrix of its
+	// rows; MoE views it as a stack again.
+	rows, cols := t.Shape[0], t.Shape[len(t.Shape)-1]
+	if len(t.Shape) == 3 {
+		rows *= t.Shape[1]
+	}
+	w := &weight{name: prefix, out: rows, in: cols, q: q, dt: dtypes[t.DType]}
 	var scales, biases, bias *safetensors.Tensor
 	if q.Quantized() {
 		if err := checkQuant(q, prefix); err != nil {
@@ -251,7 +318,7 @@ func (b *Backend) Weight(src compute.Source, prefix string, q compute.Quant) (co
 		if t.DType != safetensors.U32 {
 			return nil, fmt.Errorf("tensor %q is %s, but the config says the layer is %d-bit quantized (packed U32 codes expected)", name, t.DType, q.Bits)
 		}
-		w.in = t.Shape[1] * 32 / q.Bits
+		w.in = cols * 32 / q.Bits
 		groups := int64(w.out) * int64(w.in) / int64(q.GroupSize)
 		if scales, ok = src.Tensor(prefix + ".scales"); !ok {
 			return nil, fmt.Errorf("checkpoint has no tensor %q for quantized layer %q", prefix+".scales", prefix)
@@ -281,14 +348,21 @@ func (b *Backend) Weight(src compute.Source, prefix string, q compute.Quant) (co
 	}
 	wrap := mapped(src)
 	err := b.graph(func(g *graph) error {
-		w.w = b.tensor(g, t, wrap)
+		matrix := func(t *safetensors.Tensor) mlxArray {
+			a := b.tensor(g, t, wrap)
+			if len(t.Shape) == 3 {
+				a = g.reshape(a, t.Shape[0]*t.Shape[1], t.Shape[2])
+			}
+			return a
+		}
+		w.w = matrix(t)
 		arrays := []mlxArray{w.w}
 		if scales != nil {
-			w.scales = b.tensor(g, scales, wrap)
+			w.scales = matrix(scales)
 			arrays = append(arrays, w.scales)
 		}
 		if biases != nil {
-			w.biases = b.tensor(g, biases, wrap)
+			w.biases = matrix(biases)
 			arrays = append(arrays, w.biases)
 		}
 		if bias != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/metal"
+	"github.com/mlxg/mlxg/metal/mlxtest"
 	"github.com/mlxg/mlxg/registry/safetensors"
 	"github.com/mlxg/mlxg/runner/backend"
 	"github.com/mlxg/mlxg/runner/compute"
@@ -17,56 +18,34 @@ import (
 	_ "github.com/mlxg/mlxg/runner/model/all"
 )
 
-// These tests run the Metal backend's graph construction, layouts, KV mirror and
-// bookkeeping on emu_test.go's model of mlx-c: the same checks `mlxg doctor` runs on a
-// Mac, against the same references.
-
-func emulated(t *testing.T) (*metal.Backend, func() int, func() int) {
-	t.Helper()
-	b, live, evals, err := metal.NewEmulated()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b, live, evals
-}
+// These tests run the MLX backend on MLX itself (metal/mlxtest: scripts/mlx/build.sh's
+// libmlxc; on Linux MLX's CPU backend), against the CPU backend and the plain
+// references of `mlxg doctor`.
 
 var _ compute.Backend = (*metal.Backend)(nil)
 
-func TestEveryOpOnEmulatedMLX(t *testing.T) {
-	b, live, _ := emulated(t)
-	ref := cpu.New(2)
-	res, err := backend.CheckOps(b, ref, backend.TolGPU, 7)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range res {
-		if !r.OK() {
-			t.Errorf("%s vs %s: relative error %.3g (tolerance %.0e), %v", r.Check, r.Against, r.RelErr, r.Tol, r.Err)
-		}
-	}
-	if err := b.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if n := live(); n != 0 {
-		t.Errorf("%d MLX arrays are still alive after Close", n)
-	}
-}
-
-func TestTinyModelOnEmulatedMLX(t *testing.T) {
+func TestTinyModelOnRealMLX(t *testing.T) {
 	dir := t.TempDir()
 	if err := backend.TinyModel(dir, 5); err != nil {
 		t.Fatal(err)
 	}
-	open := func() (compute.Backend, error) { b, _, _ := emulated(t); return b, nil }
+	open := mlxtest.Opener(t)
 	for _, r := range backend.CheckModel(dir, open, func() (compute.Backend, error) { return cpu.New(2), nil }, backend.TolGPU) {
 		if !r.OK() {
 			t.Errorf("%s vs %s: relative error %.3g (tolerance %.0e), %v", r.Check, r.Against, r.RelErr, r.Tol, r.Err)
 		}
 	}
 
-	b, live, evals := emulated(t)
-	// One evaluation per forward pass, prefill or decode, and no arrays left behind by
-	// a context beyond the KV mirror's.
+	lib := mlxtest.Lib(t)
+	before, err := lib.Memory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := metal.NewBackend(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One evaluation per forward pass, prefill or decode.
 	m, err := model.Load(dir, b)
 	if err != nil {
 		t.Fatal(err)
@@ -75,20 +54,16 @@ func TestTinyModelOnEmulatedMLX(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := evals()
+	evals := b.Evals()
 	if _, err := m.Forward(context.Background(), []int32{3, 1, 4, 1, 5}, caches, false); err != nil {
 		t.Fatal(err)
 	}
-	arrays := live()
-	for i, id := range []int32{9, 2, 6} {
+	for _, id := range []int32{9, 2, 6} {
 		if _, err := m.Forward(context.Background(), []int32{id}, caches, false); err != nil {
 			t.Fatal(err)
 		}
-		if n := live(); n != arrays {
-			t.Errorf("decode step %d: %d arrays alive, %d after the prefill", i, n, arrays)
-		}
 	}
-	if n := evals() - before; n != 4 {
+	if n := b.Evals() - evals; n != 4 {
 		t.Errorf("%d mlx_eval calls for 4 forward passes, want 4", n)
 	}
 	if got := caches[0].Len(); got != 8 {
@@ -98,21 +73,24 @@ func TestTinyModelOnEmulatedMLX(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.Close()
-	if n := live(); n != 0 {
-		t.Errorf("%d MLX arrays are still alive after Close", n)
+	after, err := lib.Memory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Active > before.Active {
+		t.Errorf("MLX holds %d bytes after Close, %d before the backend started", after.Active, before.Active)
 	}
 }
 
 // A quantized layer starts in fp16 and converts at quantized_kv_start; a layer filled
-// elsewhere (a restored prefix) cannot be mirrored and attends in Go. Both must match
-// the CPU backend step by step.
-func TestKVMirrorConversionsAndFallback(t *testing.T) {
+// elsewhere (a restored prefix) is read in place like any other. Both must match the
+// CPU backend step by step.
+func TestKVConversionsAndRestoredPrefix(t *testing.T) {
 	dir := t.TempDir()
 	if err := backend.TinyModel(dir, 6); err != nil {
 		t.Fatal(err)
 	}
-	b, _, _ := emulated(t)
-	defer b.Close()
+	b := mlxtest.Backend(t)
 	spec := kvstore.Spec{K: kvstore.AffineFormat(8, 32), V: kvstore.AffineFormat(4, 32)}
 	run := func(be interface {
 		Name() string
@@ -178,7 +156,7 @@ func TestKVMirrorConversionsAndFallback(t *testing.T) {
 
 // A closed backend answers with an error, never a panic.
 func TestClosedBackend(t *testing.T) {
-	b, live, _ := emulated(t)
+	b := mlxtest.Backend(t)
 	data := make([]byte, 4*2*3)
 	w, err := b.Weight(source{"w.weight": {TensorInfo: safetensors.TensorInfo{Name: "w.weight", DType: safetensors.F32, Shape: []int{2, 3}, End: 24}, Data: data}}, "w", compute.Quant{})
 	if err != nil {
@@ -196,18 +174,16 @@ func TestClosedBackend(t *testing.T) {
 		t.Fatalf("a context of a closed backend evaluated: %v", err)
 	}
 	c.Close()
-	if n := live(); n != 0 {
-		t.Errorf("%d arrays alive", n)
-	}
 }
 
 type source map[string]*safetensors.Tensor
 
 func (s source) Tensor(name string) (*safetensors.Tensor, bool) { t, ok := s[name]; return t, ok }
 
-// Past kvstore.BlockTokens positions the device cache grows, copying what it holds,
-// and a truncated layer truncates it: attention must not notice, in fp16 or quantized.
-func TestKVMirrorGrowsPastABlock(t *testing.T) {
+// Past kvstore.BlockTokens positions attention reads several blocks, the last one
+// partly filled, and a truncated layer shrinks under it: attention must not notice,
+// in fp16 or quantized.
+func TestAttentionAcrossBlocks(t *testing.T) {
 	const kvHeads, heads, dim, total = 2, 4, 32, kvstore.BlockTokens + 20 // rows of inputs
 	src := source{}
 	put := func(name string, rows, cols int, seed int) {
@@ -274,9 +250,8 @@ func TestKVMirrorGrowsPastABlock(t *testing.T) {
 			}
 			return out
 		}
-		mb, _, _ := emulated(t)
+		mb := mlxtest.Backend(t)
 		got, want := run(mb), run(cpu.New(2))
-		mb.Close()
 		for i := range want {
 			var diff, scale float64
 			for j := range want[i] {

@@ -60,6 +60,12 @@ type (
 
 const hasValue = 1 << 32
 
+// stackBool is a C bool passed on the stack (past the eighth integer argument): 8 bytes
+// wide, so that Apple's arm64 ABI, which packs stack arguments by their natural size,
+// and AAPCS64's 8-byte slots put it and what follows at the same offsets. C reads its
+// low byte.
+type stackBool uint64
+
 func someInt(v int) optInt         { return optInt(uint64(uint32(int32(v))) | hasValue) }
 func someFloat(v float32) optFloat { return optFloat(uint64(math.Float32bits(v)) | hasValue) }
 func someDtype(d mlxDtype) optDtype {
@@ -97,6 +103,7 @@ type api struct {
 	streamFree        func(s mlxStream) int32
 	synchronize       func(s mlxStream) int32
 	metalIsAvailable  func(res *bool) int32
+	cudaIsAvailable   func(res *bool) int32 // nil when the library lacks it
 	setErrorHandler   func(handler uintptr, data unsafe.Pointer, dtor uintptr)
 	eval              func(outputs mlxVectorArray) int32
 	deviceNewType     func(t mlxDeviceType, index int32) mlxDevice
@@ -159,15 +166,31 @@ type api struct {
 	expandDims    func(res *mlxArray, a mlxArray, axis int32, s mlxStream) int32
 	concatenate   func(res *mlxArray, arrays mlxVectorArray, axis int32, s mlxStream) int32
 	broadcastTo   func(res *mlxArray, a mlxArray, shape *int32, n uintptr, s mlxStream) int32
+
+	// The operations of the mixture-of-experts, Gemma and Gated DeltaNet layers.
+	gatherMM      func(res *mlxArray, a, b, lhsIndices, rhsIndices mlxArray, sorted bool, s mlxStream) int32
+	gatherQMM     func(res *mlxArray, x, w, scales, biases, lhsIndices, rhsIndices mlxArray, transpose bool, group, bits optInt, mode string, sorted stackBool, s mlxStream) int32
+	argpartition  func(res *mlxArray, a mlxArray, kth, axis int32, s mlxStream) int32
+	takeAlongAxis func(res *mlxArray, a, indices mlxArray, axis int32, s mlxStream) int32
+	sumAxis       func(res *mlxArray, a mlxArray, axis int32, keepdims bool, s mlxStream) int32
+	subtract      func(res *mlxArray, a, b mlxArray, s mlxStream) int32
+	divide        func(res *mlxArray, a, b mlxArray, s mlxStream) int32
+	negative      func(res *mlxArray, a mlxArray, s mlxStream) int32
+	exp           func(res *mlxArray, a mlxArray, s mlxStream) int32
+	tanh          func(res *mlxArray, a mlxArray, s mlxStream) int32
+	rsqrt         func(res *mlxArray, a mlxArray, s mlxStream) int32
+	square        func(res *mlxArray, a mlxArray, s mlxStream) int32
+	logaddexp     func(res *mlxArray, a, b mlxArray, s mlxStream) int32
 }
 
 // abi says which mlx-c versions declare a symbol in the bound form.
 type abi uint8
 
 const (
-	abiAll abi = iota // 0.5.x and 0.6.x
-	abi05             // only 0.5.x
-	abi06             // only 0.6.x
+	abiAll      abi = iota // 0.5.x and 0.6.x
+	abi05                  // only 0.5.x
+	abi06                  // only 0.6.x
+	abiOptional            // bound when the library has it, else left nil
 )
 
 // binding ties a symbol to its C prototype and the Go function field that calls it.
@@ -227,6 +250,7 @@ func (a *api) bindings() []binding {
 		{"int mlx_stream_free(mlx_stream stream)", &a.streamFree, abiAll},
 		{"int mlx_synchronize(mlx_stream stream)", &a.synchronize, abiAll},
 		{"int mlx_metal_is_available(bool* res)", &a.metalIsAvailable, abiAll},
+		{"int mlx_cuda_is_available(bool* res)", &a.cudaIsAvailable, abiOptional},
 		{"void mlx_set_error_handler(mlx_error_handler_func handler, void* data, void (*dtor)(void*))", &a.setErrorHandler, abiAll},
 		{"int mlx_eval(const mlx_vector_array outputs)", &a.eval, abiAll},
 		{"mlx_device mlx_device_new_type(mlx_device_type type, int index)", &a.deviceNewType, abiAll},
@@ -286,5 +310,19 @@ func (a *api) bindings() []binding {
 		{"int mlx_expand_dims(mlx_array* res, const mlx_array a, int axis, const mlx_stream s)", &a.expandDims, abiAll},
 		{"int mlx_concatenate_axis(mlx_array* res, const mlx_vector_array arrays, int axis, const mlx_stream s)", &a.concatenate, abiAll},
 		{"int mlx_broadcast_to(mlx_array* res, const mlx_array a, const int* shape, size_t shape_num, const mlx_stream s)", &a.broadcastTo, abiAll},
+
+		{"int mlx_gather_mm(mlx_array* res, const mlx_array a, const mlx_array b, const mlx_array lhs_indices, const mlx_array rhs_indices, bool sorted_indices, const mlx_stream s)", &a.gatherMM, abiAll},
+		{"int mlx_gather_qmm(mlx_array* res, const mlx_array x, const mlx_array w, const mlx_array scales, const mlx_array biases, const mlx_array lhs_indices, const mlx_array rhs_indices, bool transpose, mlx_optional_int group_size, mlx_optional_int bits, const char* mode, bool sorted_indices, const mlx_stream s)", &a.gatherQMM, abiAll},
+		{"int mlx_argpartition_axis(mlx_array* res, const mlx_array a, int kth, int axis, const mlx_stream s)", &a.argpartition, abiAll},
+		{"int mlx_take_along_axis(mlx_array* res, const mlx_array a, const mlx_array indices, int axis, const mlx_stream s)", &a.takeAlongAxis, abiAll},
+		{"int mlx_sum_axis(mlx_array* res, const mlx_array a, int axis, bool keepdims, const mlx_stream s)", &a.sumAxis, abiAll},
+		{"int mlx_subtract(mlx_array* res, const mlx_array a, const mlx_array b, const mlx_stream s)", &a.subtract, abiAll},
+		{"int mlx_divide(mlx_array* res, const mlx_array a, const mlx_array b, const mlx_stream s)", &a.divide, abiAll},
+		{"int mlx_negative(mlx_array* res, const mlx_array a, const mlx_stream s)", &a.negative, abiAll},
+		{"int mlx_exp(mlx_array* res, const mlx_array a, const mlx_stream s)", &a.exp, abiAll},
+		{"int mlx_tanh(mlx_array* res, const mlx_array a, const mlx_stream s)", &a.tanh, abiAll},
+		{"int mlx_rsqrt(mlx_array* res, const mlx_array a, const mlx_stream s)", &a.rsqrt, abiAll},
+		{"int mlx_square(mlx_array* res, const mlx_array a, const mlx_stream s)", &a.square, abiAll},
+		{"int mlx_logaddexp(mlx_array* res, const mlx_array a, const mlx_array b, const mlx_stream s)", &a.logaddexp, abiAll},
 	}
 }

@@ -123,6 +123,9 @@ func TestSignatureTableMatchesPrototypes(t *testing.T) {
 				t.Errorf("%s: no Go mapping for C parameter type %q (%s)", name, p.typ, p.name)
 				continue
 			}
+			if p.typ == "bool" && fn.In(i) == typeOf[stackBool]() {
+				want = fn.In(i) // a bool past the register arguments (TestStackArgumentsAreWordSized)
+			}
 			if fn.In(i) != want {
 				t.Errorf("%s: argument %d (%s %s) is %v in Go, want %v", name, i, p.typ, p.name, fn.In(i), want)
 			}

@@ -36,6 +36,7 @@ type context struct {
 	nodes   []*tensor
 	built   int
 	appends []pendingAppend
+	states  []stateWrite    // recurrent states to copy back after the step's evaluation
 	pending map[uintptr]int // positions recorded for a layer but not yet appended to it
 }
 
@@ -238,22 +239,18 @@ func (c *context) Attention(q, k, v compute.Tensor, cache kvstore.Layer, nHeads 
 	}
 	key := layerKey(cache)
 	return c.record(T, nHeads*vDim, func(g *graph) mlxArray {
-		expected := cache.Len() + c.pending[key]
-		m := c.b.mirrorFor(g, cache, expected)
-		if m == nil {
+		src, inPlace := cache.(kvstore.BlockSource)
+		if !inPlace {
 			return c.attendOnCPU(g, a[0], a[1], a[2], cache, nHeads, scale)
 		}
-		q4 := g.astype(heads(g, a[0].arr, T, nHeads, kDim), dtFloat16)
-		m.append(g, heads(g, a[1].arr, T, kvHeads, kDim), heads(g, a[2].arr, T, kvHeads, vDim), T)
+		s := &storedAttention{g: g, kvHeads: kvHeads, kDim: kDim, vDim: vDim, heads: nHeads, T: T, dt: dtFloat16}
+		if f, ok := cache.(*kvstore.Full); ok && f.FP32() {
+			s.dt = dtFloat32
+		}
+		spec := layerSpec(cache)
 		k2, v2 := g.float32Array(a[1].arr), g.float32Array(a[2].arr)
-		if !mayConvert(cache) {
-			c.appends = append(c.appends, pendingAppend{cache, k2, v2, T})
-			c.pending[key] += T
-		} else {
-			// The layer may switch to its quantized spec inside this Append (at
-			// quantized_kv_start), and this step must attend over what it then holds:
-			// append now and follow its spec. kvstore does not say in advance where
-			// it converts, so this costs an evaluation per step until it has.
+		if c.pending[key] > 0 || mayConvert(cache) || !roundable(spec.K) || !roundable(spec.V) {
+			// Store this step's keys and values first, then read the blocks alone.
 			c.flushAppends(g, k2, v2)
 			kd, vd := g.read(k2), g.read(v2)
 			if g.err != nil {
@@ -262,29 +259,19 @@ func (c *context) Attention(q, k, v compute.Tensor, cache kvstore.Layer, nHeads 
 			if err := cache.Append(kd, vd, T); err != nil {
 				return g.fail(fmt.Errorf("Attention: %w", err))
 			}
-			if spec := layerSpec(cache); spec.K != m.k.f || spec.V != m.v.f {
-				if !m.convert(g, spec) {
-					c.b.dropMirror(key, m, true)
-					return c.attendGo(g, g.float32Array(a[0].arr), T, cache, nHeads, scale)
-				}
-			}
+			return s.attend(a[0].arr, scale, src.Blocks(), 0, 0, layerSpec(cache))
 		}
-		out := m.attend(g, q4, nHeads, scale, T)
-		return g.astype(rows(g, out, T, nHeads, vDim), dtFloat32)
+		out := s.attend(a[0].arr, scale, src.Blocks(), heads(g, a[1].arr, T, kvHeads, kDim), heads(g, a[2].arr, T, kvHeads, vDim), spec)
+		c.appends = append(c.appends, pendingAppend{cache, k2, v2, T})
+		c.pending[key] += T
+		return out
 	})
 }
 
-// mayConvert reports whether layer is a quantized kind still storing fp16, which
-// switches to its spec at quantized_kv_start.
-func mayConvert(layer kvstore.Layer) bool {
-	_, ok := layer.(*kvstore.Quantized)
-	return ok && !layerSpec(layer).Quantized()
-}
-
-// attendOnCPU is the path for a layer the device cannot mirror (a q4_0 layer, or one
-// holding positions this backend never saw, such as a restored prefix): the step's
-// graph so far is evaluated, the layer appends and attends in Go, and the result goes
-// back to the device. It costs one extra evaluation per such layer.
+// attendOnCPU is the path for a layer whose storage MLX does not read (a sliding
+// window's ring): the step's graph so far is evaluated, the layer appends and attends
+// in Go, and the result goes back to the device. It costs one extra evaluation per
+// such layer.
 func (c *context) attendOnCPU(g *graph, q, k, v *tensor, cache kvstore.Layer, nHeads int, scale float32) mlxArray {
 	qa, ka, va := g.float32Array(q.arr), g.float32Array(k.arr), g.float32Array(v.arr)
 	c.flushAppends(g, qa, ka, va)
@@ -315,14 +302,30 @@ func (c *context) attendGo(g *graph, qa mlxArray, T int, cache kvstore.Layer, nH
 	return g.fromFloat32s(out, T, nHeads*vDim)
 }
 
-// flushAppends evaluates extra together with the recorded appends, then appends
-// those to their layers.
+// flushAppends evaluates extra together with the recorded appends and recurrent
+// states, then appends those to their layers and copies the states back.
 func (c *context) flushAppends(g *graph, extra ...mlxArray) {
 	as := append([]mlxArray(nil), extra...)
 	for _, p := range c.appends {
 		as = append(as, p.k, p.v)
 	}
+	for i := range c.states {
+		c.states[i].arr = g.float32Array(c.states[i].arr)
+		as = append(as, c.states[i].arr)
+	}
 	g.eval(as...)
+	for _, s := range c.states {
+		if g.err != nil {
+			break
+		}
+		v := g.read(s.arr)
+		if g.err == nil && len(v) != len(s.dst) {
+			g.fail(fmt.Errorf("metal: a recurrent state of %d values came back as %d", len(s.dst), len(v)))
+			break
+		}
+		copy(s.dst, v)
+	}
+	c.states = c.states[:0]
 	for _, p := range c.appends {
 		if g.err != nil {
 			break

@@ -287,6 +287,7 @@ func (g *graph) eval(as ...mlxArray) {
 			return
 		}
 	}
+	g.l.evals.Add(1)
 	if err := status("mlx_eval", g.l.eval(vec)); err != nil {
 		g.fail(err)
 	}
@@ -311,8 +312,11 @@ func (g *graph) read(a mlxArray) []float32 {
 	return append([]float32(nil), unsafe.Slice((*float32)(p), n)...)
 }
 
-// shape reads a's shape.
+// shape reads a's shape; nil after an error, when a may be the null array.
 func (g *graph) shape(a mlxArray) []int {
+	if g.err != nil || a == 0 {
+		return nil
+	}
 	n := int(g.l.arrayNdim(a))
 	if n == 0 {
 		return nil
@@ -323,4 +327,73 @@ func (g *graph) shape(a mlxArray) []int {
 		out[i] = int(v)
 	}
 	return out
+}
+
+func (g *graph) unary(op string, fn func(res *mlxArray, a mlxArray, s mlxStream) int32, a mlxArray) mlxArray {
+	return g.call(op, func(r *mlxArray) int32 { return fn(r, a, g.s) })
+}
+
+func (g *graph) binary(op string, fn func(res *mlxArray, a, b mlxArray, s mlxStream) int32, a, b mlxArray) mlxArray {
+	return g.call(op, func(r *mlxArray) int32 { return fn(r, a, b, g.s) })
+}
+
+func (g *graph) sub(a, b mlxArray) mlxArray { return g.binary("mlx_subtract", g.l.subtract, a, b) }
+func (g *graph) div(a, b mlxArray) mlxArray { return g.binary("mlx_divide", g.l.divide, a, b) }
+func (g *graph) neg(a mlxArray) mlxArray    { return g.unary("mlx_negative", g.l.negative, a) }
+func (g *graph) exp(a mlxArray) mlxArray    { return g.unary("mlx_exp", g.l.exp, a) }
+func (g *graph) tanh(a mlxArray) mlxArray   { return g.unary("mlx_tanh", g.l.tanh, a) }
+func (g *graph) rsqrt(a mlxArray) mlxArray  { return g.unary("mlx_rsqrt", g.l.rsqrt, a) }
+func (g *graph) square(a mlxArray) mlxArray { return g.unary("mlx_square", g.l.square, a) }
+
+// softplus is log(1 + eˣ), computed as logaddexp(x, 0) so that it neither overflows
+// nor loses the small values.
+func (g *graph) softplus(a mlxArray) mlxArray {
+	return g.binary("mlx_logaddexp", g.l.logaddexp, a, g.scalar(0))
+}
+
+func (g *graph) silu(a mlxArray) mlxArray { return g.mul(a, g.sigmoid(a)) }
+
+func (g *graph) sum(a mlxArray, axis int, keepdims bool) mlxArray {
+	return g.call("mlx_sum_axis", func(r *mlxArray) int32 { return g.l.sumAxis(r, a, int32(axis), keepdims, g.s) })
+}
+
+func (g *graph) argpartition(a mlxArray, kth, axis int) mlxArray {
+	return g.call("mlx_argpartition_axis", func(r *mlxArray) int32 { return g.l.argpartition(r, a, int32(kth), int32(axis), g.s) })
+}
+
+func (g *graph) takeAlong(a, idx mlxArray, axis int) mlxArray {
+	return g.call("mlx_take_along_axis", func(r *mlxArray) int32 { return g.l.takeAlongAxis(r, a, idx, int32(axis), g.s) })
+}
+
+// concat joins arrays along axis.
+func (g *graph) concat(axis int, as ...mlxArray) mlxArray {
+	if g.err != nil {
+		return 0
+	}
+	vec := g.l.vectorArrayNew()
+	defer g.l.vectorArrayFree(vec)
+	for _, a := range as {
+		if err := status("mlx_vector_array_append_value", g.l.vectorArrayAppend(vec, a)); err != nil {
+			return g.fail(err)
+		}
+	}
+	return g.call("mlx_concatenate_axis", func(r *mlxArray) int32 { return g.l.concatenate(r, vec, int32(axis), g.s) })
+}
+
+// gatherMM is a·bᵢ for the matrices of b picked by rhs (a batched matmul over a stack).
+func (g *graph) gatherMM(a, b, rhs mlxArray) mlxArray {
+	return g.call("mlx_gather_mm", func(r *mlxArray) int32 { return g.l.gatherMM(r, a, b, 0, rhs, false, g.s) })
+}
+
+// gatherQMM is x·Wᵢᵀ for the quantized matrices of a stack picked by rhs: only those
+// matrices are read.
+func (g *graph) gatherQMM(x, w, scales, biases, rhs mlxArray, group, bits int, mode string) mlxArray {
+	return g.call("mlx_gather_qmm", func(r *mlxArray) int32 {
+		return g.l.gatherQMM(r, x, w, scales, biases, 0, rhs, true, someInt(group), someInt(bits), mode, 0, g.s)
+	})
+}
+
+// errShape says an array had a shape an operation cannot take.
+func errShape(what string, shape []int) error {
+	return fmt.Errorf("metal: %s of shape %v", what, shape)
 }

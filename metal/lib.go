@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -19,6 +20,11 @@ type Lib struct {
 
 	mu   sync.Mutex
 	noop uintptr // a C-callable no-op, the destructor of arrays over memory Go owns
+
+	evals atomic.Int64 // mlx_eval calls, for tests
+
+	plansMu sync.Mutex
+	plans   map[*Backend]MemoryLimits // each live backend's share of the allocator limits
 }
 
 // dynlib is how a library is opened and its symbols bound: purego on darwin/arm64,
@@ -115,6 +121,9 @@ func load(d dynlib, path string) (*Lib, error) {
 			continue
 		}
 		addr, err := d.sym(h, b.symbol())
+		if (err != nil || addr == 0) && b.abi == abiOptional {
+			continue
+		}
 		if err != nil || addr == 0 {
 			missing = append(missing, b.symbol())
 			continue
@@ -157,7 +166,9 @@ func (l *Lib) stringResult(op string, fn func(*mlxString) int32) (string, error)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	s := l.stringNew()
-	defer l.stringFree(s)
+	// The call may replace the handle (mlx-c allocates the string into a null one):
+	// free the one it leaves, not the one it was given.
+	defer func() { l.stringFree(s) }()
 	if err := status(op, fn(&s)); err != nil {
 		return "", err
 	}
@@ -168,28 +179,46 @@ func (l *Lib) stringResult(op string, fn func(*mlxString) int32) (string, error)
 func (l *Lib) GPUAvailable() (bool, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.available("mlx_metal_is_available", l.metalIsAvailable)
+}
+
+// available calls an mlx_*_is_available function (nil: the library lacks it).
+func (l *Lib) available(op string, fn func(*bool) int32) (bool, error) {
+	if fn == nil {
+		return false, nil
+	}
 	var ok bool
-	err := status("mlx_metal_is_available", l.metalIsAvailable(&ok))
+	err := status(op, fn(&ok))
 	return ok, err
 }
 
-// DeviceInfo returns the GPU's properties as MLX reports them (its keys vary by
-// version: "device_name", "architecture", "memory_size", ...), as strings.
+// infoKeys are the device-info keys read, across MLX's backends: Metal reports
+// memory_size and max_recommended_working_set_size, CUDA total_memory, the CPU
+// device_name and architecture.
+var infoKeys = []string{"device_name", "architecture", "memory_size", "total_memory", "max_recommended_working_set_size", "max_buffer_length"}
+
+// DeviceInfo returns the GPU's properties as MLX reports them, as strings.
 func (l *Lib) DeviceInfo() (map[string]string, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	dev, err := handle("mlx_device_new_type", l.deviceNewType(deviceGPU, 0))
+	return l.deviceInfo(deviceGPU)
+}
+
+// deviceInfo returns the properties of MLX's first device of type t; l.mu is held.
+func (l *Lib) deviceInfo(t mlxDeviceType) (map[string]string, error) {
+	dev, err := handle("mlx_device_new_type", l.deviceNewType(t, 0))
 	if err != nil {
 		return nil, err
 	}
 	defer l.deviceFree(dev)
 	info := l.deviceInfoNew()
-	defer l.deviceInfoFree(info)
+	// mlx_device_info_get may replace the handle: free the one it leaves.
+	defer func() { l.deviceInfoFree(info) }()
 	if err := status("mlx_device_info_get", l.deviceInfoGet(&info, dev)); err != nil {
 		return nil, err
 	}
 	out := map[string]string{}
-	for _, key := range []string{"device_name", "architecture", "memory_size", "max_recommended_working_set_size", "max_buffer_length"} {
+	for _, key := range infoKeys {
 		var has, isStr bool
 		if status("mlx_device_info_has_key", l.deviceInfoHasKey(&has, info, key)) != nil || !has {
 			continue
@@ -226,6 +255,11 @@ type MemoryLimits struct {
 func (l *Lib) SetLimits(lim MemoryLimits) (MemoryLimits, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.setLimits(lim)
+}
+
+// setLimits is SetLimits with l.mu held.
+func (l *Lib) setLimits(lim MemoryLimits) (MemoryLimits, error) {
 	var prev MemoryLimits
 	set := []struct {
 		op   string

@@ -146,19 +146,27 @@ func TestErrorHandlerMessageBecomesTheError(t *testing.T) {
 
 func TestCandidates(t *testing.T) {
 	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
-	got := Candidates(env(nil), "/Applications/mlxg/bin/mlxg")
+	got := candidates("darwin", env(nil), "/Applications/mlxg/bin/mlxg")
 	want := []string{"/Applications/mlxg/bin/libmlxc.dylib", "/opt/homebrew/lib/libmlxc.dylib", "/usr/local/lib/libmlxc.dylib"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("default order %v, want %v", got, want)
 	}
-	if got := Candidates(env(map[string]string{EnvPath: "/x/lib/libmlxc.0.5.dylib"}), "/bin/mlxg"); !reflect.DeepEqual(got, []string{"/x/lib/libmlxc.0.5.dylib"}) {
+	if got := candidates("darwin", env(map[string]string{EnvPath: "/x/lib/libmlxc.0.5.dylib"}), "/bin/mlxg"); !reflect.DeepEqual(got, []string{"/x/lib/libmlxc.0.5.dylib"}) {
 		t.Errorf("%s naming a file: %v", EnvPath, got)
 	}
-	if got := Candidates(env(map[string]string{EnvPath: "/x/lib"}), "/bin/mlxg"); !reflect.DeepEqual(got, []string{"/x/lib/libmlxc.dylib"}) {
+	if got := candidates("darwin", env(map[string]string{EnvPath: "/x/lib"}), "/bin/mlxg"); !reflect.DeepEqual(got, []string{"/x/lib/libmlxc.dylib"}) {
 		t.Errorf("%s naming a directory: %v", EnvPath, got)
 	}
-	if got := Candidates(env(nil), ""); len(got) != 2 {
+	if got := candidates("darwin", env(nil), ""); len(got) != 2 {
 		t.Errorf("without an executable path: %v", got)
+	}
+	got = candidates("linux", env(nil), "/opt/mlxg/mlxg")
+	want = []string{"/opt/mlxg/libmlxc.so", "/usr/local/lib/libmlxc.so", "/usr/lib/libmlxc.so"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Linux order %v, want %v", got, want)
+	}
+	if got := candidates("linux", env(map[string]string{EnvPath: "/x/lib"}), "/bin/mlxg"); !reflect.DeepEqual(got, []string{"/x/lib/libmlxc.so"}) {
+		t.Errorf("%s naming a directory on Linux: %v", EnvPath, got)
 	}
 }
 
@@ -194,7 +202,11 @@ func TestOpenFirstRecordsEveryAttempt(t *testing.T) {
 	if !errors.As(err, &ue) || len(ue.Tried) != 2 {
 		t.Fatalf("openFirst over no usable library gave %v", err)
 	}
-	for _, want := range []string{missing + ": not found", broken + ": dlopen: not a mach-o file", "could not be loaded", "brew install mlx-c", EnvPath} {
+	howTo := "brew install mlx-c"
+	if runtime.GOOS != "darwin" {
+		howTo = "scripts/mlx/build.sh"
+	}
+	for _, want := range []string{missing + ": not found", broken + ": dlopen: not a mach-o file", "could not be loaded", howTo, EnvPath} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %q", err, want)
 		}
@@ -211,14 +223,25 @@ func TestOpenFirstRecordsEveryAttempt(t *testing.T) {
 }
 
 func TestOpenOnThisPlatform(t *testing.T) {
-	if runtime.GOOS == "darwin" && runtime.GOARCH == "arm64" {
+	switch {
+	case runtime.GOOS == "darwin" && runtime.GOARCH == "arm64":
 		t.Skip("on Apple Silicon Open really loads libmlxc; this test covers the other platforms")
+	case runtime.GOOS == "linux" && (runtime.GOARCH == "amd64" || runtime.GOARCH == "arm64"):
+		// Linux loads libmlxc too: with nothing where MLXG_MLXC_PATH points, Open says
+		// where it looked and how to build the library.
+		t.Setenv(EnvPath, filepath.Join(t.TempDir(), "none"))
+		l, err := Open()
+		var ue *UnavailableError
+		if l != nil || !errors.As(err, &ue) || errors.Is(err, ErrUnsupportedPlatform) || !strings.Contains(err.Error(), "scripts/mlx/build.sh") {
+			t.Fatalf("Open() = %v, %v; want an UnavailableError saying how to build libmlxc", l, err)
+		}
+		return
 	}
 	l, err := Open()
 	if l != nil || !errors.Is(err, ErrUnsupportedPlatform) {
 		t.Fatalf("Open() = %v, %v; want ErrUnsupportedPlatform", l, err)
 	}
-	want := "Metal backend unavailable: Metal is only available on macOS on Apple Silicon (this is " + runtime.GOOS + "/" + runtime.GOARCH + ")"
+	want := "Metal backend unavailable: " + ErrUnsupportedPlatform.Error() + " (this is " + runtime.GOOS + "/" + runtime.GOARCH + ")"
 	if err.Error() != want {
 		t.Fatalf("error %q, want %q", err, want)
 	}

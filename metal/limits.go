@@ -1,10 +1,13 @@
 package metal
 
-import "github.com/mlxg/mlxg/kvstore"
+import (
+	"strconv"
+
+	"github.com/mlxg/mlxg/kvstore"
+)
 
 // LimitsFor turns the memory policy's plan for a load into MLX allocator limits:
-//   - wired: the weights and the KV cache at the plan's context stay resident (on the
-//     GPU side the KV cache is the device mirror, the same size as the plan's KV);
+//   - wired: the weights and the KV cache at the plan's context stay resident;
 //   - cache: freed buffers kept for reuse are bounded by the plan's overhead, the room
 //     it set aside for activations, so they never eat into the KV budget;
 //   - memory: left to MLX (zero), whose default follows the GPU's working set.
@@ -20,6 +23,50 @@ func LimitsFor(p kvstore.Plan) MemoryLimits {
 }
 
 // ApplyPlan sets the allocator limits for plan and returns the previous ones.
+//
+// MLX's limits are process-wide while each loaded model has a Backend of its own, so
+// the wired limit set is the sum over the library's live backends, capped at the
+// device's max_recommended_working_set_size (MLX refuses a larger one, and a plan
+// that fits the RAM may still exceed the GPU's working set). Closing a backend
+// lowers it again. The cache limit is the largest of theirs.
 func (b *Backend) ApplyPlan(p kvstore.Plan) (MemoryLimits, error) {
-	return b.lib.SetLimits(LimitsFor(p))
+	b.lib.plansMu.Lock()
+	defer b.lib.plansMu.Unlock()
+	if b.lib.plans == nil {
+		b.lib.plans = map[*Backend]MemoryLimits{}
+	}
+	b.lib.plans[b] = LimitsFor(p)
+	var prev MemoryLimits
+	err := b.do(func() (err error) {
+		prev, err = b.lib.setLimits(b.lib.combinedLimits(b.info))
+		return err
+	})
+	return prev, err
+}
+
+// releasePlan drops b's share of the limits (at Close, on the worker).
+func (b *Backend) releasePlan() error {
+	b.lib.plansMu.Lock()
+	defer b.lib.plansMu.Unlock()
+	if _, ok := b.lib.plans[b]; !ok {
+		return nil
+	}
+	delete(b.lib.plans, b)
+	// setLimits leaves a zero alone; here zero is meant: nothing left to keep resident.
+	var old uintptr
+	return status("mlx_set_wired_limit", b.lib.setWiredLimit(&old, uintptr(b.lib.combinedLimits(b.info).Wired)))
+}
+
+// combinedLimits is the limits of every live plan together, the wired one capped at
+// the device's recommended working set (info's max_recommended_working_set_size).
+func (l *Lib) combinedLimits(info map[string]string) MemoryLimits {
+	var out MemoryLimits
+	for _, p := range l.plans {
+		out.Wired += p.Wired
+		out.Cache = max(out.Cache, p.Cache)
+	}
+	if ws, err := strconv.ParseUint(info["max_recommended_working_set_size"], 10, 64); err == nil && ws > 0 && out.Wired > ws {
+		out.Wired = ws
+	}
+	return out
 }

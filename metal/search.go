@@ -5,19 +5,29 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 )
 
 // EnvPath names the variable that points Open at libmlxc: the library file itself, or
-// a directory holding libmlxc.dylib. When set, it is the only place looked at.
+// a directory holding libmlxc.dylib (libmlxc.so on Linux). When set, it is the only
+// place looked at.
 const EnvPath = "MLXG_MLXC_PATH"
 
-// LibName is the file name of mlx-c's shared library on macOS.
-const LibName = "libmlxc.dylib"
+// LibName is the file name of mlx-c's shared library on this OS.
+var LibName = libName(runtime.GOOS)
 
-// ErrUnsupportedPlatform is the reason Open fails on anything but macOS on Apple Silicon.
-var ErrUnsupportedPlatform = errors.New("Metal is only available on macOS on Apple Silicon")
+func libName(goos string) string {
+	if goos == "darwin" {
+		return "libmlxc.dylib"
+	}
+	return "libmlxc.so"
+}
+
+// ErrUnsupportedPlatform is the reason Open fails where this binary does not load
+// libmlxc: anything but macOS on Apple Silicon and Linux on amd64/arm64.
+var ErrUnsupportedPlatform = errors.New("Metal is only available on macOS on Apple Silicon (and MLX only there and on Linux amd64/arm64)")
 
 var errNotFound = errors.New("not found")
 
@@ -41,7 +51,11 @@ func (e *UnavailableError) Error() string {
 		fmt.Fprintf(&b, "\n  %s: %v", a.Path, a.Err)
 	}
 	if !errors.Is(e.Reason, ErrUnsupportedPlatform) {
-		fmt.Fprintf(&b, "\n  install mlx-c with `brew install mlx-c`, or set %s to the libmlxc.dylib to use", EnvPath)
+		if runtime.GOOS == "darwin" {
+			fmt.Fprintf(&b, "\n  install mlx-c with `brew install mlx-c`, or set %s to the libmlxc.dylib to use", EnvPath)
+		} else {
+			fmt.Fprintf(&b, "\n  build MLX and mlx-c with scripts/mlx/build.sh, then set %s to the directory it prints", EnvPath)
+		}
 	}
 	return b.String()
 }
@@ -49,20 +63,29 @@ func (e *UnavailableError) Error() string {
 func (e *UnavailableError) Unwrap() error { return e.Reason }
 
 // Candidates returns where Open looks for libmlxc, in order: $MLXG_MLXC_PATH alone when
-// set; else next to the executable, then Homebrew's lib directories (Apple Silicon's
-// /opt/homebrew/lib, then /usr/local/lib).
+// set; else next to the executable, then the system's lib directories (on macOS
+// Homebrew's: Apple Silicon's /opt/homebrew/lib, then /usr/local/lib; on Linux
+// /usr/local/lib, then /usr/lib).
 func Candidates(getenv func(string) string, executable string) []string {
+	return candidates(runtime.GOOS, getenv, executable)
+}
+
+func candidates(goos string, getenv func(string) string, executable string) []string {
+	name := libName(goos)
 	if p := getenv(EnvPath); p != "" {
 		if filepath.Ext(p) != ".dylib" && filepath.Ext(p) != ".so" {
-			p = filepath.Join(p, LibName)
+			p = filepath.Join(p, name)
 		}
 		return []string{p}
 	}
 	var out []string
 	if executable != "" {
-		out = append(out, filepath.Join(filepath.Dir(executable), LibName))
+		out = append(out, filepath.Join(filepath.Dir(executable), name))
 	}
-	return append(out, "/opt/homebrew/lib/"+LibName, "/usr/local/lib/"+LibName)
+	if goos == "darwin" {
+		return append(out, "/opt/homebrew/lib/"+name, "/usr/local/lib/"+name)
+	}
+	return append(out, "/usr/local/lib/"+name, "/usr/lib/"+name)
 }
 
 // openFirst loads the first candidate that exists and binds; it records why each

@@ -1,13 +1,16 @@
 // Package backend chooses the compute backend at start-up: Metal (MLX through libmlxc,
 // package metal) on macOS on Apple Silicon when the library loads and reports a GPU,
-// otherwise the pure-Go CPU backend, and says why in one log line. MLXG_BACKEND=cpu or
-// MLXG_BACKEND=metal forces one; forcing metal fails, with the reason, where it cannot run.
+// otherwise the pure-Go CPU backend, and says why in one log line. MLXG_BACKEND=cpu,
+// metal or mlx forces one: metal needs Apple's GPU; mlx takes MLX on whatever device it
+// has (on Linux a CUDA GPU or MLX's CPU backend, which is never chosen automatically).
+// Forcing one fails, with the reason, where it cannot run.
 package backend
 
 import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"strings"
 
 	"github.com/mlxg/mlxg/metal"
@@ -21,7 +24,7 @@ const Env = "MLXG_BACKEND"
 // Choice is the backend chosen and why.
 type Choice struct {
 	Backend compute.Backend
-	Kind    string // "metal" or "cpu"
+	Kind    string // "metal", "mlx" or "cpu"
 	Reason  string // for the log: why this one
 
 	open func() (compute.Backend, error) // another Metal backend, for ForModel
@@ -50,13 +53,15 @@ func Release(b compute.Backend) error {
 // Options are what Select reads; the zero value means the real environment.
 type Options struct {
 	Getenv  func(string) string               // os.Getenv when nil
+	GOOS    string                            // runtime.GOOS when empty
 	Threads int                               // CPU backend goroutines; <= 0 means all cores
-	Metal   func() (compute.Backend, error)   // opens the Metal backend; OpenMetal when nil
+	Metal   func() (compute.Backend, error)   // opens the MLX backend; OpenMetal when nil
 	CPU     func(threads int) compute.Backend // cpu.New when nil
 	Logger  *slog.Logger                      // slog.Default() when nil
 }
 
-// OpenMetal loads libmlxc and starts the Metal backend on it.
+// OpenMetal loads libmlxc and starts the MLX backend on it, on its best device (the
+// Metal GPU on a Mac; see metal.NewBackend).
 func OpenMetal() (compute.Backend, error) {
 	lib, err := metal.Open()
 	if err != nil {
@@ -80,18 +85,30 @@ func Select(o Options) (Choice, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	goos := o.GOOS
+	if goos == "" {
+		goos = runtime.GOOS
+	}
 	forced := strings.ToLower(strings.TrimSpace(getenv(Env)))
 	var c Choice
 	switch forced {
 	case "cpu":
 		c = Choice{Backend: newCPU(o.Threads), Kind: "cpu", Reason: Env + "=cpu"}
-	case "metal":
+	case "metal", "mlx":
 		b, err := openMetal()
 		if err != nil {
-			return Choice{}, fmt.Errorf("%s=metal, but the Metal backend cannot run: %w", Env, err)
+			return Choice{}, fmt.Errorf("%s=%s, but the %s backend cannot run: %w", Env, forced, backendTitle(forced), err)
 		}
-		c = Choice{Backend: b, Kind: "metal", Reason: Env + "=metal", open: openMetal}
+		if d := device(b); forced == "metal" && d != "metal" {
+			Release(b)
+			return Choice{}, fmt.Errorf("%s=metal, but MLX runs on %s here, not on Apple's GPU (%s=mlx takes it)", Env, d, Env)
+		}
+		c = Choice{Backend: b, Kind: forced, Reason: Env + "=" + forced, open: openMetal}
 	case "":
+		if goos != "darwin" {
+			c = Choice{Backend: newCPU(o.Threads), Kind: "cpu", Reason: "the default on " + goos + " (" + Env + "=mlx runs MLX)"}
+			break
+		}
 		b, err := openMetal()
 		if err == nil {
 			c = Choice{Backend: b, Kind: "metal", Reason: "libmlxc loaded and MLX reports a Metal GPU", open: openMetal}
@@ -99,10 +116,26 @@ func Select(o Options) (Choice, error) {
 		}
 		c = Choice{Backend: newCPU(o.Threads), Kind: "cpu", Reason: oneLine(err)}
 	default:
-		return Choice{}, fmt.Errorf("%s=%q: want cpu or metal (or unset to choose automatically)", Env, getenv(Env))
+		return Choice{}, fmt.Errorf("%s=%q: want cpu, metal or mlx (or unset to choose automatically)", Env, getenv(Env))
 	}
 	log.Info("compute backend", "backend", c.Backend.Name(), "why", c.Reason)
 	return c, nil
+}
+
+// device is the MLX device b runs on ("metal", "cuda", "cpu"); a backend that does not
+// say (a test's stand-in) counts as Metal.
+func device(b compute.Backend) string {
+	if d, ok := b.(interface{ Device() string }); ok {
+		return d.Device()
+	}
+	return "metal"
+}
+
+func backendTitle(kind string) string {
+	if kind == "metal" {
+		return "Metal"
+	}
+	return "MLX"
 }
 
 // oneLine folds a multi-line error (the libraries looked for) into one log value.

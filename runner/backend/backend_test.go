@@ -28,6 +28,7 @@ func selectWith(t *testing.T, env string, metalErr error) (Choice, string, error
 			}
 			return ""
 		},
+		GOOS:    "darwin",
 		Threads: 2,
 		Metal: func() (compute.Backend, error) {
 			if metalErr != nil {
@@ -66,7 +67,7 @@ func TestSelect(t *testing.T) {
 		t.Errorf("forced metal without it: %v", err)
 	}
 	_, _, err = selectWith(t, "cuda", nil)
-	if err == nil || !strings.Contains(err.Error(), `"cuda": want cpu or metal`) {
+	if err == nil || !strings.Contains(err.Error(), `"cuda": want cpu, metal or mlx`) {
 		t.Errorf("unknown backend: %v", err)
 	}
 }
@@ -101,6 +102,9 @@ func (s skewed) NewContext() compute.Context {
 type skewedCtx struct{ compute.Context }
 
 func (c skewedCtx) SwiGLU(g, u compute.Tensor) compute.Tensor { return c.Mul(g, u) }
+
+// Unwrap lets the optional operations through to the CPU context.
+func (c skewedCtx) Unwrap() compute.Context { return c.Context }
 
 func TestChecksCatchAWrongKernel(t *testing.T) {
 	ref := cpu.New(2)

@@ -418,7 +418,11 @@ func opCases(seed uint64) ([]opCase, error) {
 			return out, nil
 		}, want})
 	}
-	return cases, nil
+	ext, err := extCases(r, src, feeder{prep: prep, rowsOf: rowsOf, x: x, y: y, T: T, in: in})
+	if err != nil {
+		return nil, err
+	}
+	return append(cases, ext...), nil
 }
 
 // onGrid is x (rows of dim values) quantized and dequantized with MLX's affine

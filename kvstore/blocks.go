@@ -1,0 +1,98 @@
+package kvstore
+
+import (
+	"runtime"
+	"unsafe"
+)
+
+// StoredBlock is one block of a full-attention layer's storage as it lies in memory, for a
+// backend that reads the cache in place instead of keeping a copy of its own (package
+// metal hands these slices to MLX). Rows are position-major, then head: row
+// p·kvHeads+h is head h at the block's position p.
+//
+// The slices alias the layer's storage: they are valid until the layer's next Append,
+// Truncate or conversion, and must not be written.
+type StoredBlock struct {
+	Positions int // positions filled, from the block's first
+	K, V      BlockData
+}
+
+// BlockData is the storage of one block's keys or values.
+type BlockData struct {
+	Format Format
+	F32    []float32 // a float32 cache (Full with fp32): Positions×kvHeads×dim
+	// Codes holds a row's packed codes (Affine, Q4_0; internal/quant's layout,
+	// quant.Words(dim, bits) words a row); Halfs its fp16 values: the elements
+	// (F16), scale and bias interleaved per group (Affine) or a scale per group (Q4_0).
+	Codes []uint32
+	Halfs []uint16
+}
+
+// BlockSource is implemented by the layer kinds whose storage can be read in place.
+type BlockSource interface {
+	Layer
+	Blocks() []StoredBlock
+}
+
+var (
+	_ BlockSource = (*Full)(nil)
+	_ BlockSource = (*Quantized)(nil)
+)
+
+// Blocks implements BlockSource.
+func (c *Full) Blocks() []StoredBlock {
+	out := make([]StoredBlock, 0, c.blocks())
+	for i := 0; i < c.blocks(); i++ {
+		b := StoredBlock{Positions: min(BlockTokens, c.n-i*BlockTokens), K: BlockData{Format: FormatF16}, V: BlockData{Format: FormatF16}}
+		if c.fp32 {
+			b.K.F32, b.V.F32 = c.k32[i], c.v32[i]
+		} else {
+			b.K.Halfs, b.V.Halfs = c.k16[i], c.v16[i]
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+// FP32 reports whether the cache keeps float32 (an exact reference) rather than fp16.
+func (c *Full) FP32() bool { return c.fp32 }
+
+// Blocks implements BlockSource.
+func (c *Quantized) Blocks() []StoredBlock {
+	out := make([]StoredBlock, 0, len(c.kb))
+	for i := range c.kb {
+		out = append(out, StoredBlock{
+			Positions: min(BlockTokens, c.n-i*BlockTokens),
+			K:         BlockData{Format: c.kc.f, Codes: c.kb[i].codes, Halfs: c.kb[i].halfs},
+			V:         BlockData{Format: c.vc.f, Codes: c.vb[i].codes, Halfs: c.vb[i].halfs},
+		})
+	}
+	return out
+}
+
+// PageSize is the alignment of block storage on macOS: Metal wraps memory without
+// copying only when it starts on a page and spans whole pages (16 KiB on Apple
+// Silicon), so a GPU reading the cache in place needs blocks laid out that way.
+const PageSize = 16 << 10
+
+// alignBlocks says whether block storage is page-aligned here. Only MLX on a Mac reads
+// it in place; elsewhere MLX copies what it is given, and alignment would only cost
+// memory.
+var alignBlocks = runtime.GOOS == "darwin"
+
+// blockSlice allocates n elements of block storage: on macOS, starting on a page and
+// with a capacity of whole pages (cap() reaches the end of the last page).
+func blockSlice[T uint16 | uint32 | float32](n int) []T {
+	var zero T
+	size := int(unsafe.Sizeof(zero))
+	if !alignBlocks || n*size < PageSize {
+		return make([]T, n)
+	}
+	pages := (n*size + PageSize - 1) / PageSize * PageSize / size
+	buf := make([]T, pages+PageSize/size)
+	off := 0
+	if rem := int(uintptr(unsafe.Pointer(&buf[0])) % PageSize); rem != 0 {
+		off = (PageSize - rem) / size
+	}
+	return buf[off : off+n : off+pages]
+}

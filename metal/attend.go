@@ -1,0 +1,209 @@
+package metal
+
+import (
+	"fmt"
+	"runtime"
+	"unsafe"
+
+	"github.com/mlxg/mlxg/kvstore"
+)
+
+// Attention reads the KV cache where kvstore keeps it: each block of a full-attention
+// layer (kvstore.BlockSource) is handed to MLX as it lies in memory (on a Mac's unified
+// memory without a copy, the blocks being page-aligned there; MLX's CPU backend copies
+// what it is given for the step), so the cache lives once. Scores are computed block by
+// block (quantized_matmul on the codes of affine and q4_0 blocks, never a dequantized
+// copy of the cache), joined for one softmax, and the values summed block by block.
+//
+// A step's own keys and values are not in the layer yet: they are stored after the
+// step's single evaluation. Attention reads them from the device, rounded to the
+// layer's format as kvstore will store them. Where that rounding cannot be matched (a
+// q4_0 layer) or the layer is about to change format (at quantized_kv_start), the step
+// is evaluated up to this layer, its keys and values appended, and the attention reads
+// the blocks alone. Sliding-window layers attend in Go.
+
+// layerSpec is the storage a layer uses now: quantized kinds report it, the plain
+// kind is fp16.
+func layerSpec(l kvstore.Layer) kvstore.Spec {
+	if s, ok := l.(interface{ Spec() kvstore.Spec }); ok {
+		return s.Spec()
+	}
+	return kvstore.SpecF16
+}
+
+// mayConvert reports whether layer is a quantized kind still storing fp16, which
+// switches to its spec at quantized_kv_start.
+func mayConvert(layer kvstore.Layer) bool {
+	_, ok := layer.(*kvstore.Quantized)
+	return ok && !layerSpec(layer).Quantized()
+}
+
+// roundable reports whether the device rounds a step's keys or values to f exactly as
+// kvstore stores them.
+func roundable(f kvstore.Format) bool { return f.Mode == kvstore.F16 || f.Mode == kvstore.Affine }
+
+// storedAttention is one layer's attention, with the query rows' positions last.
+type storedAttention struct {
+	g                   *graph
+	kvHeads, kDim, vDim int
+	heads, T            int
+	dt                  mlxDtype // fp16, or float32 for a float32 cache
+}
+
+// wrap makes an array of n elements of dt over Go memory at p (cp elements of capacity).
+// A page-aligned region of whole pages is wrapped in full and sliced, which Metal maps
+// without copying; anything else MLX copies.
+func (s *storedAttention) wrap(p unsafe.Pointer, n, cp int, dt mlxDtype, size int) mlxArray {
+	g := s.g
+	if g.err != nil {
+		return 0
+	}
+	whole := n
+	if uintptr(p)%kvstore.PageSize == 0 && cp*size%kvstore.PageSize == 0 {
+		whole = cp
+	}
+	sp, _ := ints([]int{whole})
+	a, err := handle("mlx_array_new_data_managed", g.l.arrayNewDataMgd(p, sp, 1, dt, g.l.noop))
+	if err != nil {
+		return g.fail(err)
+	}
+	g.own(a)
+	if whole != n {
+		a = g.slice(a, []int{0}, []int{n})
+	}
+	return a
+}
+
+// positions views a block's storage (BlockTokens rows of kvHeads × width) as
+// [kvHeads, 1, P, width]: its first P positions, a broadcast axis for the query heads
+// sharing a KV head.
+func (s *storedAttention) positions(a mlxArray, P, width int) mlxArray {
+	g := s.g
+	a = g.reshape(a, kvstore.BlockTokens, s.kvHeads, width)
+	a = g.slice(a, []int{0, 0, 0}, []int{P, s.kvHeads, width})
+	return g.expandDims(g.transpose(a, 1, 0, 2), 1)
+}
+
+// side is one block's keys or values as MLX arrays: float data, or codes with scales
+// and biases.
+type side struct {
+	f                    kvstore.Format
+	data, scales, biases mlxArray
+}
+
+// stored wraps a block's keys or values (dim elements a head).
+func (s *storedAttention) stored(d kvstore.BlockData, P, dim int) side {
+	g := s.g
+	switch {
+	case d.F32 != nil:
+		a := s.wrap(unsafe.Pointer(&d.F32[0]), len(d.F32), cap(d.F32), dtFloat32, 4)
+		return side{f: d.Format, data: s.positions(a, P, dim)}
+	case d.Format.Mode == kvstore.F16:
+		a := s.wrap(unsafe.Pointer(&d.Halfs[0]), len(d.Halfs), cap(d.Halfs), dtFloat16, 2)
+		return side{f: d.Format, data: s.positions(a, P, dim)}
+	}
+	groups := dim / d.Format.Group
+	words := len(d.Codes) / (kvstore.BlockTokens * s.kvHeads)
+	codes := s.positions(s.wrap(unsafe.Pointer(&d.Codes[0]), len(d.Codes), cap(d.Codes), dtUint32, 4), P, words)
+	halfs := s.positions(s.wrap(unsafe.Pointer(&d.Halfs[0]), len(d.Halfs), cap(d.Halfs), dtFloat16, 2), P, len(d.Halfs)/(kvstore.BlockTokens*s.kvHeads))
+	out := side{f: d.Format, data: codes}
+	if d.Format.Mode == kvstore.Q4_0 {
+		// q4_0 is affine 4-bit in groups of 32 with bias -8·scale: x = d·(code-8).
+		out.scales = halfs
+		out.biases = g.mul(halfs, g.astype(g.scalar(-8), dtFloat16))
+		return out
+	}
+	// Affine rows interleave scale and bias per group.
+	pairs := g.reshape(halfs, s.kvHeads, 1, P, groups, 2)
+	out.scales = g.reshape(g.slice(pairs, []int{0, 0, 0, 0, 0}, []int{s.kvHeads, 1, P, groups, 1}), s.kvHeads, 1, P, groups)
+	out.biases = g.reshape(g.slice(pairs, []int{0, 0, 0, 0, 1}, []int{s.kvHeads, 1, P, groups, 2}), s.kvHeads, 1, P, groups)
+	return out
+}
+
+// fresh is a step's keys or values ([1, kvHeads, T, dim] float32) rounded to f as
+// kvstore stores them, as [kvHeads, 1, T, dim] in the compute dtype.
+func (s *storedAttention) fresh(x mlxArray, f kvstore.Format, dim int) side {
+	g := s.g
+	x = g.reshape(x, s.kvHeads, 1, s.T, dim)
+	if f.Mode == kvstore.Affine {
+		codes, scales, biases := g.quantize(x, f.Group, f.Bits)
+		x = g.dequantize(codes, g.astype(scales, dtFloat16), g.astype(biases, dtFloat16), f.Group, f.Bits, "affine", dtFloat32)
+	}
+	return side{f: kvstore.FormatF16, data: g.astype(x, s.dt)}
+}
+
+// scores is q5 ([kvHeads, rep, T, kDim]) against a side's keys: [kvHeads, rep, T, P].
+func (s *storedAttention) scores(q5 mlxArray, k side) mlxArray {
+	g := s.g
+	if k.scales != 0 {
+		return g.qmm(q5, k.data, k.scales, k.biases, true, k.f.Group, k.f.Bits, "affine")
+	}
+	return g.matmul(q5, g.transpose(k.data, 0, 1, 3, 2))
+}
+
+// values is probs ([kvHeads, rep, T, P]) times a side's values: [kvHeads, rep, T, vDim].
+func (s *storedAttention) values(probs mlxArray, v side) mlxArray {
+	g := s.g
+	if v.scales != 0 {
+		return g.qmm(probs, v.data, v.scales, v.biases, false, v.f.Group, v.f.Bits, "affine")
+	}
+	return g.matmul(probs, v.data)
+}
+
+// attend is causal grouped-query attention of q (T × heads·kDim, float32) over the
+// blocks and, when k is not null, the step's keys and values k and v ([1, kvHeads, T,
+// dim] float32): the query rows are the last T positions. Returns T × heads·vDim.
+func (s *storedAttention) attend(q mlxArray, scale float32, blocks []kvstore.StoredBlock, k, v mlxArray, spec kvstore.Spec) mlxArray {
+	g := s.g
+	rep := s.heads / s.kvHeads
+	q5 := g.astype(g.mul(heads(g, q, s.T, s.heads, s.kDim), g.scalar(scale)), s.dt)
+	q5 = g.reshape(q5, s.kvHeads, rep, s.T, s.kDim)
+	var ks, vs []side
+	var lens []int
+	for _, b := range blocks {
+		if b.Positions <= 0 {
+			continue
+		}
+		ks = append(ks, s.stored(b.K, b.Positions, s.kDim))
+		vs = append(vs, s.stored(b.V, b.Positions, s.vDim))
+		lens = append(lens, b.Positions)
+	}
+	if k != 0 {
+		ks = append(ks, s.fresh(k, spec.K, s.kDim))
+		vs = append(vs, s.fresh(v, spec.V, s.vDim))
+		lens = append(lens, s.T)
+	}
+	n := 0
+	parts := make([]mlxArray, len(ks))
+	for i, kb := range ks {
+		parts[i] = g.astype(s.scores(q5, kb), dtFloat32)
+		n += lens[i]
+	}
+	if len(parts) == 0 || n < s.T {
+		return g.fail(fmt.Errorf("metal: attention of %d queries over %d positions", s.T, n))
+	}
+	sc := parts[0]
+	if len(parts) > 1 {
+		sc = g.concat(3, parts...)
+	}
+	if s.T > 1 {
+		qpos := g.reshape(g.arange(n-s.T, n), s.T, 1)
+		kpos := g.reshape(g.arange(0, n), 1, n)
+		sc = g.where(g.greater(kpos, qpos), g.scalar(negInf), sc)
+	}
+	probs := g.astype(g.softmax(sc, -1), s.dt)
+	var out mlxArray
+	off := 0
+	for i, vb := range vs {
+		p := g.slice(probs, []int{0, 0, 0, off}, []int{s.kvHeads, rep, s.T, off + lens[i]})
+		o := g.astype(s.values(p, vb), dtFloat32)
+		if out == 0 {
+			out = o
+		} else {
+			out = g.add(out, o)
+		}
+		off += lens[i]
+	}
+	runtime.KeepAlive(blocks)
+	return rows(g, g.reshape(out, 1, s.heads, s.T, s.vDim), s.T, s.heads, s.vDim)
+}

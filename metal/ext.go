@@ -1,0 +1,331 @@
+package metal
+
+import (
+	"math"
+
+	"github.com/mlxg/mlxg/runner/compute"
+)
+
+// The optional operations of the mixture-of-experts, Gemma and Gated DeltaNet
+// architectures (compute.MoEContext, ActivationContext, LinearAttentionContext), built
+// from MLX's own operations. A fused Metal kernel for the gated delta rule may replace
+// its per-step loop later; the result must stay what this file computes.
+
+var (
+	_ compute.MoEContext             = (*context)(nil)
+	_ compute.ActivationContext      = (*context)(nil)
+	_ compute.LinearAttentionContext = (*context)(nil)
+	_ compute.Failer                 = (*context)(nil)
+)
+
+// Fail implements compute.Failer.
+func (c *context) Fail(err error) compute.Tensor {
+	if c.err == nil {
+		c.err = err
+	}
+	return nilTensor
+}
+
+// MoE implements compute.MoEContext. The router picks each token's experts on the
+// device (softmax, top-k by argpartition) and gather_qmm (gather_mm for float weights)
+// multiplies each token by its picked experts' matrices only, so experts nobody picked
+// are never read.
+func (c *context) MoE(x, router compute.Tensor, gate, up, down compute.Weight, experts int, r compute.Routing) compute.Tensor {
+	a, ok := c.args(x, router)
+	if !ok {
+		return nilTensor
+	}
+	gw, ok1 := gate.(*weight)
+	uw, ok2 := up.(*weight)
+	dw, ok3 := down.(*weight)
+	if !ok1 || !ok2 || !ok3 {
+		return c.fail("MoE: weights are not Metal weights")
+	}
+	xs, rl := a[0], a[1]
+	T, in := xs.rows, xs.cols
+	if experts <= 0 || r.TopK <= 0 || r.TopK > experts || rl.rows != T || rl.cols != experts ||
+		gw.in != in || uw.in != in || gw.out != uw.out || gw.out%experts != 0 || dw.out%experts != 0 || dw.in != gw.out/experts {
+		return c.fail("MoE: x %d×%d, router %d×%d, top-%d of %d experts do not fit gate %d×%d, up %d×%d, down %d×%d",
+			T, in, rl.rows, rl.cols, r.TopK, experts, gw.out, gw.in, uw.out, uw.in, dw.out, dw.in)
+	}
+	k, hidden := r.TopK, dw.out/experts
+	return c.record(T, hidden, func(g *graph) mlxArray {
+		probs := g.softmax(g.astype(rl.arr, dtFloat32), -1)
+		idx := g.argpartition(g.neg(probs), k-1, -1)
+		if k < experts {
+			idx = g.slice(idx, []int{0, 0}, []int{T, k})
+		}
+		scores := g.takeAlong(probs, idx, -1) // T × k
+		if r.NormTopK {
+			scores = g.div(scores, g.sum(scores, -1, true))
+		}
+		xe := g.reshape(g.astype(xs.arr, gw.dt), T, 1, 1, in)
+		h := g.silu(expertProduct(g, gw, xe, idx, experts))
+		h = g.mul(h, expertProduct(g, uw, xe, idx, experts))        // T × k × 1 × inter
+		y := expertProduct(g, dw, g.astype(h, dw.dt), idx, experts) // T × k × 1 × hidden
+		y = g.reshape(g.astype(y, dtFloat32), T, k, hidden)
+		return g.sum(g.mul(y, g.reshape(scores, T, k, 1)), 1, false)
+	})
+}
+
+// expertProduct is x (T × 1 × 1 × in) times the expert matrices of w picked by idx
+// (T × k): T × k × 1 × rows.
+func expertProduct(g *graph, w *weight, x, idx mlxArray, experts int) mlxArray {
+	rows := w.out / experts
+	stack := func(a mlxArray) mlxArray {
+		shape := g.shape(a)
+		if g.err != nil || len(shape) != 2 {
+			return g.fail(errShape("an expert stack", shape))
+		}
+		return g.reshape(a, experts, rows, shape[1])
+	}
+	if w.q.Quantized() {
+		var biases mlxArray
+		if w.biases != 0 {
+			biases = stack(w.biases)
+		}
+		return g.gatherQMM(x, stack(w.w), stack(w.scales), biases, idx, w.q.GroupSize, w.q.Bits, string(w.q.Mode))
+	}
+	return g.gatherMM(x, g.transpose(stack(w.w), 0, 2, 1), idx)
+}
+
+// GeGLU implements compute.ActivationContext: gelu_tanh(gate) * up.
+func (c *context) GeGLU(gate, up compute.Tensor) compute.Tensor {
+	return c.elementwise("GeGLU", gate, up, func(g *graph, x, u mlxArray) mlxArray {
+		// 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
+		inner := g.mul(g.add(x, g.mul(g.mul(g.square(x), x), g.scalar(0.044715))), g.scalar(float32(math.Sqrt(2/math.Pi))))
+		gelu := g.mul(g.mul(x, g.scalar(0.5)), g.add(g.tanh(inner), g.scalar(1)))
+		return g.mul(gelu, u)
+	})
+}
+
+// RMSNormOffset implements compute.ActivationContext.
+func (c *context) RMSNormOffset(x compute.Tensor, w compute.Vector, offset, eps float32) compute.Tensor {
+	a, ok := c.args(x)
+	if !ok {
+		return nilTensor
+	}
+	mv, ok := w.(*vector)
+	if !ok {
+		return c.fail("RMSNormOffset: weight is not a Metal vector")
+	}
+	if mv.n != a[0].cols {
+		return c.fail("RMSNormOffset: %d columns with a weight of %d", a[0].cols, mv.n)
+	}
+	return c.record(a[0].rows, a[0].cols, func(g *graph) mlxArray {
+		return g.rmsNorm(a[0].arr, g.add(mv.a, g.scalar(offset)), eps)
+	})
+}
+
+// Scale implements compute.ActivationContext.
+func (c *context) Scale(x compute.Tensor, s float32) compute.Tensor {
+	return c.unary("Scale", x, func(g *graph, a mlxArray) mlxArray { return g.mul(a, g.scalar(s)) })
+}
+
+// SoftCap implements compute.ActivationContext.
+func (c *context) SoftCap(x compute.Tensor, cp float32) compute.Tensor {
+	if cp <= 0 {
+		return c.fail("SoftCap: the cap must be positive, got %v", cp)
+	}
+	return c.unary("SoftCap", x, func(g *graph, a mlxArray) mlxArray {
+		return g.mul(g.tanh(g.mul(a, g.scalar(1/cp))), g.scalar(cp))
+	})
+}
+
+// SigmoidMul implements compute.ActivationContext.
+func (c *context) SigmoidMul(x, gt compute.Tensor) compute.Tensor {
+	a, ok := c.args(x, gt)
+	if !ok {
+		return nilTensor
+	}
+	xs, gs := a[0], a[1]
+	if gs.rows != xs.rows || gs.cols <= 0 || xs.cols%gs.cols != 0 {
+		return c.fail("SigmoidMul of %d×%d by a gate of %d×%d", xs.rows, xs.cols, gs.rows, gs.cols)
+	}
+	group := xs.cols / gs.cols
+	return c.record(xs.rows, xs.cols, func(g *graph) mlxArray {
+		x3 := g.reshape(xs.arr, xs.rows, gs.cols, group)
+		g3 := g.reshape(g.sigmoid(gs.arr), gs.rows, gs.cols, 1)
+		return g.reshape(g.mul(x3, g3), xs.rows, xs.cols)
+	})
+}
+
+func (c *context) unary(op string, x compute.Tensor, fn func(g *graph, a mlxArray) mlxArray) compute.Tensor {
+	a, ok := c.args(x)
+	if !ok {
+		return nilTensor
+	}
+	return c.record(a[0].rows, a[0].cols, func(g *graph) mlxArray { return fn(g, a[0].arr) })
+}
+
+// stateWrite is a recurrent state computed on the device, copied back into the Go
+// slice the layer keeps (kvstore.Recurrent) once the step is evaluated.
+type stateWrite struct {
+	arr mlxArray // float32, len(dst) elements
+	dst []float32
+}
+
+// CausalConv1D implements compute.LinearAttentionContext.
+func (c *context) CausalConv1D(x compute.Tensor, w compute.Weight, state []float32) compute.Tensor {
+	a, ok := c.args(x)
+	if !ok {
+		return nilTensor
+	}
+	cw, ok := w.(*weight)
+	if !ok || cw.q.Quantized() {
+		return c.fail("CausalConv1D: the kernel must be an unquantized Metal weight")
+	}
+	xs := a[0]
+	T, C := xs.rows, xs.cols
+	n := cw.out * cw.in
+	if C == 0 || n%C != 0 || n < C {
+		return c.fail("CausalConv1D: a kernel of %d values for %d channels", n, C)
+	}
+	K := n / C
+	if len(state) != (K-1)*C {
+		return c.fail("CausalConv1D: a state of %d values, want %d (%d rows of %d channels)", len(state), (K-1)*C, K-1, C)
+	}
+	return c.record(T, C, func(g *graph) mlxArray {
+		xp := xs.arr // x' = the state's K-1 rows, then x
+		if K > 1 {
+			xp = g.concat(0, g.fromFloat32s(state, K-1, C), xs.arr)
+		}
+		taps := g.transpose(g.reshape(g.astype(cw.w, dtFloat32), C, K), 1, 0) // K × C
+		var out mlxArray
+		for j := 0; j < K; j++ {
+			term := g.mul(g.slice(xp, []int{j, 0}, []int{j + T, C}), g.slice(taps, []int{j, 0}, []int{j + 1, C}))
+			if j == 0 {
+				out = term
+			} else {
+				out = g.add(out, term)
+			}
+		}
+		if K > 1 {
+			c.states = append(c.states, stateWrite{g.slice(xp, []int{T, 0}, []int{T + K - 1, C}), state})
+		}
+		return g.silu(out)
+	})
+}
+
+// GatedDelta implements compute.LinearAttentionContext: the recurrent form, one step
+// per position, all heads at once.
+func (c *context) GatedDelta(q, k, v, gt, beta compute.Tensor, heads int, state []float32) compute.Tensor {
+	a, ok := c.args(q, k, v, gt, beta)
+	if !ok {
+		return nilTensor
+	}
+	qs, ks, vs, gs, bs := a[0], a[1], a[2], a[3], a[4]
+	T := qs.rows
+	if heads <= 0 || ks.rows != T || vs.rows != T || gs.rows != T || bs.rows != T || gs.cols != heads || bs.cols != heads ||
+		qs.cols != ks.cols || vs.cols%heads != 0 {
+		return c.fail("GatedDelta: q %d×%d, k %d×%d, v %d×%d, g %d×%d, beta %d×%d for %d heads",
+			qs.rows, qs.cols, ks.rows, ks.cols, vs.rows, vs.cols, gs.rows, gs.cols, bs.rows, bs.cols, heads)
+	}
+	dv := vs.cols / heads
+	var kHeads, dk int
+	for kh := 1; kh <= heads; kh++ { // the key heads, as the CPU backend finds them
+		if heads%kh == 0 && qs.cols%kh == 0 && len(state) == heads*(qs.cols/kh)*dv {
+			kHeads, dk = kh, qs.cols/kh
+			break
+		}
+	}
+	if kHeads == 0 {
+		return c.fail("GatedDelta: a state of %d values does not fit %d heads of q/k width %d and value size %d", len(state), heads, qs.cols, dv)
+	}
+	rep, H := heads/kHeads, heads
+	return c.record(T, H*dv, func(g *graph) mlxArray {
+		// Value head h reads key head h/rep: repeat q and k per value head.
+		perHead := func(x mlxArray) mlxArray {
+			x = g.broadcastTo(g.reshape(x, T, kHeads, 1, dk), T, kHeads, rep, dk)
+			return g.reshape(x, T, H, dk)
+		}
+		qh, kh := perHead(qs.arr), perHead(ks.arr)
+		vh := g.reshape(vs.arr, T, H, dv)
+		decay := g.exp(gs.arr) // T × H
+		S := g.fromFloat32s(state, H, dk, dv)
+		outs := make([]mlxArray, T)
+		for t := 0; t < T; t++ {
+			at := func(x mlxArray, d int) mlxArray { return g.slice(x, []int{t, 0, 0}, []int{t + 1, H, d}) }
+			qt := g.reshape(at(qh, dk), H, 1, dk)
+			kt := g.reshape(at(kh, dk), H, 1, dk)
+			vt := g.reshape(at(vh, dv), H, 1, dv)
+			dt := g.reshape(g.slice(decay, []int{t, 0}, []int{t + 1, H}), H, 1, 1)
+			bt := g.reshape(g.slice(bs.arr, []int{t, 0}, []int{t + 1, H}), H, 1, 1)
+			S = g.mul(S, dt)
+			mem := g.matmul(kt, S)                                  // Sᵀk: H × 1 × dv
+			delta := g.mul(g.sub(vt, mem), bt)                      // β(v − Sᵀk)
+			S = g.add(S, g.matmul(g.transpose(kt, 0, 2, 1), delta)) // + k ⊗ delta
+			outs[t] = g.matmul(qt, S)                               // Sᵀq: H × 1 × dv
+		}
+		c.states = append(c.states, stateWrite{S, state})
+		out := outs[0]
+		if T > 1 {
+			out = g.concat(1, outs...) // H × T × dv
+		}
+		return g.reshape(g.transpose(out, 1, 0, 2), T, H*dv)
+	})
+}
+
+// DeltaGates implements compute.LinearAttentionContext.
+func (c *context) DeltaGates(at, bt compute.Tensor, aLog, dtBias compute.Vector) (compute.Tensor, compute.Tensor) {
+	a, ok := c.args(at, bt)
+	if !ok {
+		return nilTensor, nilTensor
+	}
+	al, ok1 := aLog.(*vector)
+	db, ok2 := dtBias.(*vector)
+	H := a[0].cols
+	if !ok1 || !ok2 || al.n != H || db.n != H || a[1].cols != H || a[1].rows != a[0].rows {
+		return c.fail("DeltaGates: a %d×%d, b %d×%d, A_log of %d and dt_bias of %d values", a[0].rows, a[0].cols, a[1].rows, a[1].cols, aLog.Len(), dtBias.Len()), nilTensor
+	}
+	g := c.record(a[0].rows, H, func(g *graph) mlxArray {
+		return g.mul(g.neg(g.exp(al.a)), g.softplus(g.add(a[0].arr, db.a)))
+	})
+	beta := c.record(a[1].rows, H, func(g *graph) mlxArray { return g.sigmoid(a[1].arr) })
+	return g, beta
+}
+
+// L2NormScale implements compute.LinearAttentionContext.
+func (c *context) L2NormScale(x compute.Tensor, eps, s float32) compute.Tensor {
+	return c.unary("L2NormScale", x, func(g *graph, a mlxArray) mlxArray {
+		inv := g.rsqrt(g.add(g.sum(g.square(a), -1, true), g.scalar(eps)))
+		return g.mul(g.mul(a, inv), g.scalar(s))
+	})
+}
+
+// Cols implements compute.LinearAttentionContext.
+func (c *context) Cols(x compute.Tensor, start, n int) compute.Tensor {
+	a, ok := c.args(x)
+	if !ok {
+		return nilTensor
+	}
+	xs := a[0]
+	if start < 0 || n <= 0 || start+n > xs.cols {
+		return c.fail("Cols %d..%d of a tensor of %d columns", start, start+n, xs.cols)
+	}
+	return c.record(xs.rows, n, func(g *graph) mlxArray {
+		return g.slice(xs.arr, []int{0, start}, []int{xs.rows, start + n})
+	})
+}
+
+// ConcatCols implements compute.LinearAttentionContext.
+func (c *context) ConcatCols(xs ...compute.Tensor) compute.Tensor {
+	a, ok := c.args(xs...)
+	if !ok || len(a) == 0 {
+		return c.fail("ConcatCols of no tensors")
+	}
+	cols := 0
+	for _, t := range a {
+		if t.rows != a[0].rows {
+			return c.fail("ConcatCols of tensors of %d and %d rows", a[0].rows, t.rows)
+		}
+		cols += t.cols
+	}
+	return c.record(a[0].rows, cols, func(g *graph) mlxArray {
+		arrs := make([]mlxArray, len(a))
+		for i, t := range a {
+			arrs[i] = t.arr
+		}
+		return g.concat(1, arrs...)
+	})
+}

@@ -1,0 +1,27 @@
+package metal_test
+
+import (
+	"testing"
+
+	"github.com/mlxg/mlxg/metal/mlxtest"
+	"github.com/mlxg/mlxg/runner/backend"
+	"github.com/mlxg/mlxg/runner/cpu"
+)
+
+// The doctor's checks on MLX itself (scripts/mlx/build.sh's libmlxc; on Linux MLX's CPU).
+
+func TestEveryOpOnRealMLX(t *testing.T) {
+	b := mlxtest.Backend(t)
+	t.Logf("backend %s", b.Name())
+	res, err := backend.CheckOps(b, cpu.New(2), backend.TolGPU, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		if !r.OK() {
+			t.Errorf("%s vs %s: relative error %.3g (tolerance %.0e), %v", r.Check, r.Against, r.RelErr, r.Tol, r.Err)
+		} else {
+			t.Logf("%-40s %.2e", r.Check, r.RelErr)
+		}
+	}
+}
