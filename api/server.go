@@ -108,6 +108,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	g.GET("/v1/models/*model", s.handleOpenAIModel)
 	g.POST("/v1/embeddings", s.handleOpenAIEmbeddings)
 	g.POST("/v1/messages", s.handleAnthropicMessages) // server_anthropic.go
+	g.POST("/v1/responses", s.handleResponses)        // server_responses.go
 
 	g.GET("/metrics", gin.WrapH(promhttp.Handler()))
 	g.DELETE("/api/prefix-cache", s.handlePrefixClear) // metrics_prefix.go
