@@ -50,6 +50,7 @@ type Engine struct {
 	kv        func(m *model.Model, numCtx int) ([]kvstore.Layer, error)
 	log       *slog.Logger
 	prefix    *prefixEngine
+	format    *formatVocab // constrained decoding's vocabulary (format.go), set by Load
 }
 
 // Load loads the checkpoint in dir: weights, tokenizer and (when present) chat template.
@@ -69,6 +70,7 @@ func Load(dir string, o LoadOptions) (*Engine, error) {
 		}
 	}
 	e.eos = mergeIDs(e.eos, e.Tokenizer.EOS())
+	e.format = &formatVocab{}
 	return e, nil
 }
 
@@ -139,6 +141,8 @@ type Request struct {
 	// NoShift ends generation with "length" when the window is full instead of
 	// shifting the context (Ollama's "shift": false).
 	NoShift bool
+	// Format constrains the answer to JSON (structured outputs, format.go); nil: free text.
+	Format *Format
 	// Logprobs asks for each generated token's log-probability (Result.Logprobs), with
 	// the TopLogprobs (0 to sample.MaxTopLogprobs) most likely tokens at its position.
 	// OnLogprobs, when set, receives them while streaming: just before fn is given text,
@@ -263,7 +267,7 @@ func (e *Engine) Generate(ctx context.Context, req Request, fn func(text string)
 		return failed
 	}
 	hit := false
-	f := flags{noTruncate: req.NoTruncate, noShift: req.NoShift}
+	f := flags{noTruncate: req.NoTruncate, noShift: req.NoShift, format: req.Format}
 	if req.Logprobs {
 		f.topLogprobs = req.TopLogprobs
 		f.logprob = func(lp Logprob) { pendingLP = append(pendingLP, lp) }
@@ -400,6 +404,7 @@ type flags struct {
 	noTruncate, noShift bool
 	logprob             func(Logprob)
 	topLogprobs         int
+	format              *Format // structured output (format.go)
 }
 
 func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int, f flags, emit func(id int32) (bool, error)) (*Result, error) {
@@ -464,6 +469,10 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 	for _, id := range e.eos {
 		isEOS[id] = true
 	}
+	var gate *formatGate
+	if f.format != nil {
+		gate = e.newFormatGate(f.format)
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return finish("", err)
@@ -471,12 +480,25 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 		if o.NumPredict >= 0 && len(res.Tokens) >= o.NumPredict {
 			return finish("length", nil)
 		}
+		if gate != nil {
+			if gate.finished() {
+				return finish("stop", nil) // the JSON value is complete
+			}
+			if err := gate.apply(logits); err != nil {
+				return finish("", err)
+			}
+		}
 		id, err := sampler.Sample(logits)
 		if err != nil {
 			return finish("", err)
 		}
 		if isEOS[id] {
 			return finish("stop", nil)
+		}
+		if gate != nil {
+			if err := gate.accept(id); err != nil {
+				return finish("", err)
+			}
 		}
 		if f.logprob != nil {
 			f.logprob(sample.Logprobs(logits, id, f.topLogprobs)) // the logits the sampler saw

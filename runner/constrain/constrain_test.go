@@ -1,14 +1,11 @@
 package constrain
 
 import (
-	"bytes"
 	"encoding/json"
-	"fmt"
 	"math/rand/v2"
-	"strings"
 	"testing"
 
-	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/mlxg/mlxg/runner/constrain/constraintest"
 )
 
 // testVocab is a byte-level vocabulary: every single byte, JSON-ish pieces, words with and
@@ -46,91 +43,6 @@ func testVocab(rng *rand.Rand) (*Vocab, [][]byte, int32) {
 	_ = special
 	v := NewVocab(len(toks), func(id int32) ([]byte, bool) { return toks[id], toks[id] != nil }, []int32{eos})
 	return v, toks, eos
-}
-
-// randSchema returns a random schema of the supported keywords.
-func randSchema(rng *rand.Rand, depth int, defs map[string]any) map[string]any {
-	k := rng.IntN(10)
-	if depth <= 0 && k < 4 {
-		k = 4 + rng.IntN(6)
-	}
-	switch k {
-	case 0, 1:
-		props := map[string]any{}
-		var order []string
-		req := []any{}
-		n := 1 + rng.IntN(4)
-		for i := range n {
-			name := fmt.Sprintf("%s%d", []string{"name", "a", "tags", "é", "x y", `q"t`}[rng.IntN(6)], i)
-			props[name] = randSchema(rng, depth-1, defs)
-			order = append(order, name)
-			if rng.IntN(2) == 0 {
-				req = append(req, name)
-			}
-		}
-		s := map[string]any{"type": "object", "properties": props, "required": req}
-		if rng.IntN(2) == 0 {
-			s["additionalProperties"] = false
-		}
-		return s
-	case 2:
-		s := map[string]any{"type": "array", "items": randSchema(rng, depth-1, defs)}
-		lo := rng.IntN(3)
-		s["minItems"] = lo
-		if rng.IntN(2) == 0 {
-			s["maxItems"] = lo + rng.IntN(3)
-		} else {
-			s["maxItems"] = lo + 4
-		}
-		return s
-	case 3:
-		alts := []any{randSchema(rng, depth-1, defs), randSchema(rng, depth-1, defs)}
-		if rng.IntN(3) == 0 {
-			name := fmt.Sprintf("D%d", len(defs))
-			defs[name] = randSchema(rng, depth-1, defs)
-			alts = append(alts, map[string]any{"$ref": "#/$defs/" + name})
-		}
-		return map[string]any{"anyOf": alts}
-	case 4:
-		s := map[string]any{"type": "string"}
-		switch rng.IntN(5) {
-		case 0:
-			s["maxLength"] = 1 + rng.IntN(20)
-			s["minLength"] = rng.IntN(2)
-		case 1:
-			s["pattern"] = []string{`^[a-z]+$`, `^[A-Z]{2,3}-[0-9]{1,4}$`, `ab`, `^(red|green|blue)$`, `^\d+(\.\d+)?$`, `^[^"\\]{0,5}$`}[rng.IntN(6)]
-		case 2:
-			s["format"] = []string{"date", "date-time", "time", "uuid"}[rng.IntN(4)]
-		}
-		return s
-	case 5:
-		return map[string]any{"type": []string{"integer", "number", "integer"}[rng.IntN(3)]}
-	case 6:
-		return map[string]any{"enum": []any{"red", "green", 1, 12, nil, true, "a\"b", map[string]any{"k": []any{1, 2}}}[:1+rng.IntN(8)]}
-	case 7:
-		return map[string]any{"const": []any{"x", 3.5, false}[rng.IntN(3)]}
-	case 8:
-		return map[string]any{"type": []any{"boolean", "null", []any{"string", "null"}, []any{"integer", "boolean"}}[rng.IntN(4)]}
-	}
-	return map[string]any{} // any value
-}
-
-func validator(t testing.TB, schema []byte) *jsonschema.Schema {
-	t.Helper()
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(schema))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := jsonschema.NewCompiler()
-	c.AssertFormat()
-	if err := c.AddResource("schema.json", doc); err != nil {
-		t.Fatal(err)
-	}
-	s, err := c.Compile("schema.json")
-	if err != nil {
-		t.Fatalf("validator: %v\n%s", err, schema)
-	}
-	return s
 }
 
 // generate samples tokens with random logits through the constraint until it is finished,
@@ -208,7 +120,7 @@ func TestRandomSchemas(t *testing.T) {
 	finished := 0
 	for i := range n {
 		defs := map[string]any{}
-		s := randSchema(rng, 3, defs)
+		s := constraintest.RandomSchema(rng, 3, defs)
 		if len(defs) > 0 {
 			s["$defs"] = defs
 		}
@@ -217,7 +129,7 @@ func TestRandomSchemas(t *testing.T) {
 		if err != nil {
 			t.Fatalf("schema %d %s: %v", i, raw, err)
 		}
-		val := validator(t, raw)
+		val := constraintest.Validator(t, raw)
 		for run := range 3 {
 			c := sch.New(v)
 			out, done := generate(t, rng, c, v, toks, eos, 600, i < 40)
@@ -229,8 +141,7 @@ func TestRandomSchemas(t *testing.T) {
 			if err := json.Unmarshal([]byte(out), &inst); err != nil {
 				t.Fatalf("schema %s run %d: output %q is not JSON: %v", raw, run, out, err)
 			}
-			doc, _ := jsonschema.UnmarshalJSON(strings.NewReader(out))
-			if err := val.Validate(doc); err != nil {
+			if err := val(out); err != nil {
 				t.Fatalf("schema %s run %d: output %q does not validate: %v", raw, run, out, err)
 			}
 		}
