@@ -238,7 +238,7 @@ func (m *engineModel) Generate(ctx context.Context, in GenerateInput, emit func(
 		return GenerateStats{}, errorf(http.StatusBadRequest, "this model has no chat template: use /api/generate with raw set")
 	}
 	res, err := m.e.Generate(ctx, runner.Request{Messages: msgs, Tools: ts, TemplateKwargs: in.Kwargs, Prompt: in.Prompt,
-		Options: o}, emit)
+		Options: o, Format: in.Format}, emit)
 	if res == nil {
 		return GenerateStats{}, err
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/mlxg/mlxg/registry"
+	"github.com/mlxg/mlxg/runner"
 )
 
 // Loader turns a model in the store into a running Model (the engine adapter does it for real; tests use
@@ -42,6 +43,8 @@ type GenerateInput struct {
 	Kwargs   map[string]any
 	Prompt   string
 	Options  Options
+	// Format constrains the answer to JSON (structured outputs); nil: free text.
+	Format *runner.Format
 }
 
 // LoadedInfo describes a loaded model.

@@ -16,6 +16,8 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/mlxg/mlxg/registry"
+	"github.com/mlxg/mlxg/runner"
+	"github.com/mlxg/mlxg/runner/constrain"
 	"github.com/mlxg/mlxg/runner/parser"
 	"github.com/mlxg/mlxg/runner/sched"
 )
@@ -37,6 +39,7 @@ type job struct {
 	raw      bool
 	think    *ThinkValue
 	start    time.Time
+	format   *constrain.Schema // structured output (format); nil: free text
 }
 
 // event is what one piece of output yields after parsing.
@@ -71,8 +74,8 @@ func (s *Server) newJob(model string, options map[string]any, keepAlive *Duratio
 	if j.info, err = registry.ReadInfo(lm.Dir); err != nil {
 		return nil, err
 	}
-	if f := strings.TrimSpace(string(format)); f != "" && f != "null" && f != `""` {
-		return nil, errorf(http.StatusBadRequest, "format (structured outputs) is not supported yet: remove \"format\" from the request")
+	if j.format, err = constrain.FromFormat(format); err != nil {
+		return nil, errorf(http.StatusBadRequest, "%v", err)
 	}
 	j.opts = DefaultOptions()
 	j.opts.NumCtx = s.cfg.ContextLength
@@ -278,6 +281,13 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 	}
 	if len(tools) > 0 {
 		pcfg.Tools, pcfg.ToolNames = caps.Tools, names
+	}
+	if j.format != nil {
+		// The constraint applies to the answer, after the thinking block (as Ollama does).
+		in.Format = &runner.Format{Schema: j.format}
+		if pcfg.Thinking {
+			in.Format.ThinkOpen, in.Format.ThinkClose, in.Format.InThinking = parser.ThinkOpen, parser.ThinkClose, pcfg.InThinking
+		}
 	}
 	p := parser.New(pcfg)
 	out := &outcome{load: lease.LoadDuration}

@@ -238,9 +238,10 @@ func (s *Server) handleOpenAIChat(c *gin.Context) {
 		oaiAbort(c, errorf(http.StatusBadRequest, "messages must not be empty"))
 		return
 	}
-	var format json.RawMessage
-	if req.ResponseFormat != nil && req.ResponseFormat.Type != "" && req.ResponseFormat.Type != "text" {
-		format = json.RawMessage(`"` + req.ResponseFormat.Type + `"`)
+	format, err := oaiFormat(req.ResponseFormat)
+	if err != nil {
+		oaiAbort(c, err)
+		return
 	}
 	msgs, err := oaiMessages(req.Messages)
 	if err != nil {

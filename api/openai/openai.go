@@ -105,9 +105,11 @@ type StreamOptions struct {
 	IncludeUsage bool `json:"include_usage"`
 }
 
-// ResponseFormat is response_format.
+// ResponseFormat is response_format: type "text", "json_object" or "json_schema" (with
+// json_schema: {"name", "schema", "strict", "description"}).
 type ResponseFormat struct {
-	Type string `json:"type"`
+	Type       string          `json:"type"`
+	JSONSchema json.RawMessage `json:"json_schema,omitempty"`
 }
 
 // Reasoning is the reasoning object ({"effort": …}).
