@@ -168,14 +168,31 @@ func (l *EngineLoader) load(m *registry.LocalModel, info *registry.ModelInfo, be
 	if be.Name() != "" && !strings.HasPrefix(be.Name(), "cpu") {
 		em.gpu = size // Metal: unified memory, all of it GPU-visible
 	}
-	fim := [3]string{"<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"}
-	em.fim = fim
-	for _, t := range fim {
-		if _, ok := e.Tokenizer.TokenID(t); !ok {
-			em.fim = [3]string{}
-		}
-	}
+	em.fim = fimTokens(e.Tokenizer.TokenID)
 	return em, nil
+}
+
+// fimConventions are the fill-in-the-middle token sets (prefix, suffix, middle; prompt order
+// prefix·text·suffix·text·middle) of the model families that have them: Qwen2.5-Coder and
+// Qwen3, StarCoder-style, DeepSeek-Coder.
+var fimConventions = [][3]string{
+	{"<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"},
+	{"<fim_prefix>", "<fim_suffix>", "<fim_middle>"},
+	{"<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>"},
+}
+
+// fimTokens returns the first convention whose three tokens the tokenizer has, else zero.
+func fimTokens(id func(string) (int32, bool)) [3]string {
+next:
+	for _, fim := range fimConventions {
+		for _, t := range fim {
+			if _, ok := id(t); !ok {
+				continue next
+			}
+		}
+		return fim
+	}
+	return [3]string{}
 }
 
 // engineModel is a runner.Engine as a Model.
@@ -237,14 +254,28 @@ func (m *engineModel) Generate(ctx context.Context, in GenerateInput, emit func(
 	if m.e.Template == nil && len(msgs) > 0 {
 		return GenerateStats{}, errorf(http.StatusBadRequest, "this model has no chat template: use /api/generate with raw set")
 	}
-	res, err := m.e.Generate(ctx, runner.Request{Messages: msgs, Tools: ts, TemplateKwargs: in.Kwargs, Prompt: in.Prompt,
-		Options: o, Format: in.Format}, emit)
+	req := runner.Request{Messages: msgs, Tools: ts, TemplateKwargs: in.Kwargs, Prompt: in.Prompt,
+		Options: o, Format: in.Format, Logprobs: in.Logprobs, TopLogprobs: in.TopLogprobs, WantContext: in.WantContext}
+	if in.OnLogprobs != nil {
+		req.OnLogprobs = func(lps []runner.Logprob) { in.OnLogprobs(toLogprobs(m.e.Tokenizer, lps)) }
+	}
+	vocab := max(m.e.Model.Config.VocabSize, m.e.Tokenizer.VocabSize())
+	for i, id := range in.Context {
+		if id < 0 || id >= vocab {
+			return GenerateStats{}, errorf(http.StatusBadRequest, "context[%d] is %d, not a token of this model (vocabulary of %d): send back the context this model returned", i, id, vocab)
+		}
+		req.Context = append(req.Context, int32(id))
+	}
+	res, err := m.e.Generate(ctx, req, emit)
 	if res == nil {
 		return GenerateStats{}, err
 	}
 	st := GenerateStats{PromptTokens: res.PromptTokens, PromptEvalDuration: res.PromptDuration,
 		EvalTokens: res.EvalCount, EvalDuration: res.EvalDuration, DoneReason: res.DoneReason,
 		StopSequence: res.StopSequence}
+	for _, id := range res.Context {
+		st.Context = append(st.Context, int(id))
+	}
 	if res.PromptTruncated > 0 {
 		st.Perf = append(st.Perf, "prompt_truncated", res.PromptTruncated)
 	}

@@ -45,6 +45,15 @@ type GenerateInput struct {
 	Options  Options
 	// Format constrains the answer to JSON (structured outputs); nil: free text.
 	Format *runner.Format
+	// Logprobs asks for the generated tokens' log-probabilities with TopLogprobs alternatives: OnLogprobs
+	// receives them just before emit is given the text they complete.
+	Logprobs    bool
+	TopLogprobs int
+	OnLogprobs  func([]Logprob)
+	// Context are token ids placed before the prompt (an earlier reply's GenerateStats.Context);
+	// WantContext fills GenerateStats.Context.
+	Context     []int
+	WantContext bool
 }
 
 // LoadedInfo describes a loaded model.
@@ -72,4 +81,6 @@ type GenerateStats struct {
 	StopSequence       string // the stop string that ended generation, "" when none did
 	// Perf holds extra PERF log keys (KV cache hits, pressure...), printed in order.
 	Perf []any
+	// Context (with GenerateInput.WantContext) is the conversation as token ids, for a next request's context.
+	Context []int
 }

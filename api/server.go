@@ -267,11 +267,50 @@ func (s *Server) recoverer(c *gin.Context) {
 	c.Next()
 }
 
+// limitBody bounds a request body at MaxBodyBytes: reading past it fails with an *http.MaxBytesError,
+// which the handlers answer with a JSON 413 in their API's shape (decode). The rest of such a body is then
+// read and dropped (up to drainLimit) before the reply goes out, so that a client that sends its whole body
+// before reading (Python's urllib and requests do) reads the 413 instead of a broken pipe or a reset.
 func (s *Server) limitBody(c *gin.Context) {
-	if c.Request.Body != nil {
-		c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, s.cfg.MaxBodyBytes)
+	if c.Request.Body == nil || c.Request.Body == http.NoBody {
+		c.Next()
+		return
 	}
+	body := &limitedBody{ReadCloser: c.Request.Body, left: s.cfg.MaxBodyBytes, limit: s.cfg.MaxBodyBytes}
+	c.Request.Body = body
 	c.Next()
+	if body.over {
+		n, _ := io.Copy(io.Discard, io.LimitReader(body.ReadCloser, drainLimit(s.cfg.MaxBodyBytes)+1))
+		if n > drainLimit(s.cfg.MaxBodyBytes) {
+			c.Header("Connection", "close") // too much to read through: close instead
+		}
+	}
+}
+
+// drainLimit is how much of an oversized body is read through to deliver the 413.
+func drainLimit(limit int64) int64 { return max(8*limit, 256<<20) }
+
+// limitedBody reads at most limit bytes of a body; past that, Read fails with *http.MaxBytesError.
+type limitedBody struct {
+	io.ReadCloser
+	left, limit int64
+	over        bool
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	if b.over {
+		return 0, &http.MaxBytesError{Limit: b.limit}
+	}
+	if int64(len(p)) > b.left+1 {
+		p = p[:b.left+1]
+	}
+	n, err := b.ReadCloser.Read(p)
+	if int64(n) > b.left {
+		b.over = true
+		return int(b.left), &http.MaxBytesError{Limit: b.limit}
+	}
+	b.left -= int64(n)
+	return n, err
 }
 
 // cors allows browser requests from loopback origins and the configured ones, as Ollama does; other origins

@@ -40,12 +40,19 @@ type job struct {
 	think    *ThinkValue
 	start    time.Time
 	format   *constrain.Schema // structured output (format); nil: free text
+
+	// logprobs asks for log-probabilities with topLogprobs alternatives: events carry them.
+	logprobs    bool
+	topLogprobs int
+	context     []int // generate: token ids before the prompt
+	wantContext bool  // generate: the outcome's Context
 }
 
 // event is what one piece of output yields after parsing.
 type event struct {
 	content, thinking string
 	calls             []ToolCall
+	logprobs          []Logprob // of the tokens this piece completes (an event may carry only these)
 }
 
 func (e event) empty() bool { return e.content == "" && e.thinking == "" && len(e.calls) == 0 }
@@ -232,7 +239,7 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 	if err != nil {
 		return nil, errorf(http.StatusBadRequest, "tools: %v", err)
 	}
-	if j.raw && (j.system != "" || j.suffix != "") {
+	if j.raw && (j.system != "" || j.suffix != "" || len(j.context) > 0) {
 		return nil, errorf(http.StatusBadRequest, "raw mode does not support template, system, or context")
 	}
 
@@ -243,7 +250,12 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 	defer lease.Release()
 	info := m.Info()
 
-	in := GenerateInput{Options: j.opts}
+	in := GenerateInput{Options: j.opts, Context: j.context, WantContext: j.wantContext}
+	var pendingLP []Logprob // of text the parser has not yielded yet
+	if j.logprobs {
+		in.Logprobs, in.TopLogprobs = true, j.topLogprobs
+		in.OnLogprobs = func(lps []Logprob) { pendingLP = append(pendingLP, lps...) }
+	}
 	kwargs := map[string]any{}
 	if j.think != nil && caps.Thinking {
 		kwargs["enable_thinking"] = thinkOn
@@ -255,7 +267,7 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 		in.Prompt = j.prompt
 	case j.suffix != "":
 		if info.FIM[0] == "" {
-			return nil, errorf(http.StatusBadRequest, "%q does not support insert", j.name)
+			return nil, errorf(http.StatusBadRequest, "%q does not support insert (suffix): its tokenizer has no fill-in-the-middle tokens (%s); remove \"suffix\" or use a code model such as qwen2.5-coder", j.name, fimList())
 		}
 		in.Prompt = info.FIM[0] + j.prompt + info.FIM[1] + j.suffix + info.FIM[2]
 	case info.ChatTemplate == "":
@@ -300,7 +312,8 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 				Function: ToolCallFunction{Index: out.calls, Name: c.Name, Arguments: args}})
 			out.calls++
 		}
-		if ev.empty() {
+		ev.logprobs, pendingLP = pendingLP, nil
+		if ev.empty() && len(ev.logprobs) == 0 {
 			return nil
 		}
 		return sink(ev)
@@ -415,8 +428,8 @@ func (s *Server) handleGenerate(c *gin.Context) {
 		abortErr(c, err)
 		return
 	}
-	if len(req.Images) > 0 {
-		abort(c, http.StatusBadRequest, "images are not supported: mlxg runs text-only models")
+	if err := checkTopLogprobs(req.TopLogprobs); err != nil {
+		abortErr(c, err)
 		return
 	}
 	if req.Raw && req.Template != "" {
@@ -432,7 +445,12 @@ func (s *Server) handleGenerate(c *gin.Context) {
 		abortErr(c, err)
 		return
 	}
+	if len(req.Images) > 0 {
+		abortErr(c, textOnly(req.Model, "images"))
+		return
+	}
 	j.prompt, j.system, j.suffix, j.raw, j.think = req.Prompt, req.System, req.Suffix, req.Raw, req.Think
+	j.logprobs, j.topLogprobs, j.context, j.wantContext = req.Logprobs, req.TopLogprobs, req.Context, !req.Raw
 	ctx := c.Request.Context()
 	if req.Prompt == "" && req.Suffix == "" {
 		reason, err := s.loadOnly(ctx, j)
@@ -446,11 +464,12 @@ func (s *Server) handleGenerate(c *gin.Context) {
 	respond(s, c, j, req.Stream == nil || *req.Stream,
 		func(e event) GenerateResponse {
 			return GenerateResponse{Model: req.Model, CreatedAt: time.Now().UTC(), Response: e.content,
-				Thinking: e.thinking, ToolCalls: e.calls}
+				Thinking: e.thinking, ToolCalls: e.calls, Logprobs: e.logprobs}
 		},
 		func(o *outcome, whole event) GenerateResponse {
 			return GenerateResponse{Model: req.Model, CreatedAt: time.Now().UTC(), Response: whole.content,
-				Thinking: whole.thinking, ToolCalls: whole.calls, Done: true, DoneReason: o.DoneReason, Metrics: o.metrics()}
+				Thinking: whole.thinking, ToolCalls: whole.calls, Done: true, DoneReason: o.DoneReason, Metrics: o.metrics(),
+				Context: o.Context, Logprobs: whole.logprobs}
 		})
 }
 
@@ -461,11 +480,13 @@ func respond[T any](s *Server, c *gin.Context, j *job, stream bool, chunk func(e
 	nd := newNDJSON(c)
 	var text, thinking strings.Builder
 	var calls []ToolCall
+	var logprobs []Logprob
 	o, err := s.run(c.Request.Context(), j, func(e event) error {
 		if !stream {
 			text.WriteString(e.content)
 			thinking.WriteString(e.thinking)
 			calls = append(calls, e.calls...)
+			logprobs = append(logprobs, e.logprobs...)
 			return nil
 		}
 		return nd.send(chunk(e))
@@ -475,7 +496,7 @@ func respond[T any](s *Server, c *gin.Context, j *job, stream bool, chunk func(e
 		return
 	}
 	if !stream {
-		c.JSON(http.StatusOK, final(o, event{content: text.String(), thinking: thinking.String(), calls: calls}))
+		c.JSON(http.StatusOK, final(o, event{content: text.String(), thinking: thinking.String(), calls: calls, logprobs: logprobs}))
 		return
 	}
 	_ = nd.send(final(o, event{}))
@@ -489,11 +510,11 @@ func (s *Server) handleChat(c *gin.Context) {
 		abortErr(c, err)
 		return
 	}
+	if err := checkTopLogprobs(req.TopLogprobs); err != nil {
+		abortErr(c, err)
+		return
+	}
 	for i, m := range req.Messages {
-		if len(m.Images) > 0 {
-			abort(c, http.StatusBadRequest, fmt.Sprintf("messages[%d]: images are not supported: mlxg runs text-only models", i))
-			return
-		}
 		switch m.Role {
 		case "system", "user", "assistant", "tool":
 		default:
@@ -506,7 +527,14 @@ func (s *Server) handleChat(c *gin.Context) {
 		abortErr(c, err)
 		return
 	}
+	for i, m := range req.Messages {
+		if len(m.Images) > 0 {
+			abortErr(c, textOnly(req.Model, fmt.Sprintf("messages[%d].images", i)))
+			return
+		}
+	}
 	j.chat, j.messages, j.tools, j.think = true, req.Messages, req.Tools, req.Think
+	j.logprobs, j.topLogprobs = req.Logprobs, req.TopLogprobs
 	ctx := c.Request.Context()
 	if len(req.Messages) == 0 {
 		reason, err := s.loadOnly(ctx, j)
@@ -523,11 +551,11 @@ func (s *Server) handleChat(c *gin.Context) {
 	}
 	respond(s, c, j, req.Stream == nil || *req.Stream,
 		func(e event) ChatResponse {
-			return ChatResponse{Model: req.Model, CreatedAt: time.Now().UTC(), Message: reply(e)}
+			return ChatResponse{Model: req.Model, CreatedAt: time.Now().UTC(), Message: reply(e), Logprobs: e.logprobs}
 		},
 		func(o *outcome, whole event) ChatResponse {
 			return ChatResponse{Model: req.Model, CreatedAt: time.Now().UTC(), Message: reply(whole),
-				Done: true, DoneReason: o.DoneReason, Metrics: o.metrics()}
+				Done: true, DoneReason: o.DoneReason, Metrics: o.metrics(), Logprobs: whole.logprobs}
 		})
 }
 

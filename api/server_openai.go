@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 
@@ -268,16 +269,22 @@ func (s *Server) handleOpenAIChat(c *gin.Context) {
 		return
 	}
 	j.chat, j.messages, j.tools, j.think = true, msgs, tools, oaiThink(req.Reasoning, req.ReasoningEffort)
+	if j.logprobs, j.topLogprobs, err = oaiChatLogprobRequest(req.Logprobs, req.TopLogprobs); err != nil {
+		oaiAbort(c, err)
+		return
+	}
 
 	id := "chatcmpl-" + randomID(12)
 	created := time.Now().Unix()
 	if !req.Stream {
 		var text, thinking strings.Builder
 		var calls []ToolCall
+		var logprobs []Logprob
 		o, err := s.run(c.Request.Context(), j, func(e event) error {
 			text.WriteString(e.content)
 			thinking.WriteString(e.thinking)
 			calls = append(calls, e.calls...)
+			logprobs = append(logprobs, e.logprobs...)
 			return nil
 		})
 		if err != nil {
@@ -290,9 +297,12 @@ func (s *Server) handleOpenAIChat(c *gin.Context) {
 		if text.Len() == 0 && len(calls) > 0 {
 			msg.Content = json.RawMessage("null")
 		}
+		choice := openai.Choice{Index: 0, Message: msg, FinishReason: finishReason(o)}
+		if j.logprobs {
+			choice.Logprobs = oaiChatLogprobs(logprobs)
+		}
 		c.JSON(http.StatusOK, openai.ChatCompletion{ID: id, Object: "chat.completion", Created: created, Model: req.Model,
-			SystemFingerprint: "fp_mlxg", Usage: usage(o),
-			Choices: []openai.Choice{{Index: 0, Message: msg, FinishReason: finishReason(o)}}})
+			SystemFingerprint: "fp_mlxg", Usage: usage(o), Choices: []openai.Choice{choice}})
 		return
 	}
 
@@ -312,7 +322,11 @@ func (s *Server) handleOpenAIChat(c *gin.Context) {
 			d.Role = "assistant"
 			first = false
 		}
-		return out.send(chunk(d, nil))
+		ch := chunk(d, nil)
+		if j.logprobs && len(e.logprobs) > 0 {
+			ch.Choices[0].Logprobs = oaiChatLogprobs(e.logprobs)
+		}
+		return out.send(ch)
 	})
 	if err != nil {
 		out.fail(err)
@@ -368,6 +382,14 @@ func (s *Server) handleOpenAICompletion(c *gin.Context) {
 		oaiAbort(c, errorf(http.StatusBadRequest, "prompt must not be empty"))
 		return
 	}
+	if j.logprobs, j.topLogprobs, err = oaiCompletionLogprobRequest(req.Logprobs); err != nil {
+		oaiAbort(c, err)
+		return
+	}
+	offset := 0 // text_offset of the next token, in characters of the choice's text
+	if req.Echo {
+		offset = utf8.RuneCountInString(j.prompt)
+	}
 	id := "cmpl-" + randomID(12)
 	created := time.Now().Unix()
 	if !req.Stream {
@@ -375,17 +397,26 @@ func (s *Server) handleOpenAICompletion(c *gin.Context) {
 		if req.Echo {
 			text.WriteString(j.prompt)
 		}
-		o, err := s.run(c.Request.Context(), j, func(e event) error { text.WriteString(e.content); return nil })
+		var logprobs []Logprob
+		o, err := s.run(c.Request.Context(), j, func(e event) error {
+			text.WriteString(e.content)
+			logprobs = append(logprobs, e.logprobs...)
+			return nil
+		})
 		if err != nil {
 			oaiAbort(c, err)
 			return
 		}
 		u := usage(o)
+		choice := openai.CompletionChoice{Text: text.String(), FinishReason: finishReason(o)}
+		if j.logprobs {
+			choice.Logprobs = oaiCompletionLogprobs(logprobs, offset)
+		}
 		c.JSON(http.StatusOK, openai.Completion{ID: id, Object: "text_completion", Created: created, Model: req.Model,
-			SystemFingerprint: "fp_mlxg", Usage: &u,
-			Choices: []openai.CompletionChoice{{Text: text.String(), FinishReason: finishReason(o)}}})
+			SystemFingerprint: "fp_mlxg", Usage: &u, Choices: []openai.CompletionChoice{choice}})
 		return
 	}
+
 	out := &sse{c: c}
 	chunk := func(text string, finish *string) openai.Completion {
 		return openai.Completion{ID: id, Object: "text_completion", Created: created, Model: req.Model, SystemFingerprint: "fp_mlxg",
@@ -397,10 +428,18 @@ func (s *Server) handleOpenAICompletion(c *gin.Context) {
 		}
 	}
 	o, err := s.run(c.Request.Context(), j, func(e event) error {
-		if e.content == "" {
+		if e.content == "" && len(e.logprobs) == 0 {
 			return nil
 		}
-		return out.send(chunk(e.content, nil))
+		ch := chunk(e.content, nil)
+		if j.logprobs {
+			lp := oaiCompletionLogprobs(e.logprobs, offset)
+			ch.Choices[0].Logprobs = lp
+			if n := len(lp.TextOffset); n > 0 {
+				offset = lp.TextOffset[n-1] + utf8.RuneCountInString(lp.Tokens[n-1])
+			}
+		}
+		return out.send(ch)
 	})
 	if err != nil {
 		out.fail(err)

@@ -34,6 +34,10 @@ type GenerateRequest struct {
 	Think     *ThinkValue     `json:"think,omitempty"`
 	Truncate  *bool           `json:"truncate,omitempty"`
 	Shift     *bool           `json:"shift,omitempty"`
+	// Logprobs asks for the generated tokens' log-probabilities, with the TopLogprobs (0 to 20)
+	// most likely tokens at each position.
+	Logprobs    bool `json:"logprobs,omitempty"`
+	TopLogprobs int  `json:"top_logprobs,omitempty"`
 }
 
 // ChatRequest is the body of POST /api/chat.
@@ -48,6 +52,9 @@ type ChatRequest struct {
 	Think     *ThinkValue    `json:"think,omitempty"`
 	Truncate  *bool          `json:"truncate,omitempty"`
 	Shift     *bool          `json:"shift,omitempty"`
+	// Logprobs and TopLogprobs: as GenerateRequest's.
+	Logprobs    bool `json:"logprobs,omitempty"`
+	TopLogprobs int  `json:"top_logprobs,omitempty"`
 }
 
 // Message is one chat message.
@@ -311,6 +318,7 @@ type GenerateResponse struct {
 	Context    []int      `json:"context,omitempty"`
 	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
 	Metrics
+	Logprobs []Logprob `json:"logprobs,omitempty"` // the tokens of this piece (streaming) or of the whole reply
 }
 
 // ChatResponse is one line of /api/chat's reply.
@@ -321,6 +329,7 @@ type ChatResponse struct {
 	Done       bool      `json:"done"`
 	DoneReason string    `json:"done_reason,omitempty"`
 	Metrics
+	Logprobs []Logprob `json:"logprobs,omitempty"` // as GenerateResponse's
 }
 
 // Metrics are the counts and durations of a finished request (nanoseconds on the wire).

@@ -137,6 +137,8 @@ type ChatCompletionRequest struct {
 	ToolChoice          json.RawMessage `json:"tool_choice"`
 	Reasoning           *Reasoning      `json:"reasoning"`
 	ReasoningEffort     *string         `json:"reasoning_effort"`
+	Logprobs            *bool           `json:"logprobs"`
+	TopLogprobs         *int            `json:"top_logprobs"`
 }
 
 // Stops reads stop: a string or a list of strings.
@@ -164,9 +166,10 @@ type Usage struct {
 
 // Choice is one non-streamed answer.
 type Choice struct {
-	Index        int     `json:"index"`
-	Message      Message `json:"message"`
-	FinishReason *string `json:"finish_reason"`
+	Index        int             `json:"index"`
+	Message      Message         `json:"message"`
+	Logprobs     *ChoiceLogprobs `json:"logprobs"`
+	FinishReason *string         `json:"finish_reason"`
 }
 
 // ChatCompletion is a non-streamed reply.
@@ -191,9 +194,10 @@ type Delta struct {
 
 // ChunkChoice is one streamed choice.
 type ChunkChoice struct {
-	Index        int     `json:"index"`
-	Delta        Delta   `json:"delta"`
-	FinishReason *string `json:"finish_reason"`
+	Index        int             `json:"index"`
+	Delta        Delta           `json:"delta"`
+	Logprobs     *ChoiceLogprobs `json:"logprobs"`
+	FinishReason *string         `json:"finish_reason"`
 }
 
 // ChatCompletionChunk is one SSE event of a streamed reply.
@@ -223,13 +227,14 @@ type CompletionRequest struct {
 	FrequencyPenalty *float64        `json:"frequency_penalty"`
 	PresencePenalty  *float64        `json:"presence_penalty"`
 	Echo             bool            `json:"echo"`
+	Logprobs         *int            `json:"logprobs"` // how many alternatives per token (0 to 20); null: no logprobs
 }
 
 // CompletionChoice is one completion.
 type CompletionChoice struct {
 	Text         string  `json:"text"`
 	Index        int     `json:"index"`
-	Logprobs     any     `json:"logprobs"`
+	Logprobs     any     `json:"logprobs"` // *CompletionLogprobs or nil
 	FinishReason *string `json:"finish_reason"`
 }
 
