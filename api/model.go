@@ -43,6 +43,10 @@ type GenerateInput struct {
 	Kwargs   map[string]any
 	Prompt   string
 	Options  Options
+
+	// NoTruncate makes a prompt over num_ctx an error instead of dropping old messages and tokens; NoShift
+	// ends generation when the context is full instead of shifting it (Ollama's truncate and shift false).
+	NoTruncate, NoShift bool
 	// Format constrains the answer to JSON (structured outputs); nil: free text.
 	Format *runner.Format
 	// Logprobs asks for the generated tokens' log-probabilities with TopLogprobs alternatives: OnLogprobs

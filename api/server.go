@@ -96,6 +96,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	g.POST("/api/pull", s.handlePull)
 	g.DELETE("/api/delete", s.handleDelete)
 	g.POST("/api/copy", s.handleCopy)
+	g.POST("/api/create", s.handleCreate)          // modelfile.go
+	g.HEAD("/api/blobs/:digest", s.handleBlobHead) // modelfile.go
+	g.POST("/api/blobs/:digest", s.handleBlobPost)
 	g.GET("/api/ps", s.handlePs)
 	g.POST("/api/generate", s.handleGenerate)
 	g.POST("/api/chat", s.handleChat)
@@ -272,6 +275,10 @@ func (s *Server) recoverer(c *gin.Context) {
 // read and dropped (up to drainLimit) before the reply goes out, so that a client that sends its whole body
 // before reading (Python's urllib and requests do) reads the 413 instead of a broken pipe or a reset.
 func (s *Server) limitBody(c *gin.Context) {
+	if isBlobUpload(c) { // a model file, bounded by the disk (modelfile.go)
+		c.Next()
+		return
+	}
 	if c.Request.Body == nil || c.Request.Body == http.NoBody {
 		c.Next()
 		return

@@ -24,6 +24,10 @@ import (
 
 // job is one generation request, from Ollama's or OpenAI's API, in one form.
 type job struct {
+	// Ollama's "truncate": false (a prompt over num_ctx is an error) and "shift": false (generation ends
+	// when the context is full instead of shifting it).
+	noTruncate, noShift bool
+
 	name      string // the model as the client named it
 	lm        *registry.LocalModel
 	info      *registry.ModelInfo
@@ -87,6 +91,9 @@ func (s *Server) newJob(model string, options map[string]any, keepAlive *Duratio
 	j.opts = DefaultOptions()
 	j.opts.NumCtx = s.cfg.ContextLength
 	generationDefaults(&j.opts, j.info.Generation)
+	if err := modelOptions(&j.opts, lm); err != nil { // a Modelfile's PARAMETER lines (modelfile.go)
+		return nil, err
+	}
 	if err := j.opts.FromMap(options); err != nil {
 		var unknown *UnknownOptionError
 		if !errors.As(err, &unknown) || strings.Contains(err.Error(), "must be") {
@@ -222,6 +229,7 @@ func templateMessages(msgs []Message) []map[string]any {
 
 // run generates for j on a loaded model, passing each parsed event to sink.
 func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outcome, error) {
+	j.useModelfile() // the model's own system prompt and messages (modelfile.go)
 	caps := parser.Detect(j.info.ChatTemplate)
 	thinkOn := false
 	switch {
@@ -259,7 +267,11 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 	kwargs := map[string]any{}
 	if j.think != nil && caps.Thinking {
 		kwargs["enable_thinking"] = thinkOn
+		if level, ok := j.think.Value.(string); ok {
+			kwargs["reasoning_effort"] = level // think "low"/"medium"/"high", for templates that read it (as Ollama)
+		}
 	}
+	in.NoTruncate, in.NoShift = j.noTruncate, j.noShift
 	switch {
 	case j.chat:
 		in.Messages, in.Tools, in.Kwargs = templateMessages(j.messages), tools, kwargs
@@ -280,6 +292,7 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 		if j.system != "" {
 			msgs = append(msgs, Message{Role: "system", Content: j.system})
 		}
+		msgs = append(msgs, j.modelMessages()...)
 		in.Messages, in.Kwargs = templateMessages(append(msgs, Message{Role: "user", Content: j.prompt})), kwargs
 	}
 
@@ -341,7 +354,7 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 // isOptionError reports errors the engine returns for bad request input rather than failures.
 func isOptionError(err error) bool {
 	msg := err.Error()
-	return strings.Contains(msg, "chat template") || strings.Contains(msg, "prompt is empty") ||
+	return contextOverflow(err) || strings.Contains(msg, "chat template") || strings.Contains(msg, "prompt is empty") ||
 		strings.Contains(msg, "raise_exception")
 }
 
@@ -450,6 +463,7 @@ func (s *Server) handleGenerate(c *gin.Context) {
 		return
 	}
 	j.prompt, j.system, j.suffix, j.raw, j.think = req.Prompt, req.System, req.Suffix, req.Raw, req.Think
+	j.noTruncate, j.noShift = isFalse(req.Truncate), isFalse(req.Shift)
 	j.logprobs, j.topLogprobs, j.context, j.wantContext = req.Logprobs, req.TopLogprobs, req.Context, !req.Raw
 	ctx := c.Request.Context()
 	if req.Prompt == "" && req.Suffix == "" {
@@ -534,6 +548,7 @@ func (s *Server) handleChat(c *gin.Context) {
 		}
 	}
 	j.chat, j.messages, j.tools, j.think = true, req.Messages, req.Tools, req.Think
+	j.noTruncate, j.noShift = isFalse(req.Truncate), isFalse(req.Shift)
 	j.logprobs, j.topLogprobs = req.Logprobs, req.TopLogprobs
 	ctx := c.Request.Context()
 	if len(req.Messages) == 0 {

@@ -100,6 +100,7 @@ type ShowResponse struct {
 	Parameters   string         `json:"parameters,omitempty"`
 	Template     string         `json:"template,omitempty"`
 	System       string         `json:"system,omitempty"`
+	Messages     []Message      `json:"messages,omitempty"`
 	Details      ModelDetails   `json:"details,omitempty"`
 	ModelInfo    map[string]any `json:"model_info,omitempty"`
 	Tensors      []Tensor       `json:"tensors,omitempty"`
