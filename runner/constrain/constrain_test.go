@@ -2,7 +2,9 @@ package constrain
 
 import (
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/mlxg/mlxg/runner/constrain/constraintest"
@@ -20,7 +22,8 @@ func testVocab(rng *rand.Rand) (*Vocab, [][]byte, int32) {
 		`": [`, `": {`, `": true`, `": false`, `": null`, `true`, `false`, `null`, `nu`, `ll`, `tr`, `ue`,
 		`0`, `10`, `123`, `-1`, `.5`, `e+`, `E-`, `1e`, `\n`, `\"`, `\\`, `\u00`, `\ud8`, `\u0041`,
 		"\n", "\n  ", "\n    ", "  ", "    ", " \"", "\t", "é", "日本", "\xe6\x97", "\xa5", "😀", "\xf0\x9f",
-		`name`, `age`, `id`, `_`, `-`, `:`, `ab`, `abc`, `a-b`, `2024`, `-01-`, `T12`, `:00`, `Z`}
+		`name`, `age`, `id`, `_`, `-`, `:`, `ab`, `abc`, `a-b`, `2024`, `-01-`, `T12`, `:00`, `Z`,
+		"abcdefghijklmnopqrstuvwxyz0123", "long plain token é 日本語 of 32 chars", "==================", `"` + strings.Repeat("x", 20)}
 	for _, p := range pieces {
 		toks = append(toks, []byte(p))
 	}
@@ -150,4 +153,43 @@ func TestRandomSchemas(t *testing.T) {
 		t.Fatalf("only %d of %d generations finished", finished, 3*n)
 	}
 	t.Logf("%d of %d generations finished and validated", finished, 3*n)
+}
+
+// TestPlainStringBuckets: inside strings with every maxLength up to past the longest plain token,
+// at every length reached, the mask (plain-token sets plus a walk of the other tokens) equals
+// trying every token.
+func TestPlainStringBuckets(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	v, _, eos := testVocab(rng)
+	if v.maxPlain <= maxBucket {
+		t.Fatalf("the test vocabulary's longest plain token has %d characters: no case past maxBucket", v.maxPlain)
+	}
+	for _, maxLen := range []int{0, 1, 5, maxBucket, maxBucket + 1, 25, v.maxPlain, v.maxPlain + 3} {
+		for _, minLen := range []int{0, 3} {
+			if minLen > maxLen {
+				continue
+			}
+			sch, err := Compile(json.RawMessage(fmt.Sprintf(`{"type":"string","minLength":%d,"maxLength":%d}`, minLen, maxLen)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := sch.New(v)
+			out := []byte(`"`)
+			if err := c.AcceptBytes(out); err != nil {
+				t.Fatal(err)
+			}
+			for n := 0; n <= maxLen; n++ {
+				bruteForce(t, c, v, eos, out)
+				if n < maxLen {
+					if err := c.AcceptBytes([]byte("é")); err != nil {
+						t.Fatalf("maxLength %d after %d characters: %v", maxLen, n, err)
+					}
+					out = append(out, "é"...)
+				}
+			}
+			if c.AcceptBytes([]byte("a")) == nil {
+				t.Fatalf("maxLength %d: a character past the limit was taken", maxLen)
+			}
+		}
+	}
 }

@@ -12,16 +12,17 @@ const maxCacheBytes = 64 << 20
 // Constraint is one generation's automaton over a vocabulary: Apply masks the logits of the
 // next token, Accept moves past the token chosen. Not safe for concurrent use.
 type Constraint struct {
-	m     machine
-	v     *Vocab
-	cur   State
-	next  State
-	save  State
-	ended bool    // an end-of-sequence token was accepted
-	bufs  []State // the walk's state at each trie depth
-	cache map[string]bitset
-	bytes int
-	key   []byte
+	m      machine
+	v      *Vocab
+	cur    State
+	next   State
+	save   State
+	pa, pb State   // AllowsBytes' states
+	ended  bool    // an end-of-sequence token was accepted
+	bufs   []State // the walk's state at each trie depth
+	cache  map[string]bitset
+	bytes  int
+	key    []byte
 	// Stats: masks computed by walking the trie, and masks found in the cache.
 	Walks, Hits int
 }
@@ -45,9 +46,20 @@ func (c *Constraint) Mask() bitset {
 	}
 	c.Walks++
 	b := newBitset(c.v.size)
-	if k, ok := c.plainString(); ok {
-		b.or(c.v.plain[k])
-		c.walk(&c.v.rest, 0, 0, &c.cur, b)
+	if room, ok := c.plainString(); ok {
+		// Plain text tokens that fit leave the state as it is: one precomputed set; only
+		// the other tokens are walked.
+		switch {
+		case room < 0 || room >= c.v.maxPlain:
+			b.or(c.v.plainAll)
+			c.walk(&c.v.rest, 0, 0, &c.cur, b)
+		case room <= maxBucket:
+			b.or(c.v.plain[room])
+			c.walk(&c.v.rest, 0, 0, &c.cur, b)
+		default:
+			b.or(c.v.plain[maxBucket])
+			c.walk(&c.v.restLong, 0, 0, &c.cur, b)
+		}
 	} else {
 		c.walk(&c.v.full, 0, 0, &c.cur, b)
 	}
@@ -68,7 +80,8 @@ func (c *Constraint) Mask() bitset {
 }
 
 // plainString reports whether the state is inside the content of a string without a
-// pattern, where plain text tokens of up to k characters keep the state a valid one.
+// pattern, where plain text tokens keep the state a valid one, and how many more characters
+// the string may take (-1: no limit).
 func (c *Constraint) plainString() (int, bool) {
 	if c.cur.n() != 1 {
 		return 0, false
@@ -83,14 +96,9 @@ func (c *Constraint) plainString() (int, bool) {
 		return 0, false
 	}
 	if nd.maxLen < 0 {
-		return maxBucket, true
+		return -1, true
 	}
-	room := int(nd.maxLen - top.a)
-	if room >= maxBucket {
-		// A plain token longer than maxBucket characters might not fit: walk them all.
-		return 0, false
-	}
-	return room, true
+	return int(nd.maxLen - top.a), true
 }
 
 // walk adds to b the tokens of the subtree of trie node n (at depth) that st accepts.
@@ -183,6 +191,19 @@ func (c *Constraint) AcceptBytes(text []byte) error {
 		c.cur, c.next = c.next, c.cur
 	}
 	return nil
+}
+
+// AllowsBytes reports whether text may come next, leaving the state as it is: the
+// definition that Mask computes faster (tests compare the two).
+func (c *Constraint) AllowsBytes(text []byte) bool {
+	c.pa.copyFrom(&c.cur)
+	for _, ch := range text {
+		if !c.m.step(&c.pb, &c.pa, ch) {
+			return false
+		}
+		c.pa, c.pb = c.pb, c.pa
+	}
+	return true
 }
 
 // Accepting reports whether the output may end here: it is a complete value.

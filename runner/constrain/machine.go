@@ -244,7 +244,12 @@ func (m *machine) complete(st []frame) {
 		}
 	case fArr:
 		p.stage = aNext
-		p.a++
+		// Items are counted only as far as a limit needs them, so that the states of
+		// later items are the same (and their masks cached).
+		nd := &m.s.nodes[p.node]
+		if p.a < max(nd.minItems, nd.maxItems) {
+			p.a++
+		}
 	}
 	p.ws = 0
 }
@@ -475,8 +480,14 @@ func (m *machine) numEnd(dst *State, st []frame, c byte) {
 func (m *machine) feedStr(dst *State, st []frame, top *frame, c byte) {
 	nd := &m.s.nodes[top.node]
 	p := nd.pattern
-	// room reports whether one more character may come.
+	// room reports whether one more character may come. Characters are counted only
+	// when a length limit needs them, so that the states inside a long free string are
+	// the same (and their masks cached).
 	room := nd.maxLen < 0 || top.a < nd.maxLen
+	count := int32(0)
+	if nd.minLen > 0 || nd.maxLen >= 0 {
+		count = 1
+	}
 	switch top.stage {
 	case sIn:
 		if top.b > 0 { // a UTF-8 continuation byte
@@ -517,7 +528,7 @@ func (m *machine) feedStr(dst *State, st []frame, top *frame, c byte) {
 			if !room || !m.patternChar(top, c) {
 				return
 			}
-			top.a++
+			top.a += count
 		default:
 			if !room || p != nil {
 				return // pattern strings are ASCII
@@ -540,7 +551,7 @@ func (m *machine) feedStr(dst *State, st []frame, top *frame, c byte) {
 			default:
 				return
 			}
-			top.a++
+			top.a += count
 		}
 		dst.add(st)
 	case sEsc:
@@ -572,7 +583,7 @@ func (m *machine) feedStr(dst *State, st []frame, top *frame, c byte) {
 			return
 		}
 		top.stage = sIn
-		top.a++
+		top.a += count
 		dst.add(st)
 	case sU:
 		var v int32
@@ -594,7 +605,7 @@ func (m *machine) feedStr(dst *State, st []frame, top *frame, c byte) {
 		top.b++
 		if top.b == 4 {
 			top.stage, top.b, top.c = sIn, 0, 0
-			top.a++
+			top.a += count
 		}
 		dst.add(st)
 	}

@@ -18,9 +18,14 @@ type Vocab struct {
 	eos   []int32
 	full  trie // every token with bytes
 	rest  trie // the tokens that are not plain string text
+	// restLong: rest and the plain tokens of more than maxBucket characters.
+	restLong trie
 	// plain[k]: the tokens that are plain string text (complete UTF-8, no quote, backslash
-	// or control byte) of at most k characters; plain[maxBucket] holds them all.
-	plain [maxBucket + 1]bitset
+	// or control byte) of at most k characters; plainAll: all of them, the longest of
+	// maxPlain characters.
+	plain    [maxBucket + 1]bitset
+	plainAll bitset
+	maxPlain int
 }
 
 // NewVocab builds the vocabulary of size ids: tokenBytes gives a token's bytes (false for
@@ -30,7 +35,8 @@ func NewVocab(size int, tokenBytes func(id int32) ([]byte, bool), eos []int32) *
 	for k := range v.plain {
 		v.plain[k] = newBitset(size)
 	}
-	var all, rest []int32
+	v.plainAll = newBitset(size)
+	var all, rest, long []int32
 	for id := range int32(size) {
 		b, ok := tokenBytes(id)
 		if !ok || len(b) == 0 || slices.Contains(eos, id) {
@@ -39,8 +45,13 @@ func NewVocab(size int, tokenBytes func(id int32) ([]byte, bool), eos []int32) *
 		v.bytes[id] = b
 		all = append(all, id)
 		if n, ok := plainChars(b); ok {
-			for k := min(n, maxBucket); k <= maxBucket; k++ {
+			v.plainAll.set(id)
+			v.maxPlain = max(v.maxPlain, n)
+			for k := n; k <= maxBucket; k++ {
 				v.plain[k].set(id)
+			}
+			if n > maxBucket {
+				long = append(long, id)
 			}
 		} else {
 			rest = append(rest, id)
@@ -48,6 +59,7 @@ func NewVocab(size int, tokenBytes func(id int32) ([]byte, bool), eos []int32) *
 	}
 	v.full = buildTrie(v.bytes, all)
 	v.rest = buildTrie(v.bytes, rest)
+	v.restLong = buildTrie(v.bytes, append(rest, long...))
 	return v
 }
 
