@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/mlxg/mlxg/api/apitest"
+	"github.com/mlxg/mlxg/runner/constrain/constraintest"
 	"github.com/mlxg/mlxg/runner/sched"
 )
 
@@ -229,5 +230,42 @@ func TestResponseStoreBounded(t *testing.T) {
 	s.put("huge", []Message{{Role: "user", Content: strings.Repeat("x", 2000)}})
 	if _, ok := s.get("huge"); ok {
 		t.Fatal("a response larger than the whole budget was kept")
+	}
+}
+
+// TestResponsesFormat: text.format json_schema constrains the answer (whole and streamed) through the same
+// structured-output path as format; a schema it cannot enforce is a 400.
+func TestResponsesFormat(t *testing.T) {
+	ts := newTestServer(t, sched.Config{})
+	valid := constraintest.Validator(t, []byte(citySchema))
+	format := `"text":{"format":{"type":"json_schema","name":"weather","strict":true,"schema":` + citySchema + `}}`
+	resp, b := ts.post(t, "/v1/responses", `{"model":"scripted","input":"Weather?","reasoning":{"effort":"none"},`+format+`}`)
+	var r respObject
+	if resp.StatusCode != 200 || json.Unmarshal(b, &r) != nil {
+		t.Fatalf("status %d: %s", resp.StatusCode, b)
+	}
+	if err := valid(r.OutputText); err != nil || len(r.Output) != 1 || r.Output[0].Type != "message" {
+		t.Fatalf("output %q: %v (%s)", r.OutputText, err, b)
+	}
+	// Streamed, thinking on: the reasoning item stays free text, the message is JSON of the schema.
+	_, b = ts.post(t, "/v1/responses", `{"model":"scripted","stream":true,"input":"Weather in Paris?",`+format+`}`)
+	var text, reasoning string
+	for _, chunk := range strings.Split(strings.TrimSpace(string(b)), "\n\n") {
+		_, data, _ := strings.Cut(chunk, "\ndata: ")
+		var ev struct{ Type, Delta string }
+		_ = json.Unmarshal([]byte(data), &ev)
+		switch ev.Type {
+		case "response.output_text.delta":
+			text += ev.Delta
+		case "response.reasoning_text.delta":
+			reasoning += ev.Delta
+		}
+	}
+	if err := valid(text); err != nil || reasoning != apitest.ToolThinking {
+		t.Fatalf("streamed text %q (%v), reasoning %q", text, err, reasoning)
+	}
+	resp, b = ts.post(t, "/v1/responses", `{"model":"scripted","input":"hi","text":{"format":{"type":"json_schema","name":"x","schema":{"oneOf":[{"type":"string"}]}}}}`)
+	if resp.StatusCode != 400 || !strings.Contains(string(b), "oneOf") || !strings.Contains(string(b), "invalid_request_error") {
+		t.Fatalf("unsupported schema: %d %s", resp.StatusCode, b)
 	}
 }
