@@ -1,9 +1,14 @@
 package api
 
 import (
+	"bufio"
+	"context"
 	"encoding/json"
+	"net/http"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mlxg/mlxg/api/apitest"
 	"github.com/mlxg/mlxg/runner/constrain/constraintest"
@@ -267,5 +272,60 @@ func TestResponsesFormat(t *testing.T) {
 	resp, b = ts.post(t, "/v1/responses", `{"model":"scripted","input":"hi","text":{"format":{"type":"json_schema","name":"x","schema":{"oneOf":[{"type":"string"}]}}}}`)
 	if resp.StatusCode != 400 || !strings.Contains(string(b), "oneOf") || !strings.Contains(string(b), "invalid_request_error") {
 		t.Fatalf("unsupported schema: %d %s", resp.StatusCode, b)
+	}
+}
+
+// TestResponsesClientDisconnect: a client that leaves a streamed response mid-way stops its generation
+// (json_object takes the scripted model off its script: a generation that only the context would end).
+func TestResponsesClientDisconnect(t *testing.T) {
+	ts := newTestServer(t, sched.Config{})
+	ts.post(t, "/api/generate", `{"model":"scripted"}`) // load
+	http.DefaultClient.CloseIdleConnections()
+	time.Sleep(50 * time.Millisecond)
+	before := runtime.NumGoroutine()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/v1/responses", strings.NewReader(
+		`{"model":"scripted","stream":true,"input":"Weather?","reasoning":{"effort":"none"},"temperature":0,"text":{"format":{"type":"json_object"}}}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd := bufio.NewReader(resp.Body)
+	deltas := 0
+	for deltas < 20 {
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			t.Fatalf("after %d deltas: %v", deltas, err)
+		}
+		if strings.HasPrefix(line, "event: response.output_text.delta") {
+			deltas++
+		}
+	}
+	cancel()
+	resp.Body.Close()
+
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st := ts.srv.sched.Running()
+		if len(st) == 1 && st[0].Active == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("generation still holds the model after the client left: %+v", st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	http.DefaultClient.CloseIdleConnections()
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if resp, body := ts.post(t, "/v1/responses", `{"model":"scripted","input":"Weather?","reasoning":{"effort":"none"}}`); resp.StatusCode != 200 ||
+		!strings.Contains(string(body), apitest.PlainReply) {
+		t.Fatalf("after disconnect: %d %s", resp.StatusCode, body)
 	}
 }
