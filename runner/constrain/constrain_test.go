@@ -193,3 +193,78 @@ func TestPlainStringBuckets(t *testing.T) {
 		}
 	}
 }
+
+// TestTexts: texts a schema's automaton takes (as a complete value or as a prefix) or refuses.
+func TestTexts(t *testing.T) {
+	obj := `{"type":"object","properties":{"z":{"type":"integer"},"a":{"type":"string"},"m":{"type":"boolean"}},"required":["a"]}`
+	for _, c := range []struct {
+		schema, text string
+		want         string // "complete", "prefix" or "refused"
+	}{
+		{obj, `{"z":1,"a":"x","m":true}`, "complete"},
+		{obj, `{"a":"x"}`, "complete"},
+		{obj, `{"a":"x","z":1}`, "refused"}, // keys in the schema's order
+		{obj, `{"z":1}`, "refused"},         // a is required
+		{obj, `{"z":1,`, "prefix"},
+		{obj, `{"m":true,"a":"x"}`, "refused"},
+		{obj, `{"a":"x","b":1}`, "refused"}, // only the named properties
+		{obj, `{ "a": "x" }`, "complete"},
+		{obj, "{\n  \"a\": \"x\"\n}", "complete"},
+		{obj, "{\n\n\"a\":\"x\"}", "refused"}, // a blank line
+		{obj, `{  "a":"x"}`, "refused"},       // two spaces
+		{`{"type":"integer"}`, `-0`, "complete"},
+		{`{"type":"integer"}`, `012`, "refused"},
+		{`{"type":"integer"}`, `1.5`, "refused"},
+		{`{"type":"number"}`, `-1.5e+10`, "complete"},
+		{`{"type":"number"}`, `1e100`, "refused"}, // three exponent digits
+		{`{"type":"number"}`, `1.`, "prefix"},
+		{`{"enum":[1,12,"a"]}`, `1`, "complete"},
+		{`{"enum":[1,12,"a"]}`, `12`, "complete"},
+		{`{"enum":[1,12,"a"]}`, `13`, "refused"},
+		{`{"type":"string"}`, `"caf\u00e9 \n"`, "complete"},
+		{`{"type":"string"}`, `"\ud800"`, "refused"}, // a lone surrogate
+		{`{"type":"string"}`, "\"a\x01\"", "refused"},
+		{`{"type":"string"}`, "\"\xe0\x80\x80\"", "refused"}, // overlong UTF-8
+		{`{"type":"string"}`, "\"日本\"", "complete"},
+		{`{"type":"string","maxLength":2}`, `"日本"`, "complete"},
+		{`{"type":"string","maxLength":2}`, `"日本語"`, "refused"},
+		{`{"type":"string","minLength":2}`, `"a"`, "refused"},
+		{`{"type":"string","pattern":"^[a-c]+$"}`, `"abc"`, "complete"},
+		{`{"type":"string","pattern":"^[a-c]+$"}`, `"abd"`, "refused"},
+		{`{"type":"string","pattern":"^[a-c]+$"}`, `""`, "refused"},
+		{`{"type":"string","pattern":"x"}`, `"axb"`, "complete"}, // a search, not anchored
+		{`{"type":"string","format":"date"}`, `"2024-02-28"`, "complete"},
+		{`{"type":"string","format":"date"}`, `"2024-13-01"`, "refused"},
+		{`{"type":"array","items":{"type":"integer"},"minItems":1,"maxItems":2}`, `[]`, "refused"},
+		{`{"type":"array","items":{"type":"integer"},"minItems":1,"maxItems":2}`, `[1,2]`, "complete"},
+		{`{"type":"array","items":{"type":"integer"},"minItems":1,"maxItems":2}`, `[1,2,`, "refused"},
+		{`{"anyOf":[{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]},{"type":"object","properties":{"a":{"type":"string"}},"required":["a"]}]}`, `{"a":"s"}`, "complete"},
+		{`{"anyOf":[{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]},{"type":"object","properties":{"a":{"type":"string"}},"required":["a"]}]}`, `{"a":true}`, "refused"},
+		{`{"$defs":{"n":{"type":"object","properties":{"next":{"$ref":"#/$defs/n"}}}},"$ref":"#/$defs/n"}`, `{"next":{"next":{}}}`, "complete"},
+		{`{"$defs":{"d":{"anyOf":[{"type":"null"},{"$ref":"#/$defs/d"}]}},"$ref":"#/$defs/d"}`, `null`, "complete"},
+		{`"json"`, `{"a":[1,{"b":null}]}`, "complete"},
+		{`"json"`, `[1]`, "refused"}, // format json is an object
+		{`{"type":"object","additionalProperties":{"type":"integer"}}`, `{"k":1,"j":2}`, "complete"},
+		{`{"type":"object","additionalProperties":{"type":"integer"}}`, `{"k":"v"}`, "refused"},
+		{`{"type":"object","additionalProperties":false}`, `{}`, "complete"},
+		{`{"type":"object","additionalProperties":false}`, `{"a":1}`, "refused"},
+		{`{"type":["string","null"]}`, `null`, "complete"},
+		{`{"const":{"k":[1,2]}}`, `{"k":[1,2]}`, "complete"},
+		{`{"type":"boolean"}`, `true `, "refused"}, // nothing after the value
+	} {
+		sch, err := FromFormat(json.RawMessage(c.schema))
+		if err != nil {
+			t.Fatalf("%s: %v", c.schema, err)
+		}
+		con := sch.New(NewVocab(1, func(int32) ([]byte, bool) { return nil, false }, nil))
+		got := "complete"
+		if err := con.AcceptBytes([]byte(c.text)); err != nil {
+			got = "refused"
+		} else if !con.Accepting() {
+			got = "prefix"
+		}
+		if got != c.want {
+			t.Errorf("%s: %q is %s, want %s", c.schema, c.text, got, c.want)
+		}
+	}
+}

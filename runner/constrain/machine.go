@@ -10,7 +10,7 @@ import (
 // stack over one byte and adds every stack that results to the next state.
 
 const (
-	maxWS     = 20 // whitespace bytes in a row
+	maxIndent = 32 // spaces or tabs after a newline
 	maxDigits = 16 // digits in an integer part or a fraction
 	maxExp    = 2  // digits in an exponent (1e99 still parses as a float64)
 	maxStacks = 32 // stacks kept in a state; more alternatives are dropped
@@ -145,8 +145,9 @@ func (s *State) key(dst []byte) []byte {
 
 // machine runs the automaton of a schema.
 type machine struct {
-	s   *Schema
-	tmp []frame
+	s        *Schema
+	tmp      []frame
+	starting []int32 // the references and unions start is inside
 }
 
 func (m *machine) initial(dst *State) {
@@ -166,12 +167,21 @@ func (m *machine) step(dst, src *State, c byte) bool {
 
 func isWS(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
-// ws takes a whitespace byte for a frame that allows whitespace here.
-func ws(dst *State, st []frame, top *frame) {
-	if top.ws < maxWS {
+// ws takes a whitespace byte where whitespace may come. A run of whitespace is one space,
+// or a newline and up to maxIndent spaces or tabs, as JSON is laid out: room for any
+// indentation, none for a model to wander off into blank lines.
+func ws(dst *State, st []frame, top *frame, c byte) {
+	switch {
+	case top.ws == 0 && c == ' ':
+		top.ws = 1
+	case top.ws == 0 && c == '\n':
+		top.ws = 2
+	case top.ws >= 2 && top.ws < 2+maxIndent && (c == ' ' || c == '\t'):
 		top.ws++
-		dst.add(st)
+	default:
+		return
 	}
+	dst.add(st)
 }
 
 // feed moves the stack st (which it may modify) over c, adding the results to dst.
@@ -183,7 +193,7 @@ func (m *machine) feed(dst *State, st []frame, c byte) {
 			return
 		}
 		if isWS(c) {
-			ws(dst, st, top)
+			ws(dst, st, top, c)
 			return
 		}
 		top.ws, top.stage = 0, rValue
@@ -258,12 +268,21 @@ func (m *machine) complete(st []frame) {
 func (m *machine) start(dst *State, st []frame, n int32, c byte) {
 	nd := &m.s.nodes[n]
 	switch nd.kind {
-	case kRef:
-		m.start(dst, st, nd.ref, c)
-	case kUnion:
-		for _, alt := range nd.alts {
-			m.start(dst, slices.Clone(st), alt, c)
+	case kRef, kUnion:
+		// A union may reach itself through references (D = string | D): the inner
+		// start would give the same stacks, so it is skipped.
+		if slices.Contains(m.starting, n) {
+			return
 		}
+		m.starting = append(m.starting, n)
+		if nd.kind == kRef {
+			m.start(dst, st, nd.ref, c)
+		} else {
+			for _, alt := range nd.alts {
+				m.start(dst, slices.Clone(st), alt, c)
+			}
+		}
+		m.starting = m.starting[:len(m.starting)-1]
 	case kAny:
 		switch {
 		case c == '{':
@@ -303,7 +322,7 @@ func (m *machine) feedObj(dst *State, st []frame, top *frame, c byte) {
 	switch top.stage {
 	case oStart, oNext, oKeyStart:
 		if isWS(c) {
-			ws(dst, st, top)
+			ws(dst, st, top, c)
 			return
 		}
 		top.ws = 0
@@ -332,7 +351,7 @@ func (m *machine) feedObj(dst *State, st []frame, top *frame, c byte) {
 		m.feedKey(dst, st, top, c)
 	case oColon:
 		if isWS(c) {
-			ws(dst, st, top)
+			ws(dst, st, top, c)
 			return
 		}
 		if c == ':' {
@@ -341,7 +360,7 @@ func (m *machine) feedObj(dst *State, st []frame, top *frame, c byte) {
 		}
 	case oAfter:
 		if isWS(c) {
-			ws(dst, st, top)
+			ws(dst, st, top, c)
 			return
 		}
 		top.ws, top.stage = 0, oValue
@@ -373,7 +392,7 @@ func (m *machine) feedArr(dst *State, st []frame, top *frame, c byte) {
 	nd := &m.s.nodes[top.node]
 	if isWS(c) {
 		if top.stage != aValue {
-			ws(dst, st, top)
+			ws(dst, st, top, c)
 		}
 		return
 	}

@@ -11,7 +11,7 @@
 // leave the state as it is, so they are allowed as one precomputed set and only the other
 // tokens are walked.
 //
-// The generated JSON is compact or lightly spaced (at most 20 whitespace bytes in a row),
+// Whitespace between JSON tokens is one space, or a newline and up to 32 spaces or tabs;
 // object keys come in the schema's order (optional ones may be left out), and only the
 // properties the schema names are generated, so the output is valid against the schema
 // whatever additionalProperties says.
@@ -873,37 +873,36 @@ func resolvePointer(doc any, ptr string) (any, error) {
 	return cur, nil
 }
 
-// checkCycles rejects a schema whose references or unions lead back to themselves without
-// an object or array in between ({"$ref": "#"} at the root): no value could ever start.
+// checkCycles rejects a schema with a reference or union that can never produce a value:
+// one that only leads back to itself ({"$ref": "#"} at the root). A union that also has
+// another alternative (D = string | D) is fine.
 func (c *compiler) checkCycles() error {
-	state := make([]uint8, len(c.s.nodes)) // 0 new, 1 on the path, 2 done
-	var visit func(n int32) bool
-	visit = func(n int32) bool {
-		if state[n] == 1 {
-			return false
-		}
-		if state[n] == 2 {
-			return true
-		}
-		state[n] = 1
-		nd := &c.s.nodes[n]
-		switch nd.kind {
-		case kRef:
-			if !visit(nd.ref) {
-				return false
+	productive := make([]bool, len(c.s.nodes))
+	for changed := true; changed; {
+		changed = false
+		for i := range c.s.nodes {
+			if productive[i] {
+				continue
 			}
-		case kUnion:
-			for _, a := range nd.alts {
-				if !visit(a) {
-					return false
+			nd := &c.s.nodes[i]
+			ok := false
+			switch nd.kind {
+			case kRef:
+				ok = productive[nd.ref]
+			case kUnion:
+				for _, a := range nd.alts {
+					ok = ok || productive[a]
 				}
+			default:
+				ok = true
+			}
+			if ok {
+				productive[i], changed = true, true
 			}
 		}
-		state[n] = 2
-		return true
 	}
 	for i := range c.s.nodes {
-		if !visit(int32(i)) {
+		if !productive[i] {
 			return &SchemaError{Path: "#", Msg: "the schema refers to itself ($ref or anyOf) without an object or array in between: no value can match"}
 		}
 	}
