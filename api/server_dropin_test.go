@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/mlxg/mlxg/api/apitest"
+	"github.com/mlxg/mlxg/api/openai"
 	"github.com/mlxg/mlxg/registry"
 	"github.com/mlxg/mlxg/runner/sched"
 )
@@ -354,7 +355,29 @@ func TestThinkLevels(t *testing.T) {
 			t.Errorf("think %s: thinking %q, content %q", think, cr.Message.Thinking, cr.Message.Content)
 		}
 	}
+	for effort, wantThinking := range map[string]bool{"low": false, "high": true} {
+		resp, body := ts.post(t, "/v1/chat/completions", `{"model":"effort","reasoning_effort":"`+effort+`","messages":[{"role":"user","content":"Weather?"}]}`)
+		if got := strings.Contains(string(body), apitest.ToolThinking); resp.StatusCode != 200 || got != wantThinking {
+			t.Errorf("/v1/chat/completions reasoning_effort %s: %d %s", effort, resp.StatusCode, body)
+		}
+	}
 	if status, msg := ts.errorOf(t, "/api/chat", `{"model":"effort","think":"extreme","messages":[{"role":"user","content":"x"}]}`); status != 400 || !strings.Contains(msg, "invalid think value") {
 		t.Errorf("think extreme: %d %q", status, msg)
+	}
+}
+
+// OpenAI's reasoning_effort (chat) and reasoning.effort (Responses) carry the level to the template too.
+func TestOpenAIReasoningEffortLevels(t *testing.T) {
+	for effort, want := range map[string]any{"low": "low", "medium": "medium", "high": "high", "xhigh": "max", "none": false, "minimal": false} {
+		e := effort
+		if got := oaiThink(nil, &e); got == nil || got.Value != want {
+			t.Errorf("reasoning_effort %q: %+v, want %v", effort, got, want)
+		}
+		if got := oaiThink(&openai.Reasoning{Effort: effort}, nil); got == nil || got.Value != want {
+			t.Errorf("reasoning.effort %q: %+v, want %v", effort, got, want)
+		}
+	}
+	if got := oaiThink(nil, nil); got != nil {
+		t.Errorf("no effort: %+v, want the model's default", got)
 	}
 }

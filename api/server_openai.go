@@ -192,6 +192,10 @@ func oaiThink(r *openai.Reasoning, effort *string) *ThinkValue {
 		return nil
 	case "none", "minimal":
 		return &ThinkValue{Value: false}
+	case "low", "medium", "high", "max":
+		return &ThinkValue{Value: e} // the level reaches the chat template as reasoning_effort, as with think
+	case "xhigh", "ultra":
+		return &ThinkValue{Value: "max"} // OpenAI's scale goes past Ollama's "high"; its top is "max"
 	}
 	return &ThinkValue{Value: true}
 }
