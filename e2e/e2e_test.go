@@ -59,6 +59,16 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// backend is the compute backend the server runs on: MLXG_E2E_BACKEND (scripts/test
+// runs the clients again with mlx where libmlxc is built, MLXG_MLXC_PATH passing
+// through), else cpu.
+func backend() string {
+	if b := os.Getenv("MLXG_E2E_BACKEND"); b != "" {
+		return b
+	}
+	return "cpu"
+}
+
 // start builds mlxg, writes the scripted checkpoint into a fake hub and a store, and starts `mlxg serve`.
 func start(t *testing.T) *server {
 	t.Helper()
@@ -109,7 +119,7 @@ func launch(tokDir string) (*server, error) {
 	s.cmd = exec.Command(bin, "serve")
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	s.cmd.Env = append(os.Environ(), "MLXG_HOST="+addr, "OLLAMA_HOST=", "HF_HUB_CACHE="+store.HubCache,
-		"MLXG_HOME="+store.Home, "HF_ENDPOINT="+s.hub.URL, "HF_TOKEN=", "MLXG_BACKEND=cpu", "MLXG_KEEP_ALIVE=5m",
+		"MLXG_HOME="+store.Home, "HF_ENDPOINT="+s.hub.URL, "HF_TOKEN=", "MLXG_BACKEND="+backend(), "MLXG_KEEP_ALIVE=5m",
 		"MLXG_ORIGINS=", "OLLAMA_ORIGINS=", "MLXG_PREFIX_DIR="+filepath.Join(tmp, "prefix"))
 	if err := s.cmd.Start(); err != nil {
 		return s, err

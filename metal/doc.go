@@ -1,29 +1,35 @@
-// Package metal is the Metal backend: Apple's MLX through its C API (libmlxc, mlx-c
-// 0.5.x or 0.6.x), bound at run time with purego so that the macOS binary still builds
-// with CGO_ENABLED=0.
+// Package metal is the MLX backend: Apple's MLX through its C API (libmlxc, mlx-c 0.5.x
+// or 0.6.x), bound at run time with purego so that the binary still builds with
+// CGO_ENABLED=0. On a Mac it runs on the GPU (Metal); on Linux amd64/arm64 it loads
+// the same library built by scripts/mlx/build.sh and runs on MLX's CPU backend (or on
+// CUDA where MLX was built with it), chosen only by MLXG_BACKEND=mlx.
 //
-// Open finds and loads libmlxc ($MLXG_MLXC_PATH, next to the executable,
-// /opt/homebrew/lib, /usr/local/lib), binds every function of its signature table
-// (capi.go: each Go function beside the C prototype it was declared from, checked by
-// tests), installs an error handler so that a failing call returns MLX's message as an
-// *Error instead of MLX printing it and exiting, and reports the MLX version.
+// Open finds and loads libmlxc ($MLXG_MLXC_PATH, next to the executable, then the
+// system's lib directories), binds every function of its signature table (capi.go:
+// each Go function beside the C prototype it was declared from, checked by tests),
+// installs an error handler so that a failing call returns MLX's message as an *Error
+// instead of MLX printing it and exiting, and reports the MLX version.
 //
-// Only darwin/arm64 loads the library. Every other platform gets an Open that returns an
-// *UnavailableError wrapping ErrUnsupportedPlatform, and no purego in its binary.
+// The Backend (compute.Backend on MLX arrays) runs every mlx-c call that touches a
+// stream or an array on one goroutine locked to one OS thread (MLX 0.31 keeps streams
+// per thread), builds each forward pass's graph lazily and evaluates it with one
+// mlx_eval, and wraps mmapped weights (without copying where Metal accepts the pages;
+// MLX's CPU backend copies them). Attention reads the KV cache where kvstore keeps it,
+// block by block (attend.go), so the cache lives once; the optional operations of the
+// mixture-of-experts, Gemma and Gated DeltaNet layers are built from MLX operations
+// (ext.go: gather_qmm reads only the experts a token picked). LimitsFor maps the memory
+// policy's plan to MLX's allocator limits, summed over the loaded models and capped at
+// the GPU's recommended working set.
 //
-// The Backend (compute.Backend on MLX arrays) runs every mlx-c call on one OS thread,
-// builds each forward pass's graph lazily and evaluates it with one mlx_eval, wraps
-// mmapped weights without copying where Metal accepts the pages, and mirrors each KV
-// layer on the GPU in its own format: fp16 through mlx.fast's fused attention, MLX
-// affine through quantized_matmul on the packed codes (never dequantizing the cache);
-// q4_0 and sliding-window layers, and layers holding positions the GPU never saw,
-// attend in Go. LimitsFor maps the memory policy's plan to MLX's allocator limits.
+// Errors: a failing mlx-c call (bad shapes, a refused limit, an allocation MLX turns
+// down when it builds the graph) comes back as an error. A failure inside the GPU's
+// execution does not: MLX raises it in a Metal completion handler, where it ends the
+// process (std::terminate). The memory policy's plan, which keeps weights, KV cache and
+// activations under the working set, is the only guard against running out there.
 //
-// Verification status: no Apple Silicon machine was available where this was written,
-// so nothing here has run against a real libmlxc. Tested on Linux: the signature table
-// against the C prototypes; every binding through purego against a stand-in library
-// compiled from those prototypes (Linux's C ABI, not Apple's); status and error
-// handling, the search order and the unavailability path; and the Backend on a Go
-// model of the mlx-c calls it makes (emu_test.go), where it passes every check of
-// `mlxg doctor`. On a Mac, `mlxg doctor` runs those checks against MLX itself.
+// Verification: tested on Linux against MLX v0.31.2 and mlx-c fba4470 (CPU backend)
+// in CI: every operation of `mlxg doctor`, every architecture's logits and greedy
+// tokens against transformers and the CPU backend, quantized KV specs, prefix-cache
+// restores and the API clients through `mlxg serve`. The Metal GPU path itself runs
+// only on a Mac (`mlxg doctor` there).
 package metal

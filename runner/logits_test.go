@@ -114,63 +114,69 @@ func relErr(got []float32, want []float64, index []int) float64 {
 func TestLogitsAgainstTransformers(t *testing.T) {
 	root, built := t.TempDir(), map[string]string{}
 	for _, c := range readRefs(t) {
-		t.Run(c.Name, func(t *testing.T) {
-			dir := buildRef(t, c, root, built)
-			e, err := LoadModel(dir, LoadOptions{KVCache: FP32Cache, Logger: quietLog()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer e.Close()
-			if (c.LogitsIndex == nil && len(c.Logits) != e.Model.Config.VocabSize) || (c.LogitsIndex != nil && len(c.LogitsIndex) != len(c.Logits)) || len(c.Greedy) < 8 {
-				t.Fatalf("fixture has %d logits (%d indexed) and %d greedy tokens", len(c.Logits), len(c.LogitsIndex), len(c.Greedy))
-			}
-			if c.PromptText != "" {
-				tok, err := tokenizer.Load(testdata.SharedModel(t, c.SharedModel))
+		for _, be := range testBackends() {
+			t.Run(be.name+"/"+c.Name, func(t *testing.T) {
+				dir := buildRef(t, c, root, built)
+				tol := be.tol
+				if c.Quantize != nil {
+					tol = be.qtol
+				}
+				e, err := be.load(t, dir, LoadOptions{KVCache: FP32Cache, Logger: quietLog()})
 				if err != nil {
 					t.Fatal(err)
 				}
-				if ids := tok.Encode(c.PromptText, false); !slices.Equal(ids, c.Prompt) {
-					t.Fatalf("the tokenizer now encodes the prompt as %v, the fixture has %v", ids, c.Prompt)
+				defer e.Close()
+				if (c.LogitsIndex == nil && len(c.Logits) != e.Model.Config.VocabSize) || (c.LogitsIndex != nil && len(c.LogitsIndex) != len(c.Logits)) || len(c.Greedy) < 8 {
+					t.Fatalf("fixture has %d logits (%d indexed) and %d greedy tokens", len(c.Logits), len(c.LogitsIndex), len(c.Greedy))
 				}
-			}
-
-			// Whole prompt in one step, and in chunks of 5 (chunked prefill).
-			for _, chunk := range []int{len(c.Prompt), 5} {
-				caches, err := FP32Cache(e.Model, 0)
-				if err != nil {
-					t.Fatal(err)
-				}
-				var logits []float32
-				for i := 0; i < len(c.Prompt); i += chunk {
-					if logits, err = e.Model.Forward(context.Background(), c.Prompt[i:min(i+chunk, len(c.Prompt))], caches, false); err != nil {
+				if c.PromptText != "" {
+					tok, err := tokenizer.Load(testdata.SharedModel(t, c.SharedModel))
+					if err != nil {
 						t.Fatal(err)
 					}
+					if ids := tok.Encode(c.PromptText, false); !slices.Equal(ids, c.Prompt) {
+						t.Fatalf("the tokenizer now encodes the prompt as %v, the fixture has %v", ids, c.Prompt)
+					}
 				}
-				if r := relErr(logits, c.Logits, c.LogitsIndex); r > 1e-3 {
-					t.Errorf("prefill in chunks of %d: last-position logits differ from transformers by relative error %.3g (> 1e-3)", chunk, r)
-				} else {
-					t.Logf("prefill in chunks of %d: relative error %.2g", chunk, r)
-				}
-			}
 
-			// Greedy decoding through the engine's loop (prefill, then one token a step),
-			// which ends at an end-of-sequence token where transformers went on.
-			want := c.Greedy
-			for i, id := range want {
-				if slices.Contains(e.EOS(), id) {
-					want = want[:i]
-					break
+				// Whole prompt in one step, and in chunks of 5 (chunked prefill).
+				for _, chunk := range []int{len(c.Prompt), 5} {
+					caches, err := FP32Cache(e.Model, 0)
+					if err != nil {
+						t.Fatal(err)
+					}
+					var logits []float32
+					for i := 0; i < len(c.Prompt); i += chunk {
+						if logits, err = e.Model.Forward(context.Background(), c.Prompt[i:min(i+chunk, len(c.Prompt))], caches, false); err != nil {
+							t.Fatal(err)
+						}
+					}
+					if r := relErr(logits, c.Logits, c.LogitsIndex); r > tol {
+						t.Errorf("prefill in chunks of %d: last-position logits differ from transformers by relative error %.3g (> %.0e)", chunk, r, tol)
+					} else {
+						t.Logf("prefill in chunks of %d: relative error %.2g", chunk, r)
+					}
 				}
-			}
-			o := Greedy()
-			o.NumPredict, o.NumBatch = len(c.Greedy), 7
-			res, err := e.GenerateTokens(context.Background(), c.Prompt, o, func(int32) (bool, error) { return false, nil })
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !slices.Equal(res.Tokens, want) {
-				t.Errorf("greedy tokens %v, transformers %v (its top-2 margins %v)", res.Tokens, c.Greedy, c.GreedyMargins)
-			}
-		})
+
+				// Greedy decoding through the engine's loop (prefill, then one token a step),
+				// which ends at an end-of-sequence token where transformers went on.
+				want := c.Greedy
+				for i, id := range want {
+					if slices.Contains(e.EOS(), id) {
+						want = want[:i]
+						break
+					}
+				}
+				o := Greedy()
+				o.NumPredict, o.NumBatch = len(c.Greedy), 7
+				res, err := e.GenerateTokens(context.Background(), c.Prompt, o, func(int32) (bool, error) { return false, nil })
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(res.Tokens, want) {
+					t.Errorf("greedy tokens %v, transformers %v (its top-2 margins %v)", res.Tokens, c.Greedy, c.GreedyMargins)
+				}
+			})
+		}
 	}
 }

@@ -20,8 +20,14 @@ import (
 // cache kind, and checks that every greedy continuation is token-identical to the same
 // request on an engine without a prefix cache.
 func TestPrefixCacheGreedyIdentical(t *testing.T) {
+	for _, be := range testBackends() {
+		t.Run(be.name, func(t *testing.T) { prefixCacheGreedyIdentical(t, be) })
+	}
+}
+
+func prefixCacheGreedyIdentical(t *testing.T, be testBackend) {
 	dir := testdata.SharedModel(t, "qwen3-tiny")
-	base, err := LoadModel(dir, LoadOptions{Logger: quietLog(), Threads: 2})
+	base, err := be.load(t, dir, LoadOptions{Logger: quietLog(), Threads: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,6 +121,12 @@ func TestPrefixCacheGreedyIdentical(t *testing.T) {
 // sliding-window layers (Gemma 3, window 8), both random, with the KV policy's caches
 // (nil for linear-attention layers, filled by the model) and the model's own.
 func TestPrefixCacheHybridAndSliding(t *testing.T) {
+	for _, be := range testBackends() {
+		t.Run(be.name, func(t *testing.T) { prefixCacheHybridAndSliding(t, be) })
+	}
+}
+
+func prefixCacheHybridAndSliding(t *testing.T, be testBackend) {
 	for _, arch := range []struct {
 		name string
 		cfg  randmodel.Config
@@ -128,7 +140,7 @@ func TestPrefixCacheHybridAndSliding(t *testing.T) {
 			if _, err := create.Convert(context.Background(), hf, mlx, create.Options{GroupSize: 32}); err != nil {
 				t.Fatal(err)
 			}
-			base, err := LoadModel(mlx, LoadOptions{Logger: quietLog(), Threads: 2})
+			base, err := be.load(t, mlx, LoadOptions{Logger: quietLog(), Threads: 2})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -77,9 +77,15 @@ func runDoctor(out io.Writer, seed uint64) int {
 	openCPU := func() (compute.Backend, error) { return cpubackend.New(0), nil }
 	openers := []backend.Opener{openCPU}
 	row("cpu", "available: "+ref.Name())
+	// MLX: Metal on a Mac; on Linux MLX's CPU (or CUDA) backend where libmlxc is found,
+	// chosen only by MLXG_BACKEND=mlx.
+	mlxRow := "metal"
+	if runtime.GOOS != "darwin" {
+		mlxRow = "mlx"
+	}
 	gpu, gpuErr := backend.OpenMetal()
 	if gpuErr != nil {
-		row("metal", strings.ReplaceAll(gpuErr.Error(), "\n", "\n  \t"))
+		row(mlxRow, strings.ReplaceAll(gpuErr.Error(), "\n", "\n  \t"))
 	} else {
 		defer gpu.(interface{ Close() error }).Close()
 		backends = append(backends, gpu)
@@ -89,7 +95,7 @@ func runDoctor(out io.Writer, seed uint64) int {
 			lib := mb.Lib()
 			desc += fmt.Sprintf(", libmlxc %s (mlx-c %s API)", lib.Path, lib.ABI)
 		}
-		row("metal", desc)
+		row(mlxRow, desc)
 	}
 	// What `mlxg serve` and `mlxg run` would choose, by the same rule.
 	choice, err := backend.Select(backend.Options{
@@ -106,7 +112,7 @@ func runDoctor(out io.Writer, seed uint64) int {
 		row("selected", "FAIL: "+strings.ReplaceAll(err.Error(), "\n", "\n  \t"))
 		failed++
 	} else {
-		row("selected", fmt.Sprintf("%s (%s; %s=cpu or metal forces one)", choice.Backend.Name(), choice.Reason, backend.Env))
+		row("selected", fmt.Sprintf("%s (%s; %s=cpu, metal or mlx forces one)", choice.Backend.Name(), choice.Reason, backend.Env))
 	}
 
 	report := func(res []backend.Result) {

@@ -35,7 +35,7 @@ Environment variables:
   MLXG_MAX_MEMORY                     memory all loaded models may take (e.g. "24GiB"; default 90% of RAM)
   MLXG_LOG_FORMAT                     "text" (default) or "json"
   MLXG_DEBUG                          1 logs at debug level
-  MLXG_BACKEND                        cpu or metal (default: metal when libmlxc loads)
+  MLXG_BACKEND                        cpu, metal or mlx (default: metal on a Mac when libmlxc loads, else cpu)
   MLXG_KV_*, OLLAMA_KV_CACHE_TYPE     the KV cache, as the --kv-* flags
   MLXG_PREFIX_DIR, MLXG_PREFIX_MAX_SIZE, MLXG_PROMPT_CACHE_HOT  the prefix cache, as --block-ssd-cache-dir,
                                       --block-ssd-cache-max-size and --prompt-cache-hot`

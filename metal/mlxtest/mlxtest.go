@@ -56,3 +56,7 @@ func Opener(t testing.TB) func() (compute.Backend, error) {
 		return b, nil
 	}
 }
+
+// Enabled reports whether tests on real MLX run here: MLXG_MLXC_PATH is set, or
+// MLXG_REQUIRE_MLX=1 makes its absence a failure.
+func Enabled() bool { return os.Getenv(metal.EnvPath) != "" || Required() }

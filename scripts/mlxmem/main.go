@@ -1,0 +1,156 @@
+// Command mlxmem measures what a model holds resident on each backend: the process's
+// resident memory after loading a checkpoint and after a prefill of -tokens tokens into
+// the KV policy's default caches (keys 8-bit, values 4-bit, the first and last two KV
+// layers 8/8), on the CPU backend and on MLX (MLXG_MLXC_PATH: scripts/mlx/build.sh's
+// libmlxc). Each backend runs in a process of its own; the table gives MLX / CPU.
+//
+//	go run ./scripts/mlxmem -model DIR [-tokens 4096]
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/mlxg/mlxg/kvstore"
+	"github.com/mlxg/mlxg/runner"
+	"github.com/mlxg/mlxg/runner/backend"
+	"github.com/mlxg/mlxg/runner/compute"
+	_ "github.com/mlxg/mlxg/runner/model/all"
+)
+
+// sample is one backend's measurement, in bytes.
+type sample struct {
+	Backend                   string
+	Start, Loaded, Prefilled  int64 // VmRSS
+	AnonLoaded, AnonPrefilled int64 // RssAnon: what the process allocated itself
+	KVBytes                   int64 // what the caches report holding
+}
+
+func main() {
+	dir := flag.String("model", "", "checkpoint directory")
+	tokens := flag.Int("tokens", 4096, "prompt tokens to prefill")
+	one := flag.String("backend", "", "measure one backend in this process (cpu or mlx) and print JSON")
+	flag.Parse()
+	if *dir == "" {
+		log.Fatal("-model is required")
+	}
+	if *one != "" {
+		s, err := measure(*dir, *one, *tokens)
+		if err != nil {
+			log.Fatal(err)
+		}
+		json.NewEncoder(os.Stdout).Encode(s)
+		return
+	}
+	var rows []sample
+	for _, b := range []string{"cpu", "mlx"} {
+		out, err := exec.Command(os.Args[0], "-model", *dir, "-tokens", strconv.Itoa(*tokens), "-backend", b).Output()
+		if err != nil {
+			log.Fatalf("%s: %v", b, err)
+		}
+		var s sample
+		if err := json.Unmarshal(out, &s); err != nil {
+			log.Fatalf("%s: %v", b, err)
+		}
+		rows = append(rows, s)
+	}
+	mib := func(b int64) string { return fmt.Sprintf("%.1f", float64(b)/(1<<20)) }
+	fmt.Printf("%s, %d-token prefill, KV K8/V4 (boundary 8/8)\n\n", filepath.Base(*dir), *tokens)
+	fmt.Println("| backend | RSS after load (MiB) | RSS after prefill (MiB) | of which anonymous (MiB) | weights + KV resident (MiB) | KV (MiB) |")
+	fmt.Println("|---|---|---|---|---|---|")
+	for _, s := range rows {
+		fmt.Printf("| %s | %s | %s | %s | %s | %s |\n", s.Backend, mib(s.Loaded), mib(s.Prefilled), mib(s.AnonPrefilled), mib(s.Prefilled-s.Start), mib(s.KVBytes))
+	}
+	c, m := rows[0], rows[1]
+	fmt.Printf("\nMLX / CPU, weights + KV resident: %.2f\n", float64(m.Prefilled-m.Start)/float64(c.Prefilled-c.Start))
+}
+
+func measure(dir, which string, tokens int) (sample, error) {
+	s := sample{Start: status("VmRSS")}
+	var be compute.Backend
+	switch which {
+	case "cpu":
+		c, err := backend.Select(backend.Options{Getenv: func(string) string { return "cpu" }, Logger: quiet()})
+		if err != nil {
+			return s, err
+		}
+		be = c.Backend
+	case "mlx":
+		b, err := backend.OpenMetal()
+		if err != nil {
+			return s, err
+		}
+		be = b
+	default:
+		return s, fmt.Errorf("-backend %q: want cpu or mlx", which)
+	}
+	s.Backend = be.Name()
+	cfg, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return s, err
+	}
+	e, err := runner.LoadModel(dir, runner.LoadOptions{Backend: be, Logger: quiet()})
+	if err != nil {
+		return s, err
+	}
+	s.Loaded, s.AnonLoaded = status("VmRSS"), status("RssAnon")
+	shape, err := kvstore.ShapeFromConfig(cfg, e.Model.WeightBytes())
+	if err != nil {
+		return s, err
+	}
+	a := kvstore.AffineFormat
+	layout, err := kvstore.NewLayout(shape, kvstore.Spec{K: a(8, 64), V: a(4, 32)}, 2, kvstore.Spec{K: a(8, 64), V: a(8, 32)})
+	if err != nil {
+		return s, err
+	}
+	caches, err := kvstore.NewCaches(shape, layout)
+	if err != nil {
+		return s, err
+	}
+	prompt := make([]int32, tokens)
+	for i := range prompt {
+		prompt[i] = int32(100 + (i*7919)%20000)
+	}
+	for i := 0; i < tokens; i += 512 {
+		if _, err := e.Model.Forward(context.Background(), prompt[i:min(i+512, tokens)], caches, false); err != nil {
+			return s, err
+		}
+	}
+	s.Prefilled, s.AnonPrefilled = status("VmRSS"), status("RssAnon")
+	for _, l := range caches {
+		if l != nil {
+			s.KVBytes += l.Bytes()
+		}
+	}
+	return s, nil
+}
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// status reads a field of /proc/self/status in bytes (Linux).
+func status(field string) int64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
