@@ -515,17 +515,16 @@ func showModelfile(lm *registry.LocalModel, params string) string {
 	return b.String()
 }
 
-// moreCapabilities are the capabilities beyond the chat template's: "insert" when the tokenizer has the
-// fill-in-the-middle tokens the server's suffix support uses, and "embedding", since /api/embed serves
-// every model (last-token pooling).
+// moreCapabilities are the capabilities beyond the chat template's: "insert" when tokenizer.json has one
+// of the fill-in-the-middle token sets the server's suffix support uses (fimConventions), and "embedding",
+// since /api/embed serves every model (last-token pooling).
 func moreCapabilities(dir string) []string {
 	caps := []string{}
 	if tok, err := os.ReadFile(filepath.Join(dir, "tokenizer.json")); err == nil {
-		fim := true
-		for _, t := range []string{"<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"} {
-			fim = fim && bytes.Contains(tok, []byte(strconv.Quote(t)))
+		has := func(t string) bool { // as written by HF (UTF-8) or with \u escapes
+			return bytes.Contains(tok, []byte(strconv.Quote(t))) || bytes.Contains(tok, []byte(strconv.QuoteToASCII(t)))
 		}
-		if fim {
+		if slices.ContainsFunc(fimConventions, func(set [3]string) bool { return has(set[0]) && has(set[1]) && has(set[2]) }) {
 			caps = append(caps, "insert")
 		}
 	}

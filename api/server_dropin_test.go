@@ -16,6 +16,7 @@ import (
 
 	"github.com/mlxg/mlxg/api/apitest"
 	"github.com/mlxg/mlxg/api/openai"
+	"github.com/mlxg/mlxg/internal/testdata"
 	"github.com/mlxg/mlxg/registry"
 	"github.com/mlxg/mlxg/runner/sched"
 )
@@ -379,5 +380,28 @@ func TestOpenAIReasoningEffortLevels(t *testing.T) {
 	}
 	if got := oaiThink(nil, nil); got != nil {
 		t.Errorf("no effort: %+v, want the model's default", got)
+	}
+}
+
+// capabilities: insert where the tokenizer has fill-in-the-middle tokens (Qwen3's), not elsewhere (Llama
+// 3.1's); embedding on every model (/api/embed serves them all).
+func TestShowCapabilities(t *testing.T) {
+	ts := newTestServer(t, sched.Config{})
+	dir := filepath.Join(t.TempDir(), "llama")
+	if err := apitest.WriteScripted(dir, testdata.Tokenizer(t, "llama3_1"), []apitest.Script{{After: "\n\n", Reply: "Hi."}}); err != nil {
+		t.Fatal(err)
+	}
+	n, _ := registry.ParseName("llama")
+	if _, err := ts.srv.cfg.Store.ImportDir(context.Background(), n, dir); err != nil {
+		t.Fatal(err)
+	}
+	for model, want := range map[string][]string{
+		"scripted": {"completion", "tools", "thinking", "insert", "embedding"},
+		"llama":    {"completion", "embedding"},
+	} {
+		var show ShowResponse
+		if ts.postJSON(t, "/api/show", `{"model":"`+model+`"}`, &show) != 200 || !slices.Equal(show.Capabilities, want) {
+			t.Errorf("%s: capabilities %v, want %v", model, show.Capabilities, want)
+		}
 	}
 }
