@@ -210,8 +210,9 @@ func TestTexts(t *testing.T) {
 		{obj, `{"a":"x","b":1}`, "refused"}, // only the named properties
 		{obj, `{ "a": "x" }`, "complete"},
 		{obj, "{\n  \"a\": \"x\"\n}", "complete"},
-		{obj, "{\n\n\"a\":\"x\"}", "refused"}, // a blank line
-		{obj, `{  "a":"x"}`, "refused"},       // two spaces
+		{obj, "{\n\n\"a\":\"x\"}", "refused"},   // a blank line
+		{obj, `{  "a":"x"}`, "refused"},         // two spaces
+		{obj, "\n\n {\"a\":\"x\"}", "complete"}, // any whitespace before the value
 		{`{"type":"integer"}`, `-0`, "complete"},
 		{`{"type":"integer"}`, `012`, "refused"},
 		{`{"type":"integer"}`, `1.5`, "refused"},
@@ -266,5 +267,28 @@ func TestTexts(t *testing.T) {
 		if got != c.want {
 			t.Errorf("%s: %q is %s, want %s", c.schema, c.text, got, c.want)
 		}
+	}
+}
+
+// TestFinishedWithoutEOS: a top-level number ends when no token continues it, even where the
+// vocabulary has no end-of-sequence token.
+func TestFinishedWithoutEOS(t *testing.T) {
+	toks := [][]byte{[]byte("1"), []byte("2")}
+	v := NewVocab(len(toks), func(id int32) ([]byte, bool) { return toks[id], true }, nil)
+	sch, err := Compile(json.RawMessage(`{"type":"integer"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := sch.New(v)
+	for i := range maxDigits {
+		if c.Finished() {
+			t.Fatalf("finished after %d digits", i)
+		}
+		if err := c.Accept(1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !c.Finished() {
+		t.Fatal("not finished after the most digits a number may have")
 	}
 }

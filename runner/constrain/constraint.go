@@ -211,4 +211,11 @@ func (c *Constraint) Accepting() bool { return c.m.accepting(&c.cur) }
 
 // Finished reports whether the value is complete and nothing may follow it (the caller
 // ends generation without asking the model).
-func (c *Constraint) Finished() bool { return c.ended || c.m.finished(&c.cur) }
+func (c *Constraint) Finished() bool {
+	if c.ended || c.m.finished(&c.cur) {
+		return true
+	}
+	// A complete value that could go on (a number) where no token continues it and the
+	// vocabulary has no end-of-sequence token: it ends here.
+	return c.m.accepting(&c.cur) && c.Mask().empty()
+}

@@ -193,7 +193,12 @@ func (m *machine) feed(dst *State, st []frame, c byte) {
 			return
 		}
 		if isWS(c) {
-			ws(dst, st, top, c)
+			// Before the value any whitespace (a thinking model writes "\n\n" after
+			// </think>), up to maxIndent bytes.
+			if top.ws < maxIndent {
+				top.ws++
+				dst.add(st)
+			}
 			return
 		}
 		top.ws, top.stage = 0, rValue

@@ -11,10 +11,11 @@
 // leave the state as it is, so they are allowed as one precomputed set and only the other
 // tokens are walked.
 //
-// Whitespace between JSON tokens is one space, or a newline and up to 32 spaces or tabs;
-// object keys come in the schema's order (optional ones may be left out), and only the
-// properties the schema names are generated, so the output is valid against the schema
-// whatever additionalProperties says.
+// Whitespace between JSON tokens is one space, or a newline and up to 32 spaces or tabs
+// (before the value, up to 32 whitespace bytes of any kind); object keys come in the
+// schema's order (optional ones may be left out), and only the properties the schema names
+// are generated, so the output is valid against the schema whatever additionalProperties
+// says.
 package constrain
 
 import (
@@ -85,8 +86,8 @@ type node struct {
 	ref int32
 }
 
-// Schema is a compiled schema. A Constraint made from it caches what it learns (pattern
-// automata, masks) in it, so a Schema and its Constraints belong to one goroutine.
+// Schema is a compiled schema; it is not changed after Compile, so Constraints made from it
+// may run in different goroutines (each Constraint in one).
 type Schema struct {
 	nodes []node
 	lits  []litNode
