@@ -237,8 +237,13 @@ func checkCreate(req *CreateRequest) (*registry.Modelfile, int, error) {
 	}
 	add := &registry.Modelfile{From: req.From, System: req.System}
 	if len(req.Parameters) > 0 {
+		// As JSON has them (numbers float64, lists []any), however the request was made (in-process too).
+		var params map[string]any
+		if b, err := json.Marshal(req.Parameters); err != nil || json.Unmarshal(b, &params) != nil {
+			return nil, 0, fmt.Errorf("PARAMETER: values must be numbers, booleans, strings or lists of strings")
+		}
 		o := DefaultOptions()
-		if err := o.FromMap(req.Parameters); err != nil {
+		if err := o.FromMap(params); err != nil {
 			var unknown *UnknownOptionError
 			if errors.As(err, &unknown) {
 				return nil, 0, fmt.Errorf("PARAMETER %s: unknown parameter (use Ollama's option names: num_ctx, temperature, top_k, top_p, min_p, stop, seed, num_predict, repeat_penalty, ...)", unknown.Key)
@@ -248,7 +253,7 @@ func checkCreate(req *CreateRequest) (*registry.Modelfile, int, error) {
 		if err := toRunnerOptions(o).Validate(); err != nil {
 			return nil, 0, fmt.Errorf("PARAMETER: %w", err)
 		}
-		add.Parameters = req.Parameters
+		add.Parameters = params
 	}
 	for i, msg := range req.Messages {
 		switch msg.Role {

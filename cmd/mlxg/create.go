@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
@@ -9,6 +11,7 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
 
+	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/registry"
 	"github.com/mlxg/mlxg/registry/create"
 )
@@ -20,19 +23,32 @@ config.json gets the quantization block, norms and biases stay in the model dtyp
 
 A bare NAME ("mymodel" or "mymodel:tag") is stored as the repo local/mymodel and run as
 "mlxg run mymodel"; an org/name NAME is stored as that repo. --output writes the converted
-checkpoint to a directory instead of the store.`
+checkpoint to a directory instead of the store.
+
+With -f Modelfile, create works as ollama create does, through the server at MLXG_HOST (or in-process
+when none answers): FROM a model (its weights shared) or a checkpoint folder (uploaded), with PARAMETER,
+SYSTEM, MESSAGE and LICENSE lines; TEMPLATE and ADAPTER are refused.`
 
 func newCreateCmd() *cobra.Command {
-	var from, quantize, dtype, output string
+	var from, quantize, dtype, output, file string
 	var group int
 	cmd := &cobra.Command{
-		Use:   "create NAME --from DIR",
-		Short: "Create a model from a Hugging Face checkpoint",
+		Use:   "create NAME (--from DIR | -f Modelfile)",
+		Short: "Create a model from a Hugging Face checkpoint or a Modelfile",
 		Long:  createHelp,
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if file != "" {
+				if from != "" || output != "" {
+					return fmt.Errorf("-f Modelfile does not go with --from or --output: the Modelfile's FROM line names the source")
+				}
+				if len(args) == 0 {
+					return fmt.Errorf("give the NAME to create")
+				}
+				return createFromModelfile(cmd, args[0], file, quantize)
+			}
 			if from == "" {
-				return fmt.Errorf("--from DIR is required: the Hugging Face checkpoint to convert")
+				return fmt.Errorf("--from DIR or -f Modelfile is required: the Hugging Face checkpoint to convert, or the Modelfile to create from")
 			}
 			if len(args) == 0 && output == "" {
 				return fmt.Errorf("give the NAME to store the model under, or --output DIR")
@@ -84,7 +100,63 @@ func newCreateCmd() *cobra.Command {
 	f.IntVar(&group, "group-size", 64, "quantization group size: 32, 64 or 128")
 	f.StringVar(&dtype, "dtype", "", "dtype of unquantized weights, scales and biases: float16, bfloat16 or float32 (default: config.json's torch_dtype)")
 	f.StringVar(&output, "output", "", "write the converted checkpoint to this directory instead of the store")
+	f.StringVarP(&file, "file", "f", "", "create from this Modelfile (FROM, PARAMETER, SYSTEM, MESSAGE, LICENSE), as ollama create does")
 	return cmd
+}
+
+// modelCreator is what create -f needs: api.Client (a running server) and api.Models (in-process).
+type modelCreator interface {
+	CreateBlob(ctx context.Context, digest string, r io.Reader) error
+	Create(ctx context.Context, req *api.CreateRequest, fn func(api.ProgressResponse) error) error
+}
+
+// createFromModelfile is ollama create's flow: parse, upload FROM's local files as blobs, create.
+func createFromModelfile(cmd *cobra.Command, name, file, quantize string) error {
+	f, err := os.Open(file)
+	if err != nil {
+		return fmt.Errorf("reading the Modelfile: %w", err)
+	}
+	req, uploads, err := api.ParseModelfile(f, filepath.Dir(file))
+	f.Close()
+	if err != nil {
+		return err
+	}
+	req.Model, req.Quantize = name, quantize
+	out := cmd.ErrOrStderr()
+	run := func(svc modelCreator) error {
+		for _, u := range uploads {
+			fmt.Fprintf(out, "copying file %s\n", filepath.Base(u.Path))
+			r, err := os.Open(u.Path)
+			if err != nil {
+				return err
+			}
+			err = svc.CreateBlob(cmd.Context(), u.Digest, r)
+			r.Close()
+			if err != nil {
+				return err
+			}
+		}
+		last := ""
+		return svc.Create(cmd.Context(), req, func(p api.ProgressResponse) error {
+			if p.Status != last && p.Digest == "" {
+				fmt.Fprintln(out, p.Status)
+			}
+			last = p.Status
+			return nil
+		})
+	}
+	c, err := api.ClientFromEnvironment()
+	if err != nil {
+		return err
+	}
+	if err = run(c); api.Unreachable(err) {
+		m, merr := api.NewModels()
+		if merr != nil {
+			return merr
+		}
+		err = run(m)
+	}
+	return err
 }
 
 func printSummary(cmd *cobra.Command, s *create.Summary, dir string) {
