@@ -38,6 +38,9 @@ LICENSE MIT-0
 	if err != nil || !strings.Contains(out, "num_ctx          2048") || !strings.Contains(out, `stop             "<|im_end|>"`) || !strings.Contains(out, `stop             "END"`) {
 		t.Errorf("show --parameters: %q, %v", out, err)
 	}
+	if out, _, err := mlxg(t, "show", "mine"); err != nil || !strings.Contains(out, "System") || !strings.Contains(out, "You answer") {
+		t.Errorf("show: %q, %v", out, err)
+	}
 	out, _, err = mlxg(t, "show", "mine", "--modelfile")
 	if err != nil || !strings.Contains(out, "SYSTEM \"\"\"You answer\nin one line.\"\"\"") || !strings.Contains(out, `MESSAGE user """Hi"""`) {
 		t.Errorf("show --modelfile: %q, %v", out, err)

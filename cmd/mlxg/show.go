@@ -136,6 +136,14 @@ func printShow(w io.Writer, resp *api.ShowResponse, verbose bool) error {
 		}
 	}
 	section("Parameters", params)
+	if resp.System != "" { // a created model's SYSTEM (first lines)
+		lines := strings.Split(strings.TrimSpace(resp.System), "\n")
+		var rows [][2]string
+		for _, l := range lines[:min(2, len(lines))] {
+			rows = append(rows, [2]string{"", strings.TrimSpace(l)})
+		}
+		section("System", rows)
+	}
 	if resp.License != "" {
 		lines := strings.Split(resp.License, "\n")
 		var rows [][2]string
