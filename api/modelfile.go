@@ -212,6 +212,12 @@ func (m *Models) Create(ctx context.Context, req *CreateRequest, fn func(Progres
 				return err
 			}
 		}
+		// The checkpoint is in the store now: the uploads would only double the disk they take.
+		for _, digest := range req.Files {
+			if p, err := blobPath(m.Store, digest); err == nil {
+				os.Remove(p)
+			}
+		}
 	default:
 		return badRequest(errors.New("neither 'from' or 'files' was specified: give FROM a model name, or upload a checkpoint's files"))
 	}

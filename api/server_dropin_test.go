@@ -275,6 +275,9 @@ func TestBlobsAndCreateFromFiles(t *testing.T) {
 	if code := ts.postJSON(t, "/api/create", string(req), &done); code != 200 || done.Status != "success" {
 		t.Fatalf("create from files: %d %+v", code, done)
 	}
+	if c := blobReq(t, ts, "HEAD", files["config.json"], nil); c != 404 {
+		t.Errorf("an upload stayed after the create that used it: HEAD %d", c)
+	}
 	var cr ChatResponse
 	ts.postJSON(t, "/api/chat", `{"model":"uploaded","stream":false,"think":false,"messages":[{"role":"user","content":"Weather?"}]}`, &cr)
 	if cr.Message.Content != "The weather in " {
