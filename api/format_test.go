@@ -83,7 +83,8 @@ func TestFormatErrors(t *testing.T) {
 		path, format, msg string
 	}{
 		{"/api/generate", `"xml"`, `format must be "json" or a JSON schema object`},
-		{"/api/generate", `{"type":"integer","minimum":1,"multipleOf":2}`, "unsupported keyword(s) minimum, multipleOf"},
+		{"/api/generate", `{"type":"integer","minimum":1,"multipleOf":2,"not":{}}`, "unsupported keyword(s) multipleOf, not"},
+		{"/api/generate", `{"type":"integer","minimum":1.5,"maximum":1.9}`, "no integer (of at most 16 digits before the point) is within minimum/maximum"},
 		{"/api/chat", `{"type":"object","properties":{"a":{"type":"string","patternProperties":{}}}}`, "#/properties/a: unsupported keyword(s) patternProperties"},
 		{"/api/chat", `{"oneOf":[{"type":"string"},{"type":"null"}]}`, "unsupported keyword(s) oneOf"},
 		{"/api/chat", `{"type":"strin"}`, `unknown type "strin"`},
@@ -103,7 +104,7 @@ func TestFormatErrors(t *testing.T) {
 	}
 	for _, c := range []struct{ rf, msg string }{
 		{`{"type":"json_schema"}`, "needs a json_schema object"},
-		{`{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"number","exclusiveMaximum":3}}}`, "exclusiveMaximum"},
+		{`{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"array","uniqueItems":true}}}`, "uniqueItems"},
 		{`{"type":"yaml"}`, `type "yaml" is not supported`},
 	} {
 		resp, b := ts.post(t, "/v1/chat/completions", `{"model":"scripted","messages":[{"role":"user","content":"hi"}],"response_format":`+c.rf+`}`)

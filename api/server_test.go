@@ -250,7 +250,7 @@ func TestBadInput(t *testing.T) {
 		{"/api/generate", big, 413, "request body too large"},
 		{"/api/generate", `{"model":"scripted","prompt":"hi","images":["aGk="]}`, 400, `"scripted" is a text-only model`},
 		{"/api/chat", `{"model":"scripted","messages":[{"role":"user","content":"hi","images":["aGk="]}]}`, 400, "remove messages[0].images"},
-		{"/api/chat", `{"model":"scripted","format":{"type":"number","minimum":0},"messages":[{"role":"user","content":"hi"}]}`, 400, "unsupported keyword(s) minimum"},
+		{"/api/chat", `{"model":"scripted","format":{"type":"number","multipleOf":2},"messages":[{"role":"user","content":"hi"}]}`, 400, "unsupported keyword(s) multipleOf"},
 		{"/api/chat", `{"model":"scripted","messages":[{"role":"wizard","content":"hi"}]}`, 400, "unknown role"},
 		{"/api/chat", `{"model":"scripted","think":"loud","messages":[]}`, 400, "invalid think value"},
 		{"/api/generate", `{"model":"","prompt":"hi"}`, 400, "model is required"},

@@ -73,9 +73,9 @@ func TestFormatGoClients(t *testing.T) {
 	checkCity(t, "ollama generate", gen.String())
 
 	var se api.StatusError
-	err = oc.Chat(ctx, &api.ChatRequest{Model: model, Format: json.RawMessage(`{"type":"integer","minimum":0}`),
+	err = oc.Chat(ctx, &api.ChatRequest{Model: model, Format: json.RawMessage(`{"type":"integer","multipleOf":3}`),
 		Messages: []api.Message{{Role: "user", Content: "hi"}}}, func(api.ChatResponse) error { return nil })
-	if !errors.As(err, &se) || se.StatusCode != 400 || !strings.Contains(se.ErrorMessage, "unsupported keyword(s) minimum") {
+	if !errors.As(err, &se) || se.StatusCode != 400 || !strings.Contains(se.ErrorMessage, "unsupported keyword(s) multipleOf") {
 		t.Fatalf("unsupported keyword: %v", err)
 	}
 
@@ -97,12 +97,12 @@ func TestFormatGoClients(t *testing.T) {
 		t.Fatalf("reply %s", done.RawJSON())
 	}
 
-	schema["properties"].(map[string]any)["sunny"] = map[string]any{"type": "number", "exclusiveMinimum": 0}
+	schema["properties"].(map[string]any)["sunny"] = map[string]any{"type": "array", "uniqueItems": true}
 	_, err = c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: model,
 		Messages:       []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")},
 		ResponseFormat: format})
 	var oe *openai.Error
-	if !errors.As(err, &oe) || oe.StatusCode != 400 || !strings.Contains(oe.Message, "exclusiveMinimum") {
+	if !errors.As(err, &oe) || oe.StatusCode != 400 || !strings.Contains(oe.Message, "uniqueItems") {
 		t.Fatalf("unsupported keyword: %v", err)
 	}
 }

@@ -33,7 +33,7 @@ func TestFormatGreedyQwen3Tiny(t *testing.T) {
 	}
 	defer e.Close()
 	schemas := []string{
-		`{"type":"object","properties":{"name":{"type":"string","maxLength":24},"age":{"type":"integer"},` +
+		`{"type":"object","properties":{"name":{"type":"string","maxLength":24},"age":{"type":"integer","minimum":0,"maximum":120},` +
 			`"color":{"enum":["red","green","blue"]},"tags":{"type":"array","items":{"type":"string","maxLength":12},"minItems":1,"maxItems":3}},` +
 			`"required":["name","age","color","tags"],"additionalProperties":false}`,
 		`"json"`,

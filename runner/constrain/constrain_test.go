@@ -252,6 +252,29 @@ func TestTexts(t *testing.T) {
 		{`{"type":["string","null"]}`, `null`, "complete"},
 		{`{"const":{"k":[1,2]}}`, `{"k":[1,2]}`, "complete"},
 		{`{"type":"boolean"}`, `true `, "refused"}, // nothing after the value
+		{`{"type":"integer","minimum":10,"maximum":20}`, `15`, "complete"},
+		{`{"type":"integer","minimum":10,"maximum":20}`, `1`, "prefix"}, // 1 may become 10..19
+		{`{"type":"integer","minimum":10,"maximum":20}`, `21`, "refused"},
+		{`{"type":"integer","minimum":10,"maximum":20}`, `3`, "refused"}, // 3, 30.. are all out
+		{`{"type":"integer","minimum":10,"maximum":20}`, `-`, "refused"},
+		{`{"type":"integer","exclusiveMinimum":0}`, `0`, "refused"},
+		{`{"type":"integer","exclusiveMinimum":0}`, `-`, "refused"},
+		{`{"type":"integer","maximum":-3}`, `-3`, "complete"},
+		{`{"type":"integer","maximum":-3}`, `-2`, "prefix"}, // -2x
+		{`{"type":"integer","maximum":-3}`, `-0`, "refused"},
+		{`{"type":"number","minimum":0,"maximum":1}`, `0.75`, "complete"},
+		{`{"type":"number","minimum":0,"maximum":1}`, `1`, "complete"},
+		{`{"type":"number","minimum":0,"maximum":1}`, `1.5`, "refused"},
+		{`{"type":"number","minimum":0,"maximum":1}`, `1.0`, "complete"},
+		{`{"type":"number","minimum":0,"maximum":1}`, `1e0`, "refused"},       // no exponent with bounds
+		{`{"type":"number","exclusiveMaximum":1,"minimum":0}`, `1`, "refused"}, // 1, 1.x, 1x are all out
+		{`{"type":"number","exclusiveMaximum":1,"minimum":0}`, `1.`, "refused"},
+		{`{"type":"number","exclusiveMaximum":1,"minimum":0}`, `0.999999`, "complete"},
+		{`{"type":"number","exclusiveMaximum":1,"minimum":0}`, `0.9999999`, "refused"}, // 6 decimals at most
+		{`{"type":"number","minimum":2.5}`, `2.4`, "refused"},
+		{`{"type":"number","minimum":2.5}`, `2.5`, "complete"},
+		{`{"type":"number","minimum":2.5}`, `2`, "prefix"},
+		{`{"minimum":0}`, `-1`, "refused"}, // the type follows from the keyword
 	} {
 		sch, err := FromFormat(json.RawMessage(c.schema))
 		if err != nil {

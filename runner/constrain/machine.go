@@ -88,7 +88,8 @@ type frame struct {
 	node  int32
 	a     int32 // obj: next property position or key trie node; arr: items; str: characters; num: digits; lit: trie node
 	b     int32 // obj: the property whose key was read; str: continuation bytes due, or \u digits read
-	c     int32 // str: the pattern's DFA state, or the \u value
+	c     int32 // str: the pattern's DFA state, or the \u value; bounded num: the fraction's digits
+	v     int64 // bounded num: the integer part
 }
 
 // State is a set of stacks.
@@ -137,6 +138,7 @@ func (s *State) key(dst []byte) []byte {
 			dst = binary.LittleEndian.AppendUint32(dst, uint32(f.a))
 			dst = binary.LittleEndian.AppendUint32(dst, uint32(f.b))
 			dst = binary.LittleEndian.AppendUint32(dst, uint32(f.c))
+			dst = binary.LittleEndian.AppendUint64(dst, uint64(f.v))
 		}
 		dst = append(dst, 0xff)
 	}
@@ -425,6 +427,10 @@ func (m *machine) feedArr(dst *State, st []frame, top *frame, c byte) {
 }
 
 func (m *machine) feedNum(dst *State, st []frame, top *frame, c byte) {
+	if b := m.s.nodes[top.node].bounds; b != nil {
+		m.feedBounded(dst, st, top, b, c)
+		return
+	}
 	integer := m.s.nodes[top.node].integer
 	digit := c >= '0' && c <= '9'
 	switch top.stage {
@@ -495,9 +501,74 @@ func (m *machine) feedNum(dst *State, st []frame, top *frame, c byte) {
 
 // numEnd ends a number at a byte that cannot continue it, if it is complete.
 func (m *machine) numEnd(dst *State, st []frame, c byte) {
-	switch st[len(st)-1].stage {
-	case nZero, nInt, nFrac, nExp:
+	if m.numComplete(st[len(st)-1]) {
 		m.refeed(dst, st[:len(st)-1], c)
+	}
+}
+
+// numComplete reports whether a number frame holds a whole number (within its bounds).
+func (m *machine) numComplete(f frame) bool {
+	switch f.stage {
+	case nZero, nInt, nFrac:
+	case nExp:
+		return m.s.nodes[f.node].bounds == nil
+	default:
+		return false
+	}
+	b := m.s.nodes[f.node].bounds
+	if b == nil {
+		return true
+	}
+	v := b.value(&f)
+	return b.lo <= v && v <= b.hi
+}
+
+// feedBounded moves a number with minimum/maximum over c: digits only as long as some
+// completion can still land within the bounds, no exponent.
+func (m *machine) feedBounded(dst *State, st []frame, top *frame, b *numBounds, c byte) {
+	digit := c >= '0' && c <= '9'
+	d := int64(c - '0')
+	switch top.stage {
+	case nStart, nMinus:
+		switch {
+		case c == '-' && top.stage == nStart:
+			top.stage, top.flag = nMinus, 1
+		case c == '0':
+			top.stage = nZero
+		case digit:
+			top.stage, top.a, top.v = nInt, 1, d
+		default:
+			return
+		}
+	case nZero, nInt:
+		switch {
+		case digit && top.stage == nInt && int(top.a) < b.intDigits:
+			top.a++
+			top.v = top.v*10 + d
+		case c == '.' && b.frac > 0:
+			top.stage = nDot
+		default:
+			m.numEnd(dst, st, c)
+			return
+		}
+	case nDot:
+		if !digit {
+			return
+		}
+		top.stage, top.a, top.c = nFrac, 1, int32(d)
+	case nFrac:
+		if digit && int(top.a) < b.frac {
+			top.a++
+			top.c = top.c*10 + int32(d)
+		} else {
+			m.numEnd(dst, st, c)
+			return
+		}
+	default:
+		return
+	}
+	if b.feasible(top) {
+		dst.add(st)
 	}
 }
 
@@ -676,7 +747,7 @@ func (m *machine) accepting(s *State) bool {
 				}
 				break
 			}
-			if f.kind == fNum && (f.stage == nZero || f.stage == nInt || f.stage == nFrac || f.stage == nExp) ||
+			if f.kind == fNum && m.numComplete(f) ||
 				f.kind == fLit && m.s.lits[f.a].term >= 0 {
 				if j == 1 { // the root's value
 					return true

@@ -78,6 +78,7 @@ type node struct {
 	pattern        *dfa
 	// number
 	integer bool
+	bounds  *numBounds // minimum/maximum; nil: none
 	// literal
 	lit int32 // root of its trie
 	// union
@@ -207,7 +208,8 @@ var annotations = map[string]bool{
 
 // Supported lists the schema keywords Compile accepts (for error messages and the docs).
 var Supported = []string{"type", "enum", "const", "properties", "required", "additionalProperties",
-	"items", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format", "anyOf",
+	"items", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format", "minimum", "maximum",
+	"exclusiveMinimum", "exclusiveMaximum", "anyOf",
 	"allOf (one schema)", "$ref", "$defs", "definitions"}
 
 // Compile compiles a JSON schema. Keywords it cannot enforce are a *SchemaError naming them.
@@ -351,7 +353,8 @@ func (c *compiler) object(m map[string]any, path string) (int32, error) {
 	for k := range m {
 		switch k {
 		case "type", "enum", "const", "properties", "required", "additionalProperties", "items",
-			"minItems", "maxItems", "minLength", "maxLength", "pattern", "format", "anyOf", "allOf", "$ref":
+			"minItems", "maxItems", "minLength", "maxLength", "pattern", "format", "anyOf", "allOf", "$ref",
+			"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum":
 		default:
 			if !annotations[k] {
 				unsupported = append(unsupported, k)
@@ -453,6 +456,8 @@ func (c *compiler) object(m map[string]any, path string) (int32, error) {
 			types = []string{"array"}
 		case hasKey(m, "minLength") || hasKey(m, "maxLength") || hasKey(m, "pattern") || hasKey(m, "format"):
 			types = []string{"string"}
+		case hasKey(m, "minimum") || hasKey(m, "maximum") || hasKey(m, "exclusiveMinimum") || hasKey(m, "exclusiveMaximum"):
+			types = []string{"number"}
 		default:
 			return c.s.anyNode, nil
 		}
@@ -474,7 +479,11 @@ func (c *compiler) object(m map[string]any, path string) (int32, error) {
 			if slices.Contains(types, "number") && t == "integer" {
 				continue // number covers integer
 			}
-			n = c.s.add(node{kind: kNumber, integer: t == "integer"})
+			b, err := c.compileBounds(m, t == "integer", path)
+			if err != nil {
+				return 0, err
+			}
+			n = c.s.add(node{kind: kNumber, integer: t == "integer", bounds: b})
 		case "boolean":
 			n = c.s.add(node{kind: kLiteral, lit: c.s.litTrie([][]byte{[]byte("true"), []byte("false")})})
 		case "null":

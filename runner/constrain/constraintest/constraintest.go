@@ -31,7 +31,7 @@ var Targets = []Target{
 		"[\n  {\"sku\": \"ABC-1234\", \"qty\": 12, \"price\": 9.99, \"status\": \"in_stock\", \"added\": \"2024-03-15\"},\n" +
 			"  {\"sku\": \"XYZ-0042\", \"qty\": 0, \"price\": 120.5, \"status\": \"backorder\", \"added\": \"2023-11-02\"},\n" +
 			"  {\"sku\": \"QRS-7781\", \"qty\": 3, \"price\": 0.75, \"status\": \"discontinued\", \"added\": \"2022-01-28\"}\n]"},
-	{"summary", `{"type":"object","properties":{"title":{"type":"string","maxLength":80},"summary":{"type":"string"},"keywords":{"type":"array","items":{"type":"string"}},"sentiment":{"enum":["positive","neutral","negative"]},"confidence":{"type":"number"}},"required":["title","summary","keywords","sentiment","confidence"]}`,
+	{"summary", `{"type":"object","properties":{"title":{"type":"string","maxLength":80},"summary":{"type":"string"},"keywords":{"type":"array","items":{"type":"string"}},"sentiment":{"enum":["positive","neutral","negative"]},"confidence":{"type":"number","minimum":0,"maximum":1}},"required":["title","summary","keywords","sentiment","confidence"]}`,
 		`{"title": "Constrained decoding keeps model output valid", "summary": "The report describes how a language model server can ` +
 			`restrict the tokens a model may choose at every step, so that the text it writes is always a valid JSON document ` +
 			`that matches a schema the client provides. It explains the token trie, the automaton that tracks open objects, ` +
@@ -142,7 +142,22 @@ func RandomSchema(rng *rand.Rand, depth int, defs map[string]any) map[string]any
 		}
 		return s
 	case 5:
-		return map[string]any{"type": []string{"integer", "number", "integer"}[rng.IntN(3)]}
+		s := map[string]any{"type": []string{"integer", "number", "integer"}[rng.IntN(3)]}
+		if rng.IntN(3) > 0 { // bounds
+			bounds, gap := []float64{-1000, -7.5, -1, 0, 0.25, 1, 3, 9.99, 42, 1e6}, 1
+			if s["type"] == "integer" { // two integers apart, so that exclusive bounds leave one
+				bounds, gap = []float64{-1000, -7, -1, 0, 1, 3, 42, 1e6}, 2
+			}
+			i := rng.IntN(len(bounds) - gap)
+			j := i + gap + rng.IntN(len(bounds)-gap-i)
+			if rng.IntN(3) > 0 {
+				s[[]string{"minimum", "exclusiveMinimum"}[rng.IntN(2)]] = bounds[i]
+			}
+			if rng.IntN(3) > 0 {
+				s[[]string{"maximum", "exclusiveMaximum"}[rng.IntN(2)]] = bounds[j]
+			}
+		}
+		return s
 	case 6:
 		return map[string]any{"enum": []any{"red", "green", 1, 12, nil, true, "a\"b", map[string]any{"k": []any{1, 2}}}[:1+rng.IntN(8)]}
 	case 7:
