@@ -108,7 +108,9 @@ func TestFormatErrors(t *testing.T) {
 		{`{"type":"yaml"}`, `type "yaml" is not supported`},
 	} {
 		resp, b := ts.post(t, "/v1/chat/completions", `{"model":"scripted","messages":[{"role":"user","content":"hi"}],"response_format":`+c.rf+`}`)
-		var e struct{ Error struct{ Message, Type string } }
+		var e struct {
+			Error struct{ Message, Type string }
+		}
 		if resp.StatusCode != 400 || json.Unmarshal(b, &e) != nil || !strings.Contains(e.Error.Message, c.msg) {
 			t.Errorf("response_format %s: status %d %s; want 400 with %q", c.rf, resp.StatusCode, b, c.msg)
 		}

@@ -266,7 +266,7 @@ func TestTexts(t *testing.T) {
 		{`{"type":"number","minimum":0,"maximum":1}`, `1`, "complete"},
 		{`{"type":"number","minimum":0,"maximum":1}`, `1.5`, "refused"},
 		{`{"type":"number","minimum":0,"maximum":1}`, `1.0`, "complete"},
-		{`{"type":"number","minimum":0,"maximum":1}`, `1e0`, "refused"},       // no exponent with bounds
+		{`{"type":"number","minimum":0,"maximum":1}`, `1e0`, "refused"},        // no exponent with bounds
 		{`{"type":"number","exclusiveMaximum":1,"minimum":0}`, `1`, "refused"}, // 1, 1.x, 1x are all out
 		{`{"type":"number","exclusiveMaximum":1,"minimum":0}`, `1.`, "refused"},
 		{`{"type":"number","exclusiveMaximum":1,"minimum":0}`, `0.999999`, "complete"},
