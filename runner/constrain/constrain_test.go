@@ -275,6 +275,9 @@ func TestTexts(t *testing.T) {
 		{`{"type":"number","minimum":2.5}`, `2.5`, "complete"},
 		{`{"type":"number","minimum":2.5}`, `2`, "prefix"},
 		{`{"minimum":0}`, `-1`, "refused"}, // the type follows from the keyword
+		{`{"oneOf":[{"type":"object","properties":{"k":{"const":"a"},"x":{"type":"integer"}},"required":["k"]},{"type":"object","properties":{"k":{"const":"b"},"y":{"type":"string"}},"required":["k"]}]}`, `{"k":"b","y":"s"}`, "complete"},
+		{`{"oneOf":[{"type":"object","properties":{"k":{"const":"a"},"x":{"type":"integer"}},"required":["k"]},{"type":"object","properties":{"k":{"const":"b"},"y":{"type":"string"}},"required":["k"]}]}`, `{"k":"a","y":"s"}`, "refused"},
+		{`{"oneOf":[{"type":"string"},{"type":"null"}]}`, `null`, "complete"},
 	} {
 		sch, err := FromFormat(json.RawMessage(c.schema))
 		if err != nil {

@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"reflect"
 	"slices"
 	"sort"
@@ -80,7 +81,8 @@ type node struct {
 	integer bool
 	bounds  *numBounds // minimum/maximum; nil: none
 	// literal
-	lit int32 // root of its trie
+	lit   int32    // root of its trie
+	words [][]byte // the literals
 	// union
 	alts []int32
 	// ref
@@ -115,8 +117,13 @@ func newSchema() *Schema {
 	s.anyArray = s.add(node{kind: kArray, items: s.anyNode, maxItems: -1})
 	s.anyString = s.add(node{kind: kString, maxLen: -1})
 	s.anyNumber = s.add(node{kind: kNumber})
-	s.anyScalarLit = s.add(node{kind: kLiteral, lit: s.litTrie([][]byte{[]byte("true"), []byte("false"), []byte("null")})})
+	s.anyScalarLit = s.literal([][]byte{[]byte("true"), []byte("false"), []byte("null")})
 	return s
+}
+
+// literal adds a node for one of words (JSON texts).
+func (s *Schema) literal(words [][]byte) int32 {
+	return s.add(node{kind: kLiteral, lit: s.litTrie(words), words: words})
 }
 
 func (s *Schema) add(n node) int32 {
@@ -202,7 +209,8 @@ func FromOpenAIJSONSchema(obj json.RawMessage) (*Schema, error) {
 var annotations = map[string]bool{
 	"title": true, "description": true, "default": true, "examples": true, "$schema": true,
 	"$id": true, "$comment": true, "deprecated": true, "readOnly": true, "writeOnly": true,
-	"$defs": true, "definitions": true, "$anchor": true, "strict": true,
+	"discriminator": true, // OpenAPI's hint beside oneOf
+	"$defs":         true, "definitions": true, "$anchor": true, "strict": true,
 	"contentMediaType": true, "contentEncoding": true,
 }
 
@@ -210,7 +218,7 @@ var annotations = map[string]bool{
 var Supported = []string{"type", "enum", "const", "properties", "required", "additionalProperties",
 	"items", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format", "minimum", "maximum",
 	"exclusiveMinimum", "exclusiveMaximum", "anyOf",
-	"allOf (one schema)", "$ref", "$defs", "definitions"}
+	"allOf (one schema)", "oneOf (alternatives told apart by type or a const/enum property)", "$ref", "$defs", "definitions"}
 
 // Compile compiles a JSON schema. Keywords it cannot enforce are a *SchemaError naming them.
 func Compile(schema json.RawMessage) (*Schema, error) {
@@ -354,7 +362,7 @@ func (c *compiler) object(m map[string]any, path string) (int32, error) {
 		switch k {
 		case "type", "enum", "const", "properties", "required", "additionalProperties", "items",
 			"minItems", "maxItems", "minLength", "maxLength", "pattern", "format", "anyOf", "allOf", "$ref",
-			"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum":
+			"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "oneOf":
 		default:
 			if !annotations[k] {
 				unsupported = append(unsupported, k)
@@ -393,23 +401,38 @@ func (c *compiler) object(m map[string]any, path string) (int32, error) {
 		}
 		return c.compile(list[0], path+"/allOf/0")
 	}
-	if anyOf, ok := m["anyOf"]; ok {
-		list, ok := anyOf.([]any)
+	for _, kw := range []string{"anyOf", "oneOf"} {
+		v, ok := m[kw]
+		if !ok {
+			continue
+		}
+		list, ok := v.([]any)
 		if !ok || len(list) == 0 {
-			return 0, c.errf(path, "anyOf must be a non-empty array of schemas")
+			return 0, c.errf(path, "%s must be a non-empty array of schemas", kw)
 		}
 		for k := range m {
-			if k != "anyOf" && !annotations[k] {
-				return 0, c.errf(path, "anyOf beside the keyword %q is not supported: put %q in each alternative", k, k)
+			if k != kw && !annotations[k] {
+				return 0, c.errf(path, "%s beside the keyword %q is not supported: put %q in each alternative", kw, k, k)
 			}
 		}
 		var alts []int32
 		for i, sub := range list {
-			n, err := c.compile(sub, fmt.Sprintf("%s/anyOf/%d", path, i))
+			n, err := c.compile(sub, fmt.Sprintf("%s/%s/%d", path, kw, i))
 			if err != nil {
 				return 0, err
 			}
 			alts = append(alts, n)
+		}
+		if kw == "oneOf" {
+			// Generated as anyOf, which is only right when no value matches two alternatives.
+			for i := range alts {
+				for j := i + 1; j < len(alts); j++ {
+					if !c.s.disjoint(alts[i], alts[j]) {
+						return 0, c.errf(path, "oneOf alternatives %d and %d may both match one value, which oneOf forbids: "+
+							"use anyOf, or tell them apart by type or by a required property with different const/enum values", i, j)
+					}
+				}
+			}
 		}
 		if len(alts) == 1 {
 			return alts[0], nil
@@ -485,9 +508,9 @@ func (c *compiler) object(m map[string]any, path string) (int32, error) {
 			}
 			n = c.s.add(node{kind: kNumber, integer: t == "integer", bounds: b})
 		case "boolean":
-			n = c.s.add(node{kind: kLiteral, lit: c.s.litTrie([][]byte{[]byte("true"), []byte("false")})})
+			n = c.s.literal([][]byte{[]byte("true"), []byte("false")})
 		case "null":
-			n = c.s.add(node{kind: kLiteral, lit: c.s.litTrie([][]byte{[]byte("null")})})
+			n = c.s.literal([][]byte{[]byte("null")})
 		}
 		if err != nil {
 			return 0, err
@@ -549,7 +572,7 @@ func (c *compiler) literal(m map[string]any, types []string, path string) (int32
 	if len(words) == 0 {
 		return 0, c.errf(path, "no enum/const value has the type %s: no value can match", strings.Join(types, " or "))
 	}
-	return c.s.add(node{kind: kLiteral, lit: c.s.litTrie(words)}), nil
+	return c.s.literal(words), nil
 }
 
 func typeMatches(t string, v any) bool {
@@ -917,4 +940,131 @@ func (c *compiler) checkCycles() error {
 		}
 	}
 	return nil
+}
+
+// JSON types, as bits.
+const (
+	tObject = 1 << iota
+	tArray
+	tString
+	tNumber
+	tBool
+	tNull
+)
+
+// resolve follows references.
+func (s *Schema) resolve(n int32) int32 {
+	for i := 0; s.nodes[n].kind == kRef && i < len(s.nodes); i++ {
+		n = s.nodes[n].ref
+	}
+	return n
+}
+
+// types are the JSON types node n's values may have.
+func (s *Schema) types(n int32, seen map[int32]bool) int {
+	n = s.resolve(n)
+	if seen[n] {
+		return 0
+	}
+	nd := &s.nodes[n]
+	switch nd.kind {
+	case kObject:
+		return tObject
+	case kArray:
+		return tArray
+	case kString:
+		return tString
+	case kNumber:
+		return tNumber
+	case kLiteral:
+		t := 0
+		for _, w := range nd.words {
+			switch w[0] {
+			case '{':
+				t |= tObject
+			case '[':
+				t |= tArray
+			case '"':
+				t |= tString
+			case 't', 'f':
+				t |= tBool
+			case 'n':
+				t |= tNull
+			default:
+				t |= tNumber
+			}
+		}
+		return t
+	case kUnion:
+		seen[n] = true
+		t := 0
+		for _, a := range nd.alts {
+			t |= s.types(a, seen)
+		}
+		return t
+	}
+	return tObject | tArray | tString | tNumber | tBool | tNull
+}
+
+// disjoint reports whether no value can match both nodes, as far as it can be told: their types
+// differ, they are literals with no value in common, or they are objects with a property both
+// require whose literals differ (a discriminator).
+func (s *Schema) disjoint(a, b int32) bool {
+	if s.types(a, map[int32]bool{})&s.types(b, map[int32]bool{}) == 0 {
+		return true
+	}
+	a, b = s.resolve(a), s.resolve(b)
+	x, y := &s.nodes[a], &s.nodes[b]
+	switch {
+	case x.kind == kLiteral && y.kind == kLiteral:
+		return literalsDisjoint(x.words, y.words)
+	case x.kind == kObject && y.kind == kObject:
+		for _, p := range x.props {
+			if !p.required {
+				continue
+			}
+			for _, q := range y.props {
+				if q.required && q.name == p.name {
+					pn, qn := &s.nodes[s.resolve(p.node)], &s.nodes[s.resolve(q.node)]
+					if pn.kind == kLiteral && qn.kind == kLiteral && literalsDisjoint(pn.words, qn.words) {
+						return true
+					}
+				}
+			}
+		}
+	}
+	return false
+}
+
+// literalsDisjoint reports whether two sets of literal texts have no JSON value in common:
+// numbers compare by value; objects and arrays are not compared (they may be equal).
+func literalsDisjoint(a, b [][]byte) bool {
+	norm := func(w []byte) (string, bool) {
+		switch w[0] {
+		case '{', '[':
+			return "", false
+		case '"', 't', 'f', 'n':
+			return string(w), true
+		}
+		r, ok := new(big.Rat).SetString(string(w))
+		if !ok {
+			return "", false
+		}
+		return "#" + r.RatString(), true
+	}
+	seen := map[string]bool{}
+	for _, w := range a {
+		k, ok := norm(w)
+		if !ok {
+			return false
+		}
+		seen[k] = true
+	}
+	for _, w := range b {
+		k, ok := norm(w)
+		if !ok || seen[k] {
+			return false
+		}
+	}
+	return true
 }

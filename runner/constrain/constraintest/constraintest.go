@@ -163,6 +163,17 @@ func RandomSchema(rng *rand.Rand, depth int, defs map[string]any) map[string]any
 	case 7:
 		return map[string]any{"const": []any{"x", 3.5, false}[rng.IntN(3)]}
 	case 8:
+		if rng.IntN(2) == 0 { // oneOf: a discriminated union, or alternatives of different types
+			var alts []any
+			for i, kind := range []string{"cat", "dog", "fish"}[:2+rng.IntN(2)] {
+				props := map[string]any{"kind": map[string]any{"const": kind}, fmt.Sprintf("p%d", i): RandomSchema(rng, depth-1, defs)}
+				alts = append(alts, map[string]any{"type": "object", "properties": props, "required": []any{"kind"}})
+			}
+			if rng.IntN(2) == 0 {
+				alts = []any{map[string]any{"type": "string", "maxLength": 5}, map[string]any{"type": "null"}, map[string]any{"type": "array", "maxItems": 2}}
+			}
+			return map[string]any{"oneOf": alts}
+		}
 		return map[string]any{"type": []any{"boolean", "null", []any{"string", "null"}, []any{"integer", "boolean"}}[rng.IntN(4)]}
 	}
 	return map[string]any{} // any value
