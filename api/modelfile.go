@@ -357,7 +357,7 @@ func (m *Models) createFromFiles(ctx context.Context, dst registry.Name, files m
 		if _, err := os.Stat(src); err != nil {
 			return nil, badRequest(fmt.Errorf("file %s: blob %s not found: upload it first (POST /api/blobs/%s)", name, files[name], files[name]))
 		}
-		if err := os.Link(src, filepath.Join(dir, name)); err != nil {
+		if err := linkOrCopy(src, filepath.Join(dir, name)); err != nil {
 			return nil, fmt.Errorf("gathering %s: %w", name, err)
 		}
 	}
@@ -391,6 +391,27 @@ func (m *Models) createFromFiles(ctx context.Context, dst registry.Name, files m
 		return nil, badRequest(err)
 	}
 	return made, nil
+}
+
+// linkOrCopy hard-links src to dst (same disk: no copy), copying where links are not possible.
+func linkOrCopy(src, dst string) error {
+	if os.Link(src, dst) == nil {
+		return nil
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
 
 // modelOptions applies the parameters a Modelfile gave the model (after the checkpoint's generation
