@@ -169,28 +169,41 @@ func TestPlainStringBuckets(t *testing.T) {
 			if minLen > maxLen {
 				continue
 			}
-			sch, err := Compile(json.RawMessage(fmt.Sprintf(`{"type":"string","minLength":%d,"maxLength":%d}`, minLen, maxLen)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			c := sch.New(v)
-			out := []byte(`"`)
-			if err := c.AcceptBytes(out); err != nil {
-				t.Fatal(err)
-			}
-			for n := 0; n <= maxLen; n++ {
-				bruteForce(t, c, v, eos, out)
-				if n < maxLen {
-					if err := c.AcceptBytes([]byte("é")); err != nil {
-						t.Fatalf("maxLength %d after %d characters: %v", maxLen, n, err)
-					}
-					out = append(out, "é"...)
-				}
-			}
-			if c.AcceptBytes([]byte("a")) == nil {
-				t.Fatalf("maxLength %d: a character past the limit was taken", maxLen)
-			}
+			plainBuckets(t, v, eos, fmt.Sprintf(`{"type":"string","minLength":%d,"maxLength":%d}`, minLen, maxLen), maxLen, true)
+			// Two strings at once (anyOf): the longer limit decides which plain tokens fit.
+			plainBuckets(t, v, eos, fmt.Sprintf(`{"anyOf":[{"type":"string","maxLength":3},{"type":"string","minLength":%d,"maxLength":%d}]}`, minLen, maxLen), maxLen, maxLen >= 3)
 		}
+	}
+	for _, schema := range []string{`{"anyOf":[{"type":"string","maxLength":3},{"type":"string"}]}`,
+		`{"anyOf":[{"type":"string","maxLength":3},{"type":"string","pattern":"^[a-z]*$"}]}`} {
+		plainBuckets(t, v, eos, schema, 5, false)
+	}
+}
+
+// plainBuckets walks a string of schema to n characters, checking every mask by brute force;
+// with limit, a character past n must be refused.
+func plainBuckets(t *testing.T, v *Vocab, eos int32, schema string, n int, limit bool) {
+	t.Helper()
+	sch, err := Compile(json.RawMessage(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := sch.New(v)
+	out := []byte(`"`)
+	if err := c.AcceptBytes(out); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i <= n; i++ {
+		bruteForce(t, c, v, eos, out)
+		if i < n {
+			if err := c.AcceptBytes([]byte("e")); err != nil {
+				t.Fatalf("%s after %d characters: %v", schema, i, err)
+			}
+			out = append(out, 'e')
+		}
+	}
+	if limit && c.AcceptBytes([]byte("a")) == nil {
+		t.Fatalf("%s: a character past the limit was taken", schema)
 	}
 }
 

@@ -79,26 +79,29 @@ func (c *Constraint) Mask() bitset {
 	return b
 }
 
-// plainString reports whether the state is inside the content of a string without a
-// pattern, where plain text tokens keep the state a valid one, and how many more characters
-// the string may take (-1: no limit).
+// plainString reports whether every stack of the state is inside the content of a string
+// without a pattern, where plain text tokens keep the state a valid one, and how many more
+// characters the string that takes the most may take (-1: no limit): a plain token of up to
+// that many characters keeps at least that stack alive, a longer one none.
 func (c *Constraint) plainString() (int, bool) {
-	if c.cur.n() != 1 {
-		return 0, false
+	room := 0
+	for i := range c.cur.n() {
+		st := c.cur.stack(i)
+		top := st[len(st)-1]
+		if top.kind != fStr || top.stage != sIn || top.b != 0 {
+			return 0, false
+		}
+		nd := &c.m.s.nodes[top.node]
+		switch {
+		case nd.pattern != nil:
+			return 0, false
+		case nd.maxLen < 0:
+			room = -1
+		case room >= 0:
+			room = max(room, int(nd.maxLen-top.a))
+		}
 	}
-	st := c.cur.stack(0)
-	top := st[len(st)-1]
-	if top.kind != fStr || top.stage != sIn || top.b != 0 {
-		return 0, false
-	}
-	nd := &c.m.s.nodes[top.node]
-	if nd.pattern != nil {
-		return 0, false
-	}
-	if nd.maxLen < 0 {
-		return -1, true
-	}
-	return int(nd.maxLen - top.a), true
+	return room, c.cur.n() > 0
 }
 
 // walk adds to b the tokens of the subtree of trie node n (at depth) that st accepts.
