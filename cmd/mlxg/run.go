@@ -249,8 +249,11 @@ func runDirectory(cmd *cobra.Command, dir, prompt string, options []string, raw 
 		case "":
 		case "true", "false":
 			req.TemplateKwargs = map[string]any{"enable_thinking": think == "true"}
+		case "high", "medium", "low":
+			// as the server does: thinking on, and the level for templates that read it
+			req.TemplateKwargs = map[string]any{"enable_thinking": true, "reasoning_effort": think}
 		default:
-			return fmt.Errorf("--think is %q: use true or false", think)
+			return fmt.Errorf("--think is %q: use true, false, high, medium or low", think)
 		}
 	}
 	out := cmd.OutOrStdout()
