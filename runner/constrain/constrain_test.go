@@ -291,6 +291,10 @@ func TestTexts(t *testing.T) {
 		{`{"oneOf":[{"type":"object","properties":{"k":{"const":"a"},"x":{"type":"integer"}},"required":["k"]},{"type":"object","properties":{"k":{"const":"b"},"y":{"type":"string"}},"required":["k"]}]}`, `{"k":"b","y":"s"}`, "complete"},
 		{`{"oneOf":[{"type":"object","properties":{"k":{"const":"a"},"x":{"type":"integer"}},"required":["k"]},{"type":"object","properties":{"k":{"const":"b"},"y":{"type":"string"}},"required":["k"]}]}`, `{"k":"a","y":"s"}`, "refused"},
 		{`{"oneOf":[{"type":"string"},{"type":"null"}]}`, `null`, "complete"},
+		{`{"type":"string","nullable":true}`, `null`, "complete"},
+		{`{"type":"string","nullable":false}`, `null`, "refused"},
+		{`{"type":"object","properties":{"a":false,"b":{"type":"null"}}}`, `{"b":null}`, "complete"},
+		{`{"type":"object","properties":{"a":false,"b":{"type":"null"}}}`, `{"a":1}`, "refused"},
 	} {
 		sch, err := FromFormat(json.RawMessage(c.schema))
 		if err != nil {

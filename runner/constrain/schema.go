@@ -217,7 +217,7 @@ var annotations = map[string]bool{
 // Supported lists the schema keywords Compile accepts (for error messages and the docs).
 var Supported = []string{"type", "enum", "const", "properties", "required", "additionalProperties",
 	"items", "minItems", "maxItems", "minLength", "maxLength", "pattern", "format", "minimum", "maximum",
-	"exclusiveMinimum", "exclusiveMaximum", "anyOf",
+	"exclusiveMinimum", "exclusiveMaximum", "nullable", "anyOf",
 	"allOf (one schema)", "oneOf (alternatives told apart by type or a const/enum property)", "$ref", "$defs", "definitions"}
 
 // Compile compiles a JSON schema. Keywords it cannot enforce are a *SchemaError naming them.
@@ -362,7 +362,7 @@ func (c *compiler) object(m map[string]any, path string) (int32, error) {
 		switch k {
 		case "type", "enum", "const", "properties", "required", "additionalProperties", "items",
 			"minItems", "maxItems", "minLength", "maxLength", "pattern", "format", "anyOf", "allOf", "$ref",
-			"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "oneOf":
+			"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "oneOf", "nullable":
 		default:
 			if !annotations[k] {
 				unsupported = append(unsupported, k)
@@ -466,6 +466,16 @@ func (c *compiler) object(m map[string]any, path string) (int32, error) {
 			}
 		}
 	}
+	// OpenAPI 3.0's nullable: null is allowed beside the type.
+	if v, ok := m["nullable"]; ok {
+		b, isBool := v.(bool)
+		if !isBool {
+			return 0, c.errf(path, "nullable must be a boolean")
+		}
+		if b && types != nil && !slices.Contains(types, "null") {
+			types = append(types, "null")
+		}
+	}
 
 	if _, hasEnum := m["enum"]; hasEnum || m["const"] != nil || hasKey(m, "const") {
 		return c.literal(m, types, path)
@@ -529,7 +539,7 @@ func hasKey(m map[string]any, k string) bool { _, ok := m[k]; return ok }
 func (c *compiler) literal(m map[string]any, types []string, path string) (int32, error) {
 	for k := range m {
 		switch k {
-		case "enum", "const", "type":
+		case "enum", "const", "type", "nullable":
 		default:
 			if !annotations[k] {
 				return 0, c.errf(path, "enum/const beside the keyword %q is not supported", k)
@@ -662,6 +672,12 @@ func (c *compiler) objectNode(m map[string]any, path string) (int32, error) {
 	}
 	names := c.keys(props)
 	for _, name := range names {
+		if b, ok := props[name].(bool); ok && !b { // the property must not be there
+			if required[name] {
+				return 0, c.errf(path, "property %q is required but its schema is false: no object can match", name)
+			}
+			continue
+		}
 		n, err := c.compile(props[name], path+"/properties/"+escapePointer(name))
 		if err != nil {
 			return 0, err
