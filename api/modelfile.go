@@ -129,7 +129,7 @@ func (s *Server) handleCreate(c *gin.Context) {
 	})
 	if err != nil {
 		s.log.Warn("create failed", "model", cmp.Or(req.Model, req.Name), "error", err)
-		nd.fail(notFound(err, req.From))
+		nd.fail(notFound(err, cmp.Or(req.From, req.Model, req.Name)))
 		return
 	}
 	if !stream {
