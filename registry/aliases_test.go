@@ -1,7 +1,9 @@
 package registry
 
 import (
+	"context"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -95,5 +97,33 @@ func TestPullLibraryName(t *testing.T) {
 	r, err := e.store.Resolve(mustParse(t, "qwen3:8b"))
 	if err != nil || r.Dir != m.Dir || r.Name != "qwen3:8b" {
 		t.Fatalf("resolve qwen3:8b = %+v, %v; pulled %s", r, err, m.Dir)
+	}
+	// list shows the name it was pulled by (as Ollama does), beside the repo; rm of either removes both.
+	names := func() []string {
+		list, err := e.store.List()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, m := range list {
+			out = append(out, m.Name)
+		}
+		slices.Sort(out)
+		return out
+	}
+	if got := names(); !slices.Equal(got, []string{"mlx-community/Qwen3-8B-4bit", "qwen3:latest"}) {
+		t.Fatalf("list after pull qwen3 = %v", got)
+	}
+	if _, _, err := e.pull(t, "qwen3:8b"); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(); !slices.Equal(got, []string{"mlx-community/Qwen3-8B-4bit", "qwen3:8b", "qwen3:latest"}) {
+		t.Fatalf("list after pull qwen3:8b = %v", got)
+	}
+	if _, err := e.store.Remove(context.Background(), mustParse(t, "qwen3")); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(); len(got) != 0 {
+		t.Fatalf("list after rm qwen3 = %v", got)
 	}
 }

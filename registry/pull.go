@@ -158,6 +158,19 @@ func (s *Store) Pull(ctx context.Context, n Name, opts PullOptions, progress fun
 	if err := s.recordPull(target.Repo, target.Revision, time.Now()); err != nil {
 		return nil, err
 	}
+	if b, ok := builtin(n.Bare); ok && n.IsBare() && strings.EqualFold(b.Repo, target.Repo) && target.Revision == DefaultRevision {
+		// Pulled by an Ollama library name: list shows that name too, as Ollama lists what was pulled.
+		err := s.updateState(func(st *state) error {
+			if st.Library == nil {
+				st.Library = map[string]string{}
+			}
+			st.Library[n.Bare] = target.Repo
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
 	emit(Progress{Status: "success"})
 	return s.Resolve(n)
 }

@@ -18,6 +18,8 @@ type state struct {
 	Pulled  map[string]time.Time `json:"pulled"`  // "org/name:revision" -> last pull or create
 	// Modelfiles: bare "name:tag" -> what ollama create added (an alias's or a local model's).
 	Modelfiles map[string]*Modelfile `json:"modelfiles,omitempty"`
+	// Library: Ollama library names pulled by that name ("qwen3:latest") -> the repo, for list.
+	Library map[string]string `json:"library,omitempty"`
 }
 
 type alias struct {

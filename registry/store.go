@@ -321,6 +321,17 @@ func (s *Store) List() ([]LocalModel, error) {
 		add(Name{Bare: bare}, bare, Name{Repo: a.Repo, Revision: a.Commit}, a.Commit)
 		named[a.Repo+"@"+a.Commit] = true
 	}
+	for _, bare := range sortedKeys(st.Library) { // library names pulled as such, while nothing else holds the name
+		if _, ok := st.Aliases[bare]; ok {
+			continue
+		}
+		if local := localName(bare); s.hasRef(local.Repo, local.Revision) {
+			continue
+		}
+		if commit, err := s.readRef(st.Library[bare], DefaultRevision); err == nil {
+			add(Name{Bare: bare}, bare, Name{Repo: st.Library[bare], Revision: DefaultRevision}, commit)
+		}
+	}
 	for _, repo := range repos {
 		refs := s.refs(repo)
 		for _, rev := range sortedKeys(refs) {
@@ -429,6 +440,11 @@ func (s *Store) Remove(ctx context.Context, n Name) (*Removed, error) {
 		delete(st.Pulled, m.Repo+":"+m.Revision)
 		if n.IsBare() {
 			delete(st.Modelfiles, n.Bare)
+		}
+		for bare, repo := range st.Library { // library names whose checkpoint went with it
+			if !s.hasRef(repo, DefaultRevision) {
+				delete(st.Library, bare)
+			}
 		}
 		return nil
 	})
