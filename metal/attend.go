@@ -47,7 +47,8 @@ type storedAttention struct {
 	g                   *graph
 	kvHeads, kDim, vDim int
 	heads, T            int
-	dt                  mlxDtype // fp16, or float32 for a float32 cache
+	dt                  mlxDtype // fp16; float32 for a float32 cache, and on MLX's CPU (Backend.wide)
+	fp32                bool     // the cache stores float32 (kvstore.Full's exact reference)
 }
 
 // wrap makes an array of n elements of dt over Go memory at p (cp elements of capacity).
@@ -100,17 +101,18 @@ func (s *storedAttention) stored(d kvstore.BlockData, P, dim int) side {
 		return side{f: d.Format, data: s.positions(a, P, dim)}
 	case d.Format.Mode == kvstore.F16:
 		a := s.wrap(unsafe.Pointer(&d.Halfs[0]), len(d.Halfs), cap(d.Halfs), dtFloat16, 2)
-		return side{f: d.Format, data: s.positions(a, P, dim)}
+		return side{f: d.Format, data: g.astype(s.positions(a, P, dim), s.dt)}
 	}
 	groups := dim / d.Format.Group
 	words := len(d.Codes) / (kvstore.BlockTokens * s.kvHeads)
 	codes := s.positions(s.wrap(unsafe.Pointer(&d.Codes[0]), len(d.Codes), cap(d.Codes), dtUint32, 4), P, words)
 	halfs := s.positions(s.wrap(unsafe.Pointer(&d.Halfs[0]), len(d.Halfs), cap(d.Halfs), dtFloat16, 2), P, len(d.Halfs)/(kvstore.BlockTokens*s.kvHeads))
+	halfs = g.astype(halfs, s.dt) // scales (and biases) in the product's dtype
 	out := side{f: d.Format, data: codes}
 	if d.Format.Mode == kvstore.Q4_0 {
 		// q4_0 is affine 4-bit in groups of 32 with bias -8·scale: x = d·(code-8).
 		out.scales = halfs
-		out.biases = g.mul(halfs, g.astype(g.scalar(-8), dtFloat16))
+		out.biases = g.mul(halfs, g.astype(g.scalar(-8), s.dt))
 		return out
 	}
 	// Affine rows interleave scale and bias per group.
@@ -125,9 +127,15 @@ func (s *storedAttention) stored(d kvstore.BlockData, P, dim int) side {
 func (s *storedAttention) fresh(x mlxArray, f kvstore.Format, dim int) side {
 	g := s.g
 	x = g.reshape(x, s.kvHeads, 1, s.T, dim)
-	if f.Mode == kvstore.Affine {
+	switch {
+	case f.Mode == kvstore.Affine:
+		// kvstore keeps fp16 scales and biases and widens them to float32 to decode;
+		// MLX decodes in the scales' dtype, so they are rounded to fp16 and widened.
 		codes, scales, biases := g.quantize(x, f.Group, f.Bits)
-		x = g.dequantize(codes, g.astype(scales, dtFloat16), g.astype(biases, dtFloat16), f.Group, f.Bits, "affine", dtFloat32)
+		half := func(a mlxArray) mlxArray { return g.astype(g.astype(a, dtFloat16), dtFloat32) }
+		x = g.dequantize(codes, half(scales), half(biases), f.Group, f.Bits, "affine", dtFloat32)
+	case !s.fp32:
+		x = g.astype(x, dtFloat16)
 	}
 	return side{f: kvstore.FormatF16, data: g.astype(x, s.dt)}
 }

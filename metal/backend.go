@@ -34,6 +34,10 @@ type Backend struct {
 	lib    *Lib
 	gpu    mlxStream // the stream every op runs on (the CPU's on a machine without a GPU)
 	device string    // "metal", "cuda" or "cpu"
+	// wide says products run in float32: MLX's CPU backend accumulates fp16 and bf16
+	// products in fp16 and bf16 (its GPU backends in float32), which loses several
+	// percent over a long dot product, and its gather_mm takes float32 only.
+	wide bool
 	info   map[string]string
 	calls  chan func()
 	name   string
@@ -90,6 +94,7 @@ func (b *Backend) open() error {
 		return err
 	}
 	b.gpu = s
+	b.wide = b.device == "cpu"
 	b.info, _ = l.deviceInfo(dev) // informational: a library without it still runs
 	return nil
 }
@@ -355,15 +360,33 @@ func (b *Backend) Weight(src compute.Source, prefix string, q compute.Quant) (co
 			}
 			return a
 		}
+		// Where products run in float32 (b.wide), affine scales and biases and float
+		// weights are kept in float32: a 4-bit g64 layer grows by 1/9, an fp16 one doubles
+		// (MLX's CPU would otherwise widen the matrix at every product).
+		widen := func(a mlxArray) mlxArray {
+			if b.wide {
+				return g.astype(a, dtFloat32)
+			}
+			return a
+		}
 		w.w = matrix(t)
+		if !q.Quantized() {
+			w.w = widen(w.w) // else every product would widen the whole matrix again
+		}
 		arrays := []mlxArray{w.w}
 		if scales != nil {
 			w.scales = matrix(scales)
+			if biases != nil {
+				w.scales = widen(w.scales)
+			}
 			arrays = append(arrays, w.scales)
 		}
 		if biases != nil {
-			w.biases = matrix(biases)
+			w.biases = widen(matrix(biases))
 			arrays = append(arrays, w.biases)
+		}
+		if b.wide {
+			w.dt = dtFloat32
 		}
 		if bias != nil {
 			w.bias = g.reshape(g.astype(b.tensor(g, bias, wrap), dtFloat32), w.out)

@@ -245,6 +245,9 @@ func (c *context) Attention(q, k, v compute.Tensor, cache kvstore.Layer, nHeads 
 		}
 		s := &storedAttention{g: g, kvHeads: kvHeads, kDim: kDim, vDim: vDim, heads: nHeads, T: T, dt: dtFloat16}
 		if f, ok := cache.(*kvstore.Full); ok && f.FP32() {
+			s.fp32 = true
+		}
+		if s.fp32 || c.b.wide {
 			s.dt = dtFloat32
 		}
 		spec := layerSpec(cache)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mlxg/mlxg/metal/mlxtest"
 	"github.com/mlxg/mlxg/registry/safetensors"
 	"github.com/mlxg/mlxg/runner/cpu"
 	"github.com/mlxg/mlxg/runner/model"
@@ -112,7 +113,23 @@ func TestQwen35Layout(t *testing.T) {
 	p := modeltest.Tokens(3, 17)
 	a, _ := next.NewCaches(true)
 	b, _ := m.NewCaches(true)
-	if r := modeltest.MaxRel(modeltest.Forward(t, m, b, p, 6), modeltest.Forward(t, next, a, p, 6)); r > 1e-5 {
+	want := modeltest.Forward(t, next, a, p, 6)
+	if r := modeltest.MaxRel(modeltest.Forward(t, m, b, p, 6), want); r > 1e-5 {
 		t.Errorf("the Qwen3.5 layout's logits differ from Qwen3-Next's by %.3g", r)
+	}
+	if !mlxtest.Enabled() {
+		return
+	}
+	// The same on MLX (scripts/mlx/build.sh's libmlxc), against the CPU backend.
+	mm, err := model.Load(dst, mlxtest.Backend(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mm.Close()
+	c, _ := mm.NewCaches(true)
+	if r := modeltest.MaxRel(modeltest.Forward(t, mm, c, p, 6), want); r > 1e-4 {
+		t.Errorf("on MLX the Qwen3.5 layout's logits differ from the CPU backend's by %.3g", r)
+	} else {
+		t.Logf("qwen3_5_moe on MLX: relative logit difference from the CPU backend %.2g", r)
 	}
 }

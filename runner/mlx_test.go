@@ -1,0 +1,191 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/mlxg/mlxg/kvstore"
+	"github.com/mlxg/mlxg/metal/mlxtest"
+	"github.com/mlxg/mlxg/registry/create"
+	"github.com/mlxg/mlxg/registry/randmodel"
+	"github.com/mlxg/mlxg/runner/cpu"
+	"github.com/mlxg/mlxg/runner/model"
+	"github.com/mlxg/mlxg/runner/model/modeltest"
+)
+
+// TestMLXMatchesCPU runs every architecture family on MLX and on the CPU backend, on
+// the same random checkpoint (float32, and MLX-quantized 4-bit g64 and 8-bit g32),
+// under every KV cache kind the policy makes (float32, fp16, K8/V4 with 8/8 boundary
+// layers, K4/V4, q4_0; Gemma's sliding layers rotate): a prefill in chunks of 16,
+// then decode steps. The logits of every step agree within 1e-4 relative over float
+// caches (MLX's CPU computes in float32 like the CPU backend) and 1e-3 over quantized
+// ones (a key a float32 rounding away from a code boundary may take the other code on
+// the other backend), and greedy tokens are identical.
+func TestMLXMatchesCPU(t *testing.T) {
+	if !mlxtest.Enabled() {
+		t.Skip("MLXG_MLXC_PATH is not set: the tests on real MLX need scripts/mlx/build.sh's libmlxc")
+	}
+	a := kvstore.AffineFormat
+	type kv struct {
+		name     string
+		spec     kvstore.Spec
+		boundary int
+	}
+	kvs := []kv{
+		{"fp32", kvstore.Spec{}, 0},
+		{"fp16", kvstore.SpecF16, 0},
+		{"K8/V4+boundary", kvstore.Spec{K: a(8, 32), V: a(4, 32)}, 1},
+		{"K4/V4", kvstore.Spec{K: a(4, 32), V: a(4, 32)}, 0},
+		{"q4_0", kvstore.Spec{K: kvstore.FormatQ4_0, V: kvstore.FormatQ4_0}, 0},
+	}
+	archs := []struct {
+		name string
+		cfg  randmodel.Config
+	}{
+		{"llama", randmodel.Tiny("llama", 512)},
+		{"mistral", randmodel.Tiny("llama", 512)}, // rewritten as model_type mistral below
+		{"qwen2", randmodel.Tiny("qwen2", 512)},
+		{"qwen3", randmodel.Tiny("qwen3", 512)},
+		{"qwen3_moe", randmodel.TinyMoE(512)},
+		{"gemma3", randmodel.TinyGemma3(512)},
+		{"qwen3_next", randmodel.TinyQwen3Next(512)},
+	}
+	mlx := mlxtest.Opener(t)
+	prompt, steps := modeltest.Tokens(11, 40), 8
+	for _, arch := range archs {
+		hf := filepath.Join(t.TempDir(), "hf")
+		if err := randmodel.Generate(hf, arch.cfg, randmodel.Options{Seed: 21}); err != nil {
+			t.Fatal(err)
+		}
+		if arch.name == "mistral" {
+			asMistral(t, hf)
+		}
+		for _, bits := range []int{0, 4, 8} {
+			dir := filepath.Join(t.TempDir(), "mlx")
+			group := map[int]int{0: 64, 4: 64, 8: 32}[bits]
+			if _, err := create.Convert(context.Background(), hf, dir, create.Options{Bits: bits, GroupSize: group}); err != nil {
+				t.Fatal(err)
+			}
+			cm, err := model.Load(dir, cpu.New(2))
+			if err != nil {
+				t.Fatal(err)
+			}
+			mb, err := mlx()
+			if err != nil {
+				t.Fatal(err)
+			}
+			mm, err := model.Load(dir, mb)
+			if err != nil {
+				t.Fatal(err)
+			}
+			worstF, worstQ := 0.0, 0.0
+			for _, k := range kvs {
+				name := fmt.Sprintf("%s/q%d/%s", arch.name, bits, k.name)
+				run := func(m *model.Model) ([]float32, []int32) {
+					caches := kvCaches(t, m, dir, k.spec, k.boundary)
+					logits := modeltest.Forward(t, m, caches, prompt, 16)
+					logits = logits[len(logits)-m.Config.VocabSize:]
+					var all []float32
+					var toks []int32
+					for range steps {
+						id := int32(argmax(logits))
+						toks = append(toks, id)
+						all = append(all, logits...)
+						if logits, err = m.Forward(context.Background(), []int32{id}, caches, false); err != nil {
+							t.Fatalf("%s: %v", name, err)
+						}
+					}
+					return append(all, logits...), toks
+				}
+				want, wantToks := run(cm)
+				got, gotToks := run(mm)
+				r := modeltest.MaxRel(got, want)
+				tol := 1e-4
+				if k.spec.Quantized() {
+					tol = 1e-3
+					worstQ = max(worstQ, r)
+				} else {
+					worstF = max(worstF, r)
+				}
+				if r > tol {
+					t.Errorf("%s: logits differ from the CPU backend's by %.3g relative (> %.0e)", name, r, tol)
+				}
+				if !slices.Equal(gotToks, wantToks) {
+					t.Errorf("%s: greedy tokens %v, the CPU backend's %v", name, gotToks, wantToks)
+				}
+			}
+			t.Logf("%-10s %-9s: largest relative logit difference MLX vs CPU: %.2g over float caches, %.2g over quantized ones",
+				arch.name, map[int]string{0: "float32", 4: "4-bit g64", 8: "8-bit g32"}[bits], worstF, worstQ)
+			mb.(interface{ Close() error }).Close()
+			mm.Close()
+			cm.Close()
+		}
+	}
+}
+
+// asMistral relabels a llama checkpoint as Mistral (llama's weights, no sliding window).
+func asMistral(t *testing.T, dir string) {
+	t.Helper()
+	path := filepath.Join(dir, "config.json")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg["model_type"], cfg["architectures"], cfg["sliding_window"] = "mistral", []string{"MistralForCausalLM"}, nil
+	raw, _ = json.Marshal(cfg)
+	if err := os.WriteFile(path, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// kvCaches makes the caches of spec (the zero Spec: float32) with boundary layers at 8/8.
+func kvCaches(t *testing.T, m *model.Model, dir string, spec kvstore.Spec, boundary int) []kvstore.Layer {
+	t.Helper()
+	if spec == (kvstore.Spec{}) {
+		c, err := m.NewCaches(true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	cfg, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shape, err := kvstore.ShapeFromConfig(cfg, m.WeightBytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := kvstore.AffineFormat
+	layout, err := kvstore.NewLayout(shape, spec, boundary, kvstore.Spec{K: a(8, 32), V: a(8, 32)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := kvstore.NewCaches(shape, layout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.FillCaches(c); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func argmax(x []float32) int {
+	best := 0
+	for i, v := range x {
+		if v > x[best] {
+			best = i
+		}
+	}
+	return best
+}
