@@ -37,10 +37,10 @@ type Backend struct {
 	// wide says products run in float32: MLX's CPU backend accumulates fp16 and bf16
 	// products in fp16 and bf16 (its GPU backends in float32), which loses several
 	// percent over a long dot product, and its gather_mm takes float32 only.
-	wide bool
-	info   map[string]string
-	calls  chan func()
-	name   string
+	wide  bool
+	info  map[string]string
+	calls chan func()
+	name  string
 
 	life    sync.RWMutex // held for reading by each call to the worker, for writing by Close
 	stopped bool
