@@ -38,6 +38,11 @@ func newCreateCmd() *cobra.Command {
 		Long:  createHelp,
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if file == "" && from == "" {
+				if _, err := os.Stat("Modelfile"); err == nil { // as ollama create: ./Modelfile by default
+					file = "Modelfile"
+				}
+			}
 			if file != "" {
 				if from != "" || output != "" {
 					return fmt.Errorf("-f Modelfile does not go with --from or --output: the Modelfile's FROM line names the source")
@@ -100,7 +105,7 @@ func newCreateCmd() *cobra.Command {
 	f.IntVar(&group, "group-size", 64, "quantization group size: 32, 64 or 128")
 	f.StringVar(&dtype, "dtype", "", "dtype of unquantized weights, scales and biases: float16, bfloat16 or float32 (default: config.json's torch_dtype)")
 	f.StringVar(&output, "output", "", "write the converted checkpoint to this directory instead of the store")
-	f.StringVarP(&file, "file", "f", "", "create from this Modelfile (FROM, PARAMETER, SYSTEM, MESSAGE, LICENSE), as ollama create does")
+	f.StringVarP(&file, "file", "f", "", "create from this Modelfile (FROM, PARAMETER, SYSTEM, MESSAGE, LICENSE), as ollama create does (default: ./Modelfile when there is one and no --from)")
 	return cmd
 }
 

@@ -78,4 +78,13 @@ LICENSE MIT-0
 	if _, _, err := mlxg(t, "create", "bad", "-f", mf, "--from", folder); err == nil {
 		t.Error("-f with --from accepted")
 	}
+	// Without -f or --from, ./Modelfile is read, as ollama create does.
+	t.Chdir(dir)
+	write("Modelfile", "FROM mine\nPARAMETER seed 7\n")
+	if _, stderr, err := mlxg(t, "create", "fromcwd"); err != nil {
+		t.Fatalf("create with ./Modelfile: %v\n%s", err, stderr)
+	}
+	if out, _, err := mlxg(t, "show", "fromcwd", "--parameters"); err != nil || !strings.Contains(out, "seed             7") || !strings.Contains(out, "num_ctx          2048") {
+		t.Errorf("fromcwd parameters: %q, %v", out, err)
+	}
 }
