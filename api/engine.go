@@ -165,8 +165,8 @@ func (l *EngineLoader) load(m *registry.LocalModel, info *registry.ModelInfo, be
 		numCtx = max
 	}
 	em := &engineModel{e: e, cb: cb, numCtx: numCtx, template: info.ChatTemplate, kvSpec: kvSpec, size: size, peak: peak, seqPlan: seqPlan}
-	if be.Name() != "" && !strings.HasPrefix(be.Name(), "cpu") {
-		em.gpu = size // Metal: unified memory, all of it GPU-visible
+	if n := be.Name(); n != "" && !strings.HasPrefix(n, "cpu") && !strings.HasPrefix(n, "mlx-cpu") {
+		em.gpu = size // Metal: unified memory, all of it GPU-visible (MLX's CPU backend: none)
 	}
 	em.fim = fimTokens(e.Tokenizer.TokenID)
 	return em, nil
