@@ -167,6 +167,7 @@ type chatSession struct {
 	hideThinking bool
 	verbose      bool
 	keepAlive    *api.Duration
+	format       json.RawMessage // structured output (--format)
 	out, errw    io.Writer
 }
 
@@ -185,7 +186,7 @@ func (s *chatSession) send(ctx context.Context, text string) error {
 		msgs = append([]api.Message{{Role: "system", Content: s.system}}, msgs...)
 	}
 	msgs = append(msgs, api.Message{Role: "user", Content: text})
-	req := &api.ChatRequest{Model: s.model, Messages: msgs, Options: s.options, Think: s.think, KeepAlive: s.keepAlive}
+	req := &api.ChatRequest{Model: s.model, Messages: msgs, Options: s.options, Think: s.think, KeepAlive: s.keepAlive, Format: s.format}
 	var reply api.Message
 	var final api.ChatResponse
 	thinking, started := false, false

@@ -21,7 +21,9 @@ import (
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/runner"
 	"github.com/mlxg/mlxg/runner/backend"
+	"github.com/mlxg/mlxg/runner/constrain"
 	"github.com/mlxg/mlxg/runner/model"
+	"github.com/mlxg/mlxg/runner/parser"
 	"github.com/mlxg/mlxg/runner/template"
 )
 
@@ -41,6 +43,7 @@ func newRunCmd() *cobra.Command {
 	var (
 		verbose, raw, hideThinking bool
 		think, system, keepAlive   string
+		format                     string
 		threads                    int
 		options                    []string
 		kv                         kvstore.Options
@@ -71,6 +74,10 @@ func newRunCmd() *cobra.Command {
 			if !interactive && prompt == "" {
 				return fmt.Errorf("the prompt is empty: give one (mlxg run %s \"PROMPT\"), pipe one on stdin, or run on a terminal for a chat", model)
 			}
+			fmtJSON, err := formatArg(format)
+			if err != nil {
+				return err
+			}
 			if st, err := os.Stat(model); err == nil && st.IsDir() {
 				if interactive {
 					return fmt.Errorf("%s is a directory: a chat needs the server; import it with mlxg create NAME --from %s, or give a prompt", model, model)
@@ -78,11 +85,11 @@ func newRunCmd() *cobra.Command {
 				if err := kv.ApplyEnv(os.Getenv); err != nil {
 					return err
 				}
-				return runDirectory(cmd, model, prompt, options, raw, think, system, threads, verbose, kv)
+				return runDirectory(cmd, model, prompt, options, raw, think, system, threads, verbose, kv, fmtJSON)
 			}
 
 			s := &chatSession{model: model, options: map[string]any{}, system: system, hideThinking: hideThinking,
-				verbose: verbose, out: cmd.OutOrStdout(), errw: cmd.ErrOrStderr()}
+				verbose: verbose, format: fmtJSON, out: cmd.OutOrStdout(), errw: cmd.ErrOrStderr()}
 			for _, o := range options {
 				name, value, ok := strings.Cut(o, "=")
 				if !ok || name == "" {
@@ -143,6 +150,7 @@ func newRunCmd() *cobra.Command {
 	f.BoolVar(&hideThinking, "hidethinking", false, "do not show the model's thinking")
 	f.StringVar(&keepAlive, "keepalive", "", "how long the model stays loaded after this session (e.g. 10m, 1h; -1: forever)")
 	f.StringVar(&system, "system", "", "a system message")
+	f.StringVar(&format, "format", "", "structured output: json (any object) or a JSON schema; the answer is constrained to it")
 	f.BoolVar(&raw, "raw", false, "send the prompt without the chat template")
 	f.IntVar(&threads, "threads", 0, "CPU threads when MODEL is a directory run in-process (0: all cores)")
 	f.StringArrayVarP(&options, "option", "o", nil, "a generation option NAME=VALUE (Ollama's names; repeatable)")
@@ -158,7 +166,8 @@ func newRunCmd() *cobra.Command {
 func runRawPrompt(ctx context.Context, s *chatSession, prompt string) error {
 	var text string
 	var final api.GenerateResponse
-	err := s.c.Generate(ctx, &api.GenerateRequest{Model: s.model, Prompt: prompt, Raw: true, Options: s.options, KeepAlive: s.keepAlive},
+	err := s.c.Generate(ctx, &api.GenerateRequest{Model: s.model, Prompt: prompt, Raw: true, Options: s.options, KeepAlive: s.keepAlive,
+		Format: s.format},
 		func(r api.GenerateResponse) error {
 			text += r.Response
 			if r.Done {
@@ -177,8 +186,12 @@ func runRawPrompt(ctx context.Context, s *chatSession, prompt string) error {
 }
 
 // runDirectory answers one prompt with a checkpoint directory, in this process.
-func runDirectory(cmd *cobra.Command, dir, prompt string, options []string, raw bool, think, system string, threads int, verbose bool, kv kvstore.Options) error {
+func runDirectory(cmd *cobra.Command, dir, prompt string, options []string, raw bool, think, system string, threads int, verbose bool, kv kvstore.Options, format json.RawMessage) error {
 	opts, err := parseRunOptions(options)
+	if err != nil {
+		return err
+	}
+	schema, err := constrain.FromFormat(format)
 	if err != nil {
 		return err
 	}
@@ -254,6 +267,18 @@ func runDirectory(cmd *cobra.Command, dir, prompt string, options []string, raw 
 			req.TemplateKwargs = map[string]any{"enable_thinking": true, "reasoning_effort": think}
 		default:
 			return fmt.Errorf("--think is %q: use true, false, high, medium or low", think)
+		}
+	}
+	if schema != nil {
+		req.Format = &runner.Format{Schema: schema}
+		if _, ok := e.Tokenizer.TokenID(parser.ThinkOpen); ok && len(req.Messages) > 0 && think != "false" {
+			// The thinking block (printed as it comes here) stays free; the answer after it is constrained.
+			req.Format.ThinkOpen, req.Format.ThinkClose = parser.ThinkOpen, parser.ThinkClose
+			p, err := e.Template.Apply(req.Messages, template.Options{AddGenerationPrompt: true, Kwargs: req.TemplateKwargs})
+			if err != nil {
+				return err
+			}
+			req.Format.InThinking = parser.PromptOpensThinking(p)
 		}
 	}
 	out := cmd.OutOrStdout()
