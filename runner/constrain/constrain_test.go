@@ -23,7 +23,8 @@ func testVocab(rng *rand.Rand) (*Vocab, [][]byte, int32) {
 		`0`, `10`, `123`, `-1`, `.5`, `e+`, `E-`, `1e`, `\n`, `\"`, `\\`, `\u00`, `\ud8`, `\u0041`,
 		"\n", "\n  ", "\n    ", "  ", "    ", " \"", "\t", "é", "日本", "\xe6\x97", "\xa5", "😀", "\xf0\x9f",
 		`name`, `age`, `id`, `_`, `-`, `:`, `ab`, `abc`, `a-b`, `2024`, `-01-`, `T12`, `:00`, `Z`,
-		"abcdefghijklmnopqrstuvwxyz0123", "long plain token é 日本語 of 32 chars", "==================", `"` + strings.Repeat("x", 20)}
+		"abcdefghijklmnopqrstuvwxyz0123", "long plain token é 日本語 of 32 chars", "==================", `"` + strings.Repeat("x", 20),
+		`ab"`, `x",`, `e"}`, `c"`, `z\`, `ox"`}
 	for _, p := range pieces {
 		toks = append(toks, []byte(p))
 	}
@@ -333,5 +334,46 @@ func TestFinishedWithoutEOS(t *testing.T) {
 	}
 	if !c.Finished() {
 		t.Fatal("not finished after the most digits a number may have")
+	}
+}
+
+// TestPatternWalk: inside pattern strings (the DFA-only walk, and the machine after a quote or
+// backslash), at every character of a matching value, the mask equals trying every token.
+func TestPatternWalk(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	v, _, eos := testVocab(rng)
+	for _, c := range []struct{ pattern, value string }{
+		{`^[a-z ]{1,12}$`, "the red fox"},
+		{`^[A-Z]{2,3}-[0-9]{1,4}$`, "AB-1234"},
+		{`ab`, `xx\"ab\\y`},
+		{`^[^"\\]*$`, "no quotes"},
+		{`^(red|green|blue)$`, "green"},
+	} {
+		for _, wrap := range []string{`{"type":"string","pattern":%q,"maxLength":20}`, `{"type":"string","pattern":%q,"minLength":5,"maxLength":12}`,
+			`{"type":"object","properties":{"s":{"type":"string","pattern":%q}},"required":["s"]}`} {
+			schema := fmt.Sprintf(wrap, c.pattern)
+			sch, err := Compile(json.RawMessage(schema))
+			if err != nil {
+				t.Fatalf("%s: %v", schema, err)
+			}
+			con := sch.New(v)
+			out := []byte(`"`)
+			if strings.HasPrefix(wrap, `{"type":"object"`) {
+				out = []byte(`{"s":"`)
+			}
+			if err := con.AcceptBytes(out); err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; ; i++ {
+				bruteForce(t, con, v, eos, out)
+				if i == len(c.value) {
+					break
+				}
+				if err := con.AcceptBytes([]byte{c.value[i]}); err != nil {
+					t.Fatalf("%s: %q: %v", schema, c.value[:i+1], err)
+				}
+				out = append(out, c.value[i])
+			}
+		}
 	}
 }

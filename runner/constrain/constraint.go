@@ -60,6 +60,9 @@ func (c *Constraint) Mask() bitset {
 			b.or(c.v.plain[maxBucket])
 			c.walk(&c.v.restLong, 0, 0, &c.cur, b)
 		}
+	} else if c.patternString() {
+		top := c.cur.frames[len(c.cur.frames)-1]
+		c.walkPattern(&c.v.full, 0, 0, top.c, top.a, b)
 	} else {
 		c.walk(&c.v.full, 0, 0, &c.cur, b)
 	}
@@ -102,6 +105,70 @@ func (c *Constraint) plainString() (int, bool) {
 		}
 	}
 	return room, c.cur.n() > 0
+}
+
+// patternString reports whether the state is one stack inside the content of a string with
+// a pattern (not in an escape): walkPattern then runs the pattern's DFA alone.
+func (c *Constraint) patternString() bool {
+	if c.cur.n() != 1 {
+		return false
+	}
+	top := c.cur.frames[len(c.cur.frames)-1]
+	return top.kind == fStr && top.stage == sIn && top.b == 0 && c.m.s.nodes[top.node].pattern != nil
+}
+
+// walkPattern is walk inside a pattern string (DFA state s, a characters counted): through
+// plain ASCII characters it follows the DFA alone, as feedStr would, without the machine; at a
+// quote or backslash it goes on with the machine from the equivalent state.
+func (c *Constraint) walkPattern(t *trie, n int32, depth int, s, a int32, b bitset) {
+	top := c.cur.frames[len(c.cur.frames)-1]
+	nd := &c.m.s.nodes[top.node]
+	p := nd.pattern
+	step := int32(0)
+	if nd.minLen > 0 || nd.maxLen >= 0 {
+		step = 1
+	}
+	node := t.nodes[n]
+	for _, e := range t.edges[node.edge0 : node.edge0+node.nedge] {
+		ch := e.b
+		child := t.nodes[e.child]
+		switch {
+		case ch >= 0x20 && ch < 0x7f && ch != '"' && ch != '\\':
+			if nd.maxLen >= 0 && a >= nd.maxLen {
+				continue
+			}
+			next := p.next[s][ch]
+			if !p.feasible(next, a+1, nd.minLen, nd.maxLen) {
+				continue
+			}
+			for _, id := range t.toks[child.tok0 : child.tok0+child.ntok] {
+				b.set(id)
+			}
+			if child.nedge > 0 {
+				c.walkPattern(t, e.child, depth+1, next, a+step, b)
+			}
+		case ch == '"' || ch == '\\':
+			// The machine from here: the current state with the string at (s, a).
+			if len(c.bufs) <= depth+1 {
+				c.bufs = append(c.bufs, make([]State, depth+2-len(c.bufs))...)
+			}
+			here := &c.bufs[depth]
+			here.copyFrom(&c.cur)
+			f := &here.frames[len(here.frames)-1]
+			f.c, f.a = s, a
+			next := &c.bufs[depth+1]
+			if !c.m.step(next, here, ch) {
+				continue
+			}
+			for _, id := range t.toks[child.tok0 : child.tok0+child.ntok] {
+				b.set(id)
+			}
+			if child.nedge > 0 {
+				c.walk(t, e.child, depth+2, next, b)
+			}
+		}
+		// Other bytes (control, non-ASCII) end a pattern string's prefix.
+	}
 }
 
 // walk adds to b the tokens of the subtree of trie node n (at depth) that st accepts.
