@@ -23,8 +23,7 @@ type Lib struct {
 
 	evals atomic.Int64 // mlx_eval calls, for tests
 
-	plansMu sync.Mutex
-	plans   map[*Backend]MemoryLimits // each live backend's share of the allocator limits
+	plans map[*Backend]MemoryLimits // each live backend's share of the allocator limits; mu held
 }
 
 // dynlib is how a library is opened and its symbols bound: purego on darwin/arm64,

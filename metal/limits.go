@@ -30,24 +30,23 @@ func LimitsFor(p kvstore.Plan) MemoryLimits {
 // that fits the RAM may still exceed the GPU's working set). Closing a backend
 // lowers it again. The cache limit is the largest of theirs.
 func (b *Backend) ApplyPlan(p kvstore.Plan) (MemoryLimits, error) {
-	b.lib.plansMu.Lock()
-	defer b.lib.plansMu.Unlock()
-	if b.lib.plans == nil {
-		b.lib.plans = map[*Backend]MemoryLimits{}
-	}
-	b.lib.plans[b] = LimitsFor(p)
 	var prev MemoryLimits
+	// The plans are read and written with the Lib's mutex held, on the worker, like
+	// every other MLX call: one lock, so no order between two of them to get wrong.
 	err := b.do(func() (err error) {
+		if b.lib.plans == nil {
+			b.lib.plans = map[*Backend]MemoryLimits{}
+		}
+		b.lib.plans[b] = LimitsFor(p)
 		prev, err = b.lib.setLimits(b.lib.combinedLimits(b.info))
 		return err
 	})
 	return prev, err
 }
 
-// releasePlan drops b's share of the limits (at Close, on the worker).
+// releasePlan drops b's share of the limits (at Close, on the worker, with the Lib's
+// mutex held).
 func (b *Backend) releasePlan() error {
-	b.lib.plansMu.Lock()
-	defer b.lib.plansMu.Unlock()
 	if _, ok := b.lib.plans[b]; !ok {
 		return nil
 	}

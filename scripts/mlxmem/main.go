@@ -4,7 +4,10 @@
 // layers 8/8), on the CPU backend and on MLX (MLXG_MLXC_PATH: scripts/mlx/build.sh's
 // libmlxc). Each backend runs in a process of its own; the table gives MLX / CPU.
 //
-//	go run ./scripts/mlxmem -model DIR [-tokens 4096]
+//	go run ./scripts/mlxmem -model DIR [-tokens 4096] [-bits 4]
+//
+// -bits converts the checkpoint to MLX affine bits (group 64) first, into a temporary
+// directory.
 package main
 
 import (
@@ -23,6 +26,7 @@ import (
 	"strings"
 
 	"github.com/mlxg/mlxg/kvstore"
+	"github.com/mlxg/mlxg/registry/create"
 	"github.com/mlxg/mlxg/runner"
 	"github.com/mlxg/mlxg/runner/backend"
 	"github.com/mlxg/mlxg/runner/compute"
@@ -41,9 +45,22 @@ func main() {
 	dir := flag.String("model", "", "checkpoint directory")
 	tokens := flag.Int("tokens", 4096, "prompt tokens to prefill")
 	one := flag.String("backend", "", "measure one backend in this process (cpu or mlx) and print JSON")
+	bits := flag.Int("bits", 0, "convert to MLX affine bits (group 64) first; 0 keeps the checkpoint as it is")
 	flag.Parse()
 	if *dir == "" {
 		log.Fatal("-model is required")
+	}
+	if *bits > 0 && *one == "" {
+		tmp, err := os.MkdirTemp("", "mlxmem-")
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer os.RemoveAll(tmp)
+		out := filepath.Join(tmp, filepath.Base(*dir)+"-"+strconv.Itoa(*bits)+"bit")
+		if _, err := create.Convert(context.Background(), *dir, out, create.Options{Bits: *bits, GroupSize: 64}); err != nil {
+			log.Fatal(err)
+		}
+		*dir = out
 	}
 	if *one != "" {
 		s, err := measure(*dir, *one, *tokens)
