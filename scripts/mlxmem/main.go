@@ -2,7 +2,9 @@
 // resident memory after loading a checkpoint and after a prefill of -tokens tokens into
 // the KV policy's default caches (keys 8-bit, values 4-bit, the first and last two KV
 // layers 8/8), on the CPU backend and on MLX (MLXG_MLXC_PATH: scripts/mlx/build.sh's
-// libmlxc). Each backend runs in a process of its own; the table gives MLX / CPU.
+// libmlxc). Each backend runs in a process of its own; the table gives MLX / CPU, and
+// the prefill and decode speeds seen on the way (informational: MLX's CPU backend is not
+// MLX's target, the GPU is).
 //
 //	go run ./scripts/mlxmem -model DIR [-tokens 4096] [-bits 4]
 //
@@ -24,9 +26,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/registry/create"
+	"github.com/mlxg/mlxg/registry/randmodel"
 	"github.com/mlxg/mlxg/runner"
 	"github.com/mlxg/mlxg/runner/backend"
 	"github.com/mlxg/mlxg/runner/compute"
@@ -36,9 +40,10 @@ import (
 // sample is one backend's measurement, in bytes.
 type sample struct {
 	Backend                   string
-	Start, Loaded, Prefilled  int64 // VmRSS
-	AnonLoaded, AnonPrefilled int64 // RssAnon: what the process allocated itself
-	KVBytes                   int64 // what the caches report holding
+	Start, Loaded, Prefilled  int64   // VmRSS
+	AnonLoaded, AnonPrefilled int64   // RssAnon: what the process allocated itself
+	KVBytes                   int64   // what the caches report holding
+	Prefill, Decode           float64 // tokens per second (informational)
 }
 
 func main() {
@@ -46,9 +51,21 @@ func main() {
 	tokens := flag.Int("tokens", 4096, "prompt tokens to prefill")
 	one := flag.String("backend", "", "measure one backend in this process (cpu or mlx) and print JSON")
 	bits := flag.Int("bits", 0, "convert to MLX affine bits (group 64) first; 0 keeps the checkpoint as it is")
+	shape := flag.String("shape", "", "instead of -model: a random checkpoint of this shape (qwen2-0.5b)")
 	flag.Parse()
+	if *shape == "qwen2-0.5b" && *one == "" {
+		tmp, err := os.MkdirTemp("", "mlxmem-")
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer os.RemoveAll(tmp)
+		*dir = filepath.Join(tmp, *shape)
+		if err := randmodel.Generate(*dir, randmodel.Qwen2_0_5B(), randmodel.Options{Seed: 1}); err != nil {
+			log.Fatal(err)
+		}
+	}
 	if *dir == "" {
-		log.Fatal("-model is required")
+		log.Fatal("-model (or -shape qwen2-0.5b) is required")
 	}
 	if *bits > 0 && *one == "" {
 		tmp, err := os.MkdirTemp("", "mlxmem-")
@@ -84,10 +101,10 @@ func main() {
 	}
 	mib := func(b int64) string { return fmt.Sprintf("%.1f", float64(b)/(1<<20)) }
 	fmt.Printf("%s, %d-token prefill, KV K8/V4 (boundary 8/8)\n\n", filepath.Base(*dir), *tokens)
-	fmt.Println("| backend | RSS after load (MiB) | RSS after prefill (MiB) | of which anonymous (MiB) | weights + KV resident (MiB) | KV (MiB) |")
-	fmt.Println("|---|---|---|---|---|---|")
+	fmt.Println("| backend | RSS after load (MiB) | RSS after prefill (MiB) | of which anonymous (MiB) | weights + KV resident (MiB) | KV (MiB) | prefill tok/s | decode tok/s |")
+	fmt.Println("|---|---|---|---|---|---|---|---|")
 	for _, s := range rows {
-		fmt.Printf("| %s | %s | %s | %s | %s | %s |\n", s.Backend, mib(s.Loaded), mib(s.Prefilled), mib(s.AnonPrefilled), mib(s.Prefilled-s.Start), mib(s.KVBytes))
+		fmt.Printf("| %s | %s | %s | %s | %s | %s | %.0f | %.1f |\n", s.Backend, mib(s.Loaded), mib(s.Prefilled), mib(s.AnonPrefilled), mib(s.Prefilled-s.Start), mib(s.KVBytes), s.Prefill, s.Decode)
 	}
 	c, m := rows[0], rows[1]
 	fmt.Printf("\nMLX / CPU, weights + KV resident: %.2f\n", float64(m.Prefilled-m.Start)/float64(c.Prefilled-c.Start))
@@ -139,12 +156,22 @@ func measure(dir, which string, tokens int) (sample, error) {
 	for i := range prompt {
 		prompt[i] = int32(100 + (i*7919)%20000)
 	}
+	t0 := time.Now()
 	for i := 0; i < tokens; i += 512 {
 		if _, err := e.Model.Forward(context.Background(), prompt[i:min(i+512, tokens)], caches, false); err != nil {
 			return s, err
 		}
 	}
+	s.Prefill = float64(tokens) / time.Since(t0).Seconds()
 	s.Prefilled, s.AnonPrefilled = status("VmRSS"), status("RssAnon")
+	const steps = 32
+	t0 = time.Now()
+	for i := range steps {
+		if _, err := e.Model.Forward(context.Background(), []int32{int32(200 + i)}, caches, false); err != nil {
+			return s, err
+		}
+	}
+	s.Decode = steps / time.Since(t0).Seconds()
 	for _, l := range caches {
 		if l != nil {
 			s.KVBytes += l.Bytes()
