@@ -115,3 +115,32 @@ func TestClientCreate(t *testing.T) {
 		t.Errorf("show: %+v, %v", show, err)
 	}
 }
+
+// linkOrCopy copies where a hard link cannot be made (another filesystem: /dev/shm is tmpfs on Linux).
+func TestLinkOrCopyAcrossDisks(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "blob")
+	if err := os.WriteFile(src, []byte("weights"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	other, err := os.MkdirTemp("/dev/shm", "mlxg-link-")
+	if err != nil {
+		t.Skip("no /dev/shm here to stand for another disk")
+	}
+	defer os.RemoveAll(other)
+	dst := filepath.Join(other, "model.safetensors")
+	if err := linkOrCopy(src, dst); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(dst); err != nil || string(b) != "weights" {
+		t.Fatalf("copy: %q, %v", b, err)
+	}
+	same := filepath.Join(filepath.Dir(src), "linked")
+	if err := linkOrCopy(src, same); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := os.Stat(src)
+	b, _ := os.Stat(same)
+	if !os.SameFile(a, b) {
+		t.Error("on one disk the blob was copied, not linked")
+	}
+}
