@@ -282,3 +282,28 @@ func TestDeviceInfoAndMemory(t *testing.T) {
 		t.Errorf("a null device gave %v", err)
 	}
 }
+
+// mlx-c allocates a string or a device-info map into the handle it is given: what is
+// freed must be the handle the call left, not the one made before it.
+func TestOutParameterHandlesAreFreed(t *testing.T) {
+	f := newFakeLib(true)
+	var freedStrings []mlxString
+	var freedInfos []mlxDeviceInfo
+	f.impls["mlx_string_new"] = func() mlxString { return 1 }
+	f.impls["mlx_version"] = func(res *mlxString) int32 { *res = 2; return 0 }
+	f.impls["mlx_string_free"] = func(s mlxString) int32 { freedStrings = append(freedStrings, s); return 0 }
+	f.impls["mlx_device_new_type"] = func(mlxDeviceType, int32) mlxDevice { return 5 }
+	f.impls["mlx_device_info_new"] = func() mlxDeviceInfo { return 7 }
+	f.impls["mlx_device_info_get"] = func(res *mlxDeviceInfo, _ mlxDevice) int32 { *res = 8; return 0 }
+	f.impls["mlx_device_info_free"] = func(i mlxDeviceInfo) int32 { freedInfos = append(freedInfos, i); return 0 }
+	l, err := load(f.dynlib(), "/fake/libmlxc.dylib")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.DeviceInfo(); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(freedStrings, []mlxString{2}) || !reflect.DeepEqual(freedInfos, []mlxDeviceInfo{8}) {
+		t.Errorf("freed strings %v and device infos %v; want the handles the calls returned, [2] and [8]", freedStrings, freedInfos)
+	}
+}
