@@ -99,11 +99,13 @@ func runDoctor(out io.Writer, seed uint64) int {
 	}
 	// What `mlxg serve` and `mlxg run` would choose, by the same rule.
 	choice, err := backend.Select(backend.Options{
+		// A backend of its own: Select releases one it turns down (MLXG_BACKEND=metal
+		// where MLX runs on the CPU), and the checks below still need theirs.
 		Metal: func() (compute.Backend, error) {
-			if len(backends) > 1 {
-				return backends[1], nil
+			if gpuErr != nil {
+				return nil, gpuErr
 			}
-			return nil, gpuErr
+			return backend.OpenMetal()
 		},
 		CPU:    func(int) compute.Backend { return ref },
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -113,6 +115,9 @@ func runDoctor(out io.Writer, seed uint64) int {
 		failed++
 	} else {
 		row("selected", fmt.Sprintf("%s (%s; %s=cpu, metal or mlx forces one)", choice.Backend.Name(), choice.Reason, backend.Env))
+		if choice.Backend != ref {
+			backend.Release(choice.Backend)
+		}
 	}
 
 	report := func(res []backend.Result) {
