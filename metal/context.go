@@ -145,9 +145,15 @@ func (c *context) Linear(x compute.Tensor, w compute.Weight) compute.Tensor {
 	return c.record(a[0].rows, mw.out, func(g *graph) mlxArray {
 		xc := g.astype(a[0].arr, mw.dt)
 		var y mlxArray
-		if mw.q.Quantized() {
+		switch {
+		case mw.q.Quantized() && c.b.wide && a[0].rows >= wideDequantRows:
+			// MLX's CPU quantized matmul is a scalar loop; for a prefill, decoding the
+			// matrix (transiently) and multiplying through BLAS is many times faster.
+			w := g.dequantize(mw.w, mw.scales, mw.biases, mw.q.GroupSize, mw.q.Bits, string(mw.q.Mode), dtFloat32)
+			y = g.matmul(xc, g.transpose(w, 1, 0))
+		case mw.q.Quantized():
 			y = g.qmm(xc, mw.w, mw.scales, mw.biases, true, mw.q.GroupSize, mw.q.Bits, string(mw.q.Mode))
-		} else {
+		default:
 			y = g.matmul(xc, g.transpose(mw.w, 1, 0))
 		}
 		y = g.astype(y, dtFloat32)
@@ -411,3 +417,7 @@ func (c *context) Float32s(x compute.Tensor) ([]float32, error) {
 }
 
 var negInf = float32(math.Inf(-1))
+
+// wideDequantRows is the number of rows from which a quantized product on MLX's CPU
+// decodes the weight and multiplies in float32 instead of calling quantized_matmul.
+const wideDequantRows = 16
