@@ -12,8 +12,8 @@ func (t *Tokenizer) Piece(id int32) []byte {
 	switch {
 	case !ok:
 		return nil
-	case t.isAdded(id):
-		return []byte(tok)
+	case t.IsSpecial(id):
+		return []byte(tok) // as Decode keeps it; other added tokens (Gemma's "▁▁") go through the decoder
 	case t.decBytes == byteLevelBytes:
 		return appendByteLevel(nil, tok)
 	}
@@ -29,9 +29,4 @@ func (t *Tokenizer) Piece(id int32) []byte {
 		return []byte(s[1:])
 	}
 	return []byte(joinEmpty(t.dec.decodeChain([]string{tok})))
-}
-
-func (t *Tokenizer) isAdded(id int32) bool {
-	_, ok := t.addedByID[id]
-	return ok
 }
