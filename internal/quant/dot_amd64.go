@@ -1,21 +1,26 @@
 package quant
 
-import "golang.org/x/sys/cpu"
+import (
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+)
 
 // simd reports whether the AVX2+FMA(+F16C) kernels in dot_amd64.s can run.
 var simd = cpu.X86.HasAVX2 && cpu.X86.HasFMA && cpu.X86.HasF16C
 
 // dotQ4Rows writes, for rows consecutive packed rows (with their scales and biases),
 // out[r] = Σ_g scales[g]·Σ x'·codes + biases[g]·sums[g], over groups groups of blocks
-// runs of 16 4-bit codes (8 bytes each), x' in the order Vec.Prepare permutes it.
+// runs of 16 4-bit codes (8 bytes each), x' in the order Vec.Prepare permutes it. Scales
+// and biases are of ScaleType st: float32, bf16 or fp16.
 //
 //go:noescape
-func dotQ4Rows(x *float32, w *uint32, scales, biases, sums, out *float32, rows, groups, blocks int)
+func dotQ4Rows(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, groups, blocks, st int)
 
 // dotQ8Rows is dotQ4Rows for 8-bit codes, blocks runs of 8 codes per group, x in order.
 //
 //go:noescape
-func dotQ8Rows(x *float32, w *uint32, scales, biases, sums, out *float32, rows, groups, blocks int)
+func dotQ8Rows(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, groups, blocks, st int)
 
 // SetSIMD switches the assembly kernels on or off (for tests and benchmarks of the
 // plain Go kernels) and returns the previous setting; it cannot turn them on where the
@@ -52,7 +57,13 @@ func widen8(dst *float32, src *uint16, n int)
 //go:noescape
 func swiglu8(out, gate, up *float32, n int)
 
-// dequantQ4 writes scale·code + bias for groups groups of blocks runs of 16 4-bit codes.
+// dequantQ4 writes scale·code + bias for groups groups of blocks runs of 16 4-bit codes,
+// scales and biases of ScaleType st.
 //
 //go:noescape
-func dequantQ4(dst *float32, w *uint32, scales, biases *float32, groups, blocks int)
+func dequantQ4(dst *float32, w *uint32, scales, biases unsafe.Pointer, groups, blocks, st int)
+
+// dequantQ8 is dequantQ4 for 8-bit codes, blocks runs of 8 codes per group.
+//
+//go:noescape
+func dequantQ8(dst *float32, w *uint32, scales, biases unsafe.Pointer, groups, blocks, st int)

@@ -1,9 +1,10 @@
 #include "textflag.h"
 
-// func dotQ4Rows(x *float32, w *uint32, scales, biases, sums, out *float32, rows, groups, blocks int)
+// func dotQ4Rows(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, groups, blocks, st int)
 // For each of rows consecutive packed rows: out[r] = Σ_g scales[g]·(x'·codes of g) +
 // biases[g]·sums[g], with blocks runs of 16 codes per group and x' permuted by Vec.
-TEXT ·dotQ4Rows(SB), NOSPLIT, $0-72
+// st is the ScaleType of scales and biases: 0 float32, 1 bf16, 2 fp16.
+TEXT ·dotQ4Rows(SB), NOSPLIT, $0-80
 	MOVQ x+0(FP), SI
 	MOVQ w+8(FP), DI
 	MOVQ scales+16(FP), DX
@@ -13,6 +14,7 @@ TEXT ·dotQ4Rows(SB), NOSPLIT, $0-72
 	MOVQ rows+48(FP), CX
 	MOVQ groups+56(FP), R9
 	MOVQ blocks+64(FP), BX
+	MOVQ st+72(FP), R15
 	MOVL $15, AX
 	VMOVD AX, X15
 	VPBROADCASTD X15, Y15
@@ -55,12 +57,32 @@ q4block:
 	VADDPS Y7, Y1, Y1
 	VADDPS Y8, Y6, Y6
 	VADDPS Y6, Y1, Y1
-	VBROADCASTSS (DX), Y5
-	VFMADD231PS Y1, Y5, Y0
+	CMPQ R15, $1
+	JEQ q4bf16
+	JGT q4f16
+	VBROADCASTSS (DX), Y5     // float32 scales and biases
 	VMOVSS (R13), X12
-	VFMADD231SS (AX), X12, X13
 	ADDQ $4, DX
 	ADDQ $4, R13
+	JMP q4scaled
+q4bf16:
+	VPBROADCASTW (DX), Y5     // bf16: the 16 bits in the high half of each float32
+	VPSLLD $16, Y5, Y5
+	VPBROADCASTW (R13), X12
+	VPSLLD $16, X12, X12
+	ADDQ $2, DX
+	ADDQ $2, R13
+	JMP q4scaled
+q4f16:
+	VPBROADCASTW (DX), X5     // fp16: widened by F16C
+	VCVTPH2PS X5, Y5
+	VPBROADCASTW (R13), X12
+	VCVTPH2PS X12, X12
+	ADDQ $2, DX
+	ADDQ $2, R13
+q4scaled:
+	VFMADD231PS Y1, Y5, Y0
+	VFMADD231SS (AX), X12, X13
 	ADDQ $4, AX
 	DECQ R10
 	JNZ q4group
@@ -78,9 +100,9 @@ q4block:
 	VZEROUPPER
 	RET
 
-// func dotQ8Rows(x *float32, w *uint32, scales, biases, sums, out *float32, rows, groups, blocks int)
+// func dotQ8Rows(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, groups, blocks, st int)
 // dotQ4Rows for 8-bit codes: blocks runs of 8 codes per group, x in order.
-TEXT ·dotQ8Rows(SB), NOSPLIT, $0-72
+TEXT ·dotQ8Rows(SB), NOSPLIT, $0-80
 	MOVQ x+0(FP), SI
 	MOVQ w+8(FP), DI
 	MOVQ scales+16(FP), DX
@@ -90,6 +112,7 @@ TEXT ·dotQ8Rows(SB), NOSPLIT, $0-72
 	MOVQ rows+48(FP), CX
 	MOVQ groups+56(FP), R9
 	MOVQ blocks+64(FP), BX
+	MOVQ st+72(FP), R15
 
 q8row:
 	MOVQ SI, R11
@@ -117,12 +140,32 @@ q8block:
 	JNZ q8block
 
 	VADDPS Y6, Y1, Y1
-	VBROADCASTSS (DX), Y5
-	VFMADD231PS Y1, Y5, Y0
+	CMPQ R15, $1
+	JEQ q8bf16
+	JGT q8f16
+	VBROADCASTSS (DX), Y5     // float32 scales and biases
 	VMOVSS (R13), X12
-	VFMADD231SS (AX), X12, X13
 	ADDQ $4, DX
 	ADDQ $4, R13
+	JMP q8scaled
+q8bf16:
+	VPBROADCASTW (DX), Y5     // bf16: the 16 bits in the high half of each float32
+	VPSLLD $16, Y5, Y5
+	VPBROADCASTW (R13), X12
+	VPSLLD $16, X12, X12
+	ADDQ $2, DX
+	ADDQ $2, R13
+	JMP q8scaled
+q8f16:
+	VPBROADCASTW (DX), X5     // fp16: widened by F16C
+	VCVTPH2PS X5, Y5
+	VPBROADCASTW (R13), X12
+	VCVTPH2PS X12, X12
+	ADDQ $2, DX
+	ADDQ $2, R13
+q8scaled:
+	VFMADD231PS Y1, Y5, Y0
+	VFMADD231SS (AX), X12, X13
 	ADDQ $4, AX
 	DECQ R10
 	JNZ q8group
@@ -398,22 +441,47 @@ sgloop:
 	VZEROUPPER
 	RET
 
-// func dequantQ4(dst *float32, w *uint32, scales, biases *float32, groups, blocks int)
-// dst = scale·code + bias for groups groups of blocks runs of 16 4-bit codes, in order.
-TEXT ·dequantQ4(SB), NOSPLIT, $0-48
+// func dequantQ4(dst *float32, w *uint32, scales, biases unsafe.Pointer, groups, blocks, st int)
+// dst = scale·code + bias for groups groups of blocks runs of 16 4-bit codes, in order;
+// st is the ScaleType of scales and biases.
+TEXT ·dequantQ4(SB), NOSPLIT, $0-56
 	MOVQ dst+0(FP), DI
 	MOVQ w+8(FP), SI
 	MOVQ scales+16(FP), DX
 	MOVQ biases+24(FP), R13
 	MOVQ groups+32(FP), CX
 	MOVQ blocks+40(FP), BX
+	MOVQ st+48(FP), R15
 	MOVL $15, AX
 	VMOVD AX, X15
 	VPBROADCASTD X15, Y15
 
 dqgroup:
-	VBROADCASTSS (DX), Y13
-	VBROADCASTSS (R13), Y14
+	CMPQ R15, $1
+	JEQ dq4bf16
+	JGT dq4f16
+	VBROADCASTSS (DX), Y13     // float32 scales and biases
+	VMOVSS (R13), X14
+	ADDQ $4, DX
+	ADDQ $4, R13
+	JMP dq4scaled
+dq4bf16:
+	VPBROADCASTW (DX), Y13     // bf16: the 16 bits in the high half of each float32
+	VPSLLD $16, Y13, Y13
+	VPBROADCASTW (R13), X14
+	VPSLLD $16, X14, X14
+	ADDQ $2, DX
+	ADDQ $2, R13
+	JMP dq4scaled
+dq4f16:
+	VPBROADCASTW (DX), X13     // fp16: widened by F16C
+	VCVTPH2PS X13, Y13
+	VPBROADCASTW (R13), X14
+	VCVTPH2PS X14, X14
+	ADDQ $2, DX
+	ADDQ $2, R13
+dq4scaled:
+	VBROADCASTSS X14, Y14
 	MOVQ BX, R8
 
 dqblock:
@@ -435,10 +503,68 @@ dqblock:
 	DECQ R8
 	JNZ dqblock
 
-	ADDQ $4, DX
-	ADDQ $4, R13
 	DECQ CX
 	JNZ dqgroup
+
+	VZEROUPPER
+	RET
+
+// func dequantQ8(dst *float32, w *uint32, scales, biases unsafe.Pointer, groups, blocks, st int)
+// dst = scale·code + bias for groups groups of blocks runs of 8 8-bit codes, in order.
+TEXT ·dequantQ8(SB), NOSPLIT, $0-56
+	MOVQ dst+0(FP), DI
+	MOVQ w+8(FP), SI
+	MOVQ scales+16(FP), DX
+	MOVQ biases+24(FP), R13
+	MOVQ groups+32(FP), CX
+	MOVQ blocks+40(FP), BX
+	MOVQ st+48(FP), R15
+	SHRQ $1, BX               // two runs of 8 a step (groups are >= 32)
+
+d8group:
+	CMPQ R15, $1
+	JEQ dq8bf16
+	JGT dq8f16
+	VBROADCASTSS (DX), Y13     // float32 scales and biases
+	VMOVSS (R13), X14
+	ADDQ $4, DX
+	ADDQ $4, R13
+	JMP dq8scaled
+dq8bf16:
+	VPBROADCASTW (DX), Y13     // bf16: the 16 bits in the high half of each float32
+	VPSLLD $16, Y13, Y13
+	VPBROADCASTW (R13), X14
+	VPSLLD $16, X14, X14
+	ADDQ $2, DX
+	ADDQ $2, R13
+	JMP dq8scaled
+dq8f16:
+	VPBROADCASTW (DX), X13     // fp16: widened by F16C
+	VCVTPH2PS X13, Y13
+	VPBROADCASTW (R13), X14
+	VCVTPH2PS X14, X14
+	ADDQ $2, DX
+	ADDQ $2, R13
+dq8scaled:
+	VBROADCASTSS X14, Y14
+	MOVQ BX, R8
+
+d8block:
+	VPMOVZXBD (SI), Y2        // 8 codes
+	VPMOVZXBD 8(SI), Y3
+	VCVTDQ2PS Y2, Y2
+	VCVTDQ2PS Y3, Y3
+	VFMADD213PS Y14, Y13, Y2  // scale·code + bias
+	VFMADD213PS Y14, Y13, Y3
+	VMOVUPS Y2, (DI)
+	VMOVUPS Y3, 32(DI)
+	ADDQ $16, SI
+	ADDQ $64, DI
+	DECQ R8
+	JNZ d8block
+
+	DECQ CX
+	JNZ d8group
 
 	VZEROUPPER
 	RET

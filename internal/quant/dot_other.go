@@ -2,13 +2,15 @@
 
 package quant
 
+import "unsafe"
+
 const simd = false
 
-func dotQ4Rows(x *float32, w *uint32, scales, biases, sums, out *float32, rows, groups, blocks int) {
+func dotQ4Rows(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, groups, blocks, st int) {
 	panic("unreachable")
 }
 
-func dotQ8Rows(x *float32, w *uint32, scales, biases, sums, out *float32, rows, groups, blocks int) {
+func dotQ8Rows(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, groups, blocks, st int) {
 	panic("unreachable")
 }
 
@@ -25,6 +27,10 @@ func widen8(dst *float32, src *uint16, n int) { panic("unreachable") }
 
 func swiglu8(out, gate, up *float32, n int) { panic("unreachable") }
 
-func dequantQ4(dst *float32, w *uint32, scales, biases *float32, groups, blocks int) {
+func dequantQ4(dst *float32, w *uint32, scales, biases unsafe.Pointer, groups, blocks, st int) {
+	panic("unreachable")
+}
+
+func dequantQ8(dst *float32, w *uint32, scales, biases unsafe.Pointer, groups, blocks, st int) {
 	panic("unreachable")
 }

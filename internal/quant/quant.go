@@ -149,21 +149,7 @@ func Dequantize(packed []uint32, scales, biases []float32, rows, cols, bits, gro
 
 // DequantizeRow expands one packed row into dst (len(dst) codes).
 func DequantizeRow(dst []float32, packed []uint32, scales, biases []float32, bits, group int) {
-	if groups := len(dst) / group; simd && bits == 4 && groups > 0 {
-		_, _, _ = packed[Words(len(dst), 4)-1], scales[groups-1], biases[groups-1]
-		dequantQ4(&dst[0], &packed[0], &scales[0], &biases[0], groups, group/16)
-		return
-	}
-	var codes [128]float32
-	for g := 0; g*group < len(dst); g++ {
-		c := codes[:group]
-		Codes(c, packed, g*group, bits)
-		s, b := scales[g], biases[g]
-		out := dst[g*group : (g+1)*group]
-		for j, q := range c {
-			out[j] = s*q + b
-		}
-	}
+	DequantizeRowStored(dst, packed, F32Scales(scales), F32Scales(biases), bits, group)
 }
 
 // Code returns code i of a packed row.

@@ -48,25 +48,7 @@ func (v *Vec) Dot(packed []uint32, scales, biases []float32) float32 {
 // DotRows computes out[r] = x · dequantize(row r) for len(out) consecutive packed rows,
 // with their scales and biases (len(out)·groups each).
 func (v *Vec) DotRows(out []float32, packed []uint32, scales, biases []float32) {
-	rows, groups := len(out), len(v.x)/v.group
-	if rows == 0 || groups == 0 {
-		clear(out)
-		return
-	}
-	wpr := Words(len(v.x), v.bits)
-	_ = packed[rows*wpr-1]
-	_, _ = scales[rows*groups-1], biases[rows*groups-1]
-	switch {
-	case simd && v.bits == 4 && len(v.perm) == len(v.x):
-		dotQ4Rows(&v.perm[0], &packed[0], &scales[0], &biases[0], &v.sums[0], &out[0], rows, groups, v.group/16)
-	case simd && v.bits == 8:
-		dotQ8Rows(&v.x[0], &packed[0], &scales[0], &biases[0], &v.sums[0], &out[0], rows, groups, v.group/8)
-	default:
-		for r := range out {
-			g := scales[r*groups : (r+1)*groups]
-			out[r] = DotRow(v.x, v.sums, packed[r*wpr:(r+1)*wpr], g, biases[r*groups:(r+1)*groups], v.bits, v.group)
-		}
-	}
+	v.DotRowsStored(out, packed, F32Scales(scales), F32Scales(biases))
 }
 
 func grow(b []float32, n int) []float32 {

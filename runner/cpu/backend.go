@@ -3,7 +3,8 @@
 //
 // It implements runner/compute for float weights (F32, F16, BF16, widened to float32 at
 // load), MLX affine-quantized weights (bits 2, 3, 4, 5, 6, 8; group sizes 32, 64, 128;
-// scales and biases in any float dtype), used directly on their packed codes, and the
+// scales and biases in any float dtype, read in place from the checkpoint's mapping like the
+// codes: no float32 copy is made), used directly on their packed codes, and the
 // scale-only float modes mxfp4, mxfp8 and nvfp4. Work is spread over a fixed number of
 // goroutines (runtime.NumCPU by default): matrix products split their output rows,
 // attention its heads and rows. A decode step reads each packed weight byte once; a
@@ -55,11 +56,11 @@ type weight struct {
 	name    string
 	out, in int
 	q       compute.Quant
-	f       []float32 // out×in when not quantized
-	packed  []uint32  // out×Words(in, bits) when quantized
-	scales  []float32 // out×in/group
-	biases  []float32 // affine only
-	bias    []float32 // optional, len out
+	f       []float32    // out×in when not quantized
+	packed  []uint32     // out×Words(in, bits) when quantized
+	scales  quant.Scales // out×in/group, as stored (float modes: decoded to float32)
+	biases  quant.Scales // affine only, of the scales' type
+	bias    []float32    // optional, len out
 }
 
 func (w *weight) Dims() (int, int)     { return w.out, w.in }
@@ -137,11 +138,7 @@ func (w *weight) bindQuantized(src compute.Source, t *safetensors.Tensor, cols i
 	if st.NumElements() != int64(groups) {
 		return fmt.Errorf("tensor %q has %d values, want %d for a %d×%d matrix in groups of %d", st.Name, st.NumElements(), groups, w.out, w.in, q.GroupSize)
 	}
-	var err error
 	if q.Mode == quant.Affine {
-		if w.scales, err = floats(st); err != nil {
-			return err
-		}
 		bt, ok := src.Tensor(w.name + ".biases")
 		if !ok {
 			return fmt.Errorf("checkpoint has no tensor %q for affine-quantized layer %q", w.name+".biases", w.name)
@@ -149,14 +146,43 @@ func (w *weight) bindQuantized(src compute.Source, t *safetensors.Tensor, cols i
 		if bt.NumElements() != int64(groups) {
 			return fmt.Errorf("tensor %q has %d values, want %d", bt.Name, bt.NumElements(), groups)
 		}
-		w.biases, err = floats(bt)
+		if st.DType != bt.DType {
+			// The kernels read both in one type: widen both to float32 (MLX never mixes them).
+			s, err := floats(st)
+			if err != nil {
+				return err
+			}
+			b, err := floats(bt)
+			w.scales, w.biases = quant.F32Scales(s), quant.F32Scales(b)
+			return err
+		}
+		var err error
+		if w.scales, err = stored(st); err != nil {
+			return err
+		}
+		w.biases, err = stored(bt)
 		return err
 	}
 	if st.DType != safetensors.U8 {
 		return fmt.Errorf("tensor %q is %s, want U8 scales for %s", st.Name, st.DType, q.Mode)
 	}
-	w.scales, err = quant.FPScales(q.Mode, st.Data)
+	f, err := quant.FPScales(q.Mode, st.Data)
+	w.scales = quant.F32Scales(f)
 	return err
+}
+
+// stored binds affine scales or biases in their checkpoint dtype, in place in the mapping
+// (no float32 copy: the kernels widen bf16 and fp16 as they read them).
+func stored(t *safetensors.Tensor) (quant.Scales, error) {
+	switch t.DType {
+	case safetensors.F32:
+		return quant.F32Scales(view[float32](t.Data)), nil
+	case safetensors.BF16:
+		return quant.HalfScales(view[uint16](t.Data), quant.ScaleBF16), nil
+	case safetensors.F16:
+		return quant.HalfScales(view[uint16](t.Data), quant.ScaleF16), nil
+	}
+	return quant.Scales{}, fmt.Errorf("tensor %q is %s: scales and biases must be F32, F16 or BF16", t.Name, t.DType)
 }
 
 // Vector implements compute.Backend.
@@ -182,18 +208,21 @@ func floats(t *safetensors.Tensor) ([]float32, error) {
 
 // uint32s views little-endian packed codes as []uint32 without copying when the
 // mapping is 4-byte aligned (amd64 and arm64 are little-endian), else copies.
-func uint32s(b []byte) []uint32 {
-	n := len(b) / 4
+func uint32s(b []byte) []uint32 { return view[uint32](b) }
+
+// view reinterprets little-endian bytes as a slice of T without copying when b is aligned
+// for T (amd64 and arm64 are little-endian), else copies them into a new aligned slice.
+func view[T uint16 | uint32 | float32](b []byte) []T {
+	size := int(unsafe.Sizeof(T(0)))
+	n := len(b) / size
 	if n == 0 {
 		return nil
 	}
-	if uintptr(unsafe.Pointer(&b[0]))%4 == 0 {
-		return unsafe.Slice((*uint32)(unsafe.Pointer(&b[0])), n)
+	if uintptr(unsafe.Pointer(&b[0]))%uintptr(size) == 0 {
+		return unsafe.Slice((*T)(unsafe.Pointer(&b[0])), n)
 	}
-	out := make([]uint32, n)
-	for i := range out {
-		out[i] = uint32(b[4*i]) | uint32(b[4*i+1])<<8 | uint32(b[4*i+2])<<16 | uint32(b[4*i+3])<<24
-	}
+	out := make([]T, n)
+	copy(unsafe.Slice((*byte)(unsafe.Pointer(&out[0])), n*size), b)
 	return out
 }
 

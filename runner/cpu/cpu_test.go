@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/mlxg/mlxg/internal/half"
 	"github.com/mlxg/mlxg/internal/quant"
@@ -173,8 +174,14 @@ func testLinearQuantized(t *testing.T) {
 	r := rand.New(rand.NewPCG(2, 2))
 	const out, in = 35, 256
 	b := New(3)
-	for _, bits := range []int{2, 3, 4, 5, 6, 8} {
-		for _, group := range []int{32, 64, 128} {
+	// Scales and biases stored as MLX checkpoints store them (bf16 or fp16, read in place),
+	// as float32, and in two dtypes (widened to float32 at load); the reference uses the same
+	// rounded values.
+	dtypes := [][2]safetensors.DType{{safetensors.BF16, safetensors.BF16}, {safetensors.F16, safetensors.F16},
+		{safetensors.F32, safetensors.F32}, {safetensors.F16, safetensors.BF16}}
+	for i, bits := range []int{2, 3, 4, 5, 6, 8} {
+		for j, group := range []int{32, 64, 128} {
+			dt := dtypes[(i*3+j)%len(dtypes)]
 			w := randVec(r, out*in)
 			packed, scales, biases, err := quant.Quantize(w, out, in, bits, group)
 			if err != nil {
@@ -182,10 +189,8 @@ func testLinearQuantized(t *testing.T) {
 			}
 			src := source{}
 			src.putU32("l.weight", []int{out, in * bits / 32}, packed)
-			// Scales and biases stored as fp16 like MLX checkpoints; the reference uses
-			// the same rounded values.
-			src.putFloat("l.scales", safetensors.F16, []int{out, in / group}, scales)
-			src.putFloat("l.biases", safetensors.BF16, []int{out, in / group}, biases)
+			src.putFloat("l.scales", dt[0], []int{out, in / group}, scales)
+			src.putFloat("l.biases", dt[1], []int{out, in / group}, biases)
 			bias := randVec(r, out)
 			src.putFloat("l.bias", safetensors.F16, []int{out}, bias)
 			bias, _ = src["l.bias"].Float32s()
@@ -431,10 +436,37 @@ func BenchmarkPrefillLinear(b *testing.B) {
 	const T, out, in = 128, 4864, 896
 	packed, scales, biases, _ := quant.Quantize(randVec(r, out*in), out, in, 4, 64)
 	w := &weight{name: "bench", out: out, in: in, q: compute.Quant{Mode: quant.Affine, Bits: 4, GroupSize: 64},
-		packed: packed, scales: scales, biases: biases}
+		packed: packed, scales: quant.F32Scales(scales), biases: quant.F32Scales(biases)}
 	x, y := randVec(r, T*in), make([]float32, T*out)
 	be := New(2)
 	for b.Loop() {
 		be.linear(y, x, T, w)
+	}
+}
+
+// TestView checks that checkpoint bytes are viewed in place when aligned and copied (with
+// the same values) when not, for every element type the backend views.
+func TestView(t *testing.T) {
+	r := rand.New(rand.NewPCG(31, 31))
+	raw := make([]byte, 4*64+1)
+	for i := range raw {
+		raw[i] = byte(r.Uint32())
+	}
+	for _, off := range []int{0, 1} {
+		b := raw[off : off+4*64]
+		u16, u32, f32 := view[uint16](b), view[uint32](b), view[float32](b)
+		if len(u16) != 128 || len(u32) != 64 || len(f32) != 64 {
+			t.Fatalf("offset %d: lengths %d, %d, %d", off, len(u16), len(u32), len(f32))
+		}
+		for i := range u32 {
+			want := binary.LittleEndian.Uint32(b[4*i:])
+			if u32[i] != want || math.Float32bits(f32[i]) != want || u16[2*i] != uint16(want) || u16[2*i+1] != uint16(want>>16) {
+				t.Fatalf("offset %d: element %d differs from the bytes", off, i)
+			}
+		}
+		inPlace := &u32[0] == (*uint32)(unsafe.Pointer(&b[0]))
+		if aligned := uintptr(unsafe.Pointer(&b[0]))%4 == 0; inPlace != aligned {
+			t.Fatalf("offset %d: viewed in place %v, aligned %v", off, inPlace, aligned)
+		}
 	}
 }

@@ -101,7 +101,7 @@ func (b *Backend) quantMatVec(out, x []float32, T int, w *weight) {
 			for c0 := lo; c0 < hi; c0 += 64 {
 				c1 := min(c0+64, hi)
 				for t := range vecs {
-					vecs[t].DotRows(out[t*w.out+c0:t*w.out+c1], w.packed[c0*wpr:c1*wpr], w.scales[c0*gpr:c1*gpr], w.biases[c0*gpr:c1*gpr])
+					vecs[t].DotRowsStored(out[t*w.out+c0:t*w.out+c1], w.packed[c0*wpr:c1*wpr], w.scales.Slice(c0*gpr, c1*gpr), w.biases.Slice(c0*gpr, c1*gpr))
 				}
 			}
 			return
@@ -109,7 +109,7 @@ func (b *Backend) quantMatVec(out, x []float32, T int, w *weight) {
 		row := b.alloc(in)
 		defer b.release([][]float32{row})
 		for o := lo; o < hi; o++ {
-			quant.DequantizeFPRow(row, w.packed[o*wpr:(o+1)*wpr], w.scales[o*gpr:(o+1)*gpr], w.q.Bits, g)
+			quant.DequantizeFPRow(row, w.packed[o*wpr:(o+1)*wpr], w.scales.F32[o*gpr:(o+1)*gpr], w.q.Bits, g)
 			for t := 0; t < T; t++ {
 				out[t*w.out+o] = dot(x[t*in:(t+1)*in], row)
 			}
@@ -128,9 +128,9 @@ func (w *weight) dequantizeRows(dst []float32, o0, nr int) {
 		o := o0 + r
 		d := dst[r*in : (r+1)*in]
 		if w.q.Mode == quant.Affine {
-			quant.DequantizeRow(d, w.packed[o*wpr:(o+1)*wpr], w.scales[o*gpr:(o+1)*gpr], w.biases[o*gpr:(o+1)*gpr], w.q.Bits, g)
+			quant.DequantizeRowStored(d, w.packed[o*wpr:(o+1)*wpr], w.scales.Slice(o*gpr, (o+1)*gpr), w.biases.Slice(o*gpr, (o+1)*gpr), w.q.Bits, g)
 		} else {
-			quant.DequantizeFPRow(d, w.packed[o*wpr:(o+1)*wpr], w.scales[o*gpr:(o+1)*gpr], w.q.Bits, g)
+			quant.DequantizeFPRow(d, w.packed[o*wpr:(o+1)*wpr], w.scales.F32[o*gpr:(o+1)*gpr], w.q.Bits, g)
 		}
 	}
 }

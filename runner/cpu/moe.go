@@ -18,9 +18,9 @@ func (w *weight) expert(e, rows int) *weight {
 	}
 	wpr, gpr := quant.Words(w.in, w.q.Bits), w.in/w.q.GroupSize
 	v.packed = w.packed[lo*wpr : hi*wpr]
-	v.scales = w.scales[lo*gpr : hi*gpr]
-	if w.biases != nil {
-		v.biases = w.biases[lo*gpr : hi*gpr]
+	v.scales = w.scales.Slice(lo*gpr, hi*gpr)
+	if w.biases.Len() > 0 {
+		v.biases = w.biases.Slice(lo*gpr, hi*gpr)
 	}
 	return v
 }
