@@ -257,7 +257,9 @@ func (b *Backend) tensor(g *graph, t *safetensors.Tensor, wrap bool) mlxArray {
 	end := (uintptr(p) + uintptr(len(t.Data)) + page - 1) &^ (page - 1)
 	off := uintptr(p) - start
 	if size <= 0 || off%uintptr(size) != 0 || (end-start)/uintptr(size) > math.MaxInt32 {
-		return b.wrapAt(g, t, p, dt)
+		a := b.wrapAt(g, t, p, dt)
+		b.copied(p, len(t.Data))
+		return a
 	}
 	base := unsafe.Add(p, -int(off)) // the page holding the tensor's first byte
 	n := int((end - start) / uintptr(size))
@@ -267,9 +269,18 @@ func (b *Backend) tensor(g *graph, t *safetensors.Tensor, wrap bool) mlxArray {
 		return g.fail(fmt.Errorf("tensor %q: %w", t.Name, err))
 	}
 	g.own(whole)
+	b.copied(p, len(t.Data))
 	first := int(off) / size
 	elems := len(t.Data) / size
 	return g.reshape(g.slice(whole, []int{first}, []int{first + elems}), t.Shape...)
+}
+
+// copied releases the mmapped pages of a tensor MLX has just copied (only its CPU
+// backend copies: Metal and CUDA use the pages or their own transfer).
+func (b *Backend) copied(p unsafe.Pointer, n int) {
+	if b.device == "cpu" {
+		dropPages(p, n)
+	}
 }
 
 // wrapAt hands MLX the tensor at its own address and shape, without copying it here.

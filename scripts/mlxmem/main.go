@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/mlxg/mlxg/kvstore"
+	"github.com/mlxg/mlxg/metal"
 	"github.com/mlxg/mlxg/registry/create"
 	"github.com/mlxg/mlxg/registry/randmodel"
 	"github.com/mlxg/mlxg/runner"
@@ -44,6 +45,7 @@ type sample struct {
 	AnonLoaded, AnonPrefilled int64   // RssAnon: what the process allocated itself
 	KVBytes                   int64   // what the caches report holding
 	Prefill, Decode           float64 // tokens per second (informational)
+	MLXActive, MLXCache       int64   // MLX's allocator after the prefill: in use, and freed buffers kept for reuse
 }
 
 func main() {
@@ -106,6 +108,9 @@ func main() {
 	for _, s := range rows {
 		fmt.Printf("| %s | %s | %s | %s | %s | %s | %.0f | %.1f |\n", s.Backend, mib(s.Loaded), mib(s.Prefilled), mib(s.AnonPrefilled), mib(s.Prefilled-s.Start), mib(s.KVBytes), s.Prefill, s.Decode)
 	}
+	if m := rows[1]; m.MLXActive > 0 || m.MLXCache > 0 {
+		fmt.Printf("\nMLX's allocator after the prefill: %s MiB in use (weights and scratch), %s MiB of freed buffers cached for reuse (bounded by the plan's overhead in a server)\n", mib(m.MLXActive), mib(m.MLXCache))
+	}
 	c, m := rows[0], rows[1]
 	fmt.Printf("\nMLX / CPU, weights + KV resident: %.2f\n", float64(m.Prefilled-m.Start)/float64(c.Prefilled-c.Start))
 }
@@ -164,6 +169,11 @@ func measure(dir, which string, tokens int) (sample, error) {
 	}
 	s.Prefill = float64(tokens) / time.Since(t0).Seconds()
 	s.Prefilled, s.AnonPrefilled = status("VmRSS"), status("RssAnon")
+	if mb, ok := be.(*metal.Backend); ok {
+		if m, err := mb.Lib().Memory(); err == nil {
+			s.MLXActive, s.MLXCache = int64(m.Active), int64(m.Cache)
+		}
+	}
 	const steps = 32
 	t0 = time.Now()
 	for i := range steps {
