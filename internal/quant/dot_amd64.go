@@ -9,18 +9,53 @@ import (
 // simd reports whether the AVX2+FMA(+F16C) kernels in dot_amd64.s can run.
 var simd = cpu.X86.HasAVX2 && cpu.X86.HasFMA && cpu.X86.HasF16C
 
-// dotQ4Rows writes, for rows consecutive packed rows (with their scales and biases),
+// dotQ4RowsF32 writes, for rows consecutive packed rows (with their scales and biases),
 // out[r] = Σ_g scales[g]·Σ x'·codes + biases[g]·sums[g], over groups groups of blocks
-// runs of 16 4-bit codes (8 bytes each), x' in the order Vec.Prepare permutes it. Scales
-// and biases are of ScaleType st: float32, bf16 or fp16.
+// runs of 16 4-bit codes (8 bytes each), x' in the order Vec.Prepare permutes it; float32
+// scales and biases. The BF16 and F16 variants read 16-bit ones.
 //
 //go:noescape
-func dotQ4Rows(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, groups, blocks, st int)
+func dotQ4RowsF32(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, groups, blocks int)
 
-// dotQ8Rows is dotQ4Rows for 8-bit codes, blocks runs of 8 codes per group, x in order.
+//go:noescape
+func dotQ4RowsBF16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, groups, blocks int)
+
+//go:noescape
+func dotQ4RowsF16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, groups, blocks int)
+
+// dotQ8RowsF32 is dotQ4RowsF32 for 8-bit codes, blocks runs of 8 codes per group, x in order.
 //
 //go:noescape
-func dotQ8Rows(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, groups, blocks, st int)
+func dotQ8RowsF32(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, groups, blocks int)
+
+//go:noescape
+func dotQ8RowsBF16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, groups, blocks int)
+
+//go:noescape
+func dotQ8RowsF16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, groups, blocks int)
+
+// dotQ4Rows and dotQ8Rows pick the variant for scales and biases of ScaleType st.
+func dotQ4Rows(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, groups, blocks, st int) {
+	switch ScaleType(st) {
+	case ScaleBF16:
+		dotQ4RowsBF16(x, w, scales, biases, sums, out, rows, groups, blocks)
+	case ScaleF16:
+		dotQ4RowsF16(x, w, scales, biases, sums, out, rows, groups, blocks)
+	default:
+		dotQ4RowsF32(x, w, scales, biases, sums, out, rows, groups, blocks)
+	}
+}
+
+func dotQ8Rows(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, groups, blocks, st int) {
+	switch ScaleType(st) {
+	case ScaleBF16:
+		dotQ8RowsBF16(x, w, scales, biases, sums, out, rows, groups, blocks)
+	case ScaleF16:
+		dotQ8RowsF16(x, w, scales, biases, sums, out, rows, groups, blocks)
+	default:
+		dotQ8RowsF32(x, w, scales, biases, sums, out, rows, groups, blocks)
+	}
+}
 
 // SetSIMD switches the assembly kernels on or off (for tests and benchmarks of the
 // plain Go kernels) and returns the previous setting; it cannot turn them on where the
@@ -57,13 +92,48 @@ func widen8(dst *float32, src *uint16, n int)
 //go:noescape
 func swiglu8(out, gate, up *float32, n int)
 
-// dequantQ4 writes scale·code + bias for groups groups of blocks runs of 16 4-bit codes,
-// scales and biases of ScaleType st.
+// dequantQ4F32 writes scale·code + bias for groups groups of blocks runs of 16 4-bit codes,
+// float32 scales and biases; the BF16 and F16 variants read 16-bit ones.
 //
 //go:noescape
-func dequantQ4(dst *float32, w *uint32, scales, biases unsafe.Pointer, groups, blocks, st int)
+func dequantQ4F32(dst *float32, w *uint32, scales, biases unsafe.Pointer, groups, blocks int)
 
-// dequantQ8 is dequantQ4 for 8-bit codes, blocks runs of 8 codes per group.
+//go:noescape
+func dequantQ4BF16(dst *float32, w *uint32, scales, biases unsafe.Pointer, groups, blocks int)
+
+//go:noescape
+func dequantQ4F16(dst *float32, w *uint32, scales, biases unsafe.Pointer, groups, blocks int)
+
+// dequantQ8F32 is dequantQ4F32 for 8-bit codes, blocks runs of 8 codes per group.
 //
 //go:noescape
-func dequantQ8(dst *float32, w *uint32, scales, biases unsafe.Pointer, groups, blocks, st int)
+func dequantQ8F32(dst *float32, w *uint32, scales, biases unsafe.Pointer, groups, blocks int)
+
+//go:noescape
+func dequantQ8BF16(dst *float32, w *uint32, scales, biases unsafe.Pointer, groups, blocks int)
+
+//go:noescape
+func dequantQ8F16(dst *float32, w *uint32, scales, biases unsafe.Pointer, groups, blocks int)
+
+// dequantQ4 and dequantQ8 pick the variant for scales and biases of ScaleType st.
+func dequantQ4(dst *float32, w *uint32, scales, biases unsafe.Pointer, groups, blocks, st int) {
+	switch ScaleType(st) {
+	case ScaleBF16:
+		dequantQ4BF16(dst, w, scales, biases, groups, blocks)
+	case ScaleF16:
+		dequantQ4F16(dst, w, scales, biases, groups, blocks)
+	default:
+		dequantQ4F32(dst, w, scales, biases, groups, blocks)
+	}
+}
+
+func dequantQ8(dst *float32, w *uint32, scales, biases unsafe.Pointer, groups, blocks, st int) {
+	switch ScaleType(st) {
+	case ScaleBF16:
+		dequantQ8BF16(dst, w, scales, biases, groups, blocks)
+	case ScaleF16:
+		dequantQ8F16(dst, w, scales, biases, groups, blocks)
+	default:
+		dequantQ8F32(dst, w, scales, biases, groups, blocks)
+	}
+}

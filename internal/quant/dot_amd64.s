@@ -1,10 +1,11 @@
 #include "textflag.h"
 
-// func dotQ4Rows(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, groups, blocks, st int)
+// func dotQ4RowsF32(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, groups, blocks int)
 // For each of rows consecutive packed rows: out[r] = Σ_g scales[g]·(x'·codes of g) +
 // biases[g]·sums[g], with blocks runs of 16 codes per group and x' permuted by Vec.
-// st is the ScaleType of scales and biases: 0 float32, 1 bf16, 2 fp16.
-TEXT ·dotQ4Rows(SB), NOSPLIT, $0-80
+// Scales and biases are float32 here; the BF16 and F16 variants differ only in how they
+// load them (widened per group).
+TEXT ·dotQ4RowsF32(SB), NOSPLIT, $0-72
 	MOVQ x+0(FP), SI
 	MOVQ w+8(FP), DI
 	MOVQ scales+16(FP), DX
@@ -14,7 +15,6 @@ TEXT ·dotQ4Rows(SB), NOSPLIT, $0-80
 	MOVQ rows+48(FP), CX
 	MOVQ groups+56(FP), R9
 	MOVQ blocks+64(FP), BX
-	MOVQ st+72(FP), R15
 	MOVL $15, AX
 	VMOVD AX, X15
 	VPBROADCASTD X15, Y15
@@ -57,30 +57,10 @@ q4block:
 	VADDPS Y7, Y1, Y1
 	VADDPS Y8, Y6, Y6
 	VADDPS Y6, Y1, Y1
-	CMPQ R15, $1
-	JEQ q4bf16
-	JGT q4f16
 	VBROADCASTSS (DX), Y5     // float32 scales and biases
 	VMOVSS (R13), X12
 	ADDQ $4, DX
 	ADDQ $4, R13
-	JMP q4scaled
-q4bf16:
-	VPBROADCASTW (DX), Y5     // bf16: the 16 bits in the high half of each float32
-	VPSLLD $16, Y5, Y5
-	VPBROADCASTW (R13), X12
-	VPSLLD $16, X12, X12
-	ADDQ $2, DX
-	ADDQ $2, R13
-	JMP q4scaled
-q4f16:
-	VPBROADCASTW (DX), X5     // fp16: widened by F16C
-	VCVTPH2PS X5, Y5
-	VPBROADCASTW (R13), X12
-	VCVTPH2PS X12, X12
-	ADDQ $2, DX
-	ADDQ $2, R13
-q4scaled:
 	VFMADD231PS Y1, Y5, Y0
 	VFMADD231SS (AX), X12, X13
 	ADDQ $4, AX
@@ -100,9 +80,11 @@ q4scaled:
 	VZEROUPPER
 	RET
 
-// func dotQ8Rows(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, groups, blocks, st int)
-// dotQ4Rows for 8-bit codes: blocks runs of 8 codes per group, x in order.
-TEXT ·dotQ8Rows(SB), NOSPLIT, $0-80
+// func dotQ4RowsBF16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, groups, blocks int)
+// For each of rows consecutive packed rows: out[r] = Σ_g scales[g]·(x'·codes of g) +
+// biases[g]·sums[g], with blocks runs of 16 codes per group and x' permuted by Vec.
+// 16-bit scales and biases.
+TEXT ·dotQ4RowsBF16(SB), NOSPLIT, $0-72
 	MOVQ x+0(FP), SI
 	MOVQ w+8(FP), DI
 	MOVQ scales+16(FP), DX
@@ -112,7 +94,166 @@ TEXT ·dotQ8Rows(SB), NOSPLIT, $0-80
 	MOVQ rows+48(FP), CX
 	MOVQ groups+56(FP), R9
 	MOVQ blocks+64(FP), BX
-	MOVQ st+72(FP), R15
+	MOVL $15, AX
+	VMOVD AX, X15
+	VPBROADCASTD X15, Y15
+
+q4row:
+	MOVQ SI, R11             // x' from the start
+	MOVQ R14, AX             // group sums from the start
+	MOVQ R9, R10
+	VXORPS Y0, Y0, Y0        // Σ scale·acc
+	VXORPS X13, X13, X13     // Σ bias·sum
+
+q4group:
+	VXORPS Y1, Y1, Y1
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	MOVQ BX, R8
+	SHRQ $1, R8              // two runs of 16 a step (blocks is even: groups are >= 32)
+
+q4block:
+	VPMOVZXBD (DI), Y2       // 8 bytes -> 8 dwords, two codes each
+	VPMOVZXBD 8(DI), Y9
+	VPAND Y15, Y2, Y3        // low nibbles: codes 0,2,..,14
+	VPSRLD $4, Y2, Y4        // high nibbles: codes 1,3,..,15
+	VPAND Y15, Y9, Y10
+	VPSRLD $4, Y9, Y11
+	VCVTDQ2PS Y3, Y3
+	VCVTDQ2PS Y4, Y4
+	VCVTDQ2PS Y10, Y10
+	VCVTDQ2PS Y11, Y11
+	VFMADD231PS (R11), Y3, Y1
+	VFMADD231PS 32(R11), Y4, Y6
+	VFMADD231PS 64(R11), Y10, Y7
+	VFMADD231PS 96(R11), Y11, Y8
+	ADDQ $16, DI
+	ADDQ $128, R11
+	DECQ R8
+	JNZ q4block
+
+	VADDPS Y7, Y1, Y1
+	VADDPS Y8, Y6, Y6
+	VADDPS Y6, Y1, Y1
+	VPBROADCASTW (DX), Y5     // bf16: the 16 bits in the high half of each float32
+	VPSLLD $16, Y5, Y5
+	VPBROADCASTW (R13), X12
+	VPSLLD $16, X12, X12
+	ADDQ $2, DX
+	ADDQ $2, R13
+	VFMADD231PS Y1, Y5, Y0
+	VFMADD231SS (AX), X12, X13
+	ADDQ $4, AX
+	DECQ R10
+	JNZ q4group
+
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VADDSS X13, X0, X0
+	VMOVSS X0, (R12)
+	ADDQ $4, R12
+	DECQ CX
+	JNZ q4row
+
+	VZEROUPPER
+	RET
+
+// func dotQ4RowsF16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, groups, blocks int)
+// For each of rows consecutive packed rows: out[r] = Σ_g scales[g]·(x'·codes of g) +
+// biases[g]·sums[g], with blocks runs of 16 codes per group and x' permuted by Vec.
+// 16-bit scales and biases.
+TEXT ·dotQ4RowsF16(SB), NOSPLIT, $0-72
+	MOVQ x+0(FP), SI
+	MOVQ w+8(FP), DI
+	MOVQ scales+16(FP), DX
+	MOVQ biases+24(FP), R13
+	MOVQ sums+32(FP), R14
+	MOVQ out+40(FP), R12
+	MOVQ rows+48(FP), CX
+	MOVQ groups+56(FP), R9
+	MOVQ blocks+64(FP), BX
+	MOVL $15, AX
+	VMOVD AX, X15
+	VPBROADCASTD X15, Y15
+
+q4row:
+	MOVQ SI, R11             // x' from the start
+	MOVQ R14, AX             // group sums from the start
+	MOVQ R9, R10
+	VXORPS Y0, Y0, Y0        // Σ scale·acc
+	VXORPS X13, X13, X13     // Σ bias·sum
+
+q4group:
+	VXORPS Y1, Y1, Y1
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	MOVQ BX, R8
+	SHRQ $1, R8              // two runs of 16 a step (blocks is even: groups are >= 32)
+
+q4block:
+	VPMOVZXBD (DI), Y2       // 8 bytes -> 8 dwords, two codes each
+	VPMOVZXBD 8(DI), Y9
+	VPAND Y15, Y2, Y3        // low nibbles: codes 0,2,..,14
+	VPSRLD $4, Y2, Y4        // high nibbles: codes 1,3,..,15
+	VPAND Y15, Y9, Y10
+	VPSRLD $4, Y9, Y11
+	VCVTDQ2PS Y3, Y3
+	VCVTDQ2PS Y4, Y4
+	VCVTDQ2PS Y10, Y10
+	VCVTDQ2PS Y11, Y11
+	VFMADD231PS (R11), Y3, Y1
+	VFMADD231PS 32(R11), Y4, Y6
+	VFMADD231PS 64(R11), Y10, Y7
+	VFMADD231PS 96(R11), Y11, Y8
+	ADDQ $16, DI
+	ADDQ $128, R11
+	DECQ R8
+	JNZ q4block
+
+	VADDPS Y7, Y1, Y1
+	VADDPS Y8, Y6, Y6
+	VADDPS Y6, Y1, Y1
+	VPBROADCASTW (DX), X5     // fp16: widened by F16C
+	VCVTPH2PS X5, Y5
+	VPBROADCASTW (R13), X12
+	VCVTPH2PS X12, X12
+	ADDQ $2, DX
+	ADDQ $2, R13
+	VFMADD231PS Y1, Y5, Y0
+	VFMADD231SS (AX), X12, X13
+	ADDQ $4, AX
+	DECQ R10
+	JNZ q4group
+
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VADDSS X13, X0, X0
+	VMOVSS X0, (R12)
+	ADDQ $4, R12
+	DECQ CX
+	JNZ q4row
+
+	VZEROUPPER
+	RET
+
+// func dotQ8RowsF32(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, groups, blocks int)
+// dotQ4Rows for 8-bit codes: blocks runs of 8 codes per group, x in order.
+TEXT ·dotQ8RowsF32(SB), NOSPLIT, $0-72
+	MOVQ x+0(FP), SI
+	MOVQ w+8(FP), DI
+	MOVQ scales+16(FP), DX
+	MOVQ biases+24(FP), R13
+	MOVQ sums+32(FP), R14
+	MOVQ out+40(FP), R12
+	MOVQ rows+48(FP), CX
+	MOVQ groups+56(FP), R9
+	MOVQ blocks+64(FP), BX
 
 q8row:
 	MOVQ SI, R11
@@ -140,30 +281,138 @@ q8block:
 	JNZ q8block
 
 	VADDPS Y6, Y1, Y1
-	CMPQ R15, $1
-	JEQ q8bf16
-	JGT q8f16
 	VBROADCASTSS (DX), Y5     // float32 scales and biases
 	VMOVSS (R13), X12
 	ADDQ $4, DX
 	ADDQ $4, R13
-	JMP q8scaled
-q8bf16:
+	VFMADD231PS Y1, Y5, Y0
+	VFMADD231SS (AX), X12, X13
+	ADDQ $4, AX
+	DECQ R10
+	JNZ q8group
+
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VADDSS X13, X0, X0
+	VMOVSS X0, (R12)
+	ADDQ $4, R12
+	DECQ CX
+	JNZ q8row
+
+	VZEROUPPER
+	RET
+
+// func dotQ8RowsBF16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, groups, blocks int)
+// dotQ4Rows for 8-bit codes: blocks runs of 8 codes per group, x in order.
+TEXT ·dotQ8RowsBF16(SB), NOSPLIT, $0-72
+	MOVQ x+0(FP), SI
+	MOVQ w+8(FP), DI
+	MOVQ scales+16(FP), DX
+	MOVQ biases+24(FP), R13
+	MOVQ sums+32(FP), R14
+	MOVQ out+40(FP), R12
+	MOVQ rows+48(FP), CX
+	MOVQ groups+56(FP), R9
+	MOVQ blocks+64(FP), BX
+
+q8row:
+	MOVQ SI, R11
+	MOVQ R14, AX
+	MOVQ R9, R10
+	VXORPS Y0, Y0, Y0
+	VXORPS X13, X13, X13
+
+q8group:
+	VXORPS Y1, Y1, Y1
+	VXORPS Y6, Y6, Y6
+	MOVQ BX, R8
+	SHRQ $1, R8              // two runs of 8 a step (blocks is even: groups are >= 32)
+
+q8block:
+	VPMOVZXBD (DI), Y2       // 8 codes
+	VPMOVZXBD 8(DI), Y3
+	VCVTDQ2PS Y2, Y2
+	VCVTDQ2PS Y3, Y3
+	VFMADD231PS (R11), Y2, Y1
+	VFMADD231PS 32(R11), Y3, Y6
+	ADDQ $16, DI
+	ADDQ $64, R11
+	DECQ R8
+	JNZ q8block
+
+	VADDPS Y6, Y1, Y1
 	VPBROADCASTW (DX), Y5     // bf16: the 16 bits in the high half of each float32
 	VPSLLD $16, Y5, Y5
 	VPBROADCASTW (R13), X12
 	VPSLLD $16, X12, X12
 	ADDQ $2, DX
 	ADDQ $2, R13
-	JMP q8scaled
-q8f16:
+	VFMADD231PS Y1, Y5, Y0
+	VFMADD231SS (AX), X12, X13
+	ADDQ $4, AX
+	DECQ R10
+	JNZ q8group
+
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VADDSS X13, X0, X0
+	VMOVSS X0, (R12)
+	ADDQ $4, R12
+	DECQ CX
+	JNZ q8row
+
+	VZEROUPPER
+	RET
+
+// func dotQ8RowsF16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, groups, blocks int)
+// dotQ4Rows for 8-bit codes: blocks runs of 8 codes per group, x in order.
+TEXT ·dotQ8RowsF16(SB), NOSPLIT, $0-72
+	MOVQ x+0(FP), SI
+	MOVQ w+8(FP), DI
+	MOVQ scales+16(FP), DX
+	MOVQ biases+24(FP), R13
+	MOVQ sums+32(FP), R14
+	MOVQ out+40(FP), R12
+	MOVQ rows+48(FP), CX
+	MOVQ groups+56(FP), R9
+	MOVQ blocks+64(FP), BX
+
+q8row:
+	MOVQ SI, R11
+	MOVQ R14, AX
+	MOVQ R9, R10
+	VXORPS Y0, Y0, Y0
+	VXORPS X13, X13, X13
+
+q8group:
+	VXORPS Y1, Y1, Y1
+	VXORPS Y6, Y6, Y6
+	MOVQ BX, R8
+	SHRQ $1, R8              // two runs of 8 a step (blocks is even: groups are >= 32)
+
+q8block:
+	VPMOVZXBD (DI), Y2       // 8 codes
+	VPMOVZXBD 8(DI), Y3
+	VCVTDQ2PS Y2, Y2
+	VCVTDQ2PS Y3, Y3
+	VFMADD231PS (R11), Y2, Y1
+	VFMADD231PS 32(R11), Y3, Y6
+	ADDQ $16, DI
+	ADDQ $64, R11
+	DECQ R8
+	JNZ q8block
+
+	VADDPS Y6, Y1, Y1
 	VPBROADCASTW (DX), X5     // fp16: widened by F16C
 	VCVTPH2PS X5, Y5
 	VPBROADCASTW (R13), X12
 	VCVTPH2PS X12, X12
 	ADDQ $2, DX
 	ADDQ $2, R13
-q8scaled:
 	VFMADD231PS Y1, Y5, Y0
 	VFMADD231SS (AX), X12, X13
 	ADDQ $4, AX
@@ -441,46 +690,25 @@ sgloop:
 	VZEROUPPER
 	RET
 
-// func dequantQ4(dst *float32, w *uint32, scales, biases unsafe.Pointer, groups, blocks, st int)
+// func dequantQ4F32(dst *float32, w *uint32, scales, biases unsafe.Pointer, groups, blocks int)
 // dst = scale·code + bias for groups groups of blocks runs of 16 4-bit codes, in order;
-// st is the ScaleType of scales and biases.
-TEXT ·dequantQ4(SB), NOSPLIT, $0-56
+// float32 scales and biases (the BF16 and F16 variants differ only in how they load them).
+TEXT ·dequantQ4F32(SB), NOSPLIT, $0-48
 	MOVQ dst+0(FP), DI
 	MOVQ w+8(FP), SI
 	MOVQ scales+16(FP), DX
 	MOVQ biases+24(FP), R13
 	MOVQ groups+32(FP), CX
 	MOVQ blocks+40(FP), BX
-	MOVQ st+48(FP), R15
 	MOVL $15, AX
 	VMOVD AX, X15
 	VPBROADCASTD X15, Y15
 
 dqgroup:
-	CMPQ R15, $1
-	JEQ dq4bf16
-	JGT dq4f16
 	VBROADCASTSS (DX), Y13     // float32 scales and biases
 	VMOVSS (R13), X14
 	ADDQ $4, DX
 	ADDQ $4, R13
-	JMP dq4scaled
-dq4bf16:
-	VPBROADCASTW (DX), Y13     // bf16: the 16 bits in the high half of each float32
-	VPSLLD $16, Y13, Y13
-	VPBROADCASTW (R13), X14
-	VPSLLD $16, X14, X14
-	ADDQ $2, DX
-	ADDQ $2, R13
-	JMP dq4scaled
-dq4f16:
-	VPBROADCASTW (DX), X13     // fp16: widened by F16C
-	VCVTPH2PS X13, Y13
-	VPBROADCASTW (R13), X14
-	VCVTPH2PS X14, X14
-	ADDQ $2, DX
-	ADDQ $2, R13
-dq4scaled:
 	VBROADCASTSS X14, Y14
 	MOVQ BX, R8
 
@@ -509,43 +737,198 @@ dqblock:
 	VZEROUPPER
 	RET
 
-// func dequantQ8(dst *float32, w *uint32, scales, biases unsafe.Pointer, groups, blocks, st int)
-// dst = scale·code + bias for groups groups of blocks runs of 8 8-bit codes, in order.
-TEXT ·dequantQ8(SB), NOSPLIT, $0-56
+// func dequantQ4BF16(dst *float32, w *uint32, scales, biases unsafe.Pointer, groups, blocks int)
+// dequantQ4F32 with 16-bit scales and biases.
+TEXT ·dequantQ4BF16(SB), NOSPLIT, $0-48
 	MOVQ dst+0(FP), DI
 	MOVQ w+8(FP), SI
 	MOVQ scales+16(FP), DX
 	MOVQ biases+24(FP), R13
 	MOVQ groups+32(FP), CX
 	MOVQ blocks+40(FP), BX
-	MOVQ st+48(FP), R15
-	SHRQ $1, BX               // two runs of 8 a step (groups are >= 32)
+	MOVL $15, AX
+	VMOVD AX, X15
+	VPBROADCASTD X15, Y15
 
-d8group:
-	CMPQ R15, $1
-	JEQ dq8bf16
-	JGT dq8f16
-	VBROADCASTSS (DX), Y13     // float32 scales and biases
-	VMOVSS (R13), X14
-	ADDQ $4, DX
-	ADDQ $4, R13
-	JMP dq8scaled
-dq8bf16:
+dqgroup:
 	VPBROADCASTW (DX), Y13     // bf16: the 16 bits in the high half of each float32
 	VPSLLD $16, Y13, Y13
 	VPBROADCASTW (R13), X14
 	VPSLLD $16, X14, X14
 	ADDQ $2, DX
 	ADDQ $2, R13
-	JMP dq8scaled
-dq8f16:
+	VBROADCASTSS X14, Y14
+	MOVQ BX, R8
+
+dqblock:
+	VPMOVZXBD (SI), Y2        // 8 bytes -> 8 dwords, two codes each
+	VPAND Y15, Y2, Y3         // codes 0,2,..,14
+	VPSRLD $4, Y2, Y4         // codes 1,3,..,15
+	VCVTDQ2PS Y3, Y3
+	VCVTDQ2PS Y4, Y4
+	VUNPCKLPS Y4, Y3, Y5      // 0,1,2,3 | 8,9,10,11
+	VUNPCKHPS Y4, Y3, Y6      // 4,5,6,7 | 12,13,14,15
+	VPERM2F128 $0x20, Y6, Y5, Y7  // 0..7
+	VPERM2F128 $0x31, Y6, Y5, Y8  // 8..15
+	VFMADD213PS Y14, Y13, Y7  // scale·code + bias
+	VFMADD213PS Y14, Y13, Y8
+	VMOVUPS Y7, (DI)
+	VMOVUPS Y8, 32(DI)
+	ADDQ $8, SI
+	ADDQ $64, DI
+	DECQ R8
+	JNZ dqblock
+
+	DECQ CX
+	JNZ dqgroup
+
+	VZEROUPPER
+	RET
+
+// func dequantQ4F16(dst *float32, w *uint32, scales, biases unsafe.Pointer, groups, blocks int)
+// dequantQ4F32 with 16-bit scales and biases.
+TEXT ·dequantQ4F16(SB), NOSPLIT, $0-48
+	MOVQ dst+0(FP), DI
+	MOVQ w+8(FP), SI
+	MOVQ scales+16(FP), DX
+	MOVQ biases+24(FP), R13
+	MOVQ groups+32(FP), CX
+	MOVQ blocks+40(FP), BX
+	MOVL $15, AX
+	VMOVD AX, X15
+	VPBROADCASTD X15, Y15
+
+dqgroup:
 	VPBROADCASTW (DX), X13     // fp16: widened by F16C
 	VCVTPH2PS X13, Y13
 	VPBROADCASTW (R13), X14
 	VCVTPH2PS X14, X14
 	ADDQ $2, DX
 	ADDQ $2, R13
-dq8scaled:
+	VBROADCASTSS X14, Y14
+	MOVQ BX, R8
+
+dqblock:
+	VPMOVZXBD (SI), Y2        // 8 bytes -> 8 dwords, two codes each
+	VPAND Y15, Y2, Y3         // codes 0,2,..,14
+	VPSRLD $4, Y2, Y4         // codes 1,3,..,15
+	VCVTDQ2PS Y3, Y3
+	VCVTDQ2PS Y4, Y4
+	VUNPCKLPS Y4, Y3, Y5      // 0,1,2,3 | 8,9,10,11
+	VUNPCKHPS Y4, Y3, Y6      // 4,5,6,7 | 12,13,14,15
+	VPERM2F128 $0x20, Y6, Y5, Y7  // 0..7
+	VPERM2F128 $0x31, Y6, Y5, Y8  // 8..15
+	VFMADD213PS Y14, Y13, Y7  // scale·code + bias
+	VFMADD213PS Y14, Y13, Y8
+	VMOVUPS Y7, (DI)
+	VMOVUPS Y8, 32(DI)
+	ADDQ $8, SI
+	ADDQ $64, DI
+	DECQ R8
+	JNZ dqblock
+
+	DECQ CX
+	JNZ dqgroup
+
+	VZEROUPPER
+	RET
+
+// func dequantQ8F32(dst *float32, w *uint32, scales, biases unsafe.Pointer, groups, blocks int)
+// dst = scale·code + bias for groups groups of blocks runs of 8 8-bit codes, in order.
+TEXT ·dequantQ8F32(SB), NOSPLIT, $0-48
+	MOVQ dst+0(FP), DI
+	MOVQ w+8(FP), SI
+	MOVQ scales+16(FP), DX
+	MOVQ biases+24(FP), R13
+	MOVQ groups+32(FP), CX
+	MOVQ blocks+40(FP), BX
+	SHRQ $1, BX               // two runs of 8 a step (groups are >= 32)
+
+d8group:
+	VBROADCASTSS (DX), Y13     // float32 scales and biases
+	VMOVSS (R13), X14
+	ADDQ $4, DX
+	ADDQ $4, R13
+	VBROADCASTSS X14, Y14
+	MOVQ BX, R8
+
+d8block:
+	VPMOVZXBD (SI), Y2        // 8 codes
+	VPMOVZXBD 8(SI), Y3
+	VCVTDQ2PS Y2, Y2
+	VCVTDQ2PS Y3, Y3
+	VFMADD213PS Y14, Y13, Y2  // scale·code + bias
+	VFMADD213PS Y14, Y13, Y3
+	VMOVUPS Y2, (DI)
+	VMOVUPS Y3, 32(DI)
+	ADDQ $16, SI
+	ADDQ $64, DI
+	DECQ R8
+	JNZ d8block
+
+	DECQ CX
+	JNZ d8group
+
+	VZEROUPPER
+	RET
+// func dequantQ8BF16(dst *float32, w *uint32, scales, biases unsafe.Pointer, groups, blocks int)
+// dst = scale·code + bias for groups groups of blocks runs of 8 8-bit codes, in order.
+TEXT ·dequantQ8BF16(SB), NOSPLIT, $0-48
+	MOVQ dst+0(FP), DI
+	MOVQ w+8(FP), SI
+	MOVQ scales+16(FP), DX
+	MOVQ biases+24(FP), R13
+	MOVQ groups+32(FP), CX
+	MOVQ blocks+40(FP), BX
+	SHRQ $1, BX               // two runs of 8 a step (groups are >= 32)
+
+d8group:
+	VPBROADCASTW (DX), Y13     // bf16: the 16 bits in the high half of each float32
+	VPSLLD $16, Y13, Y13
+	VPBROADCASTW (R13), X14
+	VPSLLD $16, X14, X14
+	ADDQ $2, DX
+	ADDQ $2, R13
+	VBROADCASTSS X14, Y14
+	MOVQ BX, R8
+
+d8block:
+	VPMOVZXBD (SI), Y2        // 8 codes
+	VPMOVZXBD 8(SI), Y3
+	VCVTDQ2PS Y2, Y2
+	VCVTDQ2PS Y3, Y3
+	VFMADD213PS Y14, Y13, Y2  // scale·code + bias
+	VFMADD213PS Y14, Y13, Y3
+	VMOVUPS Y2, (DI)
+	VMOVUPS Y3, 32(DI)
+	ADDQ $16, SI
+	ADDQ $64, DI
+	DECQ R8
+	JNZ d8block
+
+	DECQ CX
+	JNZ d8group
+
+	VZEROUPPER
+	RET
+// func dequantQ8F16(dst *float32, w *uint32, scales, biases unsafe.Pointer, groups, blocks int)
+// dst = scale·code + bias for groups groups of blocks runs of 8 8-bit codes, in order.
+TEXT ·dequantQ8F16(SB), NOSPLIT, $0-48
+	MOVQ dst+0(FP), DI
+	MOVQ w+8(FP), SI
+	MOVQ scales+16(FP), DX
+	MOVQ biases+24(FP), R13
+	MOVQ groups+32(FP), CX
+	MOVQ blocks+40(FP), BX
+	SHRQ $1, BX               // two runs of 8 a step (groups are >= 32)
+
+d8group:
+	VPBROADCASTW (DX), X13     // fp16: widened by F16C
+	VCVTPH2PS X13, Y13
+	VPBROADCASTW (R13), X14
+	VCVTPH2PS X14, X14
+	ADDQ $2, DX
+	ADDQ $2, R13
 	VBROADCASTSS X14, Y14
 	MOVQ BX, R8
 

@@ -1,9 +1,12 @@
 package quant
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/mlxg/mlxg/internal/half"
 )
@@ -88,4 +91,74 @@ func testStoredScales(t *testing.T) {
 
 func (st ScaleType) String() string {
 	return [...]string{"float32", "bf16", "fp16"}[st]
+}
+
+// BenchmarkStoredScales times a decode-shaped product (DotRowsStored over a 131072×896
+// matrix, more than the caches hold) and the prefill's row dequantization with bf16 scales
+// and biases read in place, against the float32 copies the kernels read before (and, for
+// 8-bit dequantization, the plain Go kernel that was the only one before), alternating
+// the two in each iteration; it reports the median time of each and their ratio
+// (now/before: below 1 is faster):
+//
+//	go test -run '^$' -bench StoredScales -benchtime 20x ./internal/quant/
+func BenchmarkStoredScales(b *testing.B) {
+	r := rand.New(rand.NewPCG(5, 5))
+	const rows, cols, group = 131072, 896, 64
+	for _, bits := range []int{4, 8} {
+		b.Run(fmt.Sprintf("%dbit", bits), func(b *testing.B) {
+			packed := make([]uint32, rows*Words(cols, bits))
+			for i := range packed {
+				packed[i] = r.Uint32()
+			}
+			s32, b32 := randMatrix(r, rows*cols/group), randMatrix(r, rows*cols/group)
+			s, bi, _, _ := storedScales(ScaleBF16, s32, b32)
+			x := randMatrix(r, cols)
+			var v Vec
+			v.Prepare(x, bits, group)
+			out := make([]float32, rows)
+			row := make([]float32, cols)
+			dot := func(s, b Scales) { v.DotRowsStored(out, packed, s, b) }
+			deq := func(s, b Scales) {
+				if bits == 8 && s.Type == ScaleF32 {
+					// Before: 8-bit rows were dequantized by the plain Go kernel only.
+					prev := SetSIMD(false)
+					defer SetSIMD(prev)
+				}
+				wpr, gpr := Words(cols, bits), cols/group
+				for i := 0; i < rows; i += 8 { // every 8th row: the dequantization, not the reads
+					DequantizeRowStored(row, packed[i*wpr:(i+1)*wpr], s.Slice(i*gpr, (i+1)*gpr), b.Slice(i*gpr, (i+1)*gpr), bits, group)
+				}
+			}
+			for _, k := range []struct {
+				name string
+				fn   func(s, b Scales)
+			}{{"dot", dot}, {"dequant", deq}} {
+				b.Run(k.name, func(b *testing.B) { benchScales(b, k.name, k.fn, s32, b32, s, bi) })
+			}
+		})
+	}
+}
+
+func benchScales(b *testing.B, name string, fn func(s, b Scales), s32, b32 []float32, s, bi Scales) {
+	var old, cur []float64
+	for b.Loop() {
+		t0 := time.Now()
+		fn(F32Scales(s32), F32Scales(b32))
+		t1 := time.Now()
+		fn(s, bi)
+		old, cur = append(old, t1.Sub(t0).Seconds()), append(cur, time.Since(t1).Seconds())
+	}
+	mo, mc := median(old), median(cur)
+	b.ReportMetric(mo*1e6, "before-µs")
+	b.ReportMetric(mc*1e6, "now-µs")
+	b.ReportMetric(mc/mo, "now/before")
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
 }
