@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/mlxg/mlxg/kvstore"
@@ -103,6 +105,7 @@ func LoadModel(dir string, o LoadOptions) (*Engine, error) {
 	if backend == nil {
 		backend = cpu.New(o.Threads)
 	}
+	tuneGC()
 	start := time.Now()
 	m, err := model.Load(dir, backend)
 	if err != nil {
@@ -119,6 +122,26 @@ func LoadModel(dir string, o LoadOptions) (*Engine, error) {
 
 // Close releases the model.
 func (e *Engine) Close() error { return e.Model.Close() }
+
+// gcPercent is the Go collector's GOGC once a model is loaded, unless the user set GOGC.
+// A loaded model's live heap is mostly pointer-free activation buffers and KV blocks, cheap
+// to collect, while Go's default (100) lets dead memory (each decode step's logits: 600 KiB
+// at Qwen's 151,936 tokens) grow to the size of the live heap before a collection: on the
+// Qwen2-0.5B shape the server's heap went from 140 MiB live to 276 MiB between
+// collections. At 25 the dead part stays under a quarter of the live heap, for a few more
+// collections of about 20 ms of one core each (scripts/bench --peer none --bits 8: peak RSS
+// 837 -> 735 MiB).
+const gcPercent = 25
+
+var gcOnce sync.Once
+
+func tuneGC() {
+	gcOnce.Do(func() {
+		if os.Getenv("GOGC") == "" {
+			debug.SetGCPercent(gcPercent)
+		}
+	})
+}
 
 // EOS returns the end-of-sequence ids: config.json and generation_config.json's
 // eos_token_id and the tokenizer's eos_token.
