@@ -31,9 +31,11 @@ import (
 type Backend struct {
 	threads int
 
-	mu    sync.Mutex
-	free  map[int][][]float32 // released activation buffers by length
-	ropes map[*compute.RoPE]*ropeTable
+	mu     sync.Mutex
+	free   map[int][][]float32 // released activation buffers by length
+	used   map[int]uint64      // the context (serial) that last asked for each length
+	serial uint64              // contexts made so far
+	ropes  map[*compute.RoPE]*ropeTable
 }
 
 // New returns a CPU backend using threads goroutines; threads <= 0 means runtime.NumCPU().
@@ -41,7 +43,7 @@ func New(threads int) *Backend {
 	if threads <= 0 {
 		threads = runtime.NumCPU()
 	}
-	return &Backend{threads: threads, free: map[int][][]float32{}, ropes: map[*compute.RoPE]*ropeTable{}}
+	return &Backend{threads: threads, free: map[int][][]float32{}, used: map[int]uint64{}, ropes: map[*compute.RoPE]*ropeTable{}}
 }
 
 // Threads returns the number of goroutines ops use.
@@ -230,6 +232,7 @@ func view[T uint16 | uint32 | float32](b []byte) []T {
 func (b *Backend) alloc(n int) []float32 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.used[n] = b.serial
 	if l := b.free[n]; len(l) > 0 {
 		buf := l[len(l)-1]
 		b.free[n] = l[:len(l)-1]
@@ -247,6 +250,40 @@ func (b *Backend) release(bufs [][]float32) {
 			b.free[len(buf)] = append(l, buf)
 		}
 	}
+}
+
+// newSerial numbers a new context.
+func (b *Backend) newSerial() uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.serial++
+	return b.serial
+}
+
+// trim drops the kept buffers of every length that no context since serial asked for: a
+// prefill's working set (tens of MiB for 512 tokens) goes back to the collector once
+// decoding, whose buffers are a few hundred KiB, has taken over, instead of staying in the
+// pool for good, and the lengths of one-off prompt remainders do not pile up.
+func (b *Backend) trim(serial uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for n := range b.free {
+		if b.used[n] < serial {
+			delete(b.free, n)
+			delete(b.used, n)
+		}
+	}
+}
+
+// pooled is the number of floats kept for reuse (tests).
+func (b *Backend) pooled() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	total := 0
+	for n, l := range b.free {
+		total += n * len(l)
+	}
+	return total
 }
 
 // parallel runs fn over [0, n) split into contiguous ranges on up to b.threads

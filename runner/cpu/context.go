@@ -21,13 +21,14 @@ func (t *tensor) Dims() (int, int) { return t.rows, t.cols }
 var nilTensor = &tensor{}
 
 type context struct {
-	b    *Backend
-	err  error
-	bufs [][]float32
+	b      *Backend
+	err    error
+	bufs   [][]float32
+	serial uint64
 }
 
 // NewContext implements compute.Backend.
-func (b *Backend) NewContext() compute.Context { return &context{b: b} }
+func (b *Backend) NewContext() compute.Context { return &context{b: b, serial: b.newSerial()} }
 
 func (c *context) Err() error { return c.err }
 
@@ -53,6 +54,7 @@ func (c *context) Free(keep ...compute.Tensor) {
 func (c *context) Close() {
 	c.b.release(c.bufs)
 	c.bufs = nil
+	c.b.trim(c.serial)
 }
 
 func (c *context) fail(format string, args ...any) compute.Tensor {

@@ -470,3 +470,39 @@ func TestView(t *testing.T) {
 		}
 	}
 }
+
+// TestTrim: a pass's buffers stay pooled for the next pass of the same shape, and a
+// prefill-sized working set is dropped once a pass of another shape (decode) has closed,
+// with results unchanged.
+func TestTrim(t *testing.T) {
+	r := rand.New(rand.NewPCG(41, 41))
+	const in, out = 64, 96
+	b := New(2)
+	src := source{}
+	wv := randVec(r, out*in)
+	src.putFloat("l.weight", safetensors.F32, []int{out, in}, wv)
+	lw, err := b.Weight(src, "l", compute.Quant{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pass := func(T int) []float32 {
+		x := randVec(r, T*in)
+		xw := input(t, b, T, in, x)
+		got := run(t, b, func(c compute.Context) compute.Tensor { return c.Linear(c.Embed(xw, seq(T)), lw) })
+		closeTo(t, "linear", got, refLinear(x, wv, nil, T, out, in), 1e-5)
+		return x
+	}
+	pass(40)
+	big := b.pooled()
+	if big < 40*out {
+		t.Fatalf("%d floats pooled after a 40-token pass, want at least its %d-float output", big, 40*out)
+	}
+	pass(40)
+	if n := b.pooled(); n != big {
+		t.Fatalf("a second pass of the same shape left %d floats pooled, the first %d", n, big)
+	}
+	pass(1)
+	if n := b.pooled(); n >= 40*out {
+		t.Fatalf("%d floats still pooled after a 1-token pass, the 40-token working set (%d) was not dropped", n, big)
+	}
+}
