@@ -91,7 +91,9 @@ func main() {
 	}
 	var rows []sample
 	for _, b := range []string{"cpu", "mlx"} {
-		out, err := exec.Command(os.Args[0], "-model", *dir, "-tokens", strconv.Itoa(*tokens), "-backend", b).Output()
+		cmd := exec.Command(os.Args[0], "-model", *dir, "-tokens", strconv.Itoa(*tokens), "-backend", b)
+		cmd.Stderr = os.Stderr
+		out, err := cmd.Output()
 		if err != nil {
 			log.Fatalf("%s: %v", b, err)
 		}
