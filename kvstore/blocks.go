@@ -5,16 +5,19 @@ import (
 	"unsafe"
 )
 
-// StoredBlock is one block of a full-attention layer's storage as it lies in memory, for a
-// backend that reads the cache in place instead of keeping a copy of its own (package
-// metal hands these slices to MLX). Rows are position-major, then head: row
-// p·kvHeads+h is head h at the block's position p.
+// StoredBlock is a run of consecutive positions of a layer's storage as it lies in
+// memory, for a backend that reads the cache in place instead of keeping a copy of its
+// own (package metal hands these slices to MLX): a block of a full-attention layer, or
+// one of the (at most two) runs of a sliding window's ring. The buffer holds Slots
+// positions, position-major then head (row s·kvHeads+h is head h in slot s); the run
+// is slots Slot..Slot+Positions-1, holding positions First..First+Positions-1.
 //
 // The slices alias the layer's storage: they are valid until the layer's next Append,
 // Truncate or conversion, and must not be written.
 type StoredBlock struct {
-	Positions int // positions filled, from the block's first
-	K, V      BlockData
+	First, Positions int // the absolute positions held
+	Slot, Slots      int // where they start in the buffer, and the buffer's size in positions
+	K, V             BlockData
 }
 
 // BlockData is the storage of one block's keys or values.
@@ -37,13 +40,15 @@ type BlockSource interface {
 var (
 	_ BlockSource = (*Full)(nil)
 	_ BlockSource = (*Quantized)(nil)
+	_ BlockSource = (*Rotating)(nil)
 )
 
 // Blocks implements BlockSource.
 func (c *Full) Blocks() []StoredBlock {
 	out := make([]StoredBlock, 0, c.blocks())
 	for i := 0; i < c.blocks(); i++ {
-		b := StoredBlock{Positions: min(BlockTokens, c.n-i*BlockTokens), K: BlockData{Format: FormatF16}, V: BlockData{Format: FormatF16}}
+		b := StoredBlock{First: i * BlockTokens, Positions: min(BlockTokens, c.n-i*BlockTokens), Slots: BlockTokens,
+			K: BlockData{Format: FormatF16}, V: BlockData{Format: FormatF16}}
 		if c.fp32 {
 			b.K.F32, b.V.F32 = c.k32[i], c.v32[i]
 		} else {
@@ -62,10 +67,25 @@ func (c *Quantized) Blocks() []StoredBlock {
 	out := make([]StoredBlock, 0, len(c.kb))
 	for i := range c.kb {
 		out = append(out, StoredBlock{
-			Positions: min(BlockTokens, c.n-i*BlockTokens),
-			K:         BlockData{Format: c.kc.f, Codes: c.kb[i].codes, Halfs: c.kb[i].halfs},
-			V:         BlockData{Format: c.vc.f, Codes: c.vb[i].codes, Halfs: c.vb[i].halfs},
+			First: i * BlockTokens, Positions: min(BlockTokens, c.n-i*BlockTokens), Slots: BlockTokens,
+			K: BlockData{Format: c.kc.f, Codes: c.kb[i].codes, Halfs: c.kb[i].halfs},
+			V: BlockData{Format: c.vc.f, Codes: c.vb[i].codes, Halfs: c.vb[i].halfs},
 		})
+	}
+	return out
+}
+
+// Blocks implements BlockSource: the positions the ring holds, lo..n-1, as the runs
+// of slots they occupy (two where they wrap around the ring's end).
+func (c *Rotating) Blocks() []StoredBlock {
+	var out []StoredBlock
+	for p := c.lo; p < c.n; {
+		slot := p % c.slots
+		run := min(c.n-p, c.slots-slot)
+		out = append(out, StoredBlock{First: p, Positions: run, Slot: slot, Slots: c.slots,
+			K: BlockData{Format: c.kc.f, Codes: c.k.codes, Halfs: c.k.halfs},
+			V: BlockData{Format: c.vc.f, Codes: c.v.codes, Halfs: c.v.halfs}})
+		p += run
 	}
 	return out
 }

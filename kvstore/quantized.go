@@ -36,6 +36,10 @@ func (c *kvCodecs) Dims() (int, int, int) { return c.kvHeads, c.kDim, c.vDim }
 // Spec is the storage the cache uses now: fp16 before quantized_kv_start positions.
 func (c *kvCodecs) Spec() Spec { return Spec{K: c.kc.f, V: c.vc.f} }
 
+// Converts reports whether the cache still stores fp16 and will switch to a quantized
+// spec at quantized_kv_start.
+func (c *kvCodecs) Converts() bool { return c.kc.f != c.spec.K || c.vc.f != c.spec.V }
+
 // positionBytes is the storage of one position over all heads.
 func (c *kvCodecs) positionBytes() int64 {
 	return int64(c.kvHeads) * int64(c.kc.bytes()+c.vc.bytes())

@@ -4,7 +4,10 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
+
+	"github.com/mlxg/mlxg/internal/half"
 )
 
 // refWindow is attention for the last n of length positions where each query sees only
@@ -106,5 +109,60 @@ func TestRotatingTruncate(t *testing.T) {
 	}
 	if err := c.Attend(Attention{Q: q, Out: out[:5], N: 1, Heads: 1, Scale: 0.2}); err == nil {
 		t.Fatal("short output accepted")
+	}
+}
+
+// Blocks lays the ring's positions out as the runs of slots they occupy: read back row by
+// row they are the positions appended last, in order, across the ring's wrap.
+func TestRotatingBlocks(t *testing.T) {
+	const kvHeads, dim, window = 2, 32, 8
+	c, err := NewRotating(kvHeads, dim, dim, window, SpecF16, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := func(p, h int) []float32 { // position p, head h: values that fp16 keeps exactly
+		out := make([]float32, dim)
+		for j := range out {
+			out[j] = float32(p*64+h*dim+j) / 8
+		}
+		return out
+	}
+	n := 0
+	for _, step := range []int{5, 1, 1, 6, 1, 1, 1, 1} { // a prefill, decodes, a chunk, decodes: the ring wraps
+		var k []float32
+		for i := 0; i < step; i++ {
+			for h := 0; h < kvHeads; h++ {
+				k = append(k, row(n+i, h)...)
+			}
+		}
+		if err := c.Append(k, k, step); err != nil {
+			t.Fatal(err)
+		}
+		n += step
+		next := -1
+		for _, b := range c.Blocks() {
+			if next >= 0 && b.First != next {
+				t.Fatalf("after %d positions: a run starts at %d, want %d", n, b.First, next)
+			}
+			if b.Slot+b.Positions > b.Slots || len(b.K.Halfs) < b.Slots*kvHeads*dim {
+				t.Fatalf("after %d positions: run %+v overflows its buffer", n, b)
+			}
+			for i := 0; i < b.Positions; i++ {
+				for h := 0; h < kvHeads; h++ {
+					at := ((b.Slot+i)*kvHeads + h) * dim
+					got := make([]float32, dim)
+					for j := range got {
+						got[j] = half.F16ToF32(b.K.Halfs[at+j])
+					}
+					if want := row(b.First+i, h); !slices.Equal(got, want) {
+						t.Fatalf("after %d positions: position %d head %d reads %v, want %v", n, b.First+i, h, got[:3], want[:3])
+					}
+				}
+			}
+			next = b.First + b.Positions
+		}
+		if next != n || c.Blocks()[0].First > max(0, n-(window-1)) {
+			t.Fatalf("after %d positions the runs end at %d and start at %d: the window's positions are not all held", n, next, c.Blocks()[0].First)
+		}
 	}
 }

@@ -20,7 +20,8 @@ import (
 // layer's format as kvstore will store them. Where that rounding cannot be matched (a
 // q4_0 layer) or the layer is about to change format (at quantized_kv_start), the step
 // is evaluated up to this layer, its keys and values appended, and the attention reads
-// the blocks alone. Sliding-window layers attend in Go.
+// the blocks alone. A sliding window's ring is read the same way, as the one or two
+// runs of slots its positions occupy, with the window in the mask.
 
 // layerSpec is the storage a layer uses now: quantized kinds report it, the plain
 // kind is fp16.
@@ -31,11 +32,11 @@ func layerSpec(l kvstore.Layer) kvstore.Spec {
 	return kvstore.SpecF16
 }
 
-// mayConvert reports whether layer is a quantized kind still storing fp16, which
-// switches to its spec at quantized_kv_start.
+// mayConvert reports whether layer still stores fp16 and switches to its quantized
+// spec at quantized_kv_start.
 func mayConvert(layer kvstore.Layer) bool {
-	_, ok := layer.(*kvstore.Quantized)
-	return ok && !layerSpec(layer).Quantized()
+	c, ok := layer.(interface{ Converts() bool })
+	return ok && c.Converts()
 }
 
 // roundable reports whether the device rounds a step's keys or values to f exactly as
@@ -49,6 +50,7 @@ type storedAttention struct {
 	heads, T            int
 	dt                  mlxDtype // fp16; float32 for a float32 cache, and on MLX's CPU (Backend.wide)
 	fp32                bool     // the cache stores float32 (kvstore.Full's exact reference)
+	window              int      // a sliding window's size; 0 for full attention
 }
 
 // wrap makes an array of n elements of dt over Go memory at p (cp elements of capacity).
@@ -75,13 +77,13 @@ func (s *storedAttention) wrap(p unsafe.Pointer, n, cp int, dt mlxDtype, size in
 	return a
 }
 
-// positions views a block's storage (BlockTokens rows of kvHeads × width) as
-// [kvHeads, 1, P, width]: its first P positions, a broadcast axis for the query heads
-// sharing a KV head.
-func (s *storedAttention) positions(a mlxArray, P, width int) mlxArray {
+// positions views a run of a buffer of slots positions (kvHeads × width each) as
+// [kvHeads, 1, P, width]: slots slot..slot+P-1, with a broadcast axis for the query
+// heads sharing a KV head.
+func (s *storedAttention) positions(a mlxArray, slots, slot, P, width int) mlxArray {
 	g := s.g
-	a = g.reshape(a, kvstore.BlockTokens, s.kvHeads, width)
-	a = g.slice(a, []int{0, 0, 0}, []int{P, s.kvHeads, width})
+	a = g.reshape(a, slots, s.kvHeads, width)
+	a = g.slice(a, []int{slot, 0, 0}, []int{slot + P, s.kvHeads, width})
 	return g.expandDims(g.transpose(a, 1, 0, 2), 1)
 }
 
@@ -92,22 +94,24 @@ type side struct {
 	data, scales, biases mlxArray
 }
 
-// stored wraps a block's keys or values (dim elements a head).
-func (s *storedAttention) stored(d kvstore.BlockData, P, dim int) side {
+// stored wraps a run's keys or values (dim elements a head).
+func (s *storedAttention) stored(b kvstore.StoredBlock, d kvstore.BlockData, dim int) side {
 	g := s.g
+	rows := b.Slots * s.kvHeads
+	at := func(a mlxArray, width int) mlxArray { return s.positions(a, b.Slots, b.Slot, b.Positions, width) }
 	switch {
 	case d.F32 != nil:
 		a := s.wrap(unsafe.Pointer(&d.F32[0]), len(d.F32), cap(d.F32), dtFloat32, 4)
-		return side{f: d.Format, data: s.positions(a, P, dim)}
+		return side{f: d.Format, data: at(a, dim)}
 	case d.Format.Mode == kvstore.F16:
 		a := s.wrap(unsafe.Pointer(&d.Halfs[0]), len(d.Halfs), cap(d.Halfs), dtFloat16, 2)
-		return side{f: d.Format, data: g.astype(s.positions(a, P, dim), s.dt)}
+		return side{f: d.Format, data: g.astype(at(a, dim), s.dt)}
 	}
 	groups := dim / d.Format.Group
-	words := len(d.Codes) / (kvstore.BlockTokens * s.kvHeads)
-	codes := s.positions(s.wrap(unsafe.Pointer(&d.Codes[0]), len(d.Codes), cap(d.Codes), dtUint32, 4), P, words)
-	halfs := s.positions(s.wrap(unsafe.Pointer(&d.Halfs[0]), len(d.Halfs), cap(d.Halfs), dtFloat16, 2), P, len(d.Halfs)/(kvstore.BlockTokens*s.kvHeads))
+	codes := at(s.wrap(unsafe.Pointer(&d.Codes[0]), len(d.Codes), cap(d.Codes), dtUint32, 4), len(d.Codes)/rows)
+	halfs := at(s.wrap(unsafe.Pointer(&d.Halfs[0]), len(d.Halfs), cap(d.Halfs), dtFloat16, 2), len(d.Halfs)/rows)
 	halfs = g.astype(halfs, s.dt) // scales (and biases) in the product's dtype
+	P := b.Positions
 	out := side{f: d.Format, data: codes}
 	if d.Format.Mode == kvstore.Q4_0 {
 		// q4_0 is affine 4-bit in groups of 32 with bias -8·scale: x = d·(code-8).
@@ -159,33 +163,42 @@ func (s *storedAttention) values(probs mlxArray, v side) mlxArray {
 }
 
 // attend is causal grouped-query attention of q (T × heads·kDim, float32) over the
-// blocks and, when k is not null, the step's keys and values k and v ([1, kvHeads, T,
-// dim] float32): the query rows are the last T positions. Returns T × heads·vDim.
+// runs and, when k is not null, the step's keys and values k and v ([1, kvHeads, T,
+// dim] float32, at positions n..n+T-1 after the runs' last): the query rows are the
+// last T positions. A query sees the positions up to its own, and with s.window > 0
+// only the window ending there. Returns T × heads·vDim.
 func (s *storedAttention) attend(q mlxArray, scale float32, blocks []kvstore.StoredBlock, k, v mlxArray, spec kvstore.Spec) mlxArray {
 	g := s.g
 	rep := s.heads / s.kvHeads
 	q5 := g.astype(g.mul(heads(g, q, s.T, s.heads, s.kDim), g.scalar(scale)), s.dt)
 	q5 = g.reshape(q5, s.kvHeads, rep, s.T, s.kDim)
 	var ks, vs []side
-	var lens []int
+	var lens, firsts []int
+	end := 0 // one past the last position held
 	for _, b := range blocks {
 		if b.Positions <= 0 {
 			continue
 		}
-		ks = append(ks, s.stored(b.K, b.Positions, s.kDim))
-		vs = append(vs, s.stored(b.V, b.Positions, s.vDim))
-		lens = append(lens, b.Positions)
+		ks = append(ks, s.stored(b, b.K, s.kDim))
+		vs = append(vs, s.stored(b, b.V, s.vDim))
+		lens, firsts = append(lens, b.Positions), append(firsts, b.First)
+		end = max(end, b.First+b.Positions)
 	}
 	if k != 0 {
 		ks = append(ks, s.fresh(k, spec.K, s.kDim))
 		vs = append(vs, s.fresh(v, spec.V, s.vDim))
-		lens = append(lens, s.T)
+		lens, firsts = append(lens, s.T), append(firsts, end)
+		end += s.T
 	}
 	n := 0
 	parts := make([]mlxArray, len(ks))
+	kpos := make([]int32, 0, end)
 	for i, kb := range ks {
 		parts[i] = g.astype(s.scores(q5, kb), dtFloat32)
 		n += lens[i]
+		for p := firsts[i]; p < firsts[i]+lens[i]; p++ {
+			kpos = append(kpos, int32(p))
+		}
 	}
 	if len(parts) == 0 || n < s.T {
 		return g.fail(fmt.Errorf("metal: attention of %d queries over %d positions", s.T, n))
@@ -194,10 +207,15 @@ func (s *storedAttention) attend(q mlxArray, scale float32, blocks []kvstore.Sto
 	if len(parts) > 1 {
 		sc = g.concat(3, parts...)
 	}
-	if s.T > 1 {
-		qpos := g.reshape(g.arange(n-s.T, n), s.T, 1)
-		kpos := g.reshape(g.arange(0, n), 1, n)
-		sc = g.where(g.greater(kpos, qpos), g.scalar(negInf), sc)
+	if s.T > 1 || s.window > 0 {
+		qpos := g.reshape(g.arange(end-s.T, end), s.T, 1)
+		kp := g.reshape(g.fromInt32s(kpos, n), 1, n)
+		sc = g.where(g.greater(kp, qpos), g.scalar(negInf), sc) // a later position
+		if s.window > 0 {
+			// One the window has left behind: k < q - (window-1).
+			oldest := g.reshape(g.arange(end-s.T-(s.window-1), end-(s.window-1)), s.T, 1)
+			sc = g.where(g.greater(oldest, kp), g.scalar(negInf), sc)
+		}
 	}
 	probs := g.astype(g.softmax(sc, -1), s.dt)
 	var out mlxArray

@@ -256,6 +256,9 @@ func (c *context) Attention(q, k, v compute.Tensor, cache kvstore.Layer, nHeads 
 		if s.fp32 || c.b.wide {
 			s.dt = dtFloat32
 		}
+		if r, ok := cache.(*kvstore.Rotating); ok {
+			s.window = r.Window()
+		}
 		spec := layerSpec(cache)
 		k2, v2 := g.float32Array(a[1].arr), g.float32Array(a[2].arr)
 		if c.pending[key] > 0 || mayConvert(cache) || !roundable(spec.K) || !roundable(spec.V) {
