@@ -53,28 +53,15 @@ type storedAttention struct {
 	window              int      // a sliding window's size; 0 for full attention
 }
 
-// wrap makes an array of n elements of dt over Go memory at p (cp elements of capacity).
-// A page-aligned region of whole pages is wrapped in full and sliced, which Metal maps
-// without copying; anything else MLX copies.
+// wrap makes an array of n elements of dt over Go memory at p (cp elements of
+// capacity): a page-aligned region of whole pages (kvstore aligns its blocks so on
+// macOS) is wrapped in full, which Metal maps without copying.
 func (s *storedAttention) wrap(p unsafe.Pointer, n, cp int, dt mlxDtype, size int) mlxArray {
-	g := s.g
-	if g.err != nil {
-		return 0
-	}
-	whole := n
+	region := n
 	if uintptr(p)%kvstore.PageSize == 0 && cp*size%kvstore.PageSize == 0 {
-		whole = cp
+		region = cp
 	}
-	sp, _ := ints([]int{whole})
-	a, err := handle("mlx_array_new_data_managed", g.l.arrayNewDataMgd(p, sp, 1, dt, g.l.noop))
-	if err != nil {
-		return g.fail(err)
-	}
-	g.own(a)
-	if whole != n {
-		a = g.slice(a, []int{0}, []int{n})
-	}
-	return a
+	return s.g.wrap(p, region, 0, n, dt)
 }
 
 // positions views a run of a buffer of slots positions (kvHeads × width each) as
@@ -172,33 +159,35 @@ func (s *storedAttention) attend(q mlxArray, scale float32, blocks []kvstore.Sto
 	rep := s.heads / s.kvHeads
 	q5 := g.astype(g.mul(heads(g, q, s.T, s.heads, s.kDim), g.scalar(scale)), s.dt)
 	q5 = g.reshape(q5, s.kvHeads, rep, s.T, s.kDim)
+	// The runs hold consecutive positions, first..end-1, in order; the step's follow.
 	var ks, vs []side
-	var lens, firsts []int
-	end := 0 // one past the last position held
+	var lens []int
+	first, end := -1, 0
 	for _, b := range blocks {
 		if b.Positions <= 0 {
 			continue
 		}
+		if first < 0 {
+			first = b.First
+		} else if b.First != end {
+			return g.fail(fmt.Errorf("metal: a KV run starts at position %d after one ending at %d", b.First, end))
+		}
 		ks = append(ks, s.stored(b, b.K, s.kDim))
 		vs = append(vs, s.stored(b, b.V, s.vDim))
-		lens, firsts = append(lens, b.Positions), append(firsts, b.First)
-		end = max(end, b.First+b.Positions)
+		lens = append(lens, b.Positions)
+		end = b.First + b.Positions
 	}
 	if k != 0 {
 		ks = append(ks, s.fresh(k, spec.K, s.kDim))
 		vs = append(vs, s.fresh(v, spec.V, s.vDim))
-		lens, firsts = append(lens, s.T), append(firsts, end)
+		lens = append(lens, s.T)
 		end += s.T
 	}
-	n := 0
+	first = max(first, 0)
+	n := end - first
 	parts := make([]mlxArray, len(ks))
-	kpos := make([]int32, 0, end)
 	for i, kb := range ks {
 		parts[i] = g.astype(s.scores(q5, kb), dtFloat32)
-		n += lens[i]
-		for p := firsts[i]; p < firsts[i]+lens[i]; p++ {
-			kpos = append(kpos, int32(p))
-		}
 	}
 	if len(parts) == 0 || n < s.T {
 		return g.fail(fmt.Errorf("metal: attention of %d queries over %d positions", s.T, n))
@@ -209,7 +198,7 @@ func (s *storedAttention) attend(q mlxArray, scale float32, blocks []kvstore.Sto
 	}
 	if s.T > 1 || s.window > 0 {
 		qpos := g.reshape(g.arange(end-s.T, end), s.T, 1)
-		kp := g.reshape(g.fromInt32s(kpos, n), 1, n)
+		kp := g.reshape(g.arange(first, end), 1, n)
 		sc = g.where(g.greater(kp, qpos), g.scalar(negInf), sc) // a later position
 		if s.window > 0 {
 			// One the window has left behind: k < q - (window-1).

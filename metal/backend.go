@@ -262,17 +262,9 @@ func (b *Backend) tensor(g *graph, t *safetensors.Tensor, wrap bool) mlxArray {
 		return a
 	}
 	base := unsafe.Add(p, -int(off)) // the page holding the tensor's first byte
-	n := int((end - start) / uintptr(size))
-	sp, _ := ints([]int{n})
-	whole, err := handle("mlx_array_new_data_managed", b.lib.arrayNewDataMgd(base, sp, 1, dt, b.lib.noop))
-	if err != nil {
-		return g.fail(fmt.Errorf("tensor %q: %w", t.Name, err))
-	}
-	g.own(whole)
+	a := g.wrap(base, int((end-start)/uintptr(size)), int(off)/size, len(t.Data)/size, dt)
 	b.copied(p, len(t.Data))
-	first := int(off) / size
-	elems := len(t.Data) / size
-	return g.reshape(g.slice(whole, []int{first}, []int{first + elems}), t.Shape...)
+	return g.reshape(a, t.Shape...)
 }
 
 // copied releases the mmapped pages of a tensor MLX has just copied (only its CPU

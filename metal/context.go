@@ -165,18 +165,23 @@ func (c *context) Linear(x compute.Tensor, w compute.Weight) compute.Tensor {
 }
 
 func (c *context) RMSNorm(x compute.Tensor, w compute.Vector, eps float32) compute.Tensor {
+	return c.rmsNorm("RMSNorm", x, w, eps, func(g *graph, w mlxArray) mlxArray { return w })
+}
+
+// rmsNorm is RMSNorm with the weight scale(w) (RMSNormOffset shifts it).
+func (c *context) rmsNorm(op string, x compute.Tensor, w compute.Vector, eps float32, scale func(g *graph, w mlxArray) mlxArray) compute.Tensor {
 	a, ok := c.args(x)
 	if !ok {
 		return nilTensor
 	}
 	mv, ok := w.(*vector)
 	if !ok {
-		return c.fail("RMSNorm: weight is not a Metal vector")
+		return c.fail("%s: weight is not a Metal vector", op)
 	}
 	if mv.n != a[0].cols {
-		return c.fail("RMSNorm: %d columns with a weight of %d", a[0].cols, mv.n)
+		return c.fail("%s: %d columns with a weight of %d", op, a[0].cols, mv.n)
 	}
-	return c.record(a[0].rows, a[0].cols, func(g *graph) mlxArray { return g.rmsNorm(a[0].arr, mv.a, eps) })
+	return c.record(a[0].rows, a[0].cols, func(g *graph) mlxArray { return g.rmsNorm(a[0].arr, scale(g, mv.a), eps) })
 }
 
 func (c *context) Reshape(x compute.Tensor, rows, cols int) compute.Tensor {

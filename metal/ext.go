@@ -43,12 +43,12 @@ func (c *context) MoE(x, router compute.Tensor, gate, up, down compute.Weight, e
 	}
 	xs, rl := a[0], a[1]
 	T, in := xs.rows, xs.cols
-	if experts <= 0 || r.TopK <= 0 || r.TopK > experts || rl.rows != T || rl.cols != experts ||
-		gw.in != in || uw.in != in || gw.out != uw.out || gw.out%experts != 0 || dw.out%experts != 0 || dw.in != gw.out/experts {
-		return c.fail("MoE: x %d×%d, router %d×%d, top-%d of %d experts do not fit gate %d×%d, up %d×%d, down %d×%d",
-			T, in, rl.rows, rl.cols, r.TopK, experts, gw.out, gw.in, uw.out, uw.in, dw.out, dw.in)
+	d := compute.DimsOf
+	_, hidden, err := compute.MoEShape(d(xs), d(rl), d(gw), d(uw), d(dw), experts, r)
+	if err != nil {
+		return c.fail("%v", err)
 	}
-	k, hidden := r.TopK, dw.out/experts
+	k := r.TopK
 	return c.record(T, hidden, func(g *graph) mlxArray {
 		probs := g.softmax(g.astype(rl.arr, dtFloat32), -1)
 		idx := g.argpartition(g.neg(probs), k-1, -1)
@@ -101,20 +101,7 @@ func (c *context) GeGLU(gate, up compute.Tensor) compute.Tensor {
 
 // RMSNormOffset implements compute.ActivationContext.
 func (c *context) RMSNormOffset(x compute.Tensor, w compute.Vector, offset, eps float32) compute.Tensor {
-	a, ok := c.args(x)
-	if !ok {
-		return nilTensor
-	}
-	mv, ok := w.(*vector)
-	if !ok {
-		return c.fail("RMSNormOffset: weight is not a Metal vector")
-	}
-	if mv.n != a[0].cols {
-		return c.fail("RMSNormOffset: %d columns with a weight of %d", a[0].cols, mv.n)
-	}
-	return c.record(a[0].rows, a[0].cols, func(g *graph) mlxArray {
-		return g.rmsNorm(a[0].arr, g.add(mv.a, g.scalar(offset)), eps)
-	})
+	return c.rmsNorm("RMSNormOffset", x, w, eps, func(g *graph, w mlxArray) mlxArray { return g.add(w, g.scalar(offset)) })
 }
 
 // Scale implements compute.ActivationContext.
@@ -216,21 +203,10 @@ func (c *context) GatedDelta(q, k, v, gt, beta compute.Tensor, heads int, state 
 	}
 	qs, ks, vs, gs, bs := a[0], a[1], a[2], a[3], a[4]
 	T := qs.rows
-	if heads <= 0 || ks.rows != T || vs.rows != T || gs.rows != T || bs.rows != T || gs.cols != heads || bs.cols != heads ||
-		qs.cols != ks.cols || vs.cols%heads != 0 {
-		return c.fail("GatedDelta: q %d×%d, k %d×%d, v %d×%d, g %d×%d, beta %d×%d for %d heads",
-			qs.rows, qs.cols, ks.rows, ks.cols, vs.rows, vs.cols, gs.rows, gs.cols, bs.rows, bs.cols, heads)
-	}
-	dv := vs.cols / heads
-	var kHeads, dk int
-	for kh := 1; kh <= heads; kh++ { // the key heads, as the CPU backend finds them
-		if heads%kh == 0 && qs.cols%kh == 0 && len(state) == heads*(qs.cols/kh)*dv {
-			kHeads, dk = kh, qs.cols/kh
-			break
-		}
-	}
-	if kHeads == 0 {
-		return c.fail("GatedDelta: a state of %d values does not fit %d heads of q/k width %d and value size %d", len(state), heads, qs.cols, dv)
+	d := compute.DimsOf
+	kHeads, dk, dv, err := compute.DeltaShape(d(qs), d(ks), d(vs), d(gs), d(bs), heads, len(state))
+	if err != nil {
+		return c.fail("%v", err)
 	}
 	rep, H := heads/kHeads, heads
 	return c.record(T, H*dv, func(g *graph) mlxArray {

@@ -87,6 +87,25 @@ func (g *graph) fromData(p unsafe.Pointer, dt mlxDtype, shape ...int) mlxArray {
 	return g.own(a)
 }
 
+// wrap makes a 1-D array over region elements of dt at base, memory Go keeps alive (the
+// array's destructor does nothing), and returns its elements first..first+n-1. Where
+// base starts a page and the region spans whole pages, Metal maps it without a copy.
+func (g *graph) wrap(base unsafe.Pointer, region, first, n int, dt mlxDtype) mlxArray {
+	if g.err != nil {
+		return 0
+	}
+	sp, _ := ints([]int{region})
+	a, err := handle("mlx_array_new_data_managed", g.l.arrayNewDataMgd(base, sp, 1, dt, g.l.noop))
+	if err != nil {
+		return g.fail(err)
+	}
+	g.own(a)
+	if first == 0 && n == region {
+		return a
+	}
+	return g.slice(a, []int{first}, []int{first + n})
+}
+
 func (g *graph) fromFloat32s(x []float32, shape ...int) mlxArray {
 	if len(x) == 0 {
 		return g.fail(fmt.Errorf("metal: an empty array of shape %v", shape))

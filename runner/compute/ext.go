@@ -172,3 +172,42 @@ func (failed) Dims() (int, int) { return 0, 0 }
 func Unsupported(c Context, what string) Tensor {
 	return Fail(c, fmt.Errorf("compute: this context does not run %s", what))
 }
+
+// DeltaShape checks GatedDelta's arguments, given as [rows, cols] of q, k, v, g and
+// beta, and finds the key heads: the divisor kHeads of heads whose head size
+// dk = q's columns / kHeads makes the state heads × dk × dv. Both backends use it, so
+// they read the same layout.
+func DeltaShape(q, k, v, g, beta [2]int, heads, stateLen int) (kHeads, dk, dv int, err error) {
+	T := q[0]
+	if heads <= 0 || k[0] != T || v[0] != T || g[0] != T || beta[0] != T || g[1] != heads || beta[1] != heads ||
+		q[1] != k[1] || v[1]%heads != 0 {
+		return 0, 0, 0, fmt.Errorf("GatedDelta: q %d×%d, k %d×%d, v %d×%d, g %d×%d, beta %d×%d for %d heads",
+			q[0], q[1], k[0], k[1], v[0], v[1], g[0], g[1], beta[0], beta[1], heads)
+	}
+	dv = v[1] / heads
+	for kh := 1; kh <= heads; kh++ {
+		if heads%kh == 0 && q[1]%kh == 0 && stateLen == heads*(q[1]/kh)*dv {
+			return kh, q[1] / kh, dv, nil
+		}
+	}
+	return 0, 0, 0, fmt.Errorf("GatedDelta: a state of %d values does not fit %d heads of q/k width %d and value size %d", stateLen, heads, q[1], dv)
+}
+
+// MoEShape checks MoE's arguments (x and router as [rows, cols], the stacked gate, up
+// and down matrices as [out, in]) and returns the experts' inner and output sizes.
+func MoEShape(x, router, gate, up, down [2]int, experts int, r Routing) (inter, hidden int, err error) {
+	T, in := x[0], x[1]
+	if experts <= 0 || r.TopK <= 0 || r.TopK > experts || router[0] != T || router[1] != experts ||
+		gate[1] != in || up[1] != in || gate[0] != up[0] || gate[0]%experts != 0 || down[0]%experts != 0 || down[1] != gate[0]/experts {
+		return 0, 0, fmt.Errorf("MoE: x %d×%d, router %d×%d, top-%d of %d experts do not fit gate %d×%d, up %d×%d, down %d×%d",
+			T, in, router[0], router[1], r.TopK, experts, gate[0], gate[1], up[0], up[1], down[0], down[1])
+	}
+	return gate[0] / experts, down[0] / experts, nil
+}
+
+// DimsOf is t's [rows, cols] (a Tensor's, or a Weight's [out, in]), for the shape
+// checks above.
+func DimsOf(t interface{ Dims() (int, int) }) [2]int {
+	r, c := t.Dims()
+	return [2]int{r, c}
+}

@@ -57,21 +57,10 @@ func (c *context) GatedDelta(q, k, v, g, beta compute.Tensor, heads int, state [
 	}
 	qs, ks, vs, gs, bs := a[0], a[1], a[2], a[3], a[4]
 	T := qs.rows
-	if heads <= 0 || ks.rows != T || vs.rows != T || gs.rows != T || bs.rows != T || gs.cols != heads || bs.cols != heads ||
-		qs.cols != ks.cols || vs.cols%heads != 0 {
-		return c.fail("GatedDelta: q %d×%d, k %d×%d, v %d×%d, g %d×%d, beta %d×%d for %d heads",
-			qs.rows, qs.cols, ks.rows, ks.cols, vs.rows, vs.cols, gs.rows, gs.cols, bs.rows, bs.cols, heads)
-	}
-	dv := vs.cols / heads
-	var kHeads, dk int
-	for kh := 1; kh <= heads; kh++ { // the key heads: a divisor of heads with dk = cols/kh
-		if heads%kh == 0 && qs.cols%kh == 0 && len(state) == heads*(qs.cols/kh)*dv {
-			kHeads, dk = kh, qs.cols/kh
-			break
-		}
-	}
-	if kHeads == 0 {
-		return c.fail("GatedDelta: a state of %d values does not fit %d heads of q/k width %d and value size %d", len(state), heads, qs.cols, dv)
+	d := compute.DimsOf
+	kHeads, dk, dv, err := compute.DeltaShape(d(qs), d(ks), d(vs), d(gs), d(bs), heads, len(state))
+	if err != nil {
+		return c.fail("%v", err)
 	}
 	rep := heads / kHeads
 	out := c.newTensor(T, heads*dv)

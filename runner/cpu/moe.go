@@ -40,12 +40,11 @@ func (c *context) MoE(x, router compute.Tensor, gate, up, down compute.Weight, e
 	}
 	xs, rl := a[0], a[1]
 	T, in := xs.rows, xs.cols
-	if experts <= 0 || r.TopK <= 0 || r.TopK > experts || rl.rows != T || rl.cols != experts ||
-		g.in != in || u.in != in || g.out != u.out || g.out%experts != 0 || d.out%experts != 0 || d.in != g.out/experts {
-		return c.fail("MoE: x %d×%d, router %d×%d, top-%d of %d experts do not fit gate %d×%d, up %d×%d, down %d×%d",
-			T, in, rl.rows, rl.cols, r.TopK, experts, g.out, g.in, u.out, u.in, d.out, d.in)
+	dm := compute.DimsOf
+	inter, hidden, err := compute.MoEShape(dm(xs), dm(rl), dm(g), dm(u), dm(d), experts, r)
+	if err != nil {
+		return c.fail("%v", err)
 	}
-	inter, hidden := g.out/experts, d.out/experts
 	type pick struct {
 		token int
 		w     float32

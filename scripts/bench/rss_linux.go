@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/mlxg/mlxg/internal/procstatus"
 )
 
 // treePeakRSS sums VmHWM (each process's own peak resident set) over pid and its
@@ -58,19 +60,4 @@ func inTree(pid, root int, parent map[int]int) bool {
 }
 
 // vmHWM is /proc/pid/status's VmHWM in bytes, 0 when unreadable.
-func vmHWM(pid int) int64 {
-	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0
-	}
-	for line := range strings.Lines(string(raw)) {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			f := strings.Fields(rest)
-			if len(f) == 2 && f[1] == "kB" {
-				n, _ := strconv.ParseInt(f[0], 10, 64)
-				return n << 10
-			}
-		}
-	}
-	return 0
-}
+func vmHWM(pid int) int64 { return procstatus.Bytes(pid, "VmHWM") }

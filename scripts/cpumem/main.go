@@ -14,7 +14,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
@@ -31,6 +30,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mlxg/mlxg/internal/procstatus"
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/registry/create"
 	"github.com/mlxg/mlxg/registry/randmodel"
@@ -186,23 +186,6 @@ func measure(dir, prompts string, threads int, profile string, idle time.Duratio
 func reading(name string) phase {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
-	return phase{Name: name, RSS: status("VmRSS"), Anon: status("RssAnon"), File: status("RssFile"), HWM: status("VmHWM"),
+	return phase{Name: name, RSS: procstatus.Bytes(0, "VmRSS"), Anon: procstatus.Bytes(0, "RssAnon"), File: procstatus.Bytes(0, "RssFile"), HWM: procstatus.Bytes(0, "VmHWM"),
 		HeapInuse: int64(m.HeapInuse), HeapIdle: int64(m.HeapIdle), HeapR: int64(m.HeapReleased), GoSys: int64(m.Sys)}
-}
-
-// status reads a field of /proc/self/status in bytes.
-func status(field string) int64 {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
 }

@@ -13,7 +13,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
@@ -25,9 +24,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
+	"github.com/mlxg/mlxg/internal/procstatus"
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/metal"
 	"github.com/mlxg/mlxg/registry/create"
@@ -118,7 +117,7 @@ func main() {
 }
 
 func measure(dir, which string, tokens int) (sample, error) {
-	s := sample{Start: status("VmRSS")}
+	s := sample{Start: procstatus.Bytes(0, "VmRSS")}
 	var be compute.Backend
 	switch which {
 	case "cpu":
@@ -145,7 +144,7 @@ func measure(dir, which string, tokens int) (sample, error) {
 	if err != nil {
 		return s, err
 	}
-	s.Loaded, s.AnonLoaded = status("VmRSS"), status("RssAnon")
+	s.Loaded, s.AnonLoaded = procstatus.Bytes(0, "VmRSS"), procstatus.Bytes(0, "RssAnon")
 	shape, err := kvstore.ShapeFromConfig(cfg, e.Model.WeightBytes())
 	if err != nil {
 		return s, err
@@ -170,7 +169,7 @@ func measure(dir, which string, tokens int) (sample, error) {
 		}
 	}
 	s.Prefill = float64(tokens) / time.Since(t0).Seconds()
-	s.Prefilled, s.AnonPrefilled = status("VmRSS"), status("RssAnon")
+	s.Prefilled, s.AnonPrefilled = procstatus.Bytes(0, "VmRSS"), procstatus.Bytes(0, "RssAnon")
 	if mb, ok := be.(*metal.Backend); ok {
 		if m, err := mb.Lib().Memory(); err == nil {
 			s.MLXActive, s.MLXCache = int64(m.Active), int64(m.Cache)
@@ -193,20 +192,3 @@ func measure(dir, which string, tokens int) (sample, error) {
 }
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
-// status reads a field of /proc/self/status in bytes (Linux).
-func status(field string) int64 {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
-}
