@@ -27,9 +27,9 @@ import (
 func cArg(typ, n string) (format, expr string) {
 	switch typ {
 	case "mlx_array", "mlx_stream", "mlx_vector_array", "mlx_vector_string", "mlx_string", "mlx_device",
-		"mlx_device_info", "mlx_fast_metal_kernel", "mlx_fast_metal_kernel_config":
+		"mlx_device_info", "mlx_fast_metal_kernel", "mlx_fast_metal_kernel_config", "mlx_distributed_group":
 		return "%lx", "(unsigned long)" + n + ".ctx"
-	case "mlx_array*", "mlx_vector_array*", "mlx_string*", "mlx_device_info*":
+	case "mlx_array*", "mlx_vector_array*", "mlx_string*", "mlx_device_info*", "mlx_distributed_group*":
 		return "out", "(" + n + "->ctx = (void*)0xabc, 0)"
 	case "size_t*":
 		return "out", "(*" + n + " = 4242, 0)"

@@ -49,6 +49,7 @@ type Backend struct {
 	owned  []mlxArray // weights and RoPE tables, freed by Close
 	freqs  map[*compute.RoPE]mlxArray
 	closed bool
+	group  *Group // the distributed group joined, if any (JoinGroup)
 }
 
 // NewBackend starts the MLX worker thread on lib's best device: Metal (required on

@@ -19,6 +19,7 @@ type (
 	mlxDeviceInfo   uintptr
 	mlxKernel       uintptr
 	mlxKernelConfig uintptr
+	mlxGroup        uintptr // mlx_distributed_group
 )
 
 // mlxDtype is the C enum mlx_dtype, in its declaration order.
@@ -181,6 +182,16 @@ type api struct {
 	rsqrt         func(res *mlxArray, a mlxArray, s mlxStream) int32
 	square        func(res *mlxArray, a mlxArray, s mlxStream) int32
 	logaddexp     func(res *mlxArray, a, b mlxArray, s mlxStream) int32
+
+	// MLX's distributed layer (distributed.go); optional, nil in a library without it.
+	distInit      func(res *mlxGroup, strict bool, backend string) int32
+	groupRank     func(g mlxGroup) int32
+	groupSize     func(g mlxGroup) int32
+	groupFree     func(g mlxGroup) int32
+	allSum        func(res *mlxArray, x mlxArray, g mlxGroup, s mlxStream) int32
+	allGather     func(res *mlxArray, x mlxArray, g mlxGroup, s mlxStream) int32
+	send          func(res *mlxArray, x mlxArray, dst int32, g mlxGroup, s mlxStream) int32
+	recv          func(res *mlxArray, shape *int32, n uintptr, dt mlxDtype, src int32, g mlxGroup, s mlxStream) int32
 }
 
 // abi says which mlx-c versions declare a symbol in the bound form.
@@ -324,5 +335,14 @@ func (a *api) bindings() []binding {
 		{"int mlx_rsqrt(mlx_array* res, const mlx_array a, const mlx_stream s)", &a.rsqrt, abiAll},
 		{"int mlx_square(mlx_array* res, const mlx_array a, const mlx_stream s)", &a.square, abiAll},
 		{"int mlx_logaddexp(mlx_array* res, const mlx_array a, const mlx_array b, const mlx_stream s)", &a.logaddexp, abiAll},
+
+		{"int mlx_distributed_init(mlx_distributed_group* res, bool strict, const char* bk)", &a.distInit, abiOptional},
+		{"int mlx_distributed_group_rank(mlx_distributed_group group)", &a.groupRank, abiOptional},
+		{"int mlx_distributed_group_size(mlx_distributed_group group)", &a.groupSize, abiOptional},
+		{"int mlx_distributed_group_free(mlx_distributed_group group)", &a.groupFree, abiOptional},
+		{"int mlx_distributed_all_sum(mlx_array* res, const mlx_array x, const mlx_distributed_group group, const mlx_stream s)", &a.allSum, abiOptional},
+		{"int mlx_distributed_all_gather(mlx_array* res, const mlx_array x, const mlx_distributed_group group, const mlx_stream s)", &a.allGather, abiOptional},
+		{"int mlx_distributed_send(mlx_array* res, const mlx_array x, int dst, const mlx_distributed_group group, const mlx_stream s)", &a.send, abiOptional},
+		{"int mlx_distributed_recv(mlx_array* res, const int* shape, size_t shape_num, mlx_dtype dtype, int src, const mlx_distributed_group group, const mlx_stream s)", &a.recv, abiOptional},
 	}
 }
