@@ -184,14 +184,14 @@ type api struct {
 	logaddexp     func(res *mlxArray, a, b mlxArray, s mlxStream) int32
 
 	// MLX's distributed layer (distributed.go); optional, nil in a library without it.
-	distInit      func(res *mlxGroup, strict bool, backend string) int32
-	groupRank     func(g mlxGroup) int32
-	groupSize     func(g mlxGroup) int32
-	groupFree     func(g mlxGroup) int32
-	allSum        func(res *mlxArray, x mlxArray, g mlxGroup, s mlxStream) int32
-	allGather     func(res *mlxArray, x mlxArray, g mlxGroup, s mlxStream) int32
-	send          func(res *mlxArray, x mlxArray, dst int32, g mlxGroup, s mlxStream) int32
-	recv          func(res *mlxArray, shape *int32, n uintptr, dt mlxDtype, src int32, g mlxGroup, s mlxStream) int32
+	distInit  func(res *mlxGroup, strict bool, backend string) int32
+	groupRank func(g mlxGroup) int32
+	groupSize func(g mlxGroup) int32
+	groupFree func(g mlxGroup) int32
+	allSum    func(res *mlxArray, x mlxArray, g mlxGroup, s mlxStream) int32
+	allGather func(res *mlxArray, x mlxArray, g mlxGroup, s mlxStream) int32
+	send      func(res *mlxArray, x mlxArray, dst int32, g mlxGroup, s mlxStream) int32
+	recv      func(res *mlxArray, shape *int32, n uintptr, dt mlxDtype, src int32, g mlxGroup, s mlxStream) int32
 }
 
 // abi says which mlx-c versions declare a symbol in the bound form.

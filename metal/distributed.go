@@ -219,4 +219,3 @@ func (c *context) group() *Group {
 	defer c.b.mu.Unlock()
 	return c.b.group
 }
-
