@@ -211,3 +211,17 @@ func DimsOf(t interface{ Dims() (int, int) }) [2]int {
 	r, c := t.Dims()
 	return [2]int{r, c}
 }
+
+// BatchContext runs the batched forward passes of runner/model's Batch: the rows of
+// several sequences concatenated, row-wise ops (products, norms, activations) run once
+// over all of them, per-sequence ops (RoPE, attention, recurrent state) per segment.
+type BatchContext interface {
+	// ConcatRows joins tensors of equal columns one under the other.
+	ConcatRows(xs ...Tensor) Tensor
+	// Segments says how the rows of the pass split into sequences, in order, until the
+	// next call: a backend whose arithmetic for a row depends on how many rows a product
+	// has (the CPU backend's quantized products: one vector kernel under 4 rows, a tiled
+	// product from 4) then computes each row as it would with its sequence alone. Ops on
+	// tensors whose rows do not add up to the segments ignore them.
+	Segments(rows []int)
+}

@@ -25,6 +25,7 @@ type context struct {
 	err    error
 	bufs   [][]float32
 	serial uint64
+	segs   []int // a batched pass's rows per sequence (batch.go)
 }
 
 // NewContext implements compute.Backend.
@@ -122,7 +123,7 @@ func (c *context) Linear(x compute.Tensor, w compute.Weight) compute.Tensor {
 		return c.fail("Linear %q: input has %d columns, the layer takes %d", cw.name, a[0].cols, cw.in)
 	}
 	out := c.newTensor(a[0].rows, cw.out)
-	c.b.linear(out.data, a[0].data, a[0].rows, cw)
+	c.linear(out.data, a[0].data, a[0].rows, cw)
 	return out
 }
 

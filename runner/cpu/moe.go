@@ -56,6 +56,7 @@ func (c *context) MoE(x, router compute.Tensor, gate, up, down compute.Weight, e
 			byExpert[e] = append(byExpert[e], pick{t, ws[i]})
 		}
 	}
+	seg := c.segmentOf(T)
 	out := c.newTensor(T, hidden)
 	clear(out.data)
 	var bufs [][]float32
@@ -71,14 +72,21 @@ func (c *context) MoE(x, router compute.Tensor, gate, up, down compute.Weight, e
 			continue
 		}
 		xe := get(n * in)
+		var bySeg []int // in a batched pass, the picks of each sequence (batch.go)
+		if seg != nil {
+			bySeg = make([]int, len(c.segs))
+		}
 		for i, p := range picks {
 			copy(xe[i*in:(i+1)*in], xs.data[p.token*in:(p.token+1)*in])
+			if seg != nil {
+				bySeg[seg[p.token]]++
+			}
 		}
 		h, hu, y := get(n*inter), get(n*inter), get(n*hidden)
-		c.b.linear(h, xe, n, g.expert(e, inter))
-		c.b.linear(hu, xe, n, u.expert(e, inter))
+		c.moeLinear(h, xe, n, g.expert(e, inter), bySeg)
+		c.moeLinear(hu, xe, n, u.expert(e, inter), bySeg)
 		quant.SwiGLU(h, h, hu)
-		c.b.linear(y, h, n, d.expert(e, hidden))
+		c.moeLinear(y, h, n, d.expert(e, hidden), bySeg)
 		for i, p := range picks {
 			o := out.data[p.token*hidden : (p.token+1)*hidden]
 			for j, v := range y[i*hidden : (i+1)*hidden] {

@@ -243,30 +243,33 @@ type windowed interface{ Window() int }
 
 // Forward implements model.Network.
 func (n *Network) Forward(c compute.Context, tokens []int32, caches []kvstore.Layer, lastOnly bool) compute.Tensor {
+	return n.ForwardBatch(c, model.Single(tokens, caches, lastOnly))
+}
+
+// ForwardBatch implements model.BatchNetwork.
+func (n *Network) ForwardBatch(c compute.Context, b *model.Batch) compute.Tensor {
 	x, ok := compute.Ext[compute.ActivationContext](c)
 	if !ok {
 		return compute.Unsupported(c, "Gemma's norms and GELU")
 	}
 	norm := func(t compute.Tensor, w compute.Vector) compute.Tensor { return x.RMSNormOffset(t, w, 1, n.Eps) }
-	offset := caches[0].Len()
-	h := x.Scale(c.Embed(n.Embed, tokens), n.EmbedScale)
+	h := x.Scale(c.Embed(n.Embed, b.Tokens()), n.EmbedScale)
 	for i, l := range n.Layers {
-		if w := l.Attn.Window; w > 0 && offset+len(tokens) > w {
-			if _, ok := caches[i].(windowed); !ok {
-				return compute.Fail(c, fmt.Errorf("gemma3: layer %d is a sliding-window layer of %d positions, but its cache (%T) keeps every position: make its cache with kvstore.NewCaches (a Rotating cache)", i, w, caches[i]))
+		for s := range b.Seqs {
+			if w := l.Attn.Window; w > 0 && b.Offset(s)+b.Len(s) > w {
+				if _, ok := b.Cache(s, i).(windowed); !ok {
+					return compute.Fail(c, fmt.Errorf("gemma3: layer %d is a sliding-window layer of %d positions, but its cache (%T) keeps every position: make its cache with kvstore.NewCaches (a Rotating cache)", i, w, b.Cache(s, i)))
+				}
 			}
 		}
-		a := l.Attn.Forward(c, x, norm(h, l.InputNorm), caches[i], offset)
+		a := l.Attn.Forward(c, x, norm(h, l.InputNorm), b, i)
 		h = c.Add(h, norm(a, l.PostAttnNorm))
 		f := norm(h, l.PreFFNorm)
 		m := c.Linear(x.GeGLU(c.Linear(f, l.Gate), c.Linear(f, l.Up)), l.Down)
 		h = c.Add(h, norm(m, l.PostFFNorm))
 		compute.Free(c, h)
 	}
-	if lastOnly {
-		h = c.Rows(h, len(tokens)-1, 1)
-	}
-	logits := c.Linear(norm(h, n.Norm), n.Head)
+	logits := c.Linear(norm(b.Last(c, h), n.Norm), n.Head)
 	if n.SoftCap > 0 {
 		logits = x.SoftCap(logits, n.SoftCap)
 	}
@@ -274,14 +277,14 @@ func (n *Network) Forward(c compute.Context, tokens []int32, caches []kvstore.La
 }
 
 // Forward computes the attention block.
-func (a *Attention) Forward(c compute.Context, x compute.ActivationContext, in compute.Tensor, cache kvstore.Layer, offset int) compute.Tensor {
+func (a *Attention) Forward(c compute.Context, x compute.ActivationContext, in compute.Tensor, b *model.Batch, layer int) compute.Tensor {
 	T, _ := in.Dims()
 	hd := a.HeadDim
 	q := c.Reshape(x.RMSNormOffset(c.Reshape(c.Linear(in, a.Q), T*a.Heads, hd), a.QNorm, 1, a.Eps), T, a.Heads*hd)
 	k := c.Reshape(x.RMSNormOffset(c.Reshape(c.Linear(in, a.K), T*a.KVHeads, hd), a.KNorm, 1, a.Eps), T, a.KVHeads*hd)
-	q = c.RoPE(q, a.RoPE, hd, offset)
-	k = c.RoPE(k, a.RoPE, hd, offset)
-	return c.Linear(c.Attention(q, k, c.Linear(in, a.V), cache, a.Heads, a.Scale), a.O)
+	q = b.RoPE(c, q, a.RoPE, hd)
+	k = b.RoPE(c, k, a.RoPE, hd)
+	return c.Linear(b.Attention(c, q, k, c.Linear(in, a.V), layer, a.Heads, a.Scale), a.O)
 }
 
 // NewCaches implements model.CacheMaker: a full-attention cache (fp16, or float32 when

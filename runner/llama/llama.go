@@ -31,9 +31,10 @@ func New(l *model.Loader) (model.Network, error) {
 	return NewDecoder(l, func(p string) Mixer { return NewAttention(l, p, rope) }), nil
 }
 
-// Mixer is a layer's attention block.
+// Mixer is a layer's attention block: x holds the rows of every sequence of b, and
+// layer is the block's index into each sequence's caches.
 type Mixer interface {
-	Forward(c compute.Context, x compute.Tensor, cache kvstore.Layer, offset int) compute.Tensor
+	Forward(c compute.Context, x compute.Tensor, b *model.Batch, layer int) compute.Tensor
 }
 
 // Decoder is the decoder-only stack: embeddings, pre-norm residual layers, final
@@ -75,17 +76,18 @@ func NewDecoder(l *model.Loader, attn func(prefix string) Mixer) *Decoder {
 
 // Forward implements model.Network.
 func (d *Decoder) Forward(c compute.Context, tokens []int32, caches []kvstore.Layer, lastOnly bool) compute.Tensor {
-	offset := caches[0].Len()
-	h := c.Embed(d.Embed, tokens)
+	return d.ForwardBatch(c, model.Single(tokens, caches, lastOnly))
+}
+
+// ForwardBatch implements model.BatchNetwork.
+func (d *Decoder) ForwardBatch(c compute.Context, b *model.Batch) compute.Tensor {
+	h := c.Embed(d.Embed, b.Tokens())
 	for i, layer := range d.Layers {
-		h = c.Add(h, layer.Attn.Forward(c, c.RMSNorm(h, layer.InputNorm, d.Eps), caches[i], offset))
+		h = c.Add(h, layer.Attn.Forward(c, c.RMSNorm(h, layer.InputNorm, d.Eps), b, i))
 		h = c.Add(h, layer.MLP.Forward(c, c.RMSNorm(h, layer.PostNorm, d.Eps)))
 		compute.Free(c, h) // only the residual stream lives on to the next layer
 	}
-	if lastOnly {
-		h = c.Rows(h, len(tokens)-1, 1)
-	}
-	return c.Linear(c.RMSNorm(h, d.Norm, d.Eps), d.Head)
+	return c.Linear(c.RMSNorm(b.Last(c, h), d.Norm, d.Eps), d.Head)
 }
 
 // Attention is grouped-query self-attention with rotary positions; q, k, v and o
@@ -108,11 +110,11 @@ func NewAttention(l *model.Loader, prefix string, rope *compute.RoPE) *Attention
 }
 
 // Forward implements Mixer.
-func (a *Attention) Forward(c compute.Context, x compute.Tensor, cache kvstore.Layer, offset int) compute.Tensor {
-	q := c.RoPE(c.Linear(x, a.Q), a.RoPE, a.HeadDim, offset)
-	k := c.RoPE(c.Linear(x, a.K), a.RoPE, a.HeadDim, offset)
+func (a *Attention) Forward(c compute.Context, x compute.Tensor, b *model.Batch, layer int) compute.Tensor {
+	q := b.RoPE(c, c.Linear(x, a.Q), a.RoPE, a.HeadDim)
+	k := b.RoPE(c, c.Linear(x, a.K), a.RoPE, a.HeadDim)
 	v := c.Linear(x, a.V)
-	return c.Linear(c.Attention(q, k, v, cache, a.Heads, Scale(a.HeadDim)), a.O)
+	return c.Linear(b.Attention(c, q, k, v, layer, a.Heads, Scale(a.HeadDim)), a.O)
 }
 
 // Scale is the attention scale 1/sqrt(headDim).

@@ -5,7 +5,6 @@
 package qwen3
 
 import (
-	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/runner/compute"
 	"github.com/mlxg/mlxg/runner/llama"
 	"github.com/mlxg/mlxg/runner/model"
@@ -41,13 +40,13 @@ func NewAttention(l *model.Loader, prefix string, rope *compute.RoPE) *Attention
 }
 
 // Forward implements llama.Mixer.
-func (a *Attention) Forward(c compute.Context, x compute.Tensor, cache kvstore.Layer, offset int) compute.Tensor {
+func (a *Attention) Forward(c compute.Context, x compute.Tensor, b *model.Batch, layer int) compute.Tensor {
 	T, _ := x.Dims()
 	hd := a.HeadDim
 	q := c.Reshape(c.RMSNorm(c.Reshape(c.Linear(x, a.Q), T*a.Heads, hd), a.QNorm, a.Eps), T, a.Heads*hd)
 	k := c.Reshape(c.RMSNorm(c.Reshape(c.Linear(x, a.K), T*a.KVHeads, hd), a.KNorm, a.Eps), T, a.KVHeads*hd)
-	q = c.RoPE(q, a.RoPE, hd, offset)
-	k = c.RoPE(k, a.RoPE, hd, offset)
+	q = b.RoPE(c, q, a.RoPE, hd)
+	k = b.RoPE(c, k, a.RoPE, hd)
 	v := c.Linear(x, a.V)
-	return c.Linear(c.Attention(q, k, v, cache, a.Heads, llama.Scale(hd)), a.O)
+	return c.Linear(b.Attention(c, q, k, v, layer, a.Heads, llama.Scale(hd)), a.O)
 }

@@ -133,10 +133,15 @@ type Layer struct {
 
 // Forward implements model.Network.
 func (n *Network) Forward(c compute.Context, tokens []int32, caches []kvstore.Layer, lastOnly bool) compute.Tensor {
-	offset := caches[0].Len()
-	h := c.Embed(n.Embed, tokens)
+	return n.ForwardBatch(c, model.Single(tokens, caches, lastOnly))
+}
+
+// ForwardBatch implements model.BatchNetwork: the tokens of every sequence are routed
+// to the experts together.
+func (n *Network) ForwardBatch(c compute.Context, b *model.Batch) compute.Tensor {
+	h := c.Embed(n.Embed, b.Tokens())
 	for i, layer := range n.Layers {
-		h = c.Add(h, layer.Attn.Forward(c, c.RMSNorm(h, layer.InputNorm, n.Eps), caches[i], offset))
+		h = c.Add(h, layer.Attn.Forward(c, c.RMSNorm(h, layer.InputNorm, n.Eps), b, i))
 		x := c.RMSNorm(h, layer.PostNorm, n.Eps)
 		if layer.MoE != nil {
 			h = c.Add(h, layer.MoE.Forward(c, x))
@@ -145,10 +150,7 @@ func (n *Network) Forward(c compute.Context, tokens []int32, caches []kvstore.La
 		}
 		compute.Free(c, h)
 	}
-	if lastOnly {
-		h = c.Rows(h, len(tokens)-1, 1)
-	}
-	return c.Linear(c.RMSNorm(h, n.Norm, n.Eps), n.Head)
+	return c.Linear(c.RMSNorm(b.Last(c, h), n.Norm, n.Eps), n.Head)
 }
 
 // Sparse is the expert block: a router and the stacked SwiGLU experts.

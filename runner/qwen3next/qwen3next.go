@@ -234,19 +234,25 @@ func (n *Network) NewCaches(fp32 bool) ([]kvstore.Layer, error) {
 
 // Forward implements model.Network.
 func (n *Network) Forward(c compute.Context, tokens []int32, caches []kvstore.Layer, lastOnly bool) compute.Tensor {
-	offset := caches[0].Len()
-	h := c.Embed(n.Embed, tokens)
+	return n.ForwardBatch(c, model.Single(tokens, caches, lastOnly))
+}
+
+// ForwardBatch implements model.BatchNetwork: each sequence's linear-attention layers
+// advance its own recurrent state.
+func (n *Network) ForwardBatch(c compute.Context, b *model.Batch) compute.Tensor {
+	h := c.Embed(n.Embed, b.Tokens())
 	for i, layer := range n.Layers {
 		x := c.RMSNorm(h, layer.InputNorm, n.Eps)
 		var a compute.Tensor
 		if layer.Linear != nil {
-			st, ok := caches[i].(State)
-			if !ok {
-				return compute.Fail(c, fmt.Errorf("qwen3next: layer %d is a linear-attention layer, but its cache is %T, not a recurrent State: make the caches with the model's NewCaches", i, caches[i]))
+			for s := range b.Seqs {
+				if _, ok := b.Cache(s, i).(State); !ok {
+					return compute.Fail(c, fmt.Errorf("qwen3next: layer %d is a linear-attention layer, but its cache is %T, not a recurrent State: make the caches with the model's NewCaches", i, b.Cache(s, i)))
+				}
 			}
-			a = layer.Linear.Forward(c, x, st)
+			a = layer.Linear.Forward(c, x, b, i)
 		} else {
-			a = layer.Attn.Forward(c, x, caches[i], offset)
+			a = layer.Attn.Forward(c, x, b, i)
 		}
 		h = c.Add(h, a)
 		x = c.RMSNorm(h, layer.PostNorm, n.Eps)
@@ -257,10 +263,7 @@ func (n *Network) Forward(c compute.Context, tokens []int32, caches []kvstore.La
 		}
 		compute.Free(c, h)
 	}
-	if lastOnly {
-		h = c.Rows(h, len(tokens)-1, 1)
-	}
-	return c.Linear(c.RMSNorm(h, n.Norm, n.Eps), n.Head)
+	return c.Linear(c.RMSNorm(b.Last(c, h), n.Norm, n.Eps), n.Head)
 }
 
 // Sparse is the expert block with its shared expert.
@@ -306,7 +309,7 @@ func newAttention(l *model.Loader, p string, rope *compute.RoPE) *Attention {
 }
 
 // Forward computes the block.
-func (a *Attention) Forward(c compute.Context, x compute.Tensor, cache kvstore.Layer, offset int) compute.Tensor {
+func (a *Attention) Forward(c compute.Context, x compute.Tensor, b *model.Batch, layer int) compute.Tensor {
 	ext, ok1 := compute.Ext[compute.ActivationContext](c)
 	lin, ok2 := compute.Ext[compute.LinearAttentionContext](c)
 	if !ok1 || !ok2 {
@@ -318,9 +321,9 @@ func (a *Attention) Forward(c compute.Context, x compute.Tensor, cache kvstore.L
 	q := c.Reshape(c.RMSNorm(lin.Cols(qg, 0, hd), a.QNorm, a.Eps), T, a.Heads*hd)
 	gate := c.Reshape(lin.Cols(qg, hd, hd), T, a.Heads*hd)
 	k := c.Reshape(c.RMSNorm(c.Reshape(c.Linear(x, a.K), T*a.KVHeads, hd), a.KNorm, a.Eps), T, a.KVHeads*hd)
-	q = c.RoPE(q, a.RoPE, hd, offset)
-	k = c.RoPE(k, a.RoPE, hd, offset)
-	o := c.Attention(q, k, c.Linear(x, a.V), cache, a.Heads, llama.Scale(hd))
+	q = b.RoPE(c, q, a.RoPE, hd)
+	k = b.RoPE(c, k, a.RoPE, hd)
+	o := b.Attention(c, q, k, c.Linear(x, a.V), layer, a.Heads, llama.Scale(hd))
 	return c.Linear(ext.SigmoidMul(o, gate), a.O)
 }
 
@@ -362,8 +365,10 @@ func newDeltaNet(l *model.Loader, p string, hc Config) *DeltaNet {
 	return d
 }
 
-// Forward computes the block, reading and advancing the layer's state.
-func (d *DeltaNet) Forward(c compute.Context, x compute.Tensor, st State) compute.Tensor {
+// Forward computes the block, reading and advancing each sequence's state of layer i:
+// the projections run over every sequence's rows, the convolution and the delta rule
+// per sequence.
+func (d *DeltaNet) Forward(c compute.Context, x compute.Tensor, bt *model.Batch, i int) compute.Tensor {
 	lin, ok := compute.Ext[compute.LinearAttentionContext](c)
 	if !ok {
 		return compute.Unsupported(c, "Gated DeltaNet layers")
@@ -390,15 +395,21 @@ func (d *DeltaNet) Forward(c compute.Context, x compute.Tensor, st State) comput
 		b, a = c.Linear(x, d.B), c.Linear(x, d.A)
 	}
 
-	conv := lin.CausalConv1D(mixed, d.Conv, st.State(0))
+	conv := bt.Each(c, func(s int) compute.Tensor {
+		return lin.CausalConv1D(bt.Rows(c, mixed, s), d.Conv, bt.Cache(s, i).(State).State(0))
+	})
 	q := lin.Cols(conv, 0, nk*dk)
 	k := lin.Cols(conv, nk*dk, nk*dk)
 	v := lin.Cols(conv, 2*nk*dk, nv*dv)
 	q = c.Reshape(lin.L2NormScale(c.Reshape(q, T*nk, dk), 1e-6, float32(1/math.Sqrt(float64(dk)))), T, nk*dk)
 	k = c.Reshape(lin.L2NormScale(c.Reshape(k, T*nk, dk), 1e-6, 1), T, nk*dk)
 	g, beta := lin.DeltaGates(a, b, d.ALog, d.DTBias)
-	o := lin.GatedDelta(q, k, v, g, beta, nv, st.State(1))
-	st.Advance(T)
+	o := bt.Each(c, func(s int) compute.Tensor {
+		st := bt.Cache(s, i).(State)
+		o := lin.GatedDelta(bt.Rows(c, q, s), bt.Rows(c, k, s), bt.Rows(c, v, s), bt.Rows(c, g, s), bt.Rows(c, beta, s), nv, st.State(1))
+		st.Advance(bt.Len(s))
+		return o
+	})
 	o = c.SwiGLU(z, c.RMSNorm(c.Reshape(o, T*nv, dv), d.Norm, d.Eps)) // norm(o) · silu(z)
 	return c.Linear(c.Reshape(o, T, nv*dv), d.Out)
 }

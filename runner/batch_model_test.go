@@ -1,0 +1,213 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"path/filepath"
+	"testing"
+
+	"github.com/mlxg/mlxg/kvstore"
+	"github.com/mlxg/mlxg/registry/create"
+	"github.com/mlxg/mlxg/registry/randmodel"
+	"github.com/mlxg/mlxg/runner/model"
+	"github.com/mlxg/mlxg/runner/model/modeltest"
+)
+
+// batchScript is one sequence of a batched-pass test: its prompt, fed in chunks, from
+// step start on, then greedy decode steps.
+type batchScript struct {
+	prompt []int32
+	chunk  int
+	start  int
+	decode int
+}
+
+// steps returns the script's forward calls' token counts, then decode steps as 1s.
+func (s batchScript) calls() []int {
+	var out []int
+	for i := 0; i < len(s.prompt); i += s.chunk {
+		out = append(out, min(s.chunk, len(s.prompt)-i))
+	}
+	for range s.decode {
+		out = append(out, 1)
+	}
+	return out
+}
+
+// runBatched runs scripts through ForwardBatch, every sequence's next call in one pass per
+// step (sequences join at their start step and leave when done), and returns each
+// sequence's logits per call.
+func runBatched(t *testing.T, m *model.Model, scripts []batchScript, caches func() []kvstore.Layer) [][][]float32 {
+	t.Helper()
+	type state struct {
+		caches []kvstore.Layer
+		call   int
+		pos    int   // prompt tokens fed
+		next   int32 // the token to decode
+		out    [][]float32
+	}
+	st := make([]*state, len(scripts))
+	for i := range scripts {
+		st[i] = &state{caches: caches()}
+	}
+	for step := 0; ; step++ {
+		var seqs []model.Sequence
+		var who []int
+		busy := false
+		for i, s := range scripts {
+			calls := s.calls()
+			if st[i].call >= len(calls) {
+				continue
+			}
+			busy = true
+			if step < s.start {
+				continue
+			}
+			n := calls[st[i].call]
+			var toks []int32
+			if st[i].pos < len(s.prompt) {
+				toks = s.prompt[st[i].pos : st[i].pos+n]
+			} else {
+				toks = []int32{st[i].next}
+			}
+			seqs = append(seqs, model.Sequence{Tokens: toks, Caches: st[i].caches})
+			who = append(who, i)
+		}
+		if !busy {
+			break
+		}
+		if len(seqs) == 0 {
+			continue
+		}
+		res := m.ForwardBatch(context.Background(), seqs)
+		for j, i := range who {
+			if res[j].Err != nil {
+				t.Fatalf("step %d, sequence %d: %v", step, i, res[j].Err)
+			}
+			s := st[i]
+			if s.pos < len(scripts[i].prompt) {
+				s.pos += len(seqs[j].Tokens)
+			}
+			s.call++
+			s.next = int32(argmax(res[j].Logits))
+			s.out = append(s.out, res[j].Logits)
+		}
+	}
+	out := make([][][]float32, len(st))
+	for i, s := range st {
+		out[i] = s.out
+	}
+	return out
+}
+
+// runAlone runs one script by itself through Forward.
+func runAlone(t *testing.T, m *model.Model, s batchScript, caches []kvstore.Layer) [][]float32 {
+	t.Helper()
+	var out [][]float32
+	pos := 0
+	var next int32
+	for _, n := range s.calls() {
+		toks := []int32{next}
+		if pos < len(s.prompt) {
+			toks = s.prompt[pos : pos+n]
+			pos += n
+		}
+		l, err := m.Forward(context.Background(), toks, caches, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		next = int32(argmax(l))
+		out = append(out, l)
+	}
+	return out
+}
+
+// batchScripts mixes what a continuous batch sees: a sequence decoding while another's
+// prompt arrives in chunks (of 16, one remainder of 3 rows, which takes the vector path
+// alone), a short prompt that is one chunk, and a late joiner.
+func batchScripts() []batchScript {
+	return []batchScript{
+		{prompt: modeltest.Tokens(1, 9), chunk: 16, start: 0, decode: 12},
+		{prompt: modeltest.Tokens(2, 35), chunk: 16, start: 1, decode: 8},
+		{prompt: modeltest.Tokens(3, 2), chunk: 16, start: 2, decode: 10},
+		{prompt: modeltest.Tokens(4, 20), chunk: 8, start: 4, decode: 6},
+		{prompt: modeltest.Tokens(5, 1), chunk: 16, start: 5, decode: 9},
+	}
+}
+
+// TestBatchedMatchesAlone runs sequences of every architecture family (random weights,
+// float32 and MLX 4-bit; fp16 KV caches, and K8/V4 with boundary layers) as a continuous
+// batch and each alone: on the CPU backend every logit of every step is identical, on MLX
+// within 1e-4 relative, and greedy tokens are the same.
+func TestBatchedMatchesAlone(t *testing.T) {
+	archs := []struct {
+		name string
+		cfg  randmodel.Config
+	}{
+		{"llama", randmodel.Tiny("llama", 512)},
+		{"qwen2", randmodel.Tiny("qwen2", 512)},
+		{"qwen3", randmodel.Tiny("qwen3", 512)},
+		{"qwen3_moe", randmodel.TinyMoE(512)},
+		{"gemma3", randmodel.TinyGemma3(512)},
+		{"qwen3_next", randmodel.TinyQwen3Next(512)},
+	}
+	a := kvstore.AffineFormat
+	kvs := []struct {
+		name string
+		spec kvstore.Spec
+	}{{"fp16", kvstore.SpecF16}, {"K8/V4", kvstore.Spec{K: a(8, 32), V: a(4, 32)}}}
+	scripts := batchScripts()
+	for _, be := range testBackends() {
+		for _, arch := range archs {
+			hf := filepath.Join(t.TempDir(), "hf")
+			if err := randmodel.Generate(hf, arch.cfg, randmodel.Options{Seed: 31}); err != nil {
+				t.Fatal(err)
+			}
+			for _, bits := range []int{0, 4} {
+				dir := filepath.Join(t.TempDir(), "mlx")
+				if _, err := create.Convert(context.Background(), hf, dir, create.Options{Bits: bits, GroupSize: 32}); err != nil {
+					t.Fatal(err)
+				}
+				e, err := be.load(t, dir, LoadOptions{Logger: quietLog(), Threads: 2})
+				if err != nil {
+					t.Fatal(err)
+				}
+				m := e.Model
+				if !m.Batched() {
+					t.Fatalf("%s on %s: the model does not run batched passes", arch.name, be.name)
+				}
+				for _, kv := range kvs {
+					name := fmt.Sprintf("%s/%s/q%d/%s", be.name, arch.name, bits, kv.name)
+					mk := func() []kvstore.Layer { return kvCaches(t, m, dir, kv.spec, 1) }
+					got := runBatched(t, m, scripts, mk)
+					worst := 0.0
+					for i, s := range scripts {
+						want := runAlone(t, m, s, mk())
+						if len(got[i]) != len(want) {
+							t.Fatalf("%s: sequence %d made %d calls batched, %d alone", name, i, len(got[i]), len(want))
+						}
+						for c := range want {
+							if argmax(got[i][c]) != argmax(want[c]) {
+								t.Errorf("%s: sequence %d, call %d: greedy token %d batched, %d alone", name, i, c, argmax(got[i][c]), argmax(want[c]))
+							}
+							if be.open == nil {
+								for j := range want[c] {
+									if math.Float32bits(got[i][c][j]) != math.Float32bits(want[c][j]) {
+										t.Fatalf("%s: sequence %d, call %d: logit %d is %v batched, %v alone", name, i, c, j, got[i][c][j], want[c][j])
+									}
+								}
+							}
+							worst = max(worst, modeltest.MaxRel(got[i][c], want[c]))
+						}
+					}
+					if be.open != nil && worst > 1e-4 {
+						t.Errorf("%s: logits batched differ from alone by %.3g relative (> 1e-4)", name, worst)
+					}
+					t.Logf("%s: largest relative difference batched vs alone %.2g", name, worst)
+				}
+				e.Close()
+			}
+		}
+	}
+}

@@ -1,0 +1,202 @@
+package cpu
+
+import (
+	"slices"
+	"sync"
+
+	"github.com/mlxg/mlxg/internal/quant"
+	"github.com/mlxg/mlxg/runner/compute"
+)
+
+// Batched passes (compute.BatchContext). A product's arithmetic for a row depends on how
+// many rows it has: a quantized product of fewer than 4 rows runs the vector kernel per
+// row (quantMatVec), from 4 rows a tiled product (gemm), whose sums are ordered
+// differently; a float product of one row takes gemmTile's one-token path, of two or more
+// its two-token one. So that a sequence's logits do not change when it runs in a batch,
+// each segment (a sequence's rows) is computed as it would be alone: the rows of the
+// segments that would take a vector path alone go through it together, every weight
+// tile read once for all of them while it is in cache (what makes a batched decode step
+// cheaper than one step per sequence), and a longer segment (a prefill chunk) goes
+// through the plain product alone.
+
+// Segments implements compute.BatchContext.
+func (c *context) Segments(rows []int) { c.segs = slices.Clone(rows) }
+
+// ConcatRows implements compute.BatchContext.
+func (c *context) ConcatRows(xs ...compute.Tensor) compute.Tensor {
+	a, ok := c.args(xs...)
+	if !ok {
+		return nilTensor
+	}
+	if len(a) == 0 {
+		return c.fail("ConcatRows of no tensors")
+	}
+	rows := 0
+	for _, t := range a {
+		if t.cols != a[0].cols {
+			return c.fail("ConcatRows of tensors of %d and %d columns", a[0].cols, t.cols)
+		}
+		rows += t.rows
+	}
+	out := c.newTensor(rows, a[0].cols)
+	n := 0
+	for _, t := range a {
+		n += copy(out.data[n:], t.data[:t.rows*t.cols])
+	}
+	return out
+}
+
+// linear is Linear's product: per segment when the context's segments add up to T rows.
+func (c *context) linear(out, x []float32, T int, w *weight) {
+	if len(c.segs) < 2 || sum(c.segs) != T {
+		c.b.linear(out, x, T, w)
+		return
+	}
+	c.b.linearSegments(out, x, c.segs, w)
+}
+
+func sum(xs []int) int {
+	n := 0
+	for _, x := range xs {
+		n += x
+	}
+	return n
+}
+
+// vectorPath reports whether a product of n rows alone takes a per-row vector path.
+func vectorPath(n int, w *weight) bool {
+	if w.q.Quantized() {
+		return n < 4
+	}
+	return n == 1
+}
+
+// linearSegments computes out = x·wᵀ (+ bias) for x's rows split into segments of segs
+// rows, each row's sums ordered as in a product of its segment alone.
+func (b *Backend) linearSegments(out, x []float32, segs []int, w *weight) {
+	in := w.in
+	var vec []int // first rows of the vector segments' rows, one entry per row
+	r := 0
+	for _, n := range segs {
+		if vectorPath(n, w) {
+			for i := range n {
+				vec = append(vec, r+i)
+			}
+		} else if n > 0 {
+			b.linear(out[r*w.out:(r+n)*w.out], x[r*in:(r+n)*in], n, w)
+		}
+		r += n
+	}
+	if len(vec) == 0 {
+		return
+	}
+	// Gather the vector rows (usually every row of a decode step: no copy then).
+	xs, ys := x, out
+	contiguous := vec[len(vec)-1]-vec[0] == len(vec)-1
+	if contiguous {
+		xs, ys = x[vec[0]*in:(vec[0]+len(vec))*in], out[vec[0]*w.out:(vec[0]+len(vec))*w.out]
+	} else {
+		xs, ys = b.alloc(len(vec)*in), b.alloc(len(vec)*w.out)
+		defer b.release([][]float32{xs, ys})
+		for i, row := range vec {
+			copy(xs[i*in:(i+1)*in], x[row*in:(row+1)*in])
+		}
+	}
+	b.vectorRows(ys, xs, len(vec), w)
+	if w.bias != nil {
+		for t := range vec {
+			addTo(ys[t*w.out:(t+1)*w.out], w.bias)
+		}
+	}
+	if !contiguous {
+		for i, row := range vec {
+			copy(out[row*w.out:(row+1)*w.out], ys[i*w.out:(i+1)*w.out])
+		}
+	}
+}
+
+// vectorRows computes the N rows of out = x·wᵀ (no bias), each with the arithmetic of a
+// product of that row alone, reading each weight chunk once for all N rows. It follows
+// quantMatVec (quantized) and gemm's one-token path (float) step for step: the same
+// split of the output rows over the threads, the same chunks, the same kernels per row.
+func (b *Backend) vectorRows(out, x []float32, N int, w *weight) {
+	in := w.in
+	if !w.q.Quantized() {
+		b.parallel(w.out, rowTile, func(lo, hi int) {
+			for o0 := lo; o0 < hi; o0 += rowTile {
+				nr := min(rowTile, hi-o0)
+				rows := w.f[o0*in : (o0+nr)*in]
+				for t := range N {
+					gemmTile(out, w.out, x, t, t+1, in, rows, o0, nr)
+				}
+			}
+		})
+		return
+	}
+	g := w.q.GroupSize
+	gpr, wpr := in/g, quant.Words(in, w.q.Bits)
+	if w.q.Mode != quant.Affine {
+		b.parallel(w.out, 32, func(lo, hi int) {
+			row := b.alloc(in)
+			defer b.release([][]float32{row})
+			for o := lo; o < hi; o++ {
+				quant.DequantizeFPRow(row, w.packed[o*wpr:(o+1)*wpr], w.scales.F32[o*gpr:(o+1)*gpr], w.q.Bits, g)
+				for t := range N {
+					out[t*w.out+o] = dot(x[t*in:(t+1)*in], row)
+				}
+			}
+		})
+		return
+	}
+	vp := getVecs(N)
+	defer vecsPool.Put(vp)
+	vecs := (*vp)[:N]
+	for t := range vecs {
+		vecs[t].Prepare(x[t*in:(t+1)*in], w.q.Bits, g) // bits and group were validated at load
+	}
+	b.parallel(w.out, 32, func(lo, hi int) {
+		for c0 := lo; c0 < hi; c0 += 64 {
+			c1 := min(c0+64, hi)
+			for t := range vecs {
+				vecs[t].DotRowsStored(out[t*w.out+c0:t*w.out+c1], w.packed[c0*wpr:c1*wpr], w.scales.Slice(c0*gpr, c1*gpr), w.biases.Slice(c0*gpr, c1*gpr))
+			}
+		}
+	})
+}
+
+// vecsPool recycles vectorRows' prepared input vectors.
+var vecsPool sync.Pool
+
+func getVecs(n int) *[]quant.Vec {
+	if p, ok := vecsPool.Get().(*[]quant.Vec); ok && len(*p) >= n {
+		return p
+	}
+	v := make([]quant.Vec, max(n, 8))
+	return &v
+}
+
+// moeLinear is a product of an expert's n picked rows, grouped by the sequence they come
+// from (picksBySeg rows each, in order), as the expert block of each sequence alone
+// computes it.
+func (c *context) moeLinear(out, x []float32, n int, w *weight, picksBySeg []int) {
+	if picksBySeg == nil {
+		c.b.linear(out, x, n, w)
+		return
+	}
+	c.b.linearSegments(out, x, picksBySeg, w)
+}
+
+// segmentOf returns, for a pass over T rows, each row's segment, or nil when the
+// context's segments do not describe T rows (or there is only one).
+func (c *context) segmentOf(T int) []int {
+	if len(c.segs) < 2 || sum(c.segs) != T {
+		return nil
+	}
+	seg := make([]int, 0, T)
+	for s, n := range c.segs {
+		for range n {
+			seg = append(seg, s)
+		}
+	}
+	return seg
+}

@@ -1,0 +1,220 @@
+package model
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/mlxg/mlxg/kvstore"
+	"github.com/mlxg/mlxg/runner/compute"
+)
+
+// Sequence is one sequence's part of a batched forward pass: its new tokens, and its
+// per-layer caches, which hold its positions so far and receive the new ones.
+type Sequence struct {
+	Tokens []int32
+	Caches []kvstore.Layer
+}
+
+// Batch is the sequences of one forward pass, their rows concatenated in order. Row-wise
+// ops (embedding, products, norms, activations, experts) run once over all the rows, so
+// the weights are read once for every sequence; what depends on a sequence's positions
+// (RoPE, attention over its cache, a recurrent state) runs per segment through Batch's
+// helpers. A batch of one sequence calls the plain ops, exactly as an unbatched pass.
+type Batch struct {
+	Seqs []Sequence
+	// LastOnly asks for each sequence's last row of logits instead of every row.
+	LastOnly bool
+	tokens   []int32
+	start    []int // first row of each sequence, then the total
+	offsets  []int // each sequence's caches' length before the pass
+}
+
+// NewBatch lays out seqs, whose caches are filled and in step (Model.ForwardBatch checks).
+func NewBatch(seqs []Sequence, lastOnly bool) *Batch {
+	b := &Batch{Seqs: seqs, LastOnly: lastOnly, start: make([]int, len(seqs)+1), offsets: make([]int, len(seqs))}
+	for i, s := range seqs {
+		b.tokens = append(b.tokens, s.Tokens...)
+		b.start[i+1] = b.start[i] + len(s.Tokens)
+		b.offsets[i] = s.Caches[0].Len()
+	}
+	return b
+}
+
+// Single is the batch of one sequence, for a Network's unbatched Forward.
+func Single(tokens []int32, caches []kvstore.Layer, lastOnly bool) *Batch {
+	return NewBatch([]Sequence{{Tokens: tokens, Caches: caches}}, lastOnly)
+}
+
+// Tokens returns every row's token, sequence after sequence.
+func (b *Batch) Tokens() []int32 { return b.tokens }
+
+// Offset is the position of sequence s's first row.
+func (b *Batch) Offset(s int) int { return b.offsets[s] }
+
+// Len is the number of rows of sequence s.
+func (b *Batch) Len(s int) int { return b.start[s+1] - b.start[s] }
+
+// Cache is sequence s's cache of layer i.
+func (b *Batch) Cache(s, i int) kvstore.Layer { return b.Seqs[s].Caches[i] }
+
+// Rows is sequence s's rows of x, a tensor of the whole batch (x itself for one sequence).
+func (b *Batch) Rows(c compute.Context, x compute.Tensor, s int) compute.Tensor {
+	if len(b.Seqs) == 1 {
+		return x
+	}
+	return c.Rows(x, b.start[s], b.Len(s))
+}
+
+// Each runs fn once per sequence and joins the tensors it returns, row-wise.
+func (b *Batch) Each(c compute.Context, fn func(s int) compute.Tensor) compute.Tensor {
+	if len(b.Seqs) == 1 {
+		return fn(0)
+	}
+	bc, ok := compute.Ext[compute.BatchContext](c)
+	if !ok {
+		return compute.Unsupported(c, "batched passes")
+	}
+	parts := make([]compute.Tensor, len(b.Seqs))
+	for s := range b.Seqs {
+		parts[s] = fn(s)
+	}
+	return bc.ConcatRows(parts...)
+}
+
+// RoPE rotates each sequence's rows of x at its own positions.
+func (b *Batch) RoPE(c compute.Context, x compute.Tensor, r *compute.RoPE, headDim int) compute.Tensor {
+	return b.Each(c, func(s int) compute.Tensor { return c.RoPE(b.Rows(c, x, s), r, headDim, b.offsets[s]) })
+}
+
+// Attention runs c.Attention for each sequence over its own cache of layer i.
+func (b *Batch) Attention(c compute.Context, q, k, v compute.Tensor, i, heads int, scale float32) compute.Tensor {
+	return b.Each(c, func(s int) compute.Tensor {
+		return c.Attention(b.Rows(c, q, s), b.Rows(c, k, s), b.Rows(c, v, s), b.Cache(s, i), heads, scale)
+	})
+}
+
+// Last is what the output layer reads of the final hidden states h: with LastOnly each
+// sequence's last row (one row per sequence, declared to the backend as segments of one
+// row), else h.
+func (b *Batch) Last(c compute.Context, h compute.Tensor) compute.Tensor {
+	if !b.LastOnly {
+		return h
+	}
+	if len(b.Seqs) == 1 {
+		return c.Rows(h, len(b.tokens)-1, 1)
+	}
+	bc, ok := compute.Ext[compute.BatchContext](c)
+	if !ok {
+		return compute.Unsupported(c, "batched passes")
+	}
+	parts := make([]compute.Tensor, len(b.Seqs))
+	ones := make([]int, len(b.Seqs))
+	for s := range b.Seqs {
+		parts[s] = c.Rows(h, b.start[s+1]-1, 1)
+		ones[s] = 1
+	}
+	bc.Segments(ones)
+	return bc.ConcatRows(parts...)
+}
+
+// BatchNetwork is a Network that runs several sequences in one pass. Its Forward is
+// ForwardBatch of Single.
+type BatchNetwork interface {
+	Network
+	// ForwardBatch returns the logits of b's rows (Batch.Last's rows).
+	ForwardBatch(c compute.Context, b *Batch) compute.Tensor
+}
+
+// Batched reports whether ForwardBatch runs the model's sequences in one pass (else it
+// runs them one after the other): the architecture and the backend both support it.
+func (m *Model) Batched() bool {
+	if _, ok := m.net.(BatchNetwork); !ok {
+		return false
+	}
+	return compute.Supports[compute.BatchContext](m.backend, "batched passes") == nil
+}
+
+// Result is one sequence's outcome of ForwardBatch.
+type Result struct {
+	Logits []float32 // the last position's, vocab-sized
+	Err    error
+}
+
+// ForwardBatch runs each sequence's tokens (at positions its caches' length onwards) and
+// returns its last position's logits. Sequences are checked one by one: a bad one gets
+// its error and the others still run. With ctx done the pass stops, and every
+// sequence's caches are truncated back to where they were.
+func (m *Model) ForwardBatch(ctx context.Context, seqs []Sequence) []Result {
+	out := make([]Result, len(seqs))
+	var run []int
+	for i, s := range seqs {
+		if out[i].Err = m.check(s.Tokens, s.Caches); out[i].Err == nil {
+			run = append(run, i)
+		}
+	}
+	bn, batched := m.net.(BatchNetwork)
+	if len(run) < 2 || !batched {
+		for _, i := range run {
+			out[i].Logits, out[i].Err = m.Forward(ctx, seqs[i].Tokens, seqs[i].Caches, false)
+		}
+		return out
+	}
+	part := make([]Sequence, len(run))
+	rows := make([]int, len(run))
+	starts := make([]int, len(run))
+	for j, i := range run {
+		part[j] = seqs[i]
+		rows[j] = len(seqs[i].Tokens)
+		starts[j] = seqs[i].Caches[0].Len()
+	}
+	c := m.backend.NewContext()
+	defer c.Close()
+	bc, ok := compute.Ext[compute.BatchContext](c)
+	if !ok {
+		for _, i := range run {
+			out[i].Logits, out[i].Err = m.Forward(ctx, seqs[i].Tokens, seqs[i].Caches, false)
+		}
+		return out
+	}
+	bc.Segments(rows)
+	logits, err := c.Float32s(bn.ForwardBatch(&cancellable{Context: c, ctx: ctx}, NewBatch(part, true)))
+	if ctx.Err() != nil {
+		err = ctx.Err()
+	}
+	vocab := len(logits) / max(len(run), 1)
+	if err == nil && (len(logits) != vocab*len(run) || vocab == 0) {
+		err = fmt.Errorf("model: a batched pass of %d sequences returned %d logits", len(run), len(logits))
+	}
+	for j, i := range run {
+		if err != nil {
+			for _, l := range seqs[i].Caches {
+				if l.Len() > starts[j] {
+					l.Truncate(starts[j])
+				}
+			}
+			out[i].Err = err
+			continue
+		}
+		out[i].Logits = logits[j*vocab : (j+1)*vocab : (j+1)*vocab]
+	}
+	return out
+}
+
+// check validates one sequence's tokens and prepares its caches, as Forward does.
+func (m *Model) check(tokens []int32, caches []kvstore.Layer) error {
+	if len(tokens) == 0 {
+		return fmt.Errorf("model: Forward with no tokens")
+	}
+	if len(caches) != m.Config.NumLayers {
+		return fmt.Errorf("model: %d layer caches for a model of %d layers", len(caches), m.Config.NumLayers)
+	}
+	if err := m.prepareCaches(caches); err != nil {
+		return err
+	}
+	for i, id := range tokens {
+		if id < 0 || int(id) >= m.Config.VocabSize {
+			return fmt.Errorf("model: token %d (at %d) is outside the vocabulary of %d", id, i, m.Config.VocabSize)
+		}
+	}
+	return nil
+}
