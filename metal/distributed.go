@@ -219,3 +219,16 @@ func (c *context) group() *Group {
 	defer c.b.mu.Unlock()
 	return c.b.group
 }
+
+// Zeros records a rows × cols float32 tensor of zeros.
+func (c *context) Zeros(rows, cols int) compute.Tensor {
+	if c.err != nil {
+		return nilTensor
+	}
+	if rows <= 0 || cols <= 0 {
+		return c.fail("Zeros of %d×%d", rows, cols)
+	}
+	return c.record(rows, cols, func(g *graph) mlxArray {
+		return g.broadcastTo(g.scalar(0), rows, cols)
+	})
+}

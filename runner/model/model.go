@@ -75,10 +75,15 @@ type Model struct {
 	ckpt    *safetensors.Checkpoint
 	net     Network
 	bytes   int64
+	stage   *Stage // the pipeline stage loaded (LoadStage), nil for the whole model
+	pipe    *pipe  // its group (Attach)
 }
 
 // Load reads dir's config, maps its weights and binds them on backend.
-func Load(dir string, backend compute.Backend) (*Model, error) {
+func Load(dir string, backend compute.Backend) (*Model, error) { return load(dir, backend, nil) }
+
+// load is Load, with the weights skip names left unbound (a pipeline stage's, shard.go).
+func load(dir string, backend compute.Backend, skip func(*Loader, string) bool) (*Model, error) {
 	cfg, err := ReadConfig(dir)
 	if err != nil {
 		return nil, err
@@ -91,7 +96,7 @@ func Load(dir string, backend compute.Backend) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Loader{Config: cfg, Backend: backend, ckpt: ckpt}
+	l := &Loader{Config: cfg, Backend: backend, ckpt: ckpt, skip: skip}
 	net, err := build(l)
 	if err == nil {
 		err = l.err
@@ -119,7 +124,9 @@ func (m *Model) Backend() compute.Backend { return m.backend }
 // or the kinds a CacheMaker network asks for.
 func (m *Model) NewCaches(fp32 bool) ([]kvstore.Layer, error) {
 	if cm, ok := m.net.(CacheMaker); ok {
-		return cm.NewCaches(fp32)
+		if c, err := cm.NewCaches(fp32); err != errNoCacheMaker {
+			return c, err
+		}
 	}
 	caches := make([]kvstore.Layer, m.Config.NumLayers)
 	for i := range caches {
@@ -136,6 +143,9 @@ func (m *Model) NewCaches(fp32 bool) ([]kvstore.Layer, error) {
 // vocab-sized rows: every position when all, else the last only. On error or
 // cancellation the caches are truncated back to where they were.
 func (m *Model) Forward(ctx context.Context, tokens []int32, caches []kvstore.Layer, all bool) ([]float32, error) {
+	if m.stage != nil {
+		return m.forwardStage(ctx, tokens, caches, all)
+	}
 	if len(tokens) == 0 {
 		return nil, fmt.Errorf("model: Forward with no tokens")
 	}
@@ -203,6 +213,7 @@ type Loader struct {
 	Backend compute.Backend
 	ckpt    *safetensors.Checkpoint
 	err     error
+	skip    func(l *Loader, name string) bool // weights another pipeline rank holds (shard.go)
 }
 
 // Err returns the first binding error.
@@ -223,6 +234,9 @@ func (l *Loader) Linear(prefix string, out, in int) compute.Weight {
 	if l.err != nil {
 		return nil
 	}
+	if l.skip != nil && l.skip(l, prefix+".weight") {
+		return &stub{out: out, in: in, q: l.Config.Quantization.For(prefix, l.Has)}
+	}
 	w, err := l.Backend.Weight(l.ckpt, prefix, l.Config.Quantization.For(prefix, l.Has))
 	if err != nil {
 		l.Fail(err)
@@ -239,6 +253,9 @@ func (l *Loader) Linear(prefix string, out, in int) compute.Weight {
 func (l *Loader) Vector(name string, n int) compute.Vector {
 	if l.err != nil {
 		return nil
+	}
+	if l.skip != nil && l.skip(l, name) {
+		return &stub{out: n}
 	}
 	v, err := l.Backend.Vector(l.ckpt, name)
 	if err != nil {

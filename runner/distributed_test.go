@@ -1,0 +1,172 @@
+package runner
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mlxg/mlxg/kvstore"
+	"github.com/mlxg/mlxg/metal/mlxtest"
+	"github.com/mlxg/mlxg/registry/create"
+	"github.com/mlxg/mlxg/registry/randmodel"
+	"github.com/mlxg/mlxg/runner/model"
+	"github.com/mlxg/mlxg/runner/model/modeltest"
+)
+
+// distRun is what each model's run produced: every step's logits and the greedy tokens.
+type distRun struct {
+	Logits []float32
+	Tokens []int32
+}
+
+// greedyRun feeds the prompt in chunks of 16 over fp32 or fp16 caches, then decodes
+// steps greedily, returning every step's last-position logits and the tokens.
+func greedyRun(t testing.TB, m *model.Model, caches []kvstore.Layer, prompt []int32, steps int) distRun {
+	t.Helper()
+	logits := modeltest.Forward(t, m, caches, prompt, 16)
+	logits = logits[len(logits)-m.Config.VocabSize:]
+	var r distRun
+	for range steps {
+		id := int32(argmax(logits))
+		r.Tokens = append(r.Tokens, id)
+		r.Logits = append(r.Logits, logits...)
+		var err error
+		if logits, err = m.Forward(context.Background(), []int32{id}, caches, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.Logits = append(r.Logits, logits...)
+	return r
+}
+
+const envDistModels = "MLXG_TEST_DIST_MODELS"
+
+// TestDistributedPipeline runs a dense (qwen3), a mixture-of-experts (qwen3_moe) and a
+// hybrid (qwen3_next: Gated DeltaNet and gated attention) random 4-bit model as a
+// two-stage pipeline: two processes (this test binary again) joined by MLX's ring
+// backend over loopback, on the real libmlxc. Rank 0 runs the first half of the
+// layers and the generation loop, rank 1 the rest and the head. A chunked prefill
+// (every row's logits) and greedy decode steps match the single-process run on MLX
+// within 1e-4 relative, with identical tokens, over fp32 and fp16 caches.
+func TestDistributedPipeline(t *testing.T) {
+	archs := []struct {
+		name string
+		cfg  randmodel.Config
+	}{
+		{"qwen3", randmodel.Tiny("qwen3", 512)},
+		{"qwen3_moe", randmodel.TinyMoE(512)},
+		{"qwen3_next", randmodel.TinyQwen3Next(512)},
+	}
+	prompt, steps := modeltest.Tokens(5, 37), 6
+	rank, isRank := mlxtest.Rank()
+	if !isRank {
+		if !mlxtest.Enabled() {
+			t.Skip("MLXG_MLXC_PATH is not set: the tests on real MLX need scripts/mlx/build.sh's libmlxc")
+		}
+		open := mlxtest.Opener(t)
+		var dirs []string
+		want := map[string]distRun{}
+		for _, a := range archs {
+			hf := filepath.Join(t.TempDir(), "hf")
+			if err := randmodel.Generate(hf, a.cfg, randmodel.Options{Seed: 3}); err != nil {
+				t.Fatal(err)
+			}
+			dir := filepath.Join(t.TempDir(), a.name)
+			if _, err := create.Convert(context.Background(), hf, dir, create.Options{Bits: 4, GroupSize: 64}); err != nil {
+				t.Fatal(err)
+			}
+			dirs = append(dirs, dir)
+			b, err := open()
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := model.Load(dir, b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, fp32 := range []bool{true, false} {
+				caches, err := m.NewCaches(fp32)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want[key(a.name, fp32)] = greedyRun(t, m, caches, prompt, steps)
+			}
+			m.Close()
+		}
+		outs := mlxtest.Ranks(t, 2, "TestDistributedPipeline", 120*time.Second, envDistModels+"="+strings.Join(dirs, string(os.PathListSeparator)))
+		for _, a := range archs {
+			for _, fp32 := range []bool{true, false} {
+				k := key(a.name, fp32)
+				var got distRun
+				mlxtest.Results(t, outs[0], k, &got)
+				r := modeltest.MaxRel(got.Logits, want[k].Logits)
+				if len(got.Logits) != len(want[k].Logits) || r > 1e-4 {
+					t.Errorf("%s: two ranks' logits differ from one process's by %.3g relative (%d values, want %d)", k, r, len(got.Logits), len(want[k].Logits))
+				}
+				if !slices.Equal(got.Tokens, want[k].Tokens) {
+					t.Errorf("%s: two ranks' greedy tokens %v, one process's %v", k, got.Tokens, want[k].Tokens)
+				}
+				t.Logf("%-18s: 2 ranks vs 1 process: largest relative logit difference %.2g, tokens %v", k, r, got.Tokens)
+			}
+		}
+		return
+	}
+
+	// A rank: join the ring, then load each model's stage in turn.
+	b := mlxtest.Backend(t)
+	g, err := b.JoinGroup("ring")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dirs := filepath.SplitList(os.Getenv(envDistModels))
+	for i, a := range archs {
+		cfg, err := model.ReadConfig(dirs[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		stages, err := model.Split(cfg.NumLayers, g.Size())
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := model.LoadStage(dirs[i], b, stages[rank])
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: %v, %d weight bytes", a.name, stages[rank], m.WeightBytes())
+		if rank == 0 {
+			if err := m.Attach(g); err != nil {
+				t.Fatal(err)
+			}
+			for _, fp32 := range []bool{true, false} {
+				caches, err := m.NewCaches(fp32)
+				if err != nil {
+					t.Fatal(err)
+				}
+				mlxtest.Result(key(a.name, fp32), greedyRun(t, m, caches, prompt, steps))
+			}
+			if err := model.SendMessage(g, model.Message{Op: model.OpUnload}); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			msg, err := m.Work(g)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if msg.Op != model.OpUnload {
+				t.Fatalf("worker got op %d, want unload", msg.Op)
+			}
+		}
+		m.Close()
+	}
+}
+
+func key(arch string, fp32 bool) string {
+	if fp32 {
+		return arch + "/fp32"
+	}
+	return arch + "/fp16"
+}

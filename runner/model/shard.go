@@ -1,0 +1,440 @@
+package model
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/mlxg/mlxg/kvstore"
+	"github.com/mlxg/mlxg/runner/compute"
+)
+
+// Pipeline parallelism: one model across several processes (machines), each rank
+// holding a contiguous range of the layers. Rank 0 embeds the tokens and runs its
+// layers, then hands the residual stream to rank 1, which runs its own, and so on; the
+// last rank applies the final norm and the head and hands the logits back to rank 0.
+// The transfers are MLX's own (metal's Send and Recv over a distributed group).
+//
+// The architectures are not changed for it. A stage binds only its own weights (the
+// others are stubs with the right dims, whose bytes are never read), and runs the
+// network's ordinary Forward in a stage context that wraps the backend's: an op on a
+// stub weight, or on a tensor derived from one, is not run but yields a void tensor of
+// the right dims. Where a real tensor first meets a stub weight (the residual stream
+// entering the first layer past this rank's range), the stage sends it on; where a void
+// tensor first meets a real weight (the residual stream entering this rank's first
+// layer), the stage receives it from the rank before. The arithmetic of every layer is
+// the single-process arithmetic, on the same float32 values, so the logits are the same.
+
+// Stage is the part of a model one rank of a pipeline runs: layers [Lo, Hi).
+type Stage struct {
+	Rank, Size int
+	Lo, Hi     int
+}
+
+// First reports whether the stage embeds the tokens (rank 0).
+func (s Stage) First() bool { return s.Rank == 0 }
+
+// Last reports whether the stage applies the head (the last rank).
+func (s Stage) Last() bool { return s.Rank == s.Size-1 }
+
+func (s Stage) String() string {
+	return fmt.Sprintf("rank %d/%d: layers %d-%d", s.Rank, s.Size, s.Lo, s.Hi-1)
+}
+
+// Split divides layers into size contiguous stages, as even as they go (the first ranks
+// take one more when they do not divide).
+func Split(layers, size int) ([]Stage, error) {
+	if size < 1 || layers < size {
+		return nil, fmt.Errorf("model: %d layers cannot be split over %d ranks", layers, size)
+	}
+	out := make([]Stage, size)
+	lo := 0
+	for r := range out {
+		n := layers / size
+		if r < layers%size {
+			n++
+		}
+		out[r] = Stage{Rank: r, Size: size, Lo: lo, Hi: lo + n}
+		lo += n
+	}
+	return out, nil
+}
+
+// Comm is what a backend's context offers for a pipeline (metal's contexts, over an MLX
+// distributed group): float32 activations to and from the neighbouring ranks, as ops of
+// the pass, performed when it is evaluated.
+type Comm interface {
+	// Send returns x, sent to rank dst once evaluated.
+	Send(x compute.Tensor, dst int) compute.Tensor
+	// Recv is a rows × cols tensor received from rank src.
+	Recv(rows, cols, src int) compute.Tensor
+	// Zeros is a rows × cols tensor of zeros (what a rank that could not run its pass
+	// sends, so that the others are not left waiting).
+	Zeros(rows, cols int) compute.Tensor
+}
+
+// stub is a weight of another rank's layers: dims only.
+type stub struct {
+	out, in int
+	q       compute.Quant
+}
+
+func (s *stub) Dims() (int, int)     { return s.out, s.in }
+func (s *stub) Quant() compute.Quant { return s.q }
+func (s *stub) Len() int             { return s.out }
+
+func isStub(w any) bool { _, ok := w.(*stub); return ok }
+
+var layerIndex = regexp.MustCompile(`(?:^|\.)layers\.(\d+)\.`)
+
+// holds reports whether the stage binds the weight name: its own layers' weights; the
+// embeddings on rank 0 (and on the last rank when the head is tied to them); the final
+// norm and the head on the last rank; any other weight everywhere.
+func (s Stage) holds(l *Loader, name string) bool {
+	if m := layerIndex.FindStringSubmatch(name); m != nil {
+		i, _ := strconv.Atoi(m[1])
+		return i >= s.Lo && i < s.Hi
+	}
+	switch {
+	case strings.Contains(name, "embed_tokens."):
+		tied := !l.Has("lm_head.weight")
+		if t := l.Config.TieWordEmbeddings; t != nil {
+			tied = *t
+		}
+		return s.First() || s.Last() && tied
+	case strings.HasPrefix(name, "lm_head.") || strings.HasSuffix(name, "model.norm.weight"):
+		return s.Last()
+	}
+	return true
+}
+
+// LoadStage is Load for one stage of a pipeline: only the stage's weights are bound
+// (and, on the MLX backends, read from the mapped checkpoint).
+func LoadStage(dir string, backend compute.Backend, s Stage) (*Model, error) {
+	if s.Size < 1 || s.Rank < 0 || s.Rank >= s.Size || s.Lo < 0 || s.Hi <= s.Lo {
+		return nil, fmt.Errorf("model: bad pipeline stage %+v", s)
+	}
+	m, err := load(dir, backend, func(l *Loader, name string) bool { return !s.holds(l, name) })
+	if err != nil {
+		return nil, err
+	}
+	if s.Hi > m.Config.NumLayers {
+		m.Close()
+		return nil, fmt.Errorf("model: stage %v of a model of %d layers", s, m.Config.NumLayers)
+	}
+	st := s
+	m.stage = &st
+	m.net = stageNet{m.net}
+	m.bytes = 0
+	probe := &Loader{Config: m.Config, ckpt: m.ckpt}
+	for _, f := range m.ckpt.Files {
+		for _, t := range f.Header.Tensors {
+			if s.holds(probe, t.Name) {
+				m.bytes += t.End - t.Begin
+			}
+		}
+	}
+	return m, nil
+}
+
+// Stage returns the pipeline stage the model was loaded as, or nil for a whole model.
+func (m *Model) Stage() *Stage { return m.stage }
+
+// skipped is the cache of a layer another rank runs: it only counts positions, so that
+// the architectures read the sequence's offset from any layer's cache, as they do.
+type skipped struct {
+	n      int
+	window int
+}
+
+func (s *skipped) Dims() (int, int, int)              { return 0, 0, 0 }
+func (s *skipped) Len() int                           { return s.n }
+func (s *skipped) Append(_, _ []float32, n int) error { s.n += n; return nil }
+func (s *skipped) Attend(kvstore.Attention) error {
+	return fmt.Errorf("model: attention over the cache of a layer another rank runs")
+}
+func (s *skipped) Truncate(n int) error {
+	if n < 0 || n > s.n {
+		return fmt.Errorf("model: truncating %d positions to %d", s.n, n)
+	}
+	s.n = n
+	return nil
+}
+func (s *skipped) Bytes() int64 { return 0 }
+
+// Window implements the sliding-window check of Gemma's layers: a skipped layer takes
+// any window.
+func (s *skipped) Window() int { return s.window }
+
+// StageCaches replaces, in place, the caches of the layers outside the stage with
+// position counters, keeping the recurrent states of linear-attention layers (their
+// architectures require the kind; the ops that would use them are skipped). It is a
+// no-op for a whole model.
+func (m *Model) StageCaches(caches []kvstore.Layer) error {
+	if m.stage == nil {
+		return nil
+	}
+	if err := m.FillCaches(caches); err != nil {
+		return err
+	}
+	n := caches[0].Len()
+	for i, c := range caches {
+		if i >= m.stage.Lo && i < m.stage.Hi {
+			continue
+		}
+		if _, ok := c.(RecurrentLayer); ok {
+			continue
+		}
+		if _, ok := c.(*skipped); !ok {
+			caches[i] = &skipped{n: n, window: 1 << 30}
+		}
+	}
+	return nil
+}
+
+// stageContext runs a network's Forward as one stage of the pipeline (see above).
+type stageContext struct {
+	inner   compute.Context
+	comm    Comm
+	st      Stage
+	err     error
+	entered bool     // the residual stream came in from the rank before
+	sent    *sTensor // what this rank sent on to the next, once it has
+}
+
+// sTensor is a tensor of a stage pass: the inner context's, or void (not computed here).
+type sTensor struct {
+	t          compute.Tensor
+	void       bool
+	rows, cols int
+}
+
+func (t *sTensor) Dims() (int, int) {
+	if t.void {
+		return t.rows, t.cols
+	}
+	return t.t.Dims()
+}
+
+func (c *stageContext) void(rows, cols int) compute.Tensor {
+	return &sTensor{void: true, rows: rows, cols: cols}
+}
+
+func (c *stageContext) real(t compute.Tensor) compute.Tensor {
+	r, k := t.Dims()
+	return &sTensor{t: t, rows: r, cols: k}
+}
+
+func (c *stageContext) fail(err error) compute.Tensor {
+	if c.err == nil {
+		c.err = err
+	}
+	return compute.Fail(c.inner, err)
+}
+
+// tensors unwraps ts: the inner tensors, and whether any is void.
+func (c *stageContext) tensors(ts ...compute.Tensor) ([]compute.Tensor, bool) {
+	out := make([]compute.Tensor, len(ts))
+	void := false
+	for i, t := range ts {
+		st, ok := t.(*sTensor)
+		if !ok {
+			out[i] = t // a failed tensor from the inner context: pass it on
+			continue
+		}
+		if st.void {
+			void = true
+		}
+		out[i] = st.t
+	}
+	return out, void
+}
+
+// withWeights decides an op on tensors xs and weights ws: run (the inner tensors) or
+// skip. A stub weight skips it, after sending a real input on if nothing was sent yet
+// (the residual stream leaving this rank's layers). Real weights on a void input
+// receive the residual stream from the rank before, once.
+func (c *stageContext) withWeights(xs []compute.Tensor, ws ...any) ([]compute.Tensor, bool) {
+	stubbed := false
+	for _, w := range ws {
+		if w != nil && isStub(w) {
+			stubbed = true
+		}
+	}
+	if stubbed {
+		for _, x := range xs {
+			if st, ok := x.(*sTensor); ok && !st.void && c.sent == nil && !c.st.Last() {
+				c.sent = &sTensor{t: c.comm.Send(st.t, c.st.Rank+1), rows: st.rows, cols: st.cols}
+			}
+		}
+		return nil, false
+	}
+	for _, x := range xs {
+		st, ok := x.(*sTensor)
+		if !ok || !st.void {
+			continue
+		}
+		if c.entered || c.sent != nil || c.st.First() {
+			return nil, false // past this rank's layers: the head of another rank, say
+		}
+		st.t, st.void = c.comm.Recv(st.rows, st.cols, c.st.Rank-1), false
+		c.entered = true
+	}
+	in, void := c.tensors(xs...)
+	return in, !void
+}
+
+func (c *stageContext) Embed(w compute.Weight, ids []int32) compute.Tensor {
+	_, in := w.Dims()
+	if !c.st.First() || isStub(w) {
+		return c.void(len(ids), in)
+	}
+	return c.real(c.inner.Embed(w, ids))
+}
+
+func (c *stageContext) Linear(x compute.Tensor, w compute.Weight) compute.Tensor {
+	rows, _ := x.Dims()
+	out, _ := w.Dims()
+	in, ok := c.withWeights([]compute.Tensor{x}, w)
+	if !ok {
+		return c.void(rows, out)
+	}
+	return c.real(c.inner.Linear(in[0], w))
+}
+
+func (c *stageContext) RMSNorm(x compute.Tensor, w compute.Vector, eps float32) compute.Tensor {
+	rows, cols := x.Dims()
+	in, ok := c.withWeights([]compute.Tensor{x}, w)
+	if !ok {
+		return c.void(rows, cols)
+	}
+	return c.real(c.inner.RMSNorm(in[0], w, eps))
+}
+
+// plain runs a weightless op, or yields a void rows × cols when an input is void.
+func (c *stageContext) plain(rows, cols int, op func(in []compute.Tensor) compute.Tensor, xs ...compute.Tensor) compute.Tensor {
+	in, void := c.tensors(xs...)
+	if void {
+		return c.void(rows, cols)
+	}
+	return c.real(op(in))
+}
+
+func (c *stageContext) Reshape(x compute.Tensor, rows, cols int) compute.Tensor {
+	return c.plain(rows, cols, func(in []compute.Tensor) compute.Tensor { return c.inner.Reshape(in[0], rows, cols) }, x)
+}
+
+func (c *stageContext) RoPE(x compute.Tensor, r *compute.RoPE, headDim, offset int) compute.Tensor {
+	rows, cols := x.Dims()
+	return c.plain(rows, cols, func(in []compute.Tensor) compute.Tensor { return c.inner.RoPE(in[0], r, headDim, offset) }, x)
+}
+
+func (c *stageContext) Attention(q, k, v compute.Tensor, cache kvstore.Layer, heads int, scale float32) compute.Tensor {
+	rows, qc := q.Dims()
+	_, kc := k.Dims()
+	_, vc := v.Dims()
+	cols := qc
+	if kc > 0 {
+		cols = qc / kc * vc
+	}
+	in, void := c.tensors(q, k, v)
+	if void {
+		if s, ok := cache.(*skipped); ok {
+			s.n += rows
+		}
+		return c.void(rows, cols)
+	}
+	if _, ok := cache.(*skipped); ok {
+		return c.fail(fmt.Errorf("model: %v computed a layer it does not hold", c.st))
+	}
+	return c.real(c.inner.Attention(in[0], in[1], in[2], cache, heads, scale))
+}
+
+func (c *stageContext) SwiGLU(gate, up compute.Tensor) compute.Tensor {
+	rows, cols := gate.Dims()
+	return c.plain(rows, cols, func(in []compute.Tensor) compute.Tensor { return c.inner.SwiGLU(in[0], in[1]) }, gate, up)
+}
+
+func (c *stageContext) Add(a, b compute.Tensor) compute.Tensor {
+	rows, cols := a.Dims()
+	return c.plain(rows, cols, func(in []compute.Tensor) compute.Tensor { return c.inner.Add(in[0], in[1]) }, a, b)
+}
+
+func (c *stageContext) Mul(a, b compute.Tensor) compute.Tensor {
+	rows, cols := a.Dims()
+	return c.plain(rows, cols, func(in []compute.Tensor) compute.Tensor { return c.inner.Mul(in[0], in[1]) }, a, b)
+}
+
+func (c *stageContext) Rows(x compute.Tensor, start, n int) compute.Tensor {
+	_, cols := x.Dims()
+	return c.plain(n, cols, func(in []compute.Tensor) compute.Tensor { return c.inner.Rows(in[0], start, n) }, x)
+}
+
+// Float32s evaluates the stage's pass. The last rank sends x, the logits, to rank 0
+// and returns them; a middle rank performs its transfers and returns nil; rank 0
+// (whose x is void) performs its transfer and then receives the logits.
+func (c *stageContext) Float32s(x compute.Tensor) ([]float32, error) {
+	if c.err != nil {
+		return nil, c.err
+	}
+	st, ok := x.(*sTensor)
+	if !ok {
+		return c.inner.Float32s(x)
+	}
+	if !st.void {
+		if c.st.Last() && !c.st.First() {
+			return c.inner.Float32s(c.comm.Send(st.t, 0))
+		}
+		return c.inner.Float32s(st.t)
+	}
+	if c.sent == nil {
+		if err := c.inner.Err(); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("model: %v: the pass never reached this rank's layers", c.st)
+	}
+	if _, err := c.inner.Float32s(c.sent.t); err != nil {
+		return nil, err
+	}
+	if !c.st.First() {
+		return nil, nil
+	}
+	return c.inner.Float32s(c.comm.Recv(st.rows, st.cols, c.st.Size-1))
+}
+
+func (c *stageContext) Err() error {
+	if c.err != nil {
+		return c.err
+	}
+	return c.inner.Err()
+}
+
+func (c *stageContext) Close() { c.inner.Close() }
+
+// Free implements compute.Freer for the real tensors kept.
+func (c *stageContext) Free(keep ...compute.Tensor) {
+	var in []compute.Tensor
+	for _, t := range keep {
+		if st, ok := t.(*sTensor); ok && !st.void {
+			in = append(in, st.t)
+		}
+	}
+	compute.Free(c.inner, in...)
+}
+
+// Fail implements compute.Failer.
+func (c *stageContext) Fail(err error) compute.Tensor { return c.fail(err) }
+
+// stageNet hides a network's batched pass (a stage runs one sequence per pass) and
+// keeps its own caches.
+type stageNet struct{ Network }
+
+func (n stageNet) NewCaches(fp32 bool) ([]kvstore.Layer, error) {
+	if cm, ok := n.Network.(CacheMaker); ok {
+		return cm.NewCaches(fp32)
+	}
+	return nil, errNoCacheMaker
+}
+
+var errNoCacheMaker = fmt.Errorf("model: the network makes no caches of its own")
