@@ -36,6 +36,9 @@ type LoadOptions struct {
 	Logger *slog.Logger
 	// Prefix shares prompt prefixes between requests (prefix.go); nil: none.
 	Prefix *kvstore.PrefixCache
+	// Parallel above 1 runs up to that many concurrent requests as one continuous batch
+	// (batch.go): one forward pass per step for all of them. Others wait for a slot.
+	Parallel int
 }
 
 // FP32Cache is a KVCache that keeps keys and values in float32 (reference tests).
@@ -53,6 +56,7 @@ type Engine struct {
 	log       *slog.Logger
 	prefix    *prefixEngine
 	format    *formatVocab // constrained decoding's vocabulary (format.go), set by Load
+	batch     *batcher     // continuous batching (batch.go); nil: each request runs its own passes
 }
 
 // Load loads the checkpoint in dir: weights, tokenizer and (when present) chat template.
@@ -117,7 +121,31 @@ func LoadModel(dir string, o LoadOptions) (*Engine, error) {
 	}
 	log.Info("model loaded", "dir", dir, "type", m.Config.ModelType, "layers", m.Config.NumLayers,
 		"backend", backend.Name(), "weights", m.WeightBytes(), "took", time.Since(start).Round(time.Millisecond))
-	return &Engine{Dir: dir, Model: m, eos: m.Config.EOS, kv: kv, log: log, prefix: newPrefixEngine(o.Prefix, dir, log)}, nil
+	e := &Engine{Dir: dir, Model: m, eos: m.Config.EOS, kv: kv, log: log, prefix: newPrefixEngine(o.Prefix, dir, log)}
+	if o.Parallel > 1 {
+		if m.Batched() {
+			e.batch = newBatcher(m, o.Parallel)
+		} else {
+			log.Info("concurrent requests run side by side: no batched passes for this model on this backend", "type", m.Config.ModelType, "backend", backend.Name())
+		}
+	}
+	return e, nil
+}
+
+// BatchStats describes the engine's continuous batch; false when it does not batch.
+func (e *Engine) BatchStats() (BatchStats, bool) {
+	if e.batch == nil {
+		return BatchStats{}, false
+	}
+	return e.batch.Stats(), true
+}
+
+// forward runs tokens through caches: in the engine's batch when it has one.
+func (e *Engine) forward(ctx context.Context, tokens []int32, caches []kvstore.Layer) ([]float32, error) {
+	if e.batch == nil {
+		return e.Model.Forward(ctx, tokens, caches, false)
+	}
+	return e.batch.forward(ctx, model.Sequence{Tokens: tokens, Caches: caches})
 }
 
 // Close releases the model.
@@ -447,6 +475,13 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 		return nil, err
 	}
 	sampler.Accept(prompt...)
+	if e.batch != nil {
+		leave, err := e.batch.join(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer leave()
+	}
 	caches, err := e.kv(e.Model, numCtx)
 	if err != nil {
 		return nil, err
@@ -460,7 +495,7 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 		var logits []float32
 		for i := 0; i < len(tokens); i += o.NumBatch {
 			var err error
-			if logits, err = e.Model.Forward(ctx, tokens[i:min(i+o.NumBatch, len(tokens))], caches, false); err != nil {
+			if logits, err = e.forward(ctx, tokens[i:min(i+o.NumBatch, len(tokens))], caches); err != nil {
 				return nil, err
 			}
 		}
@@ -555,7 +590,7 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 				return finish("", err)
 			}
 		}
-		if logits, err = e.Model.Forward(ctx, []int32{id}, caches, false); err != nil {
+		if logits, err = e.forward(ctx, []int32{id}, caches); err != nil {
 			return finish("", err)
 		}
 		seq = append(seq, id)
