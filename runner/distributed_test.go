@@ -116,51 +116,42 @@ func TestDistributedPipeline(t *testing.T) {
 		return
 	}
 
-	// A rank: join the ring, then load each model's stage in turn.
+	// A rank: join the ring; rank 0 loads each model on both ranks and runs it, rank 1
+	// follows.
 	b := mlxtest.Backend(t)
 	g, err := b.JoinGroup("ring")
 	if err != nil {
 		t.Fatal(err)
 	}
-	dirs := filepath.SplitList(os.Getenv(envDistModels))
+	if rank != 0 {
+		w := &model.Worker{Wire: g, Open: func(dir string, s model.Stage) (*model.Model, error) { return model.LoadStage(dir, b, s) }}
+		if err := w.Run(); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	leader, err := model.NewLeader(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader.Timeout = time.Minute
 	for i, a := range archs {
-		cfg, err := model.ReadConfig(dirs[i])
+		m, err := leader.Load(filepath.SplitList(os.Getenv(envDistModels))[i], b)
 		if err != nil {
 			t.Fatal(err)
 		}
-		stages, err := model.Split(cfg.NumLayers, g.Size())
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := model.LoadStage(dirs[i], b, stages[rank])
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("%s: %v, %d weight bytes", a.name, stages[rank], m.WeightBytes())
-		if rank == 0 {
-			if err := m.Attach(g); err != nil {
-				t.Fatal(err)
-			}
-			for _, fp32 := range []bool{true, false} {
-				caches, err := m.NewCaches(fp32)
-				if err != nil {
-					t.Fatal(err)
-				}
-				mlxtest.Result(key(a.name, fp32), greedyRun(t, m, caches, prompt, steps))
-			}
-			if err := model.SendMessage(g, model.Message{Op: model.OpUnload}); err != nil {
-				t.Fatal(err)
-			}
-		} else {
-			msg, err := m.Work(g)
+		t.Logf("%s: %v, %d weight bytes", a.name, *m.Stage(), m.WeightBytes())
+		for _, fp32 := range []bool{true, false} {
+			caches, err := m.NewCaches(fp32)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if msg.Op != model.OpUnload {
-				t.Fatalf("worker got op %d, want unload", msg.Op)
-			}
+			mlxtest.Result(key(a.name, fp32), greedyRun(t, m, caches, prompt, steps))
 		}
 		m.Close()
+	}
+	if err := leader.Stop(); err != nil {
+		t.Fatal(err)
 	}
 }
 

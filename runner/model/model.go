@@ -203,7 +203,10 @@ func (c *cancellable) Attention(q, k, v compute.Tensor, cache kvstore.Layer, hea
 }
 
 // Close releases the weights' mappings.
-func (m *Model) Close() error { return m.ckpt.Close() }
+func (m *Model) Close() error {
+	m.closeStage() // a pipeline's workers drop their stages too
+	return m.ckpt.Close()
+}
 
 // Loader binds weights for an architecture's Builder. Errors are sticky: after the
 // first, binders return nil and Load reports it, so a builder reads like the model's

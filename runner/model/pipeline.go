@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/mlxg/mlxg/kvstore"
+	"github.com/mlxg/mlxg/runner/compute"
 )
 
 // Wire is the pipeline's control channel between neighbouring ranks: small int32
@@ -22,21 +24,23 @@ type Wire interface {
 // The control protocol. Rank 0 sends each message to rank 1, which passes it on to
 // rank 2 before acting on it, and so on: the ring backend connects neighbours only.
 // A message is a header of headerLen int32s, then, when its length word is non-zero,
-// that many int32s of payload (a forward pass's tokens, a model's name).
+// that many int32s of payload (a forward pass's tokens, a model's directory). Every
+// message but OpStop is answered by a status word that goes around the ring (rank 1
+// starts it, each rank puts in its own failure, the last rank hands it to rank 0).
 const (
 	headerLen = 8
 	magic     = 0x6d6c7867 // "mlxg"
 
-	// OpForward runs a pass: payload tokens; Seq, Start (the position of the first
-	// token: a worker whose caches hold more truncates them, which is how a cancelled or
-	// rewound sequence reaches it), All (1: every row's logits), FP32 caches.
+	// OpForward runs a pass of model Model: payload its tokens; Seq names the
+	// sequence, Start is the position of its first token (a worker whose caches hold
+	// more truncates them: that is how a cancelled or rewound sequence reaches it), All
+	// asks for every row's logits, FP32 for float32 caches.
 	OpForward = 1
-	// OpLoad loads a model: payload its name (bytes, one per int32), Arg the number of
-	// ranks' stages.
+	// OpLoad loads a model as Model: payload its directory on rank 0.
 	OpLoad = 2
-	// OpUnload drops the model.
+	// OpUnload drops model Model.
 	OpUnload = 3
-	// OpStop ends the workers.
+	// OpStop ends the workers (no status).
 	OpStop = 4
 	// OpPing checks that every rank answers.
 	OpPing = 5
@@ -45,6 +49,7 @@ const (
 // Message is one control message.
 type Message struct {
 	Op      int32
+	Model   int32
 	Seq     int32
 	Start   int32
 	All     bool
@@ -54,7 +59,7 @@ type Message struct {
 
 func (m Message) header() []int32 {
 	h := make([]int32, headerLen)
-	h[0], h[1], h[2], h[3], h[4] = magic, m.Op, int32(len(m.Payload)), m.Seq, m.Start
+	h[0], h[1], h[2], h[3], h[4], h[7] = magic, m.Op, int32(len(m.Payload)), m.Seq, m.Start, m.Model
 	if m.All {
 		h[5] = 1
 	}
@@ -64,20 +69,21 @@ func (m Message) header() []int32 {
 	return h
 }
 
-// SendMessage sends m from rank 0 to rank 1 (and on, through the workers).
-func SendMessage(w Wire, m Message) error {
-	if err := w.SendInts(m.header(), 1); err != nil {
+// sendMessage sends m to the next rank.
+func sendMessage(w Wire, m Message) error {
+	next := w.Rank() + 1
+	if err := w.SendInts(m.header(), next); err != nil {
 		return err
 	}
 	if len(m.Payload) > 0 {
-		return w.SendInts(m.Payload, 1)
+		return w.SendInts(m.Payload, next)
 	}
 	return nil
 }
 
-// RecvMessage receives the next message from the rank before and passes it on to the
+// recvMessage receives the next message from the rank before and passes it on to the
 // next rank, unless this is the last.
-func RecvMessage(w Wire) (Message, error) {
+func recvMessage(w Wire) (Message, error) {
 	r := w.Rank()
 	h, err := w.RecvInts(headerLen, r-1)
 	if err != nil {
@@ -86,26 +92,40 @@ func RecvMessage(w Wire) (Message, error) {
 	if h[0] != magic {
 		return Message{}, fmt.Errorf("model: rank %d received a control message that is not mlxg's (%#x)", r, h[0])
 	}
-	m := Message{Op: h[1], Seq: h[3], Start: h[4], All: h[5] == 1, FP32: h[6] == 1}
+	m := Message{Op: h[1], Seq: h[3], Start: h[4], All: h[5] == 1, FP32: h[6] == 1, Model: h[7]}
 	if n := int(h[2]); n > 0 {
 		if m.Payload, err = w.RecvInts(n, r-1); err != nil {
 			return m, err
 		}
 	}
 	if r < w.Size()-1 {
-		if err := SendMessage(relay{w}, m); err != nil {
+		if err := sendMessage(w, m); err != nil {
 			return m, err
 		}
 	}
 	return m, nil
 }
 
-// relay sends to the next rank instead of rank 1.
-type relay struct{ Wire }
+// passStatus is a worker's part of the status round: failed marks this rank's failure.
+func passStatus(w Wire, failed bool) error {
+	r := w.Rank()
+	st := []int32{0, 0}
+	if failed {
+		st = []int32{1, int32(r)}
+	}
+	if r > 1 {
+		prev, err := w.RecvInts(2, r-1)
+		if err != nil {
+			return err
+		}
+		if prev[0] != 0 {
+			st = prev
+		}
+	}
+	return w.SendInts(st, (r+1)%w.Size())
+}
 
-func (r relay) SendInts(v []int32, _ int) error { return r.Wire.SendInts(v, r.Rank()+1) }
-
-// Name and Ints convert a string payload.
+// Ints and Name convert a string payload.
 func Ints(s string) []int32 {
 	out := make([]int32, len(s))
 	for i := 0; i < len(s); i++ {
@@ -122,46 +142,171 @@ func Name(v []int32) string {
 	return string(b)
 }
 
-// ErrRankFailed is the error of a pass that a worker could not run.
+// ErrRankFailed is the error of a pass or load that a rank could not run.
 var ErrRankFailed = errors.New("a pipeline rank failed")
 
-// pipe is the state a stage model keeps for its pipeline.
-type pipe struct {
-	mu     sync.Mutex
-	wire   Wire
-	seqs   map[*kvstore.Layer]int32 // rank 0: the sequence id of each caches list
-	next   int32
-	broken error // set once the group is unusable (a transfer failed)
+// Leader is rank 0's side of the pipeline: it loads models on every rank and drives
+// their passes. One message is in flight at a time, for all the models.
+type Leader struct {
+	wire Wire
+	mu   sync.Mutex
+	next int32
+	// Timeout bounds one exchange with the workers (a pass, a load); 0: none. MLX's ring
+	// has no timeout of its own: a rank that died leaves the transfer blocked.
+	Timeout time.Duration
+
+	dmu    sync.Mutex
+	broken error
+	down   chan struct{} // closed once broken
 }
 
-// Attach makes m, a stage loaded with LoadStage, run its passes over w: rank 0's
-// Forward then drives the workers, which run Work.
-func (m *Model) Attach(w Wire) error {
-	if m.stage == nil {
-		return fmt.Errorf("model: Attach on a model that is not a pipeline stage")
+// NewLeader starts rank 0's side over w.
+func NewLeader(w Wire) (*Leader, error) {
+	if w.Rank() != 0 || w.Size() < 2 {
+		return nil, fmt.Errorf("model: a pipeline leader is rank 0 of at least 2, not rank %d of %d", w.Rank(), w.Size())
 	}
-	if w.Rank() != m.stage.Rank || w.Size() != m.stage.Size {
-		return fmt.Errorf("model: stage %v on rank %d of %d", m.stage, w.Rank(), w.Size())
+	return &Leader{wire: w, down: make(chan struct{})}, nil
+}
+
+// Size is the number of ranks.
+func (l *Leader) Size() int { return l.wire.Size() }
+
+// Fail marks the pipeline unusable (a rank died; the watchdog calls it): the exchange
+// in flight and every later one fail with err.
+func (l *Leader) Fail(err error) {
+	l.dmu.Lock()
+	defer l.dmu.Unlock()
+	if l.broken == nil {
+		l.broken = fmt.Errorf("%w: %v; the model cannot run until the workers and the server are restarted", ErrRankFailed, err)
+		close(l.down)
 	}
-	m.pipe = &pipe{wire: w, seqs: map[*kvstore.Layer]int32{}}
-	return nil
 }
 
 // Broken returns the error that made the pipeline unusable, if any.
-func (m *Model) Broken() error {
-	if m.pipe == nil {
-		return nil
-	}
-	m.pipe.mu.Lock()
-	defer m.pipe.mu.Unlock()
-	return m.pipe.broken
+func (l *Leader) Broken() error {
+	l.dmu.Lock()
+	defer l.dmu.Unlock()
+	return l.broken
 }
 
-func (p *pipe) fail(err error) error {
-	if p.broken == nil {
-		p.broken = fmt.Errorf("%w: %v; restart the workers and the server", ErrRankFailed, err)
+// exchange runs fn (a message and its transfers) unless the pipeline is broken,
+// returning early with the reason if it breaks or the timeout passes meanwhile: fn is
+// then left blocked in MLX, and the pipeline stays broken.
+func (l *Leader) exchange(fn func() error) error {
+	if err := l.Broken(); err != nil {
+		return err
 	}
-	return p.broken
+	done := make(chan error, 1)
+	go func() { done <- fn() }()
+	var timeout <-chan time.Time
+	if l.Timeout > 0 {
+		t := time.NewTimer(l.Timeout)
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-l.down:
+		return l.Broken()
+	case <-timeout:
+		l.Fail(fmt.Errorf("the workers did not answer within %v", l.Timeout))
+		return l.Broken()
+	}
+}
+
+// status reads the status round's result.
+func (l *Leader) status() (int, error) {
+	st, err := l.wire.RecvInts(2, l.wire.Size()-1)
+	if err != nil {
+		return 0, err
+	}
+	if st[0] != 0 {
+		return int(st[1]), nil
+	}
+	return -1, nil
+}
+
+// Ping checks that every rank answers.
+func (l *Leader) Ping() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.exchange(func() error {
+		if err := sendMessage(l.wire, Message{Op: OpPing}); err != nil {
+			return err
+		}
+		_, err := l.status()
+		return err
+	})
+}
+
+// Stop ends the workers.
+func (l *Leader) Stop() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.exchange(func() error { return sendMessage(l.wire, Message{Op: OpStop}) })
+}
+
+// Load loads the model in dir on every rank, each its stage, backend binding rank 0's.
+// The workers find it at the same path, or under their own Hugging Face cache
+// (Worker.Resolve).
+func (l *Leader) Load(dir string, backend compute.Backend) (*Model, error) {
+	cfg, err := ReadConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	stages, err := Split(cfg.NumLayers, l.wire.Size())
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	l.next++
+	id := l.next
+	failed := -1
+	err = l.exchange(func() error {
+		if err := sendMessage(l.wire, Message{Op: OpLoad, Model: id, Payload: Ints(dir)}); err != nil {
+			return err
+		}
+		var err error
+		failed, err = l.status()
+		return err
+	})
+	l.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if failed >= 0 {
+		l.unload(id)
+		return nil, fmt.Errorf("%w: rank %d could not load %s (its log says why)", ErrRankFailed, failed, dir)
+	}
+	m, err := LoadStage(dir, backend, stages[0])
+	if err != nil {
+		l.unload(id)
+		return nil, err
+	}
+	m.pipe = &pipe{leader: l, id: id, seqs: map[*kvstore.Layer]int32{}}
+	return m, nil
+}
+
+func (l *Leader) unload(id int32) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.exchange(func() error {
+		if err := sendMessage(l.wire, Message{Op: OpUnload, Model: id}); err != nil {
+			return err
+		}
+		_, err := l.status()
+		return err
+	})
+}
+
+// pipe is a stage model's link to its pipeline.
+type pipe struct {
+	leader *Leader // rank 0
+	id     int32
+	seqs   map[*kvstore.Layer]int32 // rank 0: the sequence id of each caches list; leader.mu
+	next   int32
+	wire   Wire // a worker's
 }
 
 // seqID names a caches list to the workers (they keep their layers' caches per id).
@@ -179,92 +324,104 @@ func (p *pipe) seqID(caches []kvstore.Layer) int32 {
 	return id
 }
 
-// maxWorkerSeqs is how many sequences' caches a worker keeps (least recently used go).
+// maxWorkerSeqs is how many sequences' caches a worker keeps per model (the least
+// recently used go first).
 const maxWorkerSeqs = 16
 
-// forwardStage is Forward for a pipeline stage. On rank 0 it sends the pass to the
-// workers, runs its layers, and returns the logits the last rank sends back, after
-// the workers' status says every rank ran.
+// closeStage tells the workers to drop the model (rank 0).
+func (m *Model) closeStage() {
+	if m.pipe != nil && m.pipe.leader != nil {
+		if err := m.pipe.leader.unload(m.pipe.id); err != nil {
+			slog.Warn("unloading a model on the pipeline's workers", "err", err)
+		}
+	}
+}
+
+// forwardStage is Forward for a pipeline stage on rank 0: it sends the pass to the
+// workers, runs its layers, and returns the logits the last rank sends back once the
+// status round says every rank ran.
 func (m *Model) forwardStage(ctx context.Context, tokens []int32, caches []kvstore.Layer, all bool) ([]float32, error) {
 	p := m.pipe
-	if p == nil {
-		return nil, fmt.Errorf("model: stage %v is not attached to a group", m.stage)
+	if p == nil || p.leader == nil {
+		return nil, fmt.Errorf("model: stage %v has no pipeline leader", m.stage)
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.broken != nil {
-		return nil, p.broken
-	}
+	l := p.leader
 	if err := m.checkStage(tokens, caches); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if err := m.StageCaches(caches); err != nil {
-		return nil, err
-	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	start := caches[0].Len()
-	msg := Message{Op: OpForward, Seq: p.seqID(caches), Start: int32(start), All: all, Payload: tokens}
+	msg := Message{Op: OpForward, Model: p.id, Seq: p.seqID(caches), Start: int32(start), All: all, Payload: tokens}
 	for _, c := range caches {
 		if f, ok := c.(*kvstore.Full); ok {
 			msg.FP32 = f.FP32()
 			break
 		}
 	}
-	if err := SendMessage(p.wire, msg); err != nil {
-		return nil, p.fail(err)
-	}
-	logits, err := m.runStage(tokens, caches, all)
-	if p.broken != nil {
-		return nil, p.broken
-	}
-	st, serr := p.wire.RecvInts(2, m.stage.Size-1)
-	if serr != nil {
-		return nil, p.fail(serr)
-	}
+	var logits []float32
+	var passErr error
+	failed := -1
+	err := l.exchange(func() error {
+		if err := sendMessage(l.wire, msg); err != nil {
+			return err
+		}
+		var broke error
+		logits, passErr, broke = m.runStage(l.wire, tokens, caches, all)
+		if broke != nil {
+			return broke
+		}
+		var err error
+		failed, err = l.status()
+		return err
+	})
 	if err != nil {
-		return nil, err
-	}
-	if st[0] != 0 {
+		l.Fail(err)
 		truncate(caches, start)
-		return nil, fmt.Errorf("%w: rank %d could not run its layers for this pass (its log says why)", ErrRankFailed, st[1])
+		return nil, l.Broken()
+	}
+	if passErr != nil {
+		return nil, passErr
+	}
+	if failed >= 0 {
+		truncate(caches, start)
+		return nil, fmt.Errorf("%w: rank %d could not run its layers for this pass (its log says why)", ErrRankFailed, failed)
 	}
 	return logits, nil
 }
 
 // runStage runs the stage's pass and its transfers. A pass that fails before its
 // transfers were evaluated still performs them (with zeros), so that the other ranks
-// are not left waiting; a failed transfer breaks the pipeline.
-func (m *Model) runStage(tokens []int32, caches []kvstore.Layer, all bool) ([]float32, error) {
-	s, p := *m.stage, m.pipe
+// are not left waiting: passErr is its error. A failed transfer leaves the group
+// unusable: broke.
+func (m *Model) runStage(w Wire, tokens []int32, caches []kvstore.Layer, all bool) (logits []float32, passErr, broke error) {
+	s := *m.stage
 	start := caches[0].Len()
 	inner := m.backend.NewContext()
 	defer inner.Close()
-	comm, ok := inner.(Comm)
+	comm, ok := compute.Ext[Comm](inner)
 	if !ok {
-		return nil, p.fail(fmt.Errorf("the %s backend cannot send activations between ranks", m.backend.Name()))
+		return nil, nil, fmt.Errorf("the %s backend cannot send activations between ranks", m.backend.Name())
 	}
 	c := &stageContext{inner: inner, comm: comm, st: s}
 	out := m.net.Forward(c, tokens, caches, !all)
 	recorded := c.Err() == nil
 	logits, err := c.Float32s(out)
 	if err == nil {
-		return logits, nil
+		return logits, nil, nil
 	}
 	truncate(caches, start)
-	if !recorded {
-		// Nothing was transferred: take part with zeros.
-		rows := len(tokens)
-		if !all {
-			rows = 1
-		}
-		if ferr := m.fillIn(len(tokens), rows); ferr != nil {
-			return nil, p.fail(ferr)
-		}
-		return nil, err
+	if recorded {
+		return nil, err, err
 	}
-	return nil, p.fail(err)
+	rows := len(tokens)
+	if !all {
+		rows = 1
+	}
+	return nil, err, m.fillIn(len(tokens), rows)
 }
 
 // fillIn performs a stage's transfers with zeros: receive from the rank before (T ×
@@ -274,7 +431,10 @@ func (m *Model) fillIn(T, rows int) error {
 	s := *m.stage
 	c := m.backend.NewContext()
 	defer c.Close()
-	comm := c.(Comm)
+	comm, ok := compute.Ext[Comm](c)
+	if !ok {
+		return fmt.Errorf("the %s backend cannot send activations between ranks", m.backend.Name())
+	}
 	hidden, vocab := m.Config.HiddenSize, m.Config.VocabSize
 	if !s.First() {
 		if _, err := c.Float32s(comm.Recv(T, hidden, s.Rank-1)); err != nil {
@@ -285,8 +445,7 @@ func (m *Model) fillIn(T, rows int) error {
 	if s.Last() {
 		dst, r, k = 0, rows, vocab
 	}
-	zeros := comm.Zeros(r, k)
-	if _, err := c.Float32s(comm.Send(zeros, dst)); err != nil {
+	if _, err := c.Float32s(comm.Send(comm.Zeros(r, k), dst)); err != nil {
 		return err
 	}
 	if s.First() {
@@ -300,104 +459,6 @@ func truncate(caches []kvstore.Layer, n int) {
 	for _, l := range caches {
 		if l != nil && l.Len() > n {
 			l.Truncate(n)
-		}
-	}
-}
-
-// Work runs a worker rank's side of the pipeline for m: it follows rank 0's passes
-// until a message that is not a pass comes, which it returns to the caller (to load
-// another model, or stop).
-func (m *Model) Work(w Wire) (Message, error) {
-	if err := m.Attach(w); err != nil {
-		return Message{}, err
-	}
-	s := *m.stage
-	type seq struct {
-		caches []kvstore.Layer
-		used   int
-	}
-	seqs := map[int32]*seq{}
-	tick := 0
-	for {
-		msg, err := RecvMessage(w)
-		if err != nil {
-			return msg, err
-		}
-		if msg.Op != OpForward {
-			return msg, nil
-		}
-		tick++
-		sq := seqs[msg.Seq]
-		status := int32(0)
-		var runErr error
-		if sq == nil {
-			if len(seqs) >= maxWorkerSeqs {
-				var old int32
-				oldest := tick
-				for id, q := range seqs {
-					if q.used < oldest {
-						old, oldest = id, q.used
-					}
-				}
-				delete(seqs, old)
-			}
-			caches, err := m.NewCaches(msg.FP32)
-			if err == nil {
-				err = m.StageCaches(caches)
-			}
-			if err != nil {
-				runErr = err
-			} else {
-				sq = &seq{caches: caches}
-				seqs[msg.Seq] = sq
-			}
-		}
-		if sq != nil {
-			sq.used = tick
-			if n := sq.caches[0].Len(); n > int(msg.Start) {
-				truncate(sq.caches, int(msg.Start))
-			}
-			if n := sq.caches[0].Len(); n != int(msg.Start) {
-				runErr = fmt.Errorf("its caches hold %d positions, the pass starts at %d", n, msg.Start)
-			} else {
-				runErr = m.checkStage(msg.Payload, sq.caches)
-			}
-		}
-		if runErr == nil {
-			_, runErr = m.runStage(msg.Payload, sq.caches, msg.All)
-		} else {
-			rows := len(msg.Payload)
-			if !msg.All {
-				rows = 1
-			}
-			if err := m.fillIn(len(msg.Payload), rows); err != nil {
-				return msg, err
-			}
-		}
-		if runErr != nil {
-			slog.Error("pipeline pass failed", "stage", s.String(), "seq", msg.Seq, "err", runErr)
-			status = 1
-			if m.Broken() != nil {
-				return msg, m.Broken()
-			}
-		}
-		// The status word goes around the ring: rank 1 starts it, each rank adds its own
-		// failure, the last hands it to rank 0.
-		st := []int32{status, 0}
-		if status != 0 {
-			st[1] = int32(s.Rank)
-		}
-		if s.Rank > 1 {
-			prev, err := w.RecvInts(2, s.Rank-1)
-			if err != nil {
-				return msg, err
-			}
-			if prev[0] != 0 {
-				st = prev
-			}
-		}
-		if err := w.SendInts(st, (s.Rank+1)%s.Size); err != nil {
-			return msg, err
 		}
 	}
 }
@@ -419,4 +480,147 @@ func (m *Model) checkStage(tokens []int32, caches []kvstore.Layer) error {
 		return err
 	}
 	return m.prepareCaches(caches)
+}
+
+// Worker is a worker rank's side of the pipeline: it follows rank 0's messages,
+// loading models' stages with Open and running their passes, until OpStop.
+type Worker struct {
+	Wire Wire
+	// Open loads dir's stage s (LoadStage on the worker's backend; it may look for dir
+	// under another path first).
+	Open func(dir string, s Stage) (*Model, error)
+	Log  *slog.Logger
+
+	models map[int32]*workerModel
+	tick   int
+}
+
+type workerModel struct {
+	m    *Model
+	seqs map[int32]*workerSeq
+}
+
+type workerSeq struct {
+	caches []kvstore.Layer
+	used   int
+}
+
+// Run serves rank 0's messages until OpStop (nil) or a failed transfer (its error:
+// the group is unusable then).
+func (w *Worker) Run() error {
+	if w.Log == nil {
+		w.Log = slog.Default()
+	}
+	w.models = map[int32]*workerModel{}
+	defer func() {
+		for _, wm := range w.models {
+			wm.m.Close()
+		}
+	}()
+	for {
+		msg, err := recvMessage(w.Wire)
+		if err != nil {
+			return err
+		}
+		var failure error
+		switch msg.Op {
+		case OpStop:
+			return nil
+		case OpPing:
+		case OpLoad:
+			failure = w.load(msg)
+		case OpUnload:
+			if wm := w.models[msg.Model]; wm != nil {
+				wm.m.Close()
+				delete(w.models, msg.Model)
+				w.Log.Info("model unloaded", "model", msg.Model)
+			}
+		case OpForward:
+			var broke error
+			failure, broke = w.forward(msg)
+			if broke != nil {
+				return broke
+			}
+		default:
+			failure = fmt.Errorf("unknown control message %d", msg.Op)
+		}
+		if failure != nil {
+			w.Log.Error("pipeline rank failed", "rank", w.Wire.Rank(), "op", msg.Op, "model", msg.Model, "err", failure)
+		}
+		if err := passStatus(w.Wire, failure != nil); err != nil {
+			return err
+		}
+	}
+}
+
+func (w *Worker) load(msg Message) error {
+	dir := Name(msg.Payload)
+	cfg, err := ReadConfig(dir)
+	if w.Open == nil {
+		return fmt.Errorf("the worker cannot open models")
+	}
+	var stages []Stage
+	if err == nil {
+		stages, err = Split(cfg.NumLayers, w.Wire.Size())
+	}
+	var m *Model
+	if err == nil {
+		m, err = w.Open(dir, stages[w.Wire.Rank()])
+	}
+	if err != nil {
+		return fmt.Errorf("loading %s: %w", dir, err)
+	}
+	m.pipe = &pipe{id: msg.Model, wire: w.Wire}
+	w.models[msg.Model] = &workerModel{m: m, seqs: map[int32]*workerSeq{}}
+	w.Log.Info("model loaded", "model", msg.Model, "dir", dir, "stage", m.stage.String(), "weights", m.WeightBytes())
+	return nil
+}
+
+// forward runs one pass: failure is this rank's failure to run it (reported in the
+// status round; the transfers were made with zeros), broke a failed transfer.
+func (w *Worker) forward(msg Message) (failure, broke error) {
+	wm := w.models[msg.Model]
+	rows := len(msg.Payload)
+	if !msg.All {
+		rows = 1
+	}
+	fill := func(err error) (error, error) {
+		if wm == nil {
+			return err, fmt.Errorf("%v, and without the model it cannot take part in the pass", err)
+		}
+		return err, wm.m.fillIn(len(msg.Payload), rows)
+	}
+	if wm == nil {
+		return fill(fmt.Errorf("model %d is not loaded here", msg.Model))
+	}
+	w.tick++
+	sq := wm.seqs[msg.Seq]
+	if sq == nil {
+		if len(wm.seqs) >= maxWorkerSeqs {
+			var old int32
+			oldest := w.tick
+			for id, q := range wm.seqs {
+				if q.used < oldest {
+					old, oldest = id, q.used
+				}
+			}
+			delete(wm.seqs, old)
+		}
+		caches, err := wm.m.NewCaches(msg.FP32)
+		if err != nil {
+			return fill(err)
+		}
+		sq = &workerSeq{caches: caches}
+		wm.seqs[msg.Seq] = sq
+	}
+	sq.used = w.tick
+	if err := wm.m.checkStage(msg.Payload, sq.caches); err != nil {
+		return fill(err)
+	}
+	truncate(sq.caches, int(msg.Start))
+	if n := sq.caches[0].Len(); n != int(msg.Start) {
+		return fill(fmt.Errorf("its caches hold %d positions of sequence %d, the pass starts at %d", n, msg.Seq, msg.Start))
+	}
+	_, passErr, broke := wm.m.runStage(w.Wire, msg.Payload, sq.caches, msg.All)
+	return passErr, broke
 }
