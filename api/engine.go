@@ -41,6 +41,10 @@ type EngineLoader struct {
 	// full-attention caches sized by the request's num_ctx.
 	KV     *kvstore.Policy
 	Logger *slog.Logger
+	// Parallel above 1 batches up to that many concurrent requests per model (the scheduler's NumParallel,
+	// MLXG_NUM_PARALLEL): their decode steps share one forward pass (runner's continuous batching). The KV
+	// policy may lower it to the sequences whose KV cache fits in memory at the model's context.
+	Parallel int
 	// Prefix shares prompt prefixes between requests (RAM and SSD tiers); nil: none. Its RAM
 	// budget is the KV policy's prefix budget, set on each load and each request.
 	Prefix *kvstore.PrefixCache
@@ -63,6 +67,15 @@ func (l *EngineLoader) plan(m *registry.LocalModel, numCtx int, loaded bool) (kv
 // fp16KV is the size of fp16 keys and values for numCtx tokens on every KV layer.
 func fp16KV(info *registry.ModelInfo, numCtx int) int64 {
 	return int64(len(info.KVLayers())) * int64(info.KVHeads) * int64(info.HeadDim) * 2 * 2 * int64(numCtx)
+}
+
+// batchCap is how many sequences a model batches: parallel, at most the one sequence the plan budgets plus
+// as many more as its headroom holds KV caches of plan.KVBytes (one sequence's at the model's context).
+func batchCap(parallel int, plan kvstore.Plan) int {
+	if parallel <= 1 || plan.KVBytes <= 0 {
+		return parallel
+	}
+	return min(parallel, 1+int(max(plan.Headroom(), 0)/plan.KVBytes))
 }
 
 // Estimate is the memory the model takes at its peak: weights, overhead and the KV cache of one sequence.
@@ -125,7 +138,7 @@ func (l *EngineLoader) logger() *slog.Logger {
 
 func (l *EngineLoader) load(m *registry.LocalModel, info *registry.ModelInfo, be compute.Backend, numCtx int) (*engineModel, error) {
 	cb := &captureBackend{Backend: be}
-	opts := runner.LoadOptions{Backend: cb, Logger: l.Logger, Prefix: l.Prefix}
+	opts := runner.LoadOptions{Backend: cb, Logger: l.Logger, Prefix: l.Prefix, Parallel: l.Parallel}
 	kvSpec, size := "fp16", m.Size+fp16KV(info, numCtx)
 	peak := size
 	seqPlan := new(atomic.Pointer[kvstore.Plan]) // the KV policy's plan for the latest sequence
@@ -138,6 +151,11 @@ func (l *EngineLoader) load(m *registry.LocalModel, info *registry.ModelInfo, be
 			numCtx = plan.Context // the largest context that fits
 		}
 		kvSpec, size, peak = plan.Layout.String(), plan.Weights+plan.KVBytes, plan.Peak()
+		opts.Parallel = batchCap(l.Parallel, plan)
+		if opts.Parallel < l.Parallel {
+			l.logger().Warn("fewer sequences batched than MLXG_NUM_PARALLEL: the KV caches of more do not fit in memory",
+				"model", m.Dir, "num_parallel", l.Parallel, "batched", opts.Parallel, "kv_per_sequence", plan.KVBytes, "headroom", plan.Headroom())
+		}
 		if err := backend.ApplyPlan(be, plan); err != nil {
 			return nil, fmt.Errorf("%s: setting the backend's memory limits: %w", be.Name(), err)
 		}
@@ -222,7 +240,11 @@ func (m *engineModel) Close() error {
 }
 
 func (m *engineModel) Info() LoadedInfo {
-	return LoadedInfo{ContextLength: m.numCtx, ChatTemplate: m.template, FIM: m.fim, Size: m.size, Peak: m.peak, GPUSize: m.gpu, KVSpec: m.kvSpec}
+	info := LoadedInfo{ContextLength: m.numCtx, ChatTemplate: m.template, FIM: m.fim, Size: m.size, Peak: m.peak, GPUSize: m.gpu, KVSpec: m.kvSpec}
+	if st, ok := m.e.BatchStats(); ok {
+		info.Batch = &st
+	}
+	return info
 }
 
 func toTemplate(messages []map[string]any, tools []json.RawMessage) ([]template.Message, []any) {

@@ -55,6 +55,11 @@ var (
 	loadedBytes  = prometheus.NewDesc("mlxg_loaded_model_bytes", "Memory of a loaded model (weights and KV cache).", []string{"model"}, nil)
 	memPressure  = prometheus.NewDesc("mlxg_memory_pressure", "The system's memory pressure: 0 normal, 1 warn, 2 critical.", nil, nil)
 	memAvailable = prometheus.NewDesc("mlxg_memory_available_bytes", "Memory available to new allocations.", nil, nil)
+	batchRunning = prometheus.NewDesc("mlxg_batch_sequences", "Sequences in a model's continuous batch now.", []string{"model"}, nil)
+	batchWaiting = prometheus.NewDesc("mlxg_batch_waiting", "Requests waiting for a place in a model's continuous batch.", []string{"model"}, nil)
+	batchMax     = prometheus.NewDesc("mlxg_batch_max_sequences", "Sequences a model batches at once.", []string{"model"}, nil)
+	batchSteps   = prometheus.NewDesc("mlxg_batch_steps_total", "Batched forward passes run by a loaded model.", []string{"model"}, nil)
+	batchSeqs    = prometheus.NewDesc("mlxg_batch_sequence_steps_total", "Sequences summed over a loaded model's batched passes (divided by the steps: the mean batch).", []string{"model"}, nil)
 )
 
 type serverCollector struct {
@@ -72,6 +77,11 @@ func (c serverCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- loadedBytes
 	ch <- memPressure
 	ch <- memAvailable
+	ch <- batchRunning
+	ch <- batchWaiting
+	ch <- batchMax
+	ch <- batchSteps
+	ch <- batchSeqs
 }
 
 func (c serverCollector) Collect(ch chan<- prometheus.Metric) {
@@ -83,6 +93,21 @@ func (c serverCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for name, n := range bytes {
 		ch <- prometheus.MustNewConstMetric(loadedBytes, prometheus.GaugeValue, float64(n), name)
+	}
+	seen := map[string]bool{}
+	for _, r := range running {
+		l, ok := r.Model.(*loaded)
+		if !ok || seen[r.Name] {
+			continue
+		}
+		if b := l.Info().Batch; b != nil {
+			seen[r.Name] = true
+			ch <- prometheus.MustNewConstMetric(batchRunning, prometheus.GaugeValue, float64(b.Running), r.Name)
+			ch <- prometheus.MustNewConstMetric(batchWaiting, prometheus.GaugeValue, float64(b.Waiting), r.Name)
+			ch <- prometheus.MustNewConstMetric(batchMax, prometheus.GaugeValue, float64(b.Cap), r.Name)
+			ch <- prometheus.MustNewConstMetric(batchSteps, prometheus.CounterValue, float64(b.Steps), r.Name)
+			ch <- prometheus.MustNewConstMetric(batchSeqs, prometheus.CounterValue, float64(b.Seqs), r.Name)
+		}
 	}
 	if m, err := c.sensor.Read(); err == nil {
 		ch <- prometheus.MustNewConstMetric(memPressure, prometheus.GaugeValue, float64(m.Pressure))

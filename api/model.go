@@ -73,6 +73,8 @@ type LoadedInfo struct {
 	// GPUSize is the part of Size in GPU-visible memory (all of it with Metal's unified memory; 0 on the CPU).
 	GPUSize int64
 	KVSpec  string // the KV cache layout, as mlxg ps prints it
+	// Batch is the model's continuous batch (nil when it runs requests side by side).
+	Batch *runner.BatchStats
 }
 
 // GenerateStats are a generation's counts and durations.

@@ -20,16 +20,26 @@ type ProcessResponse struct {
 // KVCache and PeakSize are mlxg's additions: the KV cache layout it chose, and the predicted peak memory
 // (Size plus activations and scratch) that the scheduler budgets.
 type ProcessModelResponse struct {
-	Name          string       `json:"name"`
-	Model         string       `json:"model"`
-	Size          int64        `json:"size"`
-	Digest        string       `json:"digest"`
-	Details       ModelDetails `json:"details,omitempty"`
-	ExpiresAt     time.Time    `json:"expires_at"`
-	SizeVRAM      int64        `json:"size_vram"`
-	ContextLength int          `json:"context_length"`
-	KVCache       string       `json:"kv_cache,omitempty"`
-	PeakSize      int64        `json:"size_peak,omitempty"` // the predicted peak the scheduler budgets
+	Name          string        `json:"name"`
+	Model         string        `json:"model"`
+	Size          int64         `json:"size"`
+	Digest        string        `json:"digest"`
+	Details       ModelDetails  `json:"details,omitempty"`
+	ExpiresAt     time.Time     `json:"expires_at"`
+	SizeVRAM      int64         `json:"size_vram"`
+	ContextLength int           `json:"context_length"`
+	KVCache       string        `json:"kv_cache,omitempty"`
+	PeakSize      int64         `json:"size_peak,omitempty"` // the predicted peak the scheduler budgets
+	Batch         *ProcessBatch `json:"batch,omitempty"`     // the continuous batch, when the model batches
+}
+
+// ProcessBatch is a loaded model's continuous batch in /api/ps (an mlxg extension).
+type ProcessBatch struct {
+	MaxSequences  int     `json:"max_sequences"`  // sequences batched at once (MLXG_NUM_PARALLEL, or fewer when memory says so)
+	Running       int     `json:"running"`        // sequences in the batch now
+	Waiting       int     `json:"waiting"`        // requests waiting for a place in it
+	Steps         int64   `json:"steps"`          // forward passes run
+	MeanSequences float64 `json:"mean_sequences"` // sequences per pass, on average
 }
 
 // resolve parses and finds a model name: 400 for a malformed name, 404 (Ollama's message) when it is not
@@ -199,6 +209,18 @@ func (l *loaded) Size() int64 {
 	return l.Info().Size
 }
 
+func processBatch(info LoadedInfo) *ProcessBatch {
+	b := info.Batch
+	if b == nil {
+		return nil
+	}
+	p := &ProcessBatch{MaxSequences: b.Cap, Running: b.Running, Waiting: b.Waiting, Steps: b.Steps}
+	if b.Steps > 0 {
+		p.MeanSequences = float64(b.Seqs) / float64(b.Steps)
+	}
+	return p
+}
+
 func (s *Server) handlePs(c *gin.Context) {
 	resp := ProcessResponse{Models: []ProcessModelResponse{}}
 	for _, st := range s.sched.Running() {
@@ -220,7 +242,7 @@ func (s *Server) handlePs(c *gin.Context) {
 		}
 		resp.Models = append(resp.Models, ProcessModelResponse{Name: st.Name, Model: st.Name, Size: size,
 			Digest: l.lm.Commit, Details: l.details, ExpiresAt: exp, SizeVRAM: min(info.GPUSize, size),
-			ContextLength: info.ContextLength, KVCache: info.KVSpec, PeakSize: st.Size})
+			ContextLength: info.ContextLength, KVCache: info.KVSpec, PeakSize: st.Size, Batch: processBatch(info)})
 	}
 	c.JSON(http.StatusOK, resp)
 }

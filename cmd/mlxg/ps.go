@@ -51,13 +51,36 @@ layout mlxg chose for them, and when they will be unloaded.`,
 
 func printPs(out io.Writer, ps *api.ProcessResponse, now time.Time) error {
 	w := tabwriter.NewWriter(out, 0, 8, 3, ' ', 0)
-	fmt.Fprintln(w, "NAME\tID\tSIZE\tPROCESSOR\tCONTEXT\tKV CACHE\tUNTIL")
+	batching := false
+	for _, m := range ps.Models {
+		batching = batching || m.Batch != nil
+	}
+	if !batching {
+		fmt.Fprintln(w, "NAME\tID\tSIZE\tPROCESSOR\tCONTEXT\tKV CACHE\tUNTIL")
+	} else {
+		fmt.Fprintln(w, "NAME\tID\tSIZE\tPROCESSOR\tCONTEXT\tKV CACHE\tBATCH\tUNTIL")
+	}
 	for _, m := range ps.Models {
 		id := m.Digest[:min(12, len(m.Digest))]
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", m.Name, id, humanize.Bytes(uint64(m.Size)), processor(m),
-			m.ContextLength, m.KVCache, until(m.ExpiresAt, now))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t", m.Name, id, humanize.Bytes(uint64(m.Size)), processor(m), m.ContextLength, m.KVCache)
+		if batching {
+			fmt.Fprintf(w, "%s\t", batchColumn(m.Batch))
+		}
+		fmt.Fprintf(w, "%s\n", until(m.ExpiresAt, now))
 	}
 	return w.Flush()
+}
+
+// batchColumn is a model's continuous batch: sequences running of the most it batches, and waiting ones.
+func batchColumn(b *api.ProcessBatch) string {
+	if b == nil {
+		return "-"
+	}
+	s := fmt.Sprintf("%d/%d", b.Running, b.MaxSequences)
+	if b.Waiting > 0 {
+		s += fmt.Sprintf(" +%d waiting", b.Waiting)
+	}
+	return s
 }
 
 // processor says where a model runs, as ollama ps does.

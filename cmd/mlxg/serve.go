@@ -29,7 +29,8 @@ Environment variables:
   MLXG_HOST, OLLAMA_HOST              address to listen on (default 127.0.0.1:11434)
   MLXG_ORIGINS, OLLAMA_ORIGINS        extra allowed browser origins, comma-separated ("*" allows all)
   MLXG_KEEP_ALIVE, OLLAMA_KEEP_ALIVE  how long an idle model stays loaded (default "5m"; negative: forever)
-  MLXG_NUM_PARALLEL, OLLAMA_NUM_PARALLEL  requests served at once per model (default 1; the rest queue)
+  MLXG_NUM_PARALLEL, OLLAMA_NUM_PARALLEL  requests served at once per model (default 1; the rest queue); above 1
+                                        their decode steps run as one batched forward pass
   MLXG_MAX_QUEUE, OLLAMA_MAX_QUEUE    requests allowed to wait (default 512; more get 503)
   MLXG_CONTEXT_LENGTH, OLLAMA_CONTEXT_LENGTH  default num_ctx (default 4096)
   MLXG_MAX_MEMORY                     memory all loaded models may take (e.g. "24GiB"; default 90% of RAM)
@@ -140,7 +141,7 @@ func serve(ctx context.Context, logw io.Writer, kv *kvstore.Options, pc *kvstore
 	defer prefix.Close()
 	srv, err := api.NewServer(api.ServerConfig{
 		Store:         store,
-		Loader:        &api.EngineLoader{Backend: choice.Backend, ForModel: choice.ForModel, Threads: threads, KV: &kvstore.Policy{Options: *kv, Log: log}, Logger: log, Prefix: prefix},
+		Loader:        &api.EngineLoader{Backend: choice.Backend, ForModel: choice.ForModel, Threads: threads, KV: &kvstore.Policy{Options: *kv, Log: log}, Logger: log, Prefix: prefix, Parallel: sc.NumParallel},
 		Sched:         sc,
 		Origins:       api.OriginsFromEnv(os.Getenv),
 		ContextLength: ctxLen,
