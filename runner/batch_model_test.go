@@ -139,7 +139,8 @@ func batchScripts() []batchScript {
 // TestBatchedMatchesAlone runs sequences of every architecture family (random weights,
 // float32 and MLX 4-bit; fp16 KV caches, and K8/V4 with boundary layers) as a continuous
 // batch and each alone: on the CPU backend every logit of every step is identical, on MLX
-// within 1e-4 relative, and greedy tokens are the same.
+// within 1e-4 relative over fp16 caches (1e-3 over quantized ones), and greedy tokens are
+// the same.
 func TestBatchedMatchesAlone(t *testing.T) {
 	archs := []struct {
 		name string
@@ -201,8 +202,15 @@ func TestBatchedMatchesAlone(t *testing.T) {
 							worst = max(worst, modeltest.MaxRel(got[i][c], want[c]))
 						}
 					}
-					if be.open != nil && worst > 1e-4 {
-						t.Errorf("%s: logits batched differ from alone by %.3g relative (> 1e-4)", name, worst)
+					// On MLX, as in TestMLXMatchesCPU: 1e-4 over fp16 caches, 1e-3 over quantized ones
+					// (a key a rounding away from a code boundary may take the other code when the
+					// batch's product rounds it differently).
+					tol := 1e-4
+					if kv.spec.Quantized() {
+						tol = 1e-3
+					}
+					if be.open != nil && worst > tol {
+						t.Errorf("%s: logits batched differ from alone by %.3g relative (> %.0e)", name, worst, tol)
 					}
 					t.Logf("%s: largest relative difference batched vs alone %.2g", name, worst)
 				}
