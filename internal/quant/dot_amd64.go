@@ -1,6 +1,7 @@
 package quant
 
 import (
+	"math/bits"
 	"unsafe"
 
 	"golang.org/x/sys/cpu"
@@ -9,51 +10,85 @@ import (
 // simd reports whether the AVX2+FMA(+F16C) kernels in dot_amd64.s can run.
 var simd = cpu.X86.HasAVX2 && cpu.X86.HasFMA && cpu.X86.HasF16C
 
-// dotQ4RowsF32 writes, for rows consecutive packed rows (with their scales and biases),
-// out[r] = Σ_g scales[g]·Σ x'·codes + biases[g]·sums[g], over groups groups of blocks
-// runs of 16 4-bit codes (8 bytes each), x' in the order Vec.Prepare permutes it; float32
-// scales and biases. The BF16 and F16 variants read 16-bit ones.
+// The decode kernels of dotq_amd64.s: for rows consecutive packed rows, out[r] = x · the
+// dequantized row r, x' being the vector in the order and scaling Vec.Prepare gives it. One
+// variant per scale type (and, for 4 bits, per group layout: groups of 32 codes put two
+// scales in one chunk of 64). srow is the bytes of scales (and of biases) per row.
 //
 //go:noescape
-func dotQ4RowsF32(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, groups, blocks int)
+func dotQ4F32(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep int)
 
 //go:noescape
-func dotQ4RowsBF16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, groups, blocks int)
+func dotQ4BF16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep int)
 
 //go:noescape
-func dotQ4RowsF16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, groups, blocks int)
-
-// dotQ8RowsF32 is dotQ4RowsF32 for 8-bit codes, blocks runs of 8 codes per group, x in order.
-//
-//go:noescape
-func dotQ8RowsF32(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, groups, blocks int)
+func dotQ4F16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep int)
 
 //go:noescape
-func dotQ8RowsBF16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, groups, blocks int)
+func dotQ4F32G32(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep int)
 
 //go:noescape
-func dotQ8RowsF16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, groups, blocks int)
+func dotQ4BF16G32(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep int)
 
-// dotQ4Rows and dotQ8Rows pick the variant for scales and biases of ScaleType st.
-func dotQ4Rows(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, groups, blocks, st int) {
-	switch ScaleType(st) {
+//go:noescape
+func dotQ4F16G32(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep int)
+
+//go:noescape
+func dotQ8F32(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, gshift int)
+
+//go:noescape
+func dotQ8BF16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, gshift int)
+
+//go:noescape
+func dotQ8F16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, gshift int)
+
+// dotQ4Rows runs the 4-bit kernel for scales of type st over rows rows of len(x') codes in
+// groups of group (len(x') a multiple of 64).
+func dotQ4Rows(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, n, group int, st ScaleType) {
+	elem := 2
+	if st == ScaleF32 {
+		elem = 4
+	}
+	groups := n / group
+	chunks, srow := n/64, groups*elem
+	switch group {
+	case 32:
+		// SCALEA reads the chunk's two scales at R10, SCALEB the next two; 4 per pair.
+		switch st {
+		case ScaleBF16:
+			dotQ4BF16G32(x, w, scales, biases, sums, out, rows, chunks, groups, srow, 0, 4*elem)
+		case ScaleF16:
+			dotQ4F16G32(x, w, scales, biases, sums, out, rows, chunks, groups, srow, 0, 4*elem)
+		default:
+			dotQ4F32G32(x, w, scales, biases, sums, out, rows, chunks, groups, srow, 0, 4*elem)
+		}
+		return
+	}
+	boff, pstep := elem, 2*elem // group 64: a scale per chunk
+	if group == 128 {
+		boff, pstep = 0, elem // a scale per pair of chunks
+	}
+	switch st {
 	case ScaleBF16:
-		dotQ4RowsBF16(x, w, scales, biases, sums, out, rows, groups, blocks)
+		dotQ4BF16(x, w, scales, biases, sums, out, rows, chunks, groups, srow, boff, pstep)
 	case ScaleF16:
-		dotQ4RowsF16(x, w, scales, biases, sums, out, rows, groups, blocks)
+		dotQ4F16(x, w, scales, biases, sums, out, rows, chunks, groups, srow, boff, pstep)
 	default:
-		dotQ4RowsF32(x, w, scales, biases, sums, out, rows, groups, blocks)
+		dotQ4F32(x, w, scales, biases, sums, out, rows, chunks, groups, srow, boff, pstep)
 	}
 }
 
-func dotQ8Rows(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, groups, blocks, st int) {
-	switch ScaleType(st) {
+// dotQ8Rows is dotQ4Rows for 8-bit codes (len(x') a multiple of 32).
+func dotQ8Rows(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, n, group int, st ScaleType) {
+	groups, chunks := n/group, n/32
+	gshift := bits.TrailingZeros(uint(group))
+	switch st {
 	case ScaleBF16:
-		dotQ8RowsBF16(x, w, scales, biases, sums, out, rows, groups, blocks)
+		dotQ8BF16(x, w, scales, biases, sums, out, rows, chunks, groups, groups*2, gshift)
 	case ScaleF16:
-		dotQ8RowsF16(x, w, scales, biases, sums, out, rows, groups, blocks)
+		dotQ8F16(x, w, scales, biases, sums, out, rows, chunks, groups, groups*2, gshift)
 	default:
-		dotQ8RowsF32(x, w, scales, biases, sums, out, rows, groups, blocks)
+		dotQ8F32(x, w, scales, biases, sums, out, rows, chunks, groups, groups*4, gshift)
 	}
 }
 

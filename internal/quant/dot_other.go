@@ -6,11 +6,11 @@ import "unsafe"
 
 const simd = false
 
-func dotQ4Rows(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, groups, blocks, st int) {
+func dotQ4Rows(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, n, group int, st ScaleType) {
 	panic("unreachable")
 }
 
-func dotQ8Rows(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, groups, blocks, st int) {
+func dotQ8Rows(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, n, group int, st ScaleType) {
 	panic("unreachable")
 }
 

@@ -1,6 +1,7 @@
 package quant
 
 import (
+	"fmt"
 	"math"
 	"unsafe"
 )
@@ -23,6 +24,18 @@ type Scales struct {
 	F32  []float32 // Type ScaleF32
 	Bits []uint16  // Type ScaleBF16 or ScaleF16
 	Type ScaleType
+}
+
+func (st ScaleType) String() string {
+	switch st {
+	case ScaleF32:
+		return "float32"
+	case ScaleBF16:
+		return "bf16"
+	case ScaleF16:
+		return "fp16"
+	}
+	return fmt.Sprintf("ScaleType(%d)", uint8(st))
 }
 
 // F32Scales wraps float32 scales or biases.
@@ -86,7 +99,7 @@ func DequantizeRowStored(dst []float32, packed []uint32, scales, biases Scales, 
 	if groups == 0 {
 		return
 	}
-	_, _ = scales.At(groups-1), biases.At(groups-1)
+	checkLen(scales, biases, groups)
 	if simd && (bits == 4 || bits == 8) {
 		_ = packed[Words(len(dst), bits)-1]
 		if bits == 4 {
@@ -109,6 +122,13 @@ func DequantizeRowStored(dst []float32, packed []uint32, scales, biases Scales, 
 }
 
 // DotRowsStored is DotRows with scales and biases in their stored form (both of one type).
+//
+// Invariant (batched decoding relies on it): the result for a row depends only on that row,
+// its scales and biases and the prepared vector, never on how many rows the call covers or
+// where the row sits among them; each kernel (plain Go, AVX2) computes a row with one fixed
+// sequence of float32 operations. So a row gives bit-identical results alone or in any
+// batch of rows or vectors, on one machine and one kernel selection. TestDecodeKernels
+// checks it.
 func (v *Vec) DotRowsStored(out []float32, packed []uint32, scales, biases Scales) {
 	rows, groups := len(out), len(v.x)/v.group
 	if rows == 0 || groups == 0 {
@@ -117,12 +137,12 @@ func (v *Vec) DotRowsStored(out []float32, packed []uint32, scales, biases Scale
 	}
 	wpr := Words(len(v.x), v.bits)
 	_ = packed[rows*wpr-1]
-	_, _ = scales.At(rows*groups-1), biases.At(rows*groups-1)
+	checkLen(scales, biases, rows*groups)
 	switch {
 	case simd && v.bits == 4 && len(v.perm) == len(v.x):
-		dotQ4Rows(&v.perm[0], &packed[0], scales.ptr(), biases.ptr(), &v.sums[0], &out[0], rows, groups, v.group/16, int(scales.Type))
-	case simd && v.bits == 8:
-		dotQ8Rows(&v.x[0], &packed[0], scales.ptr(), biases.ptr(), &v.sums[0], &out[0], rows, groups, v.group/8, int(scales.Type))
+		dotQ4Rows(&v.perm[0], &packed[0], scales.ptr(), biases.ptr(), &v.sums[0], &out[0], rows, len(v.x), v.group, scales.Type)
+	case simd && v.bits == 8 && len(v.perm) == len(v.x):
+		dotQ8Rows(&v.perm[0], &packed[0], scales.ptr(), biases.ptr(), &v.sums[0], &out[0], rows, len(v.x), v.group, scales.Type)
 	case scales.Type == ScaleF32:
 		for r := range out {
 			out[r] = DotRow(v.x, v.sums, packed[r*wpr:(r+1)*wpr], scales.F32[r*groups:(r+1)*groups], biases.F32[r*groups:(r+1)*groups], v.bits, v.group)
@@ -140,5 +160,14 @@ func (v *Vec) DotRowsStored(out []float32, packed []uint32, scales, biases Scale
 			biases.widen(b, r*groups)
 			out[r] = DotRow(v.x, v.sums, packed[r*wpr:(r+1)*wpr], s, b, v.bits, v.group)
 		}
+	}
+}
+
+// checkLen panics unless scales and biases hold at least n values each: the bounds check
+// of the assembly kernels, made on the lengths (reading the last value instead, as a plain
+// bounds check would, costs a cache miss per call in a decode step).
+func checkLen(scales, biases Scales, n int) {
+	if scales.Len() < n || biases.Len() < n || scales.Type != biases.Type {
+		panic(fmt.Sprintf("quant: %d scales (%v) and %d biases (%v) for %d groups: too few, or of two types", scales.Len(), scales.Type, biases.Len(), biases.Type, n))
 	}
 }

@@ -89,10 +89,6 @@ func testStoredScales(t *testing.T) {
 	}
 }
 
-func (st ScaleType) String() string {
-	return [...]string{"float32", "bf16", "fp16"}[st]
-}
-
 // BenchmarkStoredScales times a decode-shaped product (DotRowsStored over a 131072×896
 // matrix, more than the caches hold) and the prefill's row dequantization with bf16 scales
 // and biases read in place, against the float32 copies the kernels read before (and, for

@@ -24,16 +24,14 @@ func (v *Vec) Prepare(x []float32, bits, group int) error {
 	v.x, v.bits, v.group = x, bits, group
 	v.sums = grow(v.sums, len(x)/group)
 	GroupSums(v.sums, x, group)
-	if simd && bits == 4 {
-		// The AVX2 kernel expands 8 bytes into 8 low and 8 high nibbles: codes
-		// 0,2,..,14 then 1,3,..,15 of each run of 16.
+	v.perm = v.perm[:0]
+	switch {
+	case simd && bits == 4 && len(x)%64 == 0:
 		v.perm = grow(v.perm, len(x))
-		for b := 0; b < len(x); b += 16 {
-			for j := 0; j < 8; j++ {
-				v.perm[b+j] = x[b+2*j]
-				v.perm[b+8+j] = x[b+2*j+1]
-			}
-		}
+		permute4(v.perm, x)
+	case simd && bits == 8:
+		v.perm = grow(v.perm, len(x))
+		permute8(v.perm, x)
 	}
 	return nil
 }
@@ -56,4 +54,39 @@ func grow(b []float32, n int) []float32 {
 		return make([]float32, n)
 	}
 	return b[:n]
+}
+
+// permute4 writes x in the order and scaling of the 4-bit kernel: in each chunk of 64
+// codes (8 words, one per lane), code j of every word (lanes 0..7) together, scaled by
+// 2^(-4j) since the kernel converts code j in place as q·2^(4j) (code 7 is shifted down).
+func permute4(dst, x []float32) {
+	for c := 0; c+64 <= len(x); c += 64 {
+		xs, d := x[c:c+64:c+64], dst[c:c+64:c+64]
+		for i := 0; i < 8; i++ {
+			w := xs[8*i : 8*i+8 : 8*i+8]
+			d[i] = w[0]
+			d[8+i] = w[1] * 0x1p-4
+			d[16+i] = w[2] * 0x1p-8
+			d[24+i] = w[3] * 0x1p-12
+			d[32+i] = w[4] * 0x1p-16
+			d[40+i] = w[5] * 0x1p-20
+			d[48+i] = w[6] * 0x1p-24
+			d[56+i] = w[7]
+		}
+	}
+}
+
+// permute8 is permute4 for 8-bit codes: chunks of 32 (8 words of 4 codes), code j of each
+// word scaled by 2^(-8j), code 3 shifted down.
+func permute8(dst, x []float32) {
+	for c := 0; c+32 <= len(x); c += 32 {
+		xs, d := x[c:c+32:c+32], dst[c:c+32:c+32]
+		for i := 0; i < 8; i++ {
+			w := xs[4*i : 4*i+4 : 4*i+4]
+			d[i] = w[0]
+			d[8+i] = w[1] * 0x1p-8
+			d[16+i] = w[2] * 0x1p-16
+			d[24+i] = w[3]
+		}
+	}
 }
