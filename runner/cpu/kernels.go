@@ -27,6 +27,10 @@ func (b *Backend) linear(out, x []float32, T int, w *weight) {
 // gemm is the prefill path: each tile of weight rows is read (and, when quantized,
 // dequantized) once and multiplied with every token while it is in cache.
 func (b *Backend) gemm(out, x []float32, T int, w *weight) {
+	if T >= 4 && blocked {
+		b.gemmBlocked(out, x, T, w)
+		return
+	}
 	in := w.in
 	b.parallel(w.out, rowTile, func(lo, hi int) {
 		var tile []float32

