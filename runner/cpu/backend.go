@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/mlxg/mlxg/internal/quant"
@@ -288,16 +289,34 @@ func (b *Backend) pooled() int {
 
 // parallel runs fn over [0, n) split into contiguous ranges on up to b.threads
 // goroutines; ranges are at least minChunk long.
+//
+// The calling goroutine works too (one goroutine fewer to start and wait for: a decode step
+// makes some 170 of these calls), and the work is cut into up to 4 ranges per goroutine that
+// each claims in turn, so that a goroutine that lost its core to another process holds up
+// at most one range instead of its whole share. Which goroutine computes a range never
+// changes its result.
 func (b *Backend) parallel(n, minChunk int, fn func(lo, hi int)) {
-	parts := min(b.threads, max(1, n/max(minChunk, 1)))
+	minChunk = max(minChunk, 1)
+	parts := min(b.threads, max(1, n/minChunk))
 	if parts <= 1 {
 		fn(0, n)
 		return
 	}
-	var wg sync.WaitGroup
-	for p := 0; p < parts; p++ {
-		lo, hi := n*p/parts, n*(p+1)/parts
-		wg.Go(func() { fn(lo, hi) })
+	pieces := min(4*parts, n/minChunk)
+	var next atomic.Int64
+	work := func() {
+		for {
+			p := int(next.Add(1)) - 1
+			if p >= pieces {
+				return
+			}
+			fn(n*p/pieces, n*(p+1)/pieces)
+		}
 	}
+	var wg sync.WaitGroup
+	for range parts - 1 {
+		wg.Go(work)
+	}
+	work()
 	wg.Wait()
 }
