@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"os"
 	"slices"
 	"sync"
 
@@ -102,8 +103,12 @@ func (b *Backend) linearSegments(out, x []float32, segs []int, w *weight) {
 			copy(xs[i*in:(i+1)*in], x[row*in:(row+1)*in])
 		}
 	}
-	b.vectorRows(ys, xs, len(vec), w)
-	if w.bias != nil {
+	if !exactBatches() {
+		b.linear(ys, xs, len(vec), w) // one product of every vector row: tiled from 4 rows
+	} else {
+		b.vectorRows(ys, xs, len(vec), w)
+	}
+	if w.bias != nil && exactBatches() {
 		for t := range vec {
 			addTo(ys[t*w.out:(t+1)*w.out], w.bias)
 		}
@@ -114,6 +119,13 @@ func (b *Backend) linearSegments(out, x []float32, segs []int, w *weight) {
 		}
 	}
 }
+
+// exactBatches is false when MLXG_BATCH_EXACT=0: a batch's decode rows then go through
+// one product together, the tiled one from 4 rows (one dequantization of each weight tile
+// for every row, far less work per row than the vector kernel), for more throughput at the
+// price of logits that differ from a sequence's alone in the last bits (greedy output may
+// then differ where two tokens are within float32 rounding of each other).
+var exactBatches = sync.OnceValue(func() bool { return os.Getenv("MLXG_BATCH_EXACT") != "0" })
 
 // vectorRows computes the N rows of out = x·wᵀ (no bias), each with the arithmetic of a
 // product of that row alone, reading each weight chunk once for all N rows. It follows

@@ -90,6 +90,7 @@ func run() error {
 		ollamaBin = flag.String("ollama", "", "an Ollama binary to use instead of the cached v"+OllamaVersion+" build")
 		repo      = flag.String("repo", ".", "the mlxg source tree to build mlxg from")
 		noPrefix  = flag.Bool("no-prefix", false, "skip the prefix-cache scenarios")
+		streams   = flag.String("streams", "", "instead of the usual scenarios, the continuous-batching one (streams.go) at these concurrent stream counts, e.g. 1,2,4,8")
 	)
 	flag.StringVar(&cfg.Cache, "cache", filepath.Join(home, ".cache", "mlxg-bench"), "directory for the peer build, models and results")
 	flag.StringVar(&cfg.Shape, "shape", "qwen2-0.5b", "checkpoint shape: qwen2-0.5b or qwen2-1.5b")
@@ -178,6 +179,13 @@ func run() error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *streams != "" {
+		sc, err := streamConfig(cfg, *streams, set)
+		if err != nil {
+			return err
+		}
+		return runStreams(ctx, sc, *repo, *ollamaBin, *out)
+	}
 	b := &Bench{Cfg: cfg, Repo: *repo, OllamaBin: *ollamaBin, OutPath: *out, start: time.Now()}
 	return b.Run(ctx)
 }
