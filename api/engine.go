@@ -412,6 +412,18 @@ func (c *captureContext) Linear(x compute.Tensor, w compute.Weight) compute.Tens
 	return c.Context.Linear(x, w)
 }
 
+// Unwrap lets compute.Ext find the wrapped context's optional operations (mixture of
+// experts, a pipeline's transfers).
+func (c *captureContext) Unwrap() compute.Context { return c.Context }
+
+// SetHidden implements model.HiddenSink: on a model split over several machines, the
+// last rank computes the head's input and sends it to this one.
+func (c *captureContext) SetHidden(h []float32) {
+	c.b.mu.Lock()
+	c.b.last = append([]float32(nil), h...)
+	c.b.mu.Unlock()
+}
+
 func (c *captureContext) Float32s(t compute.Tensor) ([]float32, error) {
 	if c.x != nil {
 		rows, cols := c.x.Dims()

@@ -41,6 +41,7 @@ type server struct {
 	bin     string // the mlxg binary
 	logPath string
 	cmd     *exec.Cmd
+	worker  *exec.Cmd // rank 1, when MLXG_E2E_RANKS=2
 	hub     *httptest.Server
 	tmp     string
 }
@@ -120,7 +121,22 @@ func launch(tokDir string) (*server, error) {
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	s.cmd.Env = append(os.Environ(), "MLXG_HOST="+addr, "OLLAMA_HOST=", "HF_HUB_CACHE="+store.HubCache,
 		"MLXG_HOME="+store.Home, "HF_ENDPOINT="+s.hub.URL, "HF_TOKEN=", "MLXG_BACKEND="+backend(), "MLXG_KEEP_ALIVE=5m",
-		"MLXG_ORIGINS=", "OLLAMA_ORIGINS=", "MLXG_PREFIX_DIR="+filepath.Join(tmp, "prefix"))
+		"MLXG_ORIGINS=", "OLLAMA_ORIGINS=", "MLXG_PREFIX_DIR="+filepath.Join(tmp, "prefix"), "MLX_RANK=", "MLX_HOSTFILE=", "MLXG_HOSTFILE=")
+	if ranks() == 2 {
+		// Two ranks on loopback: this server is rank 0, a worker process rank 1, every
+		// model split between them by layers (MLX's ring backend).
+		hostfile, err := writeHostfile(tmp)
+		if err != nil {
+			return s, err
+		}
+		s.cmd.Args = append(s.cmd.Args, "--hostfile", hostfile)
+		s.worker = exec.Command(bin, "worker", "--hostfile", hostfile, "--rank", "1")
+		s.worker.Stdout, s.worker.Stderr = logf, logf
+		s.worker.Env = s.cmd.Env
+		if err := s.worker.Start(); err != nil {
+			return s, err
+		}
+	}
 	if err := s.cmd.Start(); err != nil {
 		return s, err
 	}
@@ -157,10 +173,44 @@ func (s *server) stop() {
 			_ = s.cmd.Process.Kill()
 		}
 	}
+	if s.worker != nil && s.worker.Process != nil {
+		// It ends when rank 0 stops it or goes away.
+		done := make(chan struct{})
+		go func() { _ = s.worker.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = s.worker.Process.Kill()
+		}
+	}
 	if s.hub != nil {
 		s.hub.Close()
 	}
 	os.RemoveAll(s.tmp)
+}
+
+// ranks is the number of processes the server runs as: MLXG_E2E_RANKS (scripts/test runs
+// the clients a third time against two ranks on the MLX backend), else 1.
+func ranks() int {
+	if os.Getenv("MLXG_E2E_RANKS") == "2" {
+		return 2
+	}
+	return 1
+}
+
+// writeHostfile writes an MLX ring hostfile of two loopback addresses on free ports.
+func writeHostfile(dir string) (string, error) {
+	var hosts []string
+	for range 2 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return "", err
+		}
+		hosts = append(hosts, fmt.Sprintf("[%q]", l.Addr().String()))
+		l.Close()
+	}
+	path := filepath.Join(dir, "hostfile.json")
+	return path, os.WriteFile(path, []byte("["+strings.Join(hosts, ",")+"]"), 0o644)
 }
 
 func (s *server) url(t *testing.T) *url.URL {

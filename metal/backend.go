@@ -49,7 +49,8 @@ type Backend struct {
 	owned  []mlxArray // weights and RoPE tables, freed by Close
 	freqs  map[*compute.RoPE]mlxArray
 	closed bool
-	group  *Group // the distributed group joined, if any (JoinGroup)
+	group  *Group    // the distributed group joined or used, if any (JoinGroup, UseGroup)
+	comm   mlxStream // the CPU stream its transfers run on
 }
 
 // NewBackend starts the MLX worker thread on lib's best device: Metal (required on

@@ -71,9 +71,30 @@ func (b *Backend) JoinGroup(backend string) (*Group, error) {
 		return nil, err
 	}
 	b.mu.Lock()
-	b.group = grp
+	b.group, b.comm = grp, grp.cpu
 	b.mu.Unlock()
 	return grp, nil
+}
+
+// UseGroup lets b's contexts Send and Recv over g, a group another backend joined
+// (a model's own backend, on a server whose group outlives its models).
+func (b *Backend) UseGroup(g *Group) error {
+	if g == nil {
+		return fmt.Errorf("metal: UseGroup of no group")
+	}
+	var s mlxStream
+	err := b.do(func() error {
+		var err error
+		s, err = handle("mlx_default_cpu_stream_new", b.lib.defaultCPUStream())
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	b.group, b.comm = g, s
+	b.mu.Unlock()
+	return nil
 }
 
 // Rank is this process's rank, 0 .. Size()-1.
@@ -96,13 +117,13 @@ func (g *Group) neighbour(peer int) error {
 	return nil
 }
 
-func (gr *Group) sendArr(g *graph, x mlxArray, dst int) mlxArray {
-	return g.call("mlx_distributed_send", func(r *mlxArray) int32 { return g.l.send(r, x, int32(dst), gr.g, gr.cpu) })
+func (gr *Group) sendArr(g *graph, s mlxStream, x mlxArray, dst int) mlxArray {
+	return g.call("mlx_distributed_send", func(r *mlxArray) int32 { return g.l.send(r, x, int32(dst), gr.g, s) })
 }
 
-func (gr *Group) recvArr(g *graph, dt mlxDtype, src int, shape ...int) mlxArray {
+func (gr *Group) recvArr(g *graph, s mlxStream, dt mlxDtype, src int, shape ...int) mlxArray {
 	sp, n := ints(shape)
-	return g.call("mlx_distributed_recv", func(r *mlxArray) int32 { return g.l.recv(r, sp, n, dt, int32(src), gr.g, gr.cpu) })
+	return g.call("mlx_distributed_recv", func(r *mlxArray) int32 { return g.l.recv(r, sp, n, dt, int32(src), gr.g, s) })
 }
 
 // SendInts sends v to the neighbouring rank dst (which must RecvInts as many) and
@@ -115,7 +136,7 @@ func (gr *Group) SendInts(v []int32, dst int) error {
 		return fmt.Errorf("metal: SendInts of nothing")
 	}
 	return gr.b.graph(func(g *graph) error {
-		g.eval(gr.sendArr(g, g.fromInt32s(v, len(v)), dst))
+		g.eval(gr.sendArr(g, gr.cpu, g.fromInt32s(v, len(v)), dst))
 		return g.err
 	})
 }
@@ -129,7 +150,7 @@ func (gr *Group) RecvInts(n, src int) ([]int32, error) {
 	var out []int32
 	err := gr.b.graph(func(g *graph) error {
 		// Received as int32 and read through a float32 view of the same bits.
-		a := g.contiguous(g.view(gr.recvArr(g, dtInt32, src, n), dtFloat32))
+		a := g.contiguous(g.view(gr.recvArr(g, gr.cpu, dtInt32, src, n), dtFloat32))
 		g.eval(a)
 		f := g.read(a)
 		if g.err != nil {
@@ -183,7 +204,7 @@ func (c *context) Send(x compute.Tensor, dst int) compute.Tensor {
 	if !ok {
 		return nilTensor
 	}
-	gr := c.group()
+	gr, cs := c.group()
 	if gr == nil {
 		return c.fail("Send: the backend has joined no distributed group")
 	}
@@ -192,7 +213,7 @@ func (c *context) Send(x compute.Tensor, dst int) compute.Tensor {
 	}
 	t := a[0]
 	return c.record(t.rows, t.cols, func(g *graph) mlxArray {
-		return gr.sendArr(g, g.contiguous(g.astype(t.arr, dtFloat32)), dst)
+		return gr.sendArr(g, cs, g.contiguous(g.astype(t.arr, dtFloat32)), dst)
 	})
 }
 
@@ -201,7 +222,7 @@ func (c *context) Recv(rows, cols, src int) compute.Tensor {
 	if c.err != nil {
 		return nilTensor
 	}
-	gr := c.group()
+	gr, cs := c.group()
 	if gr == nil {
 		return c.fail("Recv: the backend has joined no distributed group")
 	}
@@ -211,13 +232,13 @@ func (c *context) Recv(rows, cols, src int) compute.Tensor {
 	if rows <= 0 || cols <= 0 {
 		return c.fail("Recv of %d×%d", rows, cols)
 	}
-	return c.record(rows, cols, func(g *graph) mlxArray { return gr.recvArr(g, dtFloat32, src, rows, cols) })
+	return c.record(rows, cols, func(g *graph) mlxArray { return gr.recvArr(g, cs, dtFloat32, src, rows, cols) })
 }
 
-func (c *context) group() *Group {
+func (c *context) group() (*Group, mlxStream) {
 	c.b.mu.Lock()
 	defer c.b.mu.Unlock()
-	return c.b.group
+	return c.b.group, c.b.comm
 }
 
 // Zeros records a rows × cols float32 tensor of zeros.

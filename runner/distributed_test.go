@@ -51,7 +51,7 @@ const envDistModels = "MLXG_TEST_DIST_MODELS"
 // backend over loopback, on the real libmlxc. Rank 0 runs the first half of the
 // layers and the generation loop, rank 1 the rest and the head. A chunked prefill
 // (every row's logits) and greedy decode steps match the single-process run on MLX
-// within 1e-4 relative, with identical tokens, over fp32 and fp16 caches.
+// within 1e-4 relative, with identical tokens, over fp32, fp16 and K8/V4 caches (rank 0 describes its policy's caches to the workers).
 func TestDistributedPipeline(t *testing.T) {
 	archs := []struct {
 		name string
@@ -88,19 +88,15 @@ func TestDistributedPipeline(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, fp32 := range []bool{true, false} {
-				caches, err := m.NewCaches(fp32)
-				if err != nil {
-					t.Fatal(err)
-				}
-				want[key(a.name, fp32)] = greedyRun(t, m, caches, prompt, steps)
+			for _, kind := range distKV {
+				want[a.name+"/"+kind] = greedyRun(t, m, distCaches(t, m, dir, kind), prompt, steps)
 			}
 			m.Close()
 		}
 		outs := mlxtest.Ranks(t, 2, "TestDistributedPipeline", 120*time.Second, envDistModels+"="+strings.Join(dirs, string(os.PathListSeparator)))
 		for _, a := range archs {
-			for _, fp32 := range []bool{true, false} {
-				k := key(a.name, fp32)
+			for _, kind := range distKV {
+				k := a.name + "/" + kind
 				var got distRun
 				mlxtest.Results(t, outs[0], k, &got)
 				r := modeltest.MaxRel(got.Logits, want[k].Logits)
@@ -136,17 +132,14 @@ func TestDistributedPipeline(t *testing.T) {
 	}
 	leader.Timeout = time.Minute
 	for i, a := range archs {
-		m, err := leader.Load(filepath.SplitList(os.Getenv(envDistModels))[i], b)
+		dir := filepath.SplitList(os.Getenv(envDistModels))[i]
+		m, err := leader.Load(dir, b)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("%s: %v, %d weight bytes", a.name, *m.Stage(), m.WeightBytes())
-		for _, fp32 := range []bool{true, false} {
-			caches, err := m.NewCaches(fp32)
-			if err != nil {
-				t.Fatal(err)
-			}
-			mlxtest.Result(key(a.name, fp32), greedyRun(t, m, caches, prompt, steps))
+		for _, kind := range distKV {
+			mlxtest.Result(a.name+"/"+kind, greedyRun(t, m, distCaches(t, m, dir, kind), prompt, steps))
 		}
 		m.Close()
 	}
@@ -155,9 +148,21 @@ func TestDistributedPipeline(t *testing.T) {
 	}
 }
 
-func key(arch string, fp32 bool) string {
-	if fp32 {
-		return arch + "/fp32"
+// distKV are the KV caches the pipeline test runs over: float32, fp16, and the memory
+// policy's kind of layout (keys 8-bit, values 4-bit, 8/8 boundary layers), which rank 0
+// describes to the workers.
+var distKV = []string{"fp32", "fp16", "K8/V4+boundary"}
+
+func distCaches(t *testing.T, m *model.Model, dir, kind string) []kvstore.Layer {
+	t.Helper()
+	switch kind {
+	case "fp32", "fp16":
+		c, err := m.NewCaches(kind == "fp32")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
 	}
-	return arch + "/fp16"
+	a := kvstore.AffineFormat
+	return kvCaches(t, m, dir, kvstore.Spec{K: a(8, 32), V: a(4, 32)}, 1)
 }

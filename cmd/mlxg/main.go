@@ -36,6 +36,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newFitCmd())
 	root.AddCommand(newDoctorCmd())
 	root.AddCommand(newServeCmd())
+	root.AddCommand(newWorkerCmd())
 	root.AddCommand(newPsCmd())
 	root.AddCommand(newStopCmd())
 	root.AddCommand(newRunCmd())

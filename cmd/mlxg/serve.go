@@ -46,20 +46,22 @@ func newServeCmd() *cobra.Command {
 	var pc kvstore.PrefixOptions
 	var threads int
 	var grace time.Duration
+	var hostfile string
 	cmd := &cobra.Command{
 		Use:     "serve",
 		Aliases: []string{"start"},
 		Short:   "Start mlxg (Ollama and OpenAI APIs)",
-		Long:    serveHelp,
+		Long:    serveHelp + "\n" + clusterEnvHelp,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return serve(cmd.Context(), cmd.ErrOrStderr(), &kv, &pc, threads, grace)
+			return serve(cmd.Context(), cmd.ErrOrStderr(), &kv, &pc, threads, grace, hostfileFrom(hostfile))
 		},
 	}
 	kv.RegisterFlags(cmd.Flags())
 	pc.RegisterFlags(cmd.Flags())
 	cmd.Flags().IntVar(&threads, "threads", 0, "CPU threads per model (0: all cores)")
 	cmd.Flags().DurationVar(&grace, "shutdown-grace", 10*time.Second, "time requests in flight get to finish on shutdown")
+	cmd.Flags().StringVar(&hostfile, "hostfile", "", "MLX hostfile: serve models split over these machines (rank 0 here, `mlxg worker` on the others)")
 	return cmd
 }
 
@@ -89,7 +91,7 @@ func envFirst(keys ...string) (string, string) {
 	return keys[0], ""
 }
 
-func serve(ctx context.Context, logw io.Writer, kv *kvstore.Options, pc *kvstore.PrefixOptions, threads int, grace time.Duration) error {
+func serve(ctx context.Context, logw io.Writer, kv *kvstore.Options, pc *kvstore.PrefixOptions, threads int, grace time.Duration, hostfile string) error {
 	log, err := newLogger(logw)
 	if err != nil {
 		return err
@@ -134,6 +136,15 @@ func serve(ctx context.Context, logw io.Writer, kv *kvstore.Options, pc *kvstore
 	if err != nil {
 		return err
 	}
+	forModel := choice.ForModel
+	if hostfile != "" {
+		cl, err := startCluster(choice.Backend, hostfile, log)
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		forModel = cl.forModel(choice.ForModel)
+	}
 	prefix, err := openPrefixCache(pc, log)
 	if err != nil {
 		return err
@@ -141,7 +152,7 @@ func serve(ctx context.Context, logw io.Writer, kv *kvstore.Options, pc *kvstore
 	defer prefix.Close()
 	srv, err := api.NewServer(api.ServerConfig{
 		Store:         store,
-		Loader:        &api.EngineLoader{Backend: choice.Backend, ForModel: choice.ForModel, Threads: threads, KV: &kvstore.Policy{Options: *kv, Log: log}, Logger: log, Prefix: prefix, Parallel: sc.NumParallel},
+		Loader:        &api.EngineLoader{Backend: choice.Backend, ForModel: forModel, Threads: threads, KV: &kvstore.Policy{Options: *kv, Log: log}, Logger: log, Prefix: prefix, Parallel: sc.NumParallel},
 		Sched:         sc,
 		Origins:       api.OriginsFromEnv(os.Getenv),
 		ContextLength: ctxLen,

@@ -80,7 +80,12 @@ type Model struct {
 }
 
 // Load reads dir's config, maps its weights and binds them on backend.
-func Load(dir string, backend compute.Backend) (*Model, error) { return load(dir, backend, nil) }
+func Load(dir string, backend compute.Backend) (*Model, error) {
+	if l := currentLeader(); l != nil {
+		return l.Load(dir, backend) // this process is rank 0 of a pipeline (pipeline.go)
+	}
+	return load(dir, backend, nil)
+}
 
 // load is Load, with the weights skip names left unbound (a pipeline stage's, shard.go).
 func load(dir string, backend compute.Backend, skip func(*Loader, string) bool) (*Model, error) {

@@ -28,13 +28,15 @@ type Wire interface {
 // message but OpStop is answered by a status word that goes around the ring (rank 1
 // starts it, each rank puts in its own failure, the last rank hands it to rank 0).
 const (
-	headerLen = 8
+	headerLen = 9
 	magic     = 0x6d6c7867 // "mlxg"
 
 	// OpForward runs a pass of model Model: payload its tokens; Seq names the
 	// sequence, Start is the position of its first token (a worker whose caches hold
 	// more truncates them: that is how a cancelled or rewound sequence reaches it), All
-	// asks for every row's logits, FP32 for float32 caches.
+	// asks for every row's logits, FP32 for float32 caches. Layout, sent with a
+	// sequence's first pass, describes every layer's cache (kvstore.Describe) as rank 0's
+	// memory policy made it, so that each rank keeps its layers' KV as one process would.
 	OpForward = 1
 	// OpLoad loads a model as Model: payload its directory on rank 0.
 	OpLoad = 2
@@ -44,6 +46,9 @@ const (
 	OpStop = 4
 	// OpPing checks that every rank answers.
 	OpPing = 5
+	// OpHello tells the workers where rank 0 listens for their liveness connection:
+	// payload its address.
+	OpHello = 6
 )
 
 // Message is one control message.
@@ -54,14 +59,19 @@ type Message struct {
 	Start   int32
 	All     bool
 	FP32    bool
+	Hidden  bool // the last rank sends the head's input (the final normed hidden state) instead of the logits
 	Payload []int32
+	Layout  []int32
 }
 
 func (m Message) header() []int32 {
 	h := make([]int32, headerLen)
-	h[0], h[1], h[2], h[3], h[4], h[7] = magic, m.Op, int32(len(m.Payload)), m.Seq, m.Start, m.Model
+	h[0], h[1], h[2], h[3], h[4], h[7], h[8] = magic, m.Op, int32(len(m.Payload)+len(m.Layout)), m.Seq, m.Start, m.Model, int32(len(m.Layout))
 	if m.All {
-		h[5] = 1
+		h[5] |= 1
+	}
+	if m.Hidden {
+		h[5] |= 2
 	}
 	if m.FP32 {
 		h[6] = 1
@@ -75,8 +85,8 @@ func sendMessage(w Wire, m Message) error {
 	if err := w.SendInts(m.header(), next); err != nil {
 		return err
 	}
-	if len(m.Payload) > 0 {
-		return w.SendInts(m.Payload, next)
+	if len(m.Payload)+len(m.Layout) > 0 {
+		return w.SendInts(append(append([]int32(nil), m.Payload...), m.Layout...), next)
 	}
 	return nil
 }
@@ -92,10 +102,13 @@ func recvMessage(w Wire) (Message, error) {
 	if h[0] != magic {
 		return Message{}, fmt.Errorf("model: rank %d received a control message that is not mlxg's (%#x)", r, h[0])
 	}
-	m := Message{Op: h[1], Seq: h[3], Start: h[4], All: h[5] == 1, FP32: h[6] == 1, Model: h[7]}
+	m := Message{Op: h[1], Seq: h[3], Start: h[4], All: h[5]&1 != 0, Hidden: h[5]&2 != 0, FP32: h[6] == 1, Model: h[7]}
 	if n := int(h[2]); n > 0 {
 		if m.Payload, err = w.RecvInts(n, r-1); err != nil {
 			return m, err
+		}
+		if k := int(h[8]); k > 0 && k <= n {
+			m.Payload, m.Layout = m.Payload[:n-k], m.Payload[n-k:]
 		}
 	}
 	if r < w.Size()-1 {
@@ -240,6 +253,26 @@ func (l *Leader) Ping() error {
 	})
 }
 
+// Hello hands the workers rank 0's liveness address (Worker.OnHello), and returns once
+// every rank has acted on it.
+func (l *Leader) Hello(addr string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	failed := -1
+	err := l.exchange(func() error {
+		if err := sendMessage(l.wire, Message{Op: OpHello, Payload: Ints(addr)}); err != nil {
+			return err
+		}
+		var err error
+		failed, err = l.status()
+		return err
+	})
+	if err == nil && failed >= 0 {
+		err = fmt.Errorf("%w: rank %d could not reach rank 0 at %s (its log says why)", ErrRankFailed, failed, addr)
+	}
+	return err
+}
+
 // Stop ends the workers.
 func (l *Leader) Stop() error {
 	l.mu.Lock()
@@ -284,7 +317,7 @@ func (l *Leader) Load(dir string, backend compute.Backend) (*Model, error) {
 		l.unload(id)
 		return nil, err
 	}
-	m.pipe = &pipe{leader: l, id: id, seqs: map[*kvstore.Layer]int32{}}
+	m.pipe = &pipe{leader: l, id: id, seqs: map[*kvstore.Layer]int32{}, layout: map[int32][]int32{}}
 	return m, nil
 }
 
@@ -305,23 +338,37 @@ type pipe struct {
 	leader *Leader // rank 0
 	id     int32
 	seqs   map[*kvstore.Layer]int32 // rank 0: the sequence id of each caches list; leader.mu
+	layout map[int32][]int32        // rank 0: each sequence's cache descriptions
 	next   int32
 	wire   Wire // a worker's
 }
 
-// seqID names a caches list to the workers (they keep their layers' caches per id).
-func (p *pipe) seqID(caches []kvstore.Layer) int32 {
+// seqID names a caches list to the workers (they keep their layers' caches per id),
+// and returns the description of its layers' caches when the workers need it: on the
+// sequence's first pass, and whenever it starts again from position 0. It describes
+// the caches before StageCaches replaces other ranks' layers.
+func (p *pipe) seqID(caches []kvstore.Layer) (int32, []int32) {
 	k := &caches[0]
 	id, ok := p.seqs[k]
 	if !ok {
 		if len(p.seqs) >= maxWorkerSeqs*4 {
 			clear(p.seqs)
+			clear(p.layout)
 		}
 		p.next++
 		id = p.next
 		p.seqs[k] = id
+		var d []int32
+		for _, c := range caches {
+			d = append(d, kvstore.Describe(c)...)
+		}
+		p.layout[id] = d
+		return id, d
 	}
-	return id
+	if caches[0].Len() == 0 {
+		return id, p.layout[id]
+	}
+	return id, nil
 }
 
 // maxWorkerSeqs is how many sequences' caches a worker keeps per model (the least
@@ -346,22 +393,32 @@ func (m *Model) forwardStage(ctx context.Context, tokens []int32, caches []kvsto
 		return nil, fmt.Errorf("model: stage %v has no pipeline leader", m.stage)
 	}
 	l := p.leader
-	if err := m.checkStage(tokens, caches); err != nil {
-		return nil, err
+	if len(tokens) == 0 || len(caches) != m.Config.NumLayers {
+		return nil, fmt.Errorf("model: a pass of %d tokens over %d layer caches for a model of %d layers", len(tokens), len(caches), m.Config.NumLayers)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if err := m.FillCaches(caches); err != nil {
+		return nil, err
+	}
+	seq, layout := p.seqID(caches)
+	if err := m.checkStage(tokens, caches); err != nil {
+		return nil, err
+	}
 	start := caches[0].Len()
-	msg := Message{Op: OpForward, Model: p.id, Seq: p.seqID(caches), Start: int32(start), All: all, Payload: tokens}
+	msg := Message{Op: OpForward, Model: p.id, Seq: seq, Start: int32(start), All: all, Payload: tokens, Layout: layout}
 	for _, c := range caches {
 		if f, ok := c.(*kvstore.Full); ok {
 			msg.FP32 = f.FP32()
 			break
 		}
 	}
+	inner := m.backend.NewContext()
+	defer inner.Close()
+	_, msg.Hidden = inner.(HiddenSink)
 	var logits []float32
 	var passErr error
 	failed := -1
@@ -370,7 +427,7 @@ func (m *Model) forwardStage(ctx context.Context, tokens []int32, caches []kvsto
 			return err
 		}
 		var broke error
-		logits, passErr, broke = m.runStage(l.wire, tokens, caches, all)
+		logits, passErr, broke = m.runStage(inner, msg, caches)
 		if broke != nil {
 			return broke
 		}
@@ -397,16 +454,23 @@ func (m *Model) forwardStage(ctx context.Context, tokens []int32, caches []kvsto
 // transfers were evaluated still performs them (with zeros), so that the other ranks
 // are not left waiting: passErr is its error. A failed transfer leaves the group
 // unusable: broke.
-func (m *Model) runStage(w Wire, tokens []int32, caches []kvstore.Layer, all bool) (logits []float32, passErr, broke error) {
+func (m *Model) runStage(inner compute.Context, msg Message, caches []kvstore.Layer) (logits []float32, passErr, broke error) {
 	s := *m.stage
+	tokens, all := msg.Payload, msg.All
 	start := caches[0].Len()
-	inner := m.backend.NewContext()
-	defer inner.Close()
+	rows := len(tokens)
+	if !all {
+		rows = 1
+	}
 	comm, ok := compute.Ext[Comm](inner)
 	if !ok {
-		return nil, nil, fmt.Errorf("the %s backend cannot send activations between ranks", m.backend.Name())
+		comm, ok = inner.(Comm)
 	}
-	c := &stageContext{inner: inner, comm: comm, st: s}
+	if !ok {
+		err := fmt.Errorf("model: the %s backend's context (%T) cannot send activations between ranks", m.backend.Name(), inner)
+		return nil, err, m.fillIn(len(tokens), rows, msg.Hidden)
+	}
+	c := &stageContext{inner: inner, comm: comm, st: s, hidden: msg.Hidden, vocab: m.Config.VocabSize, hiddenSize: m.Config.HiddenSize}
 	out := m.net.Forward(c, tokens, caches, !all)
 	recorded := c.Err() == nil
 	logits, err := c.Float32s(out)
@@ -417,17 +481,20 @@ func (m *Model) runStage(w Wire, tokens []int32, caches []kvstore.Layer, all boo
 	if recorded {
 		return nil, err, err
 	}
-	rows := len(tokens)
-	if !all {
-		rows = 1
-	}
-	return nil, err, m.fillIn(len(tokens), rows)
+	return nil, err, m.fillIn(len(tokens), rows, msg.Hidden)
+}
+
+// HiddenSink is a context that wants the final normed hidden state of a pass (the
+// input of the head) rather than only the logits (the server's embeddings): on a
+// pipeline, the last rank sends it to rank 0 instead of the logits.
+type HiddenSink interface {
+	SetHidden(h []float32)
 }
 
 // fillIn performs a stage's transfers with zeros: receive from the rank before (T ×
 // hidden), send to the next (T × hidden, or the logits' rows × vocab to rank 0), and on
 // rank 0 receive the logits.
-func (m *Model) fillIn(T, rows int) error {
+func (m *Model) fillIn(T, rows int, want bool) error {
 	s := *m.stage
 	c := m.backend.NewContext()
 	defer c.Close()
@@ -441,15 +508,19 @@ func (m *Model) fillIn(T, rows int) error {
 			return err
 		}
 	}
+	out := vocab
+	if want {
+		out = hidden
+	}
 	dst, r, k := s.Rank+1, T, hidden
 	if s.Last() {
-		dst, r, k = 0, rows, vocab
+		dst, r, k = 0, rows, out
 	}
 	if _, err := c.Float32s(comm.Send(comm.Zeros(r, k), dst)); err != nil {
 		return err
 	}
 	if s.First() {
-		_, err := c.Float32s(comm.Recv(rows, vocab, s.Size-1))
+		_, err := c.Float32s(comm.Recv(rows, out, s.Size-1))
 		return err
 	}
 	return nil
@@ -489,7 +560,12 @@ type Worker struct {
 	// Open loads dir's stage s (LoadStage on the worker's backend; it may look for dir
 	// under another path first).
 	Open func(dir string, s Stage) (*Model, error)
-	Log  *slog.Logger
+	// Release, when set, is called with each model the worker closes (to release its
+	// backend).
+	Release func(m *Model)
+	// OnHello, when set, is given rank 0's liveness address (OpHello).
+	OnHello func(addr string) error
+	Log     *slog.Logger
 
 	models map[int32]*workerModel
 	tick   int
@@ -514,7 +590,7 @@ func (w *Worker) Run() error {
 	w.models = map[int32]*workerModel{}
 	defer func() {
 		for _, wm := range w.models {
-			wm.m.Close()
+			w.close(wm.m)
 		}
 	}()
 	for {
@@ -527,11 +603,15 @@ func (w *Worker) Run() error {
 		case OpStop:
 			return nil
 		case OpPing:
+		case OpHello:
+			if w.OnHello != nil {
+				failure = w.OnHello(Name(msg.Payload))
+			}
 		case OpLoad:
 			failure = w.load(msg)
 		case OpUnload:
 			if wm := w.models[msg.Model]; wm != nil {
-				wm.m.Close()
+				w.close(wm.m)
 				delete(w.models, msg.Model)
 				w.Log.Info("model unloaded", "model", msg.Model)
 			}
@@ -550,6 +630,13 @@ func (w *Worker) Run() error {
 		if err := passStatus(w.Wire, failure != nil); err != nil {
 			return err
 		}
+	}
+}
+
+func (w *Worker) close(m *Model) {
+	m.Close()
+	if w.Release != nil {
+		w.Release(m)
 	}
 }
 
@@ -588,7 +675,7 @@ func (w *Worker) forward(msg Message) (failure, broke error) {
 		if wm == nil {
 			return err, fmt.Errorf("%v, and without the model it cannot take part in the pass", err)
 		}
-		return err, wm.m.fillIn(len(msg.Payload), rows)
+		return err, wm.m.fillIn(len(msg.Payload), rows, msg.Hidden)
 	}
 	if wm == nil {
 		return fill(fmt.Errorf("model %d is not loaded here", msg.Model))
@@ -606,7 +693,10 @@ func (w *Worker) forward(msg Message) (failure, broke error) {
 			}
 			delete(wm.seqs, old)
 		}
-		caches, err := wm.m.NewCaches(msg.FP32)
+		if msg.Layout == nil {
+			return fill(fmt.Errorf("sequence %d is not known here (dropped as least recently used?) and came without its cache layout", msg.Seq))
+		}
+		caches, err := wm.m.stageCachesFrom(msg.Layout, msg.FP32)
 		if err != nil {
 			return fill(err)
 		}
@@ -621,6 +711,51 @@ func (w *Worker) forward(msg Message) (failure, broke error) {
 	if n := sq.caches[0].Len(); n != int(msg.Start) {
 		return fill(fmt.Errorf("its caches hold %d positions of sequence %d, the pass starts at %d", n, msg.Seq, msg.Start))
 	}
-	_, passErr, broke := wm.m.runStage(w.Wire, msg.Payload, sq.caches, msg.All)
+	inner := wm.m.backend.NewContext()
+	defer inner.Close()
+	_, passErr, broke := wm.m.runStage(inner, msg, sq.caches)
 	return passErr, broke
+}
+
+var (
+	leaderMu sync.Mutex
+	leader   *Leader
+)
+
+// SetLeader makes Load load every model as a pipeline over l's ranks (nil: whole
+// models again). MLX keeps one distributed group per process, so there is one leader.
+func SetLeader(l *Leader) {
+	leaderMu.Lock()
+	leader = l
+	leaderMu.Unlock()
+}
+
+func currentLeader() *Leader {
+	leaderMu.Lock()
+	defer leaderMu.Unlock()
+	return leader
+}
+
+// stageCachesFrom makes a sequence's caches on a worker: the network's own, with the
+// layers of this stage made as rank 0 described them (its memory policy's kinds and
+// specs).
+func (m *Model) stageCachesFrom(layout []int32, fp32 bool) ([]kvstore.Layer, error) {
+	caches, err := m.NewCaches(fp32)
+	if err != nil {
+		return nil, err
+	}
+	n := m.Config.NumLayers
+	if len(layout) != n*kvstore.DescLen {
+		return nil, fmt.Errorf("a cache layout of %d values for %d layers", len(layout), n)
+	}
+	for i := m.stage.Lo; i < m.stage.Hi; i++ {
+		c, err := kvstore.NewDescribed(layout[i*kvstore.DescLen : (i+1)*kvstore.DescLen])
+		if err != nil {
+			return nil, fmt.Errorf("layer %d: %w", i, err)
+		}
+		if c != nil {
+			caches[i] = c
+		}
+	}
+	return caches, m.StageCaches(caches)
 }

@@ -39,13 +39,17 @@ func (s Stage) First() bool { return s.Rank == 0 }
 func (s Stage) Last() bool { return s.Rank == s.Size-1 }
 
 func (s Stage) String() string {
+	if s.Hi == s.Lo {
+		return fmt.Sprintf("rank %d/%d: the head only", s.Rank, s.Size)
+	}
 	return fmt.Sprintf("rank %d/%d: layers %d-%d", s.Rank, s.Size, s.Lo, s.Hi-1)
 }
 
 // Split divides layers into size contiguous stages, as even as they go (the first ranks
-// take one more when they do not divide).
+// take one more when they do not divide). With one layer fewer than ranks, the last
+// rank holds only the final norm and the head.
 func Split(layers, size int) ([]Stage, error) {
-	if size < 1 || layers < size {
+	if size < 1 || layers < size-1 || layers < 1 {
 		return nil, fmt.Errorf("model: %d layers cannot be split over %d ranks", layers, size)
 	}
 	out := make([]Stage, size)
@@ -54,6 +58,12 @@ func Split(layers, size int) ([]Stage, error) {
 		n := layers / size
 		if r < layers%size {
 			n++
+		}
+		if layers == size-1 {
+			n = 1
+			if r == size-1 {
+				n = 0
+			}
 		}
 		out[r] = Stage{Rank: r, Size: size, Lo: lo, Hi: lo + n}
 		lo += n
@@ -112,7 +122,7 @@ func (s Stage) holds(l *Loader, name string) bool {
 // LoadStage is Load for one stage of a pipeline: only the stage's weights are bound
 // (and, on the MLX backends, read from the mapped checkpoint).
 func LoadStage(dir string, backend compute.Backend, s Stage) (*Model, error) {
-	if s.Size < 1 || s.Rank < 0 || s.Rank >= s.Size || s.Lo < 0 || s.Hi <= s.Lo {
+	if s.Size < 1 || s.Rank < 0 || s.Rank >= s.Size || s.Lo < 0 || s.Hi < s.Lo || s.Hi == s.Lo && !s.Last() {
 		return nil, fmt.Errorf("model: bad pipeline stage %+v", s)
 	}
 	m, err := load(dir, backend, func(l *Loader, name string) bool { return !s.holds(l, name) })
@@ -195,12 +205,16 @@ func (m *Model) StageCaches(caches []kvstore.Layer) error {
 
 // stageContext runs a network's Forward as one stage of the pipeline (see above).
 type stageContext struct {
-	inner   compute.Context
-	comm    Comm
-	st      Stage
-	err     error
-	entered bool     // the residual stream came in from the rank before
-	sent    *sTensor // what this rank sent on to the next, once it has
+	inner      compute.Context
+	comm       Comm
+	st         Stage
+	err        error
+	entered    bool     // the residual stream came in from the rank before
+	sent       *sTensor // what this rank sent on to the next, once it has
+	hidden     bool     // the pass wants the head's input, not the logits (HiddenSink)
+	vocab      int
+	hiddenSize int
+	headIn     *sTensor // the last rank: the input of the head (the Linear with vocab outputs)
 }
 
 // sTensor is a tensor of a stage pass: the inner context's, or void (not computed here).
@@ -300,6 +314,9 @@ func (c *stageContext) Linear(x compute.Tensor, w compute.Weight) compute.Tensor
 	if !ok {
 		return c.void(rows, out)
 	}
+	if st, isS := x.(*sTensor); isS && out == c.vocab && c.st.Last() {
+		c.headIn = st
+	}
 	return c.real(c.inner.Linear(in[0], w))
 }
 
@@ -384,6 +401,12 @@ func (c *stageContext) Float32s(x compute.Tensor) ([]float32, error) {
 	}
 	if !st.void {
 		if c.st.Last() && !c.st.First() {
+			if c.hidden {
+				if c.headIn == nil || c.headIn.void {
+					return nil, fmt.Errorf("model: %v: the head's input was not found", c.st)
+				}
+				return c.inner.Float32s(c.comm.Send(c.headIn.t, 0))
+			}
 			return c.inner.Float32s(c.comm.Send(st.t, 0))
 		}
 		return c.inner.Float32s(st.t)
@@ -399,6 +422,16 @@ func (c *stageContext) Float32s(x compute.Tensor) ([]float32, error) {
 	}
 	if !c.st.First() {
 		return nil, nil
+	}
+	if c.hidden {
+		h, err := c.inner.Float32s(c.comm.Recv(st.rows, c.hiddenSize, c.st.Size-1))
+		if err != nil {
+			return nil, err
+		}
+		if sink, ok := c.inner.(HiddenSink); ok && len(h) > 0 {
+			sink.SetHidden(h[len(h)-c.hiddenSize:])
+		}
+		return make([]float32, st.rows*st.cols), nil // no logits were computed
 	}
 	return c.inner.Float32s(c.comm.Recv(st.rows, st.cols, c.st.Size-1))
 }

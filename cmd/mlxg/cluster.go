@@ -1,0 +1,266 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mlxg/mlxg/metal"
+	"github.com/mlxg/mlxg/registry"
+	"github.com/mlxg/mlxg/runner/compute"
+	"github.com/mlxg/mlxg/runner/model"
+)
+
+// Several machines: rank 0 is `mlxg serve --hostfile FILE`, every other machine runs
+// `mlxg worker --hostfile FILE --rank N`. They join one MLX distributed group (the ring
+// backend by default, set up from the hostfile as mlx.launch does) and every model is
+// loaded as a pipeline over them (runner/model's Leader and Worker): each rank holds a
+// contiguous range of the layers, activations go rank to rank with MLX's send/recv.
+
+const clusterEnvHelp = `  MLXG_HOSTFILE, MLX_HOSTFILE         an MLX hostfile ([["host0:port"], ["host1:port"], ...], JSON): serve the models
+                                      as a pipeline over these machines; this is rank 0 (MLX_RANK, if set, must be 0),
+                                      the others run ` + "`mlxg worker`" + `
+  MLXG_DISTRIBUTED_BACKEND            MLX's distributed backend (default "ring"; "jaccl" over Thunderbolt 5 RDMA)
+  MLXG_RANK_TIMEOUT                   how long rank 0 waits for the workers in one exchange (default 10m)`
+
+// hostfileFrom is the hostfile a command was given: the flag, else MLXG_HOSTFILE, else
+// MLX_HOSTFILE ("" when none).
+func hostfileFrom(flag string) string {
+	if flag != "" {
+		return flag
+	}
+	_, v := envFirst("MLXG_HOSTFILE", "MLX_HOSTFILE")
+	return v
+}
+
+// readHostfile reads an MLX hostfile: a JSON list with one list of "host:port" per rank.
+func readHostfile(path string) ([][]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var hosts [][]string
+	if err := json.Unmarshal(data, &hosts); err != nil {
+		return nil, fmt.Errorf("%s: an MLX hostfile is a JSON list of lists of \"host:port\": %w", path, err)
+	}
+	if len(hosts) < 2 {
+		return nil, fmt.Errorf("%s: %d ranks; a pipeline needs at least 2", path, len(hosts))
+	}
+	for r, h := range hosts {
+		if len(h) == 0 {
+			return nil, fmt.Errorf("%s: rank %d has no address", path, r)
+		}
+	}
+	return hosts, nil
+}
+
+// joinGroup points MLX at the hostfile and rank and joins the group on b.
+func joinGroup(b compute.Backend, hostfile string, rank int, log *slog.Logger) (*metal.Group, [][]string, error) {
+	mb, ok := b.(*metal.Backend)
+	if !ok {
+		return nil, nil, fmt.Errorf("several machines need the MLX backend (%s runs here; on Linux set MLXG_BACKEND=mlx)", b.Name())
+	}
+	hosts, err := readHostfile(hostfile)
+	if err != nil {
+		return nil, nil, err
+	}
+	if rank < 0 || rank >= len(hosts) {
+		return nil, nil, fmt.Errorf("rank %d, but %s lists %d ranks", rank, hostfile, len(hosts))
+	}
+	abs, _ := filepath.Abs(hostfile)
+	os.Setenv("MLX_HOSTFILE", abs)
+	os.Setenv("MLX_RANK", strconv.Itoa(rank))
+	_, bk := envFirst("MLXG_DISTRIBUTED_BACKEND")
+	if bk == "" {
+		bk = "ring"
+	}
+	log.Info("joining the MLX group (waits for every rank)", "backend", bk, "rank", rank, "ranks", len(hosts), "hostfile", abs)
+	g, err := mb.JoinGroup(bk)
+	if err != nil {
+		return nil, nil, fmt.Errorf("joining the MLX %s group as rank %d of %s: %w", bk, rank, abs, err)
+	}
+	if g.Size() != len(hosts) || g.Rank() != rank {
+		return nil, nil, fmt.Errorf("MLX made this rank %d of %d; the hostfile says %d of %d", g.Rank(), g.Size(), rank, len(hosts))
+	}
+	return g, hosts, nil
+}
+
+// cluster is rank 0's view of the machines.
+type cluster struct {
+	group  *metal.Group
+	leader *model.Leader
+	hosts  [][]string
+	ln     net.Listener
+	log    *slog.Logger
+
+	mu    sync.Mutex
+	alive map[int]bool
+}
+
+// startCluster makes this process rank 0 of the hostfile's group, on b (which stays
+// open for the server's life): it waits for the workers, opens the liveness listener
+// they connect to, and makes model.Load load pipelines.
+func startCluster(b compute.Backend, hostfile string, log *slog.Logger) (*cluster, error) {
+	if _, r := envFirst("MLX_RANK"); r != "" && r != "0" {
+		return nil, fmt.Errorf("MLX_RANK=%s: `mlxg serve` is rank 0; run `mlxg worker --rank %s` on that machine", r, r)
+	}
+	g, hosts, err := joinGroup(b, hostfile, 0, log)
+	if err != nil {
+		return nil, err
+	}
+	leader, err := model.NewLeader(g)
+	if err != nil {
+		return nil, err
+	}
+	leader.Timeout = 10 * time.Minute
+	if k, v := envFirst("MLXG_RANK_TIMEOUT"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("%s=%q: want a duration such as 10m", k, v)
+		}
+		leader.Timeout = d
+	}
+	host, _, err := net.SplitHostPort(hosts[0][0])
+	if err != nil {
+		return nil, fmt.Errorf("rank 0's address %q: %w", hosts[0][0], err)
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return nil, fmt.Errorf("listening for the workers' liveness connections: %w", err)
+	}
+	c := &cluster{group: g, leader: leader, hosts: hosts, ln: ln, log: log, alive: map[int]bool{}}
+	go c.accept()
+	if err := leader.Hello(ln.Addr().String()); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	model.SetLeader(leader)
+	log.Info("pipeline ready: models are split over the ranks by layers", "ranks", g.Size(), "hosts", c.hostList())
+	return c, nil
+}
+
+// accept takes the workers' liveness connections: each says its rank, then stays open;
+// when one closes, that rank is gone and the pipeline fails its requests.
+func (c *cluster) accept() {
+	for {
+		conn, err := c.ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer conn.Close()
+			rd := bufio.NewReader(conn)
+			line, err := rd.ReadString('\n')
+			r, perr := strconv.Atoi(strings.TrimSpace(line))
+			if err != nil || perr != nil || r <= 0 || r >= len(c.hosts) {
+				c.log.Warn("a liveness connection that is not a worker's", "from", conn.RemoteAddr())
+				return
+			}
+			c.mu.Lock()
+			c.alive[r] = true
+			c.mu.Unlock()
+			for {
+				if _, err := rd.ReadByte(); err != nil {
+					break
+				}
+			}
+			c.mu.Lock()
+			c.alive[r] = false
+			c.mu.Unlock()
+			err = fmt.Errorf("rank %d (%s) is gone", r, c.hosts[r][0])
+			c.log.Error("pipeline worker disconnected", "rank", r, "host", c.hosts[r][0])
+			c.leader.Fail(err)
+		}()
+	}
+}
+
+func (c *cluster) hostList() string {
+	var s []string
+	for _, h := range c.hosts {
+		s = append(s, h[0])
+	}
+	return strings.Join(s, ",")
+}
+
+// Ranks describes the ranks for ps: rank, address, and state.
+func (c *cluster) Ranks() []rankInfo {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := []rankInfo{{Rank: 0, Host: c.hosts[0][0], State: "serving"}}
+	broken := c.leader.Broken() != nil
+	for r := 1; r < len(c.hosts); r++ {
+		st := "ready"
+		if !c.alive[r] {
+			st = "gone"
+		} else if broken {
+			st = "stalled"
+		}
+		out = append(out, rankInfo{Rank: r, Host: c.hosts[r][0], State: st})
+	}
+	return out
+}
+
+type rankInfo struct {
+	Rank  int    `json:"rank"`
+	Host  string `json:"host"`
+	State string `json:"state"`
+}
+
+// forModel gives a model's own backend the group.
+func (c *cluster) forModel(open func() (compute.Backend, error)) func() (compute.Backend, error) {
+	return func() (compute.Backend, error) {
+		b, err := open()
+		if err != nil {
+			return nil, err
+		}
+		if mb, ok := b.(*metal.Backend); ok && c != nil {
+			if err := mb.UseGroup(c.group); err != nil {
+				return nil, err
+			}
+		}
+		return b, nil
+	}
+}
+
+// Close ends the workers (when they can still be reached) and the listener.
+func (c *cluster) Close() {
+	model.SetLeader(nil)
+	if c.leader.Broken() == nil {
+		if err := c.leader.Stop(); err != nil {
+			c.log.Warn("stopping the workers", "err", err)
+		}
+	}
+	c.ln.Close()
+}
+
+// resolveModelDir finds rank 0's model directory on this machine: the same path, or
+// the same snapshot (models--org--name/snapshots/<commit>) under this machine's
+// Hugging Face cache.
+func resolveModelDir(dir string) (string, error) {
+	if _, err := os.Stat(filepath.Join(dir, "config.json")); err == nil {
+		return dir, nil
+	}
+	parts := strings.Split(filepath.ToSlash(dir), "/")
+	for i, p := range parts {
+		if strings.HasPrefix(p, "models--") {
+			store, err := registry.DefaultStore()
+			if err != nil {
+				return "", err
+			}
+			local := filepath.Join(append([]string{store.HubCache}, parts[i:]...)...)
+			if _, err := os.Stat(filepath.Join(local, "config.json")); err == nil {
+				return local, nil
+			}
+			return "", fmt.Errorf("the model is not on this machine (looked in %s and %s): `mlxg pull` it here too", dir, local)
+		}
+	}
+	return "", fmt.Errorf("the model is not on this machine at %s: copy it there, or pull it", dir)
+}

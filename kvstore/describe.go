@@ -1,0 +1,67 @@
+package kvstore
+
+import "fmt"
+
+// Describing a layer cache as a few integers, so that another process (a pipeline
+// rank holding some of a model's layers) can make an empty cache of the same kind and
+// spec for them: Describe on the rank that planned the caches, NewDescribed there.
+
+// DescLen is the length of one layer's description.
+const DescLen = 12
+
+// The kinds a description names.
+const (
+	descNone      = 0 // not a KV cache of this package (a recurrent state, say)
+	descFull      = 1
+	descFullFP32  = 2
+	descQuantized = 3
+	descRotating  = 4
+)
+
+// Describe returns c's description: its kind, dims, target spec, quantized_kv_start
+// and window. A layer of another kind describes as none.
+func Describe(c Layer) []int32 {
+	d := make([]int32, DescLen)
+	var q *kvCodecs
+	switch c := c.(type) {
+	case *Full:
+		d[0] = descFull
+		if c.fp32 {
+			d[0] = descFullFP32
+		}
+		d[1], d[2], d[3] = int32(c.kvHeads), int32(c.kDim), int32(c.vDim)
+		return d
+	case *Quantized:
+		d[0], q = descQuantized, &c.kvCodecs
+	case *Rotating:
+		d[0], q = descRotating, &c.kvCodecs
+		d[11] = int32(c.window)
+	default:
+		return d
+	}
+	d[1], d[2], d[3] = int32(q.kvHeads), int32(q.kDim), int32(q.vDim)
+	d[4], d[5], d[6] = int32(q.spec.K.Mode), int32(q.spec.K.Bits), int32(q.spec.K.Group)
+	d[7], d[8], d[9] = int32(q.spec.V.Mode), int32(q.spec.V.Bits), int32(q.spec.V.Group)
+	d[10] = int32(q.start)
+	return d
+}
+
+// NewDescribed makes an empty cache as d describes; nil for a description of none.
+func NewDescribed(d []int32) (Layer, error) {
+	if len(d) != DescLen {
+		return nil, fmt.Errorf("kvstore: a cache description of %d values, want %d", len(d), DescLen)
+	}
+	heads, kd, vd := int(d[1]), int(d[2]), int(d[3])
+	spec := Spec{K: Format{Mode: Mode(d[4]), Bits: int(d[5]), Group: int(d[6])}, V: Format{Mode: Mode(d[7]), Bits: int(d[8]), Group: int(d[9])}}
+	switch d[0] {
+	case descNone:
+		return nil, nil
+	case descFull, descFullFP32:
+		return NewFull(heads, kd, vd, d[0] == descFullFP32)
+	case descQuantized:
+		return NewQuantized(heads, kd, vd, spec, int(d[10]))
+	case descRotating:
+		return NewRotating(heads, kd, vd, int(d[11]), spec, int(d[10]))
+	}
+	return nil, fmt.Errorf("kvstore: unknown cache kind %d in a description", d[0])
+}
