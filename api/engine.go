@@ -244,6 +244,7 @@ func (m *engineModel) Info() LoadedInfo {
 	if st, ok := m.e.BatchStats(); ok {
 		info.Batch = &st
 	}
+	info.Ranks = m.e.Model.Ranks()
 	return info
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/mlxg/mlxg/registry"
 	"github.com/mlxg/mlxg/runner"
+	"github.com/mlxg/mlxg/runner/model"
 )
 
 // Loader turns a model in the store into a running Model (the engine adapter does it for real; tests use
@@ -75,6 +76,8 @@ type LoadedInfo struct {
 	KVSpec  string // the KV cache layout, as mlxg ps prints it
 	// Batch is the model's continuous batch (nil when it runs requests side by side).
 	Batch *runner.BatchStats
+	// Ranks are the machines a model split over several holds its layers on (nil: one process).
+	Ranks []model.RankInfo
 }
 
 // GenerateStats are a generation's counts and durations.

@@ -31,6 +31,15 @@ type ProcessModelResponse struct {
 	KVCache       string        `json:"kv_cache,omitempty"`
 	PeakSize      int64         `json:"size_peak,omitempty"` // the predicted peak the scheduler budgets
 	Batch         *ProcessBatch `json:"batch,omitempty"`     // the continuous batch, when the model batches
+	Ranks         []ProcessRank `json:"ranks,omitempty"`     // the machines a model split over several runs on
+}
+
+// ProcessRank is one rank of a model split over several machines, in /api/ps (an mlxg extension).
+type ProcessRank struct {
+	Rank   int    `json:"rank"`
+	Host   string `json:"host"`
+	Layers string `json:"layers"` // the layers it holds ("0-13"), or "head only"
+	State  string `json:"state"`  // ready, gone, or stalled
 }
 
 // ProcessBatch is a loaded model's continuous batch in /api/ps (an mlxg extension).
@@ -242,7 +251,15 @@ func (s *Server) handlePs(c *gin.Context) {
 		}
 		resp.Models = append(resp.Models, ProcessModelResponse{Name: st.Name, Model: st.Name, Size: size,
 			Digest: l.lm.Commit, Details: l.details, ExpiresAt: exp, SizeVRAM: min(info.GPUSize, size),
-			ContextLength: info.ContextLength, KVCache: info.KVSpec, PeakSize: st.Size, Batch: processBatch(info)})
+			ContextLength: info.ContextLength, KVCache: info.KVSpec, PeakSize: st.Size, Batch: processBatch(info), Ranks: processRanks(info)})
 	}
 	c.JSON(http.StatusOK, resp)
+}
+
+func processRanks(info LoadedInfo) []ProcessRank {
+	var out []ProcessRank
+	for _, r := range info.Ranks {
+		out = append(out, ProcessRank{Rank: r.Rank, Host: r.Host, Layers: r.Layers, State: r.State})
+	}
+	return out
 }

@@ -137,6 +137,7 @@ func startCluster(b compute.Backend, hostfile string, log *slog.Logger) (*cluste
 		return nil, fmt.Errorf("listening for the workers' liveness connections: %w", err)
 	}
 	c := &cluster{group: g, leader: leader, hosts: hosts, ln: ln, log: log, alive: map[int]bool{}}
+	leader.SetHosts(strings.Split(c.hostList(), ","))
 	go c.accept()
 	if err := leader.Hello(ln.Addr().String()); err != nil {
 		ln.Close()
@@ -177,7 +178,7 @@ func (c *cluster) accept() {
 			c.mu.Unlock()
 			err = fmt.Errorf("rank %d (%s) is gone", r, c.hosts[r][0])
 			c.log.Error("pipeline worker disconnected", "rank", r, "host", c.hosts[r][0])
-			c.leader.Fail(err)
+			c.leader.RankGone(r, err)
 		}()
 	}
 }
@@ -188,30 +189,6 @@ func (c *cluster) hostList() string {
 		s = append(s, h[0])
 	}
 	return strings.Join(s, ",")
-}
-
-// Ranks describes the ranks for ps: rank, address, and state.
-func (c *cluster) Ranks() []rankInfo {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := []rankInfo{{Rank: 0, Host: c.hosts[0][0], State: "serving"}}
-	broken := c.leader.Broken() != nil
-	for r := 1; r < len(c.hosts); r++ {
-		st := "ready"
-		if !c.alive[r] {
-			st = "gone"
-		} else if broken {
-			st = "stalled"
-		}
-		out = append(out, rankInfo{Rank: r, Host: c.hosts[r][0], State: st})
-	}
-	return out
-}
-
-type rankInfo struct {
-	Rank  int    `json:"rank"`
-	Host  string `json:"host"`
-	State string `json:"state"`
 }
 
 // forModel gives a model's own backend the group.

@@ -68,6 +68,25 @@ func printPs(out io.Writer, ps *api.ProcessResponse, now time.Time) error {
 		}
 		fmt.Fprintf(w, "%s\n", until(m.ExpiresAt, now))
 	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	return printRanks(out, ps)
+}
+
+// printRanks lists the machines of the models split over several (mlxg serve --hostfile).
+func printRanks(out io.Writer, ps *api.ProcessResponse) error {
+	w := tabwriter.NewWriter(out, 0, 8, 3, ' ', 0)
+	header := false
+	for _, m := range ps.Models {
+		for _, r := range m.Ranks {
+			if !header {
+				fmt.Fprintln(w, "\nMODEL\tRANK\tHOST\tLAYERS\tSTATE")
+				header = true
+			}
+			fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\n", m.Name, r.Rank, r.Host, r.Layers, r.State)
+		}
+	}
 	return w.Flush()
 }
 

@@ -44,3 +44,23 @@ func TestRunningMatches(t *testing.T) {
 		}
 	}
 }
+
+func TestPrintPsRanks(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	ps := &api.ProcessResponse{Models: []api.ProcessModelResponse{
+		{Name: "big:latest", Digest: "0123456789abcdef", Size: 100, ExpiresAt: now.Add(time.Minute), Ranks: []api.ProcessRank{
+			{Rank: 0, Host: "10.0.0.1:5000", Layers: "0-23", State: "ready"},
+			{Rank: 1, Host: "10.0.0.2:5000", Layers: "24-47", State: "gone"},
+		}},
+	}}
+	var b bytes.Buffer
+	if err := printPs(&b, ps, now); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"RANK", "HOST", "LAYERS", "10.0.0.1:5000", "0-23", "24-47", "gone"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}

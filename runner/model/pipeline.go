@@ -171,6 +171,71 @@ type Leader struct {
 	dmu    sync.Mutex
 	broken error
 	down   chan struct{} // closed once broken
+	hosts  []string      // each rank's address, for Ranks
+	gone   map[int]bool  // ranks whose liveness connection closed
+}
+
+// RankInfo is one rank of a model's pipeline, as ps shows it.
+type RankInfo struct {
+	Rank   int
+	Host   string
+	Layers string // "0-13", or "head only"
+	State  string // "ready", "gone", or "stalled" (another rank failed)
+}
+
+// SetHosts records the ranks' addresses (the hostfile's), for Ranks.
+func (l *Leader) SetHosts(hosts []string) {
+	l.dmu.Lock()
+	l.hosts = hosts
+	l.dmu.Unlock()
+}
+
+// RankGone records that rank r went away, and fails the pipeline with err.
+func (l *Leader) RankGone(r int, err error) {
+	l.dmu.Lock()
+	if l.gone == nil {
+		l.gone = map[int]bool{}
+	}
+	l.gone[r] = true
+	l.dmu.Unlock()
+	l.Fail(err)
+}
+
+// Ranks describes the ranks of m, a model loaded through l.
+func (l *Leader) Ranks(m *Model) []RankInfo {
+	stages, err := Split(m.Config.NumLayers, l.wire.Size())
+	if err != nil {
+		return nil
+	}
+	l.dmu.Lock()
+	defer l.dmu.Unlock()
+	out := make([]RankInfo, len(stages))
+	for r, s := range stages {
+		ri := RankInfo{Rank: r, State: "ready", Layers: "head only"}
+		if s.Hi > s.Lo {
+			ri.Layers = fmt.Sprintf("%d-%d", s.Lo, s.Hi-1)
+		}
+		if r < len(l.hosts) {
+			ri.Host = l.hosts[r]
+		}
+		switch {
+		case l.gone[r]:
+			ri.State = "gone"
+		case l.broken != nil:
+			ri.State = "stalled"
+		}
+		out[r] = ri
+	}
+	return out
+}
+
+// Ranks describes the ranks of a model split over several machines (nil for a model
+// in one process).
+func (m *Model) Ranks() []RankInfo {
+	if m.pipe == nil || m.pipe.leader == nil {
+		return nil
+	}
+	return m.pipe.leader.Ranks(m)
 }
 
 // NewLeader starts rank 0's side over w.
