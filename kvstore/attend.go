@@ -139,6 +139,10 @@ func attendPart(t tiler, s *scratch, a Attention, st *state, length, h, r0, r1, 
 		return
 	}
 	kvHeads, kDim, vDim := t.Dims()
+	if useBlocked(r0, r1, vDim) {
+		attendBlocked(t, s, a, st, length, h, r0, r1, b0, b1)
+		return
+	}
 	group := a.Heads / kvHeads
 	first := length - a.N // absolute position of query row 0
 	kt, vt := s.grow(&s.k, BlockTokens*kDim), s.grow(&s.v, BlockTokens*vDim)
@@ -188,7 +192,7 @@ func attendPart(t tiler, s *scratch, a Attention, st *state, length, h, r0, r1, 
 	}
 }
 
-type scratch struct{ k, v, scores, m, l, acc, q, qs, p, spare []float32 }
+type scratch struct{ k, v, scores, m, l, acc, q, qs, p, spare, kp, vp, pad []float32 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 
