@@ -16,7 +16,7 @@ import (
 func TestDecodeKernels(t *testing.T) {
 	for _, on := range []bool{true, false} {
 		prev := SetSIMD(on)
-		t.Run(fmt.Sprintf("simd=%v", simd), testDecodeKernels)
+		t.Run(fmt.Sprintf("simd=%v", decodeOn()), testDecodeKernels)
 		SetSIMD(prev)
 	}
 }

@@ -92,6 +92,12 @@ func dotQ8Rows(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *
 	}
 }
 
+// decodeOn reports whether the decode kernels (dotQ4Rows, dotQ8Rows) run; their vectors
+// have decodeLanes lanes.
+func decodeOn() bool { return simd }
+
+const decodeLanes = 8
+
 // SetSIMD switches the assembly kernels on or off (for tests and benchmarks of the
 // plain Go kernels) and returns the previous setting; it cannot turn them on where the
 // CPU lacks them. It must not be called while kernels run.

@@ -1,10 +1,14 @@
-//go:build !amd64
+//go:build !amd64 && !arm64
 
 package quant
 
 import "unsafe"
 
 const simd = false
+
+func decodeOn() bool { return false }
+
+const decodeLanes = 1
 
 func dotQ4Rows(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, n, group int, st ScaleType) {
 	panic("unreachable")

@@ -139,9 +139,9 @@ func (v *Vec) DotRowsStored(out []float32, packed []uint32, scales, biases Scale
 	_ = packed[rows*wpr-1]
 	checkLen(scales, biases, rows*groups)
 	switch {
-	case simd && v.bits == 4 && len(v.perm) == len(v.x):
+	case decodeOn() && v.bits == 4 && len(v.perm) == len(v.x):
 		dotQ4Rows(&v.perm[0], &packed[0], scales.ptr(), biases.ptr(), &v.sums[0], &out[0], rows, len(v.x), v.group, scales.Type)
-	case simd && v.bits == 8 && len(v.perm) == len(v.x):
+	case decodeOn() && v.bits == 8 && len(v.perm) == len(v.x):
 		dotQ8Rows(&v.perm[0], &packed[0], scales.ptr(), biases.ptr(), &v.sums[0], &out[0], rows, len(v.x), v.group, scales.Type)
 	case scales.Type == ScaleF32:
 		for r := range out {

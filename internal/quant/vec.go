@@ -26,12 +26,12 @@ func (v *Vec) Prepare(x []float32, bits, group int) error {
 	GroupSums(v.sums, x, group)
 	v.perm = v.perm[:0]
 	switch {
-	case simd && bits == 4 && len(x)%64 == 0:
+	case decodeOn() && bits == 4 && len(x)%(8*decodeLanes) == 0:
 		v.perm = grow(v.perm, len(x))
-		permute4(v.perm, x)
-	case simd && bits == 8:
+		permute4(v.perm, x, decodeLanes)
+	case decodeOn() && bits == 8 && len(x)%(4*decodeLanes) == 0:
 		v.perm = grow(v.perm, len(x))
-		permute8(v.perm, x)
+		permute8(v.perm, x, decodeLanes)
 	}
 	return nil
 }
@@ -56,37 +56,40 @@ func grow(b []float32, n int) []float32 {
 	return b[:n]
 }
 
-// permute4 writes x in the order and scaling of the 4-bit kernel: in each chunk of 64
-// codes (8 words, one per lane), code j of every word (lanes 0..7) together, scaled by
-// 2^(-4j) since the kernel converts code j in place as q·2^(4j) (code 7 is shifted down).
-func permute4(dst, x []float32) {
-	for c := 0; c+64 <= len(x); c += 64 {
-		xs, d := x[c:c+64:c+64], dst[c:c+64:c+64]
-		for i := 0; i < 8; i++ {
+// permute4 writes x in the order and scaling of the 4-bit decode kernels, whose vectors
+// hold L lanes of 32 bits (AVX2 8, NEON 4): in each chunk of 8L codes (L words, one per
+// lane), code j of every word together, scaled by 2^(-4j), since the kernels convert code
+// j in place as q·2^(4j) (code 7 is shifted down, so it keeps its scale).
+func permute4(dst, x []float32, L int) {
+	n := 8 * L
+	for c := 0; c+n <= len(x); c += n {
+		xs, d := x[c:c+n:c+n], dst[c:c+n:c+n]
+		for i := 0; i < L; i++ {
 			w := xs[8*i : 8*i+8 : 8*i+8]
 			d[i] = w[0]
-			d[8+i] = w[1] * 0x1p-4
-			d[16+i] = w[2] * 0x1p-8
-			d[24+i] = w[3] * 0x1p-12
-			d[32+i] = w[4] * 0x1p-16
-			d[40+i] = w[5] * 0x1p-20
-			d[48+i] = w[6] * 0x1p-24
-			d[56+i] = w[7]
+			d[L+i] = w[1] * 0x1p-4
+			d[2*L+i] = w[2] * 0x1p-8
+			d[3*L+i] = w[3] * 0x1p-12
+			d[4*L+i] = w[4] * 0x1p-16
+			d[5*L+i] = w[5] * 0x1p-20
+			d[6*L+i] = w[6] * 0x1p-24
+			d[7*L+i] = w[7]
 		}
 	}
 }
 
-// permute8 is permute4 for 8-bit codes: chunks of 32 (8 words of 4 codes), code j of each
+// permute8 is permute4 for 8-bit codes: chunks of 4L codes (L words of 4), code j of each
 // word scaled by 2^(-8j), code 3 shifted down.
-func permute8(dst, x []float32) {
-	for c := 0; c+32 <= len(x); c += 32 {
-		xs, d := x[c:c+32:c+32], dst[c:c+32:c+32]
-		for i := 0; i < 8; i++ {
+func permute8(dst, x []float32, L int) {
+	n := 4 * L
+	for c := 0; c+n <= len(x); c += n {
+		xs, d := x[c:c+n:c+n], dst[c:c+n:c+n]
+		for i := 0; i < L; i++ {
 			w := xs[4*i : 4*i+4 : 4*i+4]
 			d[i] = w[0]
-			d[8+i] = w[1] * 0x1p-8
-			d[16+i] = w[2] * 0x1p-16
-			d[24+i] = w[3]
+			d[L+i] = w[1] * 0x1p-8
+			d[2*L+i] = w[2] * 0x1p-16
+			d[3*L+i] = w[3]
 		}
 	}
 }
