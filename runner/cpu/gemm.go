@@ -85,6 +85,12 @@ func (b *Backend) gemmBlocked(out, x []float32, T int, w *weight) {
 					}
 					nt := min(4, T-t0)
 					for r := 0; r < nr3; r += 3 {
+						if direct := nt == 4 && r+3 <= nr && kn&7 == 0 && gemmSIMD; direct {
+							// Sums straight into out: the same arithmetic as below.
+							_, _, _ = xs[3*in+k0+kn-1], src[(r+2)*in+k0+kn-1], out[(t0+3)*outCols+o0+r+2]
+							dot4x3To(&xs[k0], in, &src[r*in+k0], in, kn, &out[t0*outCols+o0+r], outCols, k0 > 0)
+							continue
+						}
 						kernel4x3(&acc, xs[k0:], in, src[r*in+k0:], in, kn)
 						for t := 0; t < nt; t++ {
 							y := out[(t0+t)*outCols+o0+r:]

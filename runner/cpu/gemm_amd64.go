@@ -8,3 +8,6 @@ var gemmSIMD = cpu.X86.HasAVX2 && cpu.X86.HasFMA
 
 //go:noescape
 func dot4x3(x *float32, xstride int, w *float32, wstride int, n int, out *[12]float32)
+
+//go:noescape
+func dot4x3To(x *float32, xstride int, w *float32, wstride int, n int, c *float32, ldc int, acc bool)

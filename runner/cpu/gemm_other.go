@@ -8,3 +8,7 @@ var gemmSIMD = false
 func dot4x3(x *float32, xstride int, w *float32, wstride int, n int, out *[12]float32) {
 	panic("unreachable")
 }
+
+func dot4x3To(x *float32, xstride int, w *float32, wstride int, n int, c *float32, ldc int, acc bool) {
+	panic("unreachable")
+}

@@ -131,3 +131,37 @@ func BenchmarkGemm(b *testing.B) {
 		}
 	}
 }
+
+// TestDot4x3To: the kernel that writes its sums into the output equals dot4x3's sums
+// written (or added) by hand, bit for bit, and leaves the neighbours alone.
+func TestDot4x3To(t *testing.T) {
+	if !gemmSIMD {
+		t.Skip("no assembly kernel on this CPU")
+	}
+	r := rand.New(rand.NewPCG(54, 54))
+	for _, n := range []int{8, 64, 1024} {
+		for _, acc := range []bool{false, true} {
+			x, w := randVec(r, 4*(n+3)), randVec(r, 3*(n+1))
+			const ldc = 7
+			c := randVec(r, 4*ldc)
+			want := append([]float32(nil), c...)
+			var s [12]float32
+			dot4x3(&x[0], n+3, &w[0], n+1, n, &s)
+			for tk := 0; tk < 4; tk++ {
+				for j := 0; j < 3; j++ {
+					if acc {
+						want[tk*ldc+1+j] += s[3*tk+j]
+					} else {
+						want[tk*ldc+1+j] = s[3*tk+j]
+					}
+				}
+			}
+			dot4x3To(&x[0], n+3, &w[0], n+1, n, &c[1], ldc, acc)
+			for i := range want {
+				if c[i] != want[i] {
+					t.Fatalf("n=%d acc=%v: c[%d] = %v, want %v", n, acc, i, c[i], want[i])
+				}
+			}
+		}
+	}
+}
