@@ -48,6 +48,9 @@ type EngineLoader struct {
 	// Prefix shares prompt prefixes between requests (RAM and SSD tiers); nil: none. Its RAM
 	// budget is the KV policy's prefix budget, set on each load and each request.
 	Prefix *kvstore.PrefixCache
+	// Shape, when set, turns a model's shape into this process's share of it before the KV
+	// policy plans (a model split over several machines: rank 0's layers and weights).
+	Shape func(dir string, shape kvstore.ModelShape, numCtx int) (kvstore.ModelShape, error)
 }
 
 // plan reads the model's shape and asks the KV policy for its layout at numCtx.
@@ -59,6 +62,11 @@ func (l *EngineLoader) plan(m *registry.LocalModel, numCtx int, loaded bool) (kv
 	shape, err := kvstore.ShapeFromConfig(data, m.Size)
 	if err != nil {
 		return shape, kvstore.Plan{}, fmt.Errorf("%s: %w", m.Dir, err)
+	}
+	if l.Shape != nil {
+		if shape, err = l.Shape(m.Dir, shape, numCtx); err != nil {
+			return shape, kvstore.Plan{}, fmt.Errorf("%s: %w", m.Dir, err)
+		}
 	}
 	plan, err := l.KV.Plan(m.Dir, shape, numCtx, loaded)
 	return shape, plan, err

@@ -166,3 +166,106 @@ func distCaches(t *testing.T, m *model.Model, dir, kind string) []kvstore.Layer 
 	a := kvstore.AffineFormat
 	return kvCaches(t, m, dir, kvstore.Spec{K: a(8, 32), V: a(4, 32)}, 1)
 }
+
+const envDistBench = "MLXG_TEST_DIST_BENCH_MODEL"
+
+// distSpeed is a run's prefill and decode speed.
+type distSpeed struct {
+	Prefill, Decode float64 // tokens per second
+}
+
+// timedRun prefills prompt in one pass and decodes steps tokens greedily.
+func timedRun(t testing.TB, m *model.Model, prompt []int32, steps int) distSpeed {
+	t.Helper()
+	caches, err := m.NewCaches(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	start := time.Now()
+	logits, err := m.Forward(ctx, prompt, caches, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pre := time.Since(start)
+	start = time.Now()
+	for range steps {
+		if logits, err = m.Forward(ctx, []int32{int32(argmax(logits))}, caches, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return distSpeed{Prefill: float64(len(prompt)) / pre.Seconds(), Decode: float64(steps) / time.Since(start).Seconds()}
+}
+
+// TestDistributedBench (MLXG_DIST_BENCH=1; informational) times a random model of
+// Qwen2-0.5B's shape at 4 bits on MLX: one process, then two ranks over loopback
+// (12 layers each; rank 1 also the head). On one machine the two ranks share its cores
+// and add two transfers per pass; on two Macs each holds half the weights, which is
+// the point: a model that does not fit one machine runs, a single stream no faster.
+func TestDistributedBench(t *testing.T) {
+	prompt, steps := modeltest.Tokens(7, 128), 32
+	rank, isRank := mlxtest.Rank()
+	if isRank {
+		if os.Getenv(envDistBench) == "" {
+			t.Skip("not the bench's ranks")
+		}
+		b := mlxtest.Backend(t)
+		g, err := b.JoinGroup("ring")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rank != 0 {
+			w := &model.Worker{Wire: g, Open: func(dir string, s model.Stage) (*model.Model, error) { return model.LoadStage(dir, b, s) }}
+			if err := w.Run(); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		leader, err := model.NewLeader(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := leader.Load(os.Getenv(envDistBench), b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		timedRun(t, m, prompt[:16], 4) // warm up
+		mlxtest.Result("speed", timedRun(t, m, prompt, steps))
+		m.Close()
+		if err := leader.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if os.Getenv("MLXG_DIST_BENCH") != "1" {
+		t.Skip("set MLXG_DIST_BENCH=1 to time one process against two ranks on the Qwen2-0.5B shape")
+	}
+	hf := filepath.Join(t.TempDir(), "hf")
+	if err := randmodel.Generate(hf, randmodel.Qwen2_0_5B(), randmodel.Options{Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "q4")
+	if _, err := create.Convert(context.Background(), hf, dir, create.Options{Bits: 4, GroupSize: 64}); err != nil {
+		t.Fatal(err)
+	}
+	os.RemoveAll(hf)
+	open := mlxtest.Opener(t)
+	b, err := open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.Load(dir, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	timedRun(t, m, prompt[:16], 4)
+	one := timedRun(t, m, prompt, steps)
+	m.Close()
+	b.(interface{ Close() error }).Close()
+	outs := mlxtest.Ranks(t, 2, "TestDistributedBench", 10*time.Minute, envDistBench+"="+dir)
+	var two distSpeed
+	mlxtest.Results(t, outs[0], "speed", &two)
+	t.Logf("Qwen2-0.5B shape, 4-bit g64, MLX (%s), %d-token prefill, %d decode steps:", b.Name(), len(prompt), steps)
+	t.Logf("  1 process : prefill %6.1f tok/s, decode %5.2f tok/s", one.Prefill, one.Decode)
+	t.Logf("  2 ranks   : prefill %6.1f tok/s, decode %5.2f tok/s (loopback, the same cores)", two.Prefill, two.Decode)
+}

@@ -103,6 +103,7 @@ type cluster struct {
 
 	mu    sync.Mutex
 	alive map[int]bool
+	conns map[int]net.Conn
 }
 
 // startCluster makes this process rank 0 of the hostfile's group, on b (which stays
@@ -136,13 +137,28 @@ func startCluster(b compute.Backend, hostfile string, log *slog.Logger) (*cluste
 	if err != nil {
 		return nil, fmt.Errorf("listening for the workers' liveness connections: %w", err)
 	}
-	c := &cluster{group: g, leader: leader, hosts: hosts, ln: ln, log: log, alive: map[int]bool{}}
+	c := &cluster{group: g, leader: leader, hosts: hosts, ln: ln, log: log, alive: map[int]bool{}, conns: map[int]net.Conn{}}
 	leader.SetHosts(strings.Split(c.hostList(), ","))
 	go c.accept()
 	if err := leader.Hello(ln.Addr().String()); err != nil {
 		ln.Close()
 		return nil, err
 	}
+	// Every worker has dialled by now; wait until each is registered, then ring their
+	// doorbells before each message.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		c.mu.Lock()
+		n := len(c.conns)
+		c.mu.Unlock()
+		if n == len(hosts)-1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			ln.Close()
+			return nil, fmt.Errorf("only %d of %d workers connected their liveness connection to rank 0", n, len(hosts)-1)
+		}
+	}
+	leader.Doorbell = c.ring
 	model.SetLeader(leader)
 	log.Info("pipeline ready: models are split over the ranks by layers", "ranks", g.Size(), "hosts", c.hostList())
 	return c, nil
@@ -166,7 +182,7 @@ func (c *cluster) accept() {
 				return
 			}
 			c.mu.Lock()
-			c.alive[r] = true
+			c.alive[r], c.conns[r] = true, conn
 			c.mu.Unlock()
 			for {
 				if _, err := rd.ReadByte(); err != nil {
@@ -189,6 +205,20 @@ func (c *cluster) hostList() string {
 		s = append(s, h[0])
 	}
 	return strings.Join(s, ",")
+}
+
+// ring tells every worker that a control message is coming: one byte on its liveness
+// connection (they wait for it rather than in MLX's receive, which polls).
+func (c *cluster) ring() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for r, conn := range c.conns {
+		conn.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		if _, err := conn.Write([]byte{1}); err != nil {
+			return fmt.Errorf("rank %d (%s) is gone: %w", r, c.hosts[r][0], err)
+		}
+	}
+	return nil
 }
 
 // forModel gives a model's own backend the group.

@@ -137,9 +137,9 @@ func serve(ctx context.Context, logw io.Writer, kv *kvstore.Options, pc *kvstore
 		return err
 	}
 	forModel := choice.ForModel
+	var cl *cluster
 	if hostfile != "" {
-		cl, err := startCluster(choice.Backend, hostfile, log)
-		if err != nil {
+		if cl, err = startCluster(choice.Backend, hostfile, log); err != nil {
 			return err
 		}
 		defer cl.Close()
@@ -150,9 +150,13 @@ func serve(ctx context.Context, logw io.Writer, kv *kvstore.Options, pc *kvstore
 		return err
 	}
 	defer prefix.Close()
+	loader := &api.EngineLoader{Backend: choice.Backend, ForModel: forModel, Threads: threads, KV: &kvstore.Policy{Options: *kv, Log: log}, Logger: log, Prefix: prefix, Parallel: sc.NumParallel}
+	if cl != nil {
+		loader.Shape = cl.leader.Plan // rank 0 plans its own layers' KV; each worker plans its own
+	}
 	srv, err := api.NewServer(api.ServerConfig{
 		Store:         store,
-		Loader:        &api.EngineLoader{Backend: choice.Backend, ForModel: forModel, Threads: threads, KV: &kvstore.Policy{Options: *kv, Log: log}, Logger: log, Prefix: prefix, Parallel: sc.NumParallel},
+		Loader:        loader,
 		Sched:         sc,
 		Origins:       api.OriginsFromEnv(os.Getenv),
 		ContextLength: ctxLen,

@@ -7,12 +7,14 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
 
 	"github.com/spf13/cobra"
 
+	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/metal"
 	"github.com/mlxg/mlxg/runner/backend"
 	"github.com/mlxg/mlxg/runner/compute"
@@ -28,6 +30,9 @@ workers load the layers it assigns them of each model it loads (from the same pa
 Hugging Face cache: pull the model on every machine), and run their part of every forward pass. A worker
 ends when rank 0 stops or goes away.
 
+This machine's memory policy plans the KV cache of its own layers (the --kv-* flags and MLXG_KV_* work as
+for serve).
+
 Environment variables:
   MLXG_HOSTFILE, MLX_HOSTFILE         the hostfile, when --hostfile is not given
   MLX_RANK                            the rank, when --rank is not given
@@ -37,27 +42,33 @@ Environment variables:
 func newWorkerCmd() *cobra.Command {
 	var hostfile string
 	var rank, threads int
+	var kv kvstore.Options
 	cmd := &cobra.Command{
 		Use:   "worker",
 		Short: "Run one worker rank of a model split over several machines",
 		Long:  workerHelp,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runWorker(cmd.Context(), cmd.ErrOrStderr(), hostfileFrom(hostfile), rank, threads)
+			return runWorker(cmd.Context(), cmd.ErrOrStderr(), hostfileFrom(hostfile), rank, threads, &kv)
 		},
 	}
 	cmd.Flags().StringVar(&hostfile, "hostfile", "", "MLX hostfile listing every rank's address (rank 0 first)")
 	cmd.Flags().IntVar(&rank, "rank", -1, "this machine's rank, 1 or more (default: MLX_RANK)")
 	cmd.Flags().IntVar(&threads, "threads", 0, "CPU threads (0: all cores)")
+	kv.RegisterFlags(cmd.Flags())
 	return cmd
 }
 
-func runWorker(ctx context.Context, logw io.Writer, hostfile string, rank, threads int) error {
+func runWorker(ctx context.Context, logw io.Writer, hostfile string, rank, threads int, kv *kvstore.Options) error {
 	log, err := newLogger(logw)
 	if err != nil {
 		return err
 	}
 	slog.SetDefault(log)
+	if err := kv.ApplyEnv(os.Getenv); err != nil {
+		return err
+	}
+	policy := &kvstore.Policy{Options: *kv, Log: log}
 	if hostfile == "" {
 		return fmt.Errorf("a worker needs the hostfile: --hostfile FILE (or MLXG_HOSTFILE / MLX_HOSTFILE)")
 	}
@@ -85,6 +96,8 @@ func runWorker(ctx context.Context, logw io.Writer, hostfile string, rank, threa
 	backends := map[*model.Model]compute.Backend{}
 	var live net.Conn
 	var stopping atomic.Bool
+	bell := make(chan struct{}, 1024)
+	gone := make(chan struct{})
 	w := &model.Worker{
 		Wire: g,
 		Log:  log,
@@ -113,6 +126,23 @@ func runWorker(ctx context.Context, logw io.Writer, hostfile string, rank, threa
 			mu.Unlock()
 			return m, nil
 		},
+		// This machine's memory policy plans the KV of its own layers, for the context
+		// rank 0 loaded the model with.
+		Caches: func(m *model.Model, dir string, numCtx int) ([]kvstore.Layer, error) {
+			data, err := os.ReadFile(filepath.Join(dir, "config.json"))
+			if err != nil {
+				return nil, err
+			}
+			shape, err := kvstore.ShapeFromConfig(data, 0)
+			if err != nil {
+				return nil, err
+			}
+			if numCtx <= 0 {
+				numCtx = 4096
+			}
+			caches, _, err := policy.Caches(dir, model.StageShape(shape, *m.Stage(), m.WeightBytes()), numCtx)
+			return caches, err
+		},
 		Release: func(m *model.Model) {
 			mu.Lock()
 			b := backends[m]
@@ -133,9 +163,19 @@ func runWorker(ctx context.Context, logw io.Writer, hostfile string, rank, threa
 			}
 			live = conn
 			go func() {
-				// Rank 0 never writes: a read ends when it goes away, and so does the worker.
-				buf := make([]byte, 1)
-				conn.Read(buf)
+				// Rank 0 writes a byte before each control message; the read ends when it
+				// goes away, and so does the worker.
+				buf := make([]byte, 64)
+				for {
+					n, err := conn.Read(buf)
+					for range n {
+						bell <- struct{}{}
+					}
+					if err != nil {
+						break
+					}
+				}
+				close(gone)
 				if stopping.Load() {
 					return
 				}
@@ -143,6 +183,17 @@ func runWorker(ctx context.Context, logw io.Writer, hostfile string, rank, threa
 				os.Exit(1)
 			}()
 			return nil
+		},
+		Doorbell: func() error {
+			if live == nil {
+				return nil // before OpHello
+			}
+			select {
+			case <-bell:
+				return nil
+			case <-gone:
+				return fmt.Errorf("rank 0 went away")
+			}
 		},
 	}
 	err = w.Run()

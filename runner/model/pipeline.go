@@ -38,7 +38,8 @@ const (
 	// sequence's first pass, describes every layer's cache (kvstore.Describe) as rank 0's
 	// memory policy made it, so that each rank keeps its layers' KV as one process would.
 	OpForward = 1
-	// OpLoad loads a model as Model: payload its directory on rank 0.
+	// OpLoad loads a model as Model: payload its directory on rank 0; Start is the
+	// context the server loads it for (the workers' memory policies plan for it).
 	OpLoad = 2
 	// OpUnload drops model Model.
 	OpUnload = 3
@@ -77,6 +78,16 @@ func (m Message) header() []int32 {
 		h[6] = 1
 	}
 	return h
+}
+
+// send sends m to the workers, ringing their doorbell first.
+func (l *Leader) send(m Message) error {
+	if l.Doorbell != nil {
+		if err := l.Doorbell(); err != nil {
+			return err
+		}
+	}
+	return sendMessage(l.wire, m)
 }
 
 // sendMessage sends m to the next rank.
@@ -167,13 +178,45 @@ type Leader struct {
 	// Timeout bounds one exchange with the workers (a pass, a load); 0: none. MLX's ring
 	// has no timeout of its own: a rank that died leaves the transfer blocked.
 	Timeout time.Duration
+	// Doorbell, when set, is called before each message: it tells every worker that one
+	// is coming (cmd's liveness connections). MLX's ring waits for data by polling its
+	// socket, so a worker blocked in a receive keeps a core busy; it waits for the
+	// doorbell instead while idle.
+	Doorbell func() error
 
 	dmu    sync.Mutex
 	broken error
-	down   chan struct{} // closed once broken
-	hosts  []string      // each rank's address, for Ranks
-	gone   map[int]bool  // ranks whose liveness connection closed
+	down   chan struct{}  // closed once broken
+	hosts  []string       // each rank's address, for Ranks
+	gone   map[int]bool   // ranks whose liveness connection closed
+	ctx    map[string]int // the context each model directory is planned for (Plan)
 }
+
+// Plan is rank 0's memory-policy view of the model in dir: its share of shape (its
+// layers and weights: StageShape), to plan its own KV with; numCtx is passed on to the
+// workers when the model loads, for theirs.
+func (l *Leader) Plan(dir string, shape kvstore.ModelShape, numCtx int) (kvstore.ModelShape, error) {
+	stages, err := Split(len(shape.Layers), l.wire.Size())
+	if err != nil {
+		return shape, err
+	}
+	w, err := StageWeightBytes(dir, stages[0])
+	if err != nil {
+		return shape, err
+	}
+	l.dmu.Lock()
+	if l.ctx == nil {
+		l.ctx = map[string]int{}
+	}
+	if numCtx > 0 {
+		l.ctx[dir] = numCtx
+	}
+	l.dmu.Unlock()
+	return StageShape(shape, stages[0], w), nil
+}
+
+// CurrentLeader is the leader SetLeader made, if any.
+func CurrentLeader() *Leader { return currentLeader() }
 
 // RankInfo is one rank of a model's pipeline, as ps shows it.
 type RankInfo struct {
@@ -310,7 +353,7 @@ func (l *Leader) Ping() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.exchange(func() error {
-		if err := sendMessage(l.wire, Message{Op: OpPing}); err != nil {
+		if err := l.send(Message{Op: OpPing}); err != nil {
 			return err
 		}
 		_, err := l.status()
@@ -325,7 +368,7 @@ func (l *Leader) Hello(addr string) error {
 	defer l.mu.Unlock()
 	failed := -1
 	err := l.exchange(func() error {
-		if err := sendMessage(l.wire, Message{Op: OpHello, Payload: Ints(addr)}); err != nil {
+		if err := l.send(Message{Op: OpHello, Payload: Ints(addr)}); err != nil {
 			return err
 		}
 		var err error
@@ -342,7 +385,7 @@ func (l *Leader) Hello(addr string) error {
 func (l *Leader) Stop() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.exchange(func() error { return sendMessage(l.wire, Message{Op: OpStop}) })
+	return l.exchange(func() error { return l.send(Message{Op: OpStop}) })
 }
 
 // Load loads the model in dir on every rank, each its stage, backend binding rank 0's.
@@ -362,7 +405,10 @@ func (l *Leader) Load(dir string, backend compute.Backend) (*Model, error) {
 	id := l.next
 	failed := -1
 	err = l.exchange(func() error {
-		if err := sendMessage(l.wire, Message{Op: OpLoad, Model: id, Payload: Ints(dir)}); err != nil {
+		l.dmu.Lock()
+		numCtx := l.ctx[dir]
+		l.dmu.Unlock()
+		if err := l.send(Message{Op: OpLoad, Model: id, Start: int32(numCtx), Payload: Ints(dir)}); err != nil {
 			return err
 		}
 		var err error
@@ -390,7 +436,7 @@ func (l *Leader) unload(id int32) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.exchange(func() error {
-		if err := sendMessage(l.wire, Message{Op: OpUnload, Model: id}); err != nil {
+		if err := l.send(Message{Op: OpUnload, Model: id}); err != nil {
 			return err
 		}
 		_, err := l.status()
@@ -466,10 +512,7 @@ func (m *Model) forwardStage(ctx context.Context, tokens []int32, caches []kvsto
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if err := m.FillCaches(caches); err != nil {
-		return nil, err
-	}
-	seq, layout := p.seqID(caches)
+	seq, layout := p.seqID(caches) // as the policy made them: nil for the layers it left to other ranks
 	if err := m.checkStage(tokens, caches); err != nil {
 		return nil, err
 	}
@@ -488,7 +531,7 @@ func (m *Model) forwardStage(ctx context.Context, tokens []int32, caches []kvsto
 	var passErr error
 	failed := -1
 	err := l.exchange(func() error {
-		if err := sendMessage(l.wire, msg); err != nil {
+		if err := l.send(msg); err != nil {
 			return err
 		}
 		var broke error
@@ -630,15 +673,25 @@ type Worker struct {
 	Release func(m *Model)
 	// OnHello, when set, is given rank 0's liveness address (OpHello).
 	OnHello func(addr string) error
-	Log     *slog.Logger
+	// Doorbell, when set, blocks until rank 0 says a message is coming (see
+	// Leader.Doorbell); it returns at once until there is a doorbell to wait for.
+	Doorbell func() error
+	// Caches, when set, makes a new sequence's caches for m (loaded from dir for a
+	// context of numCtx) with this machine's memory policy: its layers' share
+	// (StageShape). Layers rank 0 described win over it; nil: the network's own fp16 or
+	// float32 caches.
+	Caches func(m *Model, dir string, numCtx int) ([]kvstore.Layer, error)
+	Log    *slog.Logger
 
 	models map[int32]*workerModel
 	tick   int
 }
 
 type workerModel struct {
-	m    *Model
-	seqs map[int32]*workerSeq
+	m      *Model
+	dir    string
+	numCtx int
+	seqs   map[int32]*workerSeq
 }
 
 type workerSeq struct {
@@ -659,6 +712,11 @@ func (w *Worker) Run() error {
 		}
 	}()
 	for {
+		if w.Doorbell != nil {
+			if err := w.Doorbell(); err != nil {
+				return err
+			}
+		}
 		msg, err := recvMessage(w.Wire)
 		if err != nil {
 			return err
@@ -723,7 +781,7 @@ func (w *Worker) load(msg Message) error {
 		return fmt.Errorf("loading %s: %w", dir, err)
 	}
 	m.pipe = &pipe{id: msg.Model, wire: w.Wire}
-	w.models[msg.Model] = &workerModel{m: m, seqs: map[int32]*workerSeq{}}
+	w.models[msg.Model] = &workerModel{m: m, dir: m.Dir, numCtx: int(msg.Start), seqs: map[int32]*workerSeq{}}
 	w.Log.Info("model loaded", "model", msg.Model, "dir", dir, "stage", m.stage.String(), "weights", m.WeightBytes())
 	return nil
 }
@@ -761,7 +819,7 @@ func (w *Worker) forward(msg Message) (failure, broke error) {
 		if msg.Layout == nil {
 			return fill(fmt.Errorf("sequence %d is not known here (dropped as least recently used?) and came without its cache layout", msg.Seq))
 		}
-		caches, err := wm.m.stageCachesFrom(msg.Layout, msg.FP32)
+		caches, err := w.newCaches(wm, msg)
 		if err != nil {
 			return fill(err)
 		}
@@ -801,14 +859,29 @@ func currentLeader() *Leader {
 	return leader
 }
 
-// stageCachesFrom makes a sequence's caches on a worker: the network's own, with the
-// layers of this stage made as rank 0 described them (its memory policy's kinds and
-// specs).
-func (m *Model) stageCachesFrom(layout []int32, fp32 bool) ([]kvstore.Layer, error) {
-	caches, err := m.NewCaches(fp32)
+// newCaches makes a sequence's caches on a worker: its memory policy's (Caches), else
+// the network's own, with the layers of this stage that rank 0 described made as it
+// described them.
+func (w *Worker) newCaches(wm *workerModel, msg Message) ([]kvstore.Layer, error) {
+	var caches []kvstore.Layer
+	var err error
+	if w.Caches != nil && !msg.FP32 {
+		caches, err = w.Caches(wm.m, wm.dir, wm.numCtx)
+		if err == nil {
+			err = wm.m.FillCaches(caches)
+		}
+	} else {
+		caches, err = wm.m.NewCaches(msg.FP32)
+	}
 	if err != nil {
 		return nil, err
 	}
+	return wm.m.stageCachesFrom(caches, msg.Layout)
+}
+
+// stageCachesFrom makes the layers of this stage that rank 0 described (its memory
+// policy's kinds and specs) as described, in caches.
+func (m *Model) stageCachesFrom(caches []kvstore.Layer, layout []int32) ([]kvstore.Layer, error) {
 	n := m.Config.NumLayers
 	if len(layout) != n*kvstore.DescLen {
 		return nil, fmt.Errorf("a cache layout of %d values for %d layers", len(layout), n)

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/mlxg/mlxg/kvstore"
+	"github.com/mlxg/mlxg/registry/safetensors"
 	"github.com/mlxg/mlxg/runner/compute"
 )
 
@@ -135,7 +136,7 @@ func LoadStage(dir string, backend compute.Backend, s Stage) (*Model, error) {
 	}
 	st := s
 	m.stage = &st
-	m.net = stageNet{m.net}
+	m.net = stageNet{Network: m.net, cfg: m.Config}
 	m.bytes = 0
 	probe := &Loader{Config: m.Config, ckpt: m.ckpt}
 	for _, f := range m.ckpt.Files {
@@ -461,13 +462,62 @@ func (c *stageContext) Fail(err error) compute.Tensor { return c.fail(err) }
 
 // stageNet hides a network's batched pass (a stage runs one sequence per pass) and
 // keeps its own caches.
-type stageNet struct{ Network }
+type stageNet struct {
+	Network
+	cfg *Config
+}
 
 func (n stageNet) NewCaches(fp32 bool) ([]kvstore.Layer, error) {
 	if cm, ok := n.Network.(CacheMaker); ok {
 		return cm.NewCaches(fp32)
 	}
-	return nil, errNoCacheMaker
+	caches := make([]kvstore.Layer, n.cfg.NumLayers)
+	for i := range caches {
+		c, err := kvstore.NewFull(n.cfg.NumKVHeads, n.cfg.HeadDim, n.cfg.HeadDim, fp32)
+		if err != nil {
+			return nil, err
+		}
+		caches[i] = c
+	}
+	return caches, nil
+}
+
+// StageShape is a stage's share of a model's shape, for the memory policy of the rank
+// that runs it: the layers of other ranks keep nothing here, and the weights are the
+// stage's (StageWeightBytes).
+func StageShape(m kvstore.ModelShape, s Stage, weightBytes int64) kvstore.ModelShape {
+	out := m
+	out.Layers = append([]kvstore.LayerShape(nil), m.Layers...)
+	for i := range out.Layers {
+		if i < s.Lo || i >= s.Hi {
+			out.Layers[i] = kvstore.LayerShape{Kind: kvstore.LayerNone}
+		}
+	}
+	out.WeightBytes = weightBytes
+	return out
+}
+
+// StageWeightBytes is the size of the tensors stage s of the checkpoint in dir binds.
+func StageWeightBytes(dir string, s Stage) (int64, error) {
+	cfg, err := ReadConfig(dir)
+	if err != nil {
+		return 0, err
+	}
+	ckpt, err := safetensors.OpenDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	defer ckpt.Close()
+	probe := &Loader{Config: cfg, ckpt: ckpt}
+	var n int64
+	for _, f := range ckpt.Files {
+		for _, t := range f.Header.Tensors {
+			if s.holds(probe, t.Name) {
+				n += t.End - t.Begin
+			}
+		}
+	}
+	return n, nil
 }
 
 var errNoCacheMaker = fmt.Errorf("model: the network makes no caches of its own")
