@@ -36,6 +36,12 @@ func attendTiles(t tiler, length int, a Attention) error {
 	}
 	threads := max(a.Threads, 1)
 	chunks := min(a.N, max(1, (2*threads+kvHeads-1)/kvHeads))
+	if a.N >= 2*prefillChunkRows {
+		// A prefill: about 4 items per thread, so that a thread that loses its core to
+		// another process, or drew the short rows of a causal triangle, holds up one small
+		// item; rows are computed alone, so the split does not change the result.
+		chunks = min(a.N/prefillChunkRows, max(chunks, (4*threads+kvHeads-1)/kvHeads))
+	}
 	rowsPer := (a.N + chunks - 1) / chunks
 	chunks = (a.N + rowsPer - 1) / rowsPer
 	blocks := (length + BlockTokens - 1) / BlockTokens
@@ -83,6 +89,10 @@ func attendTiles(t tiler, length int, a Attention) error {
 	}
 	return nil
 }
+
+// prefillChunkRows is the fewest query rows of a prefill's chunk (each chunk dequantizes
+// the tiles it reads once for its rows).
+const prefillChunkRows = 32
 
 // state is the online softmax of a set of (query row, head) pairs: running max m,
 // sum of exponentials l, and the weighted sum of values acc (vDim each).
