@@ -132,7 +132,8 @@ func launch(tokDir string) (*server, error) {
 		s.cmd.Args = append(s.cmd.Args, "--hostfile", hostfile)
 		s.worker = exec.Command(bin, "worker", "--hostfile", hostfile, "--rank", "1")
 		s.worker.Stdout, s.worker.Stderr = logf, logf
-		s.worker.Env = s.cmd.Env
+		// Its own prefix-cache folder: each rank keeps its own layers' blocks.
+		s.worker.Env = append(append([]string(nil), s.cmd.Env...), "MLXG_PREFIX_DIR="+filepath.Join(tmp, "prefix-rank1"))
 		if err := s.worker.Start(); err != nil {
 			return s, err
 		}

@@ -269,3 +269,123 @@ func TestDistributedBench(t *testing.T) {
 	t.Logf("  1 process : prefill %6.1f tok/s, decode %5.2f tok/s", one.Prefill, one.Decode)
 	t.Logf("  2 ranks   : prefill %6.1f tok/s, decode %5.2f tok/s (loopback, the same cores)", two.Prefill, two.Decode)
 }
+
+const envDistPrefix = "MLXG_TEST_DIST_PREFIX_MODELS"
+
+// prefixRun is what rank 0 of TestDistributedPrefixCache saw: the tokens of a cold and
+// of a repeated request, and how many prompt tokens the repeat restored.
+type prefixRunResult struct {
+	Cold, Hit []int32
+	Cached    int // prompt tokens the repeat restored on rank 0
+	Prefilled int // prompt tokens it computed: 1 when every rank restored the rest
+}
+
+// TestDistributedPrefixCache runs the engine with the prefix cache on a dense and a
+// hybrid random model split over two ranks (each rank keeps its own layers' blocks in
+// its own prefix cache): a 600-token prompt, then the same prompt again, whose repeat
+// restores its blocks on both ranks; both give the single-process greedy tokens.
+func TestDistributedPrefixCache(t *testing.T) {
+	archs := []struct {
+		name string
+		cfg  randmodel.Config
+	}{
+		{"qwen3", randmodel.Tiny("qwen3", 512)},
+		{"qwen3_next", randmodel.TinyQwen3Next(512)},
+	}
+	prompt := modeltest.Tokens(9, 600)
+	o := Greedy()
+	o.NumPredict = 6
+	gen := func(e *Engine) *Result {
+		res, err := e.GenerateTokens(context.Background(), prompt, o, func(int32) (bool, error) { return false, nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	rank, isRank := mlxtest.Rank()
+	if isRank {
+		if os.Getenv(envDistPrefix) == "" {
+			t.Skip("not this test's ranks")
+		}
+		b := mlxtest.Backend(t)
+		g, err := b.JoinGroup("ring")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pc, err := kvstore.NewPrefixCache(kvstore.PrefixConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rank != 0 {
+			w := &model.Worker{Wire: g, Prefix: pc, Open: func(dir string, s model.Stage) (*model.Model, error) { return model.LoadStage(dir, b, s) }}
+			if err := w.Run(); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		leader, err := model.NewLeader(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leader.Timeout = time.Minute
+		model.SetLeader(leader)
+		defer model.SetLeader(nil)
+		for i, a := range archs {
+			e, err := LoadModel(filepath.SplitList(os.Getenv(envDistPrefix))[i], LoadOptions{Backend: b, Prefix: pc})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cold := gen(e)
+			hit := gen(e)
+			r := prefixRunResult{Cold: cold.Tokens, Hit: hit.Tokens}
+			if hit.Prefix != nil {
+				r.Cached, r.Prefilled = hit.Prefix.Cached, hit.Prefix.Prefilled
+			}
+			mlxtest.Result(a.name, r)
+			e.Close()
+		}
+		if err := leader.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if !mlxtest.Enabled() {
+		t.Skip("MLXG_MLXC_PATH is not set: the tests on real MLX need scripts/mlx/build.sh's libmlxc")
+	}
+	open := mlxtest.Opener(t)
+	var dirs []string
+	want := map[string][]int32{}
+	for _, a := range archs {
+		hf := filepath.Join(t.TempDir(), "hf")
+		if err := randmodel.Generate(hf, a.cfg, randmodel.Options{Seed: 4}); err != nil {
+			t.Fatal(err)
+		}
+		dir := filepath.Join(t.TempDir(), a.name)
+		if _, err := create.Convert(context.Background(), hf, dir, create.Options{Bits: 4, GroupSize: 64}); err != nil {
+			t.Fatal(err)
+		}
+		dirs = append(dirs, dir)
+		b, err := open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := LoadModel(dir, LoadOptions{Backend: b})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[a.name] = gen(e).Tokens
+		e.Close()
+	}
+	outs := mlxtest.Ranks(t, 2, "TestDistributedPrefixCache", 3*time.Minute, envDistPrefix+"="+strings.Join(dirs, string(os.PathListSeparator)))
+	for _, a := range archs {
+		var got prefixRunResult
+		mlxtest.Results(t, outs[0], a.name, &got)
+		if !slices.Equal(got.Cold, want[a.name]) || !slices.Equal(got.Hit, want[a.name]) {
+			t.Errorf("%s: two ranks gave %v cold and %v from the prefix cache, one process %v", a.name, got.Cold, got.Hit, want[a.name])
+		}
+		if got.Cached < 512 || got.Prefilled > len(prompt)-512 {
+			t.Errorf("%s: the repeat restored %d prompt tokens and computed %d, want at least two blocks (512) restored on every rank", a.name, got.Cached, got.Prefilled)
+		}
+		t.Logf("%s: tokens %v (cold and restored, as one process); the repeat restored %d prompt tokens on both ranks and computed %d", a.name, got.Hit, got.Cached, got.Prefilled)
+	}
+}

@@ -121,14 +121,7 @@ func LoadModel(dir string, o LoadOptions) (*Engine, error) {
 	}
 	log.Info("model loaded", "dir", dir, "type", m.Config.ModelType, "layers", m.Config.NumLayers,
 		"backend", backend.Name(), "weights", m.WeightBytes(), "took", time.Since(start).Round(time.Millisecond))
-	pc := o.Prefix
-	if m.Stage() != nil && pc != nil {
-		// A pipeline's layers live on several ranks; the prefix cache holds only one
-		// process's blocks (per-rank storage is not built yet).
-		log.Info("prefix cache off for a model split over several machines", "dir", dir)
-		pc = nil
-	}
-	e := &Engine{Dir: dir, Model: m, eos: m.Config.EOS, kv: kv, log: log, prefix: newPrefixEngine(pc, dir, log)}
+	e := &Engine{Dir: dir, Model: m, eos: m.Config.EOS, kv: kv, log: log, prefix: newPrefixEngine(o.Prefix, dir, log)}
 	if o.Parallel > 1 {
 		if m.Batched() {
 			e.batch = newBatcher(m, o.Parallel)

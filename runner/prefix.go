@@ -39,6 +39,7 @@ type prefixRun struct {
 	sess   *kvstore.Session
 	caches []kvstore.Layer
 	res    *Result
+	m      *model.Model // a pipeline stage's workers follow its restores, saves and end
 }
 
 func (e *Engine) prefixBegin(caches []kvstore.Layer, res *Result) *prefixRun {
@@ -52,14 +53,14 @@ func (e *Engine) prefixBegin(caches []kvstore.Layer, res *Result) *prefixRun {
 		p.log.Debug("prefix cache off for this request", "error", err)
 		return nil
 	}
-	seq := model.Seq(caches)
+	seq := e.Model.PrefixSeq(caches) // a pipeline stage's own layers: each rank keeps its own
 	key, err := kvstore.NewModelKey(p.identity, seq)
 	if err != nil {
 		p.log.Debug("prefix cache off for this request", "error", err)
 		return nil
 	}
 	res.Prefix = &kvstore.RequestStats{}
-	return &prefixRun{sess: p.cache.Begin(key, seq), caches: caches, res: res}
+	return &prefixRun{sess: p.cache.Begin(key, seq), caches: caches, res: res, m: e.Model}
 }
 
 // prefill restores what it can of prompt minus its last token, prefills the rest of it
@@ -72,12 +73,17 @@ func (p *prefixRun) prefill(prompt []int32, run func([]int32) ([]float32, error)
 	}
 	head := prompt[:len(prompt)-1]
 	n := p.sess.Restore(head)
+	n, err := p.m.PrefixRestore(p.caches, head, n)
+	if err != nil {
+		return nil, err
+	}
 	if n < len(head) {
 		if _, err := run(head[n:]); err != nil {
 			return nil, err
 		}
 	}
 	p.sess.Save(head)
+	p.m.PrefixSave(p.caches, head)
 	p.sess.Stats.Prefilled = len(prompt) - n
 	*p.res.Prefix = p.sess.Stats
 	return run(prompt[len(prompt)-1:])
@@ -92,6 +98,7 @@ func (p *prefixRun) finish(seq []int32, caches []kvstore.Layer) {
 	}
 	if len(caches) > 0 && len(p.caches) > 0 && &caches[0] == &p.caches[0] && caches[0] != nil && caches[0].Len() == len(seq) {
 		p.sess.Save(seq)
+		p.m.PrefixSave(caches, seq)
 	}
 	p.end()
 }
@@ -102,6 +109,7 @@ func (p *prefixRun) end() {
 		return
 	}
 	p.sess.End()
+	p.m.PrefixEnd(p.caches)
 	p.sess.Stats.Prefilled = p.res.Prefix.Prefilled
 	*p.res.Prefix = p.sess.Stats
 	p.sess = nil

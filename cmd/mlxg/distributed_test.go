@@ -30,7 +30,7 @@ const envDistWorker = "MLXG_TEST_DIST_WORKER" // the hostfile, in the worker pro
 // with the error naming the rank, and the server keeps answering.
 func TestDistributedServeRankDies(t *testing.T) {
 	if hf := os.Getenv(envDistWorker); hf != "" {
-		if err := runWorker(context.Background(), os.Stderr, hf, 1, 0, new(kvstore.Options)); err != nil {
+		if err := runWorker(context.Background(), os.Stderr, hf, 1, 0, new(kvstore.Options), new(kvstore.PrefixOptions)); err != nil {
 			t.Fatal(err)
 		}
 		return
@@ -62,7 +62,7 @@ func TestDistributedServeRankDies(t *testing.T) {
 		t.Setenv(k, v)
 	}
 	worker := exec.Command(os.Args[0], "-test.run=^TestDistributedServeRankDies$", "-test.count=1")
-	worker.Env = append(os.Environ(), envDistWorker+"="+hostfile)
+	worker.Env = append(os.Environ(), envDistWorker+"="+hostfile, "MLXG_PREFIX_DIR="+filepath.Join(tmp, "prefix-rank1"))
 	wlog, _ := os.Create(filepath.Join(tmp, "worker.log"))
 	worker.Stdout, worker.Stderr = wlog, wlog
 	if err := worker.Start(); err != nil {

@@ -30,8 +30,8 @@ workers load the layers it assigns them of each model it loads (from the same pa
 Hugging Face cache: pull the model on every machine), and run their part of every forward pass. A worker
 ends when rank 0 stops or goes away.
 
-This machine's memory policy plans the KV cache of its own layers (the --kv-* flags and MLXG_KV_* work as
-for serve).
+This machine's memory policy plans the KV cache of its own layers, and its prefix cache keeps its own layers'
+blocks (the --kv-* and prefix-cache flags, MLXG_KV_* and MLXG_PREFIX_* work as for serve).
 
 Environment variables:
   MLXG_HOSTFILE, MLX_HOSTFILE         the hostfile, when --hostfile is not given
@@ -43,23 +43,25 @@ func newWorkerCmd() *cobra.Command {
 	var hostfile string
 	var rank, threads int
 	var kv kvstore.Options
+	var pc kvstore.PrefixOptions
 	cmd := &cobra.Command{
 		Use:   "worker",
 		Short: "Run one worker rank of a model split over several machines",
 		Long:  workerHelp,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runWorker(cmd.Context(), cmd.ErrOrStderr(), hostfileFrom(hostfile), rank, threads, &kv)
+			return runWorker(cmd.Context(), cmd.ErrOrStderr(), hostfileFrom(hostfile), rank, threads, &kv, &pc)
 		},
 	}
 	cmd.Flags().StringVar(&hostfile, "hostfile", "", "MLX hostfile listing every rank's address (rank 0 first)")
 	cmd.Flags().IntVar(&rank, "rank", -1, "this machine's rank, 1 or more (default: MLX_RANK)")
 	cmd.Flags().IntVar(&threads, "threads", 0, "CPU threads (0: all cores)")
 	kv.RegisterFlags(cmd.Flags())
+	pc.RegisterFlags(cmd.Flags())
 	return cmd
 }
 
-func runWorker(ctx context.Context, logw io.Writer, hostfile string, rank, threads int, kv *kvstore.Options) error {
+func runWorker(ctx context.Context, logw io.Writer, hostfile string, rank, threads int, kv *kvstore.Options, pc *kvstore.PrefixOptions) error {
 	log, err := newLogger(logw)
 	if err != nil {
 		return err
@@ -69,6 +71,23 @@ func runWorker(ctx context.Context, logw io.Writer, hostfile string, rank, threa
 		return err
 	}
 	policy := &kvstore.Policy{Options: *kv, Log: log}
+	if err := pc.ApplyEnv(os.Getenv); err != nil {
+		return err
+	}
+	if pc.Dir == "" {
+		// A folder of its own by default, so that ranks sharing a machine (tests on
+		// loopback) do not share one.
+		d, err := kvstore.DefaultPrefixDir()
+		if err != nil {
+			return err
+		}
+		pc.Dir = fmt.Sprintf("%s-rank%d", d, rank)
+	}
+	prefix, err := openPrefixCache(pc, log) // this rank's layers' blocks, under the same chain of token blocks
+	if err != nil {
+		return err
+	}
+	defer prefix.Close()
 	if hostfile == "" {
 		return fmt.Errorf("a worker needs the hostfile: --hostfile FILE (or MLXG_HOSTFILE / MLX_HOSTFILE)")
 	}
@@ -99,8 +118,9 @@ func runWorker(ctx context.Context, logw io.Writer, hostfile string, rank, threa
 	bell := make(chan struct{}, 1024)
 	gone := make(chan struct{})
 	w := &model.Worker{
-		Wire: g,
-		Log:  log,
+		Wire:   g,
+		Log:    log,
+		Prefix: prefix,
 		Open: func(dir string, s model.Stage) (*model.Model, error) {
 			local, err := resolveModelDir(dir)
 			if err != nil {
@@ -140,7 +160,10 @@ func runWorker(ctx context.Context, logw io.Writer, hostfile string, rank, threa
 			if numCtx <= 0 {
 				numCtx = 4096
 			}
-			caches, _, err := policy.Caches(dir, model.StageShape(shape, *m.Stage(), m.WeightBytes()), numCtx)
+			caches, plan, err := policy.Caches(dir, model.StageShape(shape, *m.Stage(), m.WeightBytes()), numCtx)
+			if err == nil && prefix != nil {
+				prefix.SetBudget(plan.PrefixBudget)
+			}
 			return caches, err
 		},
 		Release: func(m *model.Model) {

@@ -44,9 +44,22 @@ func (m *Model) FillCaches(caches []kvstore.Layer) error {
 	for i, c := range caches {
 		if c == nil {
 			caches[i] = own[i]
+			if _, rec := own[i].(RecurrentLayer); m.stage != nil && !rec && (i < m.stage.Lo || i >= m.stage.Hi) {
+				caches[i] = &skipped{n: seqLen(caches), window: 1 << 30} // another rank's layer (shard.go)
+			}
 		}
 	}
 	return nil
+}
+
+// seqLen is the positions the filled caches hold.
+func seqLen(caches []kvstore.Layer) int {
+	for _, c := range caches {
+		if c != nil {
+			return c.Len()
+		}
+	}
+	return 0
 }
 
 // prepareCaches fills the caches and checks that every layer holds the same positions.
@@ -68,6 +81,19 @@ func (m *Model) prepareCaches(caches []kvstore.Layer) error {
 type RecurrentLayer interface {
 	kvstore.Layer
 	RecurrentState() *kvstore.Recurrent
+}
+
+// PrefixSeq is Seq for m: on a pipeline stage, only the stage's own layers (each rank
+// keeps its own layers' blocks in its own prefix cache).
+func (m *Model) PrefixSeq(caches []kvstore.Layer) kvstore.Seq {
+	if m.stage == nil {
+		return Seq(caches)
+	}
+	own := make([]kvstore.Layer, len(caches))
+	for i := m.stage.Lo; i < m.stage.Hi && i < len(caches); i++ {
+		own[i] = caches[i]
+	}
+	return Seq(own)
 }
 
 // Seq presents one sequence's caches as the prefix cache sees them: the attention

@@ -50,6 +50,21 @@ const (
 	// OpHello tells the workers where rank 0 listens for their liveness connection:
 	// payload its address.
 	OpHello = 6
+	// OpRestore restores a sequence's cached prefix on every rank from its own prefix
+	// cache: payload the tokens (at most Start of them are wanted; rank 0 restored
+	// Start), Layout as for OpForward. A worker that restores fewer answers statusShort.
+	OpRestore = 7
+	// OpSave saves the blocks of a sequence's tokens (payload) into each rank's prefix cache.
+	OpSave = 8
+	// OpEnd ends a sequence's prefix-cache session on each rank.
+	OpEnd = 9
+)
+
+// Status codes of the status round, the worst of all ranks.
+const (
+	statusOK     = 0
+	statusShort  = 1 // a prefix restore got fewer positions than rank 0's
+	statusFailed = 2
 )
 
 // Message is one control message.
@@ -130,19 +145,16 @@ func recvMessage(w Wire) (Message, error) {
 	return m, nil
 }
 
-// passStatus is a worker's part of the status round: failed marks this rank's failure.
-func passStatus(w Wire, failed bool) error {
+// passStatus is a worker's part of the status round: code is this rank's outcome.
+func passStatus(w Wire, code int32) error {
 	r := w.Rank()
-	st := []int32{0, 0}
-	if failed {
-		st = []int32{1, int32(r)}
-	}
+	st := []int32{code, int32(r)}
 	if r > 1 {
 		prev, err := w.RecvInts(2, r-1)
 		if err != nil {
 			return err
 		}
-		if prev[0] != 0 {
+		if prev[0] >= st[0] {
 			st = prev
 		}
 	}
@@ -336,16 +348,21 @@ func (l *Leader) exchange(fn func() error) error {
 	}
 }
 
-// status reads the status round's result.
+// status reads the status round's result: the rank that failed, or -1.
 func (l *Leader) status() (int, error) {
+	code, rank, err := l.statusCode()
+	if err != nil || code != statusFailed {
+		return -1, err
+	}
+	return rank, nil
+}
+
+func (l *Leader) statusCode() (code int32, rank int, err error) {
 	st, err := l.wire.RecvInts(2, l.wire.Size()-1)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	if st[0] != 0 {
-		return int(st[1]), nil
-	}
-	return -1, nil
+	return st[0], int(st[1]), nil
 }
 
 // Ping checks that every rank answers.
@@ -545,14 +562,14 @@ func (m *Model) forwardStage(ctx context.Context, tokens []int32, caches []kvsto
 	})
 	if err != nil {
 		l.Fail(err)
-		truncate(caches, start)
+		m.rewind(caches, start)
 		return nil, l.Broken()
 	}
 	if passErr != nil {
 		return nil, passErr
 	}
 	if failed >= 0 {
-		truncate(caches, start)
+		m.rewind(caches, start)
 		return nil, fmt.Errorf("%w: rank %d could not run its layers for this pass (its log says why)", ErrRankFailed, failed)
 	}
 	return logits, nil
@@ -585,7 +602,7 @@ func (m *Model) runStage(inner compute.Context, msg Message, caches []kvstore.La
 	if err == nil {
 		return logits, nil, nil
 	}
-	truncate(caches, start)
+	m.rewind(caches, start)
 	if recorded {
 		return nil, err, err
 	}
@@ -634,14 +651,6 @@ func (m *Model) fillIn(T, rows int, want bool) error {
 	return nil
 }
 
-func truncate(caches []kvstore.Layer, n int) {
-	for _, l := range caches {
-		if l != nil && l.Len() > n {
-			l.Truncate(n)
-		}
-	}
-}
-
 // checkStage validates a pass's tokens and prepares its caches, as Forward does.
 func (m *Model) checkStage(tokens []int32, caches []kvstore.Layer) error {
 	if len(tokens) == 0 {
@@ -676,6 +685,9 @@ type Worker struct {
 	// Doorbell, when set, blocks until rank 0 says a message is coming (see
 	// Leader.Doorbell); it returns at once until there is a doorbell to wait for.
 	Doorbell func() error
+	// Prefix, when set, is this rank's prefix cache: its layers' blocks of the
+	// sequences rank 0 saves, under the same chain of token blocks.
+	Prefix *kvstore.PrefixCache
 	// Caches, when set, makes a new sequence's caches for m (loaded from dir for a
 	// context of numCtx) with this machine's memory policy: its layers' share
 	// (StageShape). Layers rank 0 described win over it; nil: the network's own fp16 or
@@ -688,15 +700,17 @@ type Worker struct {
 }
 
 type workerModel struct {
-	m      *Model
-	dir    string
-	numCtx int
-	seqs   map[int32]*workerSeq
+	m        *Model
+	dir      string
+	numCtx   int
+	identity string // the checkpoint's, for prefix-cache model keys
+	seqs     map[int32]*workerSeq
 }
 
 type workerSeq struct {
 	caches []kvstore.Layer
 	used   int
+	sess   *kvstore.Session // its prefix-cache session, between OpRestore and OpEnd
 }
 
 // Run serves rank 0's messages until OpStop (nil) or a failed transfer (its error:
@@ -722,9 +736,32 @@ func (w *Worker) Run() error {
 			return err
 		}
 		var failure error
+		code := int32(statusOK)
 		switch msg.Op {
 		case OpStop:
+			for _, wm := range w.models {
+				for _, sq := range wm.seqs {
+					if sq.sess != nil {
+						sq.sess.End()
+					}
+				}
+			}
 			return nil
+		case OpRestore:
+			var short bool
+			short, failure = w.restore(msg)
+			if short {
+				code = statusShort
+			}
+		case OpSave:
+			if sq := w.seq(msg); sq != nil && sq.sess != nil {
+				sq.sess.Save(msg.Payload)
+			}
+		case OpEnd:
+			if sq := w.seq(msg); sq != nil && sq.sess != nil {
+				sq.sess.End()
+				sq.sess = nil
+			}
 		case OpPing:
 		case OpHello:
 			if w.OnHello != nil {
@@ -734,6 +771,11 @@ func (w *Worker) Run() error {
 			failure = w.load(msg)
 		case OpUnload:
 			if wm := w.models[msg.Model]; wm != nil {
+				for _, sq := range wm.seqs {
+					if sq.sess != nil {
+						sq.sess.End()
+					}
+				}
 				w.close(wm.m)
 				delete(w.models, msg.Model)
 				w.Log.Info("model unloaded", "model", msg.Model)
@@ -749,8 +791,9 @@ func (w *Worker) Run() error {
 		}
 		if failure != nil {
 			w.Log.Error("pipeline rank failed", "rank", w.Wire.Rank(), "op", msg.Op, "model", msg.Model, "err", failure)
+			code = statusFailed
 		}
-		if err := passStatus(w.Wire, failure != nil); err != nil {
+		if err := passStatus(w.Wire, code); err != nil {
 			return err
 		}
 	}
@@ -781,7 +824,13 @@ func (w *Worker) load(msg Message) error {
 		return fmt.Errorf("loading %s: %w", dir, err)
 	}
 	m.pipe = &pipe{id: msg.Model, wire: w.Wire}
-	w.models[msg.Model] = &workerModel{m: m, dir: m.Dir, numCtx: int(msg.Start), seqs: map[int32]*workerSeq{}}
+	wm := &workerModel{m: m, dir: m.Dir, numCtx: int(msg.Start), seqs: map[int32]*workerSeq{}}
+	if w.Prefix != nil {
+		if wm.identity, err = kvstore.CheckpointIdentity(m.Dir); err != nil {
+			w.Log.Warn("prefix cache off for this model: its weights cannot be identified", "dir", m.Dir, "err", err)
+		}
+	}
+	w.models[msg.Model] = wm
 	w.Log.Info("model loaded", "model", msg.Model, "dir", dir, "stage", m.stage.String(), "weights", m.WeightBytes())
 	return nil
 }
@@ -803,34 +852,14 @@ func (w *Worker) forward(msg Message) (failure, broke error) {
 	if wm == nil {
 		return fill(fmt.Errorf("model %d is not loaded here", msg.Model))
 	}
-	w.tick++
-	sq := wm.seqs[msg.Seq]
-	if sq == nil {
-		if len(wm.seqs) >= maxWorkerSeqs {
-			var old int32
-			oldest := w.tick
-			for id, q := range wm.seqs {
-				if q.used < oldest {
-					old, oldest = id, q.used
-				}
-			}
-			delete(wm.seqs, old)
-		}
-		if msg.Layout == nil {
-			return fill(fmt.Errorf("sequence %d is not known here (dropped as least recently used?) and came without its cache layout", msg.Seq))
-		}
-		caches, err := w.newCaches(wm, msg)
-		if err != nil {
-			return fill(err)
-		}
-		sq = &workerSeq{caches: caches}
-		wm.seqs[msg.Seq] = sq
+	sq, err := w.seqFor(wm, msg)
+	if err != nil {
+		return fill(err)
 	}
-	sq.used = w.tick
+	wm.m.rewind(sq.caches, int(msg.Start))
 	if err := wm.m.checkStage(msg.Payload, sq.caches); err != nil {
 		return fill(err)
 	}
-	truncate(sq.caches, int(msg.Start))
 	if n := sq.caches[0].Len(); n != int(msg.Start) {
 		return fill(fmt.Errorf("its caches hold %d positions of sequence %d, the pass starts at %d", n, msg.Seq, msg.Start))
 	}
@@ -896,4 +925,182 @@ func (m *Model) stageCachesFrom(caches []kvstore.Layer, layout []int32) ([]kvsto
 		}
 	}
 	return caches, m.StageCaches(caches)
+}
+
+// seq is msg's sequence, if this worker has it.
+func (w *Worker) seq(msg Message) *workerSeq {
+	if wm := w.models[msg.Model]; wm != nil {
+		return wm.seqs[msg.Seq]
+	}
+	return nil
+}
+
+// seqFor returns msg's sequence, making its caches (as msg.Layout describes) when it
+// is new here; the least recently used sequence goes when there are too many.
+func (w *Worker) seqFor(wm *workerModel, msg Message) (*workerSeq, error) {
+	w.tick++
+	sq := wm.seqs[msg.Seq]
+	if sq == nil {
+		if len(wm.seqs) >= maxWorkerSeqs {
+			var old int32
+			oldest := w.tick
+			for id, q := range wm.seqs {
+				if q.used < oldest {
+					old, oldest = id, q.used
+				}
+			}
+			if q := wm.seqs[old]; q.sess != nil {
+				q.sess.End()
+			}
+			delete(wm.seqs, old)
+		}
+		if msg.Layout == nil {
+			return nil, fmt.Errorf("sequence %d is not known here (dropped as least recently used?) and came without its cache layout", msg.Seq)
+		}
+		caches, err := w.newCaches(wm, msg)
+		if err != nil {
+			return nil, err
+		}
+		sq = &workerSeq{caches: caches}
+		wm.seqs[msg.Seq] = sq
+	}
+	sq.used = w.tick
+	return sq, nil
+}
+
+// restore begins msg's sequence's prefix-cache session on this rank and restores up
+// to msg.Start positions of the tokens: short when it got fewer.
+func (w *Worker) restore(msg Message) (short bool, err error) {
+	wm := w.models[msg.Model]
+	if wm == nil {
+		return false, fmt.Errorf("model %d is not loaded here", msg.Model)
+	}
+	if w.Prefix == nil || wm.identity == "" {
+		return msg.Start > 0, nil
+	}
+	sq, err := w.seqFor(wm, msg)
+	if err != nil {
+		return false, err
+	}
+	wm.m.rewind(sq.caches, 0)
+	if sq.sess != nil {
+		sq.sess.End()
+		sq.sess = nil
+	}
+	seq := wm.m.PrefixSeq(sq.caches)
+	key, err := kvstore.NewModelKey(wm.identity, seq)
+	if err != nil {
+		return msg.Start > 0, nil // this rank's caches cannot be shared: a miss
+	}
+	sq.sess = w.Prefix.Begin(key, seq)
+	n := int(msg.Start)
+	if n > len(msg.Payload) {
+		n = len(msg.Payload)
+	}
+	got := 0
+	if n > 0 {
+		got = sq.sess.Restore(msg.Payload[:n])
+	}
+	m := wm.m
+	m.setOthers(sq.caches, got)
+	return got < n, nil
+}
+
+// setOthers puts the layers other ranks run at position n: their caches only count
+// positions (a skipped layer's counter, or a recurrent state this rank never
+// computes), so any position is theirs to take.
+func (m *Model) setOthers(caches []kvstore.Layer, n int) {
+	for i, c := range caches {
+		if m.stage != nil && i >= m.stage.Lo && i < m.stage.Hi {
+			continue
+		}
+		switch c := c.(type) {
+		case *skipped:
+			c.n = n
+		case RecurrentLayer:
+			r := c.RecurrentState()
+			r.Truncate(0)
+			r.Advance(n)
+		}
+	}
+}
+
+// rewind truncates this stage's own layers to n positions (those that hold more) and
+// puts the others at n.
+func (m *Model) rewind(caches []kvstore.Layer, n int) {
+	for i, c := range caches {
+		if c != nil && (m.stage == nil || i >= m.stage.Lo && i < m.stage.Hi) && c.Len() > n {
+			c.Truncate(n)
+		}
+	}
+	m.setOthers(caches, n)
+}
+
+// PrefixRestore makes the workers restore the same prefix rank 0 restored (n
+// positions of tokens) from their own prefix caches, and returns the positions every
+// rank holds: n, or 0 when a worker had less (rank 0's caches are then emptied, and
+// the prompt is computed again on every rank). A whole model returns n.
+func (m *Model) PrefixRestore(caches []kvstore.Layer, tokens []int32, n int) (int, error) {
+	p := m.pipe
+	if p == nil || p.leader == nil {
+		return n, nil
+	}
+	l := p.leader
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	seq, layout := p.seqID(caches)
+	if layout == nil {
+		layout = p.layout[seq] // the workers may not know the sequence yet
+	}
+	var code int32
+	err := l.exchange(func() error {
+		if err := l.send(Message{Op: OpRestore, Model: p.id, Seq: seq, Start: int32(n), Payload: tokens, Layout: layout}); err != nil {
+			return err
+		}
+		var err error
+		code, _, err = l.statusCode()
+		return err
+	})
+	if err != nil {
+		l.Fail(err)
+		return 0, l.Broken()
+	}
+	if code != statusOK && n > 0 {
+		m.rewind(caches, 0)
+		return 0, nil
+	}
+	m.setOthers(caches, n)
+	return n, nil
+}
+
+// PrefixSave makes the workers save their layers' blocks of tokens, as rank 0 just did.
+func (m *Model) PrefixSave(caches []kvstore.Layer, tokens []int32) {
+	m.prefixMessage(caches, Message{Op: OpSave, Payload: tokens})
+}
+
+// PrefixEnd ends the workers' prefix-cache session of the sequence.
+func (m *Model) PrefixEnd(caches []kvstore.Layer) {
+	m.prefixMessage(caches, Message{Op: OpEnd})
+}
+
+func (m *Model) prefixMessage(caches []kvstore.Layer, msg Message) {
+	p := m.pipe
+	if p == nil || p.leader == nil || len(caches) == 0 {
+		return
+	}
+	l := p.leader
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	msg.Model = p.id
+	msg.Seq, _ = p.seqID(caches)
+	err := l.exchange(func() error {
+		if err := l.send(msg); err != nil {
+			return err
+		}
+		_, _, err := l.statusCode()
+		return err
+	})
+	if err != nil {
+		l.Fail(err)
+	}
 }
