@@ -26,3 +26,32 @@ func TestDescribeRoundTrips(t *testing.T) {
 		t.Errorf("none: %v, %v", n, err)
 	}
 }
+
+// A share of a split model's shape keeps the whole model's boundary layers.
+func TestLayoutBoundaryOfAShare(t *testing.T) {
+	a := AffineFormat
+	full := LayerShape{Kind: LayerFull, KVHeads: 2, KHeadDim: 64, VHeadDim: 64}
+	var m ModelShape
+	for range 6 {
+		m.Layers = append(m.Layers, full)
+	}
+	base, boundary := Spec{K: a(8, 32), V: a(4, 32)}, Spec{K: a(8, 32), V: a(8, 32)}
+	whole, err := NewLayout(m, base, 2, boundary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Rank 0 holds layers 0-2, rank 1 layers 3-5.
+	for lo := 0; lo < 6; lo += 3 {
+		share := ModelShape{Layers: make([]LayerShape, 6), KVBefore: lo, KVAfter: 3 - lo}
+		copy(share.Layers[lo:lo+3], m.Layers[lo:lo+3])
+		l, err := NewLayout(share, base, 2, boundary)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := lo; i < lo+3; i++ {
+			if l.Specs[i] != whole.Specs[i] {
+				t.Errorf("layer %d of the share from %d: %v, the whole model's %v", i, lo, l.Specs[i], whole.Specs[i])
+			}
+		}
+	}
+}

@@ -55,6 +55,10 @@ type ModelShape struct {
 	Layers      []LayerShape
 	WeightBytes int64 // tensor bytes of the checkpoint, as loaded
 	MaxContext  int   // max_position_embeddings; 0 when unknown
+	// KVBefore and KVAfter count the KV layers of the whole model outside this shape, when
+	// it is one machine's share of a model split over several (its other layers LayerNone):
+	// boundary layers are the whole model's first and last, wherever they live.
+	KVBefore, KVAfter int
 }
 
 // KVLayers returns the indices of the layers that keep per-token KV.
@@ -109,8 +113,10 @@ func newLayout(m ModelShape, base Spec, boundaryLayers int, boundary Spec, fit l
 	l := Layout{Base: base, Boundary: boundary, BoundaryLayers: boundaryLayers, Specs: make([]Spec, len(m.Layers))}
 	kv := m.KVLayers()
 	l.KVLayerCount = len(kv)
+	total := m.KVBefore + len(kv) + m.KVAfter
 	for n, i := range kv {
-		s, isBoundary := base, n < boundaryLayers || n >= len(kv)-boundaryLayers
+		g := m.KVBefore + n // the layer's place among the whole model's KV layers
+		s, isBoundary := base, g < boundaryLayers || g >= total-boundaryLayers
 		if isBoundary {
 			s = boundary
 		}

@@ -490,6 +490,13 @@ func StageShape(m kvstore.ModelShape, s Stage, weightBytes int64) kvstore.ModelS
 	out.Layers = append([]kvstore.LayerShape(nil), m.Layers...)
 	for i := range out.Layers {
 		if i < s.Lo || i >= s.Hi {
+			if out.Layers[i].Kind.HasKV() {
+				if i < s.Lo {
+					out.KVBefore++
+				} else {
+					out.KVAfter++
+				}
+			}
 			out.Layers[i] = kvstore.LayerShape{Kind: kvstore.LayerNone}
 		}
 	}
