@@ -1,9 +1,13 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,9 +24,11 @@ import (
 // OLLAMA_NUM_PARALLEL=N in the same run. Per stream count and engine: a warm-up round of
 // N concurrent requests (the system prompt then sits in mlxg's prefix cache and in each of
 // Ollama's N slots), then --repeats measured rounds of N fresh questions sent at once.
-// Aggregate decode rate of a round: the tokens every stream generated over the time from
-// the round's first streamed token to its last stream's end. TTFT: each stream's request
-// sent to its first streamed token, p50 and p99 over every stream of every round.
+// Aggregate decode rate of a round: the tokens streamed while every stream was decoding
+// (from the last stream's first token to the first stream's end; each streamed line
+// timed, and weighted by its stream's eval_count per line) over that time. TTFT: each
+// stream's request sent to its first streamed token, p50 and p99 over every stream of
+// every round.
 
 // StreamConfig is the scenario's settings.
 type StreamConfig struct {
@@ -73,15 +79,16 @@ func streamConfig(cfg Config, streams string, set map[string]bool) (StreamConfig
 
 // StreamSample is one stream of one round.
 type StreamSample struct {
-	Engine       string  `json:"engine"`
-	Streams      int     `json:"streams"`
-	Rep          int     `json:"rep"` // 0 is the warm-up
-	Stream       int     `json:"stream"`
-	PromptTokens int     `json:"prompt_tokens"`
-	EvalTokens   int     `json:"eval_tokens"`
-	TTFT         Num     `json:"ttft_s"`
-	First        float64 `json:"first_token_s"` // since the round started
-	Done         float64 `json:"done_s"`
+	Engine       string    `json:"engine"`
+	Streams      int       `json:"streams"`
+	Rep          int       `json:"rep"` // 0 is the warm-up
+	Stream       int       `json:"stream"`
+	PromptTokens int       `json:"prompt_tokens"`
+	EvalTokens   int       `json:"eval_tokens"`
+	TTFT         Num       `json:"ttft_s"`
+	First        float64   `json:"first_token_s"` // since the round started
+	Done         float64   `json:"done_s"`
+	Lines        []float64 `json:"line_s"` // when each streamed line arrived, since the round started
 }
 
 // StreamResults is the JSON file of a --streams run.
@@ -135,17 +142,29 @@ func runStreams(ctx context.Context, c StreamConfig, repo, ollamaBin, out string
 	if err != nil {
 		return err
 	}
-	// A binary of its own: another run's build in the shared cache may be of another tree.
-	mlxgBin := filepath.Join(runDir, "mlxg")
-	logf("building mlxg from %s", repo)
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", mlxgBin, "./cmd/mlxg")
-	cmd.Dir, cmd.Env = repo, append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("building mlxg from %s: %w\n%s", repo, err, tail(string(b), 3000))
+	// A binary of its own (another run's build in the shared cache may be of another tree),
+	// or MLXG_BENCH_MLXG_BIN's on a machine without Go.
+	mlxgBin := os.Getenv("MLXG_BENCH_MLXG_BIN")
+	if mlxgBin == "" {
+		mlxgBin = filepath.Join(runDir, "mlxg")
+		logf("building mlxg from %s", repo)
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", mlxgBin, "./cmd/mlxg")
+		cmd.Dir, cmd.Env = repo, append(os.Environ(), "CGO_ENABLED=0")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("building mlxg from %s: %w\n%s", repo, err, tail(string(b), 3000))
+		}
+	}
+	// MLXG_BENCH_ENGINES=mlxg or =ollama runs one side only (a run split in two).
+	engines := os.Getenv("MLXG_BENCH_ENGINES")
+	runs := func(e string) bool { return engines == "" || strings.Contains(engines, e) }
+	save := func() {
+		if b, err := json.MarshalIndent(res, "", "  "); err == nil && os.MkdirAll(filepath.Dir(out), 0o755) == nil {
+			os.WriteFile(out, b, 0o644)
+		}
 	}
 	store := &registry.Store{HubCache: filepath.Join(c.Cache, "hf"), Home: filepath.Join(c.Cache, "mlxg-home")}
 	name := fmt.Sprintf("bench-%s-s%d-q%d", c.Shape, c.Seed, c.Bits)
-	if _, err := ensureMLXModel(ctx, store, name, src, c.Bits, logf); err != nil {
+	if _, err := ensureMLXModel(ctx, store, name, src, c.Bits, logf); err != nil && runs("mlxg") {
 		return err
 	}
 	if c.Peer == "ollama" {
@@ -187,13 +206,13 @@ func runStreams(ctx context.Context, c StreamConfig, repo, ollamaBin, out string
 		var wg sync.WaitGroup
 		for i := range n {
 			wg.Go(func() {
-				s, err := srv.Generate(ctx, model, prompts[i], options)
+				s, err := streamOne(ctx, srv, model, prompts[i], options, t0)
 				if err != nil {
 					errs[i] = err
 					return
 				}
-				samples[i] = StreamSample{Engine: engine, Streams: n, Rep: rep, Stream: i, PromptTokens: s.PromptTokens,
-					EvalTokens: s.EvalTokens, TTFT: s.TTFT, First: float64(s.TTFT), Done: float64(s.Wall)}
+				s.Engine, s.Streams, s.Rep, s.Stream = engine, n, rep, i
+				samples[i] = s
 			})
 		}
 		wg.Wait()
@@ -201,6 +220,7 @@ func runStreams(ctx context.Context, c StreamConfig, repo, ollamaBin, out string
 			return err
 		}
 		res.Samples = append(res.Samples, samples...)
+		save() // a run cut short keeps what it measured
 		agg := roundDecode(samples)
 		ttfts := make([]float64, n)
 		for i, s := range samples {
@@ -225,17 +245,19 @@ func runStreams(ctx context.Context, c StreamConfig, repo, ollamaBin, out string
 		Env: []string{"HF_HUB_CACHE=" + store.HubCache, "MLXG_HOME=" + store.Home, "MLXG_KEEP_ALIVE=-1", "MLXG_BACKEND=cpu",
 			fmt.Sprintf("MLXG_CONTEXT_LENGTH=%d", c.NumCtx), fmt.Sprintf("MLXG_NUM_PARALLEL=%d", maxStreams)},
 		LogPath: filepath.Join(runDir, "mlxg.log")}
-	if err := ms.Start(ctx, hostEnv["mlxg"]); err != nil {
-		return err
-	}
-	for _, n := range c.Streams {
-		if err := measure(ms, "mlxg", name, n); err != nil {
-			ms.Stop()
+	if runs("mlxg") {
+		if err := ms.Start(ctx, hostEnv["mlxg"]); err != nil {
 			return err
 		}
+		for _, n := range c.Streams {
+			if err := measure(ms, "mlxg", name, n); err != nil {
+				ms.Stop()
+				return err
+			}
+		}
+		ms.Stop()
 	}
-	ms.Stop()
-	if c.Peer != "ollama" {
+	if c.Peer != "ollama" || !runs("ollama") {
 		return nil
 	}
 	olModel := fmt.Sprintf("bench-%s-s%d-%s", c.Shape, c.Seed, strings.ToLower(ollamaQuant[c.Bits]))
@@ -275,21 +297,88 @@ func errorsJoin(errs []error) error {
 	return fmt.Errorf("%s", strings.Join(msgs, "; "))
 }
 
-// roundDecode is a round's aggregate decode rate: every stream's generated tokens over the
-// time from the round's first streamed token to its last stream's end.
+// roundDecode is a round's aggregate decode rate while every stream decodes: the tokens
+// streamed from the last stream's first token to the first stream's end, over that time
+// (each line counts its stream's eval_count / lines tokens). When no such window exists (a
+// stream ended before another began), every token over the first token to the last end.
 func roundDecode(samples []StreamSample) float64 {
 	if len(samples) == 0 {
 		return nan
 	}
-	first, done, tokens := samples[0].First, samples[0].Done, 0
+	w0, w1 := samples[0].First, samples[0].Done
+	first, done, all := w0, w1, 0
 	for _, s := range samples {
+		w0, w1 = max(w0, s.First), min(w1, s.Done)
 		first, done = min(first, s.First), max(done, s.Done)
-		tokens += s.EvalTokens
+		all += s.EvalTokens
 	}
-	if done <= first {
-		return nan
+	if w1-w0 < 0.05*(done-first) || w1 <= w0 {
+		if done <= first {
+			return nan
+		}
+		return float64(all) / (done - first)
 	}
-	return float64(tokens) / (done - first)
+	tokens := 0.0
+	for _, s := range samples {
+		if len(s.Lines) == 0 {
+			continue
+		}
+		per := float64(s.EvalTokens) / float64(len(s.Lines))
+		for _, t := range s.Lines {
+			if t > w0 && t <= w1 {
+				tokens += per
+			}
+		}
+	}
+	return tokens / (w1 - w0)
+}
+
+// streamOne streams one raw completion from srv, timing every line since t0.
+func streamOne(ctx context.Context, srv *Server, model, prompt string, options map[string]any, t0 time.Time) (StreamSample, error) {
+	var out StreamSample
+	body, err := json.Marshal(genRequest{Model: model, Prompt: prompt, Raw: true, Stream: true, KeepAlive: -1, Options: options})
+	if err != nil {
+		return out, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/api/generate", bytes.NewReader(body))
+	if err != nil {
+		return out, err
+	}
+	sent := time.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		return out, fmt.Errorf("%s: %w", srv.Name, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return out, fmt.Errorf("%s: /api/generate: %s: %s", srv.Name, resp.Status, strings.TrimSpace(string(msg)))
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		now := time.Now()
+		var c genChunk
+		if err := json.Unmarshal(sc.Bytes(), &c); err != nil {
+			return out, fmt.Errorf("%s: bad NDJSON line %q: %w", srv.Name, sc.Text(), err)
+		}
+		if c.Error != "" {
+			return out, fmt.Errorf("%s: %s", srv.Name, c.Error)
+		}
+		if len(out.Lines) == 0 {
+			out.TTFT, out.First = Num(now.Sub(sent).Seconds()), now.Sub(t0).Seconds()
+		}
+		if c.Done {
+			out.Done = now.Sub(t0).Seconds()
+			out.PromptTokens, out.EvalTokens = c.PromptEvalCount, c.EvalCount
+			return out, nil
+		}
+		out.Lines = append(out.Lines, now.Sub(t0).Seconds())
+	}
+	if err := sc.Err(); err != nil {
+		return out, fmt.Errorf("%s: reading the answer: %w", srv.Name, err)
+	}
+	return out, fmt.Errorf("%s: the answer ended without a final (done) line", srv.Name)
 }
 
 // percentile is the p-th percentile (0..100) of xs, nearest rank.
