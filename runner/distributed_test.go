@@ -45,8 +45,9 @@ func greedyRun(t testing.TB, m *model.Model, caches []kvstore.Layer, prompt []in
 
 const envDistModels = "MLXG_TEST_DIST_MODELS"
 
-// TestDistributedPipeline runs a dense (qwen3), a mixture-of-experts (qwen3_moe) and a
-// hybrid (qwen3_next: Gated DeltaNet and gated attention) random 4-bit model as a
+// TestDistributedPipeline runs a dense (qwen3), a mixture-of-experts (qwen3_moe), a
+// hybrid (qwen3_next: Gated DeltaNet and gated attention) and a sliding-window (gemma3)
+// random 4-bit model as a
 // two-stage pipeline: two processes (this test binary again) joined by MLX's ring
 // backend over loopback, on the real libmlxc. Rank 0 runs the first half of the
 // layers and the generation loop, rank 1 the rest and the head. A chunked prefill
@@ -60,6 +61,7 @@ func TestDistributedPipeline(t *testing.T) {
 		{"qwen3", randmodel.Tiny("qwen3", 512)},
 		{"qwen3_moe", randmodel.TinyMoE(512)},
 		{"qwen3_next", randmodel.TinyQwen3Next(512)},
+		{"gemma3", randmodel.TinyGemma3(512)},
 	}
 	prompt, steps := modeltest.Tokens(5, 37), 6
 	rank, isRank := mlxtest.Rank()
