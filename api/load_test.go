@@ -17,8 +17,10 @@ import (
 	"time"
 
 	"github.com/mlxg/mlxg/api/apitest"
+	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/registry"
 	"github.com/mlxg/mlxg/runner/sched"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // TestLoadContinuousBatch is the load test of continuous batching: 500 streaming requests, 8 at a time, over
@@ -181,6 +183,22 @@ func TestLoadContinuousBatch(t *testing.T) {
 	if b.MaxSequences != concurrency || b.MeanSequences < 2 {
 		t.Errorf("ps batch %+v: the requests were not batched", *b)
 	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(srv.Collector())
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			metrics[mf.GetName()] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
+		}
+	}
+	if metrics["mlxg_batch_max_sequences"] != concurrency || metrics["mlxg_batch_steps_total"] != float64(b.Steps) ||
+		metrics["mlxg_batch_sequence_steps_total"] < 2*float64(b.Steps) || metrics["mlxg_batch_sequences"] != 0 {
+		t.Errorf("batch metrics %v, ps %+v", metrics, *b)
+	}
 	client.CloseIdleConnections()
 	after := settledGoroutines(before)
 	if after > before {
@@ -204,4 +222,28 @@ func settledGoroutines(want int) int {
 		n = m
 	}
 	return n
+}
+
+// TestBatchCap: the KV policy's headroom limits the sequences batched to those whose caches fit.
+func TestBatchCap(t *testing.T) {
+	plan := func(avail, weights, kv int64) kvstore.Plan {
+		p := kvstore.Plan{Weights: weights, KVBytes: kv}
+		p.Memory.Available = uint64(avail)
+		return p
+	}
+	for _, c := range []struct {
+		parallel int
+		plan     kvstore.Plan
+		want     int
+	}{
+		{1, plan(1<<30, 1<<20, 1<<20), 1},
+		{8, plan(100<<20, 10<<20, 10<<20), 8}, // room for 9 caches
+		{8, plan(40<<20, 10<<20, 10<<20), 3},  // the weights, 1 cache and 2 more
+		{8, plan(15<<20, 10<<20, 10<<20), 1},  // not even one more
+		{4, plan(100<<20, 10<<20, 0), 4},      // no KV size known
+	} {
+		if got := batchCap(c.parallel, c.plan); got != c.want {
+			t.Errorf("batchCap(%d, headroom %d, kv %d) = %d, want %d", c.parallel, c.plan.Headroom(), c.plan.KVBytes, got, c.want)
+		}
+	}
 }

@@ -64,3 +64,22 @@ func TestPrintPsRanks(t *testing.T) {
 		}
 	}
 }
+
+func TestPrintPsBatch(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	ps := &api.ProcessResponse{Models: []api.ProcessModelResponse{
+		{Name: "batched", Digest: "0123456789abcdef", Size: 100, ExpiresAt: now.Add(time.Minute),
+			Batch: &api.ProcessBatch{MaxSequences: 8, Running: 3, Waiting: 2, Steps: 10, MeanSequences: 2.5}},
+		{Name: "alone", Digest: "d", Size: 100, ExpiresAt: now.Add(time.Minute)},
+	}}
+	var b bytes.Buffer
+	if err := printPs(&b, ps, now); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"BATCH", "3/8 +2 waiting", "alone"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
