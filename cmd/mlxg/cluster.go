@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -235,6 +236,21 @@ func (c *cluster) forModel(open func() (compute.Backend, error)) func() (compute
 		}
 		return b, nil
 	}
+}
+
+// exitIfStuck ends the process once ctx is done (the server shutting down) when the
+// pipeline broke: a transfer left blocked inside MLX holds its model's backend, whose
+// unload would otherwise wait for it forever.
+func (c *cluster) exitIfStuck(ctx context.Context, grace time.Duration) {
+	go func() {
+		<-ctx.Done()
+		if c.leader.Broken() == nil {
+			return
+		}
+		time.Sleep(grace + 5*time.Second)
+		c.log.Error("exiting: a model split over several machines lost a rank and its MLX transfer is stuck")
+		os.Exit(1)
+	}()
 }
 
 // Close ends the workers (when they can still be reached) and the listener.

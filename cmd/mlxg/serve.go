@@ -143,6 +143,7 @@ func serve(ctx context.Context, logw io.Writer, kv *kvstore.Options, pc *kvstore
 			return err
 		}
 		defer cl.Close()
+		cl.exitIfStuck(ctx, grace)
 		forModel = cl.forModel(choice.ForModel)
 	}
 	prefix, err := openPrefixCache(pc, log)

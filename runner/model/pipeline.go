@@ -542,7 +542,14 @@ func (m *Model) forwardStage(ctx context.Context, tokens []int32, caches []kvsto
 		}
 	}
 	inner := m.backend.NewContext()
-	defer inner.Close()
+	abandoned := false
+	defer func() {
+		// A pass abandoned inside MLX (a rank died mid-transfer) holds the backend's
+		// thread: closing its context would wait for it forever.
+		if !abandoned {
+			inner.Close()
+		}
+	}()
 	_, msg.Hidden = inner.(HiddenSink)
 	var logits []float32
 	var passErr error
@@ -561,6 +568,7 @@ func (m *Model) forwardStage(ctx context.Context, tokens []int32, caches []kvsto
 		return err
 	})
 	if err != nil {
+		abandoned = true
 		l.Fail(err)
 		m.rewind(caches, start)
 		return nil, l.Broken()
