@@ -391,3 +391,128 @@ func TestDistributedPrefixCache(t *testing.T) {
 		t.Logf("%s: tokens %v (cold and restored, as one process); the repeat restored %d prompt tokens on both ranks and computed %d", a.name, got.Hit, got.Cached, got.Prefilled)
 	}
 }
+
+const envDistBatch = "MLXG_TEST_DIST_BATCH_MODELS"
+
+// distBatchScript runs three sequences of different prompt lengths through batched passes
+// (ForwardBatch): their prompts together, then greedy steps together; it returns every
+// pass's logits and the tokens.
+func distBatchScript(t testing.TB, m *model.Model, steps int) distRun {
+	t.Helper()
+	var seqs []model.Sequence
+	for i, n := range []int{20, 7, 13} {
+		caches, err := m.NewCaches(false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, model.Sequence{Tokens: modeltest.Tokens(uint64(30+i), n), Caches: caches})
+	}
+	var r distRun
+	for step := 0; ; step++ {
+		res := m.ForwardBatch(context.Background(), seqs)
+		for i := range seqs {
+			if res[i].Err != nil {
+				t.Fatal(res[i].Err)
+			}
+			r.Logits = append(r.Logits, res[i].Logits...)
+			id := int32(argmax(res[i].Logits))
+			r.Tokens = append(r.Tokens, id)
+			seqs[i].Tokens = []int32{id}
+		}
+		if step == steps {
+			return r
+		}
+	}
+}
+
+// TestDistributedBatch runs batched passes (continuous batching's ForwardBatch) of
+// three sequences over two ranks, for a dense and a hybrid model: each pass is one
+// batched pass on every rank, and its logits equal the single-process batched pass's.
+func TestDistributedBatch(t *testing.T) {
+	archs := []struct {
+		name string
+		cfg  randmodel.Config
+	}{
+		{"qwen3", randmodel.Tiny("qwen3", 512)},
+		{"qwen3_next", randmodel.TinyQwen3Next(512)},
+	}
+	const steps = 4
+	rank, isRank := mlxtest.Rank()
+	if isRank {
+		if os.Getenv(envDistBatch) == "" {
+			t.Skip("not this test's ranks")
+		}
+		b := mlxtest.Backend(t)
+		g, err := b.JoinGroup("ring")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rank != 0 {
+			w := &model.Worker{Wire: g, Open: func(dir string, s model.Stage) (*model.Model, error) { return model.LoadStage(dir, b, s) }}
+			if err := w.Run(); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		leader, err := model.NewLeader(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leader.Timeout = time.Minute
+		for i, a := range archs {
+			m, err := leader.Load(filepath.SplitList(os.Getenv(envDistBatch))[i], b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !m.Batched() {
+				t.Fatalf("%s: the stage does not batch", a.name)
+			}
+			mlxtest.Result(a.name, distBatchScript(t, m, steps))
+			m.Close()
+		}
+		if err := leader.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if !mlxtest.Enabled() {
+		t.Skip("MLXG_MLXC_PATH is not set: the tests on real MLX need scripts/mlx/build.sh's libmlxc")
+	}
+	open := mlxtest.Opener(t)
+	var dirs []string
+	want := map[string]distRun{}
+	for _, a := range archs {
+		hf := filepath.Join(t.TempDir(), "hf")
+		if err := randmodel.Generate(hf, a.cfg, randmodel.Options{Seed: 6}); err != nil {
+			t.Fatal(err)
+		}
+		dir := filepath.Join(t.TempDir(), a.name)
+		if _, err := create.Convert(context.Background(), hf, dir, create.Options{Bits: 4, GroupSize: 64}); err != nil {
+			t.Fatal(err)
+		}
+		dirs = append(dirs, dir)
+		b, err := open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := model.Load(dir, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[a.name] = distBatchScript(t, m, steps)
+		m.Close()
+	}
+	outs := mlxtest.Ranks(t, 2, "TestDistributedBatch", 2*time.Minute, envDistBatch+"="+strings.Join(dirs, string(os.PathListSeparator)))
+	for _, a := range archs {
+		var got distRun
+		mlxtest.Results(t, outs[0], a.name, &got)
+		r := modeltest.MaxRel(got.Logits, want[a.name].Logits)
+		if len(got.Logits) != len(want[a.name].Logits) || r > 1e-4 {
+			t.Errorf("%s: two ranks' batched logits differ from one process's by %.3g relative (%d values, want %d)", a.name, r, len(got.Logits), len(want[a.name].Logits))
+		}
+		if !slices.Equal(got.Tokens, want[a.name].Tokens) {
+			t.Errorf("%s: two ranks' tokens %v, one process's %v", a.name, got.Tokens, want[a.name].Tokens)
+		}
+		t.Logf("%s: 3 sequences batched over 2 ranks vs 1 process: largest relative logit difference %.2g, tokens %v", a.name, r, got.Tokens)
+	}
+}

@@ -102,9 +102,10 @@ type cluster struct {
 	ln     net.Listener
 	log    *slog.Logger
 
-	mu    sync.Mutex
-	alive map[int]bool
-	conns map[int]net.Conn
+	mu      sync.Mutex
+	alive   map[int]bool
+	conns   map[int]net.Conn
+	closing bool // the server stops the workers itself
 }
 
 // startCluster makes this process rank 0 of the hostfile's group, on b (which stays
@@ -192,7 +193,11 @@ func (c *cluster) accept() {
 			}
 			c.mu.Lock()
 			c.alive[r] = false
+			closing := c.closing
 			c.mu.Unlock()
+			if closing {
+				return
+			}
 			err = fmt.Errorf("rank %d (%s) is gone", r, c.hosts[r][0])
 			c.log.Error("pipeline worker disconnected", "rank", r, "host", c.hosts[r][0])
 			c.leader.RankGone(r, err)
@@ -255,6 +260,9 @@ func (c *cluster) exitIfStuck(ctx context.Context, grace time.Duration) {
 
 // Close ends the workers (when they can still be reached) and the listener.
 func (c *cluster) Close() {
+	c.mu.Lock()
+	c.closing = true
+	c.mu.Unlock()
 	model.SetLeader(nil)
 	if c.leader.Broken() == nil {
 		if err := c.leader.Stop(); err != nil {

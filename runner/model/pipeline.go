@@ -58,6 +58,11 @@ const (
 	OpSave = 8
 	// OpEnd ends a sequence's prefix-cache session on each rank.
 	OpEnd = 9
+	// OpForwardBatch runs one batched pass of several sequences of model Model (Seq of
+	// them): payload, per sequence, its id, start, token count and layout length, then
+	// its tokens and its layout (as OpForward's). The logits are each sequence's last
+	// row.
+	OpForwardBatch = 10
 )
 
 // Status codes of the status round, the worst of all ranks.
@@ -636,8 +641,17 @@ func (m *Model) fillIn(T, rows int, want bool) error {
 		return fmt.Errorf("the %s backend cannot send activations between ranks", m.backend.Name())
 	}
 	hidden, vocab := m.Config.HiddenSize, m.Config.VocabSize
+	// The residual crosses between ranks as T rows, except into a last rank that holds
+	// only the head: that gets the rows the logits are for.
+	in, outRows := T, T
+	if s.Last() && s.Lo == s.Hi {
+		in = rows
+	}
+	if !s.Last() && s.Hi == m.Config.NumLayers {
+		outRows = rows
+	}
 	if !s.First() {
-		if _, err := c.Float32s(comm.Recv(T, hidden, s.Rank-1)); err != nil {
+		if _, err := c.Float32s(comm.Recv(in, hidden, s.Rank-1)); err != nil {
 			return err
 		}
 	}
@@ -645,7 +659,7 @@ func (m *Model) fillIn(T, rows int, want bool) error {
 	if want {
 		out = hidden
 	}
-	dst, r, k := s.Rank+1, T, hidden
+	dst, r, k := s.Rank+1, outRows, hidden
 	if s.Last() {
 		dst, r, k = 0, rows, out
 	}
@@ -791,6 +805,12 @@ func (w *Worker) Run() error {
 		case OpForward:
 			var broke error
 			failure, broke = w.forward(msg)
+			if broke != nil {
+				return broke
+			}
+		case OpForwardBatch:
+			var broke error
+			failure, broke = w.forwardBatch(msg)
 			if broke != nil {
 				return broke
 			}
@@ -1111,4 +1131,226 @@ func (m *Model) prefixMessage(caches []kvstore.Layer, msg Message) {
 	if err != nil {
 		l.Fail(err)
 	}
+}
+
+// stageBatched reports whether the stage runs several sequences in one pass: its
+// architecture and backend can.
+func (m *Model) stageBatched() bool {
+	sn, ok := m.net.(stageNet)
+	if !ok {
+		return false
+	}
+	if _, ok := sn.Network.(BatchNetwork); !ok {
+		return false
+	}
+	return compute.Supports[compute.BatchContext](m.backend, "batched passes") == nil
+}
+
+func (m *Model) batchNetwork() (BatchNetwork, bool) {
+	sn, ok := m.net.(stageNet)
+	if !ok {
+		return nil, false
+	}
+	bn, ok := sn.Network.(BatchNetwork)
+	return bn, ok
+}
+
+// forwardBatchStage is ForwardBatch for a pipeline stage on rank 0: one batched pass
+// of the sequences on every rank (OpForwardBatch), each sequence's last logits back.
+func (m *Model) forwardBatchStage(ctx context.Context, seqs []Sequence) []Result {
+	out := make([]Result, len(seqs))
+	bn, ok := m.batchNetwork()
+	if len(seqs) < 2 || !ok {
+		for i, s := range seqs {
+			out[i].Logits, out[i].Err = m.Forward(ctx, s.Tokens, s.Caches, false)
+		}
+		return out
+	}
+	p := m.pipe
+	if p == nil || p.leader == nil {
+		for i := range out {
+			out[i].Err = fmt.Errorf("model: stage %v has no pipeline leader", m.stage)
+		}
+		return out
+	}
+	if err := ctx.Err(); err != nil {
+		for i := range out {
+			out[i].Err = err
+		}
+		return out
+	}
+	l := p.leader
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var run []int
+	var part []Sequence
+	var payload []int32
+	starts := make([]int, len(seqs))
+	fp32 := false
+	for i, s := range seqs {
+		if len(s.Tokens) == 0 || len(s.Caches) != m.Config.NumLayers {
+			out[i].Err = fmt.Errorf("model: a pass of %d tokens over %d layer caches for a model of %d layers", len(s.Tokens), len(s.Caches), m.Config.NumLayers)
+			continue
+		}
+		id, layout := p.seqID(s.Caches)
+		if err := m.checkStage(s.Tokens, s.Caches); err != nil {
+			out[i].Err = err
+			continue
+		}
+		starts[i] = s.Caches[0].Len()
+		for _, c := range s.Caches {
+			if f, ok := c.(*kvstore.Full); ok {
+				fp32 = f.FP32()
+				break
+			}
+		}
+		payload = append(payload, id, int32(starts[i]), int32(len(s.Tokens)), int32(len(layout)))
+		payload = append(append(payload, s.Tokens...), layout...)
+		run = append(run, i)
+		part = append(part, s)
+	}
+	if len(run) == 0 {
+		return out
+	}
+	msg := Message{Op: OpForwardBatch, Model: p.id, Seq: int32(len(run)), FP32: fp32, Payload: payload}
+	inner := m.backend.NewContext()
+	abandoned := false
+	defer func() {
+		if !abandoned {
+			inner.Close()
+		}
+	}()
+	var logits []float32
+	var passErr error
+	failed := -1
+	err := l.exchange(func() error {
+		if err := l.send(msg); err != nil {
+			return err
+		}
+		var broke error
+		logits, passErr, broke = m.runBatchStage(inner, bn, part)
+		if broke != nil {
+			return broke
+		}
+		var err error
+		failed, err = l.status()
+		return err
+	})
+	switch {
+	case err != nil:
+		abandoned = true
+		l.Fail(err)
+		err = l.Broken()
+	case passErr != nil:
+		err = passErr
+	case failed >= 0:
+		err = fmt.Errorf("%w: rank %d could not run its layers for this pass (its log says why)", ErrRankFailed, failed)
+	}
+	vocab := m.Config.VocabSize
+	if err == nil && len(logits) != vocab*len(run) {
+		err = fmt.Errorf("model: a batched pass of %d sequences returned %d logits", len(run), len(logits))
+	}
+	for j, i := range run {
+		if err != nil {
+			m.rewind(seqs[i].Caches, starts[i])
+			out[i].Err = err
+			continue
+		}
+		out[i].Logits = logits[j*vocab : (j+1)*vocab : (j+1)*vocab]
+	}
+	return out
+}
+
+// runBatchStage is runStage for a batched pass of part (each sequence's last row).
+func (m *Model) runBatchStage(inner compute.Context, bn BatchNetwork, part []Sequence) (logits []float32, passErr, broke error) {
+	rows := make([]int, len(part))
+	starts := make([]int, len(part))
+	total := 0
+	for i, s := range part {
+		rows[i], starts[i] = len(s.Tokens), s.Caches[0].Len()
+		total += rows[i]
+	}
+	rewind := func() {
+		for i, s := range part {
+			m.rewind(s.Caches, starts[i])
+		}
+	}
+	comm, ok := compute.Ext[Comm](inner)
+	if !ok {
+		err := fmt.Errorf("model: the %s backend's context (%T) cannot send activations between ranks", m.backend.Name(), inner)
+		return nil, err, m.fillIn(total, len(part), false)
+	}
+	c := &stageContext{inner: inner, comm: comm, st: *m.stage, vocab: m.Config.VocabSize, hiddenSize: m.Config.HiddenSize}
+	c.Segments(rows)
+	out := bn.ForwardBatch(c, NewBatch(part, true))
+	recorded := c.Err() == nil
+	logits, err := c.Float32s(out)
+	if err == nil {
+		return logits, nil, nil
+	}
+	rewind()
+	if recorded {
+		return nil, err, err
+	}
+	return nil, err, m.fillIn(total, len(part), false)
+}
+
+// forwardBatch runs one batched pass on a worker (OpForwardBatch).
+func (w *Worker) forwardBatch(msg Message) (failure, broke error) {
+	wm := w.models[msg.Model]
+	n := int(msg.Seq)
+	var part []Sequence
+	total := 0
+	var bad error
+	pl := msg.Payload
+	for range n {
+		if len(pl) < 4 {
+			bad = fmt.Errorf("a batched pass's payload ends early")
+			break
+		}
+		id, start, T, k := pl[0], int(pl[1]), int(pl[2]), int(pl[3])
+		pl = pl[4:]
+		if T < 0 || k < 0 || len(pl) < T+k {
+			bad = fmt.Errorf("a batched pass's payload ends early")
+			break
+		}
+		tokens, layout := pl[:T], pl[T:T+k]
+		pl = pl[T+k:]
+		total += T
+		if bad != nil || wm == nil {
+			continue
+		}
+		if k == 0 {
+			layout = nil
+		}
+		sq, err := w.seqFor(wm, Message{Seq: id, Layout: layout, FP32: msg.FP32})
+		if err != nil {
+			bad = err
+			continue
+		}
+		wm.m.rewind(sq.caches, start)
+		if err := wm.m.checkStage(tokens, sq.caches); err != nil {
+			bad = err
+			continue
+		}
+		if got := sq.caches[0].Len(); got != start {
+			bad = fmt.Errorf("its caches hold %d positions of sequence %d, the pass starts at %d", got, id, start)
+			continue
+		}
+		part = append(part, Sequence{Tokens: tokens, Caches: sq.caches})
+	}
+	if wm == nil {
+		return fmt.Errorf("model %d is not loaded here", msg.Model), fmt.Errorf("model %d is not loaded here, and without it this rank cannot take part in the pass", msg.Model)
+	}
+	bn, ok := wm.m.batchNetwork()
+	if bad == nil && !ok {
+		bad = fmt.Errorf("the model runs no batched passes")
+	}
+	if bad != nil {
+		return bad, wm.m.fillIn(total, n, false)
+	}
+	inner := wm.m.backend.NewContext()
+	defer inner.Close()
+	_, passErr, broke := wm.m.runBatchStage(inner, bn, part)
+	return passErr, broke
 }

@@ -177,9 +177,7 @@ func (c *stageContext) ConcatRows(xs ...compute.Tensor) compute.Tensor {
 		rows += r
 	}
 	return c.plain(rows, cols, func(in []compute.Tensor) compute.Tensor {
-		b, ok := c.inner.(interface {
-			ConcatRows(xs ...compute.Tensor) compute.Tensor
-		})
+		b, ok := compute.Ext[compute.BatchContext](c.inner)
 		if !ok {
 			return compute.Unsupported(c.inner, "ConcatRows")
 		}
@@ -188,7 +186,7 @@ func (c *stageContext) ConcatRows(xs ...compute.Tensor) compute.Tensor {
 }
 
 func (c *stageContext) Segments(rows []int) {
-	if b, ok := c.inner.(interface{ Segments(rows []int) }); ok {
+	if b, ok := compute.Ext[compute.BatchContext](c.inner); ok {
 		b.Segments(rows)
 	}
 }
