@@ -161,3 +161,30 @@ func getJSON(t *testing.T, url string, v any) {
 		t.Fatal(fmt.Errorf("%s: %w", url, err))
 	}
 }
+
+func TestWorkerArgs(t *testing.T) {
+	t.Setenv("MLX_RANK", "")
+	for _, c := range []struct {
+		hostfile string
+		rank     int
+		want     string
+	}{
+		{"", 1, "needs the hostfile"},
+		{"hosts.json", -1, "needs its rank"},
+		{"hosts.json", 0, "rank 0 is `mlxg serve"},
+	} {
+		err := runWorker(context.Background(), io.Discard, c.hostfile, c.rank, 0, new(kvstore.Options), new(kvstore.PrefixOptions))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("hostfile %q rank %d: %v, want %q", c.hostfile, c.rank, err, c.want)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "h.json")
+	os.WriteFile(path, []byte(`[["127.0.0.1:1"]]`), 0o644)
+	if _, err := readHostfile(path); err == nil || !strings.Contains(err.Error(), "at least 2") {
+		t.Errorf("a hostfile of one rank: %v", err)
+	}
+	os.WriteFile(path, []byte(`{"not": "a list"}`), 0o644)
+	if _, err := readHostfile(path); err == nil {
+		t.Error("a hostfile that is not a list read")
+	}
+}

@@ -147,20 +147,30 @@ func runWorker(ctx context.Context, logw io.Writer, hostfile string, rank, threa
 			return m, nil
 		},
 		// This machine's memory policy plans the KV of its own layers, for the context
-		// rank 0 loaded the model with.
+		// rank 0 loaded the model with, and sets the backend's limits from that plan.
+		Loaded: func(m *model.Model, numCtx int) error {
+			share, err := stageShape(m)
+			if err != nil {
+				return err
+			}
+			plan, err := policy.Plan(m.Dir, share, ctxOr(numCtx), true)
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			b := backends[m]
+			mu.Unlock()
+			if prefix != nil {
+				prefix.SetBudget(plan.PrefixBudget)
+			}
+			return backend.ApplyPlan(b, plan)
+		},
 		Caches: func(m *model.Model, dir string, numCtx int) ([]kvstore.Layer, error) {
-			data, err := os.ReadFile(filepath.Join(dir, "config.json"))
+			share, err := stageShape(m)
 			if err != nil {
 				return nil, err
 			}
-			shape, err := kvstore.ShapeFromConfig(data, 0)
-			if err != nil {
-				return nil, err
-			}
-			if numCtx <= 0 {
-				numCtx = 4096
-			}
-			caches, plan, err := policy.Caches(dir, model.StageShape(shape, *m.Stage(), m.WeightBytes()), numCtx)
+			caches, plan, err := policy.Caches(dir, share, ctxOr(numCtx))
 			if err == nil && prefix != nil {
 				prefix.SetBudget(plan.PrefixBudget)
 			}
@@ -229,4 +239,25 @@ func runWorker(ctx context.Context, logw io.Writer, hostfile string, rank, threa
 	}
 	log.Info("worker stopped by rank 0", "rank", rank)
 	return nil
+}
+
+// stageShape is this worker's share of m's shape, for its memory policy.
+func stageShape(m *model.Model) (kvstore.ModelShape, error) {
+	data, err := os.ReadFile(filepath.Join(m.Dir, "config.json"))
+	if err != nil {
+		return kvstore.ModelShape{}, err
+	}
+	shape, err := kvstore.ShapeFromConfig(data, 0)
+	if err != nil {
+		return shape, err
+	}
+	return model.StageShape(shape, *m.Stage(), m.WeightBytes()), nil
+}
+
+// ctxOr is the context rank 0 loaded a model for, or 4096 when it did not say.
+func ctxOr(n int) int {
+	if n <= 0 {
+		return 4096
+	}
+	return n
 }

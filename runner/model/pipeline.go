@@ -702,6 +702,9 @@ type Worker struct {
 	// Release, when set, is called with each model the worker closes (to release its
 	// backend).
 	Release func(m *Model)
+	// Loaded, when set, is called with each model the worker loads and the context
+	// rank 0 loaded it for (to set its backend's memory limits from this machine's plan).
+	Loaded func(m *Model, numCtx int) error
 	// OnHello, when set, is given rank 0's liveness address (OpHello).
 	OnHello func(addr string) error
 	// Doorbell, when set, blocks until rank 0 says a message is coming (see
@@ -852,6 +855,12 @@ func (w *Worker) load(msg Message) error {
 		return fmt.Errorf("loading %s: %w", dir, err)
 	}
 	m.pipe = &pipe{id: msg.Model, wire: w.Wire}
+	if w.Loaded != nil {
+		if err := w.Loaded(m, int(msg.Start)); err != nil {
+			w.close(m)
+			return fmt.Errorf("loading %s: %w", dir, err)
+		}
+	}
 	wm := &workerModel{m: m, dir: m.Dir, numCtx: int(msg.Start), seqs: map[int32]*workerSeq{}}
 	if w.Prefix != nil {
 		if wm.identity, err = kvstore.CheckpointIdentity(m.Dir); err != nil {
