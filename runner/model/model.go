@@ -129,9 +129,7 @@ func (m *Model) Backend() compute.Backend { return m.backend }
 // or the kinds a CacheMaker network asks for.
 func (m *Model) NewCaches(fp32 bool) ([]kvstore.Layer, error) {
 	if cm, ok := m.net.(CacheMaker); ok {
-		if c, err := cm.NewCaches(fp32); err != errNoCacheMaker {
-			return c, err
-		}
+		return cm.NewCaches(fp32)
 	}
 	caches := make([]kvstore.Layer, m.Config.NumLayers)
 	for i := range caches {

@@ -526,5 +526,3 @@ func StageWeightBytes(dir string, s Stage) (int64, error) {
 	}
 	return n, nil
 }
-
-var errNoCacheMaker = fmt.Errorf("model: the network makes no caches of its own")
