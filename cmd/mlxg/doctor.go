@@ -94,6 +94,12 @@ func runDoctor(out io.Writer, seed uint64) int {
 		if mb, ok := gpu.(*metal.Backend); ok {
 			lib := mb.Lib()
 			desc += fmt.Sprintf(", libmlxc %s (mlx-c %s API)", lib.Path, lib.ABI)
+			// Several machines (serve --hostfile, worker) need MLX's distributed layer.
+			if lib.DistributedAvailable() {
+				desc += "; distributed layer bound (several machines: serve --hostfile, worker)"
+			} else {
+				desc += "; no distributed layer (several machines need mlx-c 0.6 or newer)"
+			}
 		}
 		row(mlxRow, desc)
 	}
