@@ -2,6 +2,8 @@ package runner
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -452,7 +454,12 @@ func TestDistributedBatch(t *testing.T) {
 			t.Fatal(err)
 		}
 		if rank != 0 {
-			w := &model.Worker{Wire: g, Open: func(dir string, s model.Stage) (*model.Model, error) { return model.LoadStage(dir, b, s) }}
+			w := &model.Worker{Wire: g, Open: func(dir string, s model.Stage) (*model.Model, error) {
+				if strings.HasSuffix(dir, "-refused") {
+					return nil, fmt.Errorf("refused (the test's)")
+				}
+				return model.LoadStage(dir, b, s)
+			}}
 			if err := w.Run(); err != nil {
 				t.Fatal(err)
 			}
@@ -463,6 +470,12 @@ func TestDistributedBatch(t *testing.T) {
 			t.Fatal(err)
 		}
 		leader.Timeout = time.Minute
+		// A model a worker cannot load fails its load, naming the rank; the pipeline
+		// goes on.
+		refused := filepath.SplitList(os.Getenv(envDistBatch))[0] + "-refused"
+		if _, err := leader.Load(refused, b); !errors.Is(err, model.ErrRankFailed) || !strings.Contains(err.Error(), "rank 1 could not load") {
+			t.Fatalf("loading a model the worker refuses: %v", err)
+		}
 		for i, a := range archs {
 			m, err := leader.Load(filepath.SplitList(os.Getenv(envDistBatch))[i], b)
 			if err != nil {
@@ -505,6 +518,9 @@ func TestDistributedBatch(t *testing.T) {
 		}
 		want[a.name] = distBatchScript(t, m, steps)
 		m.Close()
+	}
+	if err := os.Symlink(dirs[0], dirs[0]+"-refused"); err != nil {
+		t.Fatal(err)
 	}
 	outs := mlxtest.Ranks(t, 2, "TestDistributedBatch", 2*time.Minute, envDistBatch+"="+strings.Join(dirs, string(os.PathListSeparator)))
 	for _, a := range archs {
