@@ -1,7 +1,6 @@
 package quant
 
 import (
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -14,10 +13,12 @@ import (
 // kernel leaves to the plain code (a multiple of 32 but not of 64). It also checks that a
 // row's result does not depend on how many rows the call covered (see DotRowsStored).
 func TestDecodeKernels(t *testing.T) {
-	for _, on := range []bool{true, false} {
-		prev := SetSIMD(on)
-		t.Run(fmt.Sprintf("simd=%v", decodeOn()), testDecodeKernels)
-		SetSIMD(prev)
+	for _, k := range []struct{ simd, avx512 bool }{{true, true}, {true, false}, {false, false}} {
+		prevSIMD := SetSIMD(k.simd)
+		prev512 := SetAVX512(k.avx512)
+		t.Run(decodeKernel(), testDecodeKernels)
+		SetAVX512(prev512)
+		SetSIMD(prevSIMD)
 	}
 }
 
@@ -26,7 +27,7 @@ func testDecodeKernels(t *testing.T) {
 	for _, st := range []ScaleType{ScaleF32, ScaleBF16, ScaleF16} {
 		for _, bits := range []int{2, 3, 4, 5, 6, 8} {
 			for _, group := range []int{32, 64, 128} {
-				for _, cols := range []int{128, 384, 448, 896, 96, 160, 32, 64} {
+				for _, cols := range []int{128, 384, 448, 896, 1152, 96, 160, 32, 64, 192} {
 					if cols%group != 0 {
 						continue
 					}

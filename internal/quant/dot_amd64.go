@@ -10,6 +10,12 @@ import (
 // simd reports whether the AVX2+FMA(+F16C) kernels in dot_amd64.s can run.
 var simd = cpu.X86.HasAVX2 && cpu.X86.HasFMA && cpu.X86.HasF16C
 
+// avx512 reports whether the AVX-512 decode kernels of dotq512_amd64.s run (on CPUs with
+// AVX-512 F, BW and VL; GODEBUG=cpu.avx512f=off turns them off).
+var avx512 = simd && hasAVX512()
+
+func hasAVX512() bool { return cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL }
+
 // The decode kernels of dotq_amd64.s: for rows consecutive packed rows, out[r] = x · the
 // dequantized row r, x' being the vector in the order and scaling Vec.Prepare gives it. One
 // variant per scale type (and, for 4 bits, per group layout: groups of 32 codes put two
@@ -42,9 +48,84 @@ func dotQ8BF16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *
 //go:noescape
 func dotQ8F16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, gshift int)
 
-// dotQ4Rows runs the 4-bit kernel for scales of type st over rows rows of len(x') codes in
-// groups of group (len(x') a multiple of 64).
-func dotQ4Rows(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, n, group int, st ScaleType) {
+// The AVX-512 decode kernels of dotq512_amd64.s: idx spreads a chunk's nscales scales over
+// the 16 lanes (VPERMPS indices).
+//
+//go:noescape
+func dotQ4ZF32(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, gshift int, idx *int32, nscales int)
+
+//go:noescape
+func dotQ4ZBF16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, gshift int, idx *int32, nscales int)
+
+//go:noescape
+func dotQ4ZF16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, gshift int, idx *int32, nscales int)
+
+//go:noescape
+func dotQ8ZF32(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, gshift int, idx *int32, nscales int)
+
+//go:noescape
+func dotQ8ZBF16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, gshift int, idx *int32, nscales int)
+
+//go:noescape
+func dotQ8ZF16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, gshift int, idx *int32, nscales int)
+
+// laneGroup[cpl][group] is, for a 16-lane chunk of codes with cpl codes per lane, the group
+// (counted from the chunk's first) of each lane.
+var laneGroup = func() map[[2]int]*[16]int32 {
+	m := map[[2]int]*[16]int32{}
+	for _, cpl := range []int{4, 8} {
+		for _, g := range []int{32, 64, 128} {
+			var t [16]int32
+			for l := range t {
+				t[l] = int32(l * cpl / g)
+			}
+			m[[2]int{cpl, g}] = &t
+		}
+	}
+	return m
+}()
+
+// dotZ runs an AVX-512 kernel: codes per lane cpl (8 for 4 bits, 4 for 8).
+func dotZ(f func(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, gshift int, idx *int32, nscales int),
+	x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, n, group, cpl int, st ScaleType) {
+	elem := 2
+	if st == ScaleF32 {
+		elem = 4
+	}
+	groups, chunk := n/group, 16*cpl
+	f(x, w, scales, biases, sums, out, rows, n/chunk, groups, groups*elem, bits.TrailingZeros(uint(group)),
+		&laneGroup[[2]int{cpl, group}][0], max(1, chunk/group))
+}
+
+// decodeLanes is the lane count of the decode kernel that takes rows of n codes with cpl
+// codes per 32-bit word (8 for 4 bits, 4 for 8): 16 (AVX-512) or 8 (AVX2) where the row is
+// a whole number of that kernel's chunks, else 0 (the plain Go kernel).
+func decodeLanes(n, cpl int) int {
+	switch {
+	case !simd:
+		return 0
+	case avx512 && n%(16*cpl) == 0:
+		return 16
+	case n%(8*cpl) == 0:
+		return 8
+	}
+	return 0
+}
+
+// dotQ4Rows runs the 4-bit kernel of lanes lanes for scales of type st over rows rows of n
+// codes in groups of group (n a multiple of 8·lanes).
+func dotQ4Rows(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, n, group, lanes int, st ScaleType) {
+	if lanes == 16 {
+		switch st {
+		case ScaleBF16:
+			dotZ(dotQ4ZBF16, x, w, scales, biases, sums, out, rows, n, group, 8, st)
+		case ScaleF16:
+			dotZ(dotQ4ZF16, x, w, scales, biases, sums, out, rows, n, group, 8, st)
+		default:
+			dotZ(dotQ4ZF32, x, w, scales, biases, sums, out, rows, n, group, 8, st)
+		}
+		return
+	}
 	elem := 2
 	if st == ScaleF32 {
 		elem = 4
@@ -78,8 +159,19 @@ func dotQ4Rows(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *
 	}
 }
 
-// dotQ8Rows is dotQ4Rows for 8-bit codes (len(x') a multiple of 32).
-func dotQ8Rows(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, n, group int, st ScaleType) {
+// dotQ8Rows is dotQ4Rows for 8-bit codes (n a multiple of 4·lanes).
+func dotQ8Rows(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, n, group, lanes int, st ScaleType) {
+	if lanes == 16 {
+		switch st {
+		case ScaleBF16:
+			dotZ(dotQ8ZBF16, x, w, scales, biases, sums, out, rows, n, group, 4, st)
+		case ScaleF16:
+			dotZ(dotQ8ZF16, x, w, scales, biases, sums, out, rows, n, group, 4, st)
+		default:
+			dotZ(dotQ8ZF32, x, w, scales, biases, sums, out, rows, n, group, 4, st)
+		}
+		return
+	}
 	groups, chunks := n/group, n/32
 	gshift := bits.TrailingZeros(uint(group))
 	switch st {
@@ -92,11 +184,8 @@ func dotQ8Rows(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *
 	}
 }
 
-// decodeOn reports whether the decode kernels (dotQ4Rows, dotQ8Rows) run; their vectors
-// have decodeLanes lanes.
+// decodeOn reports whether the decode kernels (dotQ4Rows, dotQ8Rows) run.
 func decodeOn() bool { return simd }
-
-const decodeLanes = 8
 
 // SetSIMD switches the assembly kernels on or off (for tests and benchmarks of the
 // plain Go kernels) and returns the previous setting; it cannot turn them on where the
@@ -104,6 +193,16 @@ const decodeLanes = 8
 func SetSIMD(on bool) bool {
 	prev := simd
 	simd = on && cpu.X86.HasAVX2 && cpu.X86.HasFMA && cpu.X86.HasF16C
+	avx512 = simd && hasAVX512()
+	return prev
+}
+
+// SetAVX512 switches the AVX-512 decode kernels on or off (the AVX2 ones run instead) and
+// returns the previous setting; it cannot turn them on where the CPU lacks them. Vectors
+// prepared before must be prepared again. It must not be called while kernels run.
+func SetAVX512(on bool) bool {
+	prev := avx512
+	avx512 = on && simd && hasAVX512()
 	return prev
 }
 
@@ -177,4 +276,15 @@ func dequantQ8(dst *float32, w *uint32, scales, biases unsafe.Pointer, groups, b
 	default:
 		dequantQ8F32(dst, w, scales, biases, groups, blocks)
 	}
+}
+
+// decodeKernel names the decode kernels that run (tests).
+func decodeKernel() string {
+	switch {
+	case !simd:
+		return "go"
+	case avx512:
+		return "avx512"
+	}
+	return "avx2"
 }

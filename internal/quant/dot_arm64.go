@@ -16,7 +16,17 @@ var neon = true
 
 func decodeOn() bool { return neon }
 
-const decodeLanes = 4
+// decodeLanes is 4 (NEON) for rows of n codes with cpl codes per word: every supported
+// group size is a whole number of the NEON kernels' chunks.
+func decodeLanes(n, cpl int) int {
+	if n%(4*cpl) != 0 {
+		return 0
+	}
+	return 4
+}
+
+// SetAVX512 reports false: there is no AVX-512 on arm64.
+func SetAVX512(bool) bool { return false }
 
 // The NEON decode kernels of dotq_arm64.s, one per scale type: for rows consecutive
 // packed rows, out[r] = x · the dequantized row r, x' in the order and scaling Vec.Prepare
@@ -41,7 +51,7 @@ func dotQ8NBF16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out 
 //go:noescape
 func dotQ8NF16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, gshift int)
 
-func dotQ4Rows(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, n, group int, st ScaleType) {
+func dotQ4Rows(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, n, group, _ int, st ScaleType) {
 	groups, chunks, gshift := n/group, n/32, bits.TrailingZeros(uint(group))
 	switch st {
 	case ScaleBF16:
@@ -53,7 +63,7 @@ func dotQ4Rows(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *
 	}
 }
 
-func dotQ8Rows(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, n, group int, st ScaleType) {
+func dotQ8Rows(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, n, group, _ int, st ScaleType) {
 	groups, chunks, gshift := n/group, n/16, bits.TrailingZeros(uint(group))
 	switch st {
 	case ScaleBF16:
@@ -89,4 +99,12 @@ func dequantQ4(dst *float32, w *uint32, scales, biases unsafe.Pointer, groups, b
 
 func dequantQ8(dst *float32, w *uint32, scales, biases unsafe.Pointer, groups, blocks, st int) {
 	panic("unreachable")
+}
+
+// decodeKernel names the decode kernels that run (tests).
+func decodeKernel() string {
+	if neon {
+		return "neon"
+	}
+	return "go"
 }

@@ -8,13 +8,16 @@ const simd = false
 
 func decodeOn() bool { return false }
 
-const decodeLanes = 1
+func decodeLanes(n, cpl int) int { return 0 }
 
-func dotQ4Rows(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, n, group int, st ScaleType) {
+// SetAVX512 reports false: there are no assembly kernels on this architecture.
+func SetAVX512(bool) bool { return false }
+
+func dotQ4Rows(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, n, group, lanes int, st ScaleType) {
 	panic("unreachable")
 }
 
-func dotQ8Rows(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, n, group int, st ScaleType) {
+func dotQ8Rows(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, n, group, lanes int, st ScaleType) {
 	panic("unreachable")
 }
 
@@ -38,3 +41,6 @@ func dequantQ4(dst *float32, w *uint32, scales, biases unsafe.Pointer, groups, b
 func dequantQ8(dst *float32, w *uint32, scales, biases unsafe.Pointer, groups, blocks, st int) {
 	panic("unreachable")
 }
+
+// decodeKernel names the decode kernels that run (tests).
+func decodeKernel() string { return "go" }

@@ -139,10 +139,10 @@ func (v *Vec) DotRowsStored(out []float32, packed []uint32, scales, biases Scale
 	_ = packed[rows*wpr-1]
 	checkLen(scales, biases, rows*groups)
 	switch {
-	case decodeOn() && v.bits == 4 && len(v.perm) == len(v.x):
-		dotQ4Rows(&v.perm[0], &packed[0], scales.ptr(), biases.ptr(), &v.sums[0], &out[0], rows, len(v.x), v.group, scales.Type)
-	case decodeOn() && v.bits == 8 && len(v.perm) == len(v.x):
-		dotQ8Rows(&v.perm[0], &packed[0], scales.ptr(), biases.ptr(), &v.sums[0], &out[0], rows, len(v.x), v.group, scales.Type)
+	case decodeOn() && v.bits == 4 && v.lanes > 0:
+		dotQ4Rows(&v.perm[0], &packed[0], scales.ptr(), biases.ptr(), &v.sums[0], &out[0], rows, len(v.x), v.group, v.lanes, scales.Type)
+	case decodeOn() && v.bits == 8 && v.lanes > 0:
+		dotQ8Rows(&v.perm[0], &packed[0], scales.ptr(), biases.ptr(), &v.sums[0], &out[0], rows, len(v.x), v.group, v.lanes, scales.Type)
 	case scales.Type == ScaleF32:
 		for r := range out {
 			out[r] = DotRow(v.x, v.sums, packed[r*wpr:(r+1)*wpr], scales.F32[r*groups:(r+1)*groups], biases.F32[r*groups:(r+1)*groups], v.bits, v.group)

@@ -9,6 +9,7 @@ import "fmt"
 type Vec struct {
 	x, sums, perm []float32
 	bits, group   int
+	lanes         int // of the decode kernel perm is laid out for (0: none)
 }
 
 // Prepare readies v for rows of len(x) codes of bits each in groups of group. v keeps
@@ -24,14 +25,18 @@ func (v *Vec) Prepare(x []float32, bits, group int) error {
 	v.x, v.bits, v.group = x, bits, group
 	v.sums = grow(v.sums, len(x)/group)
 	GroupSums(v.sums, x, group)
-	v.perm = v.perm[:0]
+	v.perm, v.lanes = v.perm[:0], 0
 	switch {
-	case decodeOn() && bits == 4 && len(x)%(8*decodeLanes) == 0:
-		v.perm = grow(v.perm, len(x))
-		permute4(v.perm, x, decodeLanes)
-	case decodeOn() && bits == 8 && len(x)%(4*decodeLanes) == 0:
-		v.perm = grow(v.perm, len(x))
-		permute8(v.perm, x, decodeLanes)
+	case decodeOn() && bits == 4:
+		if v.lanes = decodeLanes(len(x), 8); v.lanes > 0 {
+			v.perm = grow(v.perm, len(x))
+			permute4(v.perm, x, v.lanes)
+		}
+	case decodeOn() && bits == 8:
+		if v.lanes = decodeLanes(len(x), 4); v.lanes > 0 {
+			v.perm = grow(v.perm, len(x))
+			permute8(v.perm, x, v.lanes)
+		}
 	}
 	return nil
 }
@@ -57,7 +62,7 @@ func grow(b []float32, n int) []float32 {
 }
 
 // permute4 writes x in the order and scaling of the 4-bit decode kernels, whose vectors
-// hold L lanes of 32 bits (AVX2 8, NEON 4): in each chunk of 8L codes (L words, one per
+// hold L lanes of 32 bits (AVX-512 16, AVX2 8, NEON 4): in each chunk of 8L codes (L words, one per
 // lane), code j of every word together, scaled by 2^(-4j), since the kernels convert code
 // j in place as q·2^(4j) (code 7 is shifted down, so it keeps its scale).
 func permute4(dst, x []float32, L int) {

@@ -2,6 +2,7 @@ package model_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -15,14 +16,18 @@ import (
 )
 
 // benchCheckpoint returns a Qwen2-0.5B-shaped random checkpoint converted to MLX 4-bit
-// (group 64), made once under $MLXG_BENCH_DIR (default: the system temp dir) and
-// reused by later runs.
+// (group 64; $MLXG_BENCH_BITS=8 for 8-bit), made once under $MLXG_BENCH_DIR (default: the
+// system temp dir) and reused by later runs.
 func benchCheckpoint(b *testing.B) string {
 	root := os.Getenv("MLXG_BENCH_DIR")
 	if root == "" {
 		root = filepath.Join(os.TempDir(), "mlxg-bench")
 	}
-	dst := filepath.Join(root, "qwen2-0.5b-q4")
+	bits := 4
+	if os.Getenv("MLXG_BENCH_BITS") == "8" {
+		bits = 8
+	}
+	dst := filepath.Join(root, fmt.Sprintf("qwen2-0.5b-q%d", bits))
 	if _, err := os.Stat(filepath.Join(dst, "config.json")); err == nil {
 		return dst
 	}
@@ -30,7 +35,7 @@ func benchCheckpoint(b *testing.B) string {
 	if err := randmodel.Generate(src, randmodel.Qwen2_0_5B(), randmodel.Options{Seed: 1}); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := create.Convert(context.Background(), src, dst, create.Options{Bits: 4, GroupSize: 64}); err != nil {
+	if _, err := create.Convert(context.Background(), src, dst, create.Options{Bits: bits, GroupSize: 64}); err != nil {
 		b.Fatal(err)
 	}
 	os.RemoveAll(src)
@@ -42,6 +47,7 @@ func benchCheckpoint(b *testing.B) string {
 // tok/s decode on this machine class):
 //
 //	go test -run '^$' -bench Qwen2_0_5B -benchtime 1x ./runner/model/
+//	MLXG_BENCH_BITS=8 go test -run '^$' -bench Qwen2_0_5B -benchtime 1x ./runner/model/
 func BenchmarkQwen2_0_5B_Q4(b *testing.B) {
 	m, err := model.Load(benchCheckpoint(b), cpu.New(2))
 	if err != nil {
