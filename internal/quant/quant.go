@@ -7,8 +7,9 @@
 //   - affine mode (w = scale*q + bias per group of Group consecutive elements along a row),
 //     bits 2, 3, 4, 5, 6, 8 and group sizes 32, 64, 128: Quantize, Dequantize, the
 //     row-level QuantizeRow, DequantizeRow, DotRow that kernels call, and Vec, an input
-//     vector prepared for many dot products with packed rows (AVX2+FMA assembly for 4
-//     and 8 bits on amd64, chosen at run time; plain Go elsewhere);
+//     vector prepared for many dot products with packed rows (assembly for 4 and 8 bits:
+//     AVX-512 or AVX2+FMA on amd64, chosen at run time, NEON on arm64; plain Go elsewhere;
+//     see dotq_amd64.s for the scheme and DotRowsStored for the batching invariant);
 //   - the float kernels the CPU backend's matrix products and the KV cache's attention
 //     share (DotRows4, DotRows4x2, AxpyRows4), in assembly on amd64 as well;
 //   - decoding of the scale-only float modes mxfp4 (e2m1 codes, e8m0 scale, group 32),
