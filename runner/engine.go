@@ -57,6 +57,7 @@ type Engine struct {
 	prefix    *prefixEngine
 	format    *formatVocab // constrained decoding's vocabulary (format.go), set by Load
 	batch     *batcher     // continuous batching (batch.go); nil: each request runs its own passes
+	coal      *coalescer   // prompts being prefilled (coalesce.go); nil: no waiting for them
 }
 
 // Load loads the checkpoint in dir: weights, tokenizer and (when present) chat template.
@@ -125,6 +126,7 @@ func LoadModel(dir string, o LoadOptions) (*Engine, error) {
 	if o.Parallel > 1 {
 		if m.Batched() {
 			e.batch = newBatcher(m, o.Parallel)
+			e.coal = &coalescer{}
 		} else {
 			log.Info("concurrent requests run side by side: no batched passes for this model on this backend", "type", m.Config.ModelType, "backend", backend.Name())
 		}
@@ -475,6 +477,11 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 		return nil, err
 	}
 	sampler.Accept(prompt...)
+	prefilled, err := e.coalesce(ctx, prompt) // coalesce.go
+	if err != nil {
+		return nil, err
+	}
+	defer prefilled()
 	if e.batch != nil {
 		leave, err := e.batch.join(ctx)
 		if err != nil {
@@ -502,6 +509,7 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 		return logits, nil
 	}
 	logits, err := pf.prefill(prompt, prefill)
+	prefilled() // its blocks are saved: requests sharing them go on
 	if err != nil {
 		res.TotalDuration = time.Since(start)
 		return res, err

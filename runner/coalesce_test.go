@@ -1,0 +1,86 @@
+package runner
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mlxg/mlxg/internal/testdata"
+	"github.com/mlxg/mlxg/kvstore"
+	"github.com/mlxg/mlxg/runner/model/modeltest"
+)
+
+// TestCoalescedPrefill sends requests that share a new 600-token prefix while the first
+// one prefills it: they wait for its blocks, restore them (512 tokens, two blocks) instead
+// of computing them, and answer exactly as alone.
+func TestCoalescedPrefill(t *testing.T) {
+	dir := testdata.SharedModel(t, "qwen3-tiny")
+	pc, err := kvstore.NewPrefixCache(kvstore.PrefixConfig{Dir: t.TempDir(), Log: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	e, err := Load(dir, LoadOptions{Threads: 2, Logger: quietLog(), Parallel: 4, Prefix: pc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	alone, err := Load(dir, LoadOptions{Threads: 2, Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer alone.Close()
+	shared := modeltest.Tokens(77, 600)
+	prompts := make([][]int32, 4)
+	for i := range prompts {
+		prompts[i] = append(slices.Clone(shared), modeltest.Tokens(uint64(100+i), 20)...)
+	}
+	o := Greedy()
+	o.NumPredict, o.NumBatch, o.NumCtx = 8, 128, 1024
+	gen := func(e *Engine, p []int32) *Result {
+		res, err := e.GenerateTokens(context.Background(), p, o, func(int32) (bool, error) { return false, nil })
+		if err != nil {
+			t.Error(err)
+		}
+		return res
+	}
+	results := make([]*Result, len(prompts))
+	var wg sync.WaitGroup
+	wg.Go(func() { results[0] = gen(e, prompts[0]) })
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) { // the first one is prefilling
+		e.coal.mu.Lock()
+		n := len(e.coal.list)
+		e.coal.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first request never registered its prefill")
+		}
+	}
+	for i := 1; i < len(prompts); i++ {
+		wg.Go(func() { results[i] = gen(e, prompts[i]) })
+	}
+	wg.Wait()
+	for i, r := range results {
+		if r == nil {
+			t.Fatalf("request %d failed", i)
+		}
+		want := gen(alone, prompts[i])
+		if !slices.Equal(r.Tokens, want.Tokens) {
+			t.Errorf("request %d: %v, alone %v", i, r.Tokens, want.Tokens)
+		}
+		cached := 0
+		if r.Prefix != nil {
+			cached = r.Prefix.Cached
+		}
+		if wantCached := map[bool]int{true: 0, false: 512}[i == 0]; cached != wantCached {
+			t.Errorf("request %d restored %d tokens, want %d", i, cached, wantCached)
+		}
+	}
+	if len(e.coal.list) != 0 {
+		t.Errorf("%d prefills still registered", len(e.coal.list))
+	}
+}
