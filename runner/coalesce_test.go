@@ -14,7 +14,8 @@ import (
 
 // TestCoalescedPrefill sends requests that share a new 600-token prefix while the first
 // one prefills it: they wait for its blocks, restore them (512 tokens, two blocks) instead
-// of computing them, and answer exactly as alone.
+// of computing them, and answer exactly as alone; a second wave, whose shared blocks are
+// cached, does not wait.
 func TestCoalescedPrefill(t *testing.T) {
 	dir := testdata.SharedModel(t, "qwen3-tiny")
 	pc, err := kvstore.NewPrefixCache(kvstore.PrefixConfig{Dir: t.TempDir(), Log: quietLog()})
@@ -46,41 +47,58 @@ func TestCoalescedPrefill(t *testing.T) {
 		}
 		return res
 	}
-	results := make([]*Result, len(prompts))
-	var wg sync.WaitGroup
-	wg.Go(func() { results[0] = gen(e, prompts[0]) })
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) { // the first one is prefilling
-		e.coal.mu.Lock()
-		n := len(e.coal.list)
-		e.coal.mu.Unlock()
-		if n == 1 {
-			break
+	// wave sends prompts, the first alone until it has registered its prefill, and
+	// checks each against alone and the tokens each restored.
+	wave := func(prompts [][]int32, cached func(i int) int, restoredFirst bool) {
+		results := make([]*Result, len(prompts))
+		var wg sync.WaitGroup
+		wg.Go(func() { results[0] = gen(e, prompts[0]) })
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) { // the first one is prefilling
+			e.coal.mu.Lock()
+			n := len(e.coal.list)
+			ready := n == 1 && (!restoredFirst || e.coal.list[0].from > 0)
+			e.coal.mu.Unlock()
+			if ready {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the first request never registered its prefill")
+			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the first request never registered its prefill")
+		for i := 1; i < len(prompts); i++ {
+			wg.Go(func() { results[i] = gen(e, prompts[i]) })
+		}
+		wg.Wait()
+		for i, r := range results {
+			if r == nil {
+				t.Fatalf("request %d failed", i)
+			}
+			want := gen(alone, prompts[i])
+			if !slices.Equal(r.Tokens, want.Tokens) {
+				t.Errorf("request %d: %v, alone %v", i, r.Tokens, want.Tokens)
+			}
+			got := 0
+			if r.Prefix != nil {
+				got = r.Prefix.Cached
+			}
+			if got != cached(i) {
+				t.Errorf("request %d restored %d tokens, want %d", i, got, cached(i))
+			}
+		}
+		if len(e.coal.list) != 0 {
+			t.Errorf("%d prefills still registered", len(e.coal.list))
 		}
 	}
-	for i := 1; i < len(prompts); i++ {
-		wg.Go(func() { results[i] = gen(e, prompts[i]) })
+	wave(prompts, func(i int) int { return map[bool]int{true: 0, false: 512}[i == 0] }, false)
+	if e.coal.waits != 3 {
+		t.Errorf("%d requests waited, want 3", e.coal.waits)
 	}
-	wg.Wait()
-	for i, r := range results {
-		if r == nil {
-			t.Fatalf("request %d failed", i)
-		}
-		want := gen(alone, prompts[i])
-		if !slices.Equal(r.Tokens, want.Tokens) {
-			t.Errorf("request %d: %v, alone %v", i, r.Tokens, want.Tokens)
-		}
-		cached := 0
-		if r.Prefix != nil {
-			cached = r.Prefix.Cached
-		}
-		if wantCached := map[bool]int{true: 0, false: 512}[i == 0]; cached != wantCached {
-			t.Errorf("request %d restored %d tokens, want %d", i, cached, wantCached)
-		}
+	// Now the shared blocks are cached: a new wave restores them without waiting.
+	for i := range prompts {
+		prompts[i] = append(slices.Clone(shared), modeltest.Tokens(uint64(200+i), 20)...)
 	}
-	if len(e.coal.list) != 0 {
-		t.Errorf("%d prefills still registered", len(e.coal.list))
+	wave(prompts, func(int) int { return 512 }, true) // followers start once the first has restored
+	if e.coal.waits != 3 {
+		t.Errorf("%d requests waited, want still 3: the shared blocks were cached", e.coal.waits)
 	}
 }

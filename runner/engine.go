@@ -477,11 +477,11 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 		return nil, err
 	}
 	sampler.Accept(prompt...)
-	prefilled, err := e.coalesce(ctx, prompt) // coalesce.go
+	ticket, err := e.coalesce(ctx, prompt) // coalesce.go
 	if err != nil {
 		return nil, err
 	}
-	defer prefilled()
+	defer ticket.release()
 	if e.batch != nil {
 		leave, err := e.batch.join(ctx)
 		if err != nil {
@@ -495,6 +495,9 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 	}
 	pf := e.prefixBegin(caches, res)
 	defer pf.end()
+	if pf != nil {
+		pf.restored = ticket.restored
+	}
 
 	// prefill runs tokens through the caches num_batch at a time and returns the last
 	// position's logits.
@@ -509,7 +512,7 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 		return logits, nil
 	}
 	logits, err := pf.prefill(prompt, prefill)
-	prefilled() // its blocks are saved: requests sharing them go on
+	ticket.release() // its blocks are saved: requests sharing them go on
 	if err != nil {
 		res.TotalDuration = time.Since(start)
 		return res, err

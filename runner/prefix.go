@@ -40,6 +40,8 @@ type prefixRun struct {
 	caches []kvstore.Layer
 	res    *Result
 	m      *model.Model // a pipeline stage's workers follow its restores, saves and end
+	// restored, when set, is told how many prompt tokens came from the cache (coalesce.go).
+	restored func(n int)
 }
 
 func (e *Engine) prefixBegin(caches []kvstore.Layer, res *Result) *prefixRun {
@@ -76,6 +78,9 @@ func (p *prefixRun) prefill(prompt []int32, run func([]int32) ([]float32, error)
 	n, err := p.m.PrefixRestore(p.caches, head, n)
 	if err != nil {
 		return nil, err
+	}
+	if p.restored != nil {
+		p.restored(n)
 	}
 	if n < len(head) {
 		if _, err := run(head[n:]); err != nil {
