@@ -59,9 +59,17 @@ func TestChunkedPrefill(t *testing.T) {
 			t.Fatalf("model.Seq gives %d recurrent states and layers %v", len(s.Recurrent), s.Layers)
 		}
 		want := modeltest.Forward(t, m, caches, p, len(p))
+		// Quantized chunks of fewer than 4 rows go through the decode kernels, which add
+		// a group's products in another order than the prefill's dequantized product: the
+		// two agree to float32 rounding (2.3e-5 here with AVX2, 1.5e-5 with the plain Go
+		// kernels), not to the float path's 1e-5.
+		tol := 1e-5
+		if bits > 0 {
+			tol = 5e-5
+		}
 		for _, chunk := range []int{1, 4, 7} {
 			caches, _ := m.NewCaches(true)
-			if r := modeltest.MaxRel(modeltest.Forward(t, m, caches, p, chunk), want); r > 1e-5 {
+			if r := modeltest.MaxRel(modeltest.Forward(t, m, caches, p, chunk), want); r > tol {
 				t.Errorf("bits %d: chunks of %d differ from one pass by %.3g", bits, chunk, r)
 			}
 		}
