@@ -16,16 +16,22 @@ import (
 // least half of itself, with a prompt being prefilled wait for that prefill to end; it then
 // restores the shared blocks by reference and prefills only the rest. It waits at most once,
 // only when the prompt being prefilled computes at least a block of what they share (not
-// when it restored that from the cache itself), and never on a prompt over twice its length
+// when it restored that from the cache itself: a registered prompt that has not restored
+// yet is first waited for until it has, so that a burst of requests whose shared blocks are
+// all cached does not wait on each other), and never on a prompt over twice its length
 // (whose prefill would outlast its own). Models
 // whose caches cannot resume mid-prompt (sliding windows, recurrent states: they resume
 // only where a prompt ended) do not wait.
 
 type inflight struct {
-	head []int32 // the prompt minus its last token: what its prefill saves
-	from int     // where its computation starts: the tokens it restored (c.mu)
-	done chan struct{}
+	head  []int32       // the prompt minus its last token: what its prefill saves
+	from  int           // where its computation starts: the tokens it restored (c.mu); -1 until known
+	known chan struct{} // closed once from is known (or the prefill ended without restoring)
+	done  chan struct{}
+	once  sync.Once // closes known
 }
+
+func (f *inflight) settle() { f.once.Do(func() { close(f.known) }) }
 
 // coalescer holds an engine's prompts being prefilled.
 type coalescer struct {
@@ -50,6 +56,7 @@ func (t *prefillTicket) restored(n int) {
 	t.c.mu.Lock()
 	t.me.from = n
 	t.c.mu.Unlock()
+	t.me.settle()
 }
 
 func (t *prefillTicket) release() {
@@ -63,6 +70,7 @@ func (t *prefillTicket) release() {
 			c.list = slices.Delete(c.list, i, i+1)
 		}
 		c.mu.Unlock()
+		t.me.settle()
 		close(t.me.done)
 	})
 }
@@ -79,29 +87,51 @@ func (e *Engine) coalesce(ctx context.Context, prompt []int32) (*prefillTicket, 
 		return nil, nil
 	}
 	head := prompt[:len(prompt)-1]
-	c.mu.Lock()
-	var lead *inflight
-	for _, f := range c.list {
-		n := commonPrefix(f.head, head)
-		if n-f.from >= kvstore.BlockTokens && 2*n >= len(head) && len(f.head) <= 2*len(head) {
-			lead = f
-			c.waits++
-			break
+	for {
+		lead, pending := c.find(head)
+		if pending != nil { // how much it computes is not known until it has restored
+			select {
+			case <-pending.known:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
 		}
-	}
-	c.mu.Unlock()
-	if lead != nil {
-		select {
-		case <-lead.done:
-		case <-ctx.Done():
-			return nil, ctx.Err()
+		if lead != nil {
+			select {
+			case <-lead.done:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
 		}
+		break
 	}
-	t := &prefillTicket{c: c, me: &inflight{head: head, done: make(chan struct{})}}
+	t := &prefillTicket{c: c, me: &inflight{head: head, from: -1, known: make(chan struct{}), done: make(chan struct{})}}
 	c.mu.Lock()
 	c.list = append(c.list, t.me)
 	c.mu.Unlock()
 	return t, nil
+}
+
+// find returns the prefill head should wait for (lead), or one sharing enough with head
+// whose restore is not known yet (pending), or neither.
+func (c *coalescer) find(head []int32) (lead, pending *inflight) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, f := range c.list {
+		n := commonPrefix(f.head, head)
+		if 2*n < len(head) || len(f.head) > 2*len(head) || n < kvstore.BlockTokens {
+			continue
+		}
+		if f.from < 0 {
+			return nil, f
+		}
+		if n-f.from >= kvstore.BlockTokens {
+			c.waits++
+			return f, nil
+		}
+	}
+	return nil, nil
 }
 
 func commonPrefix(a, b []int32) int {

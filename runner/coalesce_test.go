@@ -102,3 +102,27 @@ func TestCoalescedPrefill(t *testing.T) {
 		t.Errorf("%d requests waited, want still 3: the shared blocks were cached", e.coal.waits)
 	}
 }
+
+// TestCoalesceRule: a request waits on a prefill that computes at least a block of what
+// they share, waits first to learn how much one that has not restored yet computes, and
+// does not wait on one that restored the shared blocks from the cache.
+func TestCoalesceRule(t *testing.T) {
+	shared := modeltest.Tokens(7, 600)
+	head := append(slices.Clone(shared), modeltest.Tokens(8, 20)...)
+	other := append(slices.Clone(shared), modeltest.Tokens(9, 20)...)
+	for _, tc := range []struct {
+		from          int
+		lead, pending bool
+	}{{-1, false, true}, {0, true, false}, {256, true, false}, {512, false, false}} {
+		c := &coalescer{list: []*inflight{{head: other, from: tc.from}}}
+		lead, pending := c.find(head)
+		if (lead != nil) != tc.lead || (pending != nil) != tc.pending {
+			t.Errorf("from %d: lead %v pending %v, want %v %v", tc.from, lead != nil, pending != nil, tc.lead, tc.pending)
+		}
+	}
+	// Nothing shared beyond a block's worth, or a prompt over twice as long: no wait at all.
+	c := &coalescer{list: []*inflight{{head: modeltest.Tokens(10, 620), from: -1}, {head: append(slices.Clone(head), modeltest.Tokens(11, 1300)...), from: 0}}}
+	if lead, pending := c.find(head); lead != nil || pending != nil {
+		t.Errorf("unrelated or much longer prompts: lead %v pending %v", lead, pending)
+	}
+}
