@@ -254,9 +254,13 @@ func (c *cluster) exitIfStuck(ctx context.Context, grace time.Duration) {
 		}
 		time.Sleep(grace + 5*time.Second)
 		c.log.Error("exiting: a model split over several machines lost a rank and its MLX transfer is stuck")
-		os.Exit(1)
+		exitStuck()
 	}()
 }
+
+// exitStuck ends the process for exitIfStuck (a test that runs serve in its own process
+// replaces it, so that the exit does not end the other tests).
+var exitStuck = func() { os.Exit(1) }
 
 // Close ends the workers (when they can still be reached) and the listener.
 func (c *cluster) Close() {

@@ -70,6 +70,10 @@ func TestDistributedServeRankDies(t *testing.T) {
 	}
 	defer worker.Process.Kill()
 
+	exited := make(chan struct{})
+	prevExit := exitStuck
+	exitStuck = func() { close(exited) }
+	defer func() { exitStuck = prevExit }()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	served := make(chan error, 1)
@@ -142,6 +146,14 @@ func TestDistributedServeRankDies(t *testing.T) {
 	getJSON(t, base+"/api/ps", &ps)
 	if len(ps.Models) != 1 || ps.Models[0].Ranks[1].State != "gone" {
 		t.Errorf("ps after the worker died: %+v", ps)
+	}
+	// Shutting down with a broken pipeline ends the process after the grace (1 s here)
+	// and 5 s more: its stuck transfer would hold the unload forever.
+	cancel()
+	select {
+	case <-exited:
+	case <-time.After(20 * time.Second):
+		t.Errorf("the server did not exit after shutting down with a lost rank\n%s", readFile(servelog))
 	}
 }
 
