@@ -75,14 +75,7 @@ func TestDistributedPipeline(t *testing.T) {
 		var dirs []string
 		want := map[string]distRun{}
 		for _, a := range archs {
-			hf := filepath.Join(t.TempDir(), "hf")
-			if err := randmodel.Generate(hf, a.cfg, randmodel.Options{Seed: 3}); err != nil {
-				t.Fatal(err)
-			}
-			dir := filepath.Join(t.TempDir(), a.name)
-			if _, err := create.Convert(context.Background(), hf, dir, create.Options{Bits: 4, GroupSize: 64}); err != nil {
-				t.Fatal(err)
-			}
+			dir := random4Bit(t, a.name, a.cfg, 3)
 			dirs = append(dirs, dir)
 			b, err := open()
 			if err != nil {
@@ -248,15 +241,7 @@ func TestDistributedBench(t *testing.T) {
 	if os.Getenv("MLXG_DIST_BENCH") != "1" {
 		t.Skip("set MLXG_DIST_BENCH=1 to time one process against two ranks on the Qwen2-0.5B shape")
 	}
-	hf := filepath.Join(t.TempDir(), "hf")
-	if err := randmodel.Generate(hf, randmodel.Qwen2_0_5B(), randmodel.Options{Seed: 1}); err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(t.TempDir(), "q4")
-	if _, err := create.Convert(context.Background(), hf, dir, create.Options{Bits: 4, GroupSize: 64}); err != nil {
-		t.Fatal(err)
-	}
-	os.RemoveAll(hf)
+	dir := random4Bit(t, "q4", randmodel.Qwen2_0_5B(), 1)
 	open := mlxtest.Opener(t)
 	b, err := open()
 	if err != nil {
@@ -364,14 +349,7 @@ func TestDistributedPrefixCache(t *testing.T) {
 	var dirs []string
 	want := map[string][]int32{}
 	for _, a := range archs {
-		hf := filepath.Join(t.TempDir(), "hf")
-		if err := randmodel.Generate(hf, a.cfg, randmodel.Options{Seed: 4}); err != nil {
-			t.Fatal(err)
-		}
-		dir := filepath.Join(t.TempDir(), a.name)
-		if _, err := create.Convert(context.Background(), hf, dir, create.Options{Bits: 4, GroupSize: 64}); err != nil {
-			t.Fatal(err)
-		}
+		dir := random4Bit(t, a.name, a.cfg, 4)
 		dirs = append(dirs, dir)
 		b, err := open()
 		if err != nil {
@@ -499,14 +477,7 @@ func TestDistributedBatch(t *testing.T) {
 	var dirs []string
 	want := map[string]distRun{}
 	for _, a := range archs {
-		hf := filepath.Join(t.TempDir(), "hf")
-		if err := randmodel.Generate(hf, a.cfg, randmodel.Options{Seed: 6}); err != nil {
-			t.Fatal(err)
-		}
-		dir := filepath.Join(t.TempDir(), a.name)
-		if _, err := create.Convert(context.Background(), hf, dir, create.Options{Bits: 4, GroupSize: 64}); err != nil {
-			t.Fatal(err)
-		}
+		dir := random4Bit(t, a.name, a.cfg, 6)
 		dirs = append(dirs, dir)
 		b, err := open()
 		if err != nil {
@@ -535,4 +506,20 @@ func TestDistributedBatch(t *testing.T) {
 		}
 		t.Logf("%s: 3 sequences batched over 2 ranks vs 1 process: largest relative logit difference %.2g, tokens %v", a.name, r, got.Tokens)
 	}
+}
+
+// random4Bit writes a random-weight checkpoint of cfg (seed) converted to MLX 4-bit,
+// group 64, into a temporary folder named name, and returns that folder.
+func random4Bit(t *testing.T, name string, cfg randmodel.Config, seed uint64) string {
+	t.Helper()
+	hf := filepath.Join(t.TempDir(), "hf")
+	if err := randmodel.Generate(hf, cfg, randmodel.Options{Seed: seed}); err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(hf)
+	dir := filepath.Join(t.TempDir(), name)
+	if _, err := create.Convert(context.Background(), hf, dir, create.Options{Bits: 4, GroupSize: 64}); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }

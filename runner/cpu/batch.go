@@ -5,7 +5,6 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/mlxg/mlxg/internal/quant"
 	"github.com/mlxg/mlxg/runner/compute"
 )
 
@@ -128,9 +127,9 @@ func (b *Backend) linearSegments(out, x []float32, segs []int, w *weight) {
 var exactBatches = sync.OnceValue(func() bool { return os.Getenv("MLXG_BATCH_EXACT") != "0" })
 
 // vectorRows computes the N rows of out = x·wᵀ (no bias), each with the arithmetic of a
-// product of that row alone, reading each weight chunk once for all N rows. It follows
-// quantMatVec (quantized) and gemm's one-token path (float) step for step: the same
-// split of the output rows over the threads, the same chunks, the same kernels per row.
+// product of that row alone, reading each weight chunk once for all N rows: quantized, it
+// is quantMatVec itself, whose rows never depend on each other; float, it follows gemm's
+// one-token path step for step (the same split over the threads, tiles and kernel).
 func (b *Backend) vectorRows(out, x []float32, N int, w *weight) {
 	in := w.in
 	if !w.q.Quantized() {
@@ -145,46 +144,7 @@ func (b *Backend) vectorRows(out, x []float32, N int, w *weight) {
 		})
 		return
 	}
-	g := w.q.GroupSize
-	gpr, wpr := in/g, quant.Words(in, w.q.Bits)
-	if w.q.Mode != quant.Affine {
-		b.parallel(w.out, 32, func(lo, hi int) {
-			row := b.alloc(in)
-			defer b.release([][]float32{row})
-			for o := lo; o < hi; o++ {
-				quant.DequantizeFPRow(row, w.packed[o*wpr:(o+1)*wpr], w.scales.F32[o*gpr:(o+1)*gpr], w.q.Bits, g)
-				for t := range N {
-					out[t*w.out+o] = dot(x[t*in:(t+1)*in], row)
-				}
-			}
-		})
-		return
-	}
-	vp := getVecs(N)
-	defer vecsPool.Put(vp)
-	vecs := (*vp)[:N]
-	for t := range vecs {
-		vecs[t].Prepare(x[t*in:(t+1)*in], w.q.Bits, g) // bits and group were validated at load
-	}
-	b.parallel(w.out, 32, func(lo, hi int) {
-		for c0 := lo; c0 < hi; c0 += 64 {
-			c1 := min(c0+64, hi)
-			for t := range vecs {
-				vecs[t].DotRowsStored(out[t*w.out+c0:t*w.out+c1], w.packed[c0*wpr:c1*wpr], w.scales.Slice(c0*gpr, c1*gpr), w.biases.Slice(c0*gpr, c1*gpr))
-			}
-		}
-	})
-}
-
-// vecsPool recycles vectorRows' prepared input vectors.
-var vecsPool sync.Pool
-
-func getVecs(n int) *[]quant.Vec {
-	if p, ok := vecsPool.Get().(*[]quant.Vec); ok && len(*p) >= n {
-		return p
-	}
-	v := make([]quant.Vec, max(n, 8))
-	return &v
+	b.quantMatVec(out, x, N, w) // reads each 64-row chunk once for every row
 }
 
 // moeLinear is a product of an expert's n picked rows, grouped by the sequence they come

@@ -87,13 +87,15 @@ func gemmTile(out []float32, outCols int, x []float32, t0, t1, in int, rows []fl
 }
 
 // quantMatVec is the decode path: each packed row is read once per token, straight
-// from its codes, with the rows spread over the threads.
+// from its codes, with the rows spread over the threads. A row's result depends on that
+// row alone, so a batch's decode rows (vectorRows) go through it together, any T.
 func (b *Backend) quantMatVec(out, x []float32, T int, w *weight) {
 	in, g := w.in, w.q.GroupSize
 	gpr, wpr := in/g, quant.Words(in, w.q.Bits)
 	affine := w.q.Mode == quant.Affine
-	vecs := vecPool.Get().(*[4]quant.Vec)[:T] // T < 4 here
-	defer vecPool.Put((*[4]quant.Vec)(vecs[:4]))
+	vp := getVecs(T)
+	defer vecsPool.Put(vp)
+	vecs := (*vp)[:T]
 	if affine {
 		for t := range vecs {
 			vecs[t].Prepare(x[t*in:(t+1)*in], w.q.Bits, g) // bits and group were validated at load
@@ -121,8 +123,16 @@ func (b *Backend) quantMatVec(out, x []float32, T int, w *weight) {
 	})
 }
 
-// vecPool recycles the prepared input vectors of quantMatVec.
-var vecPool = sync.Pool{New: func() any { return new([4]quant.Vec) }}
+// vecsPool recycles quantMatVec's prepared input vectors.
+var vecsPool sync.Pool
+
+func getVecs(n int) *[]quant.Vec {
+	if p, ok := vecsPool.Get().(*[]quant.Vec); ok && len(*p) >= n {
+		return p
+	}
+	v := make([]quant.Vec, max(n, 8))
+	return &v
+}
 
 // dequantizeRows expands nr weight rows starting at row o0 into dst (nr×in).
 func (w *weight) dequantizeRows(dst []float32, o0, nr int) {
