@@ -3,6 +3,8 @@ package metal
 import (
 	"fmt"
 	"math"
+	"os/signal"
+	"syscall"
 
 	"github.com/mlxg/mlxg/runner/compute"
 )
@@ -48,6 +50,11 @@ func (b *Backend) JoinGroup(backend string) (*Group, error) {
 	if l.ABI != "0.6" {
 		return nil, fmt.Errorf("metal: %s is mlx-c %s; the distributed layer is bound for mlx-c 0.6", l.Path, l.ABI)
 	}
+	// MLX's ring sends with plain send(2) on threads of its own: to a peer that died,
+	// that raises SIGPIPE on a non-Go thread, whose default action ends the process
+	// (Go forwards such signals). Ignored, the send fails with EPIPE instead and rank 0's
+	// watch on its workers reports the lost rank.
+	signal.Ignore(syscall.SIGPIPE)
 	grp := &Group{b: b, backend: backend}
 	err := b.do(func() error {
 		var g mlxGroup
