@@ -5,6 +5,7 @@ import (
 	"math"
 	"sync"
 
+	"github.com/mlxg/mlxg/internal/crew"
 	"github.com/mlxg/mlxg/internal/quant"
 )
 
@@ -213,34 +214,18 @@ func (s *scratch) grow(buf *[]float32, n int) []float32 {
 	return (*buf)[:n]
 }
 
-// parallel runs fn(0..items-1) on up to threads goroutines.
+// parallel runs fn(0..items-1) on up to threads goroutines: the caller's and those of
+// attendCrew, which stay alive between the calls of a decode step (internal/crew).
 func parallel(threads, items int, fn func(int)) {
 	threads = min(threads, items)
-	if threads <= 1 {
-		for i := 0; i < items; i++ {
+	attendCrew.Run(items, items, threads-1, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
 			fn(i)
 		}
-		return
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	next := 0
-	for w := 0; w < threads; w++ {
-		wg.Go(func() {
-			for {
-				mu.Lock()
-				i := next
-				next++
-				mu.Unlock()
-				if i >= items {
-					return
-				}
-				fn(i)
-			}
-		})
-	}
-	wg.Wait()
+	})
 }
+
+var attendCrew crew.Crew
 
 func dot(a, b []float32) float32 {
 	b = b[:len(a)]

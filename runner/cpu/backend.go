@@ -20,9 +20,9 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"unsafe"
 
+	"github.com/mlxg/mlxg/internal/crew"
 	"github.com/mlxg/mlxg/internal/quant"
 	"github.com/mlxg/mlxg/registry/safetensors"
 	"github.com/mlxg/mlxg/runner/compute"
@@ -31,6 +31,7 @@ import (
 // Backend is the CPU backend.
 type Backend struct {
 	threads int
+	crew    crew.Crew // parallel's goroutines
 
 	mu     sync.Mutex
 	free   map[int][][]float32 // released activation buffers by length
@@ -288,13 +289,9 @@ func (b *Backend) pooled() int {
 }
 
 // parallel runs fn over [0, n) split into contiguous ranges on up to b.threads
-// goroutines; ranges are at least minChunk long.
-//
-// The calling goroutine works too (one goroutine fewer to start and wait for: a decode step
-// makes some 170 of these calls), and the work is cut into up to 4 ranges per goroutine that
-// each claims in turn, so that a goroutine that lost its core to another process holds up
-// at most one range instead of its whole share. Which goroutine computes a range never
-// changes its result.
+// goroutines (the caller's and its crew's); ranges are at least minChunk long, up to 4
+// per goroutine, claimed in turn. Which goroutine computes a range never changes its
+// result.
 func (b *Backend) parallel(n, minChunk int, fn func(lo, hi int)) {
 	minChunk = max(minChunk, 1)
 	parts := min(b.threads, max(1, n/minChunk))
@@ -302,21 +299,5 @@ func (b *Backend) parallel(n, minChunk int, fn func(lo, hi int)) {
 		fn(0, n)
 		return
 	}
-	pieces := min(4*parts, n/minChunk)
-	var next atomic.Int64
-	work := func() {
-		for {
-			p := int(next.Add(1)) - 1
-			if p >= pieces {
-				return
-			}
-			fn(n*p/pieces, n*(p+1)/pieces)
-		}
-	}
-	var wg sync.WaitGroup
-	for range parts - 1 {
-		wg.Go(work)
-	}
-	work()
-	wg.Wait()
+	b.crew.Run(n, min(4*parts, n/minChunk), parts-1, fn)
 }
