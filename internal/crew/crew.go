@@ -35,6 +35,7 @@ type job struct {
 	n, pieces int
 	next      atomic.Int64
 	finished  atomic.Int64
+	done      chan struct{} // closed when the last piece is computed
 }
 
 // run claims and computes pieces until none are left.
@@ -45,16 +46,23 @@ func (j *job) run() {
 			return
 		}
 		j.fn(j.n*p/j.pieces, j.n*(p+1)/j.pieces)
-		j.finished.Add(1)
+		if j.finished.Add(1) == int64(j.pieces) {
+			close(j.done)
+		}
 	}
 }
+
+// spinWait is how long the caller spins for the workers' last pieces before it sleeps
+// on done: long enough for a piece that is nearly done, short enough that a worker whose
+// thread waits for a core (the machine shared with other processes) gets the caller's.
+const spinWait = 50 * time.Microsecond
 
 // Run computes fn over [0, n) cut into pieces contiguous ranges, on the calling goroutine
 // and up to workers others, each claiming ranges in turn (so that a goroutine that lost
 // its core holds up one range, not a share), and returns when all are done. Which
 // goroutine computes a range is not fixed: fn's result must not depend on it.
 func (c *Crew) Run(n, pieces, workers int, fn func(lo, hi int)) {
-	j := &job{fn: fn, n: n, pieces: pieces}
+	j := &job{fn: fn, n: n, pieces: pieces, done: make(chan struct{})}
 	if workers <= 0 || pieces <= 1 {
 		j.run()
 		return
@@ -75,9 +83,10 @@ func (c *Crew) Run(n, pieces, workers int, fn func(lo, hi int)) {
 		go c.work(j)
 	}
 	j.run()
-	for i := 0; j.finished.Load() < int64(j.pieces); i++ {
-		if i%64 == 63 {
-			runtime.Gosched() // a worker that lost its core gets it back sooner
+	for i, t0 := 0, time.Now(); j.finished.Load() < int64(j.pieces); i++ {
+		if i%64 == 63 && time.Since(t0) > spinWait {
+			<-j.done
+			break
 		}
 	}
 	c.job.Store(nil)

@@ -89,7 +89,7 @@ func BenchmarkRun(b *testing.B) {
 		})
 		b.Run("goroutine/"+work.String(), func(b *testing.B) {
 			for b.Loop() {
-				j := &job{fn: fn, n: 64, pieces: 8}
+				j := &job{fn: fn, n: 64, pieces: 8, done: make(chan struct{})}
 				var wg sync.WaitGroup
 				wg.Go(j.run)
 				j.run()
