@@ -215,17 +215,15 @@ func (s *scratch) grow(buf *[]float32, n int) []float32 {
 }
 
 // parallel runs fn(0..items-1) on up to threads goroutines: the caller's and those of
-// attendCrew, which stay alive between the calls of a decode step (internal/crew).
+// the shared crew, which stay alive between the calls of a decode step (internal/crew).
 func parallel(threads, items int, fn func(int)) {
 	threads = min(threads, items)
-	attendCrew.Run(items, items, threads-1, func(lo, hi int) {
+	crew.Run(items, items, threads-1, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			fn(i)
 		}
 	})
 }
-
-var attendCrew crew.Crew
 
 func dot(a, b []float32) float32 {
 	b = b[:len(a)]

@@ -31,7 +31,6 @@ import (
 // Backend is the CPU backend.
 type Backend struct {
 	threads int
-	crew    crew.Crew // parallel's goroutines
 
 	mu     sync.Mutex
 	free   map[int][][]float32 // released activation buffers by length
@@ -289,7 +288,7 @@ func (b *Backend) pooled() int {
 }
 
 // parallel runs fn over [0, n) split into contiguous ranges on up to b.threads
-// goroutines (the caller's and its crew's); ranges are at least minChunk long, up to 4
+// goroutines (the caller's and the shared crew's, internal/crew); ranges are at least minChunk long, up to 4
 // per goroutine, claimed in turn. Which goroutine computes a range never changes its
 // result.
 func (b *Backend) parallel(n, minChunk int, fn func(lo, hi int)) {
@@ -299,5 +298,5 @@ func (b *Backend) parallel(n, minChunk int, fn func(lo, hi int)) {
 		fn(0, n)
 		return
 	}
-	b.crew.Run(n, min(4*parts, n/minChunk), parts-1, fn)
+	crew.Run(n, min(4*parts, n/minChunk), parts-1, fn)
 }
