@@ -353,6 +353,27 @@ func (l *Leader) exchange(fn func() error) error {
 	}
 }
 
+// pass is one forward pass over the pipeline: msg goes to the workers, stage runs rank 0's
+// layers (logits, its own failure, and a transfer that broke), then the status round. err is
+// a transfer failure (the pipeline is broken); failed is the rank that reported a failure
+// of its own, -1 when none did.
+func (l *Leader) pass(msg Message, stage func() ([]float32, error, error)) (logits []float32, passErr error, failed int, err error) {
+	failed = -1
+	err = l.exchange(func() error {
+		if err := l.send(msg); err != nil {
+			return err
+		}
+		var broke error
+		if logits, passErr, broke = stage(); broke != nil {
+			return broke
+		}
+		var err error
+		failed, err = l.status()
+		return err
+	})
+	return logits, passErr, failed, err
+}
+
 // status reads the status round's result: the rank that failed, or -1.
 func (l *Leader) status() (int, error) {
 	code, rank, err := l.statusCode()
@@ -556,22 +577,7 @@ func (m *Model) forwardStage(ctx context.Context, tokens []int32, caches []kvsto
 		}
 	}()
 	_, msg.Hidden = inner.(HiddenSink)
-	var logits []float32
-	var passErr error
-	failed := -1
-	err := l.exchange(func() error {
-		if err := l.send(msg); err != nil {
-			return err
-		}
-		var broke error
-		logits, passErr, broke = m.runStage(inner, msg, caches)
-		if broke != nil {
-			return broke
-		}
-		var err error
-		failed, err = l.status()
-		return err
-	})
+	logits, passErr, failed, err := l.pass(msg, func() ([]float32, error, error) { return m.runStage(inner, msg, caches) })
 	if err != nil {
 		abandoned = true
 		l.Fail(err)
@@ -1229,22 +1235,7 @@ func (m *Model) forwardBatchStage(ctx context.Context, seqs []Sequence) []Result
 			inner.Close()
 		}
 	}()
-	var logits []float32
-	var passErr error
-	failed := -1
-	err := l.exchange(func() error {
-		if err := l.send(msg); err != nil {
-			return err
-		}
-		var broke error
-		logits, passErr, broke = m.runBatchStage(inner, bn, part)
-		if broke != nil {
-			return broke
-		}
-		var err error
-		failed, err = l.status()
-		return err
-	})
+	logits, passErr, failed, err := l.pass(msg, func() ([]float32, error, error) { return m.runBatchStage(inner, bn, part) })
 	switch {
 	case err != nil:
 		abandoned = true
