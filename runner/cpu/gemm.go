@@ -1,8 +1,9 @@
 package cpu
 
 import (
-	"sync"
 	"sync/atomic"
+
+	"github.com/mlxg/mlxg/internal/crew"
 )
 
 // The blocked prefill product (T >= 4 rows). Each worker claims a tile of weight rows
@@ -107,16 +108,9 @@ func (b *Backend) gemmBlocked(out, x []float32, T int, w *weight) {
 			}
 		}
 	}
+	// Each goroutine of the shared crew runs work, which claims tiles until none are left.
 	threads := min(b.threads, tiles)
-	if threads <= 1 {
-		work()
-		return
-	}
-	var wg sync.WaitGroup
-	for range threads {
-		wg.Go(work)
-	}
-	wg.Wait()
+	crew.Run(threads, threads, threads-1, func(int, int) { work() })
 }
 
 // kernel4x3 sets acc[3t+r] = x_t · w_r over n columns for 4 rows of x (xstride apart) and
