@@ -19,9 +19,12 @@
 //                 bs = Σ over the remaining groups of fma(bias, sum) (scalar, in order)
 //   result:       hsum((tot0+tot1)+bv) + bs, hsum = lanes (i)+(i+4), then two HADDPS.
 //
-// Each pair of chunks prefetches the weights 512 bytes (8-bit: 1024) ahead: on the 2-core
-// EPYC dev machine that took a product over a matrix larger than the caches from 3.9 to
-// 5.1 codes per cycle at 4 bits (the hardware prefetcher alone kept the kernel waiting).
+// Each pair of chunks prefetches the weights 2048 bytes (8-bit: 4096), some 4096 codes,
+// ahead: on the 2-core EPYC dev machine 512 bytes took a product over a matrix larger than
+// the caches from 3.9 to 5.1 codes per cycle at 4 bits (the hardware prefetcher alone kept
+// the kernel waiting), and 2048 took it on to 18.7 G codes/s on one core from 16.5
+// (8-bit, 4096 bytes against 1024: 13.2 from 11.7; the product of BenchmarkDecodeDRAM, builds
+// alternated, medians of 5).
 
 DATA q4m<>+0(SB)/4, $0x0000000f
 DATA q4m<>+4(SB)/4, $0x000000f0
@@ -201,7 +204,7 @@ row: \
 	SHRQ $1, BX \
 	JZ tail \
 pair: \
-	PREFETCHT0 512(DI) \
+	PREFETCHT0 2048(DI) \
 	Q4PAIR \
 	ADDQ $64, DI \
 	ADDQ $512, R11 \
@@ -305,7 +308,7 @@ row: \
 	SHRQ $1, BX \
 	JZ tail \
 pair: \
-	PREFETCHT0 1024(DI) \
+	PREFETCHT0 4096(DI) \
 	Q8PAIR \
 	ADDQ $64, DI \
 	ADDQ $256, R11 \

@@ -1,9 +1,13 @@
 package quant
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/mlxg/mlxg/internal/crew"
+	"github.com/mlxg/mlxg/internal/half"
 )
 
 // TestVecDot checks Vec.Dot (the AVX2 kernels for 4 and 8 bits where the CPU has them,
@@ -70,4 +74,49 @@ func BenchmarkDotQ4(b *testing.B) {
 			DotRow(x, xs, p, s, bi, 4, 64)
 		}
 	})
+}
+
+// BenchmarkDecodeDRAM is the decode product's rate from memory: Qwen2-0.5B's MLP up
+// matrix (4864x896, bf16 scales, groups of 64) in 48 copies (over 100 MB, larger than the
+// caches), each pass computing every copy against one vector on 1 or 2 threads (the
+// shared crew). Compare GB/s with scripts/bench's bandwidth reading; the machine is shared,
+// so quote medians of several runs.
+//
+//	go test -run '^$' -bench DecodeDRAM -count 5 ./internal/quant/
+func BenchmarkDecodeDRAM(b *testing.B) {
+	const rows, cols, copies = 4864, 896, 48
+	for _, bits := range []int{4, 8} {
+		r := rand.New(rand.NewPCG(1, 1))
+		p, s, bi, _ := Quantize(randMatrix(r, rows*cols), rows, cols, bits, 64)
+		sb, bb := make([]uint16, len(s)), make([]uint16, len(bi))
+		for i := range s {
+			sb[i], bb[i] = half.F32ToBF16(s[i]), half.F32ToBF16(bi[i])
+		}
+		type matrix struct {
+			p    []uint32
+			s, b []uint16
+		}
+		ms := make([]matrix, copies)
+		for i := range ms {
+			ms[i] = matrix{append([]uint32(nil), p...), append([]uint16(nil), sb...), append([]uint16(nil), bb...)}
+		}
+		var v Vec
+		v.Prepare(randMatrix(r, cols), bits, 64)
+		out := make([]float32, rows)
+		wpr, gpr := Words(cols, bits), cols/64
+		for _, threads := range []int{1, 2} {
+			b.Run(fmt.Sprintf("q%d/threads-%d", bits, threads), func(b *testing.B) {
+				for b.Loop() {
+					for _, m := range ms {
+						crew.Run(rows, 8*threads, threads-1, func(lo, hi int) {
+							v.DotRowsStored(out[lo:hi], m.p[lo*wpr:hi*wpr], HalfScales(m.s[lo*gpr:hi*gpr], ScaleBF16), HalfScales(m.b[lo*gpr:hi*gpr], ScaleBF16))
+						})
+					}
+				}
+				codes := float64(b.N) * copies * rows * cols
+				b.ReportMetric(codes/b.Elapsed().Seconds()/1e9, "Gcodes/s")
+				b.ReportMetric(codes*(float64(bits)/8+4.0/64)/b.Elapsed().Seconds()/1e9, "GB/s")
+			})
+		}
+	}
 }
