@@ -56,25 +56,11 @@ func attendTiles(t tiler, length int, a Attention) error {
 		parts = make([]state, kvHeads*chunks*splits)
 	}
 
-	parallel(threads, kvHeads*chunks*splits, func(item int) {
-		h, c, sp := item/(chunks*splits), item/splits%chunks, item%splits
-		r0 := c * rowsPer
-		r1 := min(r0+rowsPer, a.N)
-		s := scratchPool.Get().(*scratch)
-		defer scratchPool.Put(s)
-		var st state
-		if splits > 1 {
-			st = newState((r1-r0)*group, vDim)
-		} else {
-			st = state{m: s.grow(&s.m, (r1-r0)*group), l: s.grow(&s.l, (r1-r0)*group), acc: s.grow(&s.acc, (r1-r0)*group*vDim)}
-			st.reset()
+	items := kvHeads * chunks * splits
+	crew.Run(items, items, min(threads, items)-1, func(lo, hi int) { // parallel's, without its wrapper closure
+		for item := lo; item < hi; item++ {
+			attendItem(t, a, parts, item, chunks, splits, rowsPer, group, vDim, length, blocks)
 		}
-		attendPart(t, s, a, &st, length, h, r0, r1, sp*blocks/splits, (sp+1)*blocks/splits)
-		if splits > 1 {
-			parts[item] = st
-			return
-		}
-		st.write(a, h, group, r0, r1, vDim)
 	})
 	if splits > 1 {
 		parallel(threads, kvHeads*chunks, func(item int) {
@@ -89,6 +75,29 @@ func attendTiles(t tiler, length int, a Attention) error {
 		})
 	}
 	return nil
+}
+
+// attendItem is one item of attendTiles: KV head h's query rows of chunk c over split sp of
+// the blocks.
+func attendItem(t tiler, a Attention, parts []state, item, chunks, splits, rowsPer, group, vDim, length, blocks int) {
+	h, c, sp := item/(chunks*splits), item/splits%chunks, item%splits
+	r0 := c * rowsPer
+	r1 := min(r0+rowsPer, a.N)
+	s := scratchPool.Get().(*scratch)
+	defer scratchPool.Put(s)
+	var st state
+	if splits > 1 {
+		st = newState((r1-r0)*group, vDim)
+	} else {
+		st = state{m: s.grow(&s.m, (r1-r0)*group), l: s.grow(&s.l, (r1-r0)*group), acc: s.grow(&s.acc, (r1-r0)*group*vDim)}
+		st.reset()
+	}
+	attendPart(t, s, a, &st, length, h, r0, r1, sp*blocks/splits, (sp+1)*blocks/splits)
+	if splits > 1 {
+		parts[item] = st
+		return
+	}
+	st.write(a, h, group, r0, r1, vDim)
 }
 
 // prefillChunkRows is the fewest query rows of a prefill's chunk (each chunk dequantizes

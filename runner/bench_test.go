@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 
 	"github.com/mlxg/mlxg/registry/create"
@@ -66,4 +67,52 @@ func BenchmarkGenerateQwen2_0_5B_Q4(b *testing.B) {
 	}
 	b.ReportMetric(prefill/float64(n), "prefill-tok/s")
 	b.ReportMetric(decode/float64(n), "decode-tok/s")
+}
+
+// decodeAllocs is what one decoded token allocates through e.GenerateTokens: the
+// difference between 64 and 16 generated tokens after a 32-token prompt, per token
+// (prefill and per-request set-up cancel out).
+func decodeAllocs(tb testing.TB, e *Engine) (allocs, bytes float64) {
+	tb.Helper()
+	prompt := make([]int32, 32)
+	for i := range prompt {
+		prompt[i] = int32(1 + i*7919%(e.Model.Config.VocabSize-1))
+	}
+	e.eos = nil // random weights: never stop early
+	measure := func(n int) (uint64, uint64) {
+		o := DefaultOptions()
+		o.NumPredict, o.Seed = n, 1
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		if _, err := e.GenerateTokens(context.Background(), prompt, o, func(int32) (bool, error) { return false, nil }); err != nil {
+			tb.Fatal(err)
+		}
+		runtime.ReadMemStats(&after)
+		return after.Mallocs - before.Mallocs, after.TotalAlloc - before.TotalAlloc
+	}
+	measure(16) // warm-up: pools, scratch
+	m16, b16 := measure(16)
+	m64, b64 := measure(64)
+	return (float64(m64) - float64(m16)) / 48, (float64(b64) - float64(b16)) / 48
+}
+
+// BenchmarkDecodeAllocs reports heap allocations per decoded token on the bench model.
+//
+//	go test -run '^$' -bench DecodeAllocs -benchtime 1x ./runner/
+func BenchmarkDecodeAllocs(b *testing.B) {
+	e, err := LoadModel(benchModel(b), LoadOptions{Threads: 2, Logger: quietLog()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Close()
+	var allocs, bytes float64
+	n := 0
+	for b.Loop() {
+		a, by := decodeAllocs(b, e)
+		allocs += a
+		bytes += by
+		n++
+	}
+	b.ReportMetric(allocs/float64(n), "allocs/token")
+	b.ReportMetric(bytes/float64(n), "B/token")
 }

@@ -156,7 +156,7 @@ func (e *Engine) Close() error { return e.Model.Close() }
 // gcPercent is the Go collector's GOGC once a model is loaded, unless the user set GOGC.
 // A loaded model's live heap is mostly pointer-free activation buffers and KV blocks, cheap
 // to collect, while Go's default (100) lets dead memory (each decode step's logits: 600 KiB
-// at Qwen's 151,936 tokens) grow to the size of the live heap before a collection: on the
+// at Qwen's 151,936 tokens, recycled since) grow to the size of the live heap before a collection: on the
 // Qwen2-0.5B shape the server's heap went from 140 MiB live to 276 MiB between
 // collections. At 25 the dead part stays under a quarter of the live heap, for a few more
 // collections of about 20 ms of one core each (scripts/bench --peer none --bits 8: peak RSS
@@ -542,6 +542,7 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 	if f.format != nil {
 		gate = e.newFormatGate(f.format)
 	}
+	decoded := false // logits come from a decode step (not the prefill, which the prefix cache may keep)
 	for {
 		if err := ctx.Err(); err != nil {
 			return finish("", err)
@@ -601,9 +602,14 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 				return finish("", err)
 			}
 		}
-		if logits, err = e.forward(ctx, []int32{id}, caches); err != nil {
+		next, err := e.forward(ctx, []int32{id}, caches)
+		if err != nil {
 			return finish("", err)
 		}
+		if decoded && e.batch == nil {
+			e.Model.Recycle(logits) // the last step's: seen by the sampler, kept by no one
+		}
+		logits, decoded = next, true
 		seq = append(seq, id)
 	}
 }

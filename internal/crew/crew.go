@@ -35,15 +35,23 @@ type Crew struct {
 	mu   sync.Mutex // held by the call the crew runs
 	job  atomic.Pointer[job]
 	live atomic.Int32 // workers alive (spinning or working)
+	// A decode step makes some 200 calls: instead of allocating a job for each, a call
+	// reuses the last one once no worker can reach it. A worker takes a job by counting
+	// itself in inside and then checking that the job is still published; the caller
+	// unpublishes it and reuses it only after seeing inside at zero.
+	inside atomic.Int32
+	spare  *job   // a job no worker can reach (under mu)
+	seq    uint64 // jobs published (under mu)
 }
 
 // job is one call: pieces ranges of [0, n), claimed in turn.
 type job struct {
+	seq       atomic.Uint64 // which publication: a reused job is a new one to the workers
 	fn        func(lo, hi int)
 	n, pieces int
 	next      atomic.Int64
 	finished  atomic.Int64
-	done      chan struct{} // closed when the last piece is computed
+	done      sync.WaitGroup // Done when the last piece is computed (no channel to allocate)
 }
 
 // run claims and computes pieces until none are left.
@@ -55,7 +63,7 @@ func (j *job) run() {
 		}
 		j.fn(j.n*p/j.pieces, j.n*(p+1)/j.pieces)
 		if j.finished.Add(1) == int64(j.pieces) {
-			close(j.done)
+			j.done.Done()
 		}
 	}
 }
@@ -70,12 +78,15 @@ const spinWait = 50 * time.Microsecond
 // its core holds up one range, not a share), and returns when all are done. Which
 // goroutine computes a range is not fixed: fn's result must not depend on it.
 func (c *Crew) Run(n, pieces, workers int, fn func(lo, hi int)) {
-	j := &job{fn: fn, n: n, pieces: pieces, done: make(chan struct{})}
 	if workers <= 0 || pieces <= 1 {
-		j.run()
+		for p := range pieces {
+			fn(n*p/pieces, n*(p+1)/pieces)
+		}
 		return
 	}
 	if !c.mu.TryLock() {
+		j := &job{fn: fn, n: n, pieces: pieces}
+		j.done.Add(1)
 		var wg sync.WaitGroup
 		for range workers {
 			wg.Go(j.run)
@@ -85,32 +96,60 @@ func (c *Crew) Run(n, pieces, workers int, fn func(lo, hi int)) {
 		return
 	}
 	defer c.mu.Unlock()
+	j := c.spare
+	if j == nil {
+		j = new(job)
+	}
+	c.spare = nil
+	j.fn, j.n, j.pieces = fn, n, pieces
+	j.next.Store(0)
+	j.finished.Store(0)
+	j.done.Add(1)
+	c.seq++
+	j.seq.Store(c.seq)
 	c.job.Store(j)
 	for c.live.Load() < int32(workers) {
 		c.live.Add(1)
+		c.inside.Add(1) // on the new worker's behalf: it runs j first
 		go c.work(j)
 	}
 	j.run()
 	for i, t0 := 0, time.Now(); j.finished.Load() < int64(j.pieces); i++ {
 		if i%64 == 63 && time.Since(t0) > spinWait {
-			<-j.done
+			j.done.Wait()
 			break
 		}
 		pause()
 	}
 	c.job.Store(nil)
+	// A worker still inside is on its way out (past the last piece): wait a little for
+	// it, else leave j to the collector.
+	for i := 0; i < 256 && c.inside.Load() != 0; i++ {
+		pause()
+	}
+	if c.inside.Load() == 0 {
+		j.fn = nil // keep nothing of the caller's alive
+		c.spare = j
+	}
 }
 
 // work is a worker: it runs first, then every job the crew publishes, until it has
 // waited Linger for one.
 func (c *Crew) work(first *job) {
 	defer c.live.Add(-1)
+	last := first.seq.Load()
 	first.run()
-	last, idle := first, time.Now()
+	c.inside.Add(-1)
+	idle := time.Now()
 	for i := 0; ; i++ {
-		if j := c.job.Load(); j != nil && j != last {
-			j.run()
-			last, idle, i = j, time.Now(), 0
+		if j := c.job.Load(); j != nil && j.seq.Load() != last {
+			c.inside.Add(1)
+			if c.job.Load() == j { // still published, and now it stays as it is until we leave
+				last = j.seq.Load()
+				j.run()
+			}
+			c.inside.Add(-1)
+			idle, i = time.Now(), 0
 			continue
 		}
 		if i%64 == 63 {

@@ -89,7 +89,8 @@ func BenchmarkRun(b *testing.B) {
 		})
 		b.Run("goroutine/"+work.String(), func(b *testing.B) {
 			for b.Loop() {
-				j := &job{fn: fn, n: 64, pieces: 8, done: make(chan struct{})}
+				j := &job{fn: fn, n: 64, pieces: 8}
+				j.done.Add(1)
 				var wg sync.WaitGroup
 				wg.Go(j.run)
 				j.run()

@@ -37,6 +37,7 @@ type Backend struct {
 	used   map[int]uint64      // the context (serial) that last asked for each length
 	serial uint64              // contexts made so far
 	ropes  map[*compute.RoPE]*ropeTable
+	slabs  []*slab // of closed contexts, for the next ones
 }
 
 // New returns a CPU backend using threads goroutines; threads <= 0 means runtime.NumCPU().
@@ -253,6 +254,36 @@ func (b *Backend) release(bufs [][]float32) {
 	}
 }
 
+// Recycle takes back a slice that Float32s returned, once the caller is done with it (the
+// engine's logits of the previous decode step), so that the next Float32s of its length
+// reuses it instead of allocating: 600 KiB a token at Qwen's vocabulary, most of what a
+// decode step allocated.
+func (b *Backend) Recycle(x []float32) {
+	if len(x) > 0 {
+		b.release([][]float32{x})
+	}
+}
+
+func (b *Backend) getSlab() *slab {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if n := len(b.slabs); n > 0 {
+		s := b.slabs[n-1]
+		b.slabs = b.slabs[:n-1]
+		return s
+	}
+	return &slab{}
+}
+
+func (b *Backend) putSlab(s *slab) {
+	s.reset()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.slabs) < 8 {
+		b.slabs = append(b.slabs, s)
+	}
+}
+
 // newSerial numbers a new context.
 func (b *Backend) newSerial() uint64 {
 	b.mu.Lock()
@@ -293,10 +324,17 @@ func (b *Backend) pooled() int {
 // result.
 func (b *Backend) parallel(n, minChunk int, fn func(lo, hi int)) {
 	minChunk = max(minChunk, 1)
-	parts := min(b.threads, max(1, n/minChunk))
+	parts := b.parts(n, minChunk)
 	if parts <= 1 {
 		fn(0, n)
 		return
 	}
 	crew.Run(n, min(4*parts, n/minChunk), parts-1, fn)
 }
+
+func (b *Backend) parts(n, minChunk int) int { return min(b.threads, max(1, n/max(minChunk, 1))) }
+
+// single reports whether parallel(n, minChunk, fn) would call fn(0, n) on the caller's
+// goroutine: an op can then skip making the closure, which escapes to the heap (a decode
+// step's norms and elementwise ops are all this small).
+func (b *Backend) single(n, minChunk int) bool { return b.parts(n, minChunk) <= 1 }

@@ -24,7 +24,7 @@ func (c *context) Segments(rows []int) { c.segs = slices.Clone(rows) }
 
 // ConcatRows implements compute.BatchContext.
 func (c *context) ConcatRows(xs ...compute.Tensor) compute.Tensor {
-	a, ok := c.args(xs...)
+	a, ok := c.argList(xs...)
 	if !ok {
 		return nilTensor
 	}

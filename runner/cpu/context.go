@@ -26,34 +26,72 @@ type context struct {
 	bufs   [][]float32
 	serial uint64
 	segs   []int // a batched pass's rows per sequence (batch.go)
+	slab   *slab // where this context's tensor headers come from
+}
+
+// slab holds a context's tensor headers, reused by the next context once Closed: a decode
+// step makes some 400 tensors, and their separate allocations were most of what it left
+// to the collector.
+type slab struct {
+	chunks [][]tensor
+	n      int         // headers handed out
+	bufs   [][]float32 // the context's buffer list, kept for its capacity
+}
+
+const slabChunk = 128
+
+func (s *slab) next() *tensor {
+	i, j := s.n/slabChunk, s.n%slabChunk
+	if i == len(s.chunks) {
+		s.chunks = append(s.chunks, make([]tensor, slabChunk))
+	}
+	s.n++
+	return &s.chunks[i][j]
+}
+
+// reset drops what the headers point at, so that buffers the pool lets go of (trim) are
+// not kept alive by stale headers.
+func (s *slab) reset() {
+	for i := 0; i*slabChunk < s.n; i++ {
+		clear(s.chunks[i][:min(slabChunk, s.n-i*slabChunk)])
+	}
+	s.n = 0
 }
 
 // NewContext implements compute.Backend.
-func (b *Backend) NewContext() compute.Context { return &context{b: b, serial: b.newSerial()} }
+func (b *Backend) NewContext() compute.Context {
+	s := b.getSlab()
+	return &context{b: b, serial: b.newSerial(), slab: s, bufs: s.bufs[:0]}
+}
 
 func (c *context) Err() error { return c.err }
 
 func (c *context) Free(keep ...compute.Tensor) {
-	var kept, freed [][]float32
-	for _, buf := range c.bufs {
-		live := false
-		for _, k := range keep {
-			if t, ok := k.(*tensor); ok && len(t.buf) > 0 && &t.buf[0] == &buf[0] {
-				live = true
+	// Kept buffers move to the front of c.bufs, the others are released: in place, as
+	// Free runs once per layer.
+	k := 0
+	for i, buf := range c.bufs {
+		for _, t := range keep {
+			if t, ok := t.(*tensor); ok && len(t.buf) > 0 && &t.buf[0] == &buf[0] {
+				c.bufs[k], c.bufs[i] = c.bufs[i], c.bufs[k]
+				k++
+				break
 			}
 		}
-		if live {
-			kept = append(kept, buf)
-		} else {
-			freed = append(freed, buf)
-		}
 	}
-	c.b.release(freed)
-	c.bufs = kept
+	c.b.release(c.bufs[k:])
+	clear(c.bufs[k:])
+	c.bufs = c.bufs[:k]
 }
 
 func (c *context) Close() {
 	c.b.release(c.bufs)
+	clear(c.bufs)
+	if c.slab != nil {
+		c.slab.bufs = c.bufs[:0]
+		c.b.putSlab(c.slab)
+		c.slab = nil
+	}
 	c.bufs = nil
 	c.b.trim(c.serial)
 }
@@ -65,27 +103,72 @@ func (c *context) fail(format string, args ...any) compute.Tensor {
 	return nilTensor
 }
 
+// header returns a zeroed tensor header from the context's slab.
+func (c *context) header() *tensor {
+	if c.slab == nil { // used after Close: let the collector have it
+		return &tensor{}
+	}
+	return c.slab.next()
+}
+
 func (c *context) newTensor(rows, cols int) *tensor {
 	buf := c.b.alloc(rows * cols)
 	c.bufs = append(c.bufs, buf)
-	return &tensor{rows: rows, cols: cols, data: buf, buf: buf}
+	t := c.header()
+	*t = tensor{rows: rows, cols: cols, data: buf, buf: buf}
+	return t
 }
 
-// args converts its arguments to CPU tensors, or reports false after an error.
-func (c *context) args(ts ...compute.Tensor) ([]*tensor, bool) {
+// view is a tensor over (part of) another's buffer.
+func (c *context) view(rows, cols int, data, buf []float32) *tensor {
+	t := c.header()
+	*t = tensor{rows: rows, cols: cols, data: data, buf: buf}
+	return t
+}
+
+// maxArgs is the most tensors an op with a fixed number of them takes.
+const maxArgs = 5
+
+// args converts an op's arguments to CPU tensors, or reports false after an error. The
+// result is an array, not a slice, so that it stays on the caller's stack.
+func (c *context) args(ts ...compute.Tensor) (out [maxArgs]*tensor, ok bool) {
+	if c.err != nil {
+		return out, false
+	}
+	if len(ts) > maxArgs {
+		c.fail("an op of %d tensor arguments (at most %d)", len(ts), maxArgs)
+		return out, false
+	}
+	for i, t := range ts {
+		if out[i], ok = c.arg(i, t); !ok {
+			return out, false
+		}
+	}
+	return out, true
+}
+
+// argList is args for ops of any number of tensors (the concatenations).
+func (c *context) argList(ts ...compute.Tensor) ([]*tensor, bool) {
 	if c.err != nil {
 		return nil, false
 	}
 	out := make([]*tensor, len(ts))
 	for i, t := range ts {
-		ct, ok := t.(*tensor)
-		if !ok || ct == nilTensor {
-			c.fail("tensor argument %d is not a CPU tensor of this context", i)
+		var ok bool
+		if out[i], ok = c.arg(i, t); !ok {
 			return nil, false
 		}
-		out[i] = ct
 	}
 	return out, true
+}
+
+func (c *context) arg(i int, t compute.Tensor) (*tensor, bool) {
+	ct, ok := t.(*tensor)
+	if !ok || ct == nilTensor {
+		c.fail("tensor argument %d is not a CPU tensor of this context", i)
+		return nil, false
+	}
+	return ct, true
 }
 
 func (c *context) Embed(w compute.Weight, ids []int32) compute.Tensor {
@@ -102,6 +185,12 @@ func (c *context) Embed(w compute.Weight, ids []int32) compute.Tensor {
 		}
 	}
 	out := c.newTensor(len(ids), cw.in)
+	if c.b.single(len(ids), 1) { // a decode step: no closure to allocate
+		for i := range ids {
+			cw.embedRow(out.data[i*cw.in:(i+1)*cw.in], int(ids[i]))
+		}
+		return out
+	}
 	c.b.parallel(len(ids), 1, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			cw.embedRow(out.data[i*cw.in:(i+1)*cw.in], int(ids[i]))
@@ -138,6 +227,10 @@ func (c *context) RMSNorm(x compute.Tensor, w compute.Vector, eps float32) compu
 	}
 	out := c.newTensor(a[0].rows, a[0].cols)
 	cols := a[0].cols
+	if c.b.single(a[0].rows, 8) {
+		rmsNorm(out.data, a[0].data, v, cols, eps)
+		return out
+	}
 	c.b.parallel(a[0].rows, 8, func(lo, hi int) {
 		rmsNorm(out.data[lo*cols:hi*cols], a[0].data[lo*cols:hi*cols], v, cols, eps)
 	})
@@ -152,7 +245,7 @@ func (c *context) Reshape(x compute.Tensor, rows, cols int) compute.Tensor {
 	if rows*cols != a[0].rows*a[0].cols || rows < 0 {
 		return c.fail("Reshape of %d×%d to %d×%d", a[0].rows, a[0].cols, rows, cols)
 	}
-	return &tensor{rows: rows, cols: cols, data: a[0].data, buf: a[0].buf}
+	return c.view(rows, cols, a[0].data, a[0].buf)
 }
 
 func (c *context) RoPE(x compute.Tensor, r *compute.RoPE, headDim, offset int) compute.Tensor {
@@ -168,13 +261,20 @@ func (c *context) RoPE(x compute.Tensor, r *compute.RoPE, headDim, offset int) c
 	out := c.newTensor(t.rows, t.cols)
 	copy(out.data, t.data)
 	half := r.Dims / 2
-	c.b.parallel(t.rows, 4, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			p := offset + i
-			ropeRow(out.data[i*t.cols:(i+1)*t.cols], headDim, tab.cos[p*half:(p+1)*half], tab.sin[p*half:(p+1)*half])
-		}
-	})
+	if c.b.single(t.rows, 4) {
+		ropeRows(out, tab, headDim, half, offset, 0, t.rows)
+		return out
+	}
+	c.b.parallel(t.rows, 4, func(lo, hi int) { ropeRows(out, tab, headDim, half, offset, lo, hi) })
 	return out
+}
+
+// ropeRows rotates rows [lo, hi) of x in place, row i at position offset+i.
+func ropeRows(x *tensor, tab *ropeTable, headDim, half, offset, lo, hi int) {
+	for i := lo; i < hi; i++ {
+		p := offset + i
+		ropeRow(x.data[i*x.cols:(i+1)*x.cols], headDim, tab.cos[p*half:(p+1)*half], tab.sin[p*half:(p+1)*half])
+	}
 }
 
 func (c *context) Attention(q, k, v compute.Tensor, cache kvstore.Layer, heads int, scale float32) compute.Tensor {
@@ -231,6 +331,10 @@ func (c *context) elementwise(op string, x, y compute.Tensor, fn func(o, a, b []
 	}
 	out := c.newTensor(a[0].rows, a[0].cols)
 	n := len(out.data)
+	if c.b.single(n, 1<<14) {
+		fn(out.data, a[0].data[:n], a[1].data[:n])
+		return out
+	}
 	c.b.parallel(n, 1<<14, func(lo, hi int) { fn(out.data[lo:hi], a[0].data[lo:hi], a[1].data[lo:hi]) })
 	return out
 }
@@ -244,7 +348,7 @@ func (c *context) Rows(x compute.Tensor, start, n int) compute.Tensor {
 	if start < 0 || n < 0 || start+n > t.rows {
 		return c.fail("Rows %d..%d of a tensor of %d rows", start, start+n, t.rows)
 	}
-	return &tensor{rows: n, cols: t.cols, data: t.data[start*t.cols : (start+n)*t.cols], buf: t.buf}
+	return c.view(n, t.cols, t.data[start*t.cols:(start+n)*t.cols], t.buf)
 }
 
 func (c *context) Float32s(x compute.Tensor) ([]float32, error) {
@@ -252,7 +356,13 @@ func (c *context) Float32s(x compute.Tensor) ([]float32, error) {
 	if !ok {
 		return nil, c.err
 	}
-	return append([]float32(nil), a[0].data...), nil
+	if len(a[0].data) == 0 {
+		return nil, nil
+	}
+	// From the pool: the caller may give it back with Backend.Recycle.
+	out := c.b.alloc(len(a[0].data))
+	copy(out, a[0].data)
+	return out, nil
 }
 
 // ropeTable caches cos and sin per position for one RoPE, grown on demand.

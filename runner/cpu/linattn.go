@@ -174,7 +174,7 @@ func (c *context) Cols(x compute.Tensor, start, n int) compute.Tensor {
 
 // ConcatCols implements compute.LinearAttentionContext.
 func (c *context) ConcatCols(xs ...compute.Tensor) compute.Tensor {
-	a, ok := c.args(xs...)
+	a, ok := c.argList(xs...)
 	if !ok || len(a) == 0 {
 		return c.fail("ConcatCols of no tensors")
 	}

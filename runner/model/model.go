@@ -184,6 +184,16 @@ func (m *Model) Forward(ctx context.Context, tokens []int32, caches []kvstore.La
 	return logits, nil
 }
 
+// Recycle hands logits that Forward returned back to the backend once the caller is done
+// with them, for a later Forward to reuse (the CPU backend's Float32s draws from a pool),
+// so that decoding does not allocate a vocabulary-sized slice per token. Only a whole
+// Forward result may be given, once; a backend without such a pool ignores it.
+func (m *Model) Recycle(logits []float32) {
+	if r, ok := m.backend.(interface{ Recycle([]float32) }); ok && m.stage == nil {
+		r.Recycle(logits)
+	}
+}
+
 // cancellable stops a forward pass once ctx is done: the attention op, once per layer,
 // checks it and then returns a tensor no backend accepts, so every later op is skipped
 // (the backend records an error, which Forward replaces with ctx.Err()).
