@@ -397,6 +397,15 @@ func (b *captureBackend) hidden() []float32 {
 	return b.last
 }
 
+// Recycle passes logits the engine is done with to the wrapped backend's pool
+// (model.Model.Recycle): without it the wrapper hid the CPU backend's, and every decode
+// step of a served model allocated its logits afresh (600 KiB a token at Qwen's vocabulary).
+func (b *captureBackend) Recycle(x []float32) {
+	if r, ok := b.Backend.(interface{ Recycle([]float32) }); ok {
+		r.Recycle(x)
+	}
+}
+
 func (b *captureBackend) NewContext() compute.Context {
 	b.mu.Lock()
 	vocab := b.vocab

@@ -117,3 +117,28 @@ func equalStrings(a, b []string) bool {
 	}
 	return true
 }
+
+// recyclingBackend records what Recycle was given.
+type recyclingBackend struct {
+	compute.Backend
+	got [][]float32
+}
+
+func (b *recyclingBackend) Recycle(x []float32) { b.got = append(b.got, x) }
+
+// TestCaptureBackendRecycles: the wrapper every served model's backend goes through passes
+// Recycle on (it used to hide it, so a served model allocated its logits every decode step),
+// and does nothing for a backend without a pool.
+func TestCaptureBackendRecycles(t *testing.T) {
+	inner := &recyclingBackend{Backend: cpu.New(1)}
+	cb := &captureBackend{Backend: inner}
+	logits := []float32{1, 2, 3}
+	cb.Recycle(logits)
+	if len(inner.got) != 1 || &inner.got[0][0] != &logits[0] {
+		t.Fatalf("Recycle reached the wrapped backend with %v, want the logits once", inner.got)
+	}
+	(&captureBackend{Backend: plainBackend{cpu.New(1)}}).Recycle(logits) // no pool: no panic
+}
+
+// plainBackend hides the CPU backend's optional methods.
+type plainBackend struct{ compute.Backend }
