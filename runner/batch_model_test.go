@@ -37,7 +37,8 @@ func (s batchScript) calls() []int {
 
 // runBatched runs scripts through ForwardBatch, every sequence's next call in one pass per
 // step (sequences join at their start step and leave when done), and returns each
-// sequence's logits per call.
+// sequence's logits per call. Decode steps pass the sequence's previous logits as Out, as
+// the engine does, and check that the pass wrote into it.
 func runBatched(t *testing.T, m *model.Model, scripts []batchScript, caches func() []kvstore.Layer) [][][]float32 {
 	t.Helper()
 	type state struct {
@@ -46,6 +47,7 @@ func runBatched(t *testing.T, m *model.Model, scripts []batchScript, caches func
 		pos    int   // prompt tokens fed
 		next   int32 // the token to decode
 		out    [][]float32
+		last   []float32 // the last call's logits, the next decode step's Out
 	}
 	st := make([]*state, len(scripts))
 	for i := range scripts {
@@ -65,13 +67,13 @@ func runBatched(t *testing.T, m *model.Model, scripts []batchScript, caches func
 				continue
 			}
 			n := calls[st[i].call]
-			var toks []int32
+			seq := model.Sequence{Caches: st[i].caches}
 			if st[i].pos < len(s.prompt) {
-				toks = s.prompt[st[i].pos : st[i].pos+n]
+				seq.Tokens = s.prompt[st[i].pos : st[i].pos+n]
 			} else {
-				toks = []int32{st[i].next}
+				seq.Tokens, seq.Out = []int32{st[i].next}, st[i].last
 			}
-			seqs = append(seqs, model.Sequence{Tokens: toks, Caches: st[i].caches})
+			seqs = append(seqs, seq)
 			who = append(who, i)
 		}
 		if !busy {
@@ -90,8 +92,13 @@ func runBatched(t *testing.T, m *model.Model, scripts []batchScript, caches func
 				s.pos += len(seqs[j].Tokens)
 			}
 			s.call++
-			s.next = int32(argmax(res[j].Logits))
-			s.out = append(s.out, res[j].Logits)
+			l := res[j].Logits
+			if o := seqs[j].Out; cap(o) >= len(l) && &o[:1][0] != &l[0] {
+				t.Fatalf("step %d, sequence %d: the logits were not written to Out", step, i)
+			}
+			s.next = int32(argmax(l))
+			s.out = append(s.out, append([]float32(nil), l...)) // Out is written again next step
+			s.last = l
 		}
 	}
 	out := make([][][]float32, len(st))

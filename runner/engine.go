@@ -142,12 +142,13 @@ func (e *Engine) BatchStats() (BatchStats, bool) {
 	return e.batch.Stats(), true
 }
 
-// forward runs tokens through caches: in the engine's batch when it has one.
-func (e *Engine) forward(ctx context.Context, tokens []int32, caches []kvstore.Layer) ([]float32, error) {
+// forward runs tokens through caches: in the engine's batch when it has one, where the
+// logits are written to out when it can hold them (model.Sequence.Out).
+func (e *Engine) forward(ctx context.Context, tokens []int32, caches []kvstore.Layer, out []float32) ([]float32, error) {
 	if e.batch == nil {
 		return e.Model.Forward(ctx, tokens, caches, false)
 	}
-	return e.batch.forward(ctx, model.Sequence{Tokens: tokens, Caches: caches})
+	return e.batch.forward(ctx, model.Sequence{Tokens: tokens, Caches: caches, Out: out})
 }
 
 // Close releases the model.
@@ -505,7 +506,7 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 		var logits []float32
 		for i := 0; i < len(tokens); i += o.NumBatch {
 			var err error
-			if logits, err = e.forward(ctx, tokens[i:min(i+o.NumBatch, len(tokens))], caches); err != nil {
+			if logits, err = e.forward(ctx, tokens[i:min(i+o.NumBatch, len(tokens))], caches, nil); err != nil {
 				return nil, err
 			}
 		}
@@ -602,7 +603,11 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 				return finish("", err)
 			}
 		}
-		next, err := e.forward(ctx, []int32{id}, caches)
+		var into []float32 // in a batch: the last step's logits, seen by the sampler, take the next
+		if decoded {
+			into = logits
+		}
+		next, err := e.forward(ctx, []int32{id}, caches, into)
 		if err != nil {
 			return finish("", err)
 		}

@@ -13,6 +13,10 @@ import (
 type Sequence struct {
 	Tokens []int32
 	Caches []kvstore.Layer
+	// Out, when it can hold the logits, receives them (Result.Logits is then Out resliced)
+	// and the pass hands its own logits buffer back to the backend's pool: a batched
+	// decode step then allocates no vocabulary-sized slices. Nil: the pass's own.
+	Out []float32
 }
 
 // Batch is the sequences of one forward pass, their rows concatenated in order. Row-wise
@@ -161,7 +165,13 @@ func (m *Model) ForwardBatch(ctx context.Context, seqs []Sequence) []Result {
 	bn, batched := m.net.(BatchNetwork)
 	if len(run) < 2 || !batched {
 		for _, i := range run {
-			out[i].Logits, out[i].Err = m.Forward(ctx, seqs[i].Tokens, seqs[i].Caches, false)
+			logits, err := m.Forward(ctx, seqs[i].Tokens, seqs[i].Caches, false)
+			if err == nil && cap(seqs[i].Out) >= len(logits) {
+				out[i].Logits = append(seqs[i].Out[:0], logits...)
+				m.Recycle(logits)
+				continue
+			}
+			out[i].Logits, out[i].Err = logits, err
 		}
 		return out
 	}
@@ -191,6 +201,7 @@ func (m *Model) ForwardBatch(ctx context.Context, seqs []Sequence) []Result {
 	if err == nil && (len(logits) != vocab*len(run) || vocab == 0) {
 		err = fmt.Errorf("model: a batched pass of %d sequences returned %d logits", len(run), len(logits))
 	}
+	copied := err == nil
 	for j, i := range run {
 		if err != nil {
 			for _, l := range seqs[i].Caches {
@@ -201,7 +212,15 @@ func (m *Model) ForwardBatch(ctx context.Context, seqs []Sequence) []Result {
 			out[i].Err = err
 			continue
 		}
-		out[i].Logits = logits[j*vocab : (j+1)*vocab : (j+1)*vocab]
+		part := logits[j*vocab : (j+1)*vocab : (j+1)*vocab]
+		if cap(seqs[i].Out) < vocab {
+			out[i].Logits, copied = part, false
+			continue
+		}
+		out[i].Logits = append(seqs[i].Out[:0], part...)
+	}
+	if copied { // no sequence reads the pass's buffer
+		m.Recycle(logits)
 	}
 	return out
 }
