@@ -142,13 +142,20 @@ func (e *Engine) BatchStats() (BatchStats, bool) {
 	return e.batch.Stats(), true
 }
 
-// forward runs tokens through caches: in the engine's batch when it has one, where the
-// logits are written to out when it can hold them (model.Sequence.Out).
-func (e *Engine) forward(ctx context.Context, tokens []int32, caches []kvstore.Layer, out []float32) ([]float32, error) {
-	if e.batch == nil {
-		return e.Model.Forward(ctx, tokens, caches, false)
+// forward runs tokens through caches: in the engine's batch when it has one. done is
+// the previous decode step's logits, which the caller no longer reads (nil: none, as after
+// a prefill, whose logits the prefix cache may keep): they go back to the backend's pool
+// alone, and take the new logits in a batch (model.Sequence.Out), so that decoding does
+// not allocate a vocabulary-sized slice per token.
+func (e *Engine) forward(ctx context.Context, tokens []int32, caches []kvstore.Layer, done []float32) ([]float32, error) {
+	if e.batch != nil {
+		return e.batch.forward(ctx, model.Sequence{Tokens: tokens, Caches: caches, Out: done})
 	}
-	return e.batch.forward(ctx, model.Sequence{Tokens: tokens, Caches: caches, Out: out})
+	logits, err := e.Model.Forward(ctx, tokens, caches, false)
+	if err == nil && done != nil {
+		e.Model.Recycle(done)
+	}
+	return logits, err
 }
 
 // Close releases the model.
@@ -603,18 +610,14 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 				return finish("", err)
 			}
 		}
-		var into []float32 // in a batch: the last step's logits, seen by the sampler, take the next
+		var done []float32 // the last step's logits: seen by the sampler, kept by no one
 		if decoded {
-			into = logits
+			done = logits
 		}
-		next, err := e.forward(ctx, []int32{id}, caches, into)
-		if err != nil {
+		if logits, err = e.forward(ctx, []int32{id}, caches, done); err != nil {
 			return finish("", err)
 		}
-		if decoded && e.batch == nil {
-			e.Model.Recycle(logits) // the last step's: seen by the sampler, kept by no one
-		}
-		logits, decoded = next, true
+		decoded = true
 		seq = append(seq, id)
 	}
 }

@@ -42,6 +42,15 @@ func benchCheckpoint(b *testing.B) string {
 	return dst
 }
 
+// loadBench loads the bench checkpoint on the CPU backend with 2 threads.
+func loadBench(b *testing.B) *model.Model {
+	m, err := model.Load(benchCheckpoint(b), cpu.New(2))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return m
+}
+
 // BenchmarkQwen2_0_5B_Q4 measures prefill and decode tokens/s with 2 threads, the
 // setting of the comparison with Ollama (q4_K_M: ~200 tok/s prefill, 47-50
 // tok/s decode on this machine class):
@@ -49,10 +58,7 @@ func benchCheckpoint(b *testing.B) string {
 //	go test -run '^$' -bench Qwen2_0_5B -benchtime 1x ./runner/model/
 //	MLXG_BENCH_BITS=8 go test -run '^$' -bench Qwen2_0_5B -benchtime 1x ./runner/model/
 func BenchmarkQwen2_0_5B_Q4(b *testing.B) {
-	m, err := model.Load(benchCheckpoint(b), cpu.New(2))
-	if err != nil {
-		b.Fatal(err)
-	}
+	m := loadBench(b)
 	defer m.Close()
 	const promptLen, decode = 256, 32
 	prompt := make([]int32, promptLen)
@@ -109,10 +115,7 @@ func cpuTime() time.Duration {
 //
 //	go test -run '^$' -bench BatchDecode -benchtime 1x ./runner/model/
 func BenchmarkBatchDecode(b *testing.B) {
-	m, err := model.Load(benchCheckpoint(b), cpu.New(2))
-	if err != nil {
-		b.Fatal(err)
-	}
+	m := loadBench(b)
 	defer m.Close()
 	const promptLen, steps = 128, 24
 	for _, n := range []int{1, 2, 4, 8} {
