@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 
 	"github.com/mlxg/mlxg/metal"
@@ -20,6 +21,9 @@ import (
 
 // Env names the variable that forces a backend.
 const Env = "MLXG_BACKEND"
+
+// Int8Env names the variable that turns on the CPU backend's 8-bit inputs (cpu.Backend.UseInt8).
+const Int8Env = "MLXG_CPU_INT8"
 
 // Choice is the backend chosen and why.
 type Choice struct {
@@ -82,6 +86,20 @@ func Select(o Options) (Choice, error) {
 	if newCPU == nil {
 		newCPU = func(n int) compute.Backend { return cpu.New(n) }
 	}
+	int8, err := int8Setting(getenv)
+	if err != nil {
+		return Choice{}, err
+	}
+	if int8 {
+		plain := newCPU
+		newCPU = func(n int) compute.Backend {
+			b := plain(n)
+			if c, ok := b.(interface{ UseInt8(bool) }); ok {
+				c.UseInt8(true)
+			}
+			return b
+		}
+	}
 	if log == nil {
 		log = slog.Default()
 	}
@@ -120,6 +138,19 @@ func Select(o Options) (Choice, error) {
 	}
 	log.Info("compute backend", "backend", c.Backend.Name(), "why", c.Reason)
 	return c, nil
+}
+
+// int8Setting reads Int8Env: unset or a false value is off.
+func int8Setting(getenv func(string) string) (bool, error) {
+	v := strings.TrimSpace(getenv(Int8Env))
+	if v == "" {
+		return false, nil
+	}
+	on, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("%s=%q: want 1 or 0 (true or false)", Int8Env, v)
+	}
+	return on, nil
 }
 
 // device is the MLX device b runs on ("metal", "cuda", "cpu"); a backend that does not

@@ -506,3 +506,80 @@ func TestTrim(t *testing.T) {
 		t.Fatalf("%d floats still pooled after a 1-token pass, the 40-token working set (%d) was not dropped", n, big)
 	}
 }
+
+// TestLinearInt8 checks UseInt8: decode-sized products (T < 4) of 4- and 8-bit weights are
+// within what rounding the inputs to 8 bits per group allows of the float64 product, and
+// are not the float backend's numbers (the integer path ran); prefill-sized ones (T = 5) are
+// the float backend's, bit for bit.
+func TestLinearInt8(t *testing.T) {
+	if !quant.Int8Kernel() {
+		t.Skip("no integer kernels on this machine")
+	}
+	r := rand.New(rand.NewPCG(2, 3))
+	const out, in = 70, 512
+	plain, b := New(2), New(2)
+	b.UseInt8(true)
+	for _, c := range []struct{ bits, group int }{{4, 64}, {4, 128}, {8, 32}, {8, 64}, {8, 128}} {
+		w := randVec(r, out*in)
+		packed, scales, biases, err := quant.Quantize(w, out, in, c.bits, c.group)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src := source{}
+		src.putU32("l.weight", []int{out, in * c.bits / 32}, packed)
+		src.putFloat("l.scales", safetensors.BF16, []int{out, in / c.group}, scales)
+		src.putFloat("l.biases", safetensors.BF16, []int{out, in / c.group}, biases)
+		s16, _ := src["l.scales"].Float32s()
+		b16, _ := src["l.biases"].Float32s()
+		deq, _ := quant.Dequantize(packed, s16, b16, out, in, c.bits, c.group)
+		q := compute.Quant{Mode: quant.Affine, Bits: c.bits, GroupSize: c.group}
+		lw, err := b.Weight(src, "l", q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pw, _ := plain.Weight(src, "l", q)
+		for _, T := range []int{1, 2, 3, 5} {
+			x := randVec(r, T*in)
+			got := run(t, b, func(ctx compute.Context) compute.Tensor {
+				return ctx.Linear(ctx.Embed(input(t, b, T, in, x), seq(T)), lw)
+			})
+			float := run(t, plain, func(ctx compute.Context) compute.Tensor {
+				return ctx.Linear(ctx.Embed(input(t, plain, T, in, x), seq(T)), pw)
+			})
+			same := 0
+			for i := range got {
+				if math.Float32bits(got[i]) == math.Float32bits(float[i]) {
+					same++
+				}
+			}
+			if T >= 4 {
+				if same != len(got) {
+					t.Errorf("%d-bit group %d, T=%d: a prefill product changed with 8-bit inputs", c.bits, c.group, T)
+				}
+				continue
+			}
+			if same == len(got) {
+				t.Errorf("%d-bit group %d, T=%d: 8-bit inputs gave the float numbers: the integer path did not run", c.bits, c.group, T)
+			}
+			for tok := 0; tok < T; tok++ {
+				xs := x[tok*in : (tok+1)*in]
+				for o := 0; o < out; o++ {
+					var exact, bound float64
+					for j, xv := range xs {
+						wj := float64(deq[o*in+j])
+						exact += float64(xv) * wj
+						var amax float64
+						for _, v := range xs[j/c.group*c.group : (j/c.group+1)*c.group] {
+							amax = max(amax, math.Abs(float64(v)))
+						}
+						bound += math.Abs(wj) * amax / 127 / 2
+					}
+					if e := math.Abs(float64(got[tok*out+o]) - exact); e > bound*1.001+1e-5 {
+						t.Fatalf("%d-bit group %d, T=%d: output %d,%d = %v, float64 product %v: off by %.3g, more than 8-bit inputs allow (%.3g)",
+							c.bits, c.group, T, tok, o, got[tok*out+o], exact, e, bound)
+					}
+				}
+			}
+		}
+	}
+}

@@ -93,6 +93,10 @@ func (b *Backend) quantMatVec(out, x []float32, T int, w *weight) {
 	in, g := w.in, w.q.GroupSize
 	gpr, wpr := in/g, quant.Words(in, w.q.Bits)
 	affine := w.q.Mode == quant.Affine
+	if affine && b.int8 && quant.Int8Supported(w.q.Bits, g) {
+		b.int8MatVec(out, x, T, w)
+		return
+	}
 	vp := getVecs(T)
 	defer vecsPool.Put(vp)
 	vecs := (*vp)[:T]
@@ -125,6 +129,38 @@ func (b *Backend) quantMatVec(out, x []float32, T int, w *weight) {
 
 // vecsPool recycles quantMatVec's prepared input vectors.
 var vecsPool sync.Pool
+
+// int8MatVec is quantMatVec with the inputs rounded to 8-bit integers per group (UseInt8):
+// integer products inside each group, as llama.cpp computes on the CPU. Rows never depend on
+// each other here either.
+func (b *Backend) int8MatVec(out, x []float32, T int, w *weight) {
+	in, g := w.in, w.q.GroupSize
+	gpr, wpr := in/g, quant.Words(in, w.q.Bits)
+	vp := getVec8s(T)
+	defer vec8sPool.Put(vp)
+	vecs := (*vp)[:T]
+	for t := range vecs {
+		vecs[t].Prepare(x[t*in:(t+1)*in], w.q.Bits, g) // bits and group were checked by the caller
+	}
+	b.parallel(w.out, 32, func(lo, hi int) {
+		for c0 := lo; c0 < hi; c0 += 64 {
+			c1 := min(c0+64, hi)
+			for t := range vecs {
+				vecs[t].DotRowsStored(out[t*w.out+c0:t*w.out+c1], w.packed[c0*wpr:c1*wpr], w.scales.Slice(c0*gpr, c1*gpr), w.biases.Slice(c0*gpr, c1*gpr))
+			}
+		}
+	})
+}
+
+var vec8sPool sync.Pool
+
+func getVec8s(n int) *[]quant.Vec8 {
+	if p, ok := vec8sPool.Get().(*[]quant.Vec8); ok && len(*p) >= n {
+		return p
+	}
+	v := make([]quant.Vec8, max(n, 8))
+	return &v
+}
 
 func getVecs(n int) *[]quant.Vec {
 	if p, ok := vecsPool.Get().(*[]quant.Vec); ok && len(*p) >= n {

@@ -1,0 +1,12 @@
+//go:build !amd64
+
+package quant
+
+import "unsafe"
+
+// int8Kernel is false: Vec8 has assembly on amd64 only; elsewhere it runs in plain Go.
+func int8Kernel() bool { return false }
+
+func dotInt8(x *int8, dc *float32, w *uint32, scales, biases unsafe.Pointer, out *float32, rows, groups, bits, group int, st ScaleType) {
+	panic("unreachable")
+}
