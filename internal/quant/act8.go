@@ -21,11 +21,12 @@ import (
 // one VPMADDUBSW: twice the codes per instruction of the float kernel, and a 4-bit chunk
 // (64 codes) needs no conversion to float until its group is done.
 type Vec8 struct {
-	codes []int8 // c, in the kernel's order (act8Order)
-	// dc holds, per block of 8 groups, their 8 scales d_g and then their 8 values d_g·Σ c
-	// (the bias term's factor), so the kernel finds both at one moving offset.
+	codes []int8 // c of every vector, in the kernel's order (order)
+	// dc holds, per block of 8 groups and per vector, the 8 groups' d_g and then their
+	// d_g·Σ c (the bias term's factor), so the kernel finds both at one moving offset.
 	dc     []float32
-	n      int
+	n      int // values per vector
+	count  int // vectors
 	bits   int
 	group  int
 	kernel bool // the assembly kernel runs
@@ -43,73 +44,110 @@ func Int8Supported(bits, group int) bool {
 	return false
 }
 
+// Int8Vectors is how many vectors one Vec8 holds for rows of bits-bit codes: the kernel
+// reads each chunk of a row once for all of them (4 at 4 bits; 1 at 8).
+func Int8Vectors(bits int) int {
+	if bits == 4 {
+		return 4
+	}
+	return 1
+}
+
 // Prepare quantizes x for rows of len(x) codes of bits each in groups of group.
-func (v *Vec8) Prepare(x []float32, bits, group int) error {
+func (v *Vec8) Prepare(x []float32, bits, group int) error { return v.PrepareN(x, 1, bits, group) }
+
+// PrepareN quantizes count vectors, x holding them one after the other, for products with
+// rows of len(x)/count codes (1 <= count <= Int8Vectors(bits)).
+func (v *Vec8) PrepareN(x []float32, count, bits, group int) error {
 	if !Int8Supported(bits, group) {
 		return fmt.Errorf("quant: 8-bit inputs are not supported for %d-bit codes in groups of %d", bits, group)
 	}
-	if len(x) == 0 || len(x)%group != 0 {
-		return fmt.Errorf("quant: a vector of %d values is not a whole number of groups of %d", len(x), group)
+	if count < 1 || count > Int8Vectors(bits) || len(x)%count != 0 {
+		return fmt.Errorf("quant: %d vectors of 8-bit inputs for %d-bit codes (%d values): want 1 to %d of equal length", count, bits, len(x), Int8Vectors(bits))
 	}
-	groups := len(x) / group
-	v.n, v.bits, v.group = len(x), bits, group
+	n := len(x) / count
+	if n == 0 || n%group != 0 {
+		return fmt.Errorf("quant: a vector of %d values is not a whole number of groups of %d", n, group)
+	}
+	groups := n / group
+	v.n, v.count, v.bits, v.group = n, count, bits, group
 	v.kernel = int8Kernel()
 	if cap(v.codes) < len(x) {
 		v.codes = make([]int8, len(x))
 	}
 	v.codes = v.codes[:len(x)]
-	v.dc = grow(v.dc, 16*((groups+7)/8))
+	v.dc = grow(v.dc, 16*count*((groups+7)/8))
 	clear(v.dc)
 	var c [128]int8
-	for g := 0; g < groups; g++ {
-		xs := x[g*group : (g+1)*group]
-		var amax float32
-		for _, f := range xs {
-			amax = max(amax, abs32(f))
+	for k := 0; k < count; k++ {
+		for g := 0; g < groups; g++ {
+			xs := x[k*n+g*group : k*n+(g+1)*group]
+			var amax float32
+			for _, f := range xs {
+				amax = max(amax, abs32(f))
+			}
+			var d, id float32
+			if amax > 0 {
+				d = amax / 127
+				id = 127 / amax
+			}
+			sum := 0
+			for j, f := range xs {
+				q := int8(min(max(rint(f*id), -127), 127))
+				c[j] = q
+				sum += int(q)
+			}
+			i := v.dcIndex(k, g)
+			v.dc[i] = d
+			v.dc[i+8] = d * float32(sum)
+			v.order(k, g, c[:group])
 		}
-		var d, id float32
-		if amax > 0 {
-			d = amax / 127
-			id = 127 / amax
-		}
-		sum := 0
-		for j, f := range xs {
-			q := int8(min(max(rint(f*id), -127), 127))
-			c[j] = q
-			sum += int(q)
-		}
-		v.dc[dcIndex(g)] = d
-		v.dc[dcIndex(g)+8] = d * float32(sum)
-		act8Order(v.codes[g*group:(g+1)*group], c[:group], bits)
 	}
 	return nil
 }
 
-// dcIndex is where group g's d_g sits in Vec8.dc (its d_g·Σ c sits 8 further on).
-func dcIndex(g int) int { return 16*(g/8) + g%8 }
+// dcIndex is where vector k's d_g sits in dc (its d_g·Σ c sits 8 further on).
+func (v *Vec8) dcIndex(k, g int) int { return 16*(v.count*(g/8)+k) + g%8 }
 
-// act8Order writes one group's codes in the order the kernel reads them: for 4-bit rows, each
-// chunk of 64 codes (32 bytes of a row, byte b holding codes 2b and 2b+1 in its low and high
-// nibble) as its 32 even-numbered codes and then its 32 odd-numbered ones, so that a byte's
-// low nibbles meet the first half and its high nibbles the second; 8-bit rows in order.
-func act8Order(dst, c []int8, bits int) {
-	if bits != 4 {
-		copy(dst, c)
+// order writes vector k's codes c of group g where the kernel reads them: the vectors of a
+// group one after the other, chunk by chunk; at 4 bits each chunk of 64 codes (32 bytes of
+// a row, byte b holding codes 2b and 2b+1 in its low and high nibble) as its 32
+// even-numbered codes and then its 32 odd-numbered ones, so that a byte's low nibbles meet
+// the first half and its high nibbles the second; at 8 bits in order.
+func (v *Vec8) order(k, g int, c []int8) {
+	base := g * v.group * v.count
+	if v.bits != 4 {
+		copy(v.codes[base+k*v.group:], c)
 		return
 	}
-	for k := 0; k < len(c); k += 64 {
+	for ch := 0; ch < len(c); ch += 64 {
+		dst := v.codes[base+ch*v.count+64*k:]
 		for b := 0; b < 32; b++ {
-			dst[k+b] = c[k+2*b]
-			dst[k+32+b] = c[k+2*b+1]
+			dst[b] = c[ch+2*b]
+			dst[32+b] = c[ch+2*b+1]
 		}
 	}
 }
 
-// DotRowsStored computes out[r] = x̂ · dequantize(row r) for len(out) consecutive packed rows
-// with their scales and biases (len(out)·groups each). Like Vec.DotRowsStored, a row's result
-// depends only on that row and the vector, never on the rows around it in the call.
+// code is vector k's code j of group g, wherever order put it.
+func (v *Vec8) code(k, g, j int) int8 {
+	base := g * v.group * v.count
+	if v.bits != 4 {
+		return v.codes[base+k*v.group+j]
+	}
+	i := base + j/64*64*v.count + 64*k + j%64/2
+	if j%2 == 1 {
+		i += 32
+	}
+	return v.codes[i]
+}
+
+// DotRowsStored computes out[r·count+k] = x̂_k · dequantize(row r) for len(out)/count
+// consecutive packed rows with their scales and biases (rows·groups each). Like
+// Vec.DotRowsStored, a result depends only on its row and vector, never on the rows or
+// vectors around them in the call.
 func (v *Vec8) DotRowsStored(out []float32, packed []uint32, scales, biases Scales) {
-	rows, groups := len(out), v.n/v.group
+	rows, groups := len(out)/v.count, v.n/v.group
 	if rows == 0 {
 		return
 	}
@@ -117,40 +155,31 @@ func (v *Vec8) DotRowsStored(out []float32, packed []uint32, scales, biases Scal
 	_ = packed[rows*wpr-1]
 	checkLen(scales, biases, rows*groups)
 	if v.kernel {
-		dotInt8(&v.codes[0], &v.dc[0], &packed[0], scales.ptr(), biases.ptr(), &out[0], rows, groups, v.bits, v.group, scales.Type)
+		dotInt8(&v.codes[0], &v.dc[0], &packed[0], scales.ptr(), biases.ptr(), &out[0], rows, groups, v.bits, v.group, v.count, scales.Type)
 		return
 	}
-	for r := range out {
-		out[r] = v.dotRow(packed[r*wpr:(r+1)*wpr], scales, biases, r*groups)
+	for r := 0; r < rows; r++ {
+		for k := 0; k < v.count; k++ {
+			out[r*v.count+k] = v.dotRow(k, packed[r*wpr:(r+1)*wpr], scales, biases, r*groups)
+		}
 	}
 }
 
-// dotRow is the plain Go kernel: one row, its scales and biases starting at index g0.
-func (v *Vec8) dotRow(packed []uint32, scales, biases Scales, g0 int) float32 {
+// dotRow is the plain Go kernel: vector k with one row, its scales and biases starting at
+// index g0.
+func (v *Vec8) dotRow(k int, packed []uint32, scales, biases Scales, g0 int) float32 {
 	var total float32
 	for g := 0; g < v.n/v.group; g++ {
-		c := v.codes[g*v.group : (g+1)*v.group]
 		isum := 0
-		if v.bits == 4 {
-			for k := 0; k < len(c); k += 64 {
-				for b := 0; b < 32; b++ {
-					w := codeByte(packed, (g*v.group+k)/2+b)
-					isum += int(w&15)*int(c[k+b]) + int(w>>4)*int(c[k+32+b])
-				}
-			}
-		} else {
-			for j := range c {
-				isum += int(codeByte(packed, g*v.group+j)) * int(c[j])
-			}
+		for j := 0; j < v.group; j++ {
+			isum += int(Code(packed, g*v.group+j, v.bits)) * int(v.code(k, g, j))
 		}
-		d, csum := v.dc[dcIndex(g)], v.dc[dcIndex(g)+8]
+		i := v.dcIndex(k, g)
+		d, csum := v.dc[i], v.dc[i+8]
 		total += float32(scales.At(g0+g)*d)*float32(isum) + biases.At(g0+g)*csum
 	}
 	return total
 }
-
-// codeByte is byte i of a packed row (the words are little-endian).
-func codeByte(packed []uint32, i int) byte { return byte(packed[i/4] >> (8 * uint(i%4))) }
 
 // act8Reference is Vec8's product in float64 (tests): Σ_g d_g·(s_g·Σ c·q + b_g·Σ c) from the
 // codes in natural order c and the groups' scales d, and Σ of the terms' magnitudes.

@@ -2,6 +2,9 @@ package quant
 
 import (
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -63,7 +66,7 @@ func checkVec8(t *testing.T, r *rand.Rand, st ScaleType, bits, group, rows, cols
 	if err := v.Prepare(x, bits, group); err != nil {
 		t.Fatal(err)
 	}
-	c, d := v.natural()
+	c, d := v.natural(0)
 	for j, f := range x {
 		if e := math.Abs(float64(f) - float64(d[j/group])*float64(c[j])); e > float64(d[j/group])*0.5001 {
 			t.Fatalf("x[%d] = %v quantized to %d·%v", j, f, c[j], d[j/group])
@@ -96,24 +99,16 @@ func checkVec8(t *testing.T, r *rand.Rand, st ScaleType, bits, group, rows, cols
 	}
 }
 
-// natural returns v's codes in the order of x and each group's d.
-func (v *Vec8) natural() ([]int8, []float32) {
+// natural returns vector k's codes in the order of x and each group's d.
+func (v *Vec8) natural(k int) ([]int8, []float32) {
+	groups := v.n / v.group
 	c := make([]int8, v.n)
-	for g := 0; g < v.n/v.group; g++ {
-		src, dst := v.codes[g*v.group:(g+1)*v.group], c[g*v.group:(g+1)*v.group]
-		if v.bits != 4 {
-			copy(dst, src)
-			continue
+	d := make([]float32, groups)
+	for g := 0; g < groups; g++ {
+		for j := 0; j < v.group; j++ {
+			c[g*v.group+j] = v.code(k, g, j)
 		}
-		for k := 0; k < v.group; k += 64 {
-			for b := 0; b < 32; b++ {
-				dst[k+2*b], dst[k+2*b+1] = src[k+b], src[k+32+b]
-			}
-		}
-	}
-	d := make([]float32, v.n/v.group)
-	for g := range d {
-		d[g] = v.dc[dcIndex(g)]
+		d[g] = v.dc[v.dcIndex(k, g)]
 	}
 	return c, d
 }
@@ -121,9 +116,97 @@ func (v *Vec8) natural() ([]int8, []float32) {
 // TestVec8Errors checks that unsupported shapes are refused with an error.
 func TestVec8Errors(t *testing.T) {
 	var v Vec8
-	for _, c := range []struct{ n, bits, group int }{{64, 4, 32}, {64, 3, 64}, {96, 4, 64}, {0, 8, 32}} {
-		if err := v.Prepare(make([]float32, c.n), c.bits, c.group); err == nil {
-			t.Errorf("Prepare(%d values, %d bits, group %d) succeeded", c.n, c.bits, c.group)
+	for _, c := range []struct{ n, count, bits, group int }{{64, 1, 4, 32}, {64, 1, 3, 64}, {96, 1, 4, 64}, {0, 1, 8, 32},
+		{320, 5, 4, 64}, {128, 2, 8, 64}, {192, 2, 4, 64}, {128, 0, 4, 64}} {
+		if err := v.PrepareN(make([]float32, c.n), c.count, c.bits, c.group); err == nil {
+			t.Errorf("PrepareN(%d values, %d vectors, %d bits, group %d) succeeded", c.n, c.count, c.bits, c.group)
 		}
+	}
+}
+
+// TestVec8Batch checks that Vec8 with 2 to 4 vectors gives each vector's results bit for
+// bit as that vector alone does, with the kernel and in plain Go, and that the kernel agrees
+// with plain Go to float32 rounding.
+func TestVec8Batch(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 9))
+	for _, st := range []ScaleType{ScaleF32, ScaleBF16, ScaleF16} {
+		for _, group := range []int{64, 128} {
+			for _, cols := range []int{128, 896, 1152} {
+				if cols%group != 0 {
+					continue
+				}
+				const rows = 11
+				p, s32, b32, _ := Quantize(randMatrix(r, rows*cols), rows, cols, 4, group)
+				s, b, _, _ := storedScales(st, s32, b32)
+				for count := 2; count <= Int8Vectors(4); count++ {
+					x := randMatrix(r, count*cols)
+					results := map[bool][]float32{}
+					for _, on := range []bool{true, false} {
+						prev := SetSIMD(on)
+						var all Vec8
+						if err := all.PrepareN(x, count, 4, group); err != nil {
+							t.Fatal(err)
+						}
+						got := make([]float32, rows*count)
+						all.DotRowsStored(got, p, s, b)
+						for k := 0; k < count; k++ {
+							var one Vec8
+							one.Prepare(x[k*cols:(k+1)*cols], 4, group)
+							alone := make([]float32, rows)
+							one.DotRowsStored(alone, p, s, b)
+							for i := range alone {
+								if math.Float32bits(alone[i]) != math.Float32bits(got[i*count+k]) {
+									t.Fatalf("%v scales, group %d, %d columns, kernel %v: vector %d of %d, row %d: %v in the batch, %v alone",
+										st, group, cols, on, k, count, i, got[i*count+k], alone[i])
+								}
+							}
+						}
+						results[on] = got
+						SetSIMD(prev)
+					}
+					if !int8Kernel() {
+						continue
+					}
+					for i, g := range results[true] {
+						want := float64(results[false][i])
+						if math.Abs(float64(g)-want) > 1e-4*(1+math.Abs(want)) {
+							t.Fatalf("%v scales, group %d, %d vectors: result %d is %v in assembly, %v in Go", st, group, count, i, g, want)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestAct8Generated checks that act8_amd64.s is what act8_gen.go writes.
+func TestAct8Generated(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go run")
+	}
+	dir := t.TempDir()
+	src, err := os.ReadFile("act8_gen.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "act8_gen.go"), src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("go", "run", "act8_gen.go")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GO111MODULE=off")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go run act8_gen.go: %v\n%s", err, out)
+	}
+	want, err := os.ReadFile(filepath.Join(dir, "act8_amd64.s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	have, err := os.ReadFile("act8_amd64.s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(have) != string(want) {
+		t.Errorf("act8_amd64.s is not what act8_gen.go writes: run go generate in internal/quant")
 	}
 }

@@ -165,5 +165,20 @@ func BenchmarkDecodeCache(b *testing.B) {
 		}
 		b.Run(fmt.Sprintf("float/q%d", bits), func(b *testing.B) { run(b, func() { v.DotRowsStored(out, p, ss, bs) }) })
 		b.Run(fmt.Sprintf("int8/q%d", bits), func(b *testing.B) { run(b, func() { v8.DotRowsStored(out, p, ss, bs) }) })
+		if n := Int8Vectors(bits); n > 1 {
+			// n vectors per pass over the rows: codes counted once per vector.
+			var vn Vec8
+			vn.PrepareN(randMatrix(r, n*cols), n, bits, 64)
+			outN := make([]float32, n*rows)
+			b.Run(fmt.Sprintf("int8x%d/q%d", n, bits), func(b *testing.B) {
+				cpu0 := threadCPU()
+				for b.Loop() {
+					vn.DotRowsStored(outN, p, ss, bs)
+				}
+				codes := float64(b.N) * float64(n) * rows * cols
+				b.ReportMetric(codes/b.Elapsed().Seconds()/1e9, "Gcodes/s")
+				b.ReportMetric(codes/(threadCPU()-cpu0)/1e9, "Gcodes/cpu-s")
+			})
+		}
 	}
 }

@@ -131,22 +131,35 @@ func (b *Backend) quantMatVec(out, x []float32, T int, w *weight) {
 var vecsPool sync.Pool
 
 // int8MatVec is quantMatVec with the inputs rounded to 8-bit integers per group (UseInt8):
-// integer products inside each group, as llama.cpp computes on the CPU. Rows never depend on
-// each other here either.
+// integer products inside each group, as llama.cpp computes on the CPU. Up to
+// quant.Int8Vectors tokens share one Vec8, whose kernel reads each chunk of a row once for
+// all of them; a token's result is the same in any such set (the kernel's invariant).
 func (b *Backend) int8MatVec(out, x []float32, T int, w *weight) {
 	in, g := w.in, w.q.GroupSize
 	gpr, wpr := in/g, quant.Words(in, w.q.Bits)
-	vp := getVec8s(T)
+	per := quant.Int8Vectors(w.q.Bits)
+	sets := (T + per - 1) / per
+	vp := getVec8s(sets)
 	defer vec8sPool.Put(vp)
-	vecs := (*vp)[:T]
-	for t := range vecs {
-		vecs[t].Prepare(x[t*in:(t+1)*in], w.q.Bits, g) // bits and group were checked by the caller
+	vecs := (*vp)[:sets]
+	for s := range vecs {
+		t0, t1 := s*per, min((s+1)*per, T)
+		vecs[s].PrepareN(x[t0*in:t1*in], t1-t0, w.q.Bits, g) // bits and group were checked by the caller
 	}
 	b.parallel(w.out, 32, func(lo, hi int) {
+		var buf [64 * 4]float32
 		for c0 := lo; c0 < hi; c0 += 64 {
 			c1 := min(c0+64, hi)
-			for t := range vecs {
-				vecs[t].DotRowsStored(out[t*w.out+c0:t*w.out+c1], w.packed[c0*wpr:c1*wpr], w.scales.Slice(c0*gpr, c1*gpr), w.biases.Slice(c0*gpr, c1*gpr))
+			for s := range vecs {
+				t0, n := s*per, min(per, T-s*per)
+				res := buf[:(c1-c0)*n]
+				vecs[s].DotRowsStored(res, w.packed[c0*wpr:c1*wpr], w.scales.Slice(c0*gpr, c1*gpr), w.biases.Slice(c0*gpr, c1*gpr))
+				for k := 0; k < n; k++ {
+					o := out[(t0+k)*w.out+c0 : (t0+k)*w.out+c1]
+					for r := range o {
+						o[r] = res[r*n+k]
+					}
+				}
 			}
 		}
 	})

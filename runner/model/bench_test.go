@@ -44,7 +44,9 @@ func benchCheckpoint(b *testing.B) string {
 
 // loadBench loads the bench checkpoint on the CPU backend with 2 threads.
 func loadBench(b *testing.B) *model.Model {
-	m, err := model.Load(benchCheckpoint(b), cpu.New(2))
+	be := cpu.New(2)
+	be.UseInt8(os.Getenv("MLXG_CPU_INT8") == "1") // the server's switch (runner/backend)
+	m, err := model.Load(benchCheckpoint(b), be)
 	if err != nil {
 		b.Fatal(err)
 	}
