@@ -2,11 +2,11 @@ package quant
 
 import (
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"math"
-	"math/rand/v2"
 	"testing"
 )
 
