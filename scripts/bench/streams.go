@@ -43,6 +43,7 @@ type StreamConfig struct {
 	Repeats     int     `json:"repeats"`
 	Threads     int     `json:"threads"`
 	Peer        string  `json:"peer"`
+	Int8        bool    `json:"int8"` // mlxg-int8 too: mlxg with MLXG_CPU_INT8=1
 	NumCtx      int     `json:"num_ctx"`
 	Temperature float64 `json:"temperature"`
 	SampleSeed  int     `json:"sample_seed"`
@@ -239,18 +240,27 @@ func runStreams(ctx context.Context, c StreamConfig, repo, ollamaBin, out string
 		return nil
 	}
 
-	// mlxg: one server batching up to the most streams measured.
-	ms := &Server{Name: "mlxg", Bin: mlxgBin,
-		Args: []string{"serve", "--threads", fmt.Sprint(c.Threads), "--block-ssd-cache-dir", filepath.Join(runDir, "prefix")},
-		Env: []string{"HF_HUB_CACHE=" + store.HubCache, "MLXG_HOME=" + store.Home, "MLXG_KEEP_ALIVE=-1", "MLXG_BACKEND=cpu",
-			fmt.Sprintf("MLXG_CONTEXT_LENGTH=%d", c.NumCtx), fmt.Sprintf("MLXG_NUM_PARALLEL=%d", maxStreams)},
-		LogPath: filepath.Join(runDir, "mlxg.log")}
-	if runs("mlxg") {
+	// mlxg: one server batching up to the most streams measured (with --int8, a second one
+	// with 8-bit inputs, its prefix cache a directory of its own).
+	variants := []string{"mlxg"}
+	if c.Int8 {
+		variants = append(variants, "mlxg-int8")
+	}
+	for _, engine := range variants {
+		if !runs(engine) {
+			continue
+		}
+		ms := &Server{Name: engine, Bin: mlxgBin,
+			Args: []string{"serve", "--threads", fmt.Sprint(c.Threads), "--block-ssd-cache-dir", filepath.Join(runDir, "prefix-"+engine)},
+			Env: []string{"HF_HUB_CACHE=" + store.HubCache, "MLXG_HOME=" + store.Home, "MLXG_KEEP_ALIVE=-1", "MLXG_BACKEND=cpu",
+				fmt.Sprintf("MLXG_CONTEXT_LENGTH=%d", c.NumCtx), fmt.Sprintf("MLXG_NUM_PARALLEL=%d", maxStreams),
+				fmt.Sprintf("MLXG_CPU_INT8=%v", engine == "mlxg-int8")},
+			LogPath: filepath.Join(runDir, engine+".log")}
 		if err := ms.Start(ctx, hostEnv["mlxg"]); err != nil {
 			return err
 		}
 		for _, n := range c.Streams {
-			if err := measure(ms, "mlxg", name, n); err != nil {
+			if err := measure(ms, engine, name, n); err != nil {
 				ms.Stop()
 				return err
 			}
@@ -393,7 +403,7 @@ func percentile(xs []float64, p float64) float64 {
 
 // streamTable prints, per stream count, each engine's aggregate decode rate (median over the
 // rounds, min–max), its ratio to the engine's own one-stream rate, and TTFT p50/p99, with
-// mlxg's ratio to Ollama.
+// mlxg's ratio to Ollama; with --int8, mlxg-int8's too, and its ratio to plain mlxg's one stream.
 func streamTable(c StreamConfig, samples []StreamSample) string {
 	type cell struct {
 		agg        Summary
@@ -401,7 +411,7 @@ func streamTable(c StreamConfig, samples []StreamSample) string {
 		haveRounds bool
 	}
 	stats := map[string]map[int]cell{}
-	for _, e := range []string{"mlxg", "ollama"} {
+	for _, e := range []string{"mlxg", "mlxg-int8", "ollama"} {
 		stats[e] = map[int]cell{}
 		for _, n := range c.Streams {
 			var aggs, ttfts []float64
@@ -428,19 +438,36 @@ func streamTable(c StreamConfig, samples []StreamSample) string {
 	for _, n := range c.Streams {
 		peer = peer || stats["ollama"][n].haveRounds
 	}
+	int8 := false
+	for _, n := range c.Streams {
+		int8 = int8 || stats["mlxg-int8"][n].haveRounds
+	}
+	if int8 {
+		header = append(header, "mlxg-int8 decode tok/s (agg)", "x 1 stream", "x mlxg 1 stream", "mlxg-int8 TTFT p50 / p99 s")
+	}
 	if peer {
 		header = append(header, "ollama decode tok/s (agg)", "x 1 stream", "ollama TTFT p50 / p99 s", "mlxg/ollama decode", "mlxg/ollama TTFT p50")
+		if int8 {
+			header = append(header, "mlxg-int8/ollama decode")
+		}
 	}
 	var rows [][]string
 	for _, n := range c.Streams {
-		m := stats["mlxg"][n]
+		m, m8 := stats["mlxg"][n], stats["mlxg-int8"][n]
 		row := []string{fmt.Sprint(n), FormatSummary(m.agg), fmt.Sprintf("%.2fx", m.agg.Median/base("mlxg")),
 			fmt.Sprintf("%s / %s", formatNum(m.p50), formatNum(m.p99))}
+		if int8 {
+			row = append(row, FormatSummary(m8.agg), fmt.Sprintf("%.2fx", m8.agg.Median/base("mlxg-int8")),
+				fmt.Sprintf("%.2fx", m8.agg.Median/base("mlxg")), fmt.Sprintf("%s / %s", formatNum(m8.p50), formatNum(m8.p99)))
+		}
 		if peer {
 			o := stats["ollama"][n]
 			row = append(row, FormatSummary(o.agg), fmt.Sprintf("%.2fx", o.agg.Median/base("ollama")),
 				fmt.Sprintf("%s / %s", formatNum(o.p50), formatNum(o.p99)),
 				fmt.Sprintf("%.2fx", m.agg.Median/o.agg.Median), fmt.Sprintf("%.2fx", o.p50/m.p50))
+			if int8 {
+				row = append(row, fmt.Sprintf("%.2fx", m8.agg.Median/o.agg.Median))
+			}
 		}
 		rows = append(rows, row)
 	}
