@@ -5,7 +5,7 @@ import (
 	"math"
 )
 
-// Vec8 is an input vector quantized to 8-bit integers for products with 4- and 8-bit packed
+// Vec8 is up to 4 input vectors quantized to 8-bit integers for products with 4-bit packed
 // rows in integer arithmetic (llama.cpp's CPU backend does the same with its q8 inputs).
 // Per group of the weights' group size, x ≈ d·c with d = max|x|/127 and c = round(x/d) in
 // [-127, 127]. A product with a packed row is then
@@ -17,9 +17,10 @@ import (
 // the rounding of x to 8 bits, about 1e-2 relative on a model's logits, so it is an option
 // of the CPU backend (MLXG_CPU_INT8) and not the reference.
 //
-// The AVX2 kernel (act8_amd64.s) multiplies a chunk of 32 code bytes with 32 input bytes in
-// one VPMADDUBSW: twice the codes per instruction of the float kernel, and a 4-bit chunk
-// (64 codes) needs no conversion to float until its group is done.
+// The AVX2 kernel (act8_amd64.s) multiplies 32 codes with 32 input bytes in one VPMADDUBSW
+// and converts to float once per group, where the float kernel converts every code; it
+// loads and splits a chunk of a row once for all the vectors. 8-bit rows are left to Vec:
+// split into nibbles the same way they ran no faster than the float kernel.
 type Vec8 struct {
 	codes []int8 // c of every vector, in the kernel's order (order)
 	// dc holds, per block of 8 groups and per vector, the 8 groups' d_g and then their
@@ -33,37 +34,24 @@ type Vec8 struct {
 }
 
 // Int8Supported reports whether Vec8 takes rows of bits-bit codes in groups of group: 4 bits
-// in groups of 64 or 128, 8 bits in groups of 32, 64 or 128.
-func Int8Supported(bits, group int) bool {
-	switch bits {
-	case 4:
-		return group == 64 || group == 128
-	case 8:
-		return group == 32 || group == 64 || group == 128
-	}
-	return false
-}
+// in groups of 64 or 128.
+func Int8Supported(bits, group int) bool { return bits == 4 && (group == 64 || group == 128) }
 
-// Int8Vectors is how many vectors one Vec8 holds for rows of bits-bit codes: the kernel
-// reads each chunk of a row once for all of them (4 at 4 bits; 1 at 8).
-func Int8Vectors(bits int) int {
-	if bits == 4 {
-		return 4
-	}
-	return 1
-}
+// Int8Vectors is how many vectors one Vec8 holds: the kernel reads each chunk of a row once
+// for all of them.
+const Int8Vectors = 4
 
 // Prepare quantizes x for rows of len(x) codes of bits each in groups of group.
 func (v *Vec8) Prepare(x []float32, bits, group int) error { return v.PrepareN(x, 1, bits, group) }
 
 // PrepareN quantizes count vectors, x holding them one after the other, for products with
-// rows of len(x)/count codes (1 <= count <= Int8Vectors(bits)).
+// rows of len(x)/count codes (1 <= count <= Int8Vectors).
 func (v *Vec8) PrepareN(x []float32, count, bits, group int) error {
 	if !Int8Supported(bits, group) {
 		return fmt.Errorf("quant: 8-bit inputs are not supported for %d-bit codes in groups of %d", bits, group)
 	}
-	if count < 1 || count > Int8Vectors(bits) || len(x)%count != 0 {
-		return fmt.Errorf("quant: %d vectors of 8-bit inputs for %d-bit codes (%d values): want 1 to %d of equal length", count, bits, len(x), Int8Vectors(bits))
+	if count < 1 || count > Int8Vectors || len(x)%count != 0 {
+		return fmt.Errorf("quant: %d vectors of 8-bit inputs (%d values): want 1 to %d of equal length", count, len(x), Int8Vectors)
 	}
 	n := len(x) / count
 	if n == 0 || n%group != 0 {
@@ -110,16 +98,12 @@ func (v *Vec8) PrepareN(x []float32, count, bits, group int) error {
 func (v *Vec8) dcIndex(k, g int) int { return 16*(v.count*(g/8)+k) + g%8 }
 
 // order writes vector k's codes c of group g where the kernel reads them: the vectors of a
-// group one after the other, chunk by chunk; at 4 bits each chunk of 64 codes (32 bytes of
-// a row, byte b holding codes 2b and 2b+1 in its low and high nibble) as its 32
-// even-numbered codes and then its 32 odd-numbered ones, so that a byte's low nibbles meet
-// the first half and its high nibbles the second; at 8 bits in order.
+// group one after the other, chunk by chunk, each chunk of 64 codes (32 bytes of a row,
+// byte b holding codes 2b and 2b+1 in its low and high nibble) as its 32 even-numbered
+// codes and then its 32 odd-numbered ones, so that a byte's low nibbles meet the first
+// half and its high nibbles the second.
 func (v *Vec8) order(k, g int, c []int8) {
 	base := g * v.group * v.count
-	if v.bits != 4 {
-		copy(v.codes[base+k*v.group:], c)
-		return
-	}
 	for ch := 0; ch < len(c); ch += 64 {
 		dst := v.codes[base+ch*v.count+64*k:]
 		for b := 0; b < 32; b++ {
@@ -132,9 +116,6 @@ func (v *Vec8) order(k, g int, c []int8) {
 // code is vector k's code j of group g, wherever order put it.
 func (v *Vec8) code(k, g, j int) int8 {
 	base := g * v.group * v.count
-	if v.bits != 4 {
-		return v.codes[base+k*v.group+j]
-	}
 	i := base + j/64*64*v.count + 64*k + j%64/2
 	if j%2 == 1 {
 		i += 32
@@ -155,7 +136,7 @@ func (v *Vec8) DotRowsStored(out []float32, packed []uint32, scales, biases Scal
 	_ = packed[rows*wpr-1]
 	checkLen(scales, biases, rows*groups)
 	if v.kernel {
-		dotInt8(&v.codes[0], &v.dc[0], &packed[0], scales.ptr(), biases.ptr(), &out[0], rows, groups, v.bits, v.group, v.count, scales.Type)
+		dotInt8(&v.codes[0], &v.dc[0], &packed[0], scales.ptr(), biases.ptr(), &out[0], rows, groups, v.group, v.count, scales.Type)
 		return
 	}
 	for r := 0; r < rows; r++ {

@@ -7,6 +7,6 @@ import "unsafe"
 // int8Kernel is false: Vec8 has assembly on amd64 only; elsewhere it runs in plain Go.
 func int8Kernel() bool { return false }
 
-func dotInt8(x *int8, dc *float32, w *uint32, scales, biases unsafe.Pointer, out *float32, rows, groups, bits, group, count int, st ScaleType) {
+func dotInt8(x *int8, dc *float32, w *uint32, scales, biases unsafe.Pointer, out *float32, rows, groups, group, count int, st ScaleType) {
 	panic("unreachable")
 }

@@ -31,18 +31,13 @@ func TestVec8(t *testing.T) {
 func testVec8(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 8))
 	for _, st := range []ScaleType{ScaleF32, ScaleBF16, ScaleF16} {
-		for _, bits := range []int{4, 8} {
-			for _, group := range []int{32, 64, 128} {
-				if !Int8Supported(bits, group) {
+		for _, group := range []int{64, 128} {
+			for _, cols := range []int{128, 384, 448, 896, 1152, 2048, 4864} {
+				if cols%group != 0 {
 					continue
 				}
-				for _, cols := range []int{128, 384, 448, 896, 1152, 2048, 4864} {
-					if cols%group != 0 {
-						continue
-					}
-					for _, rows := range []int{1, 3, 13} {
-						checkVec8(t, r, st, bits, group, rows, cols)
-					}
+				for _, rows := range []int{1, 3, 13} {
+					checkVec8(t, r, st, 4, group, rows, cols)
 				}
 			}
 		}
@@ -116,8 +111,8 @@ func (v *Vec8) natural(k int) ([]int8, []float32) {
 // TestVec8Errors checks that unsupported shapes are refused with an error.
 func TestVec8Errors(t *testing.T) {
 	var v Vec8
-	for _, c := range []struct{ n, count, bits, group int }{{64, 1, 4, 32}, {64, 1, 3, 64}, {96, 1, 4, 64}, {0, 1, 8, 32},
-		{320, 5, 4, 64}, {128, 2, 8, 64}, {192, 2, 4, 64}, {128, 0, 4, 64}} {
+	for _, c := range []struct{ n, count, bits, group int }{{64, 1, 4, 32}, {64, 1, 3, 64}, {96, 1, 4, 64}, {0, 1, 4, 64},
+		{320, 5, 4, 64}, {128, 1, 8, 64}, {192, 2, 4, 64}, {128, 0, 4, 64}} {
 		if err := v.PrepareN(make([]float32, c.n), c.count, c.bits, c.group); err == nil {
 			t.Errorf("PrepareN(%d values, %d vectors, %d bits, group %d) succeeded", c.n, c.count, c.bits, c.group)
 		}
@@ -138,7 +133,7 @@ func TestVec8Batch(t *testing.T) {
 				const rows = 11
 				p, s32, b32, _ := Quantize(randMatrix(r, rows*cols), rows, cols, 4, group)
 				s, b, _, _ := storedScales(st, s32, b32)
-				for count := 2; count <= Int8Vectors(4); count++ {
+				for count := 2; count <= Int8Vectors; count++ {
 					x := randMatrix(r, count*cols)
 					results := map[bool][]float32{}
 					for _, on := range []bool{true, false} {

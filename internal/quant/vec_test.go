@@ -112,6 +112,9 @@ func BenchmarkDecodeDRAM(b *testing.B) {
 			threads int
 			int8    bool
 		}{{"", 1, false}, {"", 2, false}, {"int8/", 1, true}, {"int8/", 2, true}} {
+			if run.int8 && !Int8Supported(bits, 64) {
+				continue
+			}
 			threads := run.threads
 			b.Run(fmt.Sprintf("%sq%d/threads-%d", run.name, bits, threads), func(b *testing.B) {
 				for b.Loop() {
@@ -164,8 +167,12 @@ func BenchmarkDecodeCache(b *testing.B) {
 			b.ReportMetric(codes/(threadCPU()-cpu0)/1e9, "Gcodes/cpu-s")
 		}
 		b.Run(fmt.Sprintf("float/q%d", bits), func(b *testing.B) { run(b, func() { v.DotRowsStored(out, p, ss, bs) }) })
+		if !Int8Supported(bits, 64) {
+			continue
+		}
 		b.Run(fmt.Sprintf("int8/q%d", bits), func(b *testing.B) { run(b, func() { v8.DotRowsStored(out, p, ss, bs) }) })
-		if n := Int8Vectors(bits); n > 1 {
+		{
+			n := Int8Vectors
 			// n vectors per pass over the rows: codes counted once per vector.
 			var vn Vec8
 			vn.PrepareN(randMatrix(r, n*cols), n, bits, 64)

@@ -49,13 +49,14 @@ func New(threads int) *Backend {
 	return &Backend{threads: threads, free: map[int][][]float32{}, used: map[int]uint64{}, ropes: map[*compute.RoPE]*ropeTable{}}
 }
 
-// UseInt8 makes decode-time products with 4- and 8-bit affine weights round their inputs to
-// 8-bit integers per group and multiply in integers (quant.Vec8), as llama.cpp does on the CPU:
-// on AVX2 about 1.7x the float kernel's arithmetic rate at 4 bits, at the price of about 1e-2
-// relative on the logits, so it is off by default (the backend is the project's reference).
-// It affects products of 1 to 3 rows (decode steps, a batch's decode rows); prefill stays in
-// float. It is a no-op where the integer kernels have no assembly (quant.Int8Kernel). Call it
-// before the backend runs anything.
+// UseInt8 makes decode-time products with 4-bit affine weights (groups of 64 or 128) round
+// their inputs to 8-bit integers per group and multiply in integers (quant.Vec8), as
+// llama.cpp does on the CPU: on AVX2 the arithmetic runs faster than the float kernel's,
+// most of all for a batch's rows, at the price of about 1e-2 relative on the logits, so it
+// is off by default (the backend is the project's reference). It affects products of 1 to
+// 3 rows (decode steps) and a batch's decode rows; prefill stays in float. It is a no-op
+// where the integer kernels have no assembly (quant.Int8Kernel). Call it before the backend
+// runs anything.
 func (b *Backend) UseInt8(on bool) { b.int8 = on && quant.Int8Kernel() }
 
 // Threads returns the number of goroutines ops use.

@@ -137,7 +137,7 @@ var vecsPool sync.Pool
 func (b *Backend) int8MatVec(out, x []float32, T int, w *weight) {
 	in, g := w.in, w.q.GroupSize
 	gpr, wpr := in/g, quant.Words(in, w.q.Bits)
-	per := quant.Int8Vectors(w.q.Bits)
+	per := quant.Int8Vectors
 	sets := (T + per - 1) / per
 	vp := getVec8s(sets)
 	defer vec8sPool.Put(vp)

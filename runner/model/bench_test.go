@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -116,10 +117,14 @@ func cpuTime() time.Duration {
 // README, "Concurrency: continuous batching").
 //
 //	go test -run '^$' -bench BatchDecode -benchtime 1x ./runner/model/
+//	MLXG_CPU_INT8=1 MLXG_BENCH_PROMPT=2048 go test -run '^$' -bench BatchDecode -benchtime 1x ./runner/model/  (8-bit inputs; longer prompts, whose prefill is not timed)
 func BenchmarkBatchDecode(b *testing.B) {
 	m := loadBench(b)
 	defer m.Close()
-	const promptLen, steps = 128, 24
+	promptLen, steps := 128, 24
+	if v, err := strconv.Atoi(os.Getenv("MLXG_BENCH_PROMPT")); err == nil {
+		promptLen = v
+	}
 	for _, n := range []int{1, 2, 4, 8} {
 		b.Run(fmt.Sprintf("seqs-%d", n), func(b *testing.B) {
 			var dec time.Duration
