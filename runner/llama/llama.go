@@ -111,10 +111,18 @@ func NewAttention(l *model.Loader, prefix string, rope *compute.RoPE) *Attention
 
 // Forward implements Mixer.
 func (a *Attention) Forward(c compute.Context, x compute.Tensor, b *model.Batch, layer int) compute.Tensor {
-	q := b.RoPE(c, c.Linear(x, a.Q), a.RoPE, a.HeadDim)
-	k := b.RoPE(c, c.Linear(x, a.K), a.RoPE, a.HeadDim)
-	v := c.Linear(x, a.V)
+	q, k, v := a.QKV(c, x)
+	q = b.RoPE(c, q, a.RoPE, a.HeadDim)
+	k = b.RoPE(c, k, a.RoPE, a.HeadDim)
 	return c.Linear(b.Attention(c, q, k, v, layer, a.Heads, Scale(a.HeadDim)), a.O)
+}
+
+// QKV is x's query, key and value projections, computed together where the backend can
+// (compute.Linears: one pass over the three weights in a decode step).
+func (a *Attention) QKV(c compute.Context, x compute.Tensor) (q, k, v compute.Tensor) {
+	var out [3]compute.Tensor
+	compute.Linears(c, x, []compute.Weight{a.Q, a.K, a.V}, out[:])
+	return out[0], out[1], out[2]
 }
 
 // Scale is the attention scale 1/sqrt(headDim).
@@ -137,5 +145,7 @@ func NewMLP(l *model.Loader, prefix string) *MLP {
 
 // Forward computes the block.
 func (m *MLP) Forward(c compute.Context, x compute.Tensor) compute.Tensor {
-	return c.Linear(c.SwiGLU(c.Linear(x, m.Gate), c.Linear(x, m.Up)), m.Down)
+	var gateUp [2]compute.Tensor
+	compute.Linears(c, x, []compute.Weight{m.Gate, m.Up}, gateUp[:])
+	return c.Linear(c.SwiGLU(gateUp[0], gateUp[1]), m.Down)
 }

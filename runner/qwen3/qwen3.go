@@ -43,10 +43,10 @@ func NewAttention(l *model.Loader, prefix string, rope *compute.RoPE) *Attention
 func (a *Attention) Forward(c compute.Context, x compute.Tensor, b *model.Batch, layer int) compute.Tensor {
 	T, _ := x.Dims()
 	hd := a.HeadDim
-	q := c.Reshape(c.RMSNorm(c.Reshape(c.Linear(x, a.Q), T*a.Heads, hd), a.QNorm, a.Eps), T, a.Heads*hd)
-	k := c.Reshape(c.RMSNorm(c.Reshape(c.Linear(x, a.K), T*a.KVHeads, hd), a.KNorm, a.Eps), T, a.KVHeads*hd)
+	q, k, v := a.QKV(c, x)
+	q = c.Reshape(c.RMSNorm(c.Reshape(q, T*a.Heads, hd), a.QNorm, a.Eps), T, a.Heads*hd)
+	k = c.Reshape(c.RMSNorm(c.Reshape(k, T*a.KVHeads, hd), a.KNorm, a.Eps), T, a.KVHeads*hd)
 	q = b.RoPE(c, q, a.RoPE, hd)
 	k = b.RoPE(c, k, a.RoPE, hd)
-	v := c.Linear(x, a.V)
 	return c.Linear(b.Attention(c, q, k, v, layer, a.Heads, llama.Scale(hd)), a.O)
 }
