@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"syscall"
 	"testing"
@@ -125,6 +126,9 @@ func BenchmarkBatchDecode(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("MLXG_BENCH_PROMPT")); err == nil {
 		promptLen = v
 	}
+	if v, err := strconv.Atoi(os.Getenv("MLXG_BENCH_STEPS")); err == nil {
+		steps = v
+	}
 	for _, n := range []int{1, 2, 4, 8} {
 		b.Run(fmt.Sprintf("seqs-%d", n), func(b *testing.B) {
 			var dec time.Duration
@@ -143,6 +147,16 @@ func BenchmarkBatchDecode(b *testing.B) {
 						b.Fatal(err)
 					}
 					seqs[s] = model.Sequence{Tokens: []int32{int32(2000 + s)}, Caches: caches}
+				}
+				// MLXG_BENCH_PROFILE=FILE: a CPU profile of the decode steps alone (the last
+				// sequence count's), without the prefills before them.
+				if f := os.Getenv("MLXG_BENCH_PROFILE"); f != "" {
+					out, err := os.Create(f)
+					if err != nil {
+						b.Fatal(err)
+					}
+					pprof.StartCPUProfile(out)
+					defer func() { pprof.StopCPUProfile(); out.Close() }()
 				}
 				start := time.Now()
 				for range steps {
