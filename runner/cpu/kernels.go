@@ -90,32 +90,13 @@ func gemmTile(out []float32, outCols int, x []float32, t0, t1, in int, rows []fl
 // from its codes, with the rows spread over the threads. A row's result depends on that
 // row alone, so a batch's decode rows (vectorRows) go through it together, any T.
 func (b *Backend) quantMatVec(out, x []float32, T int, w *weight) {
-	in, g := w.in, w.q.GroupSize
-	gpr, wpr := in/g, quant.Words(in, w.q.Bits)
-	affine := w.q.Mode == quant.Affine
-	if affine && b.int8 && quant.Int8Supported(w.q.Bits, g) {
-		b.int8MatVec(out, x, T, w)
+	if w.q.Mode == quant.Affine {
+		b.affineMatVecs([maxLinears][]float32{out}, x, T, [maxLinears]*weight{w}, 1)
 		return
 	}
-	vp := getVecs(T)
-	defer vecsPool.Put(vp)
-	vecs := (*vp)[:T]
-	if affine {
-		for t := range vecs {
-			vecs[t].Prepare(x[t*in:(t+1)*in], w.q.Bits, g) // bits and group were validated at load
-		}
-	}
+	in, g := w.in, w.q.GroupSize
+	gpr, wpr := in/g, quant.Words(in, w.q.Bits)
 	b.parallel(w.out, 32, func(lo, hi int) {
-		if affine {
-			// 64 rows at a time: with 2 or 3 tokens each chunk is reused from cache.
-			for c0 := lo; c0 < hi; c0 += 64 {
-				c1 := min(c0+64, hi)
-				for t := range vecs {
-					vecs[t].DotRowsStored(out[t*w.out+c0:t*w.out+c1], w.packed[c0*wpr:c1*wpr], w.scales.Slice(c0*gpr, c1*gpr), w.biases.Slice(c0*gpr, c1*gpr))
-				}
-			}
-			return
-		}
 		row := b.alloc(in)
 		defer b.release([][]float32{row})
 		for o := lo; o < hi; o++ {
@@ -127,16 +108,48 @@ func (b *Backend) quantMatVec(out, x []float32, T int, w *weight) {
 	})
 }
 
-// vecsPool recycles quantMatVec's prepared input vectors.
-var vecsPool sync.Pool
+// affineMatVecs computes out[i] = x·ws[i]ᵀ (T rows of x, no bias) for the first n weights
+// of ws, affine-quantized with equal input size, bits and group: the input prepared once,
+// then the rows of all the weights, in order, split over the threads (finer pieces were
+// tried: no faster), each chunk of 64 rows reused from cache for every token. With UseInt8
+// the inputs are 8-bit (int8MatVecs). A row's result depends on that row and its token's
+// input alone. The arrays come by value so that the closure holds copies instead of moving
+// them to the heap.
+func (b *Backend) affineMatVecs(out [maxLinears][]float32, x []float32, T int, ws [maxLinears]*weight, n int) {
+	in, q := ws[0].in, ws[0].q
+	if b.int8 && quant.Int8Supported(q.Bits, q.GroupSize) {
+		b.int8MatVecs(out, x, T, ws, n)
+		return
+	}
+	vp := getVecs(T)
+	defer vecsPool.Put(vp)
+	vecs := (*vp)[:T]
+	for t := range vecs {
+		vecs[t].Prepare(x[t*in:(t+1)*in], q.Bits, q.GroupSize) // bits and group were validated at load
+	}
+	gpr, wpr := in/q.GroupSize, quant.Words(in, q.Bits)
+	b.parallel(rowsOf(ws, n), 32, func(lo, hi int) {
+		first := 0 // of ws[i] in the concatenation
+		for i := range n {
+			w := ws[i]
+			r0, r1 := max(lo-first, 0), min(hi-first, w.out)
+			first += w.out
+			for c0 := r0; c0 < r1; c0 += 64 {
+				c1 := min(c0+64, r1)
+				for t := range vecs {
+					vecs[t].DotRowsStored(out[i][t*w.out+c0:t*w.out+c1], w.packed[c0*wpr:c1*wpr], w.scales.Slice(c0*gpr, c1*gpr), w.biases.Slice(c0*gpr, c1*gpr))
+				}
+			}
+		}
+	})
+}
 
-// int8MatVec is quantMatVec with the inputs rounded to 8-bit integers per group (UseInt8):
-// integer products inside each group, as llama.cpp computes on the CPU. Up to
+// int8MatVecs is affineMatVecs with the inputs rounded to 8-bit integers per group
+// (UseInt8): integer products inside each group, as llama.cpp computes on the CPU. Up to
 // quant.Int8Vectors tokens share one Vec8, whose kernel reads each chunk of a row once for
 // all of them; a token's result is the same in any such set (the kernel's invariant).
-func (b *Backend) int8MatVec(out, x []float32, T int, w *weight) {
-	in, g := w.in, w.q.GroupSize
-	gpr, wpr := in/g, quant.Words(in, w.q.Bits)
+func (b *Backend) int8MatVecs(out [maxLinears][]float32, x []float32, T int, ws [maxLinears]*weight, n int) {
+	in, q := ws[0].in, ws[0].q
 	per := quant.Int8Vectors
 	sets := (T + per - 1) / per
 	vp := getVec8s(sets)
@@ -144,26 +157,45 @@ func (b *Backend) int8MatVec(out, x []float32, T int, w *weight) {
 	vecs := (*vp)[:sets]
 	for s := range vecs {
 		t0, t1 := s*per, min((s+1)*per, T)
-		vecs[s].PrepareN(x[t0*in:t1*in], t1-t0, w.q.Bits, g) // bits and group were checked by the caller
+		vecs[s].PrepareN(x[t0*in:t1*in], t1-t0, q.Bits, q.GroupSize) // checked by the caller
 	}
-	b.parallel(w.out, 32, func(lo, hi int) {
-		var buf [64 * 4]float32
-		for c0 := lo; c0 < hi; c0 += 64 {
-			c1 := min(c0+64, hi)
-			for s := range vecs {
-				t0, n := s*per, min(per, T-s*per)
-				res := buf[:(c1-c0)*n]
-				vecs[s].DotRowsStored(res, w.packed[c0*wpr:c1*wpr], w.scales.Slice(c0*gpr, c1*gpr), w.biases.Slice(c0*gpr, c1*gpr))
-				for k := 0; k < n; k++ {
-					o := out[(t0+k)*w.out+c0 : (t0+k)*w.out+c1]
-					for r := range o {
-						o[r] = res[r*n+k]
+	gpr, wpr := in/q.GroupSize, quant.Words(in, q.Bits)
+	b.parallel(rowsOf(ws, n), 32, func(lo, hi int) {
+		var buf [64 * quant.Int8Vectors]float32
+		first := 0
+		for i := range n {
+			w := ws[i]
+			r0, r1 := max(lo-first, 0), min(hi-first, w.out)
+			first += w.out
+			for c0 := r0; c0 < r1; c0 += 64 {
+				c1 := min(c0+64, r1)
+				for s := range vecs {
+					t0, k := s*per, min(per, T-s*per)
+					res := buf[:(c1-c0)*k] // row-major: row r, then the set's tokens
+					vecs[s].DotRowsStored(res, w.packed[c0*wpr:c1*wpr], w.scales.Slice(c0*gpr, c1*gpr), w.biases.Slice(c0*gpr, c1*gpr))
+					for j := 0; j < k; j++ {
+						o := out[i][(t0+j)*w.out+c0 : (t0+j)*w.out+c1]
+						for r := range o {
+							o[r] = res[r*k+j]
+						}
 					}
 				}
 			}
 		}
 	})
 }
+
+// rowsOf is the number of output rows of ws[:n] together.
+func rowsOf(ws [maxLinears]*weight, n int) int {
+	rows := 0
+	for i := range n {
+		rows += ws[i].out
+	}
+	return rows
+}
+
+// vecsPool recycles quantMatVec's prepared input vectors.
+var vecsPool sync.Pool
 
 var vec8sPool sync.Pool
 
