@@ -1,9 +1,6 @@
 package quant
 
-import (
-	"fmt"
-	"math"
-)
+import "fmt"
 
 // Vec8 is up to 4 input vectors quantized to 8-bit integers for products with 4-bit packed
 // rows in integer arithmetic (llama.cpp's CPU backend does the same with its q8 inputs).
@@ -160,25 +157,6 @@ func (v *Vec8) dotRow(k int, packed []uint32, scales, biases Scales, g0 int) flo
 		total += float32(scales.At(g0+g)*d)*float32(isum) + biases.At(g0+g)*csum
 	}
 	return total
-}
-
-// act8Reference is Vec8's product in float64 (tests): Σ_g d_g·(s_g·Σ c·q + b_g·Σ c) from the
-// codes in natural order c and the groups' scales d, and Σ of the terms' magnitudes.
-func act8Reference(c []int8, d []float32, packed []uint32, scales, biases Scales, bits, group int) (sum, mag float64) {
-	for g := range d {
-		var iq, ic int
-		var aq float64
-		for j := g * group; j < (g+1)*group; j++ {
-			q := int(Code(packed, j, bits))
-			iq += q * int(c[j])
-			ic += int(c[j])
-			aq += math.Abs(float64(q * int(c[j])))
-		}
-		s, b := float64(scales.At(g)), float64(biases.At(g))
-		sum += float64(d[g]) * (s*float64(iq) + b*float64(ic))
-		mag += float64(d[g]) * (math.Abs(s)*aq + math.Abs(b)*math.Abs(float64(ic)))
-	}
-	return sum, mag
 }
 
 // Int8Kernel reports whether Vec8 runs in assembly on this machine (else in plain Go, which

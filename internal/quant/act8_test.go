@@ -205,3 +205,22 @@ func TestAct8Generated(t *testing.T) {
 		t.Errorf("act8_amd64.s is not what act8_gen.go writes: run go generate in internal/quant")
 	}
 }
+
+// act8Reference is Vec8's product in float64 (tests): Σ_g d_g·(s_g·Σ c·q + b_g·Σ c) from the
+// codes in natural order c and the groups' scales d, and Σ of the terms' magnitudes.
+func act8Reference(c []int8, d []float32, packed []uint32, scales, biases Scales, bits, group int) (sum, mag float64) {
+	for g := range d {
+		var iq, ic int
+		var aq float64
+		for j := g * group; j < (g+1)*group; j++ {
+			q := int(Code(packed, j, bits))
+			iq += q * int(c[j])
+			ic += int(c[j])
+			aq += math.Abs(float64(q * int(c[j])))
+		}
+		s, b := float64(scales.At(g)), float64(biases.At(g))
+		sum += float64(d[g]) * (s*float64(iq) + b*float64(ic))
+		mag += float64(d[g]) * (math.Abs(s)*aq + math.Abs(b)*math.Abs(float64(ic)))
+	}
+	return sum, mag
+}
