@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/registry/create"
 	"github.com/mlxg/mlxg/registry/randmodel"
 	"github.com/mlxg/mlxg/runner/cpu"
@@ -119,6 +120,7 @@ func cpuTime() time.Duration {
 //
 //	go test -run '^$' -bench BatchDecode -benchtime 1x ./runner/model/
 //	MLXG_CPU_INT8=1 MLXG_BENCH_PROMPT=2048 go test -run '^$' -bench BatchDecode -benchtime 1x ./runner/model/  (8-bit inputs; longer prompts, whose prefill is not timed)
+//	(MLXG_BENCH_STEPS sets the steps, MLXG_BENCH_KV=k8v4 quantized caches, MLXG_BENCH_PROFILE=FILE a profile of the steps)
 func BenchmarkBatchDecode(b *testing.B) {
 	m := loadBench(b)
 	defer m.Close()
@@ -135,7 +137,7 @@ func BenchmarkBatchDecode(b *testing.B) {
 			for range b.N {
 				seqs := make([]model.Sequence, n)
 				for s := range seqs {
-					caches, err := m.NewCaches(false)
+					caches, err := benchCaches(m)
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -172,4 +174,22 @@ func BenchmarkBatchDecode(b *testing.B) {
 			b.ReportMetric(float64(n*steps*b.N)/dec.Seconds(), "tok/s")
 		})
 	}
+}
+
+// benchCaches are fp16 KV caches, or with MLXG_BENCH_KV=k8v4 the server's default layout
+// without its boundary layers: keys 8-bit in groups of 64, values 4-bit in groups of 32.
+func benchCaches(m *model.Model) ([]kvstore.Layer, error) {
+	if os.Getenv("MLXG_BENCH_KV") != "k8v4" {
+		return m.NewCaches(false)
+	}
+	spec := kvstore.Spec{K: kvstore.AffineFormat(8, 64), V: kvstore.AffineFormat(4, 32)}
+	caches := make([]kvstore.Layer, m.Config.NumLayers)
+	for i := range caches {
+		c, err := kvstore.NewQuantized(m.Config.NumKVHeads, m.Config.HeadDim, m.Config.HeadDim, spec, 0)
+		if err != nil {
+			return nil, err
+		}
+		caches[i] = c
+	}
+	return caches, nil
 }
