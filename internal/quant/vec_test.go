@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/mlxg/mlxg/internal/crew"
-	"github.com/mlxg/mlxg/internal/half"
 )
 
 // TestVecDot checks Vec.Dot (the AVX2 kernels for 4 and 8 bits where the CPU has them,
@@ -88,10 +87,8 @@ func BenchmarkDecodeDRAM(b *testing.B) {
 	for _, bits := range []int{4, 8} {
 		r := rand.New(rand.NewPCG(1, 1))
 		p, s, bi, _ := Quantize(randMatrix(r, rows*cols), rows, cols, bits, 64)
-		sb, bb := make([]uint16, len(s)), make([]uint16, len(bi))
-		for i := range s {
-			sb[i], bb[i] = half.F32ToBF16(s[i]), half.F32ToBF16(bi[i])
-		}
+		ss, bs, _, _ := storedScales(ScaleBF16, s, bi)
+		sb, bb := ss.Bits, bs.Bits
 		type matrix struct {
 			p    []uint32
 			s, b []uint16
@@ -145,47 +142,35 @@ func BenchmarkDecodeCache(b *testing.B) {
 	for _, bits := range []int{4, 8} {
 		r := rand.New(rand.NewPCG(1, 1))
 		p, s, bi, _ := Quantize(randMatrix(r, rows*cols), rows, cols, bits, 64)
-		sb, bb := make([]uint16, len(s)), make([]uint16, len(bi))
-		for i := range s {
-			sb[i], bb[i] = half.F32ToBF16(s[i]), half.F32ToBF16(bi[i])
-		}
-		ss, bs := HalfScales(sb, ScaleBF16), HalfScales(bb, ScaleBF16)
+		ss, bs, _, _ := storedScales(ScaleBF16, s, bi)
 		x := randMatrix(r, cols)
 		var v Vec
 		v.Prepare(x, bits, 64)
 		var v8 Vec8
 		v8.Prepare(x, bits, 64)
 		out := make([]float32, rows)
-		run := func(b *testing.B, f func()) {
+		// run reports codes multiplied per call (rows·cols per vector), per second of wall time
+		// and of this thread's CPU time (steadier than wall time on a shared machine).
+		run := func(b *testing.B, vectors int, f func()) {
 			cpu0 := threadCPU()
 			for b.Loop() {
 				f()
 			}
-			codes := float64(b.N) * rows * cols
+			codes := float64(b.N) * float64(vectors) * rows * cols
 			b.ReportMetric(codes/b.Elapsed().Seconds()/1e9, "Gcodes/s")
-			// Per second of this thread's CPU time: steadier than wall time on a shared machine.
 			b.ReportMetric(codes/(threadCPU()-cpu0)/1e9, "Gcodes/cpu-s")
 		}
-		b.Run(fmt.Sprintf("float/q%d", bits), func(b *testing.B) { run(b, func() { v.DotRowsStored(out, p, ss, bs) }) })
+		b.Run(fmt.Sprintf("float/q%d", bits), func(b *testing.B) { run(b, 1, func() { v.DotRowsStored(out, p, ss, bs) }) })
 		if !Int8Supported(bits, 64) {
 			continue
 		}
-		b.Run(fmt.Sprintf("int8/q%d", bits), func(b *testing.B) { run(b, func() { v8.DotRowsStored(out, p, ss, bs) }) })
-		{
-			n := Int8Vectors
-			// n vectors per pass over the rows: codes counted once per vector.
-			var vn Vec8
-			vn.PrepareN(randMatrix(r, n*cols), n, bits, 64)
-			outN := make([]float32, n*rows)
-			b.Run(fmt.Sprintf("int8x%d/q%d", n, bits), func(b *testing.B) {
-				cpu0 := threadCPU()
-				for b.Loop() {
-					vn.DotRowsStored(outN, p, ss, bs)
-				}
-				codes := float64(b.N) * float64(n) * rows * cols
-				b.ReportMetric(codes/b.Elapsed().Seconds()/1e9, "Gcodes/s")
-				b.ReportMetric(codes/(threadCPU()-cpu0)/1e9, "Gcodes/cpu-s")
-			})
-		}
+		b.Run(fmt.Sprintf("int8/q%d", bits), func(b *testing.B) { run(b, 1, func() { v8.DotRowsStored(out, p, ss, bs) }) })
+		// Int8Vectors vectors per pass over the rows.
+		var vn Vec8
+		vn.PrepareN(randMatrix(r, Int8Vectors*cols), Int8Vectors, bits, 64)
+		outN := make([]float32, Int8Vectors*rows)
+		b.Run(fmt.Sprintf("int8x%d/q%d", Int8Vectors, bits), func(b *testing.B) {
+			run(b, Int8Vectors, func() { vn.DotRowsStored(outN, p, ss, bs) })
+		})
 	}
 }

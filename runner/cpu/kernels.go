@@ -129,18 +129,11 @@ func (b *Backend) affineMatVecs(out [maxLinears][]float32, x []float32, T int, w
 	}
 	gpr, wpr := in/q.GroupSize, quant.Words(in, q.Bits)
 	b.parallel(rowsOf(ws, n), 32, func(lo, hi int) {
-		first := 0 // of ws[i] in the concatenation
-		for i := range n {
-			w := ws[i]
-			r0, r1 := max(lo-first, 0), min(hi-first, w.out)
-			first += w.out
-			for c0 := r0; c0 < r1; c0 += 64 {
-				c1 := min(c0+64, r1)
-				for t := range vecs {
-					vecs[t].DotRowsStored(out[i][t*w.out+c0:t*w.out+c1], w.packed[c0*wpr:c1*wpr], w.scales.Slice(c0*gpr, c1*gpr), w.biases.Slice(c0*gpr, c1*gpr))
-				}
+		eachChunk(ws, n, lo, hi, func(i int, w *weight, c0, c1 int) {
+			for t := range vecs {
+				vecs[t].DotRowsStored(out[i][t*w.out+c0:t*w.out+c1], w.packed[c0*wpr:c1*wpr], w.scales.Slice(c0*gpr, c1*gpr), w.biases.Slice(c0*gpr, c1*gpr))
 			}
-		}
+		})
 	})
 }
 
@@ -162,27 +155,35 @@ func (b *Backend) int8MatVecs(out [maxLinears][]float32, x []float32, T int, ws 
 	gpr, wpr := in/q.GroupSize, quant.Words(in, q.Bits)
 	b.parallel(rowsOf(ws, n), 32, func(lo, hi int) {
 		var buf [64 * quant.Int8Vectors]float32
-		first := 0
-		for i := range n {
-			w := ws[i]
-			r0, r1 := max(lo-first, 0), min(hi-first, w.out)
-			first += w.out
-			for c0 := r0; c0 < r1; c0 += 64 {
-				c1 := min(c0+64, r1)
-				for s := range vecs {
-					t0, k := s*per, min(per, T-s*per)
-					res := buf[:(c1-c0)*k] // row-major: row r, then the set's tokens
-					vecs[s].DotRowsStored(res, w.packed[c0*wpr:c1*wpr], w.scales.Slice(c0*gpr, c1*gpr), w.biases.Slice(c0*gpr, c1*gpr))
-					for j := 0; j < k; j++ {
-						o := out[i][(t0+j)*w.out+c0 : (t0+j)*w.out+c1]
-						for r := range o {
-							o[r] = res[r*k+j]
-						}
+		eachChunk(ws, n, lo, hi, func(i int, w *weight, c0, c1 int) {
+			for s := range vecs {
+				t0, k := s*per, min(per, T-s*per)
+				res := buf[:(c1-c0)*k] // row-major: row r, then the set's tokens
+				vecs[s].DotRowsStored(res, w.packed[c0*wpr:c1*wpr], w.scales.Slice(c0*gpr, c1*gpr), w.biases.Slice(c0*gpr, c1*gpr))
+				for j := 0; j < k; j++ {
+					o := out[i][(t0+j)*w.out+c0 : (t0+j)*w.out+c1]
+					for r := range o {
+						o[r] = res[r*k+j]
 					}
 				}
 			}
-		}
+		})
 	})
+}
+
+// eachChunk calls fn for the rows lo..hi-1 of ws[:n]'s rows taken one weight after the
+// other, in chunks of up to 64 rows of one weight (rows c0..c1-1 of weight i): a chunk stays
+// in cache while every token's input meets it.
+func eachChunk(ws [maxLinears]*weight, n, lo, hi int, fn func(i int, w *weight, c0, c1 int)) {
+	first := 0 // of ws[i] in the concatenation
+	for i := range n {
+		w := ws[i]
+		r0, r1 := max(lo-first, 0), min(hi-first, w.out)
+		first += w.out
+		for c0 := r0; c0 < r1; c0 += 64 {
+			fn(i, w, c0, min(c0+64, r1))
+		}
+	}
 }
 
 // rowsOf is the number of output rows of ws[:n] together.
