@@ -212,7 +212,7 @@ func attendPart(t tiler, s *scratch, a Attention, st *state, length, h, r0, r1, 
 	}
 }
 
-type scratch struct{ k, v, scores, m, l, acc, q, qs, p, spare, kp, vp, pad []float32 }
+type scratch struct{ k, v, scores, m, l, acc, q, qs, p, cf, spare, kp, vp, pad []float32 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 

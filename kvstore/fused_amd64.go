@@ -23,6 +23,12 @@ func scaleMax2(sc *float32, n int, scale float32, mx *[2]float32)
 //go:noescape
 func expSum2(p, sc *float32, n int, mx, sum *[2]float32, t *[13][8]uint32)
 
+//go:noescape
+func scaleMax8(sc *float32, n int, scale float32, mx *[8]float32)
+
+//go:noescape
+func expSum8(p, sc *float32, n int, mx, sum *[8]float32, t *[13][8]uint32)
+
 // expTable is expNeg's constants for expSum2, 8 copies each: the cut-off, log2(e), 0.5,
 // ln2 high and low, the polynomial's coefficients from 1/5040 up to 1, and 127.
 var expTable = func() (t [13][8]uint32) {
@@ -126,9 +132,11 @@ func accumulatePair(acc0, acc1, p []float32, vc rowCodec, v seg, stride, n int) 
 }
 
 // attendFused is attendPart for a few query rows over a 4- or 8-bit affine or q4_0 cache:
-// scores and the weighted sum of values come straight from the codes, two query heads
-// of the group per pass (an odd last head pairs with itself, its twin's weights zero).
-// It reports false, doing nothing, where the tile path must run.
+// scores and the weighted sum of values come straight from the codes. A group of 3 to 8
+// query heads per KV head takes all its heads in one pass over the codes (the group
+// kernels, fused_group_amd64.s); other groups go two heads per pass (an odd last head
+// pairs with itself, its twin's weights zero). It reports false, doing nothing, where
+// the tile path must run.
 func attendFused(t tiler, s *scratch, a Attention, st *state, length, h, r0, r1, b0, b1 int) bool {
 	src, ok := t.(fusedSource)
 	if !ok || !fusedSIMD || r1-r0 > fusedRows {
@@ -140,31 +148,33 @@ func attendFused(t tiler, s *scratch, a Attention, st *state, length, h, r0, r1,
 	}
 	kvHeads, kDim, vDim := t.Dims()
 	group := a.Heads / kvHeads
-	pairs := (group + 1) / 2
-	first := length - a.N
-	qp := s.grow(&s.q, (r1-r0)*pairs*2*kDim)
-	qs := s.grow(&s.qs, (r1-r0)*pairs*2*kc.groups)
-	for i := r0; i < r1; i++ {
-		for pr := 0; pr < pairs; pr++ {
-			g0, g1 := 2*pr, min(2*pr+1, group-1)
-			q0 := a.Q[(i*a.Heads+h*group+g0)*kDim:][:kDim]
-			q1 := a.Q[(i*a.Heads+h*group+g1)*kDim:][:kDim]
-			x := (i-r0)*pairs + pr
-			prepareQ(qp[x*2*kDim:(x+1)*2*kDim], qs[x*2*kc.groups:(x+1)*2*kc.groups], q0, q1, kc)
-		}
+	f := fusedRow{kc: kc, vc: vc, scale: a.Scale, group: group, wide: groupKernels && group >= 3 && group <= groupLanes}
+	lanes := 2
+	if f.wide {
+		lanes = groupLanes
 	}
-	f := fusedRow{kc: kc, vc: vc, scale: a.Scale, group: group,
-		sc: s.grow(&s.scores, 2*BlockTokens), p: s.grow(&s.p, 2*BlockTokens), spare: s.grow(&s.spare, vDim)}
+	perQ, perS := f.prepared()
+	qp, qs := s.grow(&s.q, (r1-r0)*perQ), s.grow(&s.qs, (r1-r0)*perS)
+	for i := r0; i < r1; i++ {
+		x := i - r0
+		f.prepare(qp[x*perQ:(x+1)*perQ], qs[x*perS:(x+1)*perS], a.Q[(i*a.Heads+h*group)*kDim:][:group*kDim])
+	}
+	f.sc, f.p = s.grow(&s.scores, lanes*BlockTokens), s.grow(&s.p, lanes*BlockTokens)
+	f.spare = s.grow(&s.spare, vDim)
+	if f.wide {
+		f.cf = s.grow(&s.cf, lanes*BlockTokens)
+	}
+	first := length - a.N
 	last := first + r1 - 1
 	for from := b0 * BlockTokens; from < b1*BlockTokens && from <= last; from += BlockTokens {
 		to := min(from+BlockTokens, last+1)
 		for i := r0; i < r1; i++ {
-			x := (i - r0) * pairs
-			f.qp, f.qs = qp[x*2*kDim:(x+pairs)*2*kDim], qs[x*2*kc.groups:(x+pairs)*2*kc.groups]
+			x := i - r0
+			f.qp, f.qs = qp[x*perQ:(x+1)*perQ], qs[x*perS:(x+1)*perS]
 			end := min(to, first+i+1)
 			for run := from; run < end; {
 				ks, vs, stride, n := src.rows(h, run, end)
-				f.attend(st, (i-r0)*group, ks, vs, stride, n)
+				f.attend(st, x*group, ks, vs, stride, n)
 				run += n
 			}
 		}
@@ -173,18 +183,47 @@ func attendFused(t tiler, s *scratch, a Attention, st *state, length, h, r0, r1,
 }
 
 // fusedRow is one query row's group of heads in the fused path: its prepared query
-// pairs (prepareQ's qp and qs, pair after pair) and the scratch rows of a run.
+// (prepareQ's pairs one after the other, or prepareQGroup's lanes when wide) and the
+// scratch rows of a run.
 type fusedRow struct {
-	kc, vc       rowCodec
-	scale        float32
-	group        int
-	qp, qs       []float32
-	sc, p, spare []float32
+	kc, vc           rowCodec
+	scale            float32
+	group            int
+	wide             bool // the group kernels, all heads in one pass
+	qp, qs           []float32
+	sc, p, cf, spare []float32
+}
+
+// prepared returns the floats of one row's prepared query and of its sums per key group.
+func (f *fusedRow) prepared() (qp, qs int) {
+	if f.wide {
+		return groupLanes * f.kc.dim, groupLanes * f.kc.groups
+	}
+	pairs := (f.group + 1) / 2
+	return pairs * 2 * f.kc.dim, pairs * 2 * f.kc.groups
+}
+
+// prepare writes a row's query heads q (group·dim floats) in the kernels' order.
+func (f *fusedRow) prepare(qp, qs, q []float32) {
+	dim := f.kc.dim
+	if f.wide {
+		prepareQGroup(qp, qs, q, f.group, f.kc)
+		return
+	}
+	for pr := 0; pr < (f.group+1)/2; pr++ {
+		g0, g1 := 2*pr, min(2*pr+1, f.group-1)
+		prepareQ(qp[pr*2*dim:(pr+1)*2*dim], qs[pr*2*f.kc.groups:(pr+1)*2*f.kc.groups],
+			q[g0*dim:(g0+1)*dim], q[g1*dim:(g1+1)*dim], f.kc)
+	}
 }
 
 // attend folds n positions, rows stride apart from ks and vs, into the states of the
 // row's heads, k to k+group-1.
 func (f *fusedRow) attend(st *state, k int, ks, vs seg, stride, n int) {
+	if f.wide {
+		f.attendGroup(st, k, ks, vs, stride, n)
+		return
+	}
 	kDim, groups, vDim := f.kc.dim, f.kc.groups, f.vc.dim
 	for pr := 0; pr < (f.group+1)/2; pr++ {
 		scoresPair(f.sc, f.qp[pr*2*kDim:(pr+1)*2*kDim], f.qs[pr*2*groups:(pr+1)*2*groups], f.kc, ks, stride, n)

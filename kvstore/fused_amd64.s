@@ -406,6 +406,38 @@ smloop:
 	VZEROUPPER
 	RET
 
+// EXPNEG sets Y4 = expNeg(Y0 - Y15) lane by lane, with expNeg's operations in its order
+// (no fused multiply-add), from expTable's constants at (R8); it uses Y1-Y3 and Y14.
+#define EXPNEG \
+	VSUBPS Y15, Y0, Y0; \
+	VCMPPS $5, (R8), Y0, Y14; \
+	VMULPS 32(R8), Y0, Y1; \
+	VSUBPS 64(R8), Y1, Y1; \
+	VCVTTPS2DQ Y1, Y1; \
+	VCVTDQ2PS Y1, Y2; \
+	VMULPS 96(R8), Y2, Y3; \
+	VSUBPS Y3, Y0, Y3; \
+	VMULPS 128(R8), Y2, Y4; \
+	VSUBPS Y4, Y3, Y3; \
+	VMULPS 160(R8), Y3, Y4; \
+	VADDPS 192(R8), Y4, Y4; \
+	VMULPS Y3, Y4, Y4; \
+	VADDPS 224(R8), Y4, Y4; \
+	VMULPS Y3, Y4, Y4; \
+	VADDPS 256(R8), Y4, Y4; \
+	VMULPS Y3, Y4, Y4; \
+	VADDPS 288(R8), Y4, Y4; \
+	VMULPS Y3, Y4, Y4; \
+	VADDPS 320(R8), Y4, Y4; \
+	VMULPS Y3, Y4, Y4; \
+	VADDPS 352(R8), Y4, Y4; \
+	VMULPS Y3, Y4, Y4; \
+	VADDPS 352(R8), Y4, Y4; \
+	VPADDD 384(R8), Y1, Y1; \
+	VPSLLD $23, Y1, Y1; \
+	VMULPS Y1, Y4, Y4; \
+	VANDPS Y14, Y4, Y4
+
 // func expSum2(p, sc *float32, n int, mx, sum *[2]float32, t *[13][8]uint32)
 // p[2j+h] = expNeg(sc[2j+h] - mx[h]) over n positions (a multiple of 4), with expNeg's
 // operations in its order (no fused multiply-add), and sum[h] = the head's Σp. t holds
@@ -424,34 +456,7 @@ TEXT ·expSum2(SB), NOSPLIT, $0-48
 
 exloop:
 	VMOVUPS (SI), Y0
-	VSUBPS Y15, Y0, Y0           // x
-	VCMPPS $5, (R8), Y0, Y14     // keep where !(x < -87)
-	VMULPS 32(R8), Y0, Y1
-	VSUBPS 64(R8), Y1, Y1
-	VCVTTPS2DQ Y1, Y1            // k
-	VCVTDQ2PS Y1, Y2             // kf
-	VMULPS 96(R8), Y2, Y3
-	VSUBPS Y3, Y0, Y3
-	VMULPS 128(R8), Y2, Y4
-	VSUBPS Y4, Y3, Y3            // r
-	VMULPS 160(R8), Y3, Y4
-	VADDPS 192(R8), Y4, Y4
-	VMULPS Y3, Y4, Y4
-	VADDPS 224(R8), Y4, Y4
-	VMULPS Y3, Y4, Y4
-	VADDPS 256(R8), Y4, Y4
-	VMULPS Y3, Y4, Y4
-	VADDPS 288(R8), Y4, Y4
-	VMULPS Y3, Y4, Y4
-	VADDPS 320(R8), Y4, Y4
-	VMULPS Y3, Y4, Y4
-	VADDPS 352(R8), Y4, Y4
-	VMULPS Y3, Y4, Y4
-	VADDPS 352(R8), Y4, Y4       // the polynomial
-	VPADDD 384(R8), Y1, Y1
-	VPSLLD $23, Y1, Y1           // 2^k
-	VMULPS Y1, Y4, Y4
-	VANDPS Y14, Y4, Y4
+	EXPNEG
 	VMOVUPS Y4, (DI)
 	VADDPS Y4, Y13, Y13
 	ADDQ $32, SI
@@ -465,5 +470,54 @@ exloop:
 	VPERMILPS $0x4E, X13, X3
 	VADDPS X3, X13, X13
 	VMOVQ X13, (DX)
+	VZEROUPPER
+	RET
+
+// func scaleMax8(sc *float32, n int, scale float32, mx *[8]float32)
+// scaleMax2 for 8 lanes (the group kernels' heads): sc[i] *= scale over n positions of 8
+// floats (n > 0), and mx[h] = max(mx[h], lane h's scaled scores).
+TEXT ·scaleMax8(SB), NOSPLIT, $0-32
+	MOVQ sc+0(FP), SI
+	MOVQ n+8(FP), CX
+	VBROADCASTSS scale+16(FP), Y1
+	MOVQ mx+24(FP), DI
+	VMOVUPS (DI), Y2
+
+sm8loop:
+	VMULPS (SI), Y1, Y0
+	VMOVUPS Y0, (SI)
+	VMAXPS Y0, Y2, Y2
+	ADDQ $32, SI
+	DECQ CX
+	JNZ sm8loop
+
+	VMOVUPS Y2, (DI)
+	VZEROUPPER
+	RET
+
+// func expSum8(p, sc *float32, n int, mx, sum *[8]float32, t *[13][8]uint32)
+// expSum2 for 8 lanes: p[8j+h] = expNeg(sc[8j+h] - mx[h]) over n positions (n > 0), and
+// sum[h] = lane h's Σp.
+TEXT ·expSum8(SB), NOSPLIT, $0-48
+	MOVQ p+0(FP), DI
+	MOVQ sc+8(FP), SI
+	MOVQ n+16(FP), CX
+	MOVQ mx+24(FP), DX
+	MOVQ t+40(FP), R8
+	VMOVUPS (DX), Y15
+	VXORPS Y13, Y13, Y13
+
+ex8loop:
+	VMOVUPS (SI), Y0
+	EXPNEG
+	VMOVUPS Y4, (DI)
+	VADDPS Y4, Y13, Y13
+	ADDQ $32, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ ex8loop
+
+	MOVQ sum+32(FP), DX
+	VMOVUPS Y13, (DX)
 	VZEROUPPER
 	RET

@@ -89,7 +89,8 @@ func TestFusedKernels(t *testing.T) {
 
 // TestFusedAttendMatchesTiles: decode and few-row attention through the fused kernels
 // agrees with the tile path and with float64 attention on the dequantized cache, for
-// odd and even query groups, blocks split over threads, and a partial last block.
+// odd and even query groups (of 3 to 8 heads through the group kernels and the pair
+// kernels), blocks split over threads, and a partial last block.
 func TestFusedAttendMatchesTiles(t *testing.T) {
 	if !fusedSIMD {
 		t.Skip("no fused kernels on this CPU")
@@ -113,9 +114,10 @@ func TestFusedAttendMatchesTiles(t *testing.T) {
 			t.Fatal(err)
 		}
 		refK, refV := refDequant(spec.K, k, dim), refDequant(spec.V, v, dim)
-		for _, heads := range []int{2, 6, 8} {
+		for _, heads := range []int{2, 6, 8, 10, 14, 16} {
 			for _, n := range []int{1, 3} {
 				for _, threads := range []int{1, 4} {
+					groupKernels = threads == 1 // the pair kernels take every group with 4 threads
 					name := fmt.Sprintf("%v heads %d rows %d threads %d", spec, heads, n, threads)
 					q := randVec(r, n*heads*dim)
 					a := Attention{Q: q, N: n, Heads: heads, Scale: 0.088, Threads: threads}
@@ -131,6 +133,7 @@ func TestFusedAttendMatchesTiles(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
+					groupKernels = true
 					want := refAttention(q, refK, refV, n, length, heads, kvHeads, dim, dim, 0.088)
 					for i := range want {
 						if d := math.Abs(float64(fused[i] - tiles[i])); d > 2e-6 {
