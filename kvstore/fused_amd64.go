@@ -197,7 +197,7 @@ type fusedRow struct {
 // prepared returns the floats of one row's prepared query and of its sums per key group.
 func (f *fusedRow) prepared() (qp, qs int) {
 	if f.wide {
-		return groupLanes * f.kc.dim, groupLanes * f.kc.groups
+		return keyWidth(f.group) * f.kc.dim, groupLanes * f.kc.groups
 	}
 	pairs := (f.group + 1) / 2
 	return pairs * 2 * f.kc.dim, pairs * 2 * f.kc.groups

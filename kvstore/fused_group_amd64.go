@@ -7,7 +7,8 @@ import "math"
 // all the heads, where the pair kernels convert them once per pair (4 times for a group
 // of 7), and a value's codes once per 4 heads. The heads lie in the 8 lanes of a
 // register: scores, weights and softmax states are 8 floats a position, the lanes past
-// the group computed over a zero query and dropped.
+// the group computed over a zero query (or, for groups of 3 and 4, whose key kernels
+// take 4 heads, left zero) and dropped.
 
 // groupLanes is the most heads the group kernels take in one pass.
 const groupLanes = 8
@@ -22,6 +23,20 @@ func kdot8x8(out, q, qs *float32, codes *uint32, sb *uint16, n, cstride, hstride
 //go:noescape
 func kdot4x8(out, q, qs *float32, codes *uint32, sb *uint16, n, cstride, hstride, groups, blocks int, q40 bool)
 
+//go:noescape
+func kdot8x4(out, q, qs *float32, codes *uint32, sb *uint16, n, cstride, hstride, groups, blocks int)
+
+//go:noescape
+func kdot4x4(out, q, qs *float32, codes *uint32, sb *uint16, n, cstride, hstride, groups, blocks int, q40 bool)
+
+// keyWidth is the heads a key kernel takes for a group of heads: 4 or 8.
+func keyWidth(heads int) int {
+	if heads <= 4 {
+		return 4
+	}
+	return groupLanes
+}
+
 // scaleMax8 and expSum8 are in fused_amd64.s, beside their two-head forms.
 
 //go:noescape
@@ -34,17 +49,19 @@ func vacc8h4(acc0, acc1, acc2, acc3, cf *float32, codes *uint32, n, cstride int)
 func vacc4h4(acc0, acc1, acc2, acc3, cf *float32, codes *uint32, n, cstride int)
 
 // prepareQGroup writes a row's heads query heads q (heads·dim floats) in the group key
-// kernels' order into qp (8·dim): for each run of 16 elements, the run of head 0, then
-// of head 1, ... of head 7, heads past the group zero; 4-bit runs put their 8 even
-// elements first, as prepareQ does. qs (8·groups) gets each key group's sum per head.
+// kernels' order into qp (keyWidth(heads)·dim): for each run of 16 elements, the run of
+// head 0, then of head 1, ... up to the kernel's width, heads past the group zero;
+// 4-bit runs put their 8 even elements first, as prepareQ does. qs (8·groups) gets each
+// key group's sum per head.
 func prepareQGroup(qp, qs, q []float32, heads int, k rowCodec) {
+	width := keyWidth(heads)
 	dim := k.dim
 	clear(qp)
 	clear(qs)
 	for h := 0; h < heads; h++ {
 		src := q[h*dim : (h+1)*dim]
 		for b := 0; b < dim; b += 16 {
-			dst := qp[b*groupLanes+h*16:][:16]
+			dst := qp[b*width+h*16:][:16]
 			if k.f.Bits == 4 {
 				for i := 0; i < 8; i++ {
 					dst[i], dst[8+i] = src[b+2*i], src[b+2*i+1]
@@ -63,16 +80,23 @@ func prepareQGroup(qp, qs, q []float32, heads int, k rowCodec) {
 	}
 }
 
-// scoresGroup writes q_h·key_j into out[8j+h] for n positions of k, rows stride apart.
-func scoresGroup(out, qp, qs []float32, kc rowCodec, k seg, stride, n int) {
+// scoresGroup writes q_h·key_j into out[8j+h] for n positions of k, rows stride apart,
+// for a group of heads heads (qp and qs from prepareQGroup).
+func scoresGroup(out, qp, qs []float32, heads int, kc rowCodec, k seg, stride, n int) {
+	width := keyWidth(heads)
 	_ = k.codes[(n-1)*stride*kc.words+kc.words-1]
 	_ = k.halfs[(n-1)*stride*kc.halfs+kc.halfs-1]
-	_, _, _ = out[groupLanes*n-1], qp[groupLanes*kc.dim-1], qs[groupLanes*kc.groups-1]
-	cs, hs := stride*kc.words*4, stride*kc.halfs*2
-	if kc.f.Bits == 8 {
-		kdot8x8(&out[0], &qp[0], &qs[0], &k.codes[0], &k.halfs[0], n, cs, hs, kc.groups, kc.f.Group/16)
-	} else {
-		kdot4x8(&out[0], &qp[0], &qs[0], &k.codes[0], &k.halfs[0], n, cs, hs, kc.groups, kc.f.Group/16, kc.f.Mode == Q4_0)
+	_, _, _ = out[groupLanes*n-1], qp[width*kc.dim-1], qs[groupLanes*kc.groups-1]
+	cs, hs, blocks, q40 := stride*kc.words*4, stride*kc.halfs*2, kc.f.Group/16, kc.f.Mode == Q4_0
+	switch {
+	case kc.f.Bits == 8 && width == 4:
+		kdot8x4(&out[0], &qp[0], &qs[0], &k.codes[0], &k.halfs[0], n, cs, hs, kc.groups, blocks)
+	case kc.f.Bits == 8:
+		kdot8x8(&out[0], &qp[0], &qs[0], &k.codes[0], &k.halfs[0], n, cs, hs, kc.groups, blocks)
+	case width == 4:
+		kdot4x4(&out[0], &qp[0], &qs[0], &k.codes[0], &k.halfs[0], n, cs, hs, kc.groups, blocks, q40)
+	default:
+		kdot4x8(&out[0], &qp[0], &qs[0], &k.codes[0], &k.halfs[0], n, cs, hs, kc.groups, blocks, q40)
 	}
 }
 
@@ -149,7 +173,7 @@ func (f *fusedRow) accumulateGroup(st *state, k int, vs seg, stride, n int) {
 
 // attendGroup is attend for the group kernels.
 func (f *fusedRow) attendGroup(st *state, k int, ks, vs seg, stride, n int) {
-	scoresGroup(f.sc, f.qp, f.qs, f.kc, ks, stride, n)
+	scoresGroup(f.sc, f.qp, f.qs, f.group, f.kc, ks, stride, n)
 	st.softmaxGroup(k, f.group, f.sc, f.p, n, f.scale, f.vc.dim)
 	f.accumulateGroup(st, k, vs, stride, n)
 }

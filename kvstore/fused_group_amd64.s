@@ -43,6 +43,33 @@ GLOBL g40sb<>(SB), RODATA|NOPTR, $16
 	VFMADD231PS 448(R15), Y8, Y7; \
 	VFMADD231PS 480(R15), Y9, Y7
 
+// KFMA4 is KFMA8 for 4 heads (64 bytes a head, 256 a run), into Y0-Y3.
+#define KFMA4 \
+	VFMADD231PS (R15), Y8, Y0; \
+	VFMADD231PS 32(R15), Y9, Y0; \
+	VFMADD231PS 64(R15), Y8, Y1; \
+	VFMADD231PS 96(R15), Y9, Y1; \
+	VFMADD231PS 128(R15), Y8, Y2; \
+	VFMADD231PS 160(R15), Y9, Y2; \
+	VFMADD231PS 192(R15), Y8, Y3; \
+	VFMADD231PS 224(R15), Y9, Y3
+
+// ZERO4 clears the accumulators of 4 heads.
+#define ZERO4 \
+	VXORPS Y0, Y0, Y0; \
+	VXORPS Y1, Y1, Y1; \
+	VXORPS Y2, Y2, Y2; \
+	VXORPS Y3, Y3, Y3
+
+// GSUM4 is GSUM for Y0-Y3: lanes 0-3 of Y1, lanes 4-7 zero (a VEX 128-bit operation
+// clears the upper half).
+#define GSUM4 \
+	VHADDPS Y1, Y0, Y0; \
+	VHADDPS Y3, Y2, Y2; \
+	VHADDPS Y2, Y0, Y0; \
+	VEXTRACTF128 $1, Y0, X1; \
+	VADDPS X1, X0, X1
+
 // GSUM sums each of Y0-Y7 across its lanes into lane h of Y1 (h the register's number):
 // two rounds of pairwise horizontal adds, then the 128-bit halves added.
 #define GSUM \
@@ -194,6 +221,138 @@ g4sb:
 	ADDQ R13, DX
 	DECQ R8
 	JNZ g4pos
+	VZEROUPPER
+	RET
+
+// func kdot8x4(out, q, qs *float32, codes *uint32, sb *uint16, n, cstride, hstride, groups, blocks int)
+// kdot8x8 for 4 heads (groups of 3 or 4): q holds, for each run, the 4 heads' 16 floats;
+// out keeps 8 floats a position, lanes 4-7 zero.
+TEXT ·kdot8x4(SB), NOSPLIT, $0-80
+	MOVQ out+0(FP), DI
+	MOVQ q+8(FP), R10
+	MOVQ qs+16(FP), R11
+	MOVQ codes+24(FP), SI
+	MOVQ sb+32(FP), DX
+	MOVQ n+40(FP), R8
+	MOVQ cstride+48(FP), R12
+	MOVQ hstride+56(FP), R13
+
+f8pos:
+	PREFETCHT0 (SI)(R12*8)
+	PREFETCHT0 (DX)(R13*8)
+	PREFETCHT0 64(SI)(R12*8)
+	PREFETCHT0 127(SI)(R12*8)
+	VXORPS Y10, Y10, Y10
+	MOVQ SI, CX
+	MOVQ R10, R15
+	MOVQ R11, R14
+	XORQ BX, BX
+
+f8group:
+	ZERO4
+	MOVQ blocks+72(FP), R9
+
+f8block:
+	VPMOVZXBD (CX), Y8
+	VPMOVZXBD 8(CX), Y9
+	VCVTDQ2PS Y8, Y8
+	VCVTDQ2PS Y9, Y9
+	KFMA4
+	ADDQ $16, CX
+	ADDQ $256, R15
+	DECQ R9
+	JNZ f8block
+
+	GSUM4
+	MOVL (DX)(BX*4), R9      // scale, bias as fp16
+	VMOVD R9, X2
+	VCVTPH2PS X2, X2
+	GSCALE
+	ADDQ $32, R14
+	INCQ BX
+	CMPQ BX, groups+64(FP)
+	JLT f8group
+
+	VMOVUPS Y10, (DI)
+	ADDQ $32, DI
+	ADDQ R12, SI
+	ADDQ R13, DX
+	DECQ R8
+	JNZ f8pos
+	VZEROUPPER
+	RET
+
+// func kdot4x4(out, q, qs *float32, codes *uint32, sb *uint16, n, cstride, hstride, groups, blocks int, q40 bool)
+// kdot8x4 for 4-bit codes (8 bytes a run of 16), each head's run of q permuted as
+// prepareQ does: its 8 even elements, then its 8 odd ones. With q40 the groups are
+// q4_0's, (d, -8d) made from d as in kdot4x2.
+TEXT ·kdot4x4(SB), NOSPLIT, $0-81
+	MOVQ out+0(FP), DI
+	MOVQ q+8(FP), R10
+	MOVQ qs+16(FP), R11
+	MOVQ codes+24(FP), SI
+	MOVQ sb+32(FP), DX
+	MOVQ n+40(FP), R8
+	MOVQ cstride+48(FP), R12
+	MOVQ hstride+56(FP), R13
+	MOVL $15, BX
+	VMOVD BX, X15
+	VPBROADCASTD X15, Y15
+
+f4pos:
+	PREFETCHT0 (SI)(R12*8)
+	PREFETCHT0 (DX)(R13*8)
+	PREFETCHT0 63(SI)(R12*8)
+	VXORPS Y10, Y10, Y10
+	MOVQ SI, CX
+	MOVQ R10, R15
+	MOVQ R11, R14
+	XORQ BX, BX
+
+f4group:
+	ZERO4
+	MOVQ blocks+72(FP), R9
+
+f4block:
+	VPMOVZXBD (CX), Y8       // 8 bytes, 16 codes
+	VPSRLD $4, Y8, Y9        // odd elements
+	VPAND Y15, Y8, Y8        // even elements
+	VCVTDQ2PS Y8, Y8
+	VCVTDQ2PS Y9, Y9
+	KFMA4
+	ADDQ $8, CX
+	ADDQ $256, R15
+	DECQ R9
+	JNZ f4block
+
+	GSUM4
+	CMPB q40+80(FP), $0
+	JNE f4q40
+	MOVL (DX)(BX*4), R9
+	VMOVD R9, X2
+	VCVTPH2PS X2, X2
+	JMP f4sb
+
+f4q40:
+	MOVWLZX (DX)(BX*2), R9
+	VMOVD R9, X2
+	VCVTPH2PS X2, X2
+	VBROADCASTSS X2, X2
+	VMULPS g40sb<>(SB), X2, X2
+
+f4sb:
+	GSCALE
+	ADDQ $32, R14
+	INCQ BX
+	CMPQ BX, groups+64(FP)
+	JLT f4group
+
+	VMOVUPS Y10, (DI)
+	ADDQ $32, DI
+	ADDQ R12, SI
+	ADDQ R13, DX
+	DECQ R8
+	JNZ f4pos
 	VZEROUPPER
 	RET
 

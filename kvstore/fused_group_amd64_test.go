@@ -35,10 +35,10 @@ func TestGroupKernels(t *testing.T) {
 			for heads := 3; heads <= groupLanes; heads++ {
 				name := fmt.Sprintf("%v dim %d heads %d", f, dim, heads)
 				q := randVec(r, heads*dim)
-				qp, qs := make([]float32, groupLanes*dim), make([]float32, groupLanes*c.groups)
+				qp, qs := make([]float32, keyWidth(heads)*dim), make([]float32, groupLanes*c.groups)
 				prepareQGroup(qp, qs, q, heads, c)
 				out := make([]float32, groupLanes*n)
-				scoresGroup(out, qp, qs, c, s, stride, n)
+				scoresGroup(out, qp, qs, heads, c, s, stride, n)
 				for j := 0; j < n; j++ {
 					for h := 0; h < groupLanes; h++ {
 						var want, mag float64
