@@ -148,9 +148,18 @@ func (b *Backend) int8MatVecs(out [maxLinears][]float32, x []float32, T int, ws 
 	vp := getVec8s(sets)
 	defer vec8sPool.Put(vp)
 	vecs := (*vp)[:sets]
-	for s := range vecs {
-		t0, t1 := s*per, min((s+1)*per, T)
-		vecs[s].PrepareN(x[t0*in:t1*in], t1-t0, q.Bits, q.GroupSize) // checked by the caller
+	// Several sets (a batch of more than Int8Vectors decode rows) are rounded in parallel:
+	// alone on the caller, the rounding of 8 rows took 8% of a batched step's CPU and kept
+	// the other threads spinning meanwhile. (The closure is made only then: it escapes.)
+	if sets > 1 {
+		b.parallel(sets, 1, func(lo, hi int) {
+			for s := lo; s < hi; s++ {
+				t0, t1 := s*per, min((s+1)*per, T)
+				vecs[s].PrepareN(x[t0*in:t1*in], t1-t0, q.Bits, q.GroupSize) // checked by the caller
+			}
+		})
+	} else {
+		vecs[0].PrepareN(x[:T*in], T, q.Bits, q.GroupSize)
 	}
 	gpr, wpr := in/q.GroupSize, quant.Words(in, q.Bits)
 	b.parallel(rowsOf(ws, n), 32, func(lo, hi int) {
