@@ -121,6 +121,21 @@ func (st *state) reset() {
 	clear(st.acc)
 }
 
+// raise moves pair k's running max up to mx when mx is larger, rescaling its sum and
+// values by e^(old max - mx).
+func (st *state) raise(k int, mx float32, vDim int) {
+	if !(mx > st.m[k]) { // NaN included, as before
+		return
+	}
+	corr := expNeg(st.m[k] - mx)
+	st.l[k] *= corr
+	o := st.acc[k*vDim : (k+1)*vDim]
+	for d := range o {
+		o[d] *= corr
+	}
+	st.m[k] = mx
+}
+
 // merge folds another partial state over different positions of the same pairs in.
 func (st *state) merge(o state, vDim int) {
 	for i := range st.m {
@@ -190,15 +205,8 @@ func attendPart(t tiler, s *scratch, a Attention, st *state, length, h, r0, r1, 
 					sc[j] = dot(q, kt[j*kDim:(j+1)*kDim])
 				}
 				mx := scaleMax(sc, a.Scale, st.m[k])
+				st.raise(k, mx, vDim)
 				o := st.acc[k*vDim : (k+1)*vDim]
-				if mx > st.m[k] {
-					corr := expNeg(st.m[k] - mx)
-					st.l[k] *= corr
-					for d := range o {
-						o[d] *= corr
-					}
-					st.m[k] = mx
-				}
 				st.l[k] += expSum(sc, mx)
 				j = 0
 				for ; j+4 <= len(sc); j += 4 { // four values per pass over o

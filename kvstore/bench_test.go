@@ -10,7 +10,7 @@ import (
 // spec: Qwen3-8B's shape (32 query heads over 8 KV heads × 128) at 4K and 16K cached
 // positions, and Qwen2-0.5B's (14 over 2 × 64) at 2K and 16K. Quantized caches run the
 // group kernels and the pair kernels in turn ("group" and "pairs"), for a ratio in one
-// run.
+// run (on amd64; elsewhere both run the tile path).
 func BenchmarkAttendDecode(b *testing.B) {
 	shapes := []struct {
 		name                string

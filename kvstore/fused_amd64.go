@@ -266,15 +266,7 @@ func (st *state) softmaxPair(k int, two bool, sc, p []float32, n int, scale floa
 		mx[1] = mx[0] // the twin's weights are dropped; keep its exponents finite
 	}
 	for h := 0; h < lanes; h++ {
-		if mx[h] > st.m[k+h] {
-			corr := expNeg(st.m[k+h] - mx[h])
-			st.l[k+h] *= corr
-			o := st.acc[(k+h)*vDim : (k+h+1)*vDim]
-			for d := range o {
-				o[d] *= corr
-			}
-			st.m[k+h] = mx[h]
-		}
+		st.raise(k+h, mx[h], vDim)
 	}
 	var sum [2]float32
 	if n4 > 0 {

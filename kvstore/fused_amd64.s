@@ -1,4 +1,5 @@
 #include "textflag.h"
+#include "fused_amd64.h"
 
 // Decode attention straight from the cache's codes, two query heads per pass over a
 // run of positions (rows cstride code bytes and hstride fp16 bytes apart): no
@@ -87,14 +88,6 @@ k8block:
 	VZEROUPPER
 	RET
 
-// q4_0 stores one fp16 scale d per group of 32: its values are d·code - 8d, an affine
-// group with bias -8d, made from d by multiplying (d, d) with q40sb.
-DATA q40sb<>+0(SB)/4, $0x3f800000 // 1.0
-DATA q40sb<>+4(SB)/4, $0xc1000000 // -8.0
-DATA q40sb<>+8(SB)/4, $0
-DATA q40sb<>+12(SB)/4, $0
-GLOBL q40sb<>(SB), RODATA|NOPTR, $16
-
 // func kdot4x2(out, q, qs *float32, codes *byte, sb *uint16, n, cstride, hstride, groups, blocks int, q40 bool)
 // kdot8x2 for 4-bit codes, blocks runs of 16 codes (8 bytes) a group; each run of q
 // is permuted as prepareQ does: its 8 even elements, then its 8 odd ones. With q40 the
@@ -159,11 +152,7 @@ k4block:
 	JMP k4sb
 
 k4q40:
-	MOVWLZX (DX)(BX*2), R9
-	VMOVD R9, X1
-	VCVTPH2PS X1, X1
-	VBROADCASTSS X1, X1
-	VMULPS q40sb<>(SB), X1, X1
+	Q40SB((DX)(BX*2), R9, X1)
 
 k4sb:
 	VBROADCASTSS X1, Y2
@@ -324,11 +313,7 @@ v4pos:
 	JMP v4coef
 
 v4q40:
-	MOVWLZX (DX), BX
-	VMOVD BX, X1
-	VCVTPH2PS X1, X1
-	VBROADCASTSS X1, X1
-	VMULPS q40sb<>(SB), X1, X1
+	Q40SB((DX), BX, X1)
 
 v4coef:
 	VCOEF
@@ -357,22 +342,10 @@ v4coef:
 	JNZ v4pos
 
 	// (even, odd) -> in order: unpack within lanes, then swap the lane halves.
-	VUNPCKLPS Y5, Y4, Y0
-	VUNPCKHPS Y5, Y4, Y1
-	VPERM2F128 $0x20, Y1, Y0, Y4
-	VPERM2F128 $0x31, Y1, Y0, Y5
-	VUNPCKLPS Y7, Y6, Y0
-	VUNPCKHPS Y7, Y6, Y1
-	VPERM2F128 $0x20, Y1, Y0, Y6
-	VPERM2F128 $0x31, Y1, Y0, Y7
-	VUNPCKLPS Y9, Y8, Y0
-	VUNPCKHPS Y9, Y8, Y1
-	VPERM2F128 $0x20, Y1, Y0, Y8
-	VPERM2F128 $0x31, Y1, Y0, Y9
-	VUNPCKLPS Y11, Y10, Y0
-	VUNPCKHPS Y11, Y10, Y1
-	VPERM2F128 $0x20, Y1, Y0, Y10
-	VPERM2F128 $0x31, Y1, Y0, Y11
+	EVENODD(Y4, Y5, Y0, Y1)
+	EVENODD(Y6, Y7, Y0, Y1)
+	EVENODD(Y8, Y9, Y0, Y1)
+	EVENODD(Y10, Y11, Y0, Y1)
 	VSTORE
 	VZEROUPPER
 	RET

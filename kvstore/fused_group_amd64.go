@@ -114,15 +114,7 @@ func (st *state) softmaxGroup(k, heads int, sc, p []float32, n int, scale float3
 	}
 	scaleMax8(&sc[0], n, scale, &mx)
 	for h := 0; h < heads; h++ {
-		if mx[h] > st.m[k+h] {
-			corr := expNeg(st.m[k+h] - mx[h])
-			st.l[k+h] *= corr
-			o := st.acc[(k+h)*vDim : (k+h+1)*vDim]
-			for d := range o {
-				o[d] *= corr
-			}
-			st.m[k+h] = mx[h]
-		}
+		st.raise(k+h, mx[h], vDim)
 	}
 	var sum [groupLanes]float32
 	expSum8(&p[0], &sc[0], n, &mx, &sum, &expTable)

@@ -1,16 +1,10 @@
 #include "textflag.h"
+#include "fused_amd64.h"
 
 // The group kernels: decode attention straight from the cache's codes for a whole GQA
 // group of query heads per pass, one head per lane (fused_group_amd64.go). Rows lie
 // cstride code bytes and hstride fp16 bytes apart; each position's row is prefetched 8
 // positions ahead, as the pair kernels do.
-
-// q4_0's d times g40sb is (d, -8d), its affine scale and bias (q40sb in fused_amd64.s).
-DATA g40sb<>+0(SB)/4, $0x3f800000 // 1.0
-DATA g40sb<>+4(SB)/4, $0xc1000000 // -8.0
-DATA g40sb<>+8(SB)/4, $0
-DATA g40sb<>+12(SB)/4, $0
-GLOBL g40sb<>(SB), RODATA|NOPTR, $16
 
 // ZERO8 clears the accumulators of the 8 heads.
 #define ZERO8 \
@@ -92,269 +86,147 @@ GLOBL g40sb<>(SB), RODATA|NOPTR, $16
 	VBROADCASTSS X2, Y3; \
 	VFMADD231PS (R14), Y3, Y10
 
+// KARGS loads the key kernels' arguments: out DI, q R10, qs R11, codes SI, sb DX, n R8,
+// cstride R12, hstride R13.
+#define KARGS \
+	MOVQ out+0(FP), DI; \
+	MOVQ q+8(FP), R10; \
+	MOVQ qs+16(FP), R11; \
+	MOVQ codes+24(FP), SI; \
+	MOVQ sb+32(FP), DX; \
+	MOVQ n+40(FP), R8; \
+	MOVQ cstride+48(FP), R12; \
+	MOVQ hstride+56(FP), R13
+
+// KDOT8 is the body of the 8-bit key kernels, for a width of heads given by its
+// accumulators' ZERO, KFMA and SUM and the q floats a run of 16 codes takes (RUN bytes):
+// per position and group, each run's codes are converted once and multiplied with every
+// head's run of q; the group's sums are scaled and the bias term added into Y10.
+#define KDOT8(ZERO, KFMA, SUM, RUN) \
+g8pos:; \
+	PREFETCHT0 (SI)(R12*8); \
+	PREFETCHT0 (DX)(R13*8); \
+	PREFETCHT0 64(SI)(R12*8); \
+	PREFETCHT0 127(SI)(R12*8); \
+	VXORPS Y10, Y10, Y10; \
+	MOVQ SI, CX; \
+	MOVQ R10, R15; \
+	MOVQ R11, R14; \
+	XORQ BX, BX; \
+g8group:; \
+	ZERO; \
+	MOVQ blocks+72(FP), R9; \
+g8block:; \
+	VPMOVZXBD (CX), Y8; \
+	VPMOVZXBD 8(CX), Y9; \
+	VCVTDQ2PS Y8, Y8; \
+	VCVTDQ2PS Y9, Y9; \
+	KFMA; \
+	ADDQ $16, CX; \
+	ADDQ $RUN, R15; \
+	DECQ R9; \
+	JNZ g8block; \
+	SUM; \
+	MOVL (DX)(BX*4), R9; \
+	VMOVD R9, X2; \
+	VCVTPH2PS X2, X2; \
+	GSCALE; \
+	ADDQ $32, R14; \
+	INCQ BX; \
+	CMPQ BX, groups+64(FP); \
+	JLT g8group; \
+	VMOVUPS Y10, (DI); \
+	ADDQ $32, DI; \
+	ADDQ R12, SI; \
+	ADDQ R13, DX; \
+	DECQ R8; \
+	JNZ g8pos; \
+	VZEROUPPER; \
+	RET
+
+// KDOT4 is KDOT8 for 4-bit codes (8 bytes a run of 16; Y15 holds 15 in every lane), with
+// q4_0's groups where q40 is set.
+#define KDOT4(ZERO, KFMA, SUM, RUN) \
+g4pos:; \
+	PREFETCHT0 (SI)(R12*8); \
+	PREFETCHT0 (DX)(R13*8); \
+	PREFETCHT0 63(SI)(R12*8); \
+	VXORPS Y10, Y10, Y10; \
+	MOVQ SI, CX; \
+	MOVQ R10, R15; \
+	MOVQ R11, R14; \
+	XORQ BX, BX; \
+g4group:; \
+	ZERO; \
+	MOVQ blocks+72(FP), R9; \
+g4block:; \
+	VPMOVZXBD (CX), Y8; \
+	VPSRLD $4, Y8, Y9; \
+	VPAND Y15, Y8, Y8; \
+	VCVTDQ2PS Y8, Y8; \
+	VCVTDQ2PS Y9, Y9; \
+	KFMA; \
+	ADDQ $8, CX; \
+	ADDQ $RUN, R15; \
+	DECQ R9; \
+	JNZ g4block; \
+	SUM; \
+	CMPB q40+80(FP), $0; \
+	JNE g4q40; \
+	MOVL (DX)(BX*4), R9; \
+	VMOVD R9, X2; \
+	VCVTPH2PS X2, X2; \
+	JMP g4sb; \
+g4q40:; \
+	Q40SB((DX)(BX*2), R9, X2); \
+g4sb:; \
+	GSCALE; \
+	ADDQ $32, R14; \
+	INCQ BX; \
+	CMPQ BX, groups+64(FP); \
+	JLT g4group; \
+	VMOVUPS Y10, (DI); \
+	ADDQ $32, DI; \
+	ADDQ R12, SI; \
+	ADDQ R13, DX; \
+	DECQ R8; \
+	JNZ g4pos; \
+	VZEROUPPER; \
+	RET
+
 // func kdot8x8(out, q, qs *float32, codes *uint32, sb *uint16, n, cstride, hstride, groups, blocks int)
 // out[8j+h] = Σ_g scale_g·(q_h·codes_g) + bias_g·qs[8g+h] for position j, 8-bit codes,
 // blocks runs of 16 codes a group; q holds, for each run, the 8 heads' 16 floats.
 TEXT ·kdot8x8(SB), NOSPLIT, $0-80
-	MOVQ out+0(FP), DI
-	MOVQ q+8(FP), R10
-	MOVQ qs+16(FP), R11
-	MOVQ codes+24(FP), SI
-	MOVQ sb+32(FP), DX
-	MOVQ n+40(FP), R8
-	MOVQ cstride+48(FP), R12
-	MOVQ hstride+56(FP), R13
-
-g8pos:
-	PREFETCHT0 (SI)(R12*8)
-	PREFETCHT0 (DX)(R13*8)
-	PREFETCHT0 64(SI)(R12*8)
-	PREFETCHT0 127(SI)(R12*8)
-	VXORPS Y10, Y10, Y10
-	MOVQ SI, CX
-	MOVQ R10, R15
-	MOVQ R11, R14
-	XORQ BX, BX
-
-g8group:
-	ZERO8
-	MOVQ blocks+72(FP), R9
-
-g8block:
-	VPMOVZXBD (CX), Y8
-	VPMOVZXBD 8(CX), Y9
-	VCVTDQ2PS Y8, Y8
-	VCVTDQ2PS Y9, Y9
-	KFMA8
-	ADDQ $16, CX
-	ADDQ $512, R15
-	DECQ R9
-	JNZ g8block
-
-	GSUM
-	MOVL (DX)(BX*4), R9      // scale, bias as fp16
-	VMOVD R9, X2
-	VCVTPH2PS X2, X2
-	GSCALE
-	ADDQ $32, R14
-	INCQ BX
-	CMPQ BX, groups+64(FP)
-	JLT g8group
-
-	VMOVUPS Y10, (DI)
-	ADDQ $32, DI
-	ADDQ R12, SI
-	ADDQ R13, DX
-	DECQ R8
-	JNZ g8pos
-	VZEROUPPER
-	RET
+	KARGS
+	KDOT8(ZERO8, KFMA8, GSUM, 512)
 
 // func kdot4x8(out, q, qs *float32, codes *uint32, sb *uint16, n, cstride, hstride, groups, blocks int, q40 bool)
 // kdot8x8 for 4-bit codes (8 bytes a run of 16), each head's run of q permuted as
 // prepareQ does: its 8 even elements, then its 8 odd ones. With q40 the groups are
-// q4_0's, (d, -8d) made from d as in kdot4x2.
+// q4_0's, (d, -8d) made from d (Q40SB).
 TEXT ·kdot4x8(SB), NOSPLIT, $0-81
-	MOVQ out+0(FP), DI
-	MOVQ q+8(FP), R10
-	MOVQ qs+16(FP), R11
-	MOVQ codes+24(FP), SI
-	MOVQ sb+32(FP), DX
-	MOVQ n+40(FP), R8
-	MOVQ cstride+48(FP), R12
-	MOVQ hstride+56(FP), R13
+	KARGS
 	MOVL $15, BX
 	VMOVD BX, X15
 	VPBROADCASTD X15, Y15
-
-g4pos:
-	PREFETCHT0 (SI)(R12*8)
-	PREFETCHT0 (DX)(R13*8)
-	PREFETCHT0 63(SI)(R12*8)
-	VXORPS Y10, Y10, Y10
-	MOVQ SI, CX
-	MOVQ R10, R15
-	MOVQ R11, R14
-	XORQ BX, BX
-
-g4group:
-	ZERO8
-	MOVQ blocks+72(FP), R9
-
-g4block:
-	VPMOVZXBD (CX), Y8       // 8 bytes, 16 codes
-	VPSRLD $4, Y8, Y9        // odd elements
-	VPAND Y15, Y8, Y8        // even elements
-	VCVTDQ2PS Y8, Y8
-	VCVTDQ2PS Y9, Y9
-	KFMA8
-	ADDQ $8, CX
-	ADDQ $512, R15
-	DECQ R9
-	JNZ g4block
-
-	GSUM
-	CMPB q40+80(FP), $0
-	JNE g4q40
-	MOVL (DX)(BX*4), R9
-	VMOVD R9, X2
-	VCVTPH2PS X2, X2
-	JMP g4sb
-
-g4q40:
-	MOVWLZX (DX)(BX*2), R9
-	VMOVD R9, X2
-	VCVTPH2PS X2, X2
-	VBROADCASTSS X2, X2
-	VMULPS g40sb<>(SB), X2, X2
-
-g4sb:
-	GSCALE
-	ADDQ $32, R14
-	INCQ BX
-	CMPQ BX, groups+64(FP)
-	JLT g4group
-
-	VMOVUPS Y10, (DI)
-	ADDQ $32, DI
-	ADDQ R12, SI
-	ADDQ R13, DX
-	DECQ R8
-	JNZ g4pos
-	VZEROUPPER
-	RET
+	KDOT4(ZERO8, KFMA8, GSUM, 512)
 
 // func kdot8x4(out, q, qs *float32, codes *uint32, sb *uint16, n, cstride, hstride, groups, blocks int)
 // kdot8x8 for 4 heads (groups of 3 or 4): q holds, for each run, the 4 heads' 16 floats;
 // out keeps 8 floats a position, lanes 4-7 zero.
 TEXT ·kdot8x4(SB), NOSPLIT, $0-80
-	MOVQ out+0(FP), DI
-	MOVQ q+8(FP), R10
-	MOVQ qs+16(FP), R11
-	MOVQ codes+24(FP), SI
-	MOVQ sb+32(FP), DX
-	MOVQ n+40(FP), R8
-	MOVQ cstride+48(FP), R12
-	MOVQ hstride+56(FP), R13
-
-f8pos:
-	PREFETCHT0 (SI)(R12*8)
-	PREFETCHT0 (DX)(R13*8)
-	PREFETCHT0 64(SI)(R12*8)
-	PREFETCHT0 127(SI)(R12*8)
-	VXORPS Y10, Y10, Y10
-	MOVQ SI, CX
-	MOVQ R10, R15
-	MOVQ R11, R14
-	XORQ BX, BX
-
-f8group:
-	ZERO4
-	MOVQ blocks+72(FP), R9
-
-f8block:
-	VPMOVZXBD (CX), Y8
-	VPMOVZXBD 8(CX), Y9
-	VCVTDQ2PS Y8, Y8
-	VCVTDQ2PS Y9, Y9
-	KFMA4
-	ADDQ $16, CX
-	ADDQ $256, R15
-	DECQ R9
-	JNZ f8block
-
-	GSUM4
-	MOVL (DX)(BX*4), R9      // scale, bias as fp16
-	VMOVD R9, X2
-	VCVTPH2PS X2, X2
-	GSCALE
-	ADDQ $32, R14
-	INCQ BX
-	CMPQ BX, groups+64(FP)
-	JLT f8group
-
-	VMOVUPS Y10, (DI)
-	ADDQ $32, DI
-	ADDQ R12, SI
-	ADDQ R13, DX
-	DECQ R8
-	JNZ f8pos
-	VZEROUPPER
-	RET
+	KARGS
+	KDOT8(ZERO4, KFMA4, GSUM4, 256)
 
 // func kdot4x4(out, q, qs *float32, codes *uint32, sb *uint16, n, cstride, hstride, groups, blocks int, q40 bool)
-// kdot8x4 for 4-bit codes (8 bytes a run of 16), each head's run of q permuted as
-// prepareQ does: its 8 even elements, then its 8 odd ones. With q40 the groups are
-// q4_0's, (d, -8d) made from d as in kdot4x2.
+// kdot4x8 for 4 heads, as kdot8x4 is kdot8x8's.
 TEXT ·kdot4x4(SB), NOSPLIT, $0-81
-	MOVQ out+0(FP), DI
-	MOVQ q+8(FP), R10
-	MOVQ qs+16(FP), R11
-	MOVQ codes+24(FP), SI
-	MOVQ sb+32(FP), DX
-	MOVQ n+40(FP), R8
-	MOVQ cstride+48(FP), R12
-	MOVQ hstride+56(FP), R13
+	KARGS
 	MOVL $15, BX
 	VMOVD BX, X15
 	VPBROADCASTD X15, Y15
-
-f4pos:
-	PREFETCHT0 (SI)(R12*8)
-	PREFETCHT0 (DX)(R13*8)
-	PREFETCHT0 63(SI)(R12*8)
-	VXORPS Y10, Y10, Y10
-	MOVQ SI, CX
-	MOVQ R10, R15
-	MOVQ R11, R14
-	XORQ BX, BX
-
-f4group:
-	ZERO4
-	MOVQ blocks+72(FP), R9
-
-f4block:
-	VPMOVZXBD (CX), Y8       // 8 bytes, 16 codes
-	VPSRLD $4, Y8, Y9        // odd elements
-	VPAND Y15, Y8, Y8        // even elements
-	VCVTDQ2PS Y8, Y8
-	VCVTDQ2PS Y9, Y9
-	KFMA4
-	ADDQ $8, CX
-	ADDQ $256, R15
-	DECQ R9
-	JNZ f4block
-
-	GSUM4
-	CMPB q40+80(FP), $0
-	JNE f4q40
-	MOVL (DX)(BX*4), R9
-	VMOVD R9, X2
-	VCVTPH2PS X2, X2
-	JMP f4sb
-
-f4q40:
-	MOVWLZX (DX)(BX*2), R9
-	VMOVD R9, X2
-	VCVTPH2PS X2, X2
-	VBROADCASTSS X2, X2
-	VMULPS g40sb<>(SB), X2, X2
-
-f4sb:
-	GSCALE
-	ADDQ $32, R14
-	INCQ BX
-	CMPQ BX, groups+64(FP)
-	JLT f4group
-
-	VMOVUPS Y10, (DI)
-	ADDQ $32, DI
-	ADDQ R12, SI
-	ADDQ R13, DX
-	DECQ R8
-	JNZ f4pos
-	VZEROUPPER
-	RET
+	KDOT4(ZERO4, KFMA4, GSUM4, 256)
 
 // func vcoef8(cf, bsum, p *float32, sb *uint16, n, hstride int, q40 bool)
 // For one value group at n positions (its fp16 (scale, bias) at sb, hstride bytes apart;
@@ -378,11 +250,7 @@ vcpos:
 	JMP vcsb
 
 vcq40:
-	MOVWLZX (DX), BX
-	VMOVD BX, X1
-	VCVTPH2PS X1, X1
-	VBROADCASTSS X1, X1
-	VMULPS g40sb<>(SB), X1, X1
+	Q40SB((DX), BX, X1)
 
 vcsb:
 	VBROADCASTSS X1, Y2
@@ -476,14 +344,11 @@ vh8pos:
 // adds them to its accumulator at P, 16 floats a half: R11 is the half's offset in
 // 4-bit code bytes (0 or 8).
 #define VH4ADD(E, O, P) \
-	VUNPCKLPS O, E, Y12; \
-	VUNPCKHPS O, E, Y13; \
-	VPERM2F128 $0x20, Y13, Y12, Y14; \
-	VPERM2F128 $0x31, Y13, Y12, Y13; \
-	VADDPS (P)(R11*8), Y14, Y14; \
-	VMOVUPS Y14, (P)(R11*8); \
-	VADDPS 32(P)(R11*8), Y13, Y13; \
-	VMOVUPS Y13, 32(P)(R11*8)
+	EVENODD(E, O, Y12, Y13); \
+	VADDPS (P)(R11*8), E, E; \
+	VMOVUPS E, (P)(R11*8); \
+	VADDPS 32(P)(R11*8), O, O; \
+	VMOVUPS O, 32(P)(R11*8)
 
 // func vacc4h4(acc0, acc1, acc2, acc3, cf *float32, codes *uint32, n, cstride int)
 // vacc8h4 for 4-bit codes (8 bytes a half of 16), even and odd elements apart in the

@@ -7,6 +7,10 @@ func attendFused(t tiler, s *scratch, a Attention, st *state, length, h, r0, r1,
 	return false
 }
 
+// groupKernels is the amd64 switch of the group kernels, here only so that the
+// benchmarks build: this architecture has no fused kernels of either kind.
+var groupKernels = false
+
 // scaleMax multiplies the scores sc by scale and returns the larger of mx and their maximum.
 func scaleMax(sc []float32, scale, mx float32) float32 {
 	for i := range sc {

@@ -91,15 +91,7 @@ func attendBlocked(t tiler, s *scratch, a Attention, st *state, length, h, r0, r
 				}
 				sv := row[:end]
 				mx := scaleMax(sv, a.Scale, st.m[k])
-				o := st.acc[k*vDim : (k+1)*vDim]
-				if mx > st.m[k] {
-					corr := expNeg(st.m[k] - mx)
-					st.l[k] *= corr
-					for d := range o {
-						o[d] *= corr
-					}
-					st.m[k] = mx
-				}
+				st.raise(k, mx, vDim)
 				st.l[k] += expSum(sv, mx)
 				clear(row[end:])
 			}
