@@ -267,15 +267,33 @@ func axpy(y, x []float32, a float32) {
 }
 
 // expNeg is e^x for x <= 0 (softmax exponents after subtracting the max), to about
-// 2 ulp: x = k·ln2 + r with |r| <= ln2/2, e^r by its degree-7 Taylor polynomial.
+// 2 ulp: x = k·ln2 + r with |r| <= ln2/2, e^r by a degree-6 polynomial (Chebyshev
+// interpolation on that interval). k is rounded by adding and subtracting 1.5·2^23,
+// which also leaves k in the sum's low bits for the exponent, and the polynomial is
+// summed in Estrin's order: a short chain of dependent operations is what lets the
+// vector forms (EXPNEG in fused_amd64.s, which repeats these operations in this order)
+// overlap many exponentials.
 func expNeg(x float32) float32 {
 	if x < -87 {
 		return 0 // also -Inf
 	}
-	const ln2Hi, ln2Lo = 0.693145751953125, 1.428606765330187e-06
-	k := int32(x*1.442695041 - 0.5)
-	kf := float32(k)
-	r := (x - kf*ln2Hi) - kf*ln2Lo
-	p := 1 + r*(1+r*(1.0/2+r*(1.0/6+r*(1.0/24+r*(1.0/120+r*(1.0/720+r*(1.0/5040)))))))
-	return p * math.Float32frombits(uint32(k+127)<<23)
+	y := x*expLog2e + expMagic
+	kf := y - expMagic
+	r := (x - kf*expLn2Hi) - kf*expLn2Lo
+	r2 := r * r
+	d := (expC4 + expC5*r) + expC6*r2
+	b := expC2 + expC3*r
+	p := 1 + (r + r2*(b+r2*d))
+	k := math.Float32bits(y) - math.Float32bits(expMagic) // k, as y's ulp is 1
+	return p * math.Float32frombits((k+127)<<23)
 }
+
+// expNeg's constants: log2(e), the rounding constant 1.5·2^23, ln2 in a high part exact
+// in products with k and a low part, and the polynomial's coefficients of r², ..., r⁶
+// (those of 1 and r are 1).
+const (
+	expLog2e, expMagic  float32 = 1.442695041, 12582912
+	expLn2Hi, expLn2Lo  float32 = 0.693145751953125, 1.428606765330187e-06
+	expC2, expC3, expC4 float32 = 0.5, 0.16666415, 0.04166635
+	expC5, expC6        float32 = 0.008375132, 0.0013941117
+)

@@ -21,25 +21,26 @@ func kdot4x2(out, q, qs *float32, codes *uint32, sb *uint16, n, cstride, hstride
 func scaleMax2(sc *float32, n int, scale float32, mx *[2]float32)
 
 //go:noescape
-func expSum2(p, sc *float32, n int, mx, sum *[2]float32, t *[13][8]uint32)
+func expSum2(p, sc *float32, n int, mx, sum *[2]float32, t *[12][8]uint32)
 
 //go:noescape
 func scaleMax8(sc *float32, n int, scale float32, mx *[8]float32)
 
 //go:noescape
-func expSum8(p, sc *float32, n int, mx, sum *[8]float32, t *[13][8]uint32)
+func expSum8(p, sc *float32, n int, mx, sum *[8]float32, t *[12][8]uint32)
 
-// expTable is expNeg's constants for expSum2, 8 copies each: the cut-off, log2(e), 0.5,
-// ln2 high and low, the polynomial's coefficients from 1/5040 up to 1, and 127.
-var expTable = func() (t [13][8]uint32) {
-	c := [12]float32{-87, 1.442695041, 0.5, 0.693145751953125, 1.428606765330187e-06,
-		1.0 / 5040, 1.0 / 720, 1.0 / 120, 1.0 / 24, 1.0 / 6, 1.0 / 2, 1}
+// expTable is expNeg's constants for EXPNEG, 8 copies each, in the order of the macro's
+// offsets: the cut-off, log2(e), 1.5·2^23, ln2 high and low, the polynomial's
+// coefficients of r³, r², r⁵, r⁴, r⁶ and 1, and 127 less 1.5·2^23's bits (the integer
+// that turns the rounded sum's bits into a biased exponent).
+var expTable = func() (t [12][8]uint32) {
+	c := [11]float32{-87, expLog2e, expMagic, expLn2Hi, expLn2Lo, expC3, expC2, expC5, expC4, expC6, 1}
 	for i := range t {
 		for j := range t[i] {
 			if i < len(c) {
 				t[i][j] = math.Float32bits(c[i])
 			} else {
-				t[i][j] = 127
+				t[i][j] = 127 - math.Float32bits(expMagic)
 			}
 		}
 	}

@@ -385,33 +385,30 @@ smloop:
 	VSUBPS Y15, Y0, Y0; \
 	VCMPPS $5, (R8), Y0, Y14; \
 	VMULPS 32(R8), Y0, Y1; \
-	VSUBPS 64(R8), Y1, Y1; \
-	VCVTTPS2DQ Y1, Y1; \
-	VCVTDQ2PS Y1, Y2; \
+	VADDPS 64(R8), Y1, Y1; \
+	VSUBPS 64(R8), Y1, Y2; \
 	VMULPS 96(R8), Y2, Y3; \
 	VSUBPS Y3, Y0, Y3; \
-	VMULPS 128(R8), Y2, Y4; \
-	VSUBPS Y4, Y3, Y3; \
-	VMULPS 160(R8), Y3, Y4; \
-	VADDPS 192(R8), Y4, Y4; \
-	VMULPS Y3, Y4, Y4; \
-	VADDPS 224(R8), Y4, Y4; \
-	VMULPS Y3, Y4, Y4; \
+	VMULPS 128(R8), Y2, Y2; \
+	VSUBPS Y2, Y3, Y3; \
+	VMULPS Y3, Y3, Y2; \
+	VMULPS 224(R8), Y3, Y4; \
 	VADDPS 256(R8), Y4, Y4; \
-	VMULPS Y3, Y4, Y4; \
-	VADDPS 288(R8), Y4, Y4; \
-	VMULPS Y3, Y4, Y4; \
+	VMULPS 288(R8), Y2, Y0; \
+	VADDPS Y0, Y4, Y4; \
+	VMULPS Y2, Y4, Y4; \
+	VMULPS 160(R8), Y3, Y0; \
+	VADDPS 192(R8), Y0, Y0; \
+	VADDPS Y0, Y4, Y4; \
+	VMULPS Y2, Y4, Y4; \
+	VADDPS Y3, Y4, Y4; \
 	VADDPS 320(R8), Y4, Y4; \
-	VMULPS Y3, Y4, Y4; \
-	VADDPS 352(R8), Y4, Y4; \
-	VMULPS Y3, Y4, Y4; \
-	VADDPS 352(R8), Y4, Y4; \
-	VPADDD 384(R8), Y1, Y1; \
+	VPADDD 352(R8), Y1, Y1; \
 	VPSLLD $23, Y1, Y1; \
 	VMULPS Y1, Y4, Y4; \
 	VANDPS Y14, Y4, Y4
 
-// func expSum2(p, sc *float32, n int, mx, sum *[2]float32, t *[13][8]uint32)
+// func expSum2(p, sc *float32, n int, mx, sum *[2]float32, t *[12][8]uint32)
 // p[2j+h] = expNeg(sc[2j+h] - mx[h]) over n positions (a multiple of 4), with expNeg's
 // operations in its order (no fused multiply-add), and sum[h] = the head's Σp. t holds
 // expNeg's constants, 8 copies each (expTable).
@@ -468,7 +465,7 @@ sm8loop:
 	VZEROUPPER
 	RET
 
-// func expSum8(p, sc *float32, n int, mx, sum *[8]float32, t *[13][8]uint32)
+// func expSum8(p, sc *float32, n int, mx, sum *[8]float32, t *[12][8]uint32)
 // expSum2 for 8 lanes: p[8j+h] = expNeg(sc[8j+h] - mx[h]) over n positions (n > 0), and
 // sum[h] = lane h's Σp.
 TEXT ·expSum8(SB), NOSPLIT, $0-48

@@ -75,9 +75,7 @@ func attendBlocked(t tiler, s *scratch, a Attention, st *state, length, h, r0, r
 				continue
 			}
 			see16 := (see + 15) &^ 15
-			for p := 0; p < see16/16; p++ {
-				mmKernel(q[v0*kDim:], kDim, kp[p*16*kDim:], 16, kDim, sc[p*16:], BlockTokens, false)
-			}
+			mmKernel(q[v0*kDim:], kDim, kp, 16, kDim, sc, BlockTokens, false, see16/16, 16*kDim, 16)
 			for v := 0; v < 6; v++ {
 				row := sc[v*BlockTokens : v*BlockTokens+see16]
 				k := v0 + v
@@ -101,9 +99,7 @@ func attendBlocked(t tiler, s *scratch, a Attention, st *state, length, h, r0, r
 				copy(pad, st.acc[v0*vDim:nq*vDim])
 				out = pad
 			}
-			for d := 0; d < vDim; d += 16 {
-				mmKernel(sc, BlockTokens, vp[d*n16:], 16, see16, out[d:], ostride, true)
-			}
+			mmKernel(sc, BlockTokens, vp, 16, see16, out, ostride, true, vDim/16, 16*n16, 16)
 			if partial {
 				copy(st.acc[v0*vDim:nq*vDim], pad)
 			}
@@ -111,14 +107,17 @@ func attendBlocked(t tiler, s *scratch, a Attention, st *state, length, h, r0, r
 	}
 }
 
-// mmKernel is mm6x16 through the assembly kernel where it runs, else the plain one.
-func mmKernel(a []float32, astride int, b []float32, bstride int, n int, c []float32, cstride int, acc bool) {
-	_, _, _ = a[5*astride+n-1], b[(n-1)*bstride+15], c[5*cstride+15]
+// mmKernel is mm6x16 through the assembly kernel where it runs, else the plain one, for
+// panels of b bnext floats apart into columns of c cnext floats apart.
+func mmKernel(a []float32, astride int, b []float32, bstride int, n int, c []float32, cstride int, acc bool, panels, bnext, cnext int) {
+	_, _, _ = a[5*astride+n-1], b[(panels-1)*bnext+(n-1)*bstride+15], c[(panels-1)*cnext+5*cstride+15]
 	if prefillSIMD {
-		mm6x16(&a[0], astride, &b[0], bstride, n, &c[0], cstride, acc)
+		mm6x16(&a[0], astride, &b[0], bstride, n, &c[0], cstride, acc, panels, bnext, cnext)
 		return
 	}
-	mm6x16Ref(a, astride, b, bstride, n, c, cstride, acc)
+	for p := 0; p < panels; p++ {
+		mm6x16Ref(a, astride, b[p*bnext:], bstride, n, c[p*cnext:], cstride, acc)
+	}
 }
 
 // mm6x16Ref is the plain reference of mm6x16: c[i·cstride+j] = (acc ? c : 0) +

@@ -1,23 +1,27 @@
 #include "textflag.h"
 
-// func mm6x16(a *float32, astride int, b *float32, bstride int, n int, c *float32, cstride int, acc bool)
-// c[i·cstride+j] = (acc ? c[i·cstride+j] : 0) + Σ_{e<n} a[i·astride+e]·b[e·bstride+j] for 6 rows
-// i of a and 16 columns j of b (strides in floats, n >= 1): twelve sums in registers, two
-// loads of b and six broadcasts of a per twelve multiply-adds.
-TEXT ·mm6x16(SB), NOSPLIT, $0-57
-	MOVQ a+0(FP), SI
+// func mm6x16(a *float32, astride int, b *float32, bstride int, n int, c *float32, cstride int, acc bool, panels, bnext, cnext int)
+// For each panel p < panels: c[p·cnext + i·cstride+j] = (acc ? that : 0) +
+// Σ_{e<n} a[i·astride+e]·b[p·bnext + e·bstride+j] for 6 rows i of a and 16 columns j of
+// the panel of b (strides in floats, n >= 1, panels >= 1): twelve sums in registers, two
+// loads of b and six broadcasts of a per twelve multiply-adds. The panels' pointers
+// advance in their argument slots, the registers being all taken.
+TEXT ·mm6x16(SB), NOSPLIT, $0-88
 	MOVQ astride+8(FP), R8
 	SHLQ $2, R8
-	MOVQ b+16(FP), DI
 	MOVQ bstride+24(FP), R11
 	SHLQ $2, R11
-	MOVQ n+32(FP), CX
-	MOVQ c+40(FP), DX
 	MOVQ cstride+48(FP), R12
 	SHLQ $2, R12
 	LEAQ (R8)(R8*2), R9   // 3·astride
 	LEAQ (R8)(R8*4), R10  // 5·astride
 	LEAQ (R12)(R12*2), R13 // 3·cstride
+
+panel:
+	MOVQ a+0(FP), SI
+	MOVQ b+16(FP), DI
+	MOVQ n+32(FP), CX
+	MOVQ c+40(FP), DX
 	LEAQ (DX)(R12*4), AX  // row 4 of c
 	MOVBLZX acc+56(FP), BX
 	TESTQ BX, BX
@@ -88,5 +92,13 @@ loop:
 	VMOVUPS Y9, 32(AX)
 	VMOVUPS Y10, (AX)(R12*1)
 	VMOVUPS Y11, 32(AX)(R12*1)
+	MOVQ bnext+72(FP), BX
+	SHLQ $2, BX
+	ADDQ BX, b+16(FP)
+	MOVQ cnext+80(FP), BX
+	SHLQ $2, BX
+	ADDQ BX, c+40(FP)
+	DECQ panels+64(FP)
+	JNZ panel
 	VZEROUPPER
 	RET

@@ -7,7 +7,8 @@ import (
 )
 
 // TestMM6x16: the assembly kernel against the plain one on random operands, with and
-// without accumulation, strides wider than the operands, lengths 1 to 300.
+// without accumulation, strides wider than the operands, lengths 1 to 300, one to three
+// panels.
 func TestMM6x16(t *testing.T) {
 	if !prefillSIMD {
 		t.Skip("no assembly kernel on this CPU")
@@ -15,15 +16,20 @@ func TestMM6x16(t *testing.T) {
 	r := rand.New(rand.NewPCG(61, 61))
 	for _, n := range []int{1, 7, 16, 64, 300} {
 		for _, acc := range []bool{false, true} {
-			as, bs, cs := n+3, 16+5, 16+9
-			a, b := randVec(r, 6*as), randVec(r, n*bs)
-			c0 := randVec(r, 6*cs)
-			got, want := append([]float32(nil), c0...), append([]float32(nil), c0...)
-			mm6x16(&a[0], as, &b[0], bs, n, &got[0], cs, acc)
-			mm6x16Ref(a, as, b, bs, n, want, cs, acc)
-			for i := range want {
-				if d := math.Abs(float64(got[i] - want[i])); d > 1e-4*(1+math.Abs(float64(want[i]))) {
-					t.Fatalf("n=%d acc=%v: c[%d] = %v, plain kernel %v", n, acc, i, got[i], want[i])
+			for panels := 1; panels <= 3; panels++ {
+				as, bs, cs := n+3, 16+5, 16*panels+9
+				bnext, cnext := n*bs+7, 16+2
+				a, b := randVec(r, 6*as), randVec(r, panels*bnext)
+				c0 := randVec(r, 6*cs+panels*cnext)
+				got, want := append([]float32(nil), c0...), append([]float32(nil), c0...)
+				mm6x16(&a[0], as, &b[0], bs, n, &got[0], cs, acc, panels, bnext, cnext)
+				for p := 0; p < panels; p++ {
+					mm6x16Ref(a, as, b[p*bnext:], bs, n, want[p*cnext:], cs, acc)
+				}
+				for i := range want {
+					if d := math.Abs(float64(got[i] - want[i])); d > 1e-4*(1+math.Abs(float64(want[i]))) {
+						t.Fatalf("n=%d acc=%v panels=%d: c[%d] = %v, plain kernel %v", n, acc, panels, i, got[i], want[i])
+					}
 				}
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"syscall"
 	"testing"
@@ -192,4 +193,52 @@ func benchCaches(m *model.Model) ([]kvstore.Layer, error) {
 		caches[i] = c
 	}
 	return caches, nil
+}
+
+// BenchmarkPrefillLength measures prefill tokens/s of a 128-token prompt and of a 4096-token
+// one fed in the server's 512-token chunks (num_batch), on the Qwen2-0.5B shape with 2
+// threads and K8/V4 caches (benchCaches' layout, whatever MLXG_BENCH_KV says), and the
+// ratio of the two in the same run: the bench's "4096 vs 128" row without the server.
+// Medians over b.N runs (-benchtime 3x or more):
+//
+//	go test -run '^$' -bench PrefillLength -benchtime 3x ./runner/model/
+func BenchmarkPrefillLength(b *testing.B) {
+	b.Setenv("MLXG_BENCH_KV", "k8v4")
+	m := loadBench(b)
+	defer m.Close()
+	rate := func(n int) (wall, cpu float64) {
+		prompt := make([]int32, n)
+		for i := range prompt {
+			prompt[i] = int32(1000 + i*37%50000)
+		}
+		caches, err := benchCaches(m)
+		if err != nil {
+			b.Fatal(err)
+		}
+		start, cpu0 := time.Now(), cpuTime()
+		for i := 0; i < n; i += 512 {
+			if _, err := m.Forward(context.Background(), prompt[i:min(i+512, n)], caches, false); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return float64(n) / time.Since(start).Seconds(), float64(n) / (cpuTime() - cpu0).Seconds()
+	}
+	var short, long, shortCPU, longCPU []float64
+	rate(128) // warm the weights' pages
+	for b.Loop() {
+		w, c := rate(128)
+		short, shortCPU = append(short, w), append(shortCPU, c)
+		w, c = rate(4096)
+		long, longCPU = append(long, w), append(longCPU, c)
+	}
+	b.ReportMetric(median(short), "p128-tok/s")
+	b.ReportMetric(median(long), "p4096-tok/s")
+	b.ReportMetric(median(long)/median(short), "ratio")
+	b.ReportMetric(median(longCPU)/median(shortCPU), "cpu-ratio")
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
