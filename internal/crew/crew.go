@@ -42,6 +42,9 @@ type Crew struct {
 	inside atomic.Int32
 	spare  *job   // a job no worker can reach (under mu)
 	seq    uint64 // jobs published (under mu)
+	// The warm task (Warm) and the workers reading its memory at the moment.
+	warm    atomic.Pointer[warmTask]
+	warming atomic.Int32
 }
 
 // job is one call: pieces ranges of [0, n), claimed in turn.
@@ -152,6 +155,10 @@ func (c *Crew) work(first *job) {
 			idle, i = time.Now(), 0
 			continue
 		}
+		if w := c.warm.Load(); w != nil {
+			c.warmStep(w)
+			continue
+		}
 		if i%64 == 63 {
 			if time.Since(idle) > Linger {
 				return
@@ -160,4 +167,66 @@ func (c *Crew) work(first *job) {
 		}
 		pause()
 	}
+}
+
+// Warm asks the shared crew's idle workers to read mem into the caches, a line at a time
+// in steps of warmStep bytes between their checks for the next job: memory the caller's
+// next call will read (the CPU backend's next weight matrix, during the serial work between
+// two products, when the memory bus would otherwise idle). A later Warm replaces an
+// unfinished one; with no idle worker nothing happens. Before mem is unmapped, StopWarm.
+func Warm(mem ...[]byte) { shared.warm.Store(&warmTask{mem: mem}) }
+
+// StopWarm drops the shared crew's warm task and returns once no worker reads its memory.
+func StopWarm() { shared.stopWarm() }
+
+func (c *Crew) stopWarm() {
+	c.warm.Store(nil)
+	for c.warming.Load() != 0 {
+		pause()
+	}
+}
+
+// warmStep has a worker read the task's next step, counted in warming so that StopWarm
+// can wait for it (as inside does for jobs), and drops the task once it is read through.
+func (c *Crew) warmStep(w *warmTask) {
+	c.warming.Add(1)
+	defer c.warming.Add(-1)
+	if c.warm.Load() != w { // replaced or stopped meanwhile
+		return
+	}
+	b, ok := w.span(int(w.next.Add(1) - 1))
+	if !ok {
+		c.warm.CompareAndSwap(w, nil)
+		return
+	}
+	var s byte
+	for i := 0; i < len(b); i += 64 {
+		s += b[i]
+	}
+	warmSink.Store(uint32(s))
+}
+
+// warmTask is Warm's memory and how far the workers are through it.
+type warmTask struct {
+	mem  [][]byte
+	next atomic.Int64 // steps taken
+}
+
+// warmStep is the bytes of one step: 64 lines, a fraction of a microsecond of loads in
+// flight together, the most a worker delays the next job by.
+const warmStep = 4096
+
+var warmSink atomic.Uint32 // the loads' sum goes here, so that they are not dropped
+
+// span is step k's memory: the steps go through each of mem in turn, warmStep bytes at a
+// time; false past the last.
+func (w *warmTask) span(k int) ([]byte, bool) {
+	for _, m := range w.mem {
+		n := (len(m) + warmStep - 1) / warmStep
+		if k < n {
+			return m[k*warmStep : min((k+1)*warmStep, len(m))], true
+		}
+		k -= n
+	}
+	return nil, false
 }

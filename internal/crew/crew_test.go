@@ -99,3 +99,69 @@ func BenchmarkRun(b *testing.B) {
 		})
 	}
 }
+
+// TestWarmSpans: a warm task's steps go through each range once, in order, warmStep
+// bytes at a time, and end after the last.
+func TestWarmSpans(t *testing.T) {
+	lens := []int{0, 1, warmStep - 1, warmStep, warmStep + 1, 10000, 0, 3}
+	var mem [][]byte
+	for i, n := range lens {
+		m := make([]byte, n)
+		for j := range m {
+			m[j] = byte(i*7 + j)
+		}
+		mem = append(mem, m)
+	}
+	w := &warmTask{mem: mem}
+	var got []byte
+	k := 0
+	for ; ; k++ {
+		b, ok := w.span(k)
+		if !ok {
+			break
+		}
+		if len(b) == 0 || len(b) > warmStep {
+			t.Fatalf("step %d spans %d bytes", k, len(b))
+		}
+		got = append(got, b...)
+	}
+	var want []byte
+	steps := 0
+	for _, m := range mem {
+		want = append(want, m...)
+		steps += (len(m) + warmStep - 1) / warmStep
+	}
+	if k != steps || string(got) != string(want) {
+		t.Fatalf("%d steps over %d bytes, want %d steps over the %d bytes in order", k, len(got), steps, len(want))
+	}
+}
+
+// TestWarm: an idle worker reads a warm task through and drops it; jobs published while
+// it warms run complete; stopWarm returns with no worker reading the task's memory.
+func TestWarm(t *testing.T) {
+	var c Crew
+	c.Run(2, 2, 1, func(lo, hi int) {}) // a worker, idle now
+	c.warm.Store(&warmTask{mem: [][]byte{make([]byte, 64<<20)}})
+	var total atomic.Int64
+	for range 20 {
+		c.Run(1000, 8, 1, func(lo, hi int) { total.Add(int64(hi - lo)) })
+		time.Sleep(50 * time.Microsecond)
+	}
+	if total.Load() != 20*1000 {
+		t.Fatalf("calls made while warming computed %d of %d", total.Load(), 20*1000)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for c.warm.Load() != nil && time.Now().Before(deadline) {
+		c.Run(2, 2, 1, func(lo, hi int) {}) // keep the worker alive past Linger
+		time.Sleep(100 * time.Microsecond)
+	}
+	if w := c.warm.Load(); w != nil {
+		t.Fatalf("the warm task is still set after 5 s, %d steps taken", w.next.Load())
+	}
+	c.warm.Store(&warmTask{mem: [][]byte{make([]byte, 64<<20)}})
+	time.Sleep(100 * time.Microsecond)
+	c.stopWarm()
+	if c.warm.Load() != nil || c.warming.Load() != 0 {
+		t.Fatalf("after stopWarm: task %v, %d workers warming", c.warm.Load(), c.warming.Load())
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/mlxg/mlxg/internal/crew"
@@ -38,7 +39,8 @@ type Backend struct {
 	used   map[int]uint64      // the context (serial) that last asked for each length
 	serial uint64              // contexts made so far
 	ropes  map[*compute.RoPE]*ropeTable
-	slabs  []*slab // of closed contexts, for the next ones
+	slabs  []*slab                // of closed contexts, for the next ones
+	last   atomic.Pointer[weight] // the first weight of the last decode product (warmNext)
 }
 
 // New returns a CPU backend using threads goroutines; threads <= 0 means runtime.NumCPU().
@@ -76,11 +78,12 @@ type weight struct {
 	name    string
 	out, in int
 	q       compute.Quant
-	f       []float32    // out×in when not quantized
-	packed  []uint32     // out×Words(in, bits) when quantized
-	scales  quant.Scales // out×in/group, as stored (float modes: decoded to float32)
-	biases  quant.Scales // affine only, of the scales' type
-	bias    []float32    // optional, len out
+	f       []float32              // out×in when not quantized
+	packed  []uint32               // out×Words(in, bits) when quantized
+	scales  quant.Scales           // out×in/group, as stored (float modes: decoded to float32)
+	biases  quant.Scales           // affine only, of the scales' type
+	bias    []float32              // optional, len out
+	next    atomic.Pointer[weight] // the weight whose product followed this one's (warmNext)
 }
 
 func (w *weight) Dims() (int, int)     { return w.out, w.in }

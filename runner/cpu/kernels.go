@@ -2,7 +2,11 @@ package cpu
 
 import (
 	"math"
+	"os"
 	"sync"
+	"unsafe"
+
+	"github.com/mlxg/mlxg/internal/crew"
 
 	"github.com/mlxg/mlxg/internal/quant"
 )
@@ -117,6 +121,7 @@ func (b *Backend) quantMatVec(out, x []float32, T int, w *weight) {
 // them to the heap.
 func (b *Backend) affineMatVecs(out [maxLinears][]float32, x []float32, T int, ws [maxLinears]*weight, n int) {
 	in, q := ws[0].in, ws[0].q
+	defer b.warmNext(ws[0])
 	if b.int8 && quant.Int8Supported(q.Bits, q.GroupSize) {
 		b.int8MatVecs(out, x, T, ws, n)
 		return
@@ -301,3 +306,43 @@ func ropeRow(row []float32, headDim int, cos, sin []float32) {
 		}
 	}
 }
+
+// warmNext learns which product follows which (the order of a decode step's products is
+// the same every step) and, once w's is done, has the crew's idle workers read the first
+// warmBytes of the next one's weights into the caches while the caller does the serial
+// work between the two (norms, RoPE, the KV append): the memory bus idles there otherwise,
+// some 16% of a decode step on the dev EPYC. Measured on the device's idle Xeon, one
+// sequence, 2 threads: 33.5 -> 35.9 tok/s (medians of 6 alternated runs).
+func (b *Backend) warmNext(w *weight) {
+	if prev := b.last.Swap(w); prev != nil && prev != w && prev.next.Load() != w {
+		prev.next.Store(w)
+	}
+	next := w.next.Load()
+	if next == nil || !warmOn || b.threads < 2 {
+		return
+	}
+	packed := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(next.packed))), 4*len(next.packed))
+	frac := min(1, float64(warmBytes)/float64(len(packed)))
+	crew.Warm(head(packed, frac), head(scaleBytes(next.scales), frac), head(scaleBytes(next.biases), frac))
+}
+
+// warmOn is false with MLXG_CPU_WARM=0 (for measurements).
+var warmOn = os.Getenv("MLXG_CPU_WARM") != "0"
+
+// warmBytes is how much of the next product's packed weights warmNext warms: about what
+// the gaps between two products let two threads read (1 and 4 MiB measured alike).
+const warmBytes = 1 << 20
+
+// scaleBytes is s's memory.
+func scaleBytes(s quant.Scales) []byte {
+	switch {
+	case len(s.F32) > 0:
+		return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s.F32))), 4*len(s.F32))
+	case len(s.Bits) > 0:
+		return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s.Bits))), 2*len(s.Bits))
+	}
+	return nil
+}
+
+// head is the first frac of b.
+func head(b []byte, frac float64) []byte { return b[:int(frac*float64(len(b)))] }

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/mlxg/mlxg/internal/crew"
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/registry/safetensors"
 	"github.com/mlxg/mlxg/runner/compute"
@@ -217,7 +218,8 @@ func (c *cancellable) Attention(q, k, v compute.Tensor, cache kvstore.Layer, hea
 
 // Close releases the weights' mappings.
 func (m *Model) Close() error {
-	m.closeStage() // a pipeline's workers drop their stages too
+	m.closeStage()  // a pipeline's workers drop their stages too
+	crew.StopWarm() // no worker may read the weights' mapping after it is gone
 	return m.ckpt.Close()
 }
 
