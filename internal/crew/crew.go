@@ -43,7 +43,7 @@ type Crew struct {
 	spare  *job   // a job no worker can reach (under mu)
 	seq    uint64 // jobs published (under mu)
 	// The warm task (Warm) and the workers reading its memory at the moment.
-	warm    atomic.Pointer[warmTask]
+	warm    atomic.Pointer[WarmTask]
 	warming atomic.Int32
 }
 
@@ -169,12 +169,17 @@ func (c *Crew) work(first *job) {
 	}
 }
 
-// Warm asks the shared crew's idle workers to read mem into the caches, a line at a time
-// in steps of warmStep bytes between their checks for the next job: memory the caller's
-// next call will read (the CPU backend's next weight matrix, during the serial work between
-// two products, when the memory bus would otherwise idle). A later Warm replaces an
-// unfinished one; with no idle worker nothing happens. Before mem is unmapped, StopWarm.
-func Warm(mem ...[]byte) { shared.warm.Store(&warmTask{mem: mem}) }
+// Warm asks the shared crew's idle workers to read t's memory into the caches, a line at a
+// time in steps of warmStep bytes between their checks for the next job: memory the
+// caller's next call will read (the CPU backend's next weight matrix, during the serial
+// work between two products, when the memory bus would otherwise idle). It starts t over;
+// a later Warm replaces an unfinished one; with no idle worker nothing happens. A task is
+// made once and warmed again and again (no allocation per call). Before the memory is
+// unmapped, StopWarm.
+func Warm(t *WarmTask) {
+	t.next.Store(0)
+	shared.warm.Store(t)
+}
 
 // StopWarm drops the shared crew's warm task and returns once no worker reads its memory.
 func StopWarm() { shared.stopWarm() }
@@ -188,7 +193,7 @@ func (c *Crew) stopWarm() {
 
 // warmStep has a worker read the task's next step, counted in warming so that StopWarm
 // can wait for it (as inside does for jobs), and drops the task once it is read through.
-func (c *Crew) warmStep(w *warmTask) {
+func (c *Crew) warmStep(w *WarmTask) {
 	c.warming.Add(1)
 	defer c.warming.Add(-1)
 	if c.warm.Load() != w { // replaced or stopped meanwhile
@@ -206,11 +211,14 @@ func (c *Crew) warmStep(w *warmTask) {
 	warmSink.Store(uint32(s))
 }
 
-// warmTask is Warm's memory and how far the workers are through it.
-type warmTask struct {
+// WarmTask is memory for Warm and how far the workers are through it.
+type WarmTask struct {
 	mem  [][]byte
 	next atomic.Int64 // steps taken
 }
+
+// NewWarmTask is a task over mem's slices, in order.
+func NewWarmTask(mem ...[]byte) *WarmTask { return &WarmTask{mem: mem} }
 
 // warmStep is the bytes of one step: 64 lines, a fraction of a microsecond of loads in
 // flight together, the most a worker delays the next job by.
@@ -220,7 +228,7 @@ var warmSink atomic.Uint32 // the loads' sum goes here, so that they are not dro
 
 // span is step k's memory: the steps go through each of mem in turn, warmStep bytes at a
 // time; false past the last.
-func (w *warmTask) span(k int) ([]byte, bool) {
+func (w *WarmTask) span(k int) ([]byte, bool) {
 	for _, m := range w.mem {
 		n := (len(m) + warmStep - 1) / warmStep
 		if k < n {

@@ -112,7 +112,7 @@ func TestWarmSpans(t *testing.T) {
 		}
 		mem = append(mem, m)
 	}
-	w := &warmTask{mem: mem}
+	w := NewWarmTask(mem...)
 	var got []byte
 	k := 0
 	for ; ; k++ {
@@ -141,7 +141,7 @@ func TestWarmSpans(t *testing.T) {
 func TestWarm(t *testing.T) {
 	var c Crew
 	c.Run(2, 2, 1, func(lo, hi int) {}) // a worker, idle now
-	c.warm.Store(&warmTask{mem: [][]byte{make([]byte, 64<<20)}})
+	c.warm.Store(NewWarmTask(make([]byte, 64<<20)))
 	var total atomic.Int64
 	for range 20 {
 		c.Run(1000, 8, 1, func(lo, hi int) { total.Add(int64(hi - lo)) })
@@ -158,7 +158,7 @@ func TestWarm(t *testing.T) {
 	if w := c.warm.Load(); w != nil {
 		t.Fatalf("the warm task is still set after 5 s, %d steps taken", w.next.Load())
 	}
-	c.warm.Store(&warmTask{mem: [][]byte{make([]byte, 64<<20)}})
+	c.warm.Store(NewWarmTask(make([]byte, 64<<20)))
 	time.Sleep(100 * time.Microsecond)
 	c.stopWarm()
 	if c.warm.Load() != nil || c.warming.Load() != 0 {

@@ -78,12 +78,13 @@ type weight struct {
 	name    string
 	out, in int
 	q       compute.Quant
-	f       []float32              // out×in when not quantized
-	packed  []uint32               // out×Words(in, bits) when quantized
-	scales  quant.Scales           // out×in/group, as stored (float modes: decoded to float32)
-	biases  quant.Scales           // affine only, of the scales' type
-	bias    []float32              // optional, len out
-	next    atomic.Pointer[weight] // the weight whose product followed this one's (warmNext)
+	f       []float32                     // out×in when not quantized
+	packed  []uint32                      // out×Words(in, bits) when quantized
+	scales  quant.Scales                  // out×in/group, as stored (float modes: decoded to float32)
+	biases  quant.Scales                  // affine only, of the scales' type
+	bias    []float32                     // optional, len out
+	next    atomic.Pointer[weight]        // the weight whose product followed this one's (warmNext)
+	warm    atomic.Pointer[crew.WarmTask] // the start of this weight's memory, to warm before its product
 }
 
 func (w *weight) Dims() (int, int)     { return w.out, w.in }

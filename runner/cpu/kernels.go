@@ -321,9 +321,14 @@ func (b *Backend) warmNext(w *weight) {
 	if next == nil || !warmOn || b.threads < 2 {
 		return
 	}
-	packed := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(next.packed))), 4*len(next.packed))
-	frac := min(1, float64(warmBytes)/float64(len(packed)))
-	crew.Warm(head(packed, frac), head(scaleBytes(next.scales), frac), head(scaleBytes(next.biases), frac))
+	t := next.warm.Load()
+	if t == nil {
+		packed := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(next.packed))), 4*len(next.packed))
+		frac := min(1, float64(warmBytes)/float64(len(packed)))
+		t = crew.NewWarmTask(head(packed, frac), head(scaleBytes(next.scales), frac), head(scaleBytes(next.biases), frac))
+		next.warm.Store(t)
+	}
+	crew.Warm(t)
 }
 
 // warmOn is false with MLXG_CPU_WARM=0 (for measurements).
