@@ -170,7 +170,7 @@ func (c *Crew) work(first *job) {
 }
 
 // Warm asks the shared crew's idle workers to read t's memory into the caches, a line at a
-// time in steps of warmStep bytes between their checks for the next job: memory the
+// time in chunks of warmChunk bytes between their checks for the next job: memory the
 // caller's next call will read (the CPU backend's next weight matrix, during the serial
 // work between two products, when the memory bus would otherwise idle). It starts t over;
 // a later Warm replaces an unfinished one; with no idle worker nothing happens. A task is
@@ -220,19 +220,19 @@ type WarmTask struct {
 // NewWarmTask is a task over mem's slices, in order.
 func NewWarmTask(mem ...[]byte) *WarmTask { return &WarmTask{mem: mem} }
 
-// warmStep is the bytes of one step: 64 lines, a fraction of a microsecond of loads in
+// warmChunk is the bytes of one step: 64 lines, a fraction of a microsecond of loads in
 // flight together, the most a worker delays the next job by.
-const warmStep = 4096
+const warmChunk = 4096
 
 var warmSink atomic.Uint32 // the loads' sum goes here, so that they are not dropped
 
-// span is step k's memory: the steps go through each of mem in turn, warmStep bytes at a
+// span is step k's memory: the steps go through each of mem in turn, warmChunk bytes at a
 // time; false past the last.
 func (w *WarmTask) span(k int) ([]byte, bool) {
 	for _, m := range w.mem {
-		n := (len(m) + warmStep - 1) / warmStep
+		n := (len(m) + warmChunk - 1) / warmChunk
 		if k < n {
-			return m[k*warmStep : min((k+1)*warmStep, len(m))], true
+			return m[k*warmChunk : min((k+1)*warmChunk, len(m))], true
 		}
 		k -= n
 	}

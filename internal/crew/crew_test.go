@@ -100,10 +100,10 @@ func BenchmarkRun(b *testing.B) {
 	}
 }
 
-// TestWarmSpans: a warm task's steps go through each range once, in order, warmStep
+// TestWarmSpans: a warm task's steps go through each range once, in order, warmChunk
 // bytes at a time, and end after the last.
 func TestWarmSpans(t *testing.T) {
-	lens := []int{0, 1, warmStep - 1, warmStep, warmStep + 1, 10000, 0, 3}
+	lens := []int{0, 1, warmChunk - 1, warmChunk, warmChunk + 1, 10000, 0, 3}
 	var mem [][]byte
 	for i, n := range lens {
 		m := make([]byte, n)
@@ -120,7 +120,7 @@ func TestWarmSpans(t *testing.T) {
 		if !ok {
 			break
 		}
-		if len(b) == 0 || len(b) > warmStep {
+		if len(b) == 0 || len(b) > warmChunk {
 			t.Fatalf("step %d spans %d bytes", k, len(b))
 		}
 		got = append(got, b...)
@@ -129,7 +129,7 @@ func TestWarmSpans(t *testing.T) {
 	steps := 0
 	for _, m := range mem {
 		want = append(want, m...)
-		steps += (len(m) + warmStep - 1) / warmStep
+		steps += (len(m) + warmChunk - 1) / warmChunk
 	}
 	if k != steps || string(got) != string(want) {
 		t.Fatalf("%d steps over %d bytes, want %d steps over the %d bytes in order", k, len(got), steps, len(want))

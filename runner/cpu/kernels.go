@@ -7,7 +7,6 @@ import (
 	"unsafe"
 
 	"github.com/mlxg/mlxg/internal/crew"
-
 	"github.com/mlxg/mlxg/internal/quant"
 )
 
@@ -323,7 +322,7 @@ func (b *Backend) warmNext(w *weight) {
 	}
 	t := next.warm.Load()
 	if t == nil {
-		packed := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(next.packed))), 4*len(next.packed))
+		packed := bytesOf(next.packed)
 		frac := min(1, float64(warmBytes)/float64(len(packed)))
 		t = crew.NewWarmTask(head(packed, frac), head(scaleBytes(next.scales), frac), head(scaleBytes(next.biases), frac))
 		next.warm.Store(t)
@@ -338,15 +337,18 @@ var warmOn = os.Getenv("MLXG_CPU_WARM") != "0"
 // the gaps between two products let two threads read (1 and 4 MiB measured alike).
 const warmBytes = 1 << 20
 
-// scaleBytes is s's memory.
+// scaleBytes is s's memory (one of its two slices is empty).
 func scaleBytes(s quant.Scales) []byte {
-	switch {
-	case len(s.F32) > 0:
-		return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s.F32))), 4*len(s.F32))
-	case len(s.Bits) > 0:
-		return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s.Bits))), 2*len(s.Bits))
+	if len(s.F32) > 0 {
+		return bytesOf(s.F32)
 	}
-	return nil
+	return bytesOf(s.Bits)
+}
+
+// bytesOf is s's memory as bytes.
+func bytesOf[T uint16 | uint32 | float32](s []T) []byte {
+	var z T
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), len(s)*int(unsafe.Sizeof(z)))
 }
 
 // head is the first frac of b.

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/mlxg/mlxg/internal/quant"
@@ -40,7 +41,7 @@ func TestWarmNext(t *testing.T) {
 	b := New(2)
 	for _, order := range [][]int{{0, 1, 2, 0, 1, 2, 0}, {2, 1, 0, 2, 1, 0, 2}} {
 		for _, i := range order {
-			if got := product(b, ws[i]); !equal(got, want[i]) {
+			if got := product(b, ws[i]); !slices.Equal(got, want[i]) {
 				t.Fatalf("weight %d's product changed with warming", i)
 			}
 		}
@@ -50,16 +51,4 @@ func TestWarmNext(t *testing.T) {
 			}
 		}
 	}
-}
-
-func equal(a, b []float32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
