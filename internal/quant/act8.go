@@ -63,32 +63,47 @@ func (v *Vec8) PrepareN(x []float32, count, bits, group int) error {
 	v.codes = v.codes[:len(x)]
 	v.dc = grow(v.dc, 16*count*((groups+7)/8))
 	clear(v.dc)
-	var c [128]int8
 	for k := 0; k < count; k++ {
 		for g := 0; g < groups; g++ {
-			xs := x[k*n+g*group : k*n+(g+1)*group]
-			var amax float32
-			for _, f := range xs {
-				amax = max(amax, abs32(f))
-			}
-			var d, id float32
-			if amax > 0 {
-				d = amax / 127
-				id = 127 / amax
-			}
-			sum := 0
-			for j, f := range xs {
-				q := int8(min(max(rint(f*id), -127), 127))
-				c[j] = q
-				sum += int(q)
-			}
+			var d float32
+			sum := v.round(k, g, x[k*n+g*group:k*n+(g+1)*group], &d)
 			i := v.dcIndex(k, g)
 			v.dc[i] = d
 			v.dc[i+8] = d * float32(sum)
-			v.order(k, g, c[:group])
 		}
 	}
 	return nil
+}
+
+// round rounds vector k's group g, xs, to codes c = round(x/d) with d = max|x|/127 (0 for a
+// group of zeros), stores them in the kernel's order (order) and d in *d, and returns Σ c.
+// The assembly form does the same operations, so the codes are the same either way.
+func (v *Vec8) round(k, g int, xs []float32, d *float32) int {
+	var amax float32
+	if v.kernel {
+		amax = absMax(&xs[0], len(xs))
+	} else {
+		for _, f := range xs {
+			amax = max(amax, abs32(f))
+		}
+	}
+	var id float32
+	if amax > 0 {
+		*d = amax / 127
+		id = 127 / amax
+	}
+	if v.kernel {
+		return int(round8(&xs[0], len(xs)/64, id, &v.codes[g*v.group*v.count+64*k], 64*v.count))
+	}
+	var c [128]int8
+	sum := 0
+	for j, f := range xs {
+		q := int8(min(max(rint(f*id), -127), 127))
+		c[j] = q
+		sum += int(q)
+	}
+	v.order(k, g, c[:len(xs)])
+	return sum
 }
 
 // dcIndex is where vector k's d_g sits in dc (its d_g·Σ c sits 8 further on).
@@ -120,25 +135,32 @@ func (v *Vec8) code(k, g, j int) int8 {
 	return v.codes[i]
 }
 
-// DotRowsStored computes out[r·count+k] = x̂_k · dequantize(row r) for len(out)/count
-// consecutive packed rows with their scales and biases (rows·groups each). Like
-// Vec.DotRowsStored, a result depends only on its row and vector, never on the rows or
-// vectors around them in the call.
-func (v *Vec8) DotRowsStored(out []float32, packed []uint32, scales, biases Scales) {
-	rows, groups := len(out)/v.count, v.n/v.group
+// DotRowsStored computes out[k·stride+r] = x̂_k · dequantize(row r) for the consecutive
+// packed rows in packed (rows·Words(n, bits) words) with their scales and biases
+// (rows·groups each): vector k's results for the rows lie together, stride apart (any stride
+// for one vector). Like Vec.DotRowsStored, a result depends only on its row and vector,
+// never on the rows or vectors around them in the call.
+func (v *Vec8) DotRowsStored(out []float32, stride int, packed []uint32, scales, biases Scales) {
+	wpr, groups := Words(v.n, v.bits), v.n/v.group
+	rows := len(packed) / wpr
 	if rows == 0 {
 		return
 	}
-	wpr := Words(v.n, v.bits)
-	_ = packed[rows*wpr-1]
+	if v.count == 1 {
+		stride = rows
+	}
+	if stride < rows {
+		panic(fmt.Sprintf("quant: results %d apart for %d rows", stride, rows))
+	}
+	_ = out[(v.count-1)*stride+rows-1]
 	checkLen(scales, biases, rows*groups)
 	if v.kernel {
-		dotInt8(&v.codes[0], &v.dc[0], &packed[0], scales.ptr(), biases.ptr(), &out[0], rows, groups, v.group, v.count, scales.Type)
+		dotInt8(&v.codes[0], &v.dc[0], &packed[0], scales.ptr(), biases.ptr(), &out[0], stride, rows, groups, v.group, v.count, scales.Type)
 		return
 	}
 	for r := 0; r < rows; r++ {
 		for k := 0; k < v.count; k++ {
-			out[r*v.count+k] = v.dotRow(k, packed[r*wpr:(r+1)*wpr], scales, biases, r*groups)
+			out[k*stride+r] = v.dotRow(k, packed[r*wpr:(r+1)*wpr], scales, biases, r*groups)
 		}
 	}
 }

@@ -18,14 +18,15 @@
 // the same sequence whatever the number of vectors or rows in the call.
 //
 // Registers: SI inputs, AX inputs of this group, R8 Vec8.dc, R15 offset into it, DI codes,
-// R10 scales, R11 biases, DX out, CX rows left, BX groups, R14 groups left in the row,
-// R13 scale type (0 float32, 1 bf16, 2 fp16), R9 index, R12 scratch; Y8 bytes of 15, Y9
+// R10 scales, R11 biases, DX out (vector v's result for a row at DX+v·stride, stride in
+// bytes), CX rows left, BX groups, R14 groups left in the row,
+// R13 scale type (0 float32, 1 bf16, 2 fp16), R9 index, R12 scratch and the results' address; Y8 bytes of 15, Y9
 // words of 1, Y10..Y13 acc of vectors 0..3.
 // Stack: 0(SP) s·d of vector v at 32v; 128(SP) bacc of vector v at 128+32v; 256(SP) and
 // 288(SP) the last block's scales and biases.
 
-// func dotQ4Int8N1G64(x *int8, dc *float32, w *uint32, scales, biases unsafe.Pointer, out *float32, rows, groups, st int)
-TEXT ·dotQ4Int8N1G64(SB), NOSPLIT, $320-72
+// func dotQ4Int8N1G64(x *int8, dc *float32, w *uint32, scales, biases unsafe.Pointer, out *float32, rows, groups, st, stride int)
+TEXT ·dotQ4Int8N1G64(SB), NOSPLIT, $320-80
 	MOVQ x+0(FP), SI
 	MOVQ dc+8(FP), R8
 	MOVQ w+16(FP), DI
@@ -263,6 +264,7 @@ tail_group:
 	CMPQ R9, R14
 	JLT tail_group
 done:
+	MOVQ DX, R12
 	VMOVUPS 128(SP), Y0
 	VEXTRACTF128 $1, Y10, X5
 	VADDPS X5, X10, X10
@@ -273,15 +275,15 @@ done:
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
 	VADDSS X0, X10, X10
-	VMOVSS X10, 0(DX)
+	VMOVSS X10, (R12)
 	ADDQ $4, DX
 	DECQ CX
 	JNZ row
 	VZEROUPPER
 	RET
 
-// func dotQ4Int8N2G64(x *int8, dc *float32, w *uint32, scales, biases unsafe.Pointer, out *float32, rows, groups, st int)
-TEXT ·dotQ4Int8N2G64(SB), NOSPLIT, $320-72
+// func dotQ4Int8N2G64(x *int8, dc *float32, w *uint32, scales, biases unsafe.Pointer, out *float32, rows, groups, st, stride int)
+TEXT ·dotQ4Int8N2G64(SB), NOSPLIT, $320-80
 	MOVQ x+0(FP), SI
 	MOVQ dc+8(FP), R8
 	MOVQ w+16(FP), DI
@@ -594,6 +596,7 @@ tail_group:
 	CMPQ R9, R14
 	JLT tail_group
 done:
+	MOVQ DX, R12
 	VMOVUPS 128(SP), Y0
 	VEXTRACTF128 $1, Y10, X5
 	VADDPS X5, X10, X10
@@ -604,7 +607,8 @@ done:
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
 	VADDSS X0, X10, X10
-	VMOVSS X10, 0(DX)
+	VMOVSS X10, (R12)
+	ADDQ stride+72(FP), R12
 	VMOVUPS 160(SP), Y0
 	VEXTRACTF128 $1, Y11, X5
 	VADDPS X5, X11, X11
@@ -615,15 +619,15 @@ done:
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
 	VADDSS X0, X11, X11
-	VMOVSS X11, 4(DX)
-	ADDQ $8, DX
+	VMOVSS X11, (R12)
+	ADDQ $4, DX
 	DECQ CX
 	JNZ row
 	VZEROUPPER
 	RET
 
-// func dotQ4Int8N3G64(x *int8, dc *float32, w *uint32, scales, biases unsafe.Pointer, out *float32, rows, groups, st int)
-TEXT ·dotQ4Int8N3G64(SB), NOSPLIT, $320-72
+// func dotQ4Int8N3G64(x *int8, dc *float32, w *uint32, scales, biases unsafe.Pointer, out *float32, rows, groups, st, stride int)
+TEXT ·dotQ4Int8N3G64(SB), NOSPLIT, $320-80
 	MOVQ x+0(FP), SI
 	MOVQ dc+8(FP), R8
 	MOVQ w+16(FP), DI
@@ -1011,6 +1015,7 @@ tail_group:
 	CMPQ R9, R14
 	JLT tail_group
 done:
+	MOVQ DX, R12
 	VMOVUPS 128(SP), Y0
 	VEXTRACTF128 $1, Y10, X5
 	VADDPS X5, X10, X10
@@ -1021,7 +1026,8 @@ done:
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
 	VADDSS X0, X10, X10
-	VMOVSS X10, 0(DX)
+	VMOVSS X10, (R12)
+	ADDQ stride+72(FP), R12
 	VMOVUPS 160(SP), Y0
 	VEXTRACTF128 $1, Y11, X5
 	VADDPS X5, X11, X11
@@ -1032,7 +1038,8 @@ done:
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
 	VADDSS X0, X11, X11
-	VMOVSS X11, 4(DX)
+	VMOVSS X11, (R12)
+	ADDQ stride+72(FP), R12
 	VMOVUPS 192(SP), Y0
 	VEXTRACTF128 $1, Y12, X5
 	VADDPS X5, X12, X12
@@ -1043,15 +1050,15 @@ done:
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
 	VADDSS X0, X12, X12
-	VMOVSS X12, 8(DX)
-	ADDQ $12, DX
+	VMOVSS X12, (R12)
+	ADDQ $4, DX
 	DECQ CX
 	JNZ row
 	VZEROUPPER
 	RET
 
-// func dotQ4Int8N4G64(x *int8, dc *float32, w *uint32, scales, biases unsafe.Pointer, out *float32, rows, groups, st int)
-TEXT ·dotQ4Int8N4G64(SB), NOSPLIT, $320-72
+// func dotQ4Int8N4G64(x *int8, dc *float32, w *uint32, scales, biases unsafe.Pointer, out *float32, rows, groups, st, stride int)
+TEXT ·dotQ4Int8N4G64(SB), NOSPLIT, $320-80
 	MOVQ x+0(FP), SI
 	MOVQ dc+8(FP), R8
 	MOVQ w+16(FP), DI
@@ -1514,6 +1521,7 @@ tail_group:
 	CMPQ R9, R14
 	JLT tail_group
 done:
+	MOVQ DX, R12
 	VMOVUPS 128(SP), Y0
 	VEXTRACTF128 $1, Y10, X5
 	VADDPS X5, X10, X10
@@ -1524,7 +1532,8 @@ done:
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
 	VADDSS X0, X10, X10
-	VMOVSS X10, 0(DX)
+	VMOVSS X10, (R12)
+	ADDQ stride+72(FP), R12
 	VMOVUPS 160(SP), Y0
 	VEXTRACTF128 $1, Y11, X5
 	VADDPS X5, X11, X11
@@ -1535,7 +1544,8 @@ done:
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
 	VADDSS X0, X11, X11
-	VMOVSS X11, 4(DX)
+	VMOVSS X11, (R12)
+	ADDQ stride+72(FP), R12
 	VMOVUPS 192(SP), Y0
 	VEXTRACTF128 $1, Y12, X5
 	VADDPS X5, X12, X12
@@ -1546,7 +1556,8 @@ done:
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
 	VADDSS X0, X12, X12
-	VMOVSS X12, 8(DX)
+	VMOVSS X12, (R12)
+	ADDQ stride+72(FP), R12
 	VMOVUPS 224(SP), Y0
 	VEXTRACTF128 $1, Y13, X5
 	VADDPS X5, X13, X13
@@ -1557,15 +1568,15 @@ done:
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
 	VADDSS X0, X13, X13
-	VMOVSS X13, 12(DX)
-	ADDQ $16, DX
+	VMOVSS X13, (R12)
+	ADDQ $4, DX
 	DECQ CX
 	JNZ row
 	VZEROUPPER
 	RET
 
-// func dotQ4Int8N1G128(x *int8, dc *float32, w *uint32, scales, biases unsafe.Pointer, out *float32, rows, groups, st int)
-TEXT ·dotQ4Int8N1G128(SB), NOSPLIT, $320-72
+// func dotQ4Int8N1G128(x *int8, dc *float32, w *uint32, scales, biases unsafe.Pointer, out *float32, rows, groups, st, stride int)
+TEXT ·dotQ4Int8N1G128(SB), NOSPLIT, $320-80
 	MOVQ x+0(FP), SI
 	MOVQ dc+8(FP), R8
 	MOVQ w+16(FP), DI
@@ -1893,6 +1904,7 @@ tail_group:
 	CMPQ R9, R14
 	JLT tail_group
 done:
+	MOVQ DX, R12
 	VMOVUPS 128(SP), Y0
 	VEXTRACTF128 $1, Y10, X5
 	VADDPS X5, X10, X10
@@ -1903,15 +1915,15 @@ done:
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
 	VADDSS X0, X10, X10
-	VMOVSS X10, 0(DX)
+	VMOVSS X10, (R12)
 	ADDQ $4, DX
 	DECQ CX
 	JNZ row
 	VZEROUPPER
 	RET
 
-// func dotQ4Int8N2G128(x *int8, dc *float32, w *uint32, scales, biases unsafe.Pointer, out *float32, rows, groups, st int)
-TEXT ·dotQ4Int8N2G128(SB), NOSPLIT, $320-72
+// func dotQ4Int8N2G128(x *int8, dc *float32, w *uint32, scales, biases unsafe.Pointer, out *float32, rows, groups, st, stride int)
+TEXT ·dotQ4Int8N2G128(SB), NOSPLIT, $320-80
 	MOVQ x+0(FP), SI
 	MOVQ dc+8(FP), R8
 	MOVQ w+16(FP), DI
@@ -2350,6 +2362,7 @@ tail_group:
 	CMPQ R9, R14
 	JLT tail_group
 done:
+	MOVQ DX, R12
 	VMOVUPS 128(SP), Y0
 	VEXTRACTF128 $1, Y10, X5
 	VADDPS X5, X10, X10
@@ -2360,7 +2373,8 @@ done:
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
 	VADDSS X0, X10, X10
-	VMOVSS X10, 0(DX)
+	VMOVSS X10, (R12)
+	ADDQ stride+72(FP), R12
 	VMOVUPS 160(SP), Y0
 	VEXTRACTF128 $1, Y11, X5
 	VADDPS X5, X11, X11
@@ -2371,15 +2385,15 @@ done:
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
 	VADDSS X0, X11, X11
-	VMOVSS X11, 4(DX)
-	ADDQ $8, DX
+	VMOVSS X11, (R12)
+	ADDQ $4, DX
 	DECQ CX
 	JNZ row
 	VZEROUPPER
 	RET
 
-// func dotQ4Int8N3G128(x *int8, dc *float32, w *uint32, scales, biases unsafe.Pointer, out *float32, rows, groups, st int)
-TEXT ·dotQ4Int8N3G128(SB), NOSPLIT, $320-72
+// func dotQ4Int8N3G128(x *int8, dc *float32, w *uint32, scales, biases unsafe.Pointer, out *float32, rows, groups, st, stride int)
+TEXT ·dotQ4Int8N3G128(SB), NOSPLIT, $320-80
 	MOVQ x+0(FP), SI
 	MOVQ dc+8(FP), R8
 	MOVQ w+16(FP), DI
@@ -2929,6 +2943,7 @@ tail_group:
 	CMPQ R9, R14
 	JLT tail_group
 done:
+	MOVQ DX, R12
 	VMOVUPS 128(SP), Y0
 	VEXTRACTF128 $1, Y10, X5
 	VADDPS X5, X10, X10
@@ -2939,7 +2954,8 @@ done:
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
 	VADDSS X0, X10, X10
-	VMOVSS X10, 0(DX)
+	VMOVSS X10, (R12)
+	ADDQ stride+72(FP), R12
 	VMOVUPS 160(SP), Y0
 	VEXTRACTF128 $1, Y11, X5
 	VADDPS X5, X11, X11
@@ -2950,7 +2966,8 @@ done:
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
 	VADDSS X0, X11, X11
-	VMOVSS X11, 4(DX)
+	VMOVSS X11, (R12)
+	ADDQ stride+72(FP), R12
 	VMOVUPS 192(SP), Y0
 	VEXTRACTF128 $1, Y12, X5
 	VADDPS X5, X12, X12
@@ -2961,15 +2978,15 @@ done:
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
 	VADDSS X0, X12, X12
-	VMOVSS X12, 8(DX)
-	ADDQ $12, DX
+	VMOVSS X12, (R12)
+	ADDQ $4, DX
 	DECQ CX
 	JNZ row
 	VZEROUPPER
 	RET
 
-// func dotQ4Int8N4G128(x *int8, dc *float32, w *uint32, scales, biases unsafe.Pointer, out *float32, rows, groups, st int)
-TEXT ·dotQ4Int8N4G128(SB), NOSPLIT, $320-72
+// func dotQ4Int8N4G128(x *int8, dc *float32, w *uint32, scales, biases unsafe.Pointer, out *float32, rows, groups, st, stride int)
+TEXT ·dotQ4Int8N4G128(SB), NOSPLIT, $320-80
 	MOVQ x+0(FP), SI
 	MOVQ dc+8(FP), R8
 	MOVQ w+16(FP), DI
@@ -3630,6 +3647,7 @@ tail_group:
 	CMPQ R9, R14
 	JLT tail_group
 done:
+	MOVQ DX, R12
 	VMOVUPS 128(SP), Y0
 	VEXTRACTF128 $1, Y10, X5
 	VADDPS X5, X10, X10
@@ -3640,7 +3658,8 @@ done:
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
 	VADDSS X0, X10, X10
-	VMOVSS X10, 0(DX)
+	VMOVSS X10, (R12)
+	ADDQ stride+72(FP), R12
 	VMOVUPS 160(SP), Y0
 	VEXTRACTF128 $1, Y11, X5
 	VADDPS X5, X11, X11
@@ -3651,7 +3670,8 @@ done:
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
 	VADDSS X0, X11, X11
-	VMOVSS X11, 4(DX)
+	VMOVSS X11, (R12)
+	ADDQ stride+72(FP), R12
 	VMOVUPS 192(SP), Y0
 	VEXTRACTF128 $1, Y12, X5
 	VADDPS X5, X12, X12
@@ -3662,7 +3682,8 @@ done:
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
 	VADDSS X0, X12, X12
-	VMOVSS X12, 8(DX)
+	VMOVSS X12, (R12)
+	ADDQ stride+72(FP), R12
 	VMOVUPS 224(SP), Y0
 	VEXTRACTF128 $1, Y13, X5
 	VADDPS X5, X13, X13
@@ -3673,8 +3694,8 @@ done:
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
 	VADDSS X0, X13, X13
-	VMOVSS X13, 12(DX)
-	ADDQ $16, DX
+	VMOVSS X13, (R12)
+	ADDQ $4, DX
 	DECQ CX
 	JNZ row
 	VZEROUPPER

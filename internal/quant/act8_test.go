@@ -69,7 +69,7 @@ func checkVec8(t *testing.T, r *rand.Rand, st ScaleType, bits, group, rows, cols
 		}
 	}
 	got := make([]float32, rows)
-	v.DotRowsStored(got, p, s, b)
+	v.DotRowsStored(got, 0, p, s, b)
 	what := func() string { return fmt.Sprintf("%v scales, %d bits, group %d, %d×%d", st, bits, group, rows, cols) }
 	wpr, gpr := Words(cols, bits), cols/group
 	for i := 0; i < rows; i++ {
@@ -88,7 +88,7 @@ func checkVec8(t *testing.T, r *rand.Rand, st ScaleType, bits, group, rows, cols
 			t.Fatalf("%s: row %d = %v, float product %v: off by more than 8-bit inputs allow (%v)", what(), i, got[i], exact, bound)
 		}
 		var one [1]float32
-		v.DotRowsStored(one[:], row, s.Slice(i*gpr, (i+1)*gpr), b.Slice(i*gpr, (i+1)*gpr))
+		v.DotRowsStored(one[:], 0, row, s.Slice(i*gpr, (i+1)*gpr), b.Slice(i*gpr, (i+1)*gpr))
 		if math.Float32bits(one[0]) != math.Float32bits(got[i]) {
 			t.Fatalf("%s: row %d alone = %v, in the call over %d rows %v", what(), i, one[0], rows, got[i])
 		}
@@ -120,6 +120,62 @@ func TestVec8Errors(t *testing.T) {
 	}
 }
 
+// TestVec8Round checks that PrepareN's assembly rounding gives the codes and factors of its
+// plain Go form bit for bit: random inputs with outlier channels, values that fall exactly
+// halfway between two codes (rounded to even), a group of zeros and a group whose largest
+// value is negative, for 1 to 4 vectors and both group sizes.
+func TestVec8Round(t *testing.T) {
+	if !SetSIMD(true) || !int8Kernel() {
+		t.Skip("no AVX2 kernel on this CPU")
+	}
+	r := rand.New(rand.NewPCG(3, 14))
+	for _, group := range []int{64, 128} {
+		for _, cols := range []int{128, 384, 1152} {
+			if cols%group != 0 {
+				continue
+			}
+			for count := 1; count <= Int8Vectors; count++ {
+				x := randMatrix(r, count*cols)
+				for i := range x {
+					switch {
+					case i%97 == 5:
+						x[i] *= 30
+					case i%13 == 1:
+						// halfway: with max|x| = 127 in the group these are k + 0.5
+						x[i] = float32(r.IntN(254)-127) + 0.5
+					}
+				}
+				for k := 0; k < count; k++ {
+					x[k*cols+group-1] = 127 // makes d = 1 in the first group: the halves stay halves
+				}
+				clear(x[cols-group : cols])   // a group of zeros
+				x[count*cols-group/2] = -1000 // a largest value that is negative
+				var codes [2][]int8
+				var dc [2][]float32
+				for i, on := range []bool{true, false} {
+					SetSIMD(on)
+					var v Vec8
+					if err := v.PrepareN(x, count, 4, group); err != nil {
+						t.Fatal(err)
+					}
+					codes[i], dc[i] = v.codes, v.dc
+				}
+				SetSIMD(true)
+				for i := range codes[0] {
+					if codes[0][i] != codes[1][i] {
+						t.Fatalf("group %d, %d columns, %d vectors: code %d is %d in assembly, %d in Go", group, cols, count, i, codes[0][i], codes[1][i])
+					}
+				}
+				for i := range dc[0] {
+					if math.Float32bits(dc[0][i]) != math.Float32bits(dc[1][i]) {
+						t.Fatalf("group %d, %d columns, %d vectors: factor %d is %v in assembly, %v in Go", group, cols, count, i, dc[0][i], dc[1][i])
+					}
+				}
+			}
+		}
+	}
+}
+
 // TestVec8Batch checks that Vec8 with 2 to 4 vectors gives each vector's results bit for
 // bit as that vector alone does, with the kernel and in plain Go, and that the kernel agrees
 // with plain Go to float32 rounding.
@@ -143,17 +199,22 @@ func TestVec8Batch(t *testing.T) {
 						if err := all.PrepareN(x, count, 4, group); err != nil {
 							t.Fatal(err)
 						}
-						got := make([]float32, rows*count)
-						all.DotRowsStored(got, p, s, b)
+						got := make([]float32, (rows+3)*count)
+						all.DotRowsStored(got, rows+3, p, s, b) // results rows+3 apart: the gaps stay untouched
 						for k := 0; k < count; k++ {
 							var one Vec8
 							one.Prepare(x[k*cols:(k+1)*cols], 4, group)
 							alone := make([]float32, rows)
-							one.DotRowsStored(alone, p, s, b)
+							one.DotRowsStored(alone, 0, p, s, b)
 							for i := range alone {
-								if math.Float32bits(alone[i]) != math.Float32bits(got[i*count+k]) {
+								if math.Float32bits(alone[i]) != math.Float32bits(got[k*(rows+3)+i]) {
 									t.Fatalf("%v scales, group %d, %d columns, kernel %v: vector %d of %d, row %d: %v in the batch, %v alone",
-										st, group, cols, on, k, count, i, got[i*count+k], alone[i])
+										st, group, cols, on, k, count, i, got[k*(rows+3)+i], alone[i])
+								}
+							}
+							for i := rows; i < rows+3; i++ {
+								if got[k*(rows+3)+i] != 0 {
+									t.Fatalf("kernel %v: vector %d of %d wrote %v between its results and the next vector's", on, k, count, got[k*(rows+3)+i])
 								}
 							}
 						}
@@ -224,4 +285,27 @@ func act8Reference(c []int8, d []float32, packed []uint32, scales, biases Scales
 		mag += float64(d[g]) * (math.Abs(s)*aq + math.Abs(b)*math.Abs(float64(ic)))
 	}
 	return sum, mag
+}
+
+// BenchmarkVec8Prepare times rounding 4 vectors of 4864 values (the 0.5B shape's widest
+// input) to 8 bits, in assembly and in plain Go:
+//
+//	go test -run '^$' -bench Vec8Prepare ./internal/quant/
+func BenchmarkVec8Prepare(b *testing.B) {
+	x := randMatrix(rand.New(rand.NewPCG(1, 2)), 4*4864)
+	for _, on := range []bool{true, false} {
+		prev := SetSIMD(on)
+		name := "go"
+		if int8Kernel() {
+			name = "asm"
+		}
+		b.Run(name, func(b *testing.B) {
+			var v Vec8
+			for b.Loop() {
+				v.PrepareN(x, 4, 4, 64)
+			}
+			b.ReportMetric(float64(len(x)*b.N)/b.Elapsed().Seconds()/1e9, "Gvalues/s")
+		})
+		SetSIMD(prev)
+	}
 }

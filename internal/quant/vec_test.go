@@ -119,7 +119,7 @@ func BenchmarkDecodeDRAM(b *testing.B) {
 						crew.Run(rows, 8*threads, threads-1, func(lo, hi int) {
 							s, bi := HalfScales(m.s[lo*gpr:hi*gpr], ScaleBF16), HalfScales(m.b[lo*gpr:hi*gpr], ScaleBF16)
 							if run.int8 {
-								v8.DotRowsStored(out[lo:hi], m.p[lo*wpr:hi*wpr], s, bi)
+								v8.DotRowsStored(out[lo:hi], 0, m.p[lo*wpr:hi*wpr], s, bi)
 							} else {
 								v.DotRowsStored(out[lo:hi], m.p[lo*wpr:hi*wpr], s, bi)
 							}
@@ -164,13 +164,13 @@ func BenchmarkDecodeCache(b *testing.B) {
 		if !Int8Supported(bits, 64) {
 			continue
 		}
-		b.Run(fmt.Sprintf("int8/q%d", bits), func(b *testing.B) { run(b, 1, func() { v8.DotRowsStored(out, p, ss, bs) }) })
+		b.Run(fmt.Sprintf("int8/q%d", bits), func(b *testing.B) { run(b, 1, func() { v8.DotRowsStored(out, 0, p, ss, bs) }) })
 		// Int8Vectors vectors per pass over the rows.
 		var vn Vec8
 		vn.PrepareN(randMatrix(r, Int8Vectors*cols), Int8Vectors, bits, 64)
 		outN := make([]float32, Int8Vectors*rows)
 		b.Run(fmt.Sprintf("int8x%d/q%d", Int8Vectors, bits), func(b *testing.B) {
-			run(b, Int8Vectors, func() { vn.DotRowsStored(outN, p, ss, bs) })
+			run(b, Int8Vectors, func() { vn.DotRowsStored(outN, rows, p, ss, bs) })
 		})
 	}
 }

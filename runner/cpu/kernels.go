@@ -167,18 +167,11 @@ func (b *Backend) int8MatVecs(out [maxLinears][]float32, x []float32, T int, ws 
 	}
 	gpr, wpr := in/q.GroupSize, quant.Words(in, q.Bits)
 	b.parallel(rowsOf(ws, n), 32, func(lo, hi int) {
-		var buf [64 * quant.Int8Vectors]float32
 		eachChunk(ws, n, lo, hi, func(i int, w *weight, c0, c1 int) {
 			for s := range vecs {
-				t0, k := s*per, min(per, T-s*per)
-				res := buf[:(c1-c0)*k] // row-major: row r, then the set's tokens
-				vecs[s].DotRowsStored(res, w.packed[c0*wpr:c1*wpr], w.scales.Slice(c0*gpr, c1*gpr), w.biases.Slice(c0*gpr, c1*gpr))
-				for j := 0; j < k; j++ {
-					o := out[i][(t0+j)*w.out+c0 : (t0+j)*w.out+c1]
-					for r := range o {
-						o[r] = res[r*k+j]
-					}
-				}
+				// the set's tokens' results for rows c0..c1-1, w.out apart
+				o := out[i][s*per*w.out+c0:]
+				vecs[s].DotRowsStored(o, w.out, w.packed[c0*wpr:c1*wpr], w.scales.Slice(c0*gpr, c1*gpr), w.biases.Slice(c0*gpr, c1*gpr))
 			}
 		})
 	})

@@ -8,6 +8,7 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -121,7 +122,8 @@ func cpuTime() time.Duration {
 //
 //	go test -run '^$' -bench BatchDecode -benchtime 1x ./runner/model/
 //	MLXG_CPU_INT8=1 MLXG_BENCH_PROMPT=2048 go test -run '^$' -bench BatchDecode -benchtime 1x ./runner/model/  (8-bit inputs; longer prompts, whose prefill is not timed)
-//	(MLXG_BENCH_STEPS sets the steps, MLXG_BENCH_KV=k8v4 quantized caches, MLXG_BENCH_PROFILE=FILE a profile of the steps)
+//	(MLXG_BENCH_STEPS sets the steps, MLXG_BENCH_SEQS=1,8 the sequence counts, MLXG_BENCH_KV=k8v4
+//	quantized caches, MLXG_BENCH_PROFILE=FILE a profile of the steps)
 func BenchmarkBatchDecode(b *testing.B) {
 	m := loadBench(b)
 	defer m.Close()
@@ -132,7 +134,18 @@ func BenchmarkBatchDecode(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("MLXG_BENCH_STEPS")); err == nil {
 		steps = v
 	}
-	for _, n := range []int{1, 2, 4, 8} {
+	counts := []int{1, 2, 4, 8}
+	if v := os.Getenv("MLXG_BENCH_SEQS"); v != "" {
+		counts = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(f)
+			if err != nil || n < 1 {
+				b.Fatalf("MLXG_BENCH_SEQS=%q: want sequence counts like 1,8", v)
+			}
+			counts = append(counts, n)
+		}
+	}
+	for _, n := range counts {
 		b.Run(fmt.Sprintf("seqs-%d", n), func(b *testing.B) {
 			var dec time.Duration
 			for range b.N {
