@@ -159,8 +159,10 @@ func BenchmarkBatchDecode(b *testing.B) {
 					for i := range prompt {
 						prompt[i] = int32(1000 + (i*37+s*7919)%50000)
 					}
-					if _, err := m.Forward(context.Background(), prompt, caches, true); err != nil {
-						b.Fatal(err)
+					for i := 0; i < promptLen; i += 512 { // the server's num_batch chunks
+						if _, err := m.Forward(context.Background(), prompt[i:min(i+512, promptLen)], caches, false); err != nil {
+							b.Fatal(err)
+						}
 					}
 					seqs[s] = model.Sequence{Tokens: []int32{int32(2000 + s)}, Caches: caches}
 				}
