@@ -583,3 +583,52 @@ func TestLinearInt8(t *testing.T) {
 		}
 	}
 }
+
+// TestInt8BatchRows checks a batch's decode rows with 8-bit inputs (one row per sequence,
+// declared as segments): each row's products are bit for bit the row's alone, for batches
+// of 1 to 13 rows, i.e. one set of up to quant.Int8Vectors vectors per pass over the
+// weights and several sets.
+func TestInt8BatchRows(t *testing.T) {
+	if !quant.Int8Kernel() {
+		t.Skip("no integer kernels on this machine")
+	}
+	r := rand.New(rand.NewPCG(4, 1))
+	const out, in = 70, 512
+	b := New(2)
+	b.UseInt8(true)
+	for _, group := range []int{64, 128} {
+		packed, scales, biases, err := quant.Quantize(randVec(r, out*in), out, in, 4, group)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src := source{}
+		src.putU32("l.weight", []int{out, in / 8}, packed)
+		src.putFloat("l.scales", safetensors.BF16, []int{out, in / group}, scales)
+		src.putFloat("l.biases", safetensors.BF16, []int{out, in / group}, biases)
+		w, err := b.Weight(src, "l", compute.Quant{Mode: quant.Affine, Bits: 4, GroupSize: group})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, T := range []int{2, 5, 8, 9, 13} {
+			x := randVec(r, T*in)
+			ones := make([]int, T)
+			for i := range ones {
+				ones[i] = 1
+			}
+			got := run(t, b, func(c compute.Context) compute.Tensor {
+				c.(compute.BatchContext).Segments(ones)
+				return c.Linear(c.Embed(input(t, b, T, in, x), seq(T)), w)
+			})
+			for tok := 0; tok < T; tok++ {
+				alone := run(t, b, func(c compute.Context) compute.Tensor {
+					return c.Linear(c.Embed(input(t, b, 1, in, x[tok*in:(tok+1)*in]), seq(1)), w)
+				})
+				for o, v := range alone {
+					if math.Float32bits(got[tok*out+o]) != math.Float32bits(v) {
+						t.Fatalf("group %d, %d rows: row %d output %d is %v in the batch, %v alone", group, T, tok, o, got[tok*out+o], v)
+					}
+				}
+			}
+		}
+	}
+}
