@@ -144,6 +144,7 @@ func (c *Crew) work(first *job) {
 	first.run()
 	c.inside.Add(-1)
 	idle := time.Now()
+	yielded := idle
 	for i := 0; ; i++ {
 		if j := c.job.Load(); j != nil && j.seq.Load() != last {
 			c.inside.Add(1)
@@ -160,14 +161,24 @@ func (c *Crew) work(first *job) {
 			continue
 		}
 		if i%64 == 63 {
-			if time.Since(idle) > Linger {
+			now := time.Now()
+			if now.Sub(idle) > Linger {
 				return
 			}
-			runtime.Gosched()
+			if now.Sub(yielded) > yieldEvery {
+				runtime.Gosched()
+				yielded = now
+			}
 		}
 		pause()
 	}
 }
+
+// yieldEvery is how often an idle worker gives its thread to other goroutines (the
+// server's, which would otherwise wait for the runtime's preemption). Yielding every 64
+// spins instead, 15 idle workers of a 16-thread crew queued up on the scheduler's lock:
+// 8% of a batched decode step's CPU on the 16-core Xeon.
+const yieldEvery = 100 * time.Microsecond
 
 // Warm asks the shared crew's idle workers to read t's memory into the caches, a line at a
 // time in chunks of warmChunk bytes between their checks for the next job: memory the

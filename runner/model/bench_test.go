@@ -47,9 +47,14 @@ func benchCheckpoint(b *testing.B) string {
 	return dst
 }
 
-// loadBench loads the bench checkpoint on the CPU backend with 2 threads.
+// loadBench loads the bench checkpoint on the CPU backend with 2 threads (MLXG_BENCH_THREADS
+// sets another number).
 func loadBench(b *testing.B) *model.Model {
-	be := cpu.New(2)
+	threads := 2
+	if v, err := strconv.Atoi(os.Getenv("MLXG_BENCH_THREADS")); err == nil && v > 0 {
+		threads = v
+	}
+	be := cpu.New(threads)
 	be.UseInt8(os.Getenv("MLXG_CPU_INT8") == "1") // the server's switch (runner/backend)
 	m, err := model.Load(benchCheckpoint(b), be)
 	if err != nil {
