@@ -65,8 +65,7 @@ func (v *Vec8) PrepareN(x []float32, count, bits, group int) error {
 	clear(v.dc)
 	for k := 0; k < count; k++ {
 		for g := 0; g < groups; g++ {
-			var d float32
-			sum := v.round(k, g, x[k*n+g*group:k*n+(g+1)*group], &d)
+			d, sum := v.round(k, g, x[k*n+g*group:k*n+(g+1)*group])
 			i := v.dcIndex(k, g)
 			v.dc[i] = d
 			v.dc[i+8] = d * float32(sum)
@@ -76,9 +75,9 @@ func (v *Vec8) PrepareN(x []float32, count, bits, group int) error {
 }
 
 // round rounds vector k's group g, xs, to codes c = round(x/d) with d = max|x|/127 (0 for a
-// group of zeros), stores them in the kernel's order (order) and d in *d, and returns Σ c.
-// The assembly form does the same operations, so the codes are the same either way.
-func (v *Vec8) round(k, g int, xs []float32, d *float32) int {
+// group of zeros), stores them in the kernel's order (order) and returns d and Σ c. The
+// assembly form does the same operations, so the codes are the same either way.
+func (v *Vec8) round(k, g int, xs []float32) (d float32, sum int) {
 	var amax float32
 	if v.kernel {
 		amax = absMax(&xs[0], len(xs))
@@ -89,21 +88,20 @@ func (v *Vec8) round(k, g int, xs []float32, d *float32) int {
 	}
 	var id float32
 	if amax > 0 {
-		*d = amax / 127
+		d = amax / 127
 		id = 127 / amax
 	}
 	if v.kernel {
-		return int(round8(&xs[0], len(xs)/64, id, &v.codes[g*v.group*v.count+64*k], 64*v.count))
+		return d, int(round8(&xs[0], len(xs)/64, id, &v.codes[g*v.group*v.count+64*k], 64*v.count))
 	}
 	var c [128]int8
-	sum := 0
 	for j, f := range xs {
 		q := int8(min(max(rint(f*id), -127), 127))
 		c[j] = q
 		sum += int(q)
 	}
 	v.order(k, g, c[:len(xs)])
-	return sum
+	return d, sum
 }
 
 // dcIndex is where vector k's d_g sits in dc (its d_g·Σ c sits 8 further on).

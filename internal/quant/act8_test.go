@@ -125,7 +125,8 @@ func TestVec8Errors(t *testing.T) {
 // halfway between two codes (rounded to even), a group of zeros and a group whose largest
 // value is negative, for 1 to 4 vectors and both group sizes.
 func TestVec8Round(t *testing.T) {
-	if !SetSIMD(true) || !int8Kernel() {
+	defer SetSIMD(SetSIMD(true))
+	if !int8Kernel() {
 		t.Skip("no AVX2 kernel on this CPU")
 	}
 	r := rand.New(rand.NewPCG(3, 14))

@@ -153,8 +153,9 @@ func (b *Backend) int8MatVecs(out [maxLinears][]float32, x []float32, T int, ws 
 	defer vec8sPool.Put(vp)
 	vecs := (*vp)[:sets]
 	// Several sets (a batch of more than Int8Vectors decode rows) are rounded in parallel:
-	// alone on the caller, the rounding of 8 rows took 8% of a batched step's CPU and kept
-	// the other threads spinning meanwhile. (The closure is made only then: it escapes.)
+	// alone on the caller, the rounding of 8 rows (then in plain Go) took 8% of a batched
+	// step's CPU and kept the other threads spinning meanwhile. (The closure is made only
+	// then: it escapes.)
 	if sets > 1 {
 		b.parallel(sets, 1, func(lo, hi int) {
 			for s := lo; s < hi; s++ {
