@@ -24,6 +24,7 @@ import (
 	"github.com/mlxg/mlxg/runner/compute"
 	"github.com/mlxg/mlxg/runner/cpu"
 	"github.com/mlxg/mlxg/runner/model"
+	"github.com/mlxg/mlxg/runner/pipeline"
 	"github.com/mlxg/mlxg/runner/template"
 )
 
@@ -51,6 +52,9 @@ type EngineLoader struct {
 	// Shape, when set, turns a model's shape into this process's share of it before the KV
 	// policy plans (a model split over several machines: rank 0's layers and weights).
 	Shape func(dir string, shape kvstore.ModelShape, numCtx int) (kvstore.ModelShape, error)
+	// Pipeline, when set, loads every model split over the leader's machines
+	// (runner.LoadOptions.Pipeline).
+	Pipeline *pipeline.Leader
 }
 
 // plan reads the model's shape and asks the KV policy for its layout at numCtx.
@@ -146,7 +150,7 @@ func (l *EngineLoader) logger() *slog.Logger {
 
 func (l *EngineLoader) load(m *registry.LocalModel, info *registry.ModelInfo, be compute.Backend, numCtx int) (*engineModel, error) {
 	cb := &captureBackend{Backend: be}
-	opts := runner.LoadOptions{Backend: cb, Logger: l.Logger, Prefix: l.Prefix, Parallel: l.Parallel}
+	opts := runner.LoadOptions{Backend: cb, Logger: l.Logger, Prefix: l.Prefix, Parallel: l.Parallel, Pipeline: l.Pipeline}
 	kvSpec, size := "fp16", m.Size+fp16KV(info, numCtx)
 	peak := size
 	seqPlan := new(atomic.Pointer[kvstore.Plan]) // the KV policy's plan for the latest sequence

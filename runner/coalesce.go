@@ -21,7 +21,9 @@ import (
 // all cached does not wait on each other), and never on a prompt over twice its length
 // (whose prefill would outlast its own). Models
 // whose caches cannot resume mid-prompt (sliding windows, recurrent states: they resume
-// only where a prompt ended) do not wait.
+// only where a prompt ended) do not wait, nor do models split over several machines
+// (runner/pipeline), whose workers would have to restore the shared blocks too: waiting
+// is not tried there.
 
 type inflight struct {
 	head  []int32       // the prompt minus its last token: what its prefill saves
@@ -83,7 +85,7 @@ func (e *Engine) coalesce(ctx context.Context, prompt []int32) (*prefillTicket, 
 	if c == nil || e.prefix == nil || len(prompt) < 2 {
 		return nil, nil
 	}
-	if _, own := e.Model.Network().(model.CacheMaker); own {
+	if _, own := e.Model.Network().(model.CacheMaker); own || e.Model.Executor() != nil {
 		return nil, nil
 	}
 	head := prompt[:len(prompt)-1]

@@ -17,6 +17,7 @@ import (
 	"github.com/mlxg/mlxg/registry/randmodel"
 	"github.com/mlxg/mlxg/runner/model"
 	"github.com/mlxg/mlxg/runner/model/modeltest"
+	"github.com/mlxg/mlxg/runner/pipeline"
 )
 
 // distRun is what each model's run produced: every step's logits and the greedy tokens.
@@ -121,13 +122,13 @@ func TestDistributedPipeline(t *testing.T) {
 		t.Fatal(err)
 	}
 	if rank != 0 {
-		w := &model.Worker{Wire: g, Open: func(dir string, s model.Stage) (*model.Model, error) { return model.LoadStage(dir, b, s) }}
+		w := &pipeline.Worker{Wire: g, Open: func(dir string, s pipeline.Stage) (*model.Model, error) { return pipeline.LoadStage(dir, b, s) }}
 		if err := w.Run(); err != nil {
 			t.Fatal(err)
 		}
 		return
 	}
-	leader, err := model.NewLeader(g)
+	leader, err := pipeline.NewLeader(g)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +139,8 @@ func TestDistributedPipeline(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("%s: %v, %d weight bytes", a.name, *m.Stage(), m.WeightBytes())
+		st, _ := pipeline.StageOf(m)
+		t.Logf("%s: %v, %d weight bytes", a.name, st, m.WeightBytes())
 		for _, kind := range distKV {
 			mlxtest.Result(a.name+"/"+kind, greedyRun(t, m, distCaches(t, m, dir, kind), prompt, steps))
 		}
@@ -216,13 +218,13 @@ func TestDistributedBench(t *testing.T) {
 			t.Fatal(err)
 		}
 		if rank != 0 {
-			w := &model.Worker{Wire: g, Open: func(dir string, s model.Stage) (*model.Model, error) { return model.LoadStage(dir, b, s) }}
+			w := &pipeline.Worker{Wire: g, Open: func(dir string, s pipeline.Stage) (*model.Model, error) { return pipeline.LoadStage(dir, b, s) }}
 			if err := w.Run(); err != nil {
 				t.Fatal(err)
 			}
 			return
 		}
-		leader, err := model.NewLeader(g)
+		leader, err := pipeline.NewLeader(g)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -310,21 +312,19 @@ func TestDistributedPrefixCache(t *testing.T) {
 			t.Fatal(err)
 		}
 		if rank != 0 {
-			w := &model.Worker{Wire: g, Prefix: pc, Open: func(dir string, s model.Stage) (*model.Model, error) { return model.LoadStage(dir, b, s) }}
+			w := &pipeline.Worker{Wire: g, Prefix: pc, Open: func(dir string, s pipeline.Stage) (*model.Model, error) { return pipeline.LoadStage(dir, b, s) }}
 			if err := w.Run(); err != nil {
 				t.Fatal(err)
 			}
 			return
 		}
-		leader, err := model.NewLeader(g)
+		leader, err := pipeline.NewLeader(g)
 		if err != nil {
 			t.Fatal(err)
 		}
 		leader.Timeout = time.Minute
-		model.SetLeader(leader)
-		defer model.SetLeader(nil)
 		for i, a := range archs {
-			e, err := LoadModel(filepath.SplitList(os.Getenv(envDistPrefix))[i], LoadOptions{Backend: b, Prefix: pc})
+			e, err := LoadModel(filepath.SplitList(os.Getenv(envDistPrefix))[i], LoadOptions{Backend: b, Prefix: pc, Pipeline: leader})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -432,18 +432,18 @@ func TestDistributedBatch(t *testing.T) {
 			t.Fatal(err)
 		}
 		if rank != 0 {
-			w := &model.Worker{Wire: g, Open: func(dir string, s model.Stage) (*model.Model, error) {
+			w := &pipeline.Worker{Wire: g, Open: func(dir string, s pipeline.Stage) (*model.Model, error) {
 				if strings.HasSuffix(dir, "-refused") {
 					return nil, fmt.Errorf("refused (the test's)")
 				}
-				return model.LoadStage(dir, b, s)
+				return pipeline.LoadStage(dir, b, s)
 			}}
 			if err := w.Run(); err != nil {
 				t.Fatal(err)
 			}
 			return
 		}
-		leader, err := model.NewLeader(g)
+		leader, err := pipeline.NewLeader(g)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -451,7 +451,7 @@ func TestDistributedBatch(t *testing.T) {
 		// A model a worker cannot load fails its load, naming the rank; the pipeline
 		// goes on.
 		refused := filepath.SplitList(os.Getenv(envDistBatch))[0] + "-refused"
-		if _, err := leader.Load(refused, b); !errors.Is(err, model.ErrRankFailed) || !strings.Contains(err.Error(), "rank 1 could not load") {
+		if _, err := leader.Load(refused, b); !errors.Is(err, pipeline.ErrRankFailed) || !strings.Contains(err.Error(), "rank 1 could not load") {
 			t.Fatalf("loading a model the worker refuses: %v", err)
 		}
 		for i, a := range archs {

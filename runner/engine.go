@@ -18,6 +18,7 @@ import (
 	"github.com/mlxg/mlxg/runner/cpu"
 	"github.com/mlxg/mlxg/runner/model"
 	_ "github.com/mlxg/mlxg/runner/model/all" // every architecture
+	"github.com/mlxg/mlxg/runner/pipeline"
 	"github.com/mlxg/mlxg/runner/sample"
 	"github.com/mlxg/mlxg/runner/template"
 	"github.com/mlxg/mlxg/runner/tokenizer"
@@ -39,6 +40,9 @@ type LoadOptions struct {
 	// Parallel above 1 runs up to that many concurrent requests as one continuous batch
 	// (batch.go): one forward pass per step for all of them. Others wait for a slot.
 	Parallel int
+	// Pipeline, when set, loads the model split over the leader's machines: this
+	// process runs rank 0's layers and the generation loop. Nil: the whole model here.
+	Pipeline *pipeline.Leader
 }
 
 // FP32Cache is a KVCache that keeps keys and values in float32 (reference tests).
@@ -112,7 +116,13 @@ func LoadModel(dir string, o LoadOptions) (*Engine, error) {
 	}
 	tuneGC()
 	start := time.Now()
-	m, err := model.Load(dir, backend)
+	var m *model.Model
+	var err error
+	if o.Pipeline != nil {
+		m, err = o.Pipeline.Load(dir, backend)
+	} else {
+		m, err = model.Load(dir, backend)
+	}
 	if err != nil {
 		return nil, err
 	}

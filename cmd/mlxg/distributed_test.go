@@ -19,7 +19,7 @@ import (
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/metal/mlxtest"
 	"github.com/mlxg/mlxg/registry"
-	"github.com/mlxg/mlxg/runner/model"
+	"github.com/mlxg/mlxg/runner/pipeline"
 )
 
 const (
@@ -152,7 +152,7 @@ func TestDistributedServeRankDies(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if code == 200 || !strings.Contains(body, "rank 1") || !strings.Contains(body, model.ErrRankFailed.Error()) {
+	if code == 200 || !strings.Contains(body, "rank 1") || !strings.Contains(body, pipeline.ErrRankFailed.Error()) {
 		t.Fatalf("after the worker died: %d %s", code, body)
 	}
 	t.Logf("after the worker died: %d %s", code, body)
@@ -207,14 +207,5 @@ func TestWorkerArgs(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("hostfile %q rank %d: %v, want %q", c.hostfile, c.rank, err, c.want)
 		}
-	}
-	path := filepath.Join(t.TempDir(), "h.json")
-	os.WriteFile(path, []byte(`[["127.0.0.1:1"]]`), 0o644)
-	if _, err := readHostfile(path); err == nil || !strings.Contains(err.Error(), "at least 2") {
-		t.Errorf("a hostfile of one rank: %v", err)
-	}
-	os.WriteFile(path, []byte(`{"not": "a list"}`), 0o644)
-	if _, err := readHostfile(path); err == nil {
-		t.Error("a hostfile that is not a list read")
 	}
 }

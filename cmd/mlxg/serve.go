@@ -20,6 +20,7 @@ import (
 	"github.com/mlxg/mlxg/kvstore/sysmem"
 	"github.com/mlxg/mlxg/registry"
 	"github.com/mlxg/mlxg/runner/backend"
+	"github.com/mlxg/mlxg/runner/pipeline"
 	"github.com/mlxg/mlxg/runner/sched"
 )
 
@@ -137,14 +138,14 @@ func serve(ctx context.Context, logw io.Writer, kv *kvstore.Options, pc *kvstore
 		return err
 	}
 	forModel := choice.ForModel
-	var cl *cluster
+	var cl *pipeline.Cluster
 	if hostfile != "" {
-		if cl, err = startCluster(choice.Backend, hostfile, log); err != nil {
+		if cl, err = pipeline.Start(choice.Backend, hostfile, log); err != nil {
 			return err
 		}
 		defer cl.Close()
-		cl.exitIfStuck(ctx, grace)
-		forModel = cl.forModel(choice.ForModel)
+		cl.ExitIfStuck(ctx, grace, func() { exitStuck() })
+		forModel = cl.ForModel(choice.ForModel)
 	}
 	prefix, err := openPrefixCache(pc, log)
 	if err != nil {
@@ -153,7 +154,8 @@ func serve(ctx context.Context, logw io.Writer, kv *kvstore.Options, pc *kvstore
 	defer prefix.Close()
 	loader := &api.EngineLoader{Backend: choice.Backend, ForModel: forModel, Threads: threads, KV: &kvstore.Policy{Options: *kv, Log: log}, Logger: log, Prefix: prefix, Parallel: sc.NumParallel}
 	if cl != nil {
-		loader.Shape = cl.leader.Plan // rank 0 plans its own layers' KV; each worker plans its own
+		loader.Pipeline = cl.Leader()
+		loader.Shape = cl.Leader().Plan // rank 0 plans its own layers' KV; each worker plans its own
 	}
 	srv, err := api.NewServer(api.ServerConfig{
 		Store:         store,

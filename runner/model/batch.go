@@ -132,8 +132,8 @@ type BatchNetwork interface {
 // Batched reports whether ForwardBatch runs the model's sequences in one pass (else it
 // runs them one after the other): the architecture and the backend both support it.
 func (m *Model) Batched() bool {
-	if m.stage != nil {
-		return m.stageBatched() // a pipeline stage (pipeline.go)
+	if m.exec != nil {
+		return m.exec.Batched()
 	}
 	if _, ok := m.net.(BatchNetwork); !ok {
 		return false
@@ -152,8 +152,8 @@ type Result struct {
 // its error and the others still run. With ctx done the pass stops, and every
 // sequence's caches are truncated back to where they were.
 func (m *Model) ForwardBatch(ctx context.Context, seqs []Sequence) []Result {
-	if m.stage != nil {
-		return m.forwardBatchStage(ctx, seqs) // a pipeline stage (pipeline.go)
+	if m.exec != nil {
+		return m.exec.ForwardBatch(ctx, seqs)
 	}
 	out := make([]Result, len(seqs))
 	var run []int

@@ -33,33 +33,25 @@ func (m *Model) FillCaches(caches []kvstore.Layer) error {
 	if !slices.Contains(caches, nil) {
 		return nil
 	}
-	cm, ok := m.net.(CacheMaker)
-	if !ok {
+	// A part of a split model has no caches for the layers other processes run (its
+	// memory policy plans none there), whatever the architecture: its Executor's
+	// FillLayer decides what they keep.
+	if _, ok := m.net.(CacheMaker); !ok && m.exec == nil {
 		return fmt.Errorf("model: layer %d has no cache, and %s makes none of its own", slices.Index(caches, nil), m.Config.ModelType)
 	}
-	own, err := cm.NewCaches(false)
+	own, err := m.NewCaches(false)
 	if err != nil {
 		return err
 	}
 	for i, c := range caches {
 		if c == nil {
 			caches[i] = own[i]
-			if _, rec := own[i].(RecurrentLayer); m.stage != nil && !rec && (i < m.stage.Lo || i >= m.stage.Hi) {
-				caches[i] = &skipped{n: seqLen(caches), window: 1 << 30} // another rank's layer (shard.go)
+			if m.exec != nil {
+				caches[i] = m.exec.FillLayer(caches, i)
 			}
 		}
 	}
 	return nil
-}
-
-// seqLen is the positions the filled caches hold.
-func seqLen(caches []kvstore.Layer) int {
-	for _, c := range caches {
-		if c != nil {
-			return c.Len()
-		}
-	}
-	return 0
 }
 
 // prepareCaches fills the caches and checks that every layer holds the same positions.
@@ -83,17 +75,46 @@ type RecurrentLayer interface {
 	RecurrentState() *kvstore.Recurrent
 }
 
-// PrefixSeq is Seq for m: on a pipeline stage, only the stage's own layers (each rank
-// keeps its own layers' blocks in its own prefix cache).
+// PrefixSeq is Seq for m: for a part of a split model, only its own layers (each
+// process keeps its own layers' blocks in its own prefix cache).
 func (m *Model) PrefixSeq(caches []kvstore.Layer) kvstore.Seq {
-	if m.stage == nil {
-		return Seq(caches)
+	if m.exec != nil {
+		return m.exec.PrefixSeq(caches)
 	}
-	own := make([]kvstore.Layer, len(caches))
-	for i := m.stage.Lo; i < m.stage.Hi && i < len(caches); i++ {
-		own[i] = caches[i]
+	return Seq(caches)
+}
+
+// PrefixRestore restores, for a split model, the same prefix on the other processes
+// that this one restored (n positions of tokens), and returns the positions every
+// process holds. A whole model holds n.
+func (m *Model) PrefixRestore(caches []kvstore.Layer, tokens []int32, n int) (int, error) {
+	if m.exec != nil {
+		return m.exec.PrefixRestore(caches, tokens, n)
 	}
-	return Seq(own)
+	return n, nil
+}
+
+// PrefixSave makes the other processes of a split model save their layers' blocks of
+// tokens, as this one just did.
+func (m *Model) PrefixSave(caches []kvstore.Layer, tokens []int32) {
+	if m.exec != nil {
+		m.exec.PrefixSave(caches, tokens)
+	}
+}
+
+// PrefixEnd ends the other processes' prefix-cache session of the sequence.
+func (m *Model) PrefixEnd(caches []kvstore.Layer) {
+	if m.exec != nil {
+		m.exec.PrefixEnd(caches)
+	}
+}
+
+// Ranks describes the processes of a split model (nil for a whole model).
+func (m *Model) Ranks() []RankInfo {
+	if m.exec != nil {
+		return m.exec.Ranks()
+	}
+	return nil
 }
 
 // Seq presents one sequence's caches as the prefix cache sees them: the attention

@@ -76,19 +76,15 @@ type Model struct {
 	ckpt    *safetensors.Checkpoint
 	net     Network
 	bytes   int64
-	stage   *Stage // the pipeline stage loaded (LoadStage), nil for the whole model
-	pipe    *pipe  // its group (Attach)
+	exec    Executor // a part of a split model's (LoadWith); nil for a whole model
 }
 
 // Load reads dir's config, maps its weights and binds them on backend.
 func Load(dir string, backend compute.Backend) (*Model, error) {
-	if l := currentLeader(); l != nil {
-		return l.Load(dir, backend) // this process is rank 0 of a pipeline (pipeline.go)
-	}
 	return load(dir, backend, nil)
 }
 
-// load is Load, with the weights skip names left unbound (a pipeline stage's, shard.go).
+// load is Load, with the weights skip names left unbound (LoadWith).
 func load(dir string, backend compute.Backend, skip func(*Loader, string) bool) (*Model, error) {
 	cfg, err := ReadConfig(dir)
 	if err != nil {
@@ -111,16 +107,11 @@ func load(dir string, backend compute.Backend, skip func(*Loader, string) bool) 
 		ckpt.Close()
 		return nil, fmt.Errorf("loading %s (%s): %w", dir, cfg.ModelType, err)
 	}
-	m := &Model{Config: cfg, Dir: dir, backend: backend, ckpt: ckpt, net: net}
-	for _, f := range ckpt.Files {
-		for _, t := range f.Header.Tensors {
-			m.bytes += t.End - t.Begin
-		}
-	}
-	return m, nil
+	return &Model{Config: cfg, Dir: dir, backend: backend, ckpt: ckpt, net: net, bytes: boundBytes(l, skip)}, nil
 }
 
-// WeightBytes is the size of the checkpoint's tensors on disk.
+// WeightBytes is the size of the checkpoint's tensors on disk (those bound here, for a
+// part of a split model).
 func (m *Model) WeightBytes() int64 { return m.bytes }
 
 // Backend returns the backend the model runs on.
@@ -147,8 +138,8 @@ func (m *Model) NewCaches(fp32 bool) ([]kvstore.Layer, error) {
 // vocab-sized rows: every position when all, else the last only. On error or
 // cancellation the caches are truncated back to where they were.
 func (m *Model) Forward(ctx context.Context, tokens []int32, caches []kvstore.Layer, all bool) ([]float32, error) {
-	if m.stage != nil {
-		return m.forwardStage(ctx, tokens, caches, all)
+	if m.exec != nil {
+		return m.exec.Forward(ctx, tokens, caches, all)
 	}
 	if len(tokens) == 0 {
 		return nil, fmt.Errorf("model: Forward with no tokens")
@@ -190,7 +181,7 @@ func (m *Model) Forward(ctx context.Context, tokens []int32, caches []kvstore.La
 // so that decoding does not allocate a vocabulary-sized slice per token. Only a whole
 // Forward result may be given, once; a backend without such a pool ignores it.
 func (m *Model) Recycle(logits []float32) {
-	if r, ok := m.backend.(interface{ Recycle([]float32) }); ok && m.stage == nil {
+	if r, ok := m.backend.(interface{ Recycle([]float32) }); ok && m.exec == nil {
 		r.Recycle(logits)
 	}
 }
@@ -218,7 +209,9 @@ func (c *cancellable) Attention(q, k, v compute.Tensor, cache kvstore.Layer, hea
 
 // Close releases the weights' mappings.
 func (m *Model) Close() error {
-	m.closeStage()  // a pipeline's workers drop their stages too
+	if m.exec != nil {
+		m.exec.Close()
+	}
 	crew.StopWarm() // no worker may read the weights' mapping after it is gone
 	return m.ckpt.Close()
 }
@@ -231,7 +224,7 @@ type Loader struct {
 	Backend compute.Backend
 	ckpt    *safetensors.Checkpoint
 	err     error
-	skip    func(l *Loader, name string) bool // weights another pipeline rank holds (shard.go)
+	skip    func(l *Loader, name string) bool // weights another process binds (LoadConfig.Unbound)
 }
 
 // Err returns the first binding error.
@@ -253,7 +246,7 @@ func (l *Loader) Linear(prefix string, out, in int) compute.Weight {
 		return nil
 	}
 	if l.skip != nil && l.skip(l, prefix+".weight") {
-		return &stub{out: out, in: in, q: l.Config.Quantization.For(prefix, l.Has)}
+		return &Unbound{Out: out, In: in, Q: l.Config.Quantization.For(prefix, l.Has)}
 	}
 	w, err := l.Backend.Weight(l.ckpt, prefix, l.Config.Quantization.For(prefix, l.Has))
 	if err != nil {
@@ -273,7 +266,7 @@ func (l *Loader) Vector(name string, n int) compute.Vector {
 		return nil
 	}
 	if l.skip != nil && l.skip(l, name) {
-		return &stub{out: n}
+		return &Unbound{Out: n}
 	}
 	v, err := l.Backend.Vector(l.ckpt, name)
 	if err != nil {

@@ -1,4 +1,4 @@
-package main
+package pipeline
 
 import (
 	"bufio"
@@ -17,29 +17,24 @@ import (
 	"github.com/mlxg/mlxg/metal"
 	"github.com/mlxg/mlxg/registry"
 	"github.com/mlxg/mlxg/runner/compute"
-	"github.com/mlxg/mlxg/runner/model"
 )
 
-// Several machines: rank 0 is `mlxg serve --hostfile FILE`, every other machine runs
-// `mlxg worker --hostfile FILE --rank N`. They join one MLX distributed group (the ring
-// backend by default, set up from the hostfile as mlx.launch does) and every model is
-// loaded as a pipeline over them (runner/model's Leader and Worker): each rank holds a
-// contiguous range of the layers, activations go rank to rank with MLX's send/recv.
+// The processes: rank 0 is the server, every other machine runs a worker (RunWorker).
+// They join one MLX distributed group (the ring backend by default, set up from the
+// hostfile as mlx.launch does), and each worker keeps a TCP connection to rank 0 besides
+// it: MLX's ring has no timeout and no notice of a peer that died, so that connection is
+// how rank 0 learns that a rank is gone (and the worker that rank 0 is), and how rank 0
+// wakes an idle worker without it polling MLX's socket.
 
-const clusterEnvHelp = `  MLXG_HOSTFILE, MLX_HOSTFILE         an MLX hostfile ([["host0:port"], ["host1:port"], ...], JSON): serve the models
-                                      as a pipeline over these machines; this is rank 0 (MLX_RANK, if set, must be 0),
-                                      the others run ` + "`mlxg worker`" + `
-  MLXG_DISTRIBUTED_BACKEND            MLX's distributed backend (default "ring"; "jaccl" over Thunderbolt 5 RDMA)
-  MLXG_RANK_TIMEOUT                   how long rank 0 waits for the workers in one exchange (default 10m)`
-
-// hostfileFrom is the hostfile a command was given: the flag, else MLXG_HOSTFILE, else
-// MLX_HOSTFILE ("" when none).
-func hostfileFrom(flag string) string {
-	if flag != "" {
-		return flag
+// envFirst is the first of keys set in the environment, and its value (keys[0] and ""
+// when none is).
+func envFirst(keys ...string) (string, string) {
+	for _, k := range keys {
+		if v := strings.TrimSpace(os.Getenv(k)); v != "" {
+			return k, v
+		}
 	}
-	_, v := envFirst("MLXG_HOSTFILE", "MLX_HOSTFILE")
-	return v
+	return keys[0], ""
 }
 
 // readHostfile reads an MLX hostfile: a JSON list with one list of "host:port" per rank.
@@ -64,6 +59,7 @@ func readHostfile(path string) ([][]string, error) {
 }
 
 // joinGroup points MLX at the hostfile and rank and joins the group on b.
+// MLXG_DISTRIBUTED_BACKEND names MLX's backend ("ring" by default).
 func joinGroup(b compute.Backend, hostfile string, rank int, log *slog.Logger) (*metal.Group, [][]string, error) {
 	mb, ok := b.(*metal.Backend)
 	if !ok {
@@ -94,10 +90,11 @@ func joinGroup(b compute.Backend, hostfile string, rank int, log *slog.Logger) (
 	return g, hosts, nil
 }
 
-// cluster is rank 0's view of the machines.
-type cluster struct {
+// Cluster is rank 0's view of the machines: its Leader, and the workers' liveness
+// connections.
+type Cluster struct {
 	group  *metal.Group
-	leader *model.Leader
+	leader *Leader
 	hosts  [][]string
 	ln     net.Listener
 	log    *slog.Logger
@@ -108,10 +105,11 @@ type cluster struct {
 	closing bool // the server stops the workers itself
 }
 
-// startCluster makes this process rank 0 of the hostfile's group, on b (which stays
-// open for the server's life): it waits for the workers, opens the liveness listener
-// they connect to, and makes model.Load load pipelines.
-func startCluster(b compute.Backend, hostfile string, log *slog.Logger) (*cluster, error) {
+// Start makes this process rank 0 of the hostfile's group, on b (which stays open for
+// the server's life): it waits for the workers and opens the liveness listener they
+// connect to. Its Leader then loads models as pipelines (runner.LoadOptions.Pipeline).
+// MLXG_RANK_TIMEOUT bounds one exchange with the workers (10m by default).
+func Start(b compute.Backend, hostfile string, log *slog.Logger) (*Cluster, error) {
 	if _, r := envFirst("MLX_RANK"); r != "" && r != "0" {
 		return nil, fmt.Errorf("MLX_RANK=%s: `mlxg serve` is rank 0; run `mlxg worker --rank %s` on that machine", r, r)
 	}
@@ -119,7 +117,7 @@ func startCluster(b compute.Backend, hostfile string, log *slog.Logger) (*cluste
 	if err != nil {
 		return nil, err
 	}
-	leader, err := model.NewLeader(g)
+	leader, err := NewLeader(g)
 	if err != nil {
 		return nil, err
 	}
@@ -139,7 +137,7 @@ func startCluster(b compute.Backend, hostfile string, log *slog.Logger) (*cluste
 	if err != nil {
 		return nil, fmt.Errorf("listening for the workers' liveness connections: %w", err)
 	}
-	c := &cluster{group: g, leader: leader, hosts: hosts, ln: ln, log: log, alive: map[int]bool{}, conns: map[int]net.Conn{}}
+	c := &Cluster{group: g, leader: leader, hosts: hosts, ln: ln, log: log, alive: map[int]bool{}, conns: map[int]net.Conn{}}
 	leader.SetHosts(strings.Split(c.hostList(), ","))
 	go c.accept()
 	if err := leader.Hello(ln.Addr().String()); err != nil {
@@ -161,14 +159,13 @@ func startCluster(b compute.Backend, hostfile string, log *slog.Logger) (*cluste
 		}
 	}
 	leader.Doorbell = c.ring
-	model.SetLeader(leader)
 	log.Info("pipeline ready: models are split over the ranks by layers", "ranks", g.Size(), "hosts", c.hostList())
 	return c, nil
 }
 
 // accept takes the workers' liveness connections: each says its rank, then stays open;
 // when one closes, that rank is gone and the pipeline fails its requests.
-func (c *cluster) accept() {
+func (c *Cluster) accept() {
 	for {
 		conn, err := c.ln.Accept()
 		if err != nil {
@@ -205,7 +202,10 @@ func (c *cluster) accept() {
 	}
 }
 
-func (c *cluster) hostList() string {
+// Leader is rank 0's side of the pipeline.
+func (c *Cluster) Leader() *Leader { return c.leader }
+
+func (c *Cluster) hostList() string {
 	var s []string
 	for _, h := range c.hosts {
 		s = append(s, h[0])
@@ -215,7 +215,7 @@ func (c *cluster) hostList() string {
 
 // ring tells every worker that a control message is coming: one byte on its liveness
 // connection (they wait for it rather than in MLX's receive, which polls).
-func (c *cluster) ring() error {
+func (c *Cluster) ring() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for r, conn := range c.conns {
@@ -227,8 +227,9 @@ func (c *cluster) ring() error {
 	return nil
 }
 
-// forModel gives a model's own backend the group.
-func (c *cluster) forModel(open func() (compute.Backend, error)) func() (compute.Backend, error) {
+// ForModel wraps open, which opens a model's own backend, to give that backend the
+// group: the stage's transfers run on the model's backend.
+func (c *Cluster) ForModel(open func() (compute.Backend, error)) func() (compute.Backend, error) {
 	return func() (compute.Backend, error) {
 		b, err := open()
 		if err != nil {
@@ -243,10 +244,11 @@ func (c *cluster) forModel(open func() (compute.Backend, error)) func() (compute
 	}
 }
 
-// exitIfStuck ends the process once ctx is done (the server shutting down) when the
-// pipeline broke: a transfer left blocked inside MLX holds its model's backend, whose
-// unload would otherwise wait for it forever.
-func (c *cluster) exitIfStuck(ctx context.Context, grace time.Duration) {
+// ExitIfStuck calls exit (which ends the process) once ctx is done (the server shutting
+// down) and grace and 5 s more have passed, when the pipeline broke: a transfer left
+// blocked inside MLX holds its model's backend, whose unload would otherwise wait for
+// it forever.
+func (c *Cluster) ExitIfStuck(ctx context.Context, grace time.Duration, exit func()) {
 	go func() {
 		<-ctx.Done()
 		if c.leader.Broken() == nil {
@@ -254,20 +256,15 @@ func (c *cluster) exitIfStuck(ctx context.Context, grace time.Duration) {
 		}
 		time.Sleep(grace + 5*time.Second)
 		c.log.Error("exiting: a model split over several machines lost a rank and its MLX transfer is stuck")
-		exitStuck()
+		exit()
 	}()
 }
 
-// exitStuck ends the process for exitIfStuck (a test that runs serve in its own process
-// replaces it, so that the exit does not end the other tests).
-var exitStuck = func() { os.Exit(1) }
-
 // Close ends the workers (when they can still be reached) and the listener.
-func (c *cluster) Close() {
+func (c *Cluster) Close() {
 	c.mu.Lock()
 	c.closing = true
 	c.mu.Unlock()
-	model.SetLeader(nil)
 	if c.leader.Broken() == nil {
 		if err := c.leader.Stop(); err != nil {
 			c.log.Warn("stopping the workers", "err", err)

@@ -1,4 +1,4 @@
-package model
+package pipeline
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/runner/compute"
+	"github.com/mlxg/mlxg/runner/model"
 )
 
 // Wire is the pipeline's control channel between neighbouring ranks: small int32
@@ -232,17 +233,6 @@ func (l *Leader) Plan(dir string, shape kvstore.ModelShape, numCtx int) (kvstore
 	return StageShape(shape, stages[0], w), nil
 }
 
-// CurrentLeader is the leader SetLeader made, if any.
-func CurrentLeader() *Leader { return currentLeader() }
-
-// RankInfo is one rank of a model's pipeline, as ps shows it.
-type RankInfo struct {
-	Rank   int
-	Host   string
-	Layers string // "0-13", or "head only"
-	State  string // "ready", "gone", or "stalled" (another rank failed)
-}
-
 // SetHosts records the ranks' addresses (the hostfile's), for Ranks.
 func (l *Leader) SetHosts(hosts []string) {
 	l.dmu.Lock()
@@ -262,16 +252,16 @@ func (l *Leader) RankGone(r int, err error) {
 }
 
 // Ranks describes the ranks of m, a model loaded through l.
-func (l *Leader) Ranks(m *Model) []RankInfo {
+func (l *Leader) Ranks(m *model.Model) []model.RankInfo {
 	stages, err := Split(m.Config.NumLayers, l.wire.Size())
 	if err != nil {
 		return nil
 	}
 	l.dmu.Lock()
 	defer l.dmu.Unlock()
-	out := make([]RankInfo, len(stages))
+	out := make([]model.RankInfo, len(stages))
 	for r, s := range stages {
-		ri := RankInfo{Rank: r, State: "ready", Layers: "head only"}
+		ri := model.RankInfo{Rank: r, State: "ready", Layers: "head only"}
 		if s.Hi > s.Lo {
 			ri.Layers = fmt.Sprintf("%d-%d", s.Lo, s.Hi-1)
 		}
@@ -289,13 +279,12 @@ func (l *Leader) Ranks(m *Model) []RankInfo {
 	return out
 }
 
-// Ranks describes the ranks of a model split over several machines (nil for a model
-// in one process).
-func (m *Model) Ranks() []RankInfo {
+// Ranks implements model.Executor: rank 0 describes every rank (a worker, none).
+func (m *stageModel) Ranks() []model.RankInfo {
 	if m.pipe == nil || m.pipe.leader == nil {
 		return nil
 	}
-	return m.pipe.leader.Ranks(m)
+	return m.pipe.leader.Ranks(m.Model)
 }
 
 // NewLeader starts rank 0's side over w.
@@ -433,9 +422,9 @@ func (l *Leader) Stop() error {
 
 // Load loads the model in dir on every rank, each its stage, backend binding rank 0's.
 // The workers find it at the same path, or under their own Hugging Face cache
-// (Worker.Resolve).
-func (l *Leader) Load(dir string, backend compute.Backend) (*Model, error) {
-	cfg, err := ReadConfig(dir)
+// (ResolveModelDir). runner.LoadOptions.Pipeline makes the engine load through it.
+func (l *Leader) Load(dir string, backend compute.Backend) (*model.Model, error) {
+	cfg, err := model.ReadConfig(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -471,7 +460,7 @@ func (l *Leader) Load(dir string, backend compute.Backend) (*Model, error) {
 		l.unload(id)
 		return nil, err
 	}
-	m.pipe = &pipe{leader: l, id: id, seqs: map[*kvstore.Layer]int32{}, layout: map[int32][]int32{}}
+	stageOf(m).pipe = &pipe{leader: l, id: id, seqs: map[*kvstore.Layer]int32{}, layout: map[int32][]int32{}}
 	return m, nil
 }
 
@@ -500,7 +489,7 @@ type pipe struct {
 // seqID names a caches list to the workers (they keep their layers' caches per id),
 // and returns the description of its layers' caches when the workers need it: on the
 // sequence's first pass, and whenever it starts again from position 0. It describes
-// the caches before StageCaches replaces other ranks' layers.
+// the caches before stageCaches replaces other ranks' layers.
 func (p *pipe) seqID(caches []kvstore.Layer) (int32, []int32) {
 	k := &caches[0]
 	id, ok := p.seqs[k]
@@ -529,8 +518,8 @@ func (p *pipe) seqID(caches []kvstore.Layer) (int32, []int32) {
 // recently used go first).
 const maxWorkerSeqs = 16
 
-// closeStage tells the workers to drop the model (rank 0).
-func (m *Model) closeStage() {
+// Close implements model.Executor: rank 0 tells the workers to drop the model.
+func (m *stageModel) Close() {
 	if m.pipe != nil && m.pipe.leader != nil {
 		if err := m.pipe.leader.unload(m.pipe.id); err != nil {
 			slog.Warn("unloading a model on the pipeline's workers", "err", err)
@@ -538,10 +527,10 @@ func (m *Model) closeStage() {
 	}
 }
 
-// forwardStage is Forward for a pipeline stage on rank 0: it sends the pass to the
-// workers, runs its layers, and returns the logits the last rank sends back once the
-// status round says every rank ran.
-func (m *Model) forwardStage(ctx context.Context, tokens []int32, caches []kvstore.Layer, all bool) ([]float32, error) {
+// Forward implements model.Executor on rank 0: it sends the pass to the workers, runs
+// its layers, and returns the logits the last rank sends back once the status round
+// says every rank ran.
+func (m *stageModel) Forward(ctx context.Context, tokens []int32, caches []kvstore.Layer, all bool) ([]float32, error) {
 	p := m.pipe
 	if p == nil || p.leader == nil {
 		return nil, fmt.Errorf("model: stage %v has no pipeline leader", m.stage)
@@ -567,7 +556,7 @@ func (m *Model) forwardStage(ctx context.Context, tokens []int32, caches []kvsto
 			break
 		}
 	}
-	inner := m.backend.NewContext()
+	inner := m.Backend().NewContext()
 	abandoned := false
 	defer func() {
 		// A pass abandoned inside MLX (a rank died mid-transfer) holds the backend's
@@ -576,7 +565,7 @@ func (m *Model) forwardStage(ctx context.Context, tokens []int32, caches []kvsto
 			inner.Close()
 		}
 	}()
-	_, msg.Hidden = inner.(HiddenSink)
+	_, msg.Hidden = inner.(model.HiddenSink)
 	logits, passErr, failed, err := l.pass(msg, func() ([]float32, error, error) { return m.runStage(inner, msg, caches) })
 	if err != nil {
 		abandoned = true
@@ -598,8 +587,8 @@ func (m *Model) forwardStage(ctx context.Context, tokens []int32, caches []kvsto
 // transfers were evaluated still performs them (with zeros), so that the other ranks
 // are not left waiting: passErr is its error. A failed transfer leaves the group
 // unusable: broke.
-func (m *Model) runStage(inner compute.Context, msg Message, caches []kvstore.Layer) (logits []float32, passErr, broke error) {
-	s := *m.stage
+func (m *stageModel) runStage(inner compute.Context, msg Message, caches []kvstore.Layer) (logits []float32, passErr, broke error) {
+	s := m.stage
 	tokens, all := msg.Payload, msg.All
 	start := caches[0].Len()
 	rows := len(tokens)
@@ -611,11 +600,11 @@ func (m *Model) runStage(inner compute.Context, msg Message, caches []kvstore.La
 		comm, ok = inner.(Comm)
 	}
 	if !ok {
-		err := fmt.Errorf("model: the %s backend's context (%T) cannot send activations between ranks", m.backend.Name(), inner)
+		err := fmt.Errorf("model: the %s backend's context (%T) cannot send activations between ranks", m.Backend().Name(), inner)
 		return nil, err, m.fillIn(len(tokens), rows, msg.Hidden)
 	}
 	c := &stageContext{inner: inner, comm: comm, st: s, hidden: msg.Hidden, vocab: m.Config.VocabSize, hiddenSize: m.Config.HiddenSize}
-	out := m.net.Forward(c, tokens, caches, !all)
+	out := m.Network().Forward(c, tokens, caches, !all)
 	recorded := c.Err() == nil
 	logits, err := c.Float32s(out)
 	if err == nil {
@@ -628,23 +617,16 @@ func (m *Model) runStage(inner compute.Context, msg Message, caches []kvstore.La
 	return nil, err, m.fillIn(len(tokens), rows, msg.Hidden)
 }
 
-// HiddenSink is a context that wants the final normed hidden state of a pass (the
-// input of the head) rather than only the logits (the server's embeddings): on a
-// pipeline, the last rank sends it to rank 0 instead of the logits.
-type HiddenSink interface {
-	SetHidden(h []float32)
-}
-
 // fillIn performs a stage's transfers with zeros: receive from the rank before (T ×
 // hidden), send to the next (T × hidden, or the logits' rows × vocab to rank 0), and on
 // rank 0 receive the logits.
-func (m *Model) fillIn(T, rows int, want bool) error {
-	s := *m.stage
-	c := m.backend.NewContext()
+func (m *stageModel) fillIn(T, rows int, want bool) error {
+	s := m.stage
+	c := m.Backend().NewContext()
 	defer c.Close()
 	comm, ok := compute.Ext[Comm](c)
 	if !ok {
-		return fmt.Errorf("the %s backend cannot send activations between ranks", m.backend.Name())
+		return fmt.Errorf("the %s backend cannot send activations between ranks", m.Backend().Name())
 	}
 	hidden, vocab := m.Config.HiddenSize, m.Config.VocabSize
 	// The residual crosses between ranks as T rows, except into a last rank that holds
@@ -680,7 +662,7 @@ func (m *Model) fillIn(T, rows int, want bool) error {
 }
 
 // checkStage validates a pass's tokens and prepares its caches, as Forward does.
-func (m *Model) checkStage(tokens []int32, caches []kvstore.Layer) error {
+func (m *stageModel) checkStage(tokens []int32, caches []kvstore.Layer) error {
 	if len(tokens) == 0 {
 		return fmt.Errorf("model: Forward with no tokens")
 	}
@@ -692,10 +674,10 @@ func (m *Model) checkStage(tokens []int32, caches []kvstore.Layer) error {
 			return fmt.Errorf("model: token %d (at %d) is outside the vocabulary of %d", id, i, m.Config.VocabSize)
 		}
 	}
-	if err := m.StageCaches(caches); err != nil {
+	if err := m.stageCaches(caches); err != nil {
 		return err
 	}
-	return m.prepareCaches(caches)
+	return m.PrepareCaches(caches)
 }
 
 // Worker is a worker rank's side of the pipeline: it follows rank 0's messages,
@@ -704,13 +686,13 @@ type Worker struct {
 	Wire Wire
 	// Open loads dir's stage s (LoadStage on the worker's backend; it may look for dir
 	// under another path first).
-	Open func(dir string, s Stage) (*Model, error)
+	Open func(dir string, s Stage) (*model.Model, error)
 	// Release, when set, is called with each model the worker closes (to release its
 	// backend).
-	Release func(m *Model)
+	Release func(m *model.Model)
 	// Loaded, when set, is called with each model the worker loads and the context
 	// rank 0 loaded it for (to set its backend's memory limits from this machine's plan).
-	Loaded func(m *Model, numCtx int) error
+	Loaded func(m *model.Model, numCtx int) error
 	// OnHello, when set, is given rank 0's liveness address (OpHello).
 	OnHello func(addr string) error
 	// Doorbell, when set, blocks until rank 0 says a message is coming (see
@@ -723,7 +705,7 @@ type Worker struct {
 	// context of numCtx) with this machine's memory policy: its layers' share
 	// (StageShape). Layers rank 0 described win over it; nil: the network's own fp16 or
 	// float32 caches.
-	Caches func(m *Model, dir string, numCtx int) ([]kvstore.Layer, error)
+	Caches func(m *model.Model, dir string, numCtx int) ([]kvstore.Layer, error)
 	Log    *slog.Logger
 
 	models map[int32]*workerModel
@@ -731,7 +713,7 @@ type Worker struct {
 }
 
 type workerModel struct {
-	m        *Model
+	m        *stageModel
 	dir      string
 	numCtx   int
 	identity string // the checkpoint's, for prefix-cache model keys
@@ -753,7 +735,7 @@ func (w *Worker) Run() error {
 	w.models = map[int32]*workerModel{}
 	defer func() {
 		for _, wm := range w.models {
-			w.close(wm.m)
+			w.close(wm.m.Model)
 		}
 	}()
 	for {
@@ -807,7 +789,7 @@ func (w *Worker) Run() error {
 						sq.sess.End()
 					}
 				}
-				w.close(wm.m)
+				w.close(wm.m.Model)
 				delete(w.models, msg.Model)
 				w.Log.Info("model unloaded", "model", msg.Model)
 			}
@@ -836,7 +818,7 @@ func (w *Worker) Run() error {
 	}
 }
 
-func (w *Worker) close(m *Model) {
+func (w *Worker) close(m *model.Model) {
 	m.Close()
 	if w.Release != nil {
 		w.Release(m)
@@ -845,7 +827,7 @@ func (w *Worker) close(m *Model) {
 
 func (w *Worker) load(msg Message) error {
 	dir := Name(msg.Payload)
-	cfg, err := ReadConfig(dir)
+	cfg, err := model.ReadConfig(dir)
 	if w.Open == nil {
 		return fmt.Errorf("the worker cannot open models")
 	}
@@ -853,28 +835,33 @@ func (w *Worker) load(msg Message) error {
 	if err == nil {
 		stages, err = Split(cfg.NumLayers, w.Wire.Size())
 	}
-	var m *Model
+	var m *model.Model
 	if err == nil {
 		m, err = w.Open(dir, stages[w.Wire.Rank()])
 	}
 	if err != nil {
 		return fmt.Errorf("loading %s: %w", dir, err)
 	}
-	m.pipe = &pipe{id: msg.Model, wire: w.Wire}
+	sm := stageOf(m)
+	if sm == nil {
+		w.close(m)
+		return fmt.Errorf("loading %s: Open did not load it as a pipeline stage (LoadStage)", dir)
+	}
+	sm.pipe = &pipe{id: msg.Model, wire: w.Wire}
 	if w.Loaded != nil {
 		if err := w.Loaded(m, int(msg.Start)); err != nil {
 			w.close(m)
 			return fmt.Errorf("loading %s: %w", dir, err)
 		}
 	}
-	wm := &workerModel{m: m, dir: m.Dir, numCtx: int(msg.Start), seqs: map[int32]*workerSeq{}}
+	wm := &workerModel{m: sm, dir: m.Dir, numCtx: int(msg.Start), seqs: map[int32]*workerSeq{}}
 	if w.Prefix != nil {
 		if wm.identity, err = kvstore.CheckpointIdentity(m.Dir); err != nil {
 			w.Log.Warn("prefix cache off for this model: its weights cannot be identified", "dir", m.Dir, "err", err)
 		}
 	}
 	w.models[msg.Model] = wm
-	w.Log.Info("model loaded", "model", msg.Model, "dir", dir, "stage", m.stage.String(), "weights", m.WeightBytes())
+	w.Log.Info("model loaded", "model", msg.Model, "dir", dir, "stage", sm.stage.String(), "weights", m.WeightBytes())
 	return nil
 }
 
@@ -906,29 +893,10 @@ func (w *Worker) forward(msg Message) (failure, broke error) {
 	if n := sq.caches[0].Len(); n != int(msg.Start) {
 		return fill(fmt.Errorf("its caches hold %d positions of sequence %d, the pass starts at %d", n, msg.Seq, msg.Start))
 	}
-	inner := wm.m.backend.NewContext()
+	inner := wm.m.Backend().NewContext()
 	defer inner.Close()
 	_, passErr, broke := wm.m.runStage(inner, msg, sq.caches)
 	return passErr, broke
-}
-
-var (
-	leaderMu sync.Mutex
-	leader   *Leader
-)
-
-// SetLeader makes Load load every model as a pipeline over l's ranks (nil: whole
-// models again). MLX keeps one distributed group per process, so there is one leader.
-func SetLeader(l *Leader) {
-	leaderMu.Lock()
-	leader = l
-	leaderMu.Unlock()
-}
-
-func currentLeader() *Leader {
-	leaderMu.Lock()
-	defer leaderMu.Unlock()
-	return leader
 }
 
 // newCaches makes a sequence's caches on a worker: its memory policy's (Caches), else
@@ -938,7 +906,7 @@ func (w *Worker) newCaches(wm *workerModel, msg Message) ([]kvstore.Layer, error
 	var caches []kvstore.Layer
 	var err error
 	if w.Caches != nil && !msg.FP32 {
-		caches, err = w.Caches(wm.m, wm.dir, wm.numCtx)
+		caches, err = w.Caches(wm.m.Model, wm.dir, wm.numCtx)
 		if err == nil {
 			err = wm.m.FillCaches(caches)
 		}
@@ -953,7 +921,7 @@ func (w *Worker) newCaches(wm *workerModel, msg Message) ([]kvstore.Layer, error
 
 // stageCachesFrom makes the layers of this stage that rank 0 described (its memory
 // policy's kinds and specs) as described, in caches.
-func (m *Model) stageCachesFrom(caches []kvstore.Layer, layout []int32) ([]kvstore.Layer, error) {
+func (m *stageModel) stageCachesFrom(caches []kvstore.Layer, layout []int32) ([]kvstore.Layer, error) {
 	n := m.Config.NumLayers
 	if len(layout) != n*kvstore.DescLen {
 		return nil, fmt.Errorf("a cache layout of %d values for %d layers", len(layout), n)
@@ -967,7 +935,7 @@ func (m *Model) stageCachesFrom(caches []kvstore.Layer, layout []int32) ([]kvsto
 			caches[i] = c
 		}
 	}
-	return caches, m.StageCaches(caches)
+	return caches, m.stageCaches(caches)
 }
 
 // seq is msg's sequence, if this worker has it.
@@ -1052,15 +1020,15 @@ func (w *Worker) restore(msg Message) (short bool, err error) {
 // setOthers puts the layers other ranks run at position n: their caches only count
 // positions (a skipped layer's counter, or a recurrent state this rank never
 // computes), so any position is theirs to take.
-func (m *Model) setOthers(caches []kvstore.Layer, n int) {
+func (m *stageModel) setOthers(caches []kvstore.Layer, n int) {
 	for i, c := range caches {
-		if m.stage != nil && i >= m.stage.Lo && i < m.stage.Hi {
+		if i >= m.stage.Lo && i < m.stage.Hi {
 			continue
 		}
 		switch c := c.(type) {
 		case *skipped:
 			c.n = n
-		case RecurrentLayer:
+		case model.RecurrentLayer:
 			r := c.RecurrentState()
 			r.Truncate(0)
 			r.Advance(n)
@@ -1070,20 +1038,20 @@ func (m *Model) setOthers(caches []kvstore.Layer, n int) {
 
 // rewind truncates this stage's own layers to n positions (those that hold more) and
 // puts the others at n.
-func (m *Model) rewind(caches []kvstore.Layer, n int) {
+func (m *stageModel) rewind(caches []kvstore.Layer, n int) {
 	for i, c := range caches {
-		if c != nil && (m.stage == nil || i >= m.stage.Lo && i < m.stage.Hi) && c.Len() > n {
+		if c != nil && i >= m.stage.Lo && i < m.stage.Hi && c.Len() > n {
 			c.Truncate(n)
 		}
 	}
 	m.setOthers(caches, n)
 }
 
-// PrefixRestore makes the workers restore the same prefix rank 0 restored (n
-// positions of tokens) from their own prefix caches, and returns the positions every
-// rank holds: n, or 0 when a worker had less (rank 0's caches are then emptied, and
-// the prompt is computed again on every rank). A whole model returns n.
-func (m *Model) PrefixRestore(caches []kvstore.Layer, tokens []int32, n int) (int, error) {
+// PrefixRestore implements model.Executor: it makes the workers restore the same
+// prefix rank 0 restored (n positions of tokens) from their own prefix caches, and
+// returns the positions every rank holds: n, or 0 when a worker had less (rank 0's
+// caches are then emptied, and the prompt is computed again on every rank).
+func (m *stageModel) PrefixRestore(caches []kvstore.Layer, tokens []int32, n int) (int, error) {
 	p := m.pipe
 	if p == nil || p.leader == nil {
 		return n, nil
@@ -1117,16 +1085,16 @@ func (m *Model) PrefixRestore(caches []kvstore.Layer, tokens []int32, n int) (in
 }
 
 // PrefixSave makes the workers save their layers' blocks of tokens, as rank 0 just did.
-func (m *Model) PrefixSave(caches []kvstore.Layer, tokens []int32) {
+func (m *stageModel) PrefixSave(caches []kvstore.Layer, tokens []int32) {
 	m.prefixMessage(caches, Message{Op: OpSave, Payload: tokens})
 }
 
 // PrefixEnd ends the workers' prefix-cache session of the sequence.
-func (m *Model) PrefixEnd(caches []kvstore.Layer) {
+func (m *stageModel) PrefixEnd(caches []kvstore.Layer) {
 	m.prefixMessage(caches, Message{Op: OpEnd})
 }
 
-func (m *Model) prefixMessage(caches []kvstore.Layer, msg Message) {
+func (m *stageModel) prefixMessage(caches []kvstore.Layer, msg Message) {
 	p := m.pipe
 	if p == nil || p.leader == nil || len(caches) == 0 {
 		return
@@ -1148,32 +1116,24 @@ func (m *Model) prefixMessage(caches []kvstore.Layer, msg Message) {
 	}
 }
 
-// stageBatched reports whether the stage runs several sequences in one pass: its
-// architecture and backend can.
-func (m *Model) stageBatched() bool {
-	sn, ok := m.net.(stageNet)
-	if !ok {
+// Batched implements model.Executor: the stage runs several sequences in one pass when
+// its architecture and backend can.
+func (m *stageModel) Batched() bool {
+	if _, ok := m.batchNetwork(); !ok {
 		return false
 	}
-	if _, ok := sn.Network.(BatchNetwork); !ok {
-		return false
-	}
-	return compute.Supports[compute.BatchContext](m.backend, "batched passes") == nil
+	return compute.Supports[compute.BatchContext](m.Backend(), "batched passes") == nil
 }
 
-func (m *Model) batchNetwork() (BatchNetwork, bool) {
-	sn, ok := m.net.(stageNet)
-	if !ok {
-		return nil, false
-	}
-	bn, ok := sn.Network.(BatchNetwork)
+func (m *stageModel) batchNetwork() (model.BatchNetwork, bool) {
+	bn, ok := m.Network().(model.BatchNetwork)
 	return bn, ok
 }
 
-// forwardBatchStage is ForwardBatch for a pipeline stage on rank 0: one batched pass
-// of the sequences on every rank (OpForwardBatch), each sequence's last logits back.
-func (m *Model) forwardBatchStage(ctx context.Context, seqs []Sequence) []Result {
-	out := make([]Result, len(seqs))
+// ForwardBatch implements model.Executor on rank 0: one batched pass of the sequences
+// on every rank (OpForwardBatch), each sequence's last logits back.
+func (m *stageModel) ForwardBatch(ctx context.Context, seqs []model.Sequence) []model.Result {
+	out := make([]model.Result, len(seqs))
 	bn, ok := m.batchNetwork()
 	if len(seqs) < 2 || !ok {
 		for i, s := range seqs {
@@ -1198,7 +1158,7 @@ func (m *Model) forwardBatchStage(ctx context.Context, seqs []Sequence) []Result
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var run []int
-	var part []Sequence
+	var part []model.Sequence
 	var payload []int32
 	starts := make([]int, len(seqs))
 	fp32 := false
@@ -1228,7 +1188,7 @@ func (m *Model) forwardBatchStage(ctx context.Context, seqs []Sequence) []Result
 		return out
 	}
 	msg := Message{Op: OpForwardBatch, Model: p.id, Seq: int32(len(run)), FP32: fp32, Payload: payload}
-	inner := m.backend.NewContext()
+	inner := m.Backend().NewContext()
 	abandoned := false
 	defer func() {
 		if !abandoned {
@@ -1262,7 +1222,7 @@ func (m *Model) forwardBatchStage(ctx context.Context, seqs []Sequence) []Result
 }
 
 // runBatchStage is runStage for a batched pass of part (each sequence's last row).
-func (m *Model) runBatchStage(inner compute.Context, bn BatchNetwork, part []Sequence) (logits []float32, passErr, broke error) {
+func (m *stageModel) runBatchStage(inner compute.Context, bn model.BatchNetwork, part []model.Sequence) (logits []float32, passErr, broke error) {
 	rows := make([]int, len(part))
 	starts := make([]int, len(part))
 	total := 0
@@ -1277,12 +1237,12 @@ func (m *Model) runBatchStage(inner compute.Context, bn BatchNetwork, part []Seq
 	}
 	comm, ok := compute.Ext[Comm](inner)
 	if !ok {
-		err := fmt.Errorf("model: the %s backend's context (%T) cannot send activations between ranks", m.backend.Name(), inner)
+		err := fmt.Errorf("model: the %s backend's context (%T) cannot send activations between ranks", m.Backend().Name(), inner)
 		return nil, err, m.fillIn(total, len(part), false)
 	}
-	c := &stageContext{inner: inner, comm: comm, st: *m.stage, vocab: m.Config.VocabSize, hiddenSize: m.Config.HiddenSize}
+	c := &stageContext{inner: inner, comm: comm, st: m.stage, vocab: m.Config.VocabSize, hiddenSize: m.Config.HiddenSize}
 	c.Segments(rows)
-	out := bn.ForwardBatch(c, NewBatch(part, true))
+	out := bn.ForwardBatch(c, model.NewBatch(part, true))
 	recorded := c.Err() == nil
 	logits, err := c.Float32s(out)
 	if err == nil {
@@ -1299,7 +1259,7 @@ func (m *Model) runBatchStage(inner compute.Context, bn BatchNetwork, part []Seq
 func (w *Worker) forwardBatch(msg Message) (failure, broke error) {
 	wm := w.models[msg.Model]
 	n := int(msg.Seq)
-	var part []Sequence
+	var part []model.Sequence
 	total := 0
 	var bad error
 	pl := msg.Payload
@@ -1337,7 +1297,7 @@ func (w *Worker) forwardBatch(msg Message) (failure, broke error) {
 			bad = fmt.Errorf("its caches hold %d positions of sequence %d, the pass starts at %d", got, id, start)
 			continue
 		}
-		part = append(part, Sequence{Tokens: tokens, Caches: sq.caches})
+		part = append(part, model.Sequence{Tokens: tokens, Caches: sq.caches})
 	}
 	if wm == nil {
 		return fmt.Errorf("model %d is not loaded here", msg.Model), fmt.Errorf("model %d is not loaded here, and without it this rank cannot take part in the pass", msg.Model)
@@ -1349,7 +1309,7 @@ func (w *Worker) forwardBatch(msg Message) (failure, broke error) {
 	if bad != nil {
 		return bad, wm.m.fillIn(total, n, false)
 	}
-	inner := wm.m.backend.NewContext()
+	inner := wm.m.Backend().NewContext()
 	defer inner.Close()
 	_, passErr, broke := wm.m.runBatchStage(inner, bn, part)
 	return passErr, broke

@@ -1,4 +1,4 @@
-package model
+package pipeline
 
 import (
 	"fmt"
@@ -7,25 +7,19 @@ import (
 	"strings"
 
 	"github.com/mlxg/mlxg/kvstore"
-	"github.com/mlxg/mlxg/registry/safetensors"
 	"github.com/mlxg/mlxg/runner/compute"
+	"github.com/mlxg/mlxg/runner/model"
 )
 
-// Pipeline parallelism: one model across several processes (machines), each rank
-// holding a contiguous range of the layers. Rank 0 embeds the tokens and runs its
-// layers, then hands the residual stream to rank 1, which runs its own, and so on; the
-// last rank applies the final norm and the head and hands the logits back to rank 0.
-// The transfers are MLX's own (metal's Send and Recv over a distributed group).
-//
-// The architectures are not changed for it. A stage binds only its own weights (the
-// others are stubs with the right dims, whose bytes are never read), and runs the
-// network's ordinary Forward in a stage context that wraps the backend's: an op on a
-// stub weight, or on a tensor derived from one, is not run but yields a void tensor of
-// the right dims. Where a real tensor first meets a stub weight (the residual stream
-// entering the first layer past this rank's range), the stage sends it on; where a void
-// tensor first meets a real weight (the residual stream entering this rank's first
-// layer), the stage receives it from the rank before. The arithmetic of every layer is
-// the single-process arithmetic, on the same float32 values, so the logits are the same.
+// A stage runs the network's ordinary Forward in a stage context that wraps the
+// backend's, so that no architecture needs code of its own for the pipeline: an op on
+// an unbound weight (model.Unbound), or on a tensor derived from one, is not run but
+// yields a void tensor of the right dims. Where a real tensor first meets an unbound
+// weight (the residual stream entering the first layer past this rank's range), the
+// stage sends it on; where a void tensor first meets a real weight (the residual stream
+// entering this rank's first layer), the stage receives it from the rank before. Every
+// layer's arithmetic is then the single-process arithmetic on the same float32 values,
+// which is why a pipeline's logits equal one process's.
 
 // Stage is the part of a model one rank of a pipeline runs: layers [Lo, Hi).
 type Stage struct {
@@ -85,24 +79,15 @@ type Comm interface {
 	Zeros(rows, cols int) compute.Tensor
 }
 
-// stub is a weight of another rank's layers: dims only.
-type stub struct {
-	out, in int
-	q       compute.Quant
-}
-
-func (s *stub) Dims() (int, int)     { return s.out, s.in }
-func (s *stub) Quant() compute.Quant { return s.q }
-func (s *stub) Len() int             { return s.out }
-
-func isStub(w any) bool { _, ok := w.(*stub); return ok }
+// isStub reports whether w is a weight of another rank's layers: dims only.
+func isStub(w any) bool { _, ok := w.(*model.Unbound); return ok }
 
 var layerIndex = regexp.MustCompile(`(?:^|\.)layers\.(\d+)\.`)
 
 // holds reports whether the stage binds the weight name: its own layers' weights; the
 // embeddings on rank 0 (and on the last rank when the head is tied to them); the final
 // norm and the head on the last rank; any other weight everywhere.
-func (s Stage) holds(l *Loader, name string) bool {
+func (s Stage) holds(l *model.Loader, name string) bool {
 	if m := layerIndex.FindStringSubmatch(name); m != nil {
 		i, _ := strconv.Atoi(m[1])
 		return i >= s.Lo && i < s.Hi
@@ -120,37 +105,45 @@ func (s Stage) holds(l *Loader, name string) bool {
 	return true
 }
 
-// LoadStage is Load for one stage of a pipeline: only the stage's weights are bound
-// (and, on the MLX backends, read from the mapped checkpoint).
-func LoadStage(dir string, backend compute.Backend, s Stage) (*Model, error) {
+// LoadStage is model.Load for one stage of a pipeline: only the stage's weights are
+// bound (and, on the MLX backends, read from the mapped checkpoint), and the model's
+// passes run as that stage's. Leader.Load and the workers attach it to the pipeline.
+func LoadStage(dir string, backend compute.Backend, s Stage) (*model.Model, error) {
 	if s.Size < 1 || s.Rank < 0 || s.Rank >= s.Size || s.Lo < 0 || s.Hi < s.Lo || s.Hi == s.Lo && !s.Last() {
 		return nil, fmt.Errorf("model: bad pipeline stage %+v", s)
 	}
-	m, err := load(dir, backend, func(l *Loader, name string) bool { return !s.holds(l, name) })
-	if err != nil {
-		return nil, err
-	}
-	if s.Hi > m.Config.NumLayers {
-		m.Close()
-		return nil, fmt.Errorf("model: stage %v of a model of %d layers", s, m.Config.NumLayers)
-	}
-	st := s
-	m.stage = &st
-	m.net = stageNet{Network: m.net, cfg: m.Config}
-	m.bytes = 0
-	probe := &Loader{Config: m.Config, ckpt: m.ckpt}
-	for _, f := range m.ckpt.Files {
-		for _, t := range f.Header.Tensors {
-			if s.holds(probe, t.Name) {
-				m.bytes += t.End - t.Begin
+	return model.LoadWith(dir, backend, model.LoadConfig{
+		Unbound: func(l *model.Loader, name string) bool { return !s.holds(l, name) },
+		Executor: func(m *model.Model) (model.Executor, error) {
+			if s.Hi > m.Config.NumLayers {
+				return nil, fmt.Errorf("model: stage %v of a model of %d layers", s, m.Config.NumLayers)
 			}
-		}
-	}
-	return m, nil
+			return &stageModel{Model: m, stage: s}, nil
+		},
+	})
 }
 
-// Stage returns the pipeline stage the model was loaded as, or nil for a whole model.
-func (m *Model) Stage() *Stage { return m.stage }
+// stageModel is a model loaded as one stage (LoadStage), and its executor: its methods
+// stand in for the Model's, running rank 0's passes over the pipeline (pipeline.go).
+type stageModel struct {
+	*model.Model
+	stage Stage
+	pipe  *pipe // its link to the pipeline, once the leader or a worker attached it
+}
+
+// stageOf is m's stage, nil for a model not loaded by LoadStage.
+func stageOf(m *model.Model) *stageModel {
+	sm, _ := m.Executor().(*stageModel)
+	return sm
+}
+
+// StageOf returns the pipeline stage m was loaded as; false for a whole model.
+func StageOf(m *model.Model) (Stage, bool) {
+	if sm := stageOf(m); sm != nil {
+		return sm.stage, true
+	}
+	return Stage{}, false
+}
 
 // skipped is the cache of a layer another rank runs: it only counts positions, so that
 // the architectures read the sequence's offset from any layer's cache, as they do.
@@ -178,14 +171,10 @@ func (s *skipped) Bytes() int64 { return 0 }
 // any window.
 func (s *skipped) Window() int { return s.window }
 
-// StageCaches replaces, in place, the caches of the layers outside the stage with
+// stageCaches replaces, in place, the caches of the layers outside the stage with
 // position counters, keeping the recurrent states of linear-attention layers (their
-// architectures require the kind; the ops that would use them are skipped). It is a
-// no-op for a whole model.
-func (m *Model) StageCaches(caches []kvstore.Layer) error {
-	if m.stage == nil {
-		return nil
-	}
+// architectures require the kind; the ops that would use them are skipped).
+func (m *stageModel) stageCaches(caches []kvstore.Layer) error {
 	if err := m.FillCaches(caches); err != nil {
 		return err
 	}
@@ -194,7 +183,7 @@ func (m *Model) StageCaches(caches []kvstore.Layer) error {
 		if i >= m.stage.Lo && i < m.stage.Hi {
 			continue
 		}
-		if _, ok := c.(RecurrentLayer); ok {
+		if _, ok := c.(model.RecurrentLayer); ok {
 			continue
 		}
 		if _, ok := c.(*skipped); !ok {
@@ -429,7 +418,7 @@ func (c *stageContext) Float32s(x compute.Tensor) ([]float32, error) {
 		if err != nil {
 			return nil, err
 		}
-		if sink, ok := c.inner.(HiddenSink); ok && len(h) > 0 {
+		if sink, ok := c.inner.(model.HiddenSink); ok && len(h) > 0 {
 			sink.SetHidden(h[len(h)-c.hiddenSize:])
 		}
 		return make([]float32, st.rows*st.cols), nil // no logits were computed
@@ -460,26 +449,35 @@ func (c *stageContext) Free(keep ...compute.Tensor) {
 // Fail implements compute.Failer.
 func (c *stageContext) Fail(err error) compute.Tensor { return c.fail(err) }
 
-// stageNet hides a network's batched pass (a stage runs one sequence per pass) and
-// keeps its own caches.
-type stageNet struct {
-	Network
-	cfg *Config
+// FillLayer implements model.Executor: a layer another rank runs, unless it is a
+// recurrent state (which the architectures require, though its ops are skipped), only
+// counts positions here.
+func (m *stageModel) FillLayer(caches []kvstore.Layer, i int) kvstore.Layer {
+	c := caches[i]
+	if _, rec := c.(model.RecurrentLayer); rec || i >= m.stage.Lo && i < m.stage.Hi {
+		return c
+	}
+	return &skipped{n: seqLen(caches), window: 1 << 30}
 }
 
-func (n stageNet) NewCaches(fp32 bool) ([]kvstore.Layer, error) {
-	if cm, ok := n.Network.(CacheMaker); ok {
-		return cm.NewCaches(fp32)
-	}
-	caches := make([]kvstore.Layer, n.cfg.NumLayers)
-	for i := range caches {
-		c, err := kvstore.NewFull(n.cfg.NumKVHeads, n.cfg.HeadDim, n.cfg.HeadDim, fp32)
-		if err != nil {
-			return nil, err
+// seqLen is the positions the filled caches hold.
+func seqLen(caches []kvstore.Layer) int {
+	for _, c := range caches {
+		if c != nil {
+			return c.Len()
 		}
-		caches[i] = c
 	}
-	return caches, nil
+	return 0
+}
+
+// PrefixSeq implements model.Executor: only the stage's own layers, whose blocks this
+// rank keeps in its own prefix cache.
+func (m *stageModel) PrefixSeq(caches []kvstore.Layer) kvstore.Seq {
+	own := make([]kvstore.Layer, len(caches))
+	for i := m.stage.Lo; i < m.stage.Hi && i < len(caches); i++ {
+		own[i] = caches[i]
+	}
+	return model.Seq(own)
 }
 
 // StageShape is a stage's share of a model's shape, for the memory policy of the rank
@@ -506,23 +504,5 @@ func StageShape(m kvstore.ModelShape, s Stage, weightBytes int64) kvstore.ModelS
 
 // StageWeightBytes is the size of the tensors stage s of the checkpoint in dir binds.
 func StageWeightBytes(dir string, s Stage) (int64, error) {
-	cfg, err := ReadConfig(dir)
-	if err != nil {
-		return 0, err
-	}
-	ckpt, err := safetensors.OpenDir(dir)
-	if err != nil {
-		return 0, err
-	}
-	defer ckpt.Close()
-	probe := &Loader{Config: cfg, ckpt: ckpt}
-	var n int64
-	for _, f := range ckpt.Files {
-		for _, t := range f.Header.Tensors {
-			if s.holds(probe, t.Name) {
-				n += t.End - t.Begin
-			}
-		}
-	}
-	return n, nil
+	return model.BoundBytes(dir, func(l *model.Loader, name string) bool { return !s.holds(l, name) })
 }

@@ -1,4 +1,4 @@
-package model
+package pipeline
 
 import (
 	"github.com/mlxg/mlxg/runner/compute"

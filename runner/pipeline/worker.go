@@ -1,9 +1,8 @@
-package main
+package pipeline
 
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -12,8 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/spf13/cobra"
-
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/metal"
 	"github.com/mlxg/mlxg/runner/backend"
@@ -21,73 +18,33 @@ import (
 	"github.com/mlxg/mlxg/runner/model"
 )
 
-const workerHelp = `Run one worker rank of a model served over several machines.
-
-Every machine but the first runs one worker; the first runs ` + "`mlxg serve --hostfile FILE`" + `. All of them read
-the same MLX hostfile (a JSON list with one ["host:port"] per rank, rank 0 first), and join one MLX
-distributed group (the ring backend over Ethernet or Thunderbolt by default). Rank 0 serves the API; the
-workers load the layers it assigns them of each model it loads (from the same path, or from their own
-Hugging Face cache: pull the model on every machine), and run their part of every forward pass. A worker
-ends when rank 0 stops or goes away.
-
-This machine's memory policy plans the KV cache of its own layers, and its prefix cache keeps its own layers'
-blocks (the --kv-* and prefix-cache flags, MLXG_KV_* and MLXG_PREFIX_* work as for serve).
-
-Environment variables:
-  MLXG_HOSTFILE, MLX_HOSTFILE         the hostfile, when --hostfile is not given
-  MLX_RANK                            the rank, when --rank is not given
-  MLXG_DISTRIBUTED_BACKEND            MLX's distributed backend (default "ring")
-  MLXG_BACKEND                        must run MLX: metal on a Mac (the default), mlx elsewhere`
-
-func newWorkerCmd() *cobra.Command {
-	var hostfile string
-	var rank, threads int
-	var kv kvstore.Options
-	var pc kvstore.PrefixOptions
-	cmd := &cobra.Command{
-		Use:   "worker",
-		Short: "Run one worker rank of a model split over several machines",
-		Long:  workerHelp,
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return runWorker(cmd.Context(), cmd.ErrOrStderr(), hostfileFrom(hostfile), rank, threads, &kv, &pc)
-		},
-	}
-	cmd.Flags().StringVar(&hostfile, "hostfile", "", "MLX hostfile listing every rank's address (rank 0 first)")
-	cmd.Flags().IntVar(&rank, "rank", -1, "this machine's rank, 1 or more (default: MLX_RANK)")
-	cmd.Flags().IntVar(&threads, "threads", 0, "CPU threads (0: all cores)")
-	kv.RegisterFlags(cmd.Flags())
-	pc.RegisterFlags(cmd.Flags())
-	return cmd
+// WorkerConfig is a worker process's setup (`mlxg worker`).
+type WorkerConfig struct {
+	// Hostfile is the MLX hostfile listing every rank's address, rank 0 first.
+	Hostfile string
+	// Rank is this process's, 1 or more; below 0: MLX_RANK's.
+	Rank int
+	// Threads are the CPU threads of the backend (0: all cores).
+	Threads int
+	// KV is this machine's memory policy: it plans the KV of this rank's layers.
+	KV *kvstore.Policy
+	// Prefix, when set, is this rank's prefix cache (Worker.Prefix).
+	Prefix *kvstore.PrefixCache
+	Log    *slog.Logger
 }
 
-func runWorker(ctx context.Context, logw io.Writer, hostfile string, rank, threads int, kv *kvstore.Options, pc *kvstore.PrefixOptions) error {
-	log, err := newLogger(logw)
-	if err != nil {
-		return err
+// RunWorker runs one worker rank until rank 0 stops it (nil) or the group fails: it
+// joins the hostfile's group and follows rank 0's messages (Worker), loading each model's
+// stage on a backend of its own, planned by this machine's memory policy. It ends the
+// process when rank 0 goes away, since the transfer it is blocked in would never return.
+func RunWorker(ctx context.Context, c WorkerConfig) error {
+	log, policy, prefix, hostfile, rank := c.Log, c.KV, c.Prefix, c.Hostfile, c.Rank
+	if log == nil {
+		log = slog.Default()
 	}
-	slog.SetDefault(log)
-	if err := kv.ApplyEnv(os.Getenv); err != nil {
-		return err
+	if policy == nil {
+		policy = &kvstore.Policy{Log: log}
 	}
-	policy := &kvstore.Policy{Options: *kv, Log: log}
-	if err := pc.ApplyEnv(os.Getenv); err != nil {
-		return err
-	}
-	if pc.Dir == "" {
-		// A folder of its own by default, so that ranks sharing a machine (tests on
-		// loopback) do not share one.
-		d, err := kvstore.DefaultPrefixDir()
-		if err != nil {
-			return err
-		}
-		pc.Dir = fmt.Sprintf("%s-rank%d", d, rank)
-	}
-	prefix, err := openPrefixCache(pc, log) // this rank's layers' blocks, under the same chain of token blocks
-	if err != nil {
-		return err
-	}
-	defer prefix.Close()
 	if hostfile == "" {
 		return fmt.Errorf("a worker needs the hostfile: --hostfile FILE (or MLXG_HOSTFILE / MLX_HOSTFILE)")
 	}
@@ -102,7 +59,7 @@ func runWorker(ctx context.Context, logw io.Writer, hostfile string, rank, threa
 	if rank == 0 {
 		return fmt.Errorf("rank 0 is `mlxg serve --hostfile FILE`; workers are ranks 1 and up")
 	}
-	choice, err := backend.Select(backend.Options{Threads: threads, Logger: log})
+	choice, err := backend.Select(backend.Options{Threads: c.Threads, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -117,11 +74,11 @@ func runWorker(ctx context.Context, logw io.Writer, hostfile string, rank, threa
 	var stopping atomic.Bool
 	bell := make(chan struct{}, 1024)
 	gone := make(chan struct{})
-	w := &model.Worker{
+	w := &Worker{
 		Wire:   g,
 		Log:    log,
 		Prefix: prefix,
-		Open: func(dir string, s model.Stage) (*model.Model, error) {
+		Open: func(dir string, s Stage) (*model.Model, error) {
 			local, err := resolveModelDir(dir)
 			if err != nil {
 				return nil, err
@@ -136,7 +93,7 @@ func runWorker(ctx context.Context, logw io.Writer, hostfile string, rank, threa
 					return nil, err
 				}
 			}
-			m, err := model.LoadStage(local, b, s)
+			m, err := LoadStage(local, b, s)
 			if err != nil {
 				backend.Release(b)
 				return nil, err
@@ -251,7 +208,8 @@ func stageShape(m *model.Model) (kvstore.ModelShape, error) {
 	if err != nil {
 		return shape, err
 	}
-	return model.StageShape(shape, *m.Stage(), m.WeightBytes()), nil
+	s, _ := StageOf(m)
+	return StageShape(shape, s, m.WeightBytes()), nil
 }
 
 // ctxOr is the context rank 0 loaded a model for, or 4096 when it did not say.
