@@ -197,7 +197,7 @@ type Leader struct {
 	// has no timeout of its own: a rank that died leaves the transfer blocked.
 	Timeout time.Duration
 	// Doorbell, when set, is called before each message: it tells every worker that one
-	// is coming (cmd's liveness connections). MLX's ring waits for data by polling its
+	// is coming (Cluster's liveness connections). MLX's ring waits for data by polling its
 	// socket, so a worker blocked in a receive keeps a core busy; it waits for the
 	// doorbell instead while idle.
 	Doorbell func() error
