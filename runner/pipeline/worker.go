@@ -219,3 +219,404 @@ func ctxOr(n int) int {
 	}
 	return n
 }
+
+// maxWorkerSeqs is how many sequences' caches a worker keeps per model (the least
+// recently used go first).
+const maxWorkerSeqs = 16
+
+// Worker is a worker rank's side of the pipeline: it follows rank 0's messages,
+// loading models' stages with Open and running their passes, until OpStop.
+type Worker struct {
+	Wire Wire
+	// Open loads dir's stage s (LoadStage on the worker's backend; it may look for dir
+	// under another path first).
+	Open func(dir string, s Stage) (*model.Model, error)
+	// Release, when set, is called with each model the worker closes (to release its
+	// backend).
+	Release func(m *model.Model)
+	// Loaded, when set, is called with each model the worker loads and the context
+	// rank 0 loaded it for (to set its backend's memory limits from this machine's plan).
+	Loaded func(m *model.Model, numCtx int) error
+	// OnHello, when set, is given rank 0's liveness address (OpHello).
+	OnHello func(addr string) error
+	// Doorbell, when set, blocks until rank 0 says a message is coming (see
+	// Leader.Doorbell); it returns at once until there is a doorbell to wait for.
+	Doorbell func() error
+	// Prefix, when set, is this rank's prefix cache: its layers' blocks of the
+	// sequences rank 0 saves, under the same chain of token blocks.
+	Prefix *kvstore.PrefixCache
+	// Caches, when set, makes a new sequence's caches for m (loaded from dir for a
+	// context of numCtx) with this machine's memory policy: its layers' share
+	// (StageShape). Layers rank 0 described win over it; nil: the network's own fp16 or
+	// float32 caches.
+	Caches func(m *model.Model, dir string, numCtx int) ([]kvstore.Layer, error)
+	Log    *slog.Logger
+
+	models map[int32]*workerModel
+	tick   int
+}
+
+type workerModel struct {
+	m        *stageModel
+	dir      string
+	numCtx   int
+	identity string // the checkpoint's, for prefix-cache model keys
+	seqs     map[int32]*workerSeq
+}
+
+type workerSeq struct {
+	caches []kvstore.Layer
+	used   int
+	sess   *kvstore.Session // its prefix-cache session, between OpRestore and OpEnd
+}
+
+// Run serves rank 0's messages until OpStop (nil) or a failed transfer (its error:
+// the group is unusable then).
+func (w *Worker) Run() error {
+	if w.Log == nil {
+		w.Log = slog.Default()
+	}
+	w.models = map[int32]*workerModel{}
+	defer func() {
+		for _, wm := range w.models {
+			w.close(wm.m.Model)
+		}
+	}()
+	for {
+		if w.Doorbell != nil {
+			if err := w.Doorbell(); err != nil {
+				return err
+			}
+		}
+		msg, err := recvMessage(w.Wire)
+		if err != nil {
+			return err
+		}
+		var failure error
+		code := int32(statusOK)
+		switch msg.Op {
+		case OpStop:
+			for _, wm := range w.models {
+				for _, sq := range wm.seqs {
+					if sq.sess != nil {
+						sq.sess.End()
+					}
+				}
+			}
+			return nil
+		case OpRestore:
+			var short bool
+			short, failure = w.restore(msg)
+			if short {
+				code = statusShort
+			}
+		case OpSave:
+			if sq := w.seq(msg); sq != nil && sq.sess != nil {
+				sq.sess.Save(msg.Payload)
+			}
+		case OpEnd:
+			if sq := w.seq(msg); sq != nil && sq.sess != nil {
+				sq.sess.End()
+				sq.sess = nil
+			}
+		case OpPing:
+		case OpHello:
+			if w.OnHello != nil {
+				failure = w.OnHello(Name(msg.Payload))
+			}
+		case OpLoad:
+			failure = w.load(msg)
+		case OpUnload:
+			if wm := w.models[msg.Model]; wm != nil {
+				for _, sq := range wm.seqs {
+					if sq.sess != nil {
+						sq.sess.End()
+					}
+				}
+				w.close(wm.m.Model)
+				delete(w.models, msg.Model)
+				w.Log.Info("model unloaded", "model", msg.Model)
+			}
+		case OpForward:
+			var broke error
+			failure, broke = w.forward(msg)
+			if broke != nil {
+				return broke
+			}
+		case OpForwardBatch:
+			var broke error
+			failure, broke = w.forwardBatch(msg)
+			if broke != nil {
+				return broke
+			}
+		default:
+			failure = fmt.Errorf("unknown control message %d", msg.Op)
+		}
+		if failure != nil {
+			w.Log.Error("pipeline rank failed", "rank", w.Wire.Rank(), "op", msg.Op, "model", msg.Model, "err", failure)
+			code = statusFailed
+		}
+		if err := passStatus(w.Wire, code); err != nil {
+			return err
+		}
+	}
+}
+
+func (w *Worker) close(m *model.Model) {
+	m.Close()
+	if w.Release != nil {
+		w.Release(m)
+	}
+}
+
+func (w *Worker) load(msg Message) error {
+	dir := Name(msg.Payload)
+	cfg, err := model.ReadConfig(dir)
+	if w.Open == nil {
+		return fmt.Errorf("the worker cannot open models")
+	}
+	var stages []Stage
+	if err == nil {
+		stages, err = Split(cfg.NumLayers, w.Wire.Size())
+	}
+	var m *model.Model
+	if err == nil {
+		m, err = w.Open(dir, stages[w.Wire.Rank()])
+	}
+	if err != nil {
+		return fmt.Errorf("loading %s: %w", dir, err)
+	}
+	sm := stageOf(m)
+	if sm == nil {
+		w.close(m)
+		return fmt.Errorf("loading %s: Open did not load it as a pipeline stage (LoadStage)", dir)
+	}
+	sm.pipe = &pipe{id: msg.Model, wire: w.Wire}
+	if w.Loaded != nil {
+		if err := w.Loaded(m, int(msg.Start)); err != nil {
+			w.close(m)
+			return fmt.Errorf("loading %s: %w", dir, err)
+		}
+	}
+	wm := &workerModel{m: sm, dir: m.Dir, numCtx: int(msg.Start), seqs: map[int32]*workerSeq{}}
+	if w.Prefix != nil {
+		if wm.identity, err = kvstore.CheckpointIdentity(m.Dir); err != nil {
+			w.Log.Warn("prefix cache off for this model: its weights cannot be identified", "dir", m.Dir, "err", err)
+		}
+	}
+	w.models[msg.Model] = wm
+	w.Log.Info("model loaded", "model", msg.Model, "dir", dir, "stage", sm.stage.String(), "weights", m.WeightBytes())
+	return nil
+}
+
+// forward runs one pass: failure is this rank's failure to run it (reported in the
+// status round; the transfers were made with zeros), broke a failed transfer.
+func (w *Worker) forward(msg Message) (failure, broke error) {
+	wm := w.models[msg.Model]
+	rows := len(msg.Payload)
+	if !msg.All {
+		rows = 1
+	}
+	fill := func(err error) (error, error) {
+		if wm == nil {
+			return err, fmt.Errorf("%v, and without the model it cannot take part in the pass", err)
+		}
+		return err, wm.m.fillIn(len(msg.Payload), rows, msg.Hidden)
+	}
+	if wm == nil {
+		return fill(fmt.Errorf("model %d is not loaded here", msg.Model))
+	}
+	sq, err := w.seqFor(wm, msg)
+	if err != nil {
+		return fill(err)
+	}
+	wm.m.rewind(sq.caches, int(msg.Start))
+	if err := wm.m.checkStage(msg.Payload, sq.caches); err != nil {
+		return fill(err)
+	}
+	if n := sq.caches[0].Len(); n != int(msg.Start) {
+		return fill(fmt.Errorf("its caches hold %d positions of sequence %d, the pass starts at %d", n, msg.Seq, msg.Start))
+	}
+	inner := wm.m.Backend().NewContext()
+	defer inner.Close()
+	_, passErr, broke := wm.m.runStage(inner, msg, sq.caches)
+	return passErr, broke
+}
+
+// newCaches makes a sequence's caches on a worker: its memory policy's (Caches), else
+// the network's own, with the layers of this stage that rank 0 described made as it
+// described them.
+func (w *Worker) newCaches(wm *workerModel, msg Message) ([]kvstore.Layer, error) {
+	var caches []kvstore.Layer
+	var err error
+	if w.Caches != nil && !msg.FP32 {
+		caches, err = w.Caches(wm.m.Model, wm.dir, wm.numCtx)
+		if err == nil {
+			err = wm.m.FillCaches(caches)
+		}
+	} else {
+		caches, err = wm.m.NewCaches(msg.FP32)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return wm.m.stageCachesFrom(caches, msg.Layout)
+}
+
+// stageCachesFrom makes the layers of this stage that rank 0 described (its memory
+// policy's kinds and specs) as described, in caches.
+func (m *stageModel) stageCachesFrom(caches []kvstore.Layer, layout []int32) ([]kvstore.Layer, error) {
+	n := m.Config.NumLayers
+	if len(layout) != n*kvstore.DescLen {
+		return nil, fmt.Errorf("a cache layout of %d values for %d layers", len(layout), n)
+	}
+	for i := m.stage.Lo; i < m.stage.Hi; i++ {
+		c, err := kvstore.NewDescribed(layout[i*kvstore.DescLen : (i+1)*kvstore.DescLen])
+		if err != nil {
+			return nil, fmt.Errorf("layer %d: %w", i, err)
+		}
+		if c != nil {
+			caches[i] = c
+		}
+	}
+	return caches, m.stageCaches(caches)
+}
+
+// seq is msg's sequence, if this worker has it.
+func (w *Worker) seq(msg Message) *workerSeq {
+	if wm := w.models[msg.Model]; wm != nil {
+		return wm.seqs[msg.Seq]
+	}
+	return nil
+}
+
+// seqFor returns msg's sequence, making its caches (as msg.Layout describes) when it
+// is new here; the least recently used sequence goes when there are too many.
+func (w *Worker) seqFor(wm *workerModel, msg Message) (*workerSeq, error) {
+	w.tick++
+	sq := wm.seqs[msg.Seq]
+	if sq == nil {
+		if len(wm.seqs) >= maxWorkerSeqs {
+			var old int32
+			oldest := w.tick
+			for id, q := range wm.seqs {
+				if q.used < oldest {
+					old, oldest = id, q.used
+				}
+			}
+			if q := wm.seqs[old]; q.sess != nil {
+				q.sess.End()
+			}
+			delete(wm.seqs, old)
+		}
+		if msg.Layout == nil {
+			return nil, fmt.Errorf("sequence %d is not known here (dropped as least recently used?) and came without its cache layout", msg.Seq)
+		}
+		caches, err := w.newCaches(wm, msg)
+		if err != nil {
+			return nil, err
+		}
+		sq = &workerSeq{caches: caches}
+		wm.seqs[msg.Seq] = sq
+	}
+	sq.used = w.tick
+	return sq, nil
+}
+
+// restore begins msg's sequence's prefix-cache session on this rank and restores up
+// to msg.Start positions of the tokens: short when it got fewer.
+func (w *Worker) restore(msg Message) (short bool, err error) {
+	wm := w.models[msg.Model]
+	if wm == nil {
+		return false, fmt.Errorf("model %d is not loaded here", msg.Model)
+	}
+	if w.Prefix == nil || wm.identity == "" {
+		return msg.Start > 0, nil
+	}
+	sq, err := w.seqFor(wm, msg)
+	if err != nil {
+		return false, err
+	}
+	wm.m.rewind(sq.caches, 0)
+	if sq.sess != nil {
+		sq.sess.End()
+		sq.sess = nil
+	}
+	seq := wm.m.PrefixSeq(sq.caches)
+	key, err := kvstore.NewModelKey(wm.identity, seq)
+	if err != nil {
+		return msg.Start > 0, nil // this rank's caches cannot be shared: a miss
+	}
+	sq.sess = w.Prefix.Begin(key, seq)
+	n := int(msg.Start)
+	if n > len(msg.Payload) {
+		n = len(msg.Payload)
+	}
+	got := 0
+	if n > 0 {
+		got = sq.sess.Restore(msg.Payload[:n])
+	}
+	m := wm.m
+	m.setOthers(sq.caches, got)
+	return got < n, nil
+}
+
+// forwardBatch runs one batched pass on a worker (OpForwardBatch).
+func (w *Worker) forwardBatch(msg Message) (failure, broke error) {
+	wm := w.models[msg.Model]
+	n := int(msg.Seq)
+	var part []model.Sequence
+	total := 0
+	var bad error
+	pl := msg.Payload
+	for range n {
+		if len(pl) < 4 {
+			bad = fmt.Errorf("a batched pass's payload ends early")
+			break
+		}
+		id, start, T, k := pl[0], int(pl[1]), int(pl[2]), int(pl[3])
+		pl = pl[4:]
+		if T < 0 || k < 0 || len(pl) < T+k {
+			bad = fmt.Errorf("a batched pass's payload ends early")
+			break
+		}
+		tokens, layout := pl[:T], pl[T:T+k]
+		pl = pl[T+k:]
+		total += T
+		if bad != nil || wm == nil {
+			continue
+		}
+		if k == 0 {
+			layout = nil
+		}
+		sq, err := w.seqFor(wm, Message{Seq: id, Layout: layout, FP32: msg.FP32})
+		if err != nil {
+			bad = err
+			continue
+		}
+		wm.m.rewind(sq.caches, start)
+		if err := wm.m.checkStage(tokens, sq.caches); err != nil {
+			bad = err
+			continue
+		}
+		if got := sq.caches[0].Len(); got != start {
+			bad = fmt.Errorf("its caches hold %d positions of sequence %d, the pass starts at %d", got, id, start)
+			continue
+		}
+		part = append(part, model.Sequence{Tokens: tokens, Caches: sq.caches})
+	}
+	if wm == nil {
+		return fmt.Errorf("model %d is not loaded here", msg.Model), fmt.Errorf("model %d is not loaded here, and without it this rank cannot take part in the pass", msg.Model)
+	}
+	bn, ok := wm.m.batchNetwork()
+	if bad == nil && !ok {
+		bad = fmt.Errorf("the model runs no batched passes")
+	}
+	if bad != nil {
+		return bad, wm.m.fillIn(total, n, false)
+	}
+	inner := wm.m.Backend().NewContext()
+	defer inner.Close()
+	_, passErr, broke := wm.m.runBatchStage(inner, bn, part)
+	return passErr, broke
+}
