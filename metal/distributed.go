@@ -13,7 +13,7 @@ import (
 // processes, one per machine, joined by one of MLX's backends ("ring": TCP over
 // Ethernet or Thunderbolt, set up from MLX_HOSTFILE and MLX_RANK; "jaccl": RDMA over
 // Thunderbolt 5 on recent macOS; "mpi"). mlxg uses it for pipeline parallelism
-// (runner/model's Stage): activations go rank to rank with send and recv, and so do
+// (runner/pipeline's stages): activations go rank to rank with send and recv, and so do
 // the small control messages that keep the workers in step with rank 0.
 //
 // The ring backend talks only to a rank's two neighbours (rank-1 and rank+1 modulo
@@ -21,7 +21,7 @@ import (
 // transfer here names a neighbour and runs on a CPU stream of its own. A transfer
 // blocks inside mlx_eval until its peer takes part; a peer that died leaves it
 // blocked (MLX's ring has no timeout), which is why rank 0 watches its workers
-// separately (runner/model's Link).
+// separately (runner/pipeline's Cluster).
 
 // Group is this process's membership of an MLX distributed group.
 type Group struct {

@@ -21,9 +21,8 @@ import (
 // all cached does not wait on each other), and never on a prompt over twice its length
 // (whose prefill would outlast its own). Models
 // whose caches cannot resume mid-prompt (sliding windows, recurrent states: they resume
-// only where a prompt ended) do not wait, nor do models split over several machines
-// (runner/pipeline), whose workers would have to restore the shared blocks too: waiting
-// is not tried there.
+// only where a prompt ended) do not wait; nor do models split over several machines
+// (runner/pipeline), since coalescing across ranks is untested.
 
 type inflight struct {
 	head  []int32       // the prompt minus its last token: what its prefill saves

@@ -55,7 +55,7 @@ func newWorkerCmd() *cobra.Command {
 
 // runWorker sets up the logger, the memory policy and the prefix cache as serve does,
 // and runs the worker (runner/pipeline).
-func runWorker(ctx context.Context, logw io.Writer, hostfile string, rank, threads int, kv *kvstore.Options, pc *kvstore.PrefixOptions) error {
+func runWorker(_ context.Context, logw io.Writer, hostfile string, rank, threads int, kv *kvstore.Options, pc *kvstore.PrefixOptions) error {
 	log, err := newLogger(logw)
 	if err != nil {
 		return err
@@ -81,6 +81,6 @@ func runWorker(ctx context.Context, logw io.Writer, hostfile string, rank, threa
 		return err
 	}
 	defer prefix.Close()
-	return pipeline.RunWorker(ctx, pipeline.WorkerConfig{Hostfile: hostfile, Rank: rank, Threads: threads,
+	return pipeline.RunWorker(pipeline.WorkerConfig{Hostfile: hostfile, Rank: rank, Threads: threads,
 		KV: &kvstore.Policy{Options: *kv, Log: log}, Prefix: prefix, Log: log})
 }

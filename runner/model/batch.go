@@ -233,7 +233,7 @@ func (m *Model) check(tokens []int32, caches []kvstore.Layer) error {
 	if len(caches) != m.Config.NumLayers {
 		return fmt.Errorf("model: %d layer caches for a model of %d layers", len(caches), m.Config.NumLayers)
 	}
-	if err := m.prepareCaches(caches); err != nil {
+	if err := m.PrepareCaches(caches); err != nil {
 		return err
 	}
 	for i, id := range tokens {

@@ -47,9 +47,9 @@ type RankInfo struct {
 }
 
 // HiddenSink is a context that wants the final normed hidden state of a pass (the input
-// of the head) rather than only the logits (the server's embeddings). A whole model's
-// caller reads it from the backend's ops; a split model's head runs in another process,
-// so its Executor hands the state over through SetHidden instead.
+// of the head) rather than only the logits (the server's embeddings). For a whole model
+// such a context sees the head's input among its own ops; a split model's head runs in
+// another process, so its Executor hands the state over through SetHidden instead.
 type HiddenSink interface {
 	SetHidden(h []float32)
 }
@@ -94,6 +94,39 @@ func LoadWith(dir string, backend compute.Backend, c LoadConfig) (*Model, error)
 // Executor returns the executor the model was loaded with, nil for a whole model.
 func (m *Model) Executor() Executor { return m.exec }
 
+// PrefixRestore restores, for a split model, the same prefix on the other processes
+// that this one restored (n positions of tokens), and returns the positions every
+// process holds. A whole model holds n.
+func (m *Model) PrefixRestore(caches []kvstore.Layer, tokens []int32, n int) (int, error) {
+	if m.exec != nil {
+		return m.exec.PrefixRestore(caches, tokens, n)
+	}
+	return n, nil
+}
+
+// PrefixSave makes the other processes of a split model save their layers' blocks of
+// tokens, as this one just did.
+func (m *Model) PrefixSave(caches []kvstore.Layer, tokens []int32) {
+	if m.exec != nil {
+		m.exec.PrefixSave(caches, tokens)
+	}
+}
+
+// PrefixEnd ends the other processes' prefix-cache session of the sequence.
+func (m *Model) PrefixEnd(caches []kvstore.Layer) {
+	if m.exec != nil {
+		m.exec.PrefixEnd(caches)
+	}
+}
+
+// Ranks describes the processes of a split model (nil for a whole model).
+func (m *Model) Ranks() []RankInfo {
+	if m.exec != nil {
+		return m.exec.Ranks()
+	}
+	return nil
+}
+
 // BoundBytes is the size of the tensors of the checkpoint in dir that a LoadWith
 // leaving unbound's weights unbound binds, without loading it: the memory policy
 // plans a part's memory before it loads.
@@ -122,7 +155,3 @@ func boundBytes(l *Loader, unbound func(l *Loader, name string) bool) int64 {
 	}
 	return n
 }
-
-// PrepareCaches fills the caches (FillCaches) and checks that every layer holds the
-// same positions, as Forward does before a pass.
-func (m *Model) PrepareCaches(caches []kvstore.Layer) error { return m.prepareCaches(caches) }

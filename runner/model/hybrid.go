@@ -54,8 +54,9 @@ func (m *Model) FillCaches(caches []kvstore.Layer) error {
 	return nil
 }
 
-// prepareCaches fills the caches and checks that every layer holds the same positions.
-func (m *Model) prepareCaches(caches []kvstore.Layer) error {
+// PrepareCaches fills the caches (FillCaches) and checks that every layer holds the
+// same positions, as Forward does before a pass.
+func (m *Model) PrepareCaches(caches []kvstore.Layer) error {
 	if err := m.FillCaches(caches); err != nil {
 		return err
 	}
@@ -82,39 +83,6 @@ func (m *Model) PrefixSeq(caches []kvstore.Layer) kvstore.Seq {
 		return m.exec.PrefixSeq(caches)
 	}
 	return Seq(caches)
-}
-
-// PrefixRestore restores, for a split model, the same prefix on the other processes
-// that this one restored (n positions of tokens), and returns the positions every
-// process holds. A whole model holds n.
-func (m *Model) PrefixRestore(caches []kvstore.Layer, tokens []int32, n int) (int, error) {
-	if m.exec != nil {
-		return m.exec.PrefixRestore(caches, tokens, n)
-	}
-	return n, nil
-}
-
-// PrefixSave makes the other processes of a split model save their layers' blocks of
-// tokens, as this one just did.
-func (m *Model) PrefixSave(caches []kvstore.Layer, tokens []int32) {
-	if m.exec != nil {
-		m.exec.PrefixSave(caches, tokens)
-	}
-}
-
-// PrefixEnd ends the other processes' prefix-cache session of the sequence.
-func (m *Model) PrefixEnd(caches []kvstore.Layer) {
-	if m.exec != nil {
-		m.exec.PrefixEnd(caches)
-	}
-}
-
-// Ranks describes the processes of a split model (nil for a whole model).
-func (m *Model) Ranks() []RankInfo {
-	if m.exec != nil {
-		return m.exec.Ranks()
-	}
-	return nil
 }
 
 // Seq presents one sequence's caches as the prefix cache sees them: the attention

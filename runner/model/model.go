@@ -147,7 +147,7 @@ func (m *Model) Forward(ctx context.Context, tokens []int32, caches []kvstore.La
 	if len(caches) != m.Config.NumLayers {
 		return nil, fmt.Errorf("model: %d layer caches for a model of %d layers", len(caches), m.Config.NumLayers)
 	}
-	if err := m.prepareCaches(caches); err != nil {
+	if err := m.PrepareCaches(caches); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {

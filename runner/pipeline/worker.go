@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"net"
@@ -37,7 +36,9 @@ type WorkerConfig struct {
 // joins the hostfile's group and follows rank 0's messages (Worker), loading each model's
 // stage on a backend of its own, planned by this machine's memory policy. It ends the
 // process when rank 0 goes away, since the transfer it is blocked in would never return.
-func RunWorker(ctx context.Context, c WorkerConfig) error {
+// It takes no context: a worker runs until rank 0 stops it, since one that left on its
+// own would break rank 0's pipeline.
+func RunWorker(c WorkerConfig) error {
 	log, policy, prefix, hostfile, rank := c.Log, c.KV, c.Prefix, c.Hostfile, c.Rank
 	if log == nil {
 		log = slog.Default()
