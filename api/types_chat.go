@@ -177,6 +177,9 @@ func (t *Tool) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// Raw is the JSON the tool was decoded from (nil for a Tool built in code).
+func (t *Tool) Raw() json.RawMessage { return t.raw }
+
 // ToolFunction describes a function the model may call.
 type ToolFunction struct {
 	Name        string                 `json:"name"`
@@ -330,6 +333,22 @@ type ChatResponse struct {
 	DoneReason string    `json:"done_reason,omitempty"`
 	Metrics
 	Logprobs []Logprob `json:"logprobs,omitempty"` // as GenerateResponse's
+}
+
+// TokenLogprob is a token and its log-probability, as Ollama's api.TokenLogprob: the
+// token's text, and its raw bytes (a byte-level token may hold part of a UTF-8 character,
+// which the text shows as U+FFFD).
+type TokenLogprob struct {
+	Token   string  `json:"token"`
+	Logprob float64 `json:"logprob"`
+	Bytes   []int   `json:"bytes,omitempty"`
+}
+
+// Logprob is a generated token's log-probability and, when top_logprobs asked for them, the
+// most likely tokens at its position (Ollama's api.Logprob).
+type Logprob struct {
+	TokenLogprob
+	TopLogprobs []TokenLogprob `json:"top_logprobs,omitempty"`
 }
 
 // Metrics are the counts and durations of a finished request (nanoseconds on the wire).

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/runner/sched"
 )
 
@@ -40,7 +41,7 @@ func BenchmarkStreamOverhead(b *testing.B) {
 	})
 	b.Run("direct", func(b *testing.B) {
 		m := ts.srv.sched.Running()[0].Model.(*loaded)
-		o := DefaultOptions()
+		o := api.DefaultOptions()
 		o.Temperature, o.NumPredict = 0, 256
 		for b.Loop() {
 			st, err := m.Generate(context.Background(), GenerateInput{Prompt: "zzzz", Options: o}, func(string) error { return nil })

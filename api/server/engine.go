@@ -17,6 +17,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/registry"
 	"github.com/mlxg/mlxg/runner"
@@ -471,7 +472,7 @@ func normalize(v []float32) []float32 {
 }
 
 // toRunnerOptions converts a request's options for the engine.
-func toRunnerOptions(o Options) runner.Options {
+func toRunnerOptions(o api.Options) runner.Options {
 	return runner.Options{NumCtx: o.NumCtx, NumBatch: o.NumBatch, NumKeep: o.NumKeep, NumPredict: o.NumPredict,
 		Temperature: o.Temperature, TopK: o.TopK, TopP: o.TopP, MinP: o.MinP, RepeatPenalty: o.RepeatPenalty,
 		RepeatLastN: o.RepeatLastN, PresencePenalty: o.PresencePenalty, FrequencyPenalty: o.FrequencyPenalty,

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/kvstore/sysmem"
 	"github.com/mlxg/mlxg/registry"
@@ -115,7 +116,7 @@ func TestPerfLineKVBytesAndPressure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ps ProcessResponse
+	var ps api.ProcessResponse
 	err = json.NewDecoder(resp.Body).Decode(&ps)
 	resp.Body.Close()
 	if err != nil || len(ps.Models) != 1 {

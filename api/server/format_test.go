@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/api/apitest"
 	"github.com/mlxg/mlxg/runner/constrain/constraintest"
 	"github.com/mlxg/mlxg/runner/sched"
@@ -33,7 +34,7 @@ func TestFormat(t *testing.T) {
 			t.Fatalf("status %d: %s", resp.StatusCode, b)
 		}
 		var content, thinking strings.Builder
-		for _, c := range lines[ChatResponse](t, b) {
+		for _, c := range lines[api.ChatResponse](t, b) {
 			content.WriteString(c.Message.Content)
 			thinking.WriteString(c.Message.Thinking)
 			if len(c.Message.ToolCalls) > 0 {
@@ -47,7 +48,7 @@ func TestFormat(t *testing.T) {
 	}
 	// Thinking off, on /api/generate: the plain reply becomes JSON.
 	resp, b := ts.post(t, "/api/generate", `{"model":"scripted","stream":false,"think":false,"prompt":"Weather in Paris?","format":`+citySchema+`}`)
-	var gen GenerateResponse
+	var gen api.GenerateResponse
 	if resp.StatusCode != 200 || json.Unmarshal(b, &gen) != nil {
 		t.Fatalf("generate: status %d: %s", resp.StatusCode, b)
 	}

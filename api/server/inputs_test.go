@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/api/openai"
 	"github.com/mlxg/mlxg/internal/testdata"
 	"github.com/mlxg/mlxg/registry"
@@ -29,7 +30,7 @@ func TestGenerateContext(t *testing.T) {
 	ts := newTestServer(t, sched.Config{})
 	body := `{"model":"scripted","prompt":"Weather?","think":false,"stream":false}`
 	resp, b := ts.post(t, "/api/generate", body)
-	first := decodeJSON[GenerateResponse](t, b)
+	first := decodeJSON[api.GenerateResponse](t, b)
 	if resp.StatusCode != 200 || first.Response == "" || len(first.Context) <= first.PromptEvalCount {
 		t.Fatalf("first reply %d: %s", resp.StatusCode, b)
 	}
@@ -48,7 +49,7 @@ func TestGenerateContext(t *testing.T) {
 	ctxJSON := strings.Trim(strings.Join(strings.Fields(fmt.Sprint(first.Context)), ","), "[]")
 	next := `{"model":"scripted","prompt":"Weather?","think":false,"stream":true,"context":[` + ctxJSON + `]}`
 	resp, b = ts.post(t, "/api/generate", next)
-	ls := lines[GenerateResponse](t, b)
+	ls := lines[api.GenerateResponse](t, b)
 	last := ls[len(ls)-1]
 	if resp.StatusCode != 200 || !last.Done || last.PromptEvalCount != len(first.Context)+first.PromptEvalCount {
 		t.Fatalf("continued: prompt of %d tokens, want the context's %d and the new prompt's %d: %s",
@@ -105,7 +106,7 @@ func TestImagesTextOnly(t *testing.T) {
 func TestSuffixFillInTheMiddle(t *testing.T) {
 	ts := newTestServer(t, sched.Config{})
 	resp, b := ts.post(t, "/api/generate", `{"model":"scripted","prompt":"def add(a, b):\n    return ","suffix":"\n\nprint(add(1, 2))","stream":false,"options":{"num_predict":2}}`)
-	g := decodeJSON[GenerateResponse](t, b)
+	g := decodeJSON[api.GenerateResponse](t, b)
 	tok, err := tokenizer.Load(scriptedCheckpoint(t))
 	if err != nil {
 		t.Fatal(err)

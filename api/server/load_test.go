@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/api/apitest"
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/registry"
@@ -169,7 +170,7 @@ func TestLoadContinuousBatch(t *testing.T) {
 	if errs.Load() > 0 {
 		t.Errorf("%d of %d requests failed, first: %v", errs.Load(), total, first)
 	}
-	var ps ProcessResponse
+	var ps api.ProcessResponse
 	resp, err := client.Get(ts.URL + "/api/ps")
 	if err != nil {
 		t.Fatal(err)

@@ -8,27 +8,12 @@ import (
 	"net/http"
 	"unicode/utf8"
 
+	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/api/openai"
 	"github.com/mlxg/mlxg/runner"
 	"github.com/mlxg/mlxg/runner/sample"
 	"github.com/mlxg/mlxg/runner/tokenizer"
 )
-
-// TokenLogprob is a token and its log-probability, as Ollama's api.TokenLogprob: the
-// token's text, and its raw bytes (a byte-level token may hold part of a UTF-8 character,
-// which the text shows as U+FFFD).
-type TokenLogprob struct {
-	Token   string  `json:"token"`
-	Logprob float64 `json:"logprob"`
-	Bytes   []int   `json:"bytes,omitempty"`
-}
-
-// Logprob is a generated token's log-probability and, when top_logprobs asked for them, the
-// most likely tokens at its position (Ollama's api.Logprob).
-type Logprob struct {
-	TokenLogprob
-	TopLogprobs []TokenLogprob `json:"top_logprobs,omitempty"`
-}
 
 // minLogprob stands for a token of probability 0 (a logit of -Inf), which JSON cannot
 // carry; OpenAI reports such tokens as -9999.
@@ -43,8 +28,8 @@ func checkTopLogprobs(n int) error {
 }
 
 // toLogprobs names the runner's token ids with the tokenizer's pieces.
-func toLogprobs(tok *tokenizer.Tokenizer, in []runner.Logprob) []Logprob {
-	one := func(t sample.TokenLogprob) TokenLogprob {
+func toLogprobs(tok *tokenizer.Tokenizer, in []runner.Logprob) []api.Logprob {
+	one := func(t sample.TokenLogprob) api.TokenLogprob {
 		b := tok.Piece(t.ID)
 		bs := make([]int, len(b))
 		for i, c := range b {
@@ -58,9 +43,9 @@ func toLogprobs(tok *tokenizer.Tokenizer, in []runner.Logprob) []Logprob {
 		if !utf8.Valid(b) {
 			text = string([]rune(text)) // invalid bytes as U+FFFD, as JSON would show them
 		}
-		return TokenLogprob{Token: text, Logprob: lp, Bytes: bs}
+		return api.TokenLogprob{Token: text, Logprob: lp, Bytes: bs}
 	}
-	out := make([]Logprob, len(in))
+	out := make([]api.Logprob, len(in))
 	for i, l := range in {
 		out[i].TokenLogprob = one(l.TokenLogprob)
 		for _, t := range l.Top {
@@ -72,7 +57,7 @@ func toLogprobs(tok *tokenizer.Tokenizer, in []runner.Logprob) []Logprob {
 
 // oaiChatLogprobs is a chat choice's logprobs: every entry has top_logprobs (empty when
 // none were asked for) and bytes, as OpenAI sends them.
-func oaiChatLogprobs(lps []Logprob) *openai.ChoiceLogprobs {
+func oaiChatLogprobs(lps []api.Logprob) *openai.ChoiceLogprobs {
 	out := &openai.ChoiceLogprobs{Content: make([]openai.TokenLogprob, len(lps))}
 	for i, l := range lps {
 		e := openai.TokenLogprob{Token: l.Token, Logprob: l.Logprob, Bytes: l.Bytes, TopLogprobs: []openai.TopLogprob{}}
@@ -87,7 +72,7 @@ func oaiChatLogprobs(lps []Logprob) *openai.ChoiceLogprobs {
 // oaiCompletionLogprobs is a /v1/completions choice's logprobs in OpenAI's legacy shape
 // (tokens, token_logprobs, top_logprobs as token → logprob, text_offset: where each token
 // starts in the choice's text, in characters, from offset), with Ollama's content list too.
-func oaiCompletionLogprobs(lps []Logprob, offset int) *openai.CompletionLogprobs {
+func oaiCompletionLogprobs(lps []api.Logprob, offset int) *openai.CompletionLogprobs {
 	out := &openai.CompletionLogprobs{Tokens: []string{}, TokenLogprobs: []float64{}, TopLogprobs: []map[string]float64{},
 		TextOffset: []int{}, Content: oaiChatLogprobs(lps).Content}
 	for _, l := range lps {

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/api/openai"
 	"github.com/mlxg/mlxg/internal/testdata"
 	"github.com/mlxg/mlxg/registry"
@@ -94,7 +95,7 @@ func TestLogprobsThroughServer(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d: %s", resp.StatusCode, b)
 	}
-	g := decodeJSON[GenerateResponse](t, b)
+	g := decodeJSON[api.GenerateResponse](t, b)
 	if len(g.Logprobs) != g.EvalCount || g.EvalCount == 0 {
 		t.Fatalf("%d logprobs for %d tokens: %s", len(g.Logprobs), g.EvalCount, b)
 	}
@@ -138,8 +139,8 @@ func TestLogprobsThroughServer(t *testing.T) {
 
 	// Streaming gives the same entries, spread over the chunks.
 	_, b = ts.post(t, "/api/generate", strings.Replace(body, `"stream":false`, `"stream":true`, 1))
-	var streamed []Logprob
-	for _, l := range lines[GenerateResponse](t, b) {
+	var streamed []api.Logprob
+	for _, l := range lines[api.GenerateResponse](t, b) {
 		streamed = append(streamed, l.Logprobs...)
 	}
 	if !reflect.DeepEqual(streamed, g.Logprobs) {
@@ -154,13 +155,13 @@ func TestLogprobsThroughServer(t *testing.T) {
 	chat := `{"model":"rand","think":false,"stream":false,"logprobs":true,"messages":[{"role":"user","content":"Hello"}],
 		"options":{"temperature":0,"num_predict":5}}`
 	_, b = ts.post(t, "/api/chat", chat)
-	cr := decodeJSON[ChatResponse](t, b)
+	cr := decodeJSON[api.ChatResponse](t, b)
 	if len(cr.Logprobs) != cr.EvalCount || cr.EvalCount == 0 || cr.Logprobs[0].TopLogprobs != nil {
 		t.Fatalf("chat: %s", b)
 	}
 	_, b = ts.post(t, "/api/chat", strings.Replace(chat, `"stream":false`, `"stream":true`, 1))
 	streamed = nil
-	for _, l := range lines[ChatResponse](t, b) {
+	for _, l := range lines[api.ChatResponse](t, b) {
 		streamed = append(streamed, l.Logprobs...)
 	}
 	if !reflect.DeepEqual(streamed, cr.Logprobs) {
@@ -177,7 +178,7 @@ func TestLogprobsThroughServer(t *testing.T) {
 		t.Fatalf("openai chat: %s", b)
 	}
 	_, b = ts.post(t, "/api/chat", strings.Replace(chat, `"logprobs":true`, `"logprobs":true,"top_logprobs":2`, 1))
-	cr = decodeJSON[ChatResponse](t, b)
+	cr = decodeJSON[api.ChatResponse](t, b)
 	for i, c := range lps.Content {
 		o := cr.Logprobs[i]
 		if c.Token != o.Token || c.Logprob != o.Logprob || !reflect.DeepEqual(c.Bytes, o.Bytes) || len(c.TopLogprobs) != 2 ||

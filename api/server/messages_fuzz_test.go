@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/api/anthropic"
 	"github.com/mlxg/mlxg/api/openai"
 )
@@ -55,7 +56,7 @@ func FuzzResponsesRequest(f *testing.F) {
 			return
 		}
 		if items, err := openai.InputItems(req.Input); err == nil {
-			if msgs, err := responsesMessages(items, []Message{{Role: "user", Content: "earlier"}}); err == nil {
+			if msgs, err := responsesMessages(items, []api.Message{{Role: "user", Content: "earlier"}}); err == nil {
 				templateMessages(msgs)
 			}
 		}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/registry"
 	"github.com/mlxg/mlxg/runner/sched"
@@ -77,7 +78,7 @@ func TestPrefixCacheThroughServer(t *testing.T) {
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		var cr ChatResponse
+		var cr api.ChatResponse
 		if resp.StatusCode != 200 || json.Unmarshal(b, &cr) != nil {
 			t.Fatalf("status %d: %s", resp.StatusCode, b)
 		}
@@ -169,7 +170,7 @@ func TestPrefixCacheThroughServer(t *testing.T) {
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		var cr ChatResponse
+		var cr api.ChatResponse
 		if resp.StatusCode != 200 || json.Unmarshal(b, &cr) != nil || cr.Message.Content != replies[0] {
 			t.Fatalf("after the restart: status %d: %s, want %q", resp.StatusCode, b, replies[0])
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/registry"
 	"github.com/mlxg/mlxg/runner"
 	"github.com/mlxg/mlxg/runner/model"
@@ -43,7 +44,7 @@ type GenerateInput struct {
 	Tools    []json.RawMessage
 	Kwargs   map[string]any
 	Prompt   string
-	Options  Options
+	Options  api.Options
 
 	// NoTruncate makes a prompt over num_ctx an error instead of dropping old messages and tokens; NoShift
 	// ends generation when the context is full instead of shifting it (Ollama's truncate and shift false).
@@ -54,7 +55,7 @@ type GenerateInput struct {
 	// receives them just before emit is given the text they complete.
 	Logprobs    bool
 	TopLogprobs int
-	OnLogprobs  func([]Logprob)
+	OnLogprobs  func([]api.Logprob)
 	// Context are token ids placed before the prompt (an earlier reply's GenerateStats.Context);
 	// WantContext fills GenerateStats.Context.
 	Context     []int

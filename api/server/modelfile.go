@@ -24,6 +24,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/registry"
 	"github.com/mlxg/mlxg/registry/create"
 	"github.com/mlxg/mlxg/runner"
@@ -114,14 +115,14 @@ func writeBlob(path string, r io.Reader) error {
 
 // handleCreate is POST /api/create: progress lines, then {"status":"success"} (one object without stream).
 func (s *Server) handleCreate(c *gin.Context) {
-	var req CreateRequest
+	var req api.CreateRequest
 	if err := decode(c, &req); err != nil {
 		abortErr(c, err)
 		return
 	}
 	stream := req.Stream == nil || *req.Stream
 	nd := newNDJSON(c)
-	err := s.models.Create(c.Request.Context(), &req, func(p ProgressResponse) error {
+	err := s.models.Create(c.Request.Context(), &req, func(p api.ProgressResponse) error {
 		if !stream {
 			return nil
 		}
@@ -133,17 +134,17 @@ func (s *Server) handleCreate(c *gin.Context) {
 		return
 	}
 	if !stream {
-		c.JSON(http.StatusOK, ProgressResponse{Status: "success"})
+		c.JSON(http.StatusOK, api.ProgressResponse{Status: "success"})
 		return
 	}
-	_ = nd.send(ProgressResponse{Status: "success"})
+	_ = nd.send(api.ProgressResponse{Status: "success"})
 }
 
 // Create makes a model as `ollama create` does: FROM an existing model (pulled first when it is a Hub or
 // library name not here yet) with the request's parameters, system prompt, messages and licenses on top
 // of that model's own, sharing its weights; or from uploaded files (a safetensors checkpoint: an MLX one
 // is imported as it is, a Hugging Face one converted, quantized with Quantize). fn receives progress.
-func (m *Models) Create(ctx context.Context, req *CreateRequest, fn func(ProgressResponse) error) error {
+func (m *Models) Create(ctx context.Context, req *api.CreateRequest, fn func(api.ProgressResponse) error) error {
 	name := cmp.Or(req.Model, req.Name)
 	if strings.TrimSpace(name) == "" {
 		return badRequest(errors.New("model is required: the name to create"))
@@ -168,7 +169,7 @@ func (m *Models) Create(ctx context.Context, req *CreateRequest, fn func(Progres
 		base, err := m.Store.Resolve(from)
 		if _, library := registry.LibraryRepo(from.Bare); errors.Is(err, registry.ErrNotFound) && (!from.IsBare() || library) {
 			// A Hub or library name not here yet is pulled first, as Ollama pulls a FROM model.
-			if err = m.Pull(ctx, &PullRequest{Model: req.From}, fn); err == nil {
+			if err = m.Pull(ctx, &api.PullRequest{Model: req.From}, fn); err == nil {
 				base, err = m.Store.Resolve(from)
 			}
 		}
@@ -184,16 +185,16 @@ func (m *Models) Create(ctx context.Context, req *CreateRequest, fn func(Progres
 			if info.Quantization != nil {
 				return badRequest(fmt.Errorf("quantize %s: %s is already quantized (%s); create FROM its unquantized weights", req.Quantize, req.From, info.QuantizationLevel()))
 			}
-			if err := fn(ProgressResponse{Status: fmt.Sprintf("quantizing %s to %d bits", req.From, bits)}); err != nil {
+			if err := fn(api.ProgressResponse{Status: fmt.Sprintf("quantizing %s to %d bits", req.From, bits)}); err != nil {
 				return err
 			}
 			if base, _, err = create.Create(ctx, m.Store, dst, base.Dir, create.Options{Bits: bits}); err != nil {
 				return err
 			}
-		} else if err := fn(ProgressResponse{Status: fmt.Sprintf("using existing model %s (commit %s)", base.Repo, base.ID())}); err != nil {
+		} else if err := fn(api.ProgressResponse{Status: fmt.Sprintf("using existing model %s (commit %s)", base.Repo, base.ID())}); err != nil {
 			return err
 		}
-		if err := fn(ProgressResponse{Status: "writing manifest"}); err != nil {
+		if err := fn(api.ProgressResponse{Status: "writing manifest"}); err != nil {
 			return err
 		}
 		if _, err := m.Store.Derive(base, dst, mf); err != nil {
@@ -225,7 +226,7 @@ func (m *Models) Create(ctx context.Context, req *CreateRequest, fn func(Progres
 }
 
 // checkCreate reads what the request adds to a model, refusing what mlxg cannot do.
-func checkCreate(req *CreateRequest) (*registry.Modelfile, int, error) {
+func checkCreate(req *api.CreateRequest) (*registry.Modelfile, int, error) {
 	switch {
 	case req.Template != "":
 		return nil, 0, errors.New("TEMPLATE is not supported: mlxg renders the checkpoint's own chat template (tokenizer_config.json's chat_template); remove the TEMPLATE line")
@@ -238,8 +239,8 @@ func checkCreate(req *CreateRequest) (*registry.Modelfile, int, error) {
 	case req.Renderer != "" || req.Parser != "":
 		return nil, 0, errors.New("RENDERER and PARSER are not supported: mlxg renders the checkpoint's chat template and detects its tool-call and thinking syntax from it")
 	}
-	if req.Requires != "" && versionLess(OllamaVersion, req.Requires) {
-		return nil, 0, fmt.Errorf("the model requires Ollama %s; this server provides the Ollama %s API", req.Requires, OllamaVersion)
+	if req.Requires != "" && versionLess(api.OllamaVersion, req.Requires) {
+		return nil, 0, fmt.Errorf("the model requires Ollama %s; this server provides the Ollama %s API", req.Requires, api.OllamaVersion)
 	}
 	add := &registry.Modelfile{From: req.From, System: req.System}
 	if len(req.Parameters) > 0 {
@@ -248,9 +249,9 @@ func checkCreate(req *CreateRequest) (*registry.Modelfile, int, error) {
 		if b, err := json.Marshal(req.Parameters); err != nil || json.Unmarshal(b, &params) != nil {
 			return nil, 0, fmt.Errorf("PARAMETER: values must be numbers, booleans, strings or lists of strings")
 		}
-		o := DefaultOptions()
+		o := api.DefaultOptions()
 		if err := o.FromMap(params); err != nil {
-			var unknown *UnknownOptionError
+			var unknown *api.UnknownOptionError
 			if errors.As(err, &unknown) {
 				return nil, 0, fmt.Errorf("PARAMETER %s: unknown parameter (use Ollama's option names: num_ctx, temperature, top_k, top_p, min_p, stop, seed, num_predict, repeat_penalty, ...)", unknown.Key)
 			}
@@ -327,7 +328,7 @@ func versionLess(a, b string) bool {
 
 // createFromFiles gathers uploaded blobs into a checkpoint folder and stores it under dst: an MLX
 // checkpoint as it is, a Hugging Face one converted (quantized to bits when not 0).
-func (m *Models) createFromFiles(ctx context.Context, dst registry.Name, files map[string]string, bits int, fn func(ProgressResponse) error) (*registry.LocalModel, error) {
+func (m *Models) createFromFiles(ctx context.Context, dst registry.Name, files map[string]string, bits int, fn func(api.ProgressResponse) error) (*registry.LocalModel, error) {
 	if err := os.MkdirAll(m.Store.Home, 0o755); err != nil {
 		return nil, err
 	}
@@ -374,7 +375,7 @@ func (m *Models) createFromFiles(ctx context.Context, dst registry.Name, files m
 		if bits > 0 {
 			return nil, badRequest(errors.New("quantize: the checkpoint is already MLX-quantized (config.json has a quantization block); leave quantize out"))
 		}
-		if err := fn(ProgressResponse{Status: "importing the MLX checkpoint"}); err != nil {
+		if err := fn(api.ProgressResponse{Status: "importing the MLX checkpoint"}); err != nil {
 			return nil, err
 		}
 		return m.Store.ImportDir(ctx, dst, dir)
@@ -383,7 +384,7 @@ func (m *Models) createFromFiles(ctx context.Context, dst registry.Name, files m
 	if bits > 0 {
 		status = fmt.Sprintf("converting model (quantizing to %d bits)", bits)
 	}
-	if err := fn(ProgressResponse{Status: status}); err != nil {
+	if err := fn(api.ProgressResponse{Status: status}); err != nil {
 		return nil, err
 	}
 	made, _, err := create.Create(ctx, m.Store, dst, dir, create.Options{Bits: bits})
@@ -416,7 +417,7 @@ func linkOrCopy(src, dst string) error {
 
 // modelOptions applies the parameters a Modelfile gave the model (after the checkpoint's generation
 // defaults, before the request's own options).
-func modelOptions(o *Options, lm *registry.LocalModel) error {
+func modelOptions(o *api.Options, lm *registry.LocalModel) error {
 	if lm.Modelfile == nil || len(lm.Modelfile.Parameters) == 0 {
 		return nil
 	}
@@ -441,26 +442,26 @@ func (j *job) useModelfile() {
 		}
 		return
 	}
-	var msgs []Message
+	var msgs []api.Message
 	if mf.System != "" && (len(j.messages) == 0 || j.messages[0].Role != "system") {
-		msgs = append(msgs, Message{Role: "system", Content: mf.System})
+		msgs = append(msgs, api.Message{Role: "system", Content: mf.System})
 	}
 	for _, m := range mf.Messages {
-		msgs = append(msgs, Message{Role: m.Role, Content: m.Content})
+		msgs = append(msgs, api.Message{Role: m.Role, Content: m.Content})
 	}
 	j.messages = append(msgs, j.messages...)
 }
 
 // modelMessages are the Modelfile's messages a generate request puts before its prompt (not when it
 // continues from a context, as Ollama).
-func (j *job) modelMessages() []Message {
+func (j *job) modelMessages() []api.Message {
 	mf := j.lm.Modelfile
 	if mf == nil || j.chat || j.raw || len(j.context) > 0 {
 		return nil
 	}
-	var out []Message
+	var out []api.Message
 	for _, m := range mf.Messages {
-		out = append(out, Message{Role: m.Role, Content: m.Content})
+		out = append(out, api.Message{Role: m.Role, Content: m.Content})
 	}
 	return out
 }
@@ -561,4 +562,19 @@ func moreCapabilities(dir string) []string {
 		}
 	}
 	return append(caps, "embedding")
+}
+
+// CreateBlob stores r as the blob digest names (in-process, as POST /api/blobs/:digest does).
+func (m *Models) CreateBlob(ctx context.Context, digest string, r io.Reader) error {
+	p, err := blobPath(m.Store, digest)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(p); err == nil {
+		return nil
+	}
+	if err := writeBlob(p, r); err != nil {
+		return fmt.Errorf("blob %s: %w", digest, err)
+	}
+	return nil
 }

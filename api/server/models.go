@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/registry"
 	"github.com/mlxg/mlxg/runner/parser"
 )
@@ -30,7 +31,7 @@ func NewModels() (*Models, error) {
 
 // badRequest wraps a bad name as the 400 a server would answer.
 func badRequest(err error) error {
-	return StatusError{StatusCode: http.StatusBadRequest, Status: "400 Bad Request", ErrorMessage: err.Error()}
+	return api.StatusError{StatusCode: http.StatusBadRequest, Status: "400 Bad Request", ErrorMessage: err.Error()}
 }
 
 func parse(model, deprecated string) (registry.Name, error) {
@@ -45,7 +46,7 @@ func parse(model, deprecated string) (registry.Name, error) {
 }
 
 // Pull downloads a model, calling fn with each progress event.
-func (m *Models) Pull(ctx context.Context, req *PullRequest, fn func(ProgressResponse) error) error {
+func (m *Models) Pull(ctx context.Context, req *api.PullRequest, fn func(api.ProgressResponse) error) error {
 	n, err := parse(req.Model, req.Name)
 	if err != nil {
 		return err
@@ -67,25 +68,25 @@ func (m *Models) Pull(ctx context.Context, req *PullRequest, fn func(ProgressRes
 }
 
 // List lists the models in the store, newest first.
-func (m *Models) List(ctx context.Context) (*ListResponse, error) {
+func (m *Models) List(ctx context.Context) (*api.ListResponse, error) {
 	models, err := m.Store.List()
 	if err != nil {
 		return nil, err
 	}
-	out := &ListResponse{Models: []ListModelResponse{}}
+	out := &api.ListResponse{Models: []api.ListModelResponse{}}
 	for _, lm := range models {
-		var d ModelDetails
+		var d api.ModelDetails
 		if info, err := registry.ReadInfo(lm.Dir); err == nil {
 			d = details(info)
 		}
-		out.Models = append(out.Models, ListModelResponse{Name: lm.Name, Model: lm.Name, ModifiedAt: lm.Modified,
+		out.Models = append(out.Models, api.ListModelResponse{Name: lm.Name, Model: lm.Name, ModifiedAt: lm.Modified,
 			Size: lm.Size, Digest: lm.Commit, Details: d})
 	}
 	return out, nil
 }
 
-func details(info *registry.ModelInfo) ModelDetails {
-	d := ModelDetails{Format: "safetensors", Family: info.ModelType, ParameterSize: info.ParameterSize(),
+func details(info *registry.ModelInfo) api.ModelDetails {
+	d := api.ModelDetails{Format: "safetensors", Family: info.ModelType, ParameterSize: info.ParameterSize(),
 		QuantizationLevel: info.QuantizationLevel()}
 	if info.ModelType != "" {
 		d.Families = []string{info.ModelType}
@@ -94,7 +95,7 @@ func details(info *registry.ModelInfo) ModelDetails {
 }
 
 // Show describes a model from its config.json, safetensors headers and tokenizer files.
-func (m *Models) Show(ctx context.Context, req *ShowRequest) (*ShowResponse, error) {
+func (m *Models) Show(ctx context.Context, req *api.ShowRequest) (*api.ShowResponse, error) {
 	n, err := parse(req.Model, req.Name)
 	if err != nil {
 		return nil, err
@@ -115,7 +116,7 @@ func (m *Models) Show(ctx context.Context, req *ShowRequest) (*ShowResponse, err
 }
 
 // ShowModel builds /api/show's answer for a model; verbose adds the tensor list.
-func ShowModel(lm *registry.LocalModel, info *registry.ModelInfo, verbose bool) *ShowResponse {
+func ShowModel(lm *registry.LocalModel, info *registry.ModelInfo, verbose bool) *api.ShowResponse {
 	arch := info.ModelType
 	if arch == "" {
 		arch = "unknown"
@@ -160,7 +161,7 @@ func ShowModel(lm *registry.LocalModel, info *registry.ModelInfo, verbose bool) 
 			mi["mlx.quantization.modules"] = mods
 		}
 	}
-	resp := &ShowResponse{
+	resp := &api.ShowResponse{
 		License:    info.License,
 		Template:   info.ChatTemplate,
 		Parameters: showParameters(info.Generation, lm.Modelfile), // modelfile.go
@@ -172,7 +173,7 @@ func ShowModel(lm *registry.LocalModel, info *registry.ModelInfo, verbose bool) 
 		resp.System = mf.System
 		resp.License = strings.Join(append(slices.DeleteFunc([]string{info.License}, func(s string) bool { return s == "" }), mf.License...), "\n")
 		for _, m := range mf.Messages {
-			resp.Messages = append(resp.Messages, Message{Role: m.Role, Content: m.Content})
+			resp.Messages = append(resp.Messages, api.Message{Role: m.Role, Content: m.Content})
 		}
 		resp.Details.ParentModel = mf.From
 	}
@@ -184,7 +185,7 @@ func ShowModel(lm *registry.LocalModel, info *registry.ModelInfo, verbose bool) 
 			for i, d := range t.Shape {
 				shape[i] = uint64(d)
 			}
-			resp.Tensors = append(resp.Tensors, Tensor{Name: t.Name, Type: string(t.DType), Shape: shape})
+			resp.Tensors = append(resp.Tensors, api.Tensor{Name: t.Name, Type: string(t.DType), Shape: shape})
 		}
 	}
 	return resp
@@ -219,7 +220,7 @@ func generationParameters(g map[string]any) string {
 }
 
 // Delete removes a model (see registry.Store.Remove).
-func (m *Models) Delete(ctx context.Context, req *DeleteRequest) error {
+func (m *Models) Delete(ctx context.Context, req *api.DeleteRequest) error {
 	n, err := parse(req.Model, req.Name)
 	if err != nil {
 		return err
@@ -229,7 +230,7 @@ func (m *Models) Delete(ctx context.Context, req *DeleteRequest) error {
 }
 
 // Copy makes Destination an alias of Source.
-func (m *Models) Copy(ctx context.Context, req *CopyRequest) error {
+func (m *Models) Copy(ctx context.Context, req *api.CopyRequest) error {
 	src, err := parse(req.Source, "")
 	if err != nil {
 		return err

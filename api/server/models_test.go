@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/internal/testdata"
 	"github.com/mlxg/mlxg/registry"
 )
@@ -20,7 +21,7 @@ func TestModelsShowAndList(t *testing.T) {
 	if _, err := m.Store.ImportDir(ctx, n, dir); err != nil {
 		t.Fatal(err)
 	}
-	show, err := m.Show(ctx, &ShowRequest{Model: "qwen3-tiny", Verbose: true})
+	show, err := m.Show(ctx, &api.ShowRequest{Model: "qwen3-tiny", Verbose: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,10 +42,10 @@ func TestModelsShowAndList(t *testing.T) {
 	if err != nil || len(list.Models) != 1 || list.Models[0].Name != "qwen3-tiny:latest" || !reflect.DeepEqual(list.Models[0].Details, d) {
 		t.Fatalf("list = %+v, %v", list, err)
 	}
-	if err := m.Copy(ctx, &CopyRequest{Source: "qwen3-tiny", Destination: "org/x"}); err == nil {
+	if err := m.Copy(ctx, &api.CopyRequest{Source: "qwen3-tiny", Destination: "org/x"}); err == nil {
 		t.Error("copy to a repo name accepted")
 	}
-	if err := m.Delete(ctx, &DeleteRequest{Model: "../x"}); err == nil {
+	if err := m.Delete(ctx, &api.DeleteRequest{Model: "../x"}); err == nil {
 		t.Error("delete of a bad name accepted")
 	}
 }

@@ -64,7 +64,7 @@ type Server struct {
 // NewServer makes a server; it loads nothing until a request asks for a model.
 func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Store == nil || cfg.Loader == nil {
-		return nil, errors.New("api.NewServer: Store and Loader are required")
+		return nil, errors.New("server.NewServer: Store and Loader are required")
 	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 32 << 20

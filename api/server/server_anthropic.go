@@ -13,6 +13,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/api/anthropic"
 )
 
@@ -56,14 +57,14 @@ func (s *eventStream) send(name string, v any) error {
 // anthropicMessages converts system and messages to chat messages. A user message's tool_result blocks
 // become tool messages (named after the tool_use they answer), its text blocks a user message, in order;
 // an assistant message's text, thinking and tool_use blocks become one assistant message.
-func anthropicMessages(system json.RawMessage, in []anthropic.MessageParam) ([]Message, error) {
-	var out []Message
+func anthropicMessages(system json.RawMessage, in []anthropic.MessageParam) ([]api.Message, error) {
+	var out []api.Message
 	sys, err := anthropic.SystemText(system)
 	if err != nil {
 		return nil, errorf(http.StatusBadRequest, "%v", err)
 	}
 	if sys != "" {
-		out = append(out, Message{Role: "system", Content: sys})
+		out = append(out, api.Message{Role: "system", Content: sys})
 	}
 	toolNames := map[string]string{} // tool_use id -> tool name
 	for i, m := range in {
@@ -76,7 +77,7 @@ func anthropicMessages(system json.RawMessage, in []anthropic.MessageParam) ([]M
 		}
 		switch m.Role {
 		case "assistant":
-			msg := Message{Role: "assistant"}
+			msg := api.Message{Role: "assistant"}
 			for k, b := range blocks {
 				switch b.Type {
 				case "text":
@@ -85,12 +86,12 @@ func anthropicMessages(system json.RawMessage, in []anthropic.MessageParam) ([]M
 					msg.Thinking += b.Thinking
 				case "redacted_thinking": // encrypted by Anthropic: nothing a local model can read
 				case "tool_use":
-					var args ToolCallFunctionArguments
+					var args api.ToolCallFunctionArguments
 					if err := args.UnmarshalJSON(b.Input); err != nil {
 						return nil, errorf(http.StatusBadRequest, "messages[%d].content[%d].input must be a JSON object: %v", i, k, err)
 					}
-					msg.ToolCalls = append(msg.ToolCalls, ToolCall{ID: b.ID,
-						Function: ToolCallFunction{Index: len(msg.ToolCalls), Name: b.Name, Arguments: args}})
+					msg.ToolCalls = append(msg.ToolCalls, api.ToolCall{ID: b.ID,
+						Function: api.ToolCallFunction{Index: len(msg.ToolCalls), Name: b.Name, Arguments: args}})
 					toolNames[b.ID] = b.Name
 				default:
 					return nil, errorf(http.StatusBadRequest, "messages[%d].content[%d]: %s blocks belong in user messages", i, k, b.Type)
@@ -101,7 +102,7 @@ func anthropicMessages(system json.RawMessage, in []anthropic.MessageParam) ([]M
 			var text []string
 			flush := func() {
 				if len(text) > 0 {
-					out = append(out, Message{Role: "user", Content: strings.Join(text, "\n")})
+					out = append(out, api.Message{Role: "user", Content: strings.Join(text, "\n")})
 					text = nil
 				}
 			}
@@ -115,7 +116,7 @@ func anthropicMessages(system json.RawMessage, in []anthropic.MessageParam) ([]M
 					if b.IsError && content == "" {
 						content = "error"
 					}
-					out = append(out, Message{Role: "tool", Content: content, ToolCallID: b.ToolUseID, ToolName: toolNames[b.ToolUseID]})
+					out = append(out, api.Message{Role: "tool", Content: content, ToolCallID: b.ToolUseID, ToolName: toolNames[b.ToolUseID]})
 				default:
 					return nil, errorf(http.StatusBadRequest, "messages[%d].content[%d]: %s blocks belong in assistant messages", i, k, b.Type)
 				}
@@ -129,8 +130,8 @@ func anthropicMessages(system json.RawMessage, in []anthropic.MessageParam) ([]M
 }
 
 // anthropicTools converts client tools to function tools for the chat template.
-func anthropicTools(in []anthropic.Tool) (Tools, error) {
-	var out Tools
+func anthropicTools(in []anthropic.Tool) (api.Tools, error) {
+	var out api.Tools
 	for i, t := range in {
 		if t.Type != "" && t.Type != "custom" {
 			return nil, errorf(http.StatusBadRequest, "tools[%d]: type %q is one of Anthropic's server or built-in tools, which mlxg does not run; offer a custom tool (name, description, input_schema)", i, t.Type)
@@ -151,19 +152,23 @@ func anthropicTools(in []anthropic.Tool) (Tools, error) {
 			fn = append(append(fn, `,"description":`...), desc...)
 		}
 		fn = append(append(append(fn, `,"parameters":`...), schema...), '}')
-		var f ToolFunction
+		var f api.ToolFunction
 		if err := json.Unmarshal(fn, &f); err != nil {
 			return nil, errorf(http.StatusBadRequest, "tools[%d].input_schema: %v", i, err)
 		}
 		raw := append(append([]byte(`{"type":"function","function":`), fn...), '}') // the client's schema, as sent
-		out = append(out, Tool{Type: "function", Function: f, raw: raw})
+		tool, err := toolFromJSON(raw)
+		if err != nil {
+			return nil, errorf(http.StatusBadRequest, "tools[%d]: %v", i, err)
+		}
+		out = append(out, tool)
 	}
 	return out, nil
 }
 
 // anthropicThink maps thinking to think: enabled on, disabled off; absent or adaptive leaves the
 // model's default (thinking models think, as on /api/chat).
-func anthropicThink(t *anthropic.Thinking) (*ThinkValue, error) {
+func anthropicThink(t *anthropic.Thinking) (*api.ThinkValue, error) {
 	if t == nil {
 		return nil, nil
 	}
@@ -172,9 +177,9 @@ func anthropicThink(t *anthropic.Thinking) (*ThinkValue, error) {
 	}
 	switch t.Type {
 	case "enabled":
-		return &ThinkValue{Value: true}, nil
+		return &api.ThinkValue{Value: true}, nil
 	case "disabled":
-		return &ThinkValue{Value: false}, nil
+		return &api.ThinkValue{Value: false}, nil
 	case "adaptive":
 		return nil, nil
 	}
@@ -290,7 +295,7 @@ func (s *Server) handleAnthropicMessages(c *gin.Context) {
 	id := "msg_" + randomID(12)
 	if !req.Stream {
 		var text, thinking strings.Builder
-		var calls []ToolCall
+		var calls []api.ToolCall
 		o, err := s.run(c.Request.Context(), j, func(e event) error {
 			text.WriteString(e.content)
 			thinking.WriteString(e.thinking)
@@ -329,7 +334,7 @@ func (s *Server) handleAnthropicMessages(c *gin.Context) {
 }
 
 // toolUseID is a tool call's id in Anthropic's form.
-func toolUseID(c ToolCall) string {
+func toolUseID(c api.ToolCall) string {
 	return "toolu_" + strings.TrimPrefix(c.ID, "call_")
 }
 

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/api/apitest"
 	"github.com/mlxg/mlxg/api/openai"
 	"github.com/mlxg/mlxg/internal/testdata"
@@ -30,11 +31,11 @@ func TestVersionIsOllamas(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var v VersionResponse
+	var v api.VersionResponse
 	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
 		t.Fatal(err)
 	}
-	if v.Version != OllamaVersion || v.MLXGVersion != "test" {
+	if v.Version != api.OllamaVersion || v.MLXGVersion != "test" {
 		t.Fatalf("/api/version = %+v", v)
 	}
 	var major, minor, patch int
@@ -76,11 +77,11 @@ const createMine = `{"model":"mine","from":"scripted","parameters":{"num_ctx":20
 func TestCreateFromModel(t *testing.T) {
 	ts := newTestServer(t, sched.Config{})
 	resp, body := ts.post(t, "/api/create", createMine)
-	st := lines[ProgressResponse](t, body)
+	st := lines[api.ProgressResponse](t, body)
 	if resp.StatusCode != 200 || len(st) < 2 || st[len(st)-1].Status != "success" {
 		t.Fatalf("create: %d %s", resp.StatusCode, body)
 	}
-	var show ShowResponse
+	var show api.ShowResponse
 	if ts.postJSON(t, "/api/show", `{"model":"mine"}`, &show) != 200 {
 		t.Fatal("show")
 	}
@@ -99,13 +100,13 @@ func TestCreateFromModel(t *testing.T) {
 			t.Errorf("capabilities %v lack %s", show.Capabilities, c)
 		}
 	}
-	var base ShowResponse
+	var base api.ShowResponse
 	if ts.postJSON(t, "/api/show", `{"model":"scripted"}`, &base) != 200 || base.System != "" || strings.Contains(base.Parameters, "num_ctx") {
 		t.Errorf("the FROM model changed: %+v", base)
 	}
 
-	chat := func(model, extra string) ChatResponse {
-		var cr ChatResponse
+	chat := func(model, extra string) api.ChatResponse {
+		var cr api.ChatResponse
 		if code := ts.postJSON(t, "/api/chat", `{"model":"`+model+`","stream":false,"think":false,"messages":[{"role":"user","content":"Weather?"}]`+extra+`}`, &cr); code != 200 {
 			t.Fatalf("chat %s: %d", model, code)
 		}
@@ -122,24 +123,24 @@ func TestCreateFromModel(t *testing.T) {
 		t.Errorf("the request's stop did not win: %q", own.Message.Content)
 	}
 	// A chat that brings its own system message keeps it (the model's is not added): the prompt is shorter.
-	var sys ChatResponse
+	var sys api.ChatResponse
 	ts.postJSON(t, "/api/chat", `{"model":"mine","stream":false,"think":false,"messages":[{"role":"system","content":"x"},{"role":"user","content":"Weather?"}]}`, &sys)
 	if sys.PromptEvalCount >= mine.PromptEvalCount || sys.Message.Content != "The weather in Paris is " {
 		t.Errorf("own system message: %d tokens (model's system: %d), %q", sys.PromptEvalCount, mine.PromptEvalCount, sys.Message.Content)
 	}
-	var gen GenerateResponse
+	var gen api.GenerateResponse
 	ts.postJSON(t, "/api/generate", `{"model":"mine","stream":false,"think":false,"prompt":"Weather?"}`, &gen)
 	if gen.Response != "The weather in Paris is " || gen.PromptEvalCount <= plain.PromptEvalCount {
 		t.Errorf("generate on mine: %q, %d prompt tokens", gen.Response, gen.PromptEvalCount)
 	}
-	var ps ProcessResponse
+	var ps api.ProcessResponse
 	resp2, err := http.Get(ts.URL + "/api/ps")
 	if err != nil {
 		t.Fatal(err)
 	}
 	json.NewDecoder(resp2.Body).Decode(&ps)
 	resp2.Body.Close()
-	if !slices.ContainsFunc(ps.Models, func(m ProcessModelResponse) bool { return m.Name == "mine:latest" && m.ContextLength == 2048 }) {
+	if !slices.ContainsFunc(ps.Models, func(m api.ProcessModelResponse) bool { return m.Name == "mine:latest" && m.ContextLength == 2048 }) {
 		t.Errorf("ps: %+v, want mine:latest loaded with num_ctx 2048", ps.Models)
 	}
 	// OpenAI's chat uses the created model's parameters too.
@@ -148,7 +149,7 @@ func TestCreateFromModel(t *testing.T) {
 		t.Errorf("/v1/chat/completions on mine: %d %s", resp.StatusCode, body)
 	}
 	// FROM a created model layers on it; stream false answers one object.
-	var done ProgressResponse
+	var done api.ProgressResponse
 	if ts.postJSON(t, "/api/create", `{"model":"mine2","from":"mine","stream":false,"parameters":{"stop":["Paris"]},"license":["second"]}`, &done) != 200 || done.Status != "success" {
 		t.Fatalf("create mine2: %+v", done)
 	}
@@ -271,19 +272,19 @@ func TestBlobsAndCreateFromFiles(t *testing.T) {
 		t.Log("no checkpoint file is over the body limit")
 	}
 	req, _ := json.Marshal(map[string]any{"model": "uploaded", "files": files, "parameters": map[string]any{"stop": []string{"Paris"}}, "stream": false})
-	var done ProgressResponse
+	var done api.ProgressResponse
 	if code := ts.postJSON(t, "/api/create", string(req), &done); code != 200 || done.Status != "success" {
 		t.Fatalf("create from files: %d %+v", code, done)
 	}
 	if c := blobReq(t, ts, "HEAD", files["config.json"], nil); c != 404 {
 		t.Errorf("an upload stayed after the create that used it: HEAD %d", c)
 	}
-	var cr ChatResponse
+	var cr api.ChatResponse
 	ts.postJSON(t, "/api/chat", `{"model":"uploaded","stream":false,"think":false,"messages":[{"role":"user","content":"Weather?"}]}`, &cr)
 	if cr.Message.Content != "The weather in " {
 		t.Errorf("chat with the uploaded model: %+v", cr)
 	}
-	var show ShowResponse
+	var show api.ShowResponse
 	if ts.postJSON(t, "/api/show", `{"model":"uploaded"}`, &show) != 200 || show.Details.Family != "llama" {
 		t.Errorf("show uploaded: %+v", show)
 	}
@@ -302,13 +303,13 @@ func TestTruncateAndShift(t *testing.T) {
 	if status != 400 || !strings.Contains(msg, "num_ctx 64") {
 		t.Errorf("truncate false, long chat: %d %q", status, msg)
 	}
-	var gen GenerateResponse
+	var gen api.GenerateResponse
 	if ts.postJSON(t, "/api/generate", `{"model":"scripted","raw":true,"stream":false,"prompt":"`+long+`","options":{"num_ctx":64,"num_predict":1}}`, &gen) != 200 || gen.PromptEvalCount >= 64 {
 		t.Errorf("truncate default: %+v", gen)
 	}
 	// A prompt outside every script makes the model repeat one token until stopped.
-	run := func(shift string) GenerateResponse {
-		var g GenerateResponse
+	run := func(shift string) api.GenerateResponse {
+		var g api.GenerateResponse
 		if ts.postJSON(t, "/api/generate", `{"model":"scripted","raw":true,"stream":false,"prompt":"zebra"`+shift+`,"options":{"num_ctx":64,"num_predict":100,"temperature":0}}`, &g) != 200 {
 			t.Fatal("generate")
 		}
@@ -351,7 +352,7 @@ func TestThinkLevels(t *testing.T) {
 		t.Fatal(err)
 	}
 	for think, wantThinking := range map[string]bool{`"low"`: false, `"medium"`: true, `"high"`: true, `true`: true, `false`: false} {
-		var cr ChatResponse
+		var cr api.ChatResponse
 		if ts.postJSON(t, "/api/chat", `{"model":"effort","stream":false,"think":`+think+`,"messages":[{"role":"user","content":"Weather?"}]}`, &cr) != 200 {
 			t.Fatalf("think %s", think)
 		}
@@ -402,7 +403,7 @@ func TestShowCapabilities(t *testing.T) {
 		"scripted": {"completion", "tools", "thinking", "insert", "embedding"},
 		"llama":    {"completion", "embedding"},
 	} {
-		var show ShowResponse
+		var show api.ShowResponse
 		if ts.postJSON(t, "/api/show", `{"model":"`+model+`"}`, &show) != 200 || !slices.Equal(show.Capabilities, want) {
 			t.Errorf("%s: capabilities %v, want %v", model, show.Capabilities, want)
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/registry"
 	"github.com/mlxg/mlxg/runner"
 	"github.com/mlxg/mlxg/runner/constrain"
@@ -31,17 +32,17 @@ type job struct {
 	name      string // the model as the client named it
 	lm        *registry.LocalModel
 	info      *registry.ModelInfo
-	opts      Options
+	opts      api.Options
 	keepAlive *time.Duration
 
 	chat     bool
-	messages []Message
-	tools    Tools
+	messages []api.Message
+	tools    api.Tools
 	prompt   string // generate
 	system   string
 	suffix   string
 	raw      bool
-	think    *ThinkValue
+	think    *api.ThinkValue
 	start    time.Time
 	format   *constrain.Schema // structured output (format); nil: free text
 
@@ -55,8 +56,8 @@ type job struct {
 // event is what one piece of output yields after parsing.
 type event struct {
 	content, thinking string
-	calls             []ToolCall
-	logprobs          []Logprob // of the tokens this piece completes (an event may carry only these)
+	calls             []api.ToolCall
+	logprobs          []api.Logprob // of the tokens this piece completes (an event may carry only these)
 }
 
 func (e event) empty() bool { return e.content == "" && e.thinking == "" && len(e.calls) == 0 }
@@ -69,13 +70,13 @@ type outcome struct {
 	calls int
 }
 
-func (o *outcome) metrics() Metrics {
-	return Metrics{TotalDuration: o.total, LoadDuration: o.load, PromptEvalCount: o.PromptTokens,
+func (o *outcome) metrics() api.Metrics {
+	return api.Metrics{TotalDuration: o.total, LoadDuration: o.load, PromptEvalCount: o.PromptTokens,
 		PromptEvalDuration: o.PromptEvalDuration, EvalCount: o.EvalTokens, EvalDuration: o.EvalDuration}
 }
 
 // newJob resolves the model and checks what can be checked before loading it.
-func (s *Server) newJob(model string, options map[string]any, keepAlive *Duration, format json.RawMessage) (*job, error) {
+func (s *Server) newJob(model string, options map[string]any, keepAlive *api.Duration, format json.RawMessage) (*job, error) {
 	j := &job{name: model, start: time.Now()}
 	lm, err := s.resolve(model)
 	if err != nil {
@@ -88,14 +89,14 @@ func (s *Server) newJob(model string, options map[string]any, keepAlive *Duratio
 	if j.format, err = constrain.FromFormat(format); err != nil {
 		return nil, errorf(http.StatusBadRequest, "%v", err)
 	}
-	j.opts = DefaultOptions()
+	j.opts = api.DefaultOptions()
 	j.opts.NumCtx = s.cfg.ContextLength
 	generationDefaults(&j.opts, j.info.Generation)
 	if err := modelOptions(&j.opts, lm); err != nil { // a Modelfile's PARAMETER lines (modelfile.go)
 		return nil, err
 	}
 	if err := j.opts.FromMap(options); err != nil {
-		var unknown *UnknownOptionError
+		var unknown *api.UnknownOptionError
 		if !errors.As(err, &unknown) || strings.Contains(err.Error(), "must be") {
 			return nil, errorf(http.StatusBadRequest, "%v", err)
 		}
@@ -116,7 +117,7 @@ func (s *Server) newJob(model string, options map[string]any, keepAlive *Duratio
 
 // generationDefaults applies the sampling settings of the checkpoint's generation_config.json (what
 // /api/show lists as parameters), as an Ollama model's parameters are applied before the request's options.
-func generationDefaults(o *Options, g map[string]any) {
+func generationDefaults(o *api.Options, g map[string]any) {
 	num := func(k string) (float64, bool) {
 		f, ok := g[k].(float64)
 		return f, ok && f >= 0
@@ -180,12 +181,20 @@ func (s *Server) loadOnly(ctx context.Context, j *job) (string, error) {
 	return "load", nil
 }
 
+// toolFromJSON decodes a function tool ({"type":"function","function":{...}}) that keeps raw, the schema
+// as the client sent it, for the chat template.
+func toolFromJSON(raw []byte) (api.Tool, error) {
+	var t api.Tool
+	err := json.Unmarshal(raw, &t)
+	return t, err
+}
+
 // toolsJSON gives the tools to the chat template as JSON, keys in the client's order.
-func toolsJSON(tools Tools) ([]json.RawMessage, []string, error) {
+func toolsJSON(tools api.Tools) ([]json.RawMessage, []string, error) {
 	var out []json.RawMessage
 	var names []string
 	for _, t := range tools {
-		b := t.raw // as the client sent it
+		b := t.Raw() // as the client sent it
 		if b == nil {
 			var err error
 			if b, err = json.Marshal(t); err != nil {
@@ -200,7 +209,7 @@ func toolsJSON(tools Tools) ([]json.RawMessage, []string, error) {
 
 // templateMessages converts chat messages to what HF chat templates read: tool_calls with arguments
 // objects, reasoning_content for earlier thinking, name for a tool result's tool.
-func templateMessages(msgs []Message) []map[string]any {
+func templateMessages(msgs []api.Message) []map[string]any {
 	out := make([]map[string]any, 0, len(msgs))
 	for _, m := range msgs {
 		tm := map[string]any{"role": m.Role, "content": m.Content}
@@ -259,10 +268,10 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 	info := m.Info()
 
 	in := GenerateInput{Options: j.opts, Context: j.context, WantContext: j.wantContext}
-	var pendingLP []Logprob // of text the parser has not yielded yet
+	var pendingLP []api.Logprob // of text the parser has not yielded yet
 	if j.logprobs {
 		in.Logprobs, in.TopLogprobs = true, j.topLogprobs
-		in.OnLogprobs = func(lps []Logprob) { pendingLP = append(pendingLP, lps...) }
+		in.OnLogprobs = func(lps []api.Logprob) { pendingLP = append(pendingLP, lps...) }
 	}
 	kwargs := map[string]any{}
 	if j.think != nil && caps.Thinking {
@@ -288,12 +297,12 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 			in.Prompt = j.system + "\n\n" + j.prompt
 		}
 	default:
-		var msgs []Message
+		var msgs []api.Message
 		if j.system != "" {
-			msgs = append(msgs, Message{Role: "system", Content: j.system})
+			msgs = append(msgs, api.Message{Role: "system", Content: j.system})
 		}
 		msgs = append(msgs, j.modelMessages()...)
-		in.Messages, in.Kwargs = templateMessages(append(msgs, Message{Role: "user", Content: j.prompt})), kwargs
+		in.Messages, in.Kwargs = templateMessages(append(msgs, api.Message{Role: "user", Content: j.prompt})), kwargs
 	}
 
 	pcfg := parser.Config{Thinking: thinkOn && caps.Thinking && !j.raw}
@@ -319,10 +328,10 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 	forward := func(r parser.Result) error {
 		ev := event{content: r.Content, thinking: r.Thinking}
 		for _, c := range r.Calls {
-			var args ToolCallFunctionArguments
+			var args api.ToolCallFunctionArguments
 			_ = args.UnmarshalJSON(c.Arguments)
-			ev.calls = append(ev.calls, ToolCall{ID: "call_" + randomID(8),
-				Function: ToolCallFunction{Index: out.calls, Name: c.Name, Arguments: args}})
+			ev.calls = append(ev.calls, api.ToolCall{ID: "call_" + randomID(8),
+				Function: api.ToolCallFunction{Index: out.calls, Name: c.Name, Arguments: args}})
 			out.calls++
 		}
 		ev.logprobs, pendingLP = pendingLP, nil
@@ -436,7 +445,7 @@ func (n *ndjson) fail(err error) {
 func (s *Server) handleGenerate(c *gin.Context) {
 	s.inflight.Add(1)
 	defer s.inflight.Done()
-	var req GenerateRequest
+	var req api.GenerateRequest
 	if err := decode(c, &req); err != nil {
 		abortErr(c, err)
 		return
@@ -472,16 +481,16 @@ func (s *Server) handleGenerate(c *gin.Context) {
 			abortErr(c, err)
 			return
 		}
-		c.JSON(http.StatusOK, GenerateResponse{Model: req.Model, CreatedAt: time.Now().UTC(), Done: true, DoneReason: reason})
+		c.JSON(http.StatusOK, api.GenerateResponse{Model: req.Model, CreatedAt: time.Now().UTC(), Done: true, DoneReason: reason})
 		return
 	}
 	respond(s, c, j, req.Stream == nil || *req.Stream,
-		func(e event) GenerateResponse {
-			return GenerateResponse{Model: req.Model, CreatedAt: time.Now().UTC(), Response: e.content,
+		func(e event) api.GenerateResponse {
+			return api.GenerateResponse{Model: req.Model, CreatedAt: time.Now().UTC(), Response: e.content,
 				Thinking: e.thinking, ToolCalls: e.calls, Logprobs: e.logprobs}
 		},
-		func(o *outcome, whole event) GenerateResponse {
-			return GenerateResponse{Model: req.Model, CreatedAt: time.Now().UTC(), Response: whole.content,
+		func(o *outcome, whole event) api.GenerateResponse {
+			return api.GenerateResponse{Model: req.Model, CreatedAt: time.Now().UTC(), Response: whole.content,
 				Thinking: whole.thinking, ToolCalls: whole.calls, Done: true, DoneReason: o.DoneReason, Metrics: o.metrics(),
 				Context: o.Context, Logprobs: whole.logprobs}
 		})
@@ -493,8 +502,8 @@ func (s *Server) handleGenerate(c *gin.Context) {
 func respond[T any](s *Server, c *gin.Context, j *job, stream bool, chunk func(event) T, final func(o *outcome, whole event) T) {
 	nd := newNDJSON(c)
 	var text, thinking strings.Builder
-	var calls []ToolCall
-	var logprobs []Logprob
+	var calls []api.ToolCall
+	var logprobs []api.Logprob
 	o, err := s.run(c.Request.Context(), j, func(e event) error {
 		if !stream {
 			text.WriteString(e.content)
@@ -519,7 +528,7 @@ func respond[T any](s *Server, c *gin.Context, j *job, stream bool, chunk func(e
 func (s *Server) handleChat(c *gin.Context) {
 	s.inflight.Add(1)
 	defer s.inflight.Done()
-	var req ChatRequest
+	var req api.ChatRequest
 	if err := decode(c, &req); err != nil {
 		abortErr(c, err)
 		return
@@ -557,19 +566,19 @@ func (s *Server) handleChat(c *gin.Context) {
 			abortErr(c, err)
 			return
 		}
-		c.JSON(http.StatusOK, ChatResponse{Model: req.Model, CreatedAt: time.Now().UTC(),
-			Message: Message{Role: "assistant"}, Done: true, DoneReason: reason})
+		c.JSON(http.StatusOK, api.ChatResponse{Model: req.Model, CreatedAt: time.Now().UTC(),
+			Message: api.Message{Role: "assistant"}, Done: true, DoneReason: reason})
 		return
 	}
-	reply := func(e event) Message {
-		return Message{Role: "assistant", Content: e.content, Thinking: e.thinking, ToolCalls: e.calls}
+	reply := func(e event) api.Message {
+		return api.Message{Role: "assistant", Content: e.content, Thinking: e.thinking, ToolCalls: e.calls}
 	}
 	respond(s, c, j, req.Stream == nil || *req.Stream,
-		func(e event) ChatResponse {
-			return ChatResponse{Model: req.Model, CreatedAt: time.Now().UTC(), Message: reply(e), Logprobs: e.logprobs}
+		func(e event) api.ChatResponse {
+			return api.ChatResponse{Model: req.Model, CreatedAt: time.Now().UTC(), Message: reply(e), Logprobs: e.logprobs}
 		},
-		func(o *outcome, whole event) ChatResponse {
-			return ChatResponse{Model: req.Model, CreatedAt: time.Now().UTC(), Message: reply(whole),
+		func(o *outcome, whole event) api.ChatResponse {
+			return api.ChatResponse{Model: req.Model, CreatedAt: time.Now().UTC(), Message: reply(whole),
 				Done: true, DoneReason: o.DoneReason, Metrics: o.metrics(), Logprobs: whole.logprobs}
 		})
 }
@@ -609,7 +618,7 @@ func (s *Server) embed(ctx context.Context, j *job, inputs []string, truncate bo
 func (s *Server) handleEmbed(c *gin.Context) {
 	s.inflight.Add(1)
 	defer s.inflight.Done()
-	var req EmbedRequest
+	var req api.EmbedRequest
 	if err := decode(c, &req); err != nil {
 		abortErr(c, err)
 		return
@@ -629,7 +638,7 @@ func (s *Server) handleEmbed(c *gin.Context) {
 			abortErr(c, err)
 			return
 		}
-		c.JSON(http.StatusOK, EmbedResponse{Model: req.Model, Embeddings: [][]float32{}})
+		c.JSON(http.StatusOK, api.EmbedResponse{Model: req.Model, Embeddings: [][]float32{}})
 		return
 	}
 	if req.Dimensions < 0 {
@@ -646,14 +655,14 @@ func (s *Server) handleEmbed(c *gin.Context) {
 			vecs[i] = normalize(v[:min(req.Dimensions, len(v))])
 		}
 	}
-	c.JSON(http.StatusOK, EmbedResponse{Model: req.Model, Embeddings: vecs, TotalDuration: time.Since(j.start),
+	c.JSON(http.StatusOK, api.EmbedResponse{Model: req.Model, Embeddings: vecs, TotalDuration: time.Since(j.start),
 		LoadDuration: load, PromptEvalCount: n})
 }
 
 func (s *Server) handleEmbeddings(c *gin.Context) {
 	s.inflight.Add(1)
 	defer s.inflight.Done()
-	var req EmbeddingRequest
+	var req api.EmbeddingRequest
 	if err := decode(c, &req); err != nil {
 		abortErr(c, err)
 		return
@@ -668,7 +677,7 @@ func (s *Server) handleEmbeddings(c *gin.Context) {
 			abortErr(c, err)
 			return
 		}
-		c.JSON(http.StatusOK, EmbeddingResponse{Embedding: []float64{}})
+		c.JSON(http.StatusOK, api.EmbeddingResponse{Embedding: []float64{}})
 		return
 	}
 	vecs, _, _, err := s.embed(c.Request.Context(), j, []string{req.Prompt}, true)
@@ -680,5 +689,5 @@ func (s *Server) handleEmbeddings(c *gin.Context) {
 	for i, v := range vecs[0] {
 		out[i] = float64(v)
 	}
-	c.JSON(http.StatusOK, EmbeddingResponse{Embedding: out})
+	c.JSON(http.StatusOK, api.EmbeddingResponse{Embedding: out})
 }

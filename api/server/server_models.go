@@ -8,48 +8,9 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/registry"
 )
-
-// ProcessResponse is the body of GET /api/ps.
-type ProcessResponse struct {
-	Models []ProcessModelResponse `json:"models"`
-}
-
-// ProcessModelResponse is one loaded model. Size is the resident size (weights and KV cache), as Ollama's.
-// KVCache and PeakSize are mlxg's additions: the KV cache layout it chose, and the predicted peak memory
-// (Size plus activations and scratch) that the scheduler budgets.
-type ProcessModelResponse struct {
-	Name          string        `json:"name"`
-	Model         string        `json:"model"`
-	Size          int64         `json:"size"`
-	Digest        string        `json:"digest"`
-	Details       ModelDetails  `json:"details,omitempty"`
-	ExpiresAt     time.Time     `json:"expires_at"`
-	SizeVRAM      int64         `json:"size_vram"`
-	ContextLength int           `json:"context_length"`
-	KVCache       string        `json:"kv_cache,omitempty"`
-	PeakSize      int64         `json:"size_peak,omitempty"` // the predicted peak the scheduler budgets
-	Batch         *ProcessBatch `json:"batch,omitempty"`     // the continuous batch, when the model batches
-	Ranks         []ProcessRank `json:"ranks,omitempty"`     // the machines a model split over several runs on
-}
-
-// ProcessRank is one rank of a model split over several machines, in /api/ps (an mlxg extension).
-type ProcessRank struct {
-	Rank   int    `json:"rank"`
-	Host   string `json:"host"`
-	Layers string `json:"layers"` // the layers it holds ("0-13"), or "head only"
-	State  string `json:"state"`  // ready, gone, or stalled
-}
-
-// ProcessBatch is a loaded model's continuous batch in /api/ps (an mlxg extension).
-type ProcessBatch struct {
-	MaxSequences  int     `json:"max_sequences"`  // sequences batched at once (MLXG_NUM_PARALLEL, or fewer when memory says so)
-	Running       int     `json:"running"`        // sequences in the batch now
-	Waiting       int     `json:"waiting"`        // requests waiting for a place in it
-	Steps         int64   `json:"steps"`          // forward passes run
-	MeanSequences float64 `json:"mean_sequences"` // sequences per pass, on average
-}
 
 // resolve parses and finds a model name: 400 for a malformed name, 404 (Ollama's message) when it is not
 // in the store.
@@ -72,12 +33,12 @@ func (s *Server) resolve(name string) (*registry.LocalModel, error) {
 }
 
 func (s *Server) handleVersion(c *gin.Context) {
-	c.JSON(http.StatusOK, VersionResponse{Version: OllamaVersion, MLXGVersion: s.cfg.Version})
+	c.JSON(http.StatusOK, api.VersionResponse{Version: api.OllamaVersion, MLXGVersion: s.cfg.Version})
 }
 
 // notFound turns the store's "not found" into Ollama's 404 answer for name.
 func notFound(err error, name string) error {
-	var se StatusError
+	var se api.StatusError
 	switch {
 	case errors.As(err, &se) && se.StatusCode != 0:
 		return &apiError{status: se.StatusCode, msg: se.ErrorMessage}
@@ -97,7 +58,7 @@ func (s *Server) handleTags(c *gin.Context) {
 }
 
 func (s *Server) handleShow(c *gin.Context) {
-	var req ShowRequest
+	var req api.ShowRequest
 	if err := decode(c, &req); err != nil {
 		abortErr(c, err)
 		return
@@ -118,7 +79,7 @@ func (s *Server) handleShow(c *gin.Context) {
 }
 
 func (s *Server) handlePull(c *gin.Context) {
-	var req PullRequest
+	var req api.PullRequest
 	if err := decode(c, &req); err != nil {
 		abortErr(c, err)
 		return
@@ -136,7 +97,7 @@ func (s *Server) handlePull(c *gin.Context) {
 	}
 	stream := req.Stream == nil || *req.Stream
 	nd := newNDJSON(c)
-	err := s.models.Pull(c.Request.Context(), &req, func(p ProgressResponse) error {
+	err := s.models.Pull(c.Request.Context(), &req, func(p api.ProgressResponse) error {
 		if !stream {
 			return nil
 		}
@@ -151,12 +112,12 @@ func (s *Server) handlePull(c *gin.Context) {
 		return
 	}
 	if !stream {
-		c.JSON(http.StatusOK, ProgressResponse{Status: "success"})
+		c.JSON(http.StatusOK, api.ProgressResponse{Status: "success"})
 	}
 }
 
 func (s *Server) handleDelete(c *gin.Context) {
-	var req DeleteRequest
+	var req api.DeleteRequest
 	if err := decode(c, &req); err != nil {
 		abortErr(c, err)
 		return
@@ -178,7 +139,7 @@ func (s *Server) handleDelete(c *gin.Context) {
 }
 
 func (s *Server) handleCopy(c *gin.Context) {
-	var req CopyRequest
+	var req api.CopyRequest
 	if err := decode(c, &req); err != nil {
 		abortErr(c, err)
 		return
@@ -192,7 +153,7 @@ func (s *Server) handleCopy(c *gin.Context) {
 		return
 	}
 	if err := s.models.Copy(c.Request.Context(), &req); err != nil {
-		var se StatusError
+		var se api.StatusError
 		if errors.As(err, &se) || errors.Is(err, registry.ErrNotFound) {
 			abortErr(c, notFound(err, req.Source))
 			return
@@ -207,7 +168,7 @@ func (s *Server) handleCopy(c *gin.Context) {
 type loaded struct {
 	Model
 	lm      *registry.LocalModel
-	details ModelDetails
+	details api.ModelDetails
 }
 
 // Size is what the scheduler budgets for the model: its predicted peak.
@@ -218,12 +179,12 @@ func (l *loaded) Size() int64 {
 	return l.Info().Size
 }
 
-func processBatch(info LoadedInfo) *ProcessBatch {
+func processBatch(info LoadedInfo) *api.ProcessBatch {
 	b := info.Batch
 	if b == nil {
 		return nil
 	}
-	p := &ProcessBatch{MaxSequences: b.Cap, Running: b.Running, Waiting: b.Waiting, Steps: b.Steps}
+	p := &api.ProcessBatch{MaxSequences: b.Cap, Running: b.Running, Waiting: b.Waiting, Steps: b.Steps}
 	if b.Steps > 0 {
 		p.MeanSequences = float64(b.Seqs) / float64(b.Steps)
 	}
@@ -231,7 +192,7 @@ func processBatch(info LoadedInfo) *ProcessBatch {
 }
 
 func (s *Server) handlePs(c *gin.Context) {
-	resp := ProcessResponse{Models: []ProcessModelResponse{}}
+	resp := api.ProcessResponse{Models: []api.ProcessModelResponse{}}
 	for _, st := range s.sched.Running() {
 		l, ok := st.Model.(*loaded)
 		if !ok {
@@ -249,17 +210,17 @@ func (s *Server) handlePs(c *gin.Context) {
 		if size <= 0 {
 			size = st.Size
 		}
-		resp.Models = append(resp.Models, ProcessModelResponse{Name: st.Name, Model: st.Name, Size: size,
+		resp.Models = append(resp.Models, api.ProcessModelResponse{Name: st.Name, Model: st.Name, Size: size,
 			Digest: l.lm.Commit, Details: l.details, ExpiresAt: exp, SizeVRAM: min(info.GPUSize, size),
 			ContextLength: info.ContextLength, KVCache: info.KVSpec, PeakSize: st.Size, Batch: processBatch(info), Ranks: processRanks(info)})
 	}
 	c.JSON(http.StatusOK, resp)
 }
 
-func processRanks(info LoadedInfo) []ProcessRank {
-	var out []ProcessRank
+func processRanks(info LoadedInfo) []api.ProcessRank {
+	var out []api.ProcessRank
 	for _, r := range info.Ranks {
-		out = append(out, ProcessRank{Rank: r.Rank, Host: r.Host, Layers: r.Layers, State: r.State})
+		out = append(out, api.ProcessRank{Rank: r.Rank, Host: r.Host, Layers: r.Layers, State: r.State})
 	}
 	return out
 }

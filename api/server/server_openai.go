@@ -13,6 +13,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/api/openai"
 )
 
@@ -119,9 +120,9 @@ func checkN(n *int) error {
 }
 
 // oaiMessages converts OpenAI messages to Ollama's; a tool result gets the name of the call it answers.
-func oaiMessages(in []openai.Message) ([]Message, error) {
+func oaiMessages(in []openai.Message) ([]api.Message, error) {
 	callNames := map[string]string{}
-	out := make([]Message, 0, len(in))
+	out := make([]api.Message, 0, len(in))
 	for i, m := range in {
 		text, err := m.Text()
 		if err != nil {
@@ -136,12 +137,12 @@ func oaiMessages(in []openai.Message) ([]Message, error) {
 		default:
 			return nil, errorf(http.StatusBadRequest, "messages[%d]: unknown role %q (use system, developer, user, assistant or tool)", i, m.Role)
 		}
-		msg := Message{Role: role, Content: text, ToolCallID: m.ToolCallID, Thinking: m.ReasoningContent}
+		msg := api.Message{Role: role, Content: text, ToolCallID: m.ToolCallID, Thinking: m.ReasoningContent}
 		if msg.Thinking == "" {
 			msg.Thinking = m.Reasoning
 		}
 		for k, tc := range m.ToolCalls {
-			var args ToolCallFunctionArguments
+			var args api.ToolCallFunctionArguments
 			raw := strings.TrimSpace(tc.Function.Arguments)
 			if raw == "" {
 				raw = "{}"
@@ -149,7 +150,7 @@ func oaiMessages(in []openai.Message) ([]Message, error) {
 			if err := args.UnmarshalJSON([]byte(raw)); err != nil {
 				return nil, errorf(http.StatusBadRequest, "messages[%d].tool_calls[%d].function.arguments must be a JSON object in a string: %v", i, k, err)
 			}
-			msg.ToolCalls = append(msg.ToolCalls, ToolCall{ID: tc.ID, Function: ToolCallFunction{Index: k, Name: tc.Function.Name, Arguments: args}})
+			msg.ToolCalls = append(msg.ToolCalls, api.ToolCall{ID: tc.ID, Function: api.ToolCallFunction{Index: k, Name: tc.Function.Name, Arguments: args}})
 			callNames[tc.ID] = tc.Function.Name
 		}
 		if role == "tool" {
@@ -163,23 +164,27 @@ func oaiMessages(in []openai.Message) ([]Message, error) {
 	return out, nil
 }
 
-func oaiTools(in []openai.Tool) (Tools, error) {
-	var out Tools
+func oaiTools(in []openai.Tool) (api.Tools, error) {
+	var out api.Tools
 	for i, t := range in {
 		if t.Type != "function" {
 			return nil, errorf(http.StatusBadRequest, "tools[%d]: type %q is not supported (use \"function\")", i, t.Type)
 		}
-		var f ToolFunction
+		var f api.ToolFunction
 		if err := json.Unmarshal(t.Function, &f); err != nil || f.Name == "" {
 			return nil, errorf(http.StatusBadRequest, "tools[%d].function must be an object with a name and JSON-schema parameters", i)
 		}
 		raw := append(append([]byte(`{"type":"function","function":`), t.Function...), '}') // the client's schema, as sent
-		out = append(out, Tool{Type: "function", Function: f, raw: raw})
+		tool, err := toolFromJSON(raw)
+		if err != nil {
+			return nil, errorf(http.StatusBadRequest, "tools[%d]: %v", i, err)
+		}
+		out = append(out, tool)
 	}
 	return out, nil
 }
 
-func oaiThink(r *openai.Reasoning, effort *string) *ThinkValue {
+func oaiThink(r *openai.Reasoning, effort *string) *api.ThinkValue {
 	e := ""
 	switch {
 	case effort != nil:
@@ -191,13 +196,13 @@ func oaiThink(r *openai.Reasoning, effort *string) *ThinkValue {
 	case "":
 		return nil
 	case "none", "minimal":
-		return &ThinkValue{Value: false}
+		return &api.ThinkValue{Value: false}
 	case "low", "medium", "high", "max":
-		return &ThinkValue{Value: e} // the level reaches the chat template as reasoning_effort, as with think
+		return &api.ThinkValue{Value: e} // the level reaches the chat template as reasoning_effort, as with think
 	case "xhigh", "ultra":
-		return &ThinkValue{Value: "max"} // OpenAI's scale goes past Ollama's "high"; its top is "max"
+		return &api.ThinkValue{Value: "max"} // OpenAI's scale goes past Ollama's "high"; its top is "max"
 	}
-	return &ThinkValue{Value: true}
+	return &api.ThinkValue{Value: true}
 }
 
 func finishReason(o *outcome) *string {
@@ -211,7 +216,7 @@ func finishReason(o *outcome) *string {
 	return &r
 }
 
-func oaiToolCalls(calls []ToolCall, withIndex bool) []openai.ToolCall {
+func oaiToolCalls(calls []api.ToolCall, withIndex bool) []openai.ToolCall {
 	out := make([]openai.ToolCall, len(calls))
 	for i, c := range calls {
 		args, _ := c.Function.Arguments.MarshalJSON()
@@ -282,8 +287,8 @@ func (s *Server) handleOpenAIChat(c *gin.Context) {
 	created := time.Now().Unix()
 	if !req.Stream {
 		var text, thinking strings.Builder
-		var calls []ToolCall
-		var logprobs []Logprob
+		var calls []api.ToolCall
+		var logprobs []api.Logprob
 		o, err := s.run(c.Request.Context(), j, func(e event) error {
 			text.WriteString(e.content)
 			thinking.WriteString(e.thinking)
@@ -401,7 +406,7 @@ func (s *Server) handleOpenAICompletion(c *gin.Context) {
 		if req.Echo {
 			text.WriteString(j.prompt)
 		}
-		var logprobs []Logprob
+		var logprobs []api.Logprob
 		o, err := s.run(c.Request.Context(), j, func(e event) error {
 			text.WriteString(e.content)
 			logprobs = append(logprobs, e.logprobs...)

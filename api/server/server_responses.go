@@ -16,6 +16,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/api/openai"
 )
 
@@ -32,14 +33,14 @@ type responseStore struct {
 
 type storedResponse struct {
 	id       string
-	messages []Message // the whole conversation, the reply included (without the request's instructions)
+	messages []api.Message // the whole conversation, the reply included (without the request's instructions)
 	size     int
 }
 
 // responses is the process's store: response ids are random, so servers in one process may share it.
 var responses = &responseStore{maxItems: 1024, maxBytes: 64 << 20}
 
-func messagesSize(msgs []Message) int {
+func messagesSize(msgs []api.Message) int {
 	n := 0
 	for _, m := range msgs {
 		n += len(m.Content) + len(m.Thinking) + 64
@@ -50,7 +51,7 @@ func messagesSize(msgs []Message) int {
 	return n
 }
 
-func (s *responseStore) put(id string, msgs []Message) {
+func (s *responseStore) put(id string, msgs []api.Message) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.byID == nil {
@@ -69,7 +70,7 @@ func (s *responseStore) put(id string, msgs []Message) {
 	}
 }
 
-func (s *responseStore) get(id string) ([]Message, bool) {
+func (s *responseStore) get(id string) ([]api.Message, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.byID[id]
@@ -82,8 +83,8 @@ func (s *responseStore) get(id string) ([]Message, bool) {
 // responsesMessages converts input items to chat messages. A reasoning item's text becomes the thinking
 // of the assistant message after it; function_call items join the assistant message they follow (or make
 // one); function_call_output items become tool messages named after their call.
-func responsesMessages(items []openai.InputItem, prior []Message) ([]Message, error) {
-	out := append([]Message(nil), prior...)
+func responsesMessages(items []openai.InputItem, prior []api.Message) ([]api.Message, error) {
+	out := append([]api.Message(nil), prior...)
 	callNames := map[string]string{}
 	for _, m := range prior {
 		for _, c := range m.ToolCalls {
@@ -104,18 +105,18 @@ func responsesMessages(items []openai.InputItem, prior []Message) ([]Message, er
 				role = "system"
 			case "user":
 			case "assistant":
-				out = append(out, Message{Role: "assistant", Content: text, Thinking: thinking})
+				out = append(out, api.Message{Role: "assistant", Content: text, Thinking: thinking})
 				thinking = ""
 				continue
 			default:
 				return nil, errorf(http.StatusBadRequest, "input[%d]: role must be user, assistant, system or developer, not %q", i, it.Role)
 			}
-			out = append(out, Message{Role: role, Content: text})
+			out = append(out, api.Message{Role: role, Content: text})
 		case "function_call":
 			if it.CallID == "" || it.Name == "" {
 				return nil, errorf(http.StatusBadRequest, "input[%d]: a function_call item needs a call_id and a name", i)
 			}
-			var args ToolCallFunctionArguments
+			var args api.ToolCallFunctionArguments
 			raw := strings.TrimSpace(it.Arguments)
 			if raw == "" {
 				raw = "{}"
@@ -124,12 +125,12 @@ func responsesMessages(items []openai.InputItem, prior []Message) ([]Message, er
 				return nil, errorf(http.StatusBadRequest, "input[%d].arguments must be a JSON object in a string: %v", i, err)
 			}
 			if n := len(out); n == 0 || out[n-1].Role != "assistant" || thinking != "" {
-				out = append(out, Message{Role: "assistant", Thinking: thinking})
+				out = append(out, api.Message{Role: "assistant", Thinking: thinking})
 				thinking = ""
 			}
 			last := &out[len(out)-1]
-			last.ToolCalls = append(last.ToolCalls, ToolCall{ID: it.CallID,
-				Function: ToolCallFunction{Index: len(last.ToolCalls), Name: it.Name, Arguments: args}})
+			last.ToolCalls = append(last.ToolCalls, api.ToolCall{ID: it.CallID,
+				Function: api.ToolCallFunction{Index: len(last.ToolCalls), Name: it.Name, Arguments: args}})
 			callNames[it.CallID] = it.Name
 		case "function_call_output":
 			if it.CallID == "" {
@@ -139,7 +140,7 @@ func responsesMessages(items []openai.InputItem, prior []Message) ([]Message, er
 			if err != nil {
 				return nil, errorf(http.StatusBadRequest, "input[%d].output: %v", i, err)
 			}
-			out = append(out, Message{Role: "tool", Content: text, ToolCallID: it.CallID, ToolName: callNames[it.CallID]})
+			out = append(out, api.Message{Role: "tool", Content: text, ToolCallID: it.CallID, ToolName: callNames[it.CallID]})
 		case "reasoning":
 			text, err := openai.PartsText(it.Content)
 			if err != nil {
@@ -163,8 +164,8 @@ func responsesMessages(items []openai.InputItem, prior []Message) ([]Message, er
 }
 
 // responsesTools converts function tools for the chat template.
-func responsesTools(in []openai.ResponsesTool) (Tools, error) {
-	var out Tools
+func responsesTools(in []openai.ResponsesTool) (api.Tools, error) {
+	var out api.Tools
 	for i, t := range in {
 		if t.Type != "function" {
 			return nil, errorf(http.StatusBadRequest, "tools[%d]: type %q is not supported: mlxg runs function tools only", i, t.Type)
@@ -185,12 +186,16 @@ func responsesTools(in []openai.ResponsesTool) (Tools, error) {
 			fn = append(append(fn, `,"description":`...), desc...)
 		}
 		fn = append(append(append(fn, `,"parameters":`...), params...), '}')
-		var f ToolFunction
+		var f api.ToolFunction
 		if err := json.Unmarshal(fn, &f); err != nil {
 			return nil, errorf(http.StatusBadRequest, "tools[%d].parameters: %v", i, err)
 		}
 		raw := append(append([]byte(`{"type":"function","function":`), fn...), '}')
-		out = append(out, Tool{Type: "function", Function: f, raw: raw})
+		tool, err := toolFromJSON(raw)
+		if err != nil {
+			return nil, errorf(http.StatusBadRequest, "tools[%d]: %v", i, err)
+		}
+		out = append(out, tool)
 	}
 	return out, nil
 }
@@ -218,7 +223,7 @@ func responsesFormat(t *openai.ResponsesText) (json.RawMessage, error) {
 
 // responsesJob checks a Responses request and makes its job; it returns the conversation too (for the
 // store) and the instructions.
-func (s *Server) responsesJob(req *openai.ResponsesRequest) (*job, []Message, *string, error) {
+func (s *Server) responsesJob(req *openai.ResponsesRequest) (*job, []api.Message, *string, error) {
 	switch {
 	case req.Background:
 		return nil, nil, nil, errorf(http.StatusBadRequest, "background responses are not supported: mlxg answers while the request is open")
@@ -244,7 +249,7 @@ func (s *Server) responsesJob(req *openai.ResponsesRequest) (*job, []Message, *s
 	if err != nil {
 		return nil, nil, nil, errorf(http.StatusBadRequest, "%v", err)
 	}
-	var prior []Message
+	var prior []api.Message
 	if req.PreviousResponseID != "" {
 		var ok bool
 		if prior, ok = responses.get(req.PreviousResponseID); !ok {
@@ -288,7 +293,7 @@ func (s *Server) responsesJob(req *openai.ResponsesRequest) (*job, []Message, *s
 	}
 	msgs := conv
 	if instructions != nil && *instructions != "" {
-		msgs = append([]Message{{Role: "system", Content: *instructions}}, conv...)
+		msgs = append([]api.Message{{Role: "system", Content: *instructions}}, conv...)
 	}
 	j.chat, j.messages, j.tools, j.think = true, msgs, tools, oaiThink(req.Reasoning, nil)
 	return j, conv, instructions, nil
@@ -377,14 +382,14 @@ func messageItem(id, text, status string) openai.OutputItem {
 	return openai.OutputItem{Type: "message", ID: id, Status: status, Role: "assistant", Content: &content}
 }
 
-func functionCallItem(call ToolCall, args, status string) openai.OutputItem {
+func functionCallItem(call api.ToolCall, args, status string) openai.OutputItem {
 	return openai.OutputItem{Type: "function_call", ID: "fc_" + strings.TrimPrefix(call.ID, "call_"), Status: status,
 		CallID: call.ID, Name: call.Function.Name, Arguments: &args}
 }
 
 // replyMessage is the reply as a chat message, for the store.
-func replyMessage(text, thinking string, calls []ToolCall) Message {
-	return Message{Role: "assistant", Content: text, Thinking: thinking, ToolCalls: calls}
+func replyMessage(text, thinking string, calls []api.ToolCall) api.Message {
+	return api.Message{Role: "assistant", Content: text, Thinking: thinking, ToolCalls: calls}
 }
 
 func (s *Server) handleResponses(c *gin.Context) {
@@ -401,14 +406,14 @@ func (s *Server) handleResponses(c *gin.Context) {
 	}
 	id := "resp_" + randomID(16)
 	resp := responseShell(&req, id, time.Now().Unix(), instructions)
-	store := func(text, thinking string, calls []ToolCall) {
+	store := func(text, thinking string, calls []api.ToolCall) {
 		if resp.Store {
 			responses.put(id, append(conv[:len(conv):len(conv)], replyMessage(text, thinking, calls)))
 		}
 	}
 	if !req.Stream {
 		var text, thinking strings.Builder
-		var calls []ToolCall
+		var calls []api.ToolCall
 		o, err := s.run(c.Request.Context(), j, func(e event) error {
 			text.WriteString(e.content)
 			thinking.WriteString(e.thinking)
@@ -462,7 +467,7 @@ type responsesStream struct {
 	partBuf strings.Builder // the open item's text
 
 	text, thinking strings.Builder
-	calls          []ToolCall
+	calls          []api.ToolCall
 }
 
 func (r *responsesStream) send(ev openai.StreamEvent) error {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/api/apitest"
 	"github.com/mlxg/mlxg/runner/constrain/constraintest"
 	"github.com/mlxg/mlxg/runner/sched"
@@ -218,7 +219,7 @@ func TestResponsesBadInput(t *testing.T) {
 func TestResponseStoreBounded(t *testing.T) {
 	s := &responseStore{maxItems: 3, maxBytes: 1000}
 	for _, id := range []string{"a", "b", "c", "d"} {
-		s.put(id, []Message{{Role: "user", Content: id}})
+		s.put(id, []api.Message{{Role: "user", Content: id}})
 	}
 	if _, ok := s.get("a"); ok {
 		t.Fatal("the oldest response outlived maxItems")
@@ -228,11 +229,11 @@ func TestResponseStoreBounded(t *testing.T) {
 			t.Fatalf("%s: %v %v", id, m, ok)
 		}
 	}
-	s.put("big", []Message{{Role: "user", Content: strings.Repeat("x", 900)}})
+	s.put("big", []api.Message{{Role: "user", Content: strings.Repeat("x", 900)}})
 	if _, ok := s.get("b"); ok || s.bytes > s.maxBytes {
 		t.Fatalf("bytes %d over %d", s.bytes, s.maxBytes)
 	}
-	s.put("huge", []Message{{Role: "user", Content: strings.Repeat("x", 2000)}})
+	s.put("huge", []api.Message{{Role: "user", Content: strings.Repeat("x", 2000)}})
 	if _, ok := s.get("huge"); ok {
 		t.Fatal("a response larger than the whole budget was kept")
 	}

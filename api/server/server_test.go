@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/api/apitest"
 	"github.com/mlxg/mlxg/internal/testdata"
 	"github.com/mlxg/mlxg/registry"
@@ -124,9 +125,9 @@ func TestChatToolCallStream(t *testing.T) {
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/x-ndjson" {
 		t.Fatalf("status %d, type %q: %s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
 	}
-	chunks := lines[ChatResponse](t, body)
+	chunks := lines[api.ChatResponse](t, body)
 	var thinking, content strings.Builder
-	var calls []ToolCall
+	var calls []api.ToolCall
 	for _, c := range chunks[:len(chunks)-1] {
 		if c.Done {
 			t.Fatal("done before the last line")
@@ -154,13 +155,13 @@ func TestChatPlainAndRaw(t *testing.T) {
 	ts := newTestServer(t, sched.Config{})
 	// Thinking off: the template closes the think block, the model answers in text.
 	resp, body := ts.post(t, "/api/chat", `{"model":"scripted","stream":false,"think":false,"messages":[{"role":"user","content":"Weather?"}]}`)
-	var cr ChatResponse
+	var cr api.ChatResponse
 	if resp.StatusCode != 200 || json.Unmarshal(body, &cr) != nil || cr.Message.Content != apitest.PlainReply || cr.Message.Thinking != "" {
 		t.Fatalf("status %d: %s", resp.StatusCode, body)
 	}
 	// No tools offered: a tool call stays text, thinking is still split off.
 	resp, body = ts.post(t, "/api/generate", `{"model":"scripted","stream":false,"prompt":"Weather?"}`)
-	var gr GenerateResponse
+	var gr api.GenerateResponse
 	if resp.StatusCode != 200 || json.Unmarshal(body, &gr) != nil {
 		t.Fatalf("status %d: %s", resp.StatusCode, body)
 	}
@@ -311,7 +312,7 @@ func TestBadInput(t *testing.T) {
 func TestLoadUnloadPsEmbed(t *testing.T) {
 	ts := newTestServer(t, sched.Config{})
 	resp, body := ts.post(t, "/api/generate", `{"model":"scripted"}`)
-	var gr GenerateResponse
+	var gr api.GenerateResponse
 	if resp.StatusCode != 200 || json.Unmarshal(body, &gr) != nil || gr.DoneReason != "load" || !gr.Done {
 		t.Fatalf("load: %d %s", resp.StatusCode, body)
 	}
@@ -319,7 +320,7 @@ func TestLoadUnloadPsEmbed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ps ProcessResponse
+	var ps api.ProcessResponse
 	_ = json.NewDecoder(r.Body).Decode(&ps)
 	r.Body.Close()
 	if len(ps.Models) != 1 || ps.Models[0].Name != "scripted:latest" || ps.Models[0].ContextLength != 4096 || ps.Models[0].KVCache == "" ||
@@ -327,7 +328,7 @@ func TestLoadUnloadPsEmbed(t *testing.T) {
 		t.Fatalf("ps %+v", ps)
 	}
 	resp, body = ts.post(t, "/api/embed", `{"model":"scripted","input":["The weather","zz qq"]}`)
-	var er EmbedResponse
+	var er api.EmbedResponse
 	if resp.StatusCode != 200 || json.Unmarshal(body, &er) != nil || len(er.Embeddings) != 2 || len(er.Embeddings[0]) != 64 || er.PromptEvalCount == 0 {
 		t.Fatalf("embed: %d %.300s", resp.StatusCode, body)
 	}
@@ -339,7 +340,7 @@ func TestLoadUnloadPsEmbed(t *testing.T) {
 		t.Fatalf("embedding norm² %v, want 1", norm)
 	}
 	resp, body = ts.post(t, "/api/chat", `{"model":"scripted","messages":[],"keep_alive":0}`)
-	var cr ChatResponse
+	var cr api.ChatResponse
 	if resp.StatusCode != 200 || json.Unmarshal(body, &cr) != nil || cr.DoneReason != "unload" {
 		t.Fatalf("unload: %d %s", resp.StatusCode, body)
 	}
@@ -492,7 +493,7 @@ func TestGracefulShutdown(t *testing.T) {
 }
 
 func TestGenerationDefaults(t *testing.T) {
-	o := DefaultOptions()
+	o := api.DefaultOptions()
 	generationDefaults(&o, map[string]any{"temperature": 0.6, "top_k": 20.0, "top_p": 0.95, "min_p": 0.0, "repetition_penalty": 1.1, "do_sample": true})
 	if o.Temperature != 0.6 || o.TopK != 20 || o.TopP != 0.95 || o.MinP != 0 || o.RepeatPenalty != float32(1.1) {
 		t.Fatalf("%+v", o)
@@ -599,7 +600,7 @@ func TestModelWithoutThinkingOrTools(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp, body := ts.post(t, "/api/chat", `{"model":"llama","stream":false,"messages":[{"role":"user","content":"Hi"}]}`)
-	var cr ChatResponse
+	var cr api.ChatResponse
 	if resp.StatusCode != 200 || json.Unmarshal(body, &cr) != nil || cr.Message.Content != "Hello from Llama." || cr.Message.Thinking != "" {
 		t.Fatalf("%d %s", resp.StatusCode, body)
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/api/openai"
 	"github.com/mlxg/mlxg/runner/template"
 )
@@ -20,7 +21,7 @@ func TestToolsKeepOrderInTemplate(t *testing.T) {
 	}
 	want := `{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "required": ["city"], "properties": {"zeta": {"type": "number", "default": 1.0, "items": {"b": 1, "a": 2}}, "city": {"type": "string", "description": "a city"}}}, "description": "weather"}}` +
 		`|{"zeta": 1.0, "city": {"name": "Paris", "country": "FR"}, "n": 2}`
-	render := func(t *testing.T, tools Tools, msgs []Message) string {
+	render := func(t *testing.T, tools api.Tools, msgs []api.Message) string {
 		t.Helper()
 		raw, _, err := toolsJSON(tools)
 		if err != nil {
@@ -43,7 +44,7 @@ func TestToolsKeepOrderInTemplate(t *testing.T) {
 	}
 
 	t.Run("api/chat", func(t *testing.T) {
-		var req ChatRequest
+		var req api.ChatRequest
 		body := `{"model":"m","tools":[{"type":"function","function":` + fn + `}],"messages":[{"role":"assistant","tool_calls":[{"function":{"name":"get_weather","arguments":` + args + `}}]}]}`
 		if err := json.Unmarshal([]byte(body), &req); err != nil {
 			t.Fatal(err)
