@@ -210,6 +210,17 @@ func abort(c *gin.Context, status int, msg string) {
 	}
 }
 
+// abortV1 answers err on a /v1/ route in the error shape of the API the path belongs to (abort's choice:
+// Anthropic's or OpenAI's), and not at all when the client is gone.
+func abortV1(c *gin.Context, err error) {
+	status, msg := statusOf(err)
+	if status == 499 {
+		c.Abort()
+		return
+	}
+	abort(c, status, msg)
+}
+
 func abortErr(c *gin.Context, err error) {
 	status, msg := statusOf(err)
 	abort(c, status, msg)

@@ -5,7 +5,6 @@ package server
 // becomes Anthropic's content blocks, whole or as its SSE event sequence.
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -16,16 +15,6 @@ import (
 	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/api/anthropic"
 )
-
-// anthAbort answers with Anthropic's error shape.
-func anthAbort(c *gin.Context, err error) {
-	status, msg := statusOf(err)
-	if status == 499 {
-		c.Abort()
-		return
-	}
-	c.AbortWithStatusJSON(status, anthropic.NewError(status, msg))
-}
 
 // eventStream writes Server-Sent Events with a name: "event: NAME\ndata: {json}\n\n", as Anthropic's and
 // OpenAI's Responses streams do. The headers go out with the first event.
@@ -136,30 +125,9 @@ func anthropicTools(in []anthropic.Tool) (api.Tools, error) {
 		if t.Type != "" && t.Type != "custom" {
 			return nil, errorf(http.StatusBadRequest, "tools[%d]: type %q is one of Anthropic's server or built-in tools, which mlxg does not run; offer a custom tool (name, description, input_schema)", i, t.Type)
 		}
-		if t.Name == "" {
-			return nil, errorf(http.StatusBadRequest, "tools[%d]: name is required", i)
-		}
-		schema := bytes.TrimSpace(t.InputSchema)
-		if len(schema) == 0 || string(schema) == "null" {
-			schema = []byte(`{"type":"object","properties":{}}`)
-		} else if schema[0] != '{' {
-			return nil, errorf(http.StatusBadRequest, "tools[%d].input_schema must be a JSON schema object", i)
-		}
-		name, _ := json.Marshal(t.Name)
-		fn := append([]byte(`{"name":`), name...)
-		if t.Description != "" {
-			desc, _ := json.Marshal(t.Description)
-			fn = append(append(fn, `,"description":`...), desc...)
-		}
-		fn = append(append(append(fn, `,"parameters":`...), schema...), '}')
-		var f api.ToolFunction
-		if err := json.Unmarshal(fn, &f); err != nil {
-			return nil, errorf(http.StatusBadRequest, "tools[%d].input_schema: %v", i, err)
-		}
-		raw := append(append([]byte(`{"type":"function","function":`), fn...), '}') // the client's schema, as sent
-		tool, err := toolFromJSON(raw)
+		tool, err := functionTool(i, t.Name, t.Description, t.InputSchema, "input_schema")
 		if err != nil {
-			return nil, errorf(http.StatusBadRequest, "tools[%d]: %v", i, err)
+			return nil, err
 		}
 		out = append(out, tool)
 	}
@@ -284,36 +252,29 @@ func (s *Server) handleAnthropicMessages(c *gin.Context) {
 	defer s.inflight.Done()
 	var req anthropic.MessagesRequest
 	if err := decode(c, &req); err != nil {
-		anthAbort(c, err)
+		abortV1(c, err)
 		return
 	}
 	j, err := s.anthropicJob(&req)
 	if err != nil {
-		anthAbort(c, err)
+		abortV1(c, err)
 		return
 	}
 	id := "msg_" + randomID(12)
 	if !req.Stream {
-		var text, thinking strings.Builder
-		var calls []api.ToolCall
-		o, err := s.run(c.Request.Context(), j, func(e event) error {
-			text.WriteString(e.content)
-			thinking.WriteString(e.thinking)
-			calls = append(calls, e.calls...)
-			return nil
-		})
+		o, r, err := s.runWhole(c.Request.Context(), j)
 		if err != nil {
-			anthAbort(c, err)
+			abortV1(c, err)
 			return
 		}
 		content := []anthropic.ReplyBlock{}
-		if thinking.Len() > 0 {
-			content = append(content, anthropic.ThinkingBlock(thinking.String()))
+		if r.thinking != "" {
+			content = append(content, anthropic.ThinkingBlock(r.thinking))
 		}
-		if text.Len() > 0 || len(calls) == 0 {
-			content = append(content, anthropic.TextBlock(text.String()))
+		if r.content != "" || len(r.calls) == 0 {
+			content = append(content, anthropic.TextBlock(r.content))
 		}
-		for _, call := range calls {
+		for _, call := range r.calls {
 			args, _ := call.Function.Arguments.MarshalJSON()
 			content = append(content, anthropic.ToolUseBlock(toolUseID(call), call.Function.Name, args))
 		}
@@ -453,5 +414,5 @@ func (a *anthropicStream) fail(err error) {
 		_ = a.out.send("error", anthropic.NewError(status, msg))
 		return
 	}
-	anthAbort(a.out.c, err)
+	abortV1(a.out.c, err)
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -181,12 +182,42 @@ func (s *Server) loadOnly(ctx context.Context, j *job) (string, error) {
 	return "load", nil
 }
 
-// toolFromJSON decodes a function tool ({"type":"function","function":{...}}) that keeps raw, the schema
-// as the client sent it, for the chat template.
-func toolFromJSON(raw []byte) (api.Tool, error) {
+// functionTool is tools[i] of an Anthropic or OpenAI Responses request: a function's name, description and
+// JSON schema, which those APIs give side by side; field names the schema's field in errors. No schema
+// stands for a function without parameters.
+func functionTool(i int, name, description string, schema json.RawMessage, field string) (api.Tool, error) {
+	if name == "" {
+		return api.Tool{}, errorf(http.StatusBadRequest, "tools[%d]: name is required", i)
+	}
+	schema = bytes.TrimSpace(schema)
+	if len(schema) == 0 || string(schema) == "null" {
+		schema = []byte(`{"type":"object","properties":{}}`)
+	} else if schema[0] != '{' {
+		return api.Tool{}, errorf(http.StatusBadRequest, "tools[%d].%s must be a JSON schema object", i, field)
+	}
+	nameJSON, _ := json.Marshal(name)
+	fn := append([]byte(`{"name":`), nameJSON...)
+	if description != "" {
+		desc, _ := json.Marshal(description)
+		fn = append(append(fn, `,"description":`...), desc...)
+	}
+	fn = append(append(append(fn, `,"parameters":`...), schema...), '}')
+	var f api.ToolFunction
+	if err := json.Unmarshal(fn, &f); err != nil {
+		return api.Tool{}, errorf(http.StatusBadRequest, "tools[%d].%s: %v", i, field, err)
+	}
+	return toolFromFunction(i, fn)
+}
+
+// toolFromFunction is the function tool of fn, a function's JSON (already checked), which the tool keeps
+// as the client sent it (Tool.Raw) so that the chat template gets the schema's key order and number kinds.
+func toolFromFunction(i int, fn []byte) (api.Tool, error) {
+	raw := append(append([]byte(`{"type":"function","function":`), fn...), '}')
 	var t api.Tool
-	err := json.Unmarshal(raw, &t)
-	return t, err
+	if err := json.Unmarshal(raw, &t); err != nil {
+		return api.Tool{}, errorf(http.StatusBadRequest, "tools[%d]: %v", i, err)
+	}
+	return t, nil
 }
 
 // toolsJSON gives the tools to the chat template as JSON, keys in the client's order.
@@ -446,45 +477,34 @@ func (s *Server) handleGenerate(c *gin.Context) {
 	s.inflight.Add(1)
 	defer s.inflight.Done()
 	var req api.GenerateRequest
-	if err := decode(c, &req); err != nil {
-		abortErr(c, err)
-		return
+	j, err := s.ollamaJob(c, &req, func() ollamaFields {
+		return ollamaFields{model: req.Model, options: req.Options, keepAlive: req.KeepAlive, format: req.Format,
+			truncate: req.Truncate, shift: req.Shift, logprobs: req.Logprobs, topLogprobs: req.TopLogprobs}
+	}, func() error {
+		switch {
+		case req.Raw && req.Template != "":
+			return errorf(http.StatusBadRequest, "raw mode does not support template, system, or context")
+		case req.Template != "":
+			return errorf(http.StatusBadRequest, "template overrides are not supported: mlxg renders the model's own chat template")
+		}
+		return nil
+	})
+	if err == nil && len(req.Images) > 0 {
+		err = textOnly(req.Model, "images")
 	}
-	if err := checkTopLogprobs(req.TopLogprobs); err != nil {
-		abortErr(c, err)
-		return
-	}
-	if req.Raw && req.Template != "" {
-		abort(c, http.StatusBadRequest, "raw mode does not support template, system, or context")
-		return
-	}
-	if req.Template != "" {
-		abort(c, http.StatusBadRequest, "template overrides are not supported: mlxg renders the model's own chat template")
-		return
-	}
-	j, err := s.newJob(req.Model, req.Options, req.KeepAlive, req.Format)
 	if err != nil {
 		abortErr(c, err)
 		return
 	}
-	if len(req.Images) > 0 {
-		abortErr(c, textOnly(req.Model, "images"))
-		return
-	}
 	j.prompt, j.system, j.suffix, j.raw, j.think = req.Prompt, req.System, req.Suffix, req.Raw, req.Think
-	j.noTruncate, j.noShift = isFalse(req.Truncate), isFalse(req.Shift)
-	j.logprobs, j.topLogprobs, j.context, j.wantContext = req.Logprobs, req.TopLogprobs, req.Context, !req.Raw
-	ctx := c.Request.Context()
+	j.context, j.wantContext = req.Context, !req.Raw
+	var idle func(reason string) api.GenerateResponse
 	if req.Prompt == "" && req.Suffix == "" {
-		reason, err := s.loadOnly(ctx, j)
-		if err != nil {
-			abortErr(c, err)
-			return
+		idle = func(reason string) api.GenerateResponse {
+			return api.GenerateResponse{Model: req.Model, CreatedAt: time.Now().UTC(), Done: true, DoneReason: reason}
 		}
-		c.JSON(http.StatusOK, api.GenerateResponse{Model: req.Model, CreatedAt: time.Now().UTC(), Done: true, DoneReason: reason})
-		return
 	}
-	respond(s, c, j, req.Stream == nil || *req.Stream,
+	respond(s, c, j, req.Stream == nil || *req.Stream, idle,
 		func(e event) api.GenerateResponse {
 			return api.GenerateResponse{Model: req.Model, CreatedAt: time.Now().UTC(), Response: e.content,
 				Thinking: e.thinking, ToolCalls: e.calls, Logprobs: e.logprobs}
@@ -496,84 +516,127 @@ func (s *Server) handleGenerate(c *gin.Context) {
 		})
 }
 
+// ollamaFields are the request fields /api/generate and /api/chat share.
+type ollamaFields struct {
+	model           string
+	options         map[string]any
+	keepAlive       *api.Duration
+	format          json.RawMessage
+	truncate, shift *bool
+	logprobs        bool
+	topLogprobs     int
+}
+
+// ollamaJob reads an /api/generate or /api/chat body into req and makes its job from the fields both
+// have (fields reads them from req). check holds the request's own 400s that need no model; they come
+// after the body's and top_logprobs' and before the model is resolved, so a bad request is refused
+// before a missing model is reported.
+func (s *Server) ollamaJob(c *gin.Context, req any, fields func() ollamaFields, check func() error) (*job, error) {
+	if err := decode(c, req); err != nil {
+		return nil, err
+	}
+	f := fields()
+	if err := checkTopLogprobs(f.topLogprobs); err != nil {
+		return nil, err
+	}
+	if err := check(); err != nil {
+		return nil, err
+	}
+	j, err := s.newJob(f.model, f.options, f.keepAlive, f.format)
+	if err != nil {
+		return nil, err
+	}
+	j.noTruncate, j.noShift = isFalse(f.truncate), isFalse(f.shift)
+	j.logprobs, j.topLogprobs = f.logprobs, f.topLogprobs
+	return j, nil
+}
+
 // respond runs j and answers as Ollama does: NDJSON pieces shaped by chunk and then
 // final when streaming, else one JSON object made by final from the whole reply (whole
-// is empty when streaming: its pieces have been sent).
-func respond[T any](s *Server, c *gin.Context, j *job, stream bool, chunk func(event) T, final func(o *outcome, whole event) T) {
-	nd := newNDJSON(c)
-	var text, thinking strings.Builder
-	var calls []api.ToolCall
-	var logprobs []api.Logprob
-	o, err := s.run(c.Request.Context(), j, func(e event) error {
-		if !stream {
-			text.WriteString(e.content)
-			thinking.WriteString(e.thinking)
-			calls = append(calls, e.calls...)
-			logprobs = append(logprobs, e.logprobs...)
-			return nil
+// is empty when streaming: its pieces have been sent). With idle set the request has
+// nothing to generate: it loads the model (or with keep_alive 0 unloads it) and idle
+// makes the one answer.
+func respond[T any](s *Server, c *gin.Context, j *job, stream bool, idle func(reason string) T, chunk func(event) T, final func(o *outcome, whole event) T) {
+	if idle != nil {
+		reason, err := s.loadOnly(c.Request.Context(), j)
+		if err != nil {
+			abortErr(c, err)
+			return
 		}
-		return nd.send(chunk(e))
-	})
+		c.JSON(http.StatusOK, idle(reason))
+		return
+	}
+	nd := newNDJSON(c)
+	if !stream {
+		o, whole, err := s.runWhole(c.Request.Context(), j)
+		if err != nil {
+			nd.fail(err)
+			return
+		}
+		c.JSON(http.StatusOK, final(o, whole))
+		return
+	}
+	o, err := s.run(c.Request.Context(), j, func(e event) error { return nd.send(chunk(e)) })
 	if err != nil {
 		nd.fail(err)
 		return
 	}
-	if !stream {
-		c.JSON(http.StatusOK, final(o, event{content: text.String(), thinking: thinking.String(), calls: calls, logprobs: logprobs}))
-		return
-	}
 	_ = nd.send(final(o, event{}))
+}
+
+// runWhole runs j for a request that does not stream: its events make one, the whole reply.
+func (s *Server) runWhole(ctx context.Context, j *job) (*outcome, event, error) {
+	var text, thinking strings.Builder
+	var whole event
+	o, err := s.run(ctx, j, func(e event) error {
+		text.WriteString(e.content)
+		thinking.WriteString(e.thinking)
+		whole.calls = append(whole.calls, e.calls...)
+		whole.logprobs = append(whole.logprobs, e.logprobs...)
+		return nil
+	})
+	whole.content, whole.thinking = text.String(), thinking.String()
+	return o, whole, err
 }
 
 func (s *Server) handleChat(c *gin.Context) {
 	s.inflight.Add(1)
 	defer s.inflight.Done()
 	var req api.ChatRequest
-	if err := decode(c, &req); err != nil {
-		abortErr(c, err)
-		return
-	}
-	if err := checkTopLogprobs(req.TopLogprobs); err != nil {
-		abortErr(c, err)
-		return
-	}
-	for i, m := range req.Messages {
-		switch m.Role {
-		case "system", "user", "assistant", "tool":
-		default:
-			abort(c, http.StatusBadRequest, fmt.Sprintf("messages[%d]: unknown role %q (use system, user, assistant or tool)", i, m.Role))
-			return
+	j, err := s.ollamaJob(c, &req, func() ollamaFields {
+		return ollamaFields{model: req.Model, options: req.Options, keepAlive: req.KeepAlive, format: req.Format,
+			truncate: req.Truncate, shift: req.Shift, logprobs: req.Logprobs, topLogprobs: req.TopLogprobs}
+	}, func() error {
+		for i, m := range req.Messages {
+			switch m.Role {
+			case "system", "user", "assistant", "tool":
+			default:
+				return errorf(http.StatusBadRequest, "messages[%d]: unknown role %q (use system, user, assistant or tool)", i, m.Role)
+			}
+		}
+		return nil
+	})
+	for i := 0; err == nil && i < len(req.Messages); i++ {
+		if len(req.Messages[i].Images) > 0 {
+			err = textOnly(req.Model, fmt.Sprintf("messages[%d].images", i))
 		}
 	}
-	j, err := s.newJob(req.Model, req.Options, req.KeepAlive, req.Format)
 	if err != nil {
 		abortErr(c, err)
 		return
 	}
-	for i, m := range req.Messages {
-		if len(m.Images) > 0 {
-			abortErr(c, textOnly(req.Model, fmt.Sprintf("messages[%d].images", i)))
-			return
-		}
-	}
 	j.chat, j.messages, j.tools, j.think = true, req.Messages, req.Tools, req.Think
-	j.noTruncate, j.noShift = isFalse(req.Truncate), isFalse(req.Shift)
-	j.logprobs, j.topLogprobs = req.Logprobs, req.TopLogprobs
-	ctx := c.Request.Context()
+	var idle func(reason string) api.ChatResponse
 	if len(req.Messages) == 0 {
-		reason, err := s.loadOnly(ctx, j)
-		if err != nil {
-			abortErr(c, err)
-			return
+		idle = func(reason string) api.ChatResponse {
+			return api.ChatResponse{Model: req.Model, CreatedAt: time.Now().UTC(),
+				Message: api.Message{Role: "assistant"}, Done: true, DoneReason: reason}
 		}
-		c.JSON(http.StatusOK, api.ChatResponse{Model: req.Model, CreatedAt: time.Now().UTC(),
-			Message: api.Message{Role: "assistant"}, Done: true, DoneReason: reason})
-		return
 	}
 	reply := func(e event) api.Message {
 		return api.Message{Role: "assistant", Content: e.content, Thinking: e.thinking, ToolCalls: e.calls}
 	}
-	respond(s, c, j, req.Stream == nil || *req.Stream,
+	respond(s, c, j, req.Stream == nil || *req.Stream, idle,
 		func(e event) api.ChatResponse {
 			return api.ChatResponse{Model: req.Model, CreatedAt: time.Now().UTC(), Message: reply(e), Logprobs: e.logprobs}
 		},

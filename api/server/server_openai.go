@@ -17,20 +17,10 @@ import (
 	"github.com/mlxg/mlxg/api/openai"
 )
 
-// oaiAbort answers with OpenAI's error shape.
-func oaiAbort(c *gin.Context, err error) {
-	status, msg := statusOf(err)
-	if status == 499 {
-		c.Abort()
-		return
-	}
-	c.AbortWithStatusJSON(status, openai.NewError(status, msg))
-}
-
 // oaiDecode reads a body, with errors in OpenAI's shape.
 func oaiDecode(c *gin.Context, v any) bool {
 	if err := decode(c, v); err != nil {
-		oaiAbort(c, err)
+		abortV1(c, err)
 		return false
 	}
 	return true
@@ -75,7 +65,7 @@ func (s *sse) fail(err error) {
 		_ = s.send(openai.NewError(status, msg))
 		return
 	}
-	oaiAbort(s.c, err)
+	abortV1(s.c, err)
 }
 
 // oaiOptions gathers the sampling fields of an OpenAI request into Ollama's options.
@@ -174,10 +164,9 @@ func oaiTools(in []openai.Tool) (api.Tools, error) {
 		if err := json.Unmarshal(t.Function, &f); err != nil || f.Name == "" {
 			return nil, errorf(http.StatusBadRequest, "tools[%d].function must be an object with a name and JSON-schema parameters", i)
 		}
-		raw := append(append([]byte(`{"type":"function","function":`), t.Function...), '}') // the client's schema, as sent
-		tool, err := toolFromJSON(raw)
+		tool, err := toolFromFunction(i, t.Function)
 		if err != nil {
-			return nil, errorf(http.StatusBadRequest, "tools[%d]: %v", i, err)
+			return nil, err
 		}
 		out = append(out, tool)
 	}
@@ -241,26 +230,26 @@ func (s *Server) handleOpenAIChat(c *gin.Context) {
 		return
 	}
 	if err := checkN(req.N); err != nil {
-		oaiAbort(c, err)
+		abortV1(c, err)
 		return
 	}
 	if len(req.Messages) == 0 {
-		oaiAbort(c, errorf(http.StatusBadRequest, "messages must not be empty"))
+		abortV1(c, errorf(http.StatusBadRequest, "messages must not be empty"))
 		return
 	}
 	format, err := oaiFormat(req.ResponseFormat)
 	if err != nil {
-		oaiAbort(c, err)
+		abortV1(c, err)
 		return
 	}
 	msgs, err := oaiMessages(req.Messages)
 	if err != nil {
-		oaiAbort(c, err)
+		abortV1(c, err)
 		return
 	}
 	tools, err := oaiTools(req.Tools)
 	if err != nil {
-		oaiAbort(c, err)
+		abortV1(c, err)
 		return
 	}
 	if strings.TrimSpace(string(req.ToolChoice)) == `"none"` {
@@ -269,46 +258,37 @@ func (s *Server) handleOpenAIChat(c *gin.Context) {
 	opts, err := oaiOptions(req.MaxTokens, req.MaxCompletionTokens, req.Seed, req.Temperature, req.TopP,
 		req.FrequencyPenalty, req.PresencePenalty, req.Stop)
 	if err != nil {
-		oaiAbort(c, err)
+		abortV1(c, err)
 		return
 	}
 	j, err := s.newJob(req.Model, opts, nil, format)
 	if err != nil {
-		oaiAbort(c, err)
+		abortV1(c, err)
 		return
 	}
 	j.chat, j.messages, j.tools, j.think = true, msgs, tools, oaiThink(req.Reasoning, req.ReasoningEffort)
 	if j.logprobs, j.topLogprobs, err = oaiChatLogprobRequest(req.Logprobs, req.TopLogprobs); err != nil {
-		oaiAbort(c, err)
+		abortV1(c, err)
 		return
 	}
 
 	id := "chatcmpl-" + randomID(12)
 	created := time.Now().Unix()
 	if !req.Stream {
-		var text, thinking strings.Builder
-		var calls []api.ToolCall
-		var logprobs []api.Logprob
-		o, err := s.run(c.Request.Context(), j, func(e event) error {
-			text.WriteString(e.content)
-			thinking.WriteString(e.thinking)
-			calls = append(calls, e.calls...)
-			logprobs = append(logprobs, e.logprobs...)
-			return nil
-		})
+		o, r, err := s.runWhole(c.Request.Context(), j)
 		if err != nil {
-			oaiAbort(c, err)
+			abortV1(c, err)
 			return
 		}
-		msg := openai.Message{Role: "assistant", ToolCalls: oaiToolCalls(calls, false),
-			ReasoningContent: thinking.String(), Reasoning: thinking.String()}
-		msg.Content, _ = json.Marshal(text.String())
-		if text.Len() == 0 && len(calls) > 0 {
+		msg := openai.Message{Role: "assistant", ToolCalls: oaiToolCalls(r.calls, false),
+			ReasoningContent: r.thinking, Reasoning: r.thinking}
+		msg.Content, _ = json.Marshal(r.content)
+		if r.content == "" && len(r.calls) > 0 {
 			msg.Content = json.RawMessage("null")
 		}
 		choice := openai.Choice{Index: 0, Message: msg, FinishReason: finishReason(o)}
 		if j.logprobs {
-			choice.Logprobs = oaiChatLogprobs(logprobs)
+			choice.Logprobs = oaiChatLogprobs(r.logprobs)
 		}
 		c.JSON(http.StatusOK, openai.ChatCompletion{ID: id, Object: "chat.completion", Created: created, Model: req.Model,
 			SystemFingerprint: "fp_mlxg", Usage: usage(o), Choices: []openai.Choice{choice}})
@@ -368,31 +348,31 @@ func (s *Server) handleOpenAICompletion(c *gin.Context) {
 		return
 	}
 	if err := checkN(req.N); err != nil {
-		oaiAbort(c, err)
+		abortV1(c, err)
 		return
 	}
 	prompts, err := openai.Inputs(req.Prompt)
 	if err != nil || len(prompts) != 1 {
-		oaiAbort(c, errorf(http.StatusBadRequest, "prompt must be a string (or a list of one string)"))
+		abortV1(c, errorf(http.StatusBadRequest, "prompt must be a string (or a list of one string)"))
 		return
 	}
 	opts, err := oaiOptions(req.MaxTokens, nil, req.Seed, req.Temperature, req.TopP, req.FrequencyPenalty, req.PresencePenalty, req.Stop)
 	if err != nil {
-		oaiAbort(c, err)
+		abortV1(c, err)
 		return
 	}
 	j, err := s.newJob(req.Model, opts, nil, nil)
 	if err != nil {
-		oaiAbort(c, err)
+		abortV1(c, err)
 		return
 	}
 	j.prompt, j.suffix = prompts[0], req.Suffix
 	if j.prompt == "" && j.suffix == "" {
-		oaiAbort(c, errorf(http.StatusBadRequest, "prompt must not be empty"))
+		abortV1(c, errorf(http.StatusBadRequest, "prompt must not be empty"))
 		return
 	}
 	if j.logprobs, j.topLogprobs, err = oaiCompletionLogprobRequest(req.Logprobs); err != nil {
-		oaiAbort(c, err)
+		abortV1(c, err)
 		return
 	}
 	offset := 0 // text_offset of the next token, in characters of the choice's text
@@ -402,24 +382,18 @@ func (s *Server) handleOpenAICompletion(c *gin.Context) {
 	id := "cmpl-" + randomID(12)
 	created := time.Now().Unix()
 	if !req.Stream {
-		var text strings.Builder
-		if req.Echo {
-			text.WriteString(j.prompt)
-		}
-		var logprobs []api.Logprob
-		o, err := s.run(c.Request.Context(), j, func(e event) error {
-			text.WriteString(e.content)
-			logprobs = append(logprobs, e.logprobs...)
-			return nil
-		})
+		o, r, err := s.runWhole(c.Request.Context(), j)
 		if err != nil {
-			oaiAbort(c, err)
+			abortV1(c, err)
 			return
 		}
+		if req.Echo {
+			r.content = j.prompt + r.content
+		}
 		u := usage(o)
-		choice := openai.CompletionChoice{Text: text.String(), FinishReason: finishReason(o)}
+		choice := openai.CompletionChoice{Text: r.content, FinishReason: finishReason(o)}
 		if j.logprobs {
-			choice.Logprobs = oaiCompletionLogprobs(logprobs, offset)
+			choice.Logprobs = oaiCompletionLogprobs(r.logprobs, offset)
 		}
 		c.JSON(http.StatusOK, openai.Completion{ID: id, Object: "text_completion", Created: created, Model: req.Model,
 			SystemFingerprint: "fp_mlxg", Usage: &u, Choices: []openai.CompletionChoice{choice}})
@@ -477,7 +451,7 @@ func ownedBy(name string) string {
 func (s *Server) handleOpenAIModels(c *gin.Context) {
 	models, err := s.cfg.Store.List()
 	if err != nil {
-		oaiAbort(c, err)
+		abortV1(c, err)
 		return
 	}
 	list := openai.ModelList{Object: "list", Data: []openai.Model{}}
@@ -491,7 +465,7 @@ func (s *Server) handleOpenAIModel(c *gin.Context) {
 	name := strings.TrimPrefix(c.Param("model"), "/")
 	m, err := s.resolve(name)
 	if err != nil {
-		oaiAbort(c, err)
+		abortV1(c, err)
 		return
 	}
 	c.JSON(http.StatusOK, openai.Model{ID: name, Object: "model", Created: m.Modified.Unix(), OwnedBy: ownedBy(name)})
@@ -506,25 +480,25 @@ func (s *Server) handleOpenAIEmbeddings(c *gin.Context) {
 	}
 	inputs, err := openai.Inputs(req.Input)
 	if err != nil {
-		oaiAbort(c, errorf(http.StatusBadRequest, "%v", err))
+		abortV1(c, errorf(http.StatusBadRequest, "%v", err))
 		return
 	}
 	if req.EncodingFormat != "" && req.EncodingFormat != "float" && req.EncodingFormat != "base64" {
-		oaiAbort(c, errorf(http.StatusBadRequest, "encoding_format must be \"float\" or \"base64\""))
+		abortV1(c, errorf(http.StatusBadRequest, "encoding_format must be \"float\" or \"base64\""))
 		return
 	}
 	if req.Dimensions < 0 {
-		oaiAbort(c, errorf(http.StatusBadRequest, "dimensions must be positive"))
+		abortV1(c, errorf(http.StatusBadRequest, "dimensions must be positive"))
 		return
 	}
 	j, err := s.newJob(req.Model, nil, nil, nil)
 	if err != nil {
-		oaiAbort(c, err)
+		abortV1(c, err)
 		return
 	}
 	vecs, n, _, err := s.embed(c.Request.Context(), j, inputs, true)
 	if err != nil {
-		oaiAbort(c, err)
+		abortV1(c, err)
 		return
 	}
 	resp := openai.EmbeddingList{Object: "list", Model: req.Model, Usage: openai.EmbeddingUsage{PromptTokens: n, TotalTokens: n}}

@@ -170,30 +170,9 @@ func responsesTools(in []openai.ResponsesTool) (api.Tools, error) {
 		if t.Type != "function" {
 			return nil, errorf(http.StatusBadRequest, "tools[%d]: type %q is not supported: mlxg runs function tools only", i, t.Type)
 		}
-		if t.Name == "" {
-			return nil, errorf(http.StatusBadRequest, "tools[%d]: name is required", i)
-		}
-		params := bytes.TrimSpace(t.Parameters)
-		if len(params) == 0 || string(params) == "null" {
-			params = []byte(`{"type":"object","properties":{}}`)
-		} else if params[0] != '{' {
-			return nil, errorf(http.StatusBadRequest, "tools[%d].parameters must be a JSON schema object", i)
-		}
-		name, _ := json.Marshal(t.Name)
-		fn := append([]byte(`{"name":`), name...)
-		if t.Description != "" {
-			desc, _ := json.Marshal(t.Description)
-			fn = append(append(fn, `,"description":`...), desc...)
-		}
-		fn = append(append(append(fn, `,"parameters":`...), params...), '}')
-		var f api.ToolFunction
-		if err := json.Unmarshal(fn, &f); err != nil {
-			return nil, errorf(http.StatusBadRequest, "tools[%d].parameters: %v", i, err)
-		}
-		raw := append(append([]byte(`{"type":"function","function":`), fn...), '}')
-		tool, err := toolFromJSON(raw)
+		tool, err := functionTool(i, t.Name, t.Description, t.Parameters, "parameters")
 		if err != nil {
-			return nil, errorf(http.StatusBadRequest, "tools[%d]: %v", i, err)
+			return nil, err
 		}
 		out = append(out, tool)
 	}
@@ -401,7 +380,7 @@ func (s *Server) handleResponses(c *gin.Context) {
 	}
 	j, conv, instructions, err := s.responsesJob(&req)
 	if err != nil {
-		oaiAbort(c, err)
+		abortV1(c, err)
 		return
 	}
 	id := "resp_" + randomID(16)
@@ -412,31 +391,24 @@ func (s *Server) handleResponses(c *gin.Context) {
 		}
 	}
 	if !req.Stream {
-		var text, thinking strings.Builder
-		var calls []api.ToolCall
-		o, err := s.run(c.Request.Context(), j, func(e event) error {
-			text.WriteString(e.content)
-			thinking.WriteString(e.thinking)
-			calls = append(calls, e.calls...)
-			return nil
-		})
+		o, r, err := s.runWhole(c.Request.Context(), j)
 		if err != nil {
-			oaiAbort(c, err)
+			abortV1(c, err)
 			return
 		}
 		var output []openai.OutputItem
-		if thinking.Len() > 0 {
-			output = append(output, reasoningItem("rs_"+randomID(12), thinking.String(), "completed"))
+		if r.thinking != "" {
+			output = append(output, reasoningItem("rs_"+randomID(12), r.thinking, "completed"))
 		}
-		if text.Len() > 0 || len(calls) == 0 {
-			output = append(output, messageItem("msg_"+randomID(12), text.String(), "completed"))
+		if r.content != "" || len(r.calls) == 0 {
+			output = append(output, messageItem("msg_"+randomID(12), r.content, "completed"))
 		}
-		for _, call := range calls {
+		for _, call := range r.calls {
 			args, _ := call.Function.Arguments.MarshalJSON()
 			output = append(output, functionCallItem(call, string(args), "completed"))
 		}
 		finishResponse(&resp, o, output)
-		store(text.String(), thinking.String(), calls)
+		store(r.content, r.thinking, r.calls)
 		c.JSON(http.StatusOK, resp)
 		return
 	}
@@ -634,7 +606,7 @@ func (r *responsesStream) fail(err error) {
 		return // the client is gone
 	}
 	if !r.out.started {
-		oaiAbort(r.out.c, err)
+		abortV1(r.out.c, err)
 		return
 	}
 	e := openai.NewError(status, msg).Error
