@@ -3,10 +3,8 @@ package api
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
-	"os"
 )
 
 // Create is POST /api/create, calling fn with each progress line.
@@ -34,21 +32,6 @@ func (c *Client) CreateBlob(ctx context.Context, digest string, r io.Reader) err
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if resp.StatusCode >= 300 {
 		return statusError(resp, body)
-	}
-	return nil
-}
-
-// CreateBlob stores r as the blob digest names (in-process, as POST /api/blobs/:digest does).
-func (m *Models) CreateBlob(ctx context.Context, digest string, r io.Reader) error {
-	p, err := blobPath(m.Store, digest)
-	if err != nil {
-		return err
-	}
-	if _, err := os.Stat(p); err == nil {
-		return nil
-	}
-	if err := writeBlob(p, r); err != nil {
-		return fmt.Errorf("blob %s: %w", digest, err)
 	}
 	return nil
 }

@@ -177,6 +177,9 @@ func (t *Tool) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// Raw is the JSON the tool was decoded from (nil for a Tool built in code).
+func (t *Tool) Raw() json.RawMessage { return t.raw }
+
 // ToolFunction describes a function the model may call.
 type ToolFunction struct {
 	Name        string                 `json:"name"`
@@ -230,13 +233,12 @@ func (pt PropertyType) MarshalJSON() ([]byte, error) {
 
 // ToolPropertiesMap maps parameter names to schemas, in order.
 type ToolPropertiesMap struct {
-	keys []string
-	vals map[string]ToolProperty
+	m orderedMap[ToolProperty]
 }
 
 // NewToolPropertiesMap makes an empty map.
 func NewToolPropertiesMap() *ToolPropertiesMap {
-	return &ToolPropertiesMap{vals: map[string]ToolProperty{}}
+	return &ToolPropertiesMap{m: orderedMap[ToolProperty]{vals: map[string]ToolProperty{}}}
 }
 
 // Get returns a property.
@@ -244,50 +246,26 @@ func (t *ToolPropertiesMap) Get(key string) (ToolProperty, bool) {
 	if t == nil {
 		return ToolProperty{}, false
 	}
-	v, ok := t.vals[key]
+	v, ok := t.m.vals[key]
 	return v, ok
 }
 
 // Set sets a property, appending new keys at the end.
-func (t *ToolPropertiesMap) Set(key string, v ToolProperty) {
-	if t.vals == nil {
-		t.vals = map[string]ToolProperty{}
-	}
-	if _, ok := t.vals[key]; !ok {
-		t.keys = append(t.keys, key)
-	}
-	t.vals[key] = v
-}
+func (t *ToolPropertiesMap) Set(key string, v ToolProperty) { t.m.set(key, v) }
 
 // Len is the number of properties.
 func (t *ToolPropertiesMap) Len() int {
 	if t == nil {
 		return 0
 	}
-	return len(t.keys)
+	return len(t.m.keys)
 }
 
 func (t ToolPropertiesMap) MarshalJSON() ([]byte, error) {
-	if t.vals == nil {
+	if t.m.vals == nil {
 		return []byte("null"), nil
 	}
-	var b bytes.Buffer
-	b.WriteByte('{')
-	for i, k := range t.keys {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		kb, _ := json.Marshal(k)
-		vb, err := json.Marshal(t.vals[k])
-		if err != nil {
-			return nil, err
-		}
-		b.Write(kb)
-		b.WriteByte(':')
-		b.Write(vb)
-	}
-	b.WriteByte('}')
-	return b.Bytes(), nil
+	return t.m.MarshalJSON()
 }
 
 func (t *ToolPropertiesMap) UnmarshalJSON(data []byte) error {
@@ -296,7 +274,7 @@ func (t *ToolPropertiesMap) UnmarshalJSON(data []byte) error {
 	if err := raw.UnmarshalJSON(data); err != nil {
 		return err
 	}
-	*t = ToolPropertiesMap{vals: map[string]ToolProperty{}}
+	*t = *NewToolPropertiesMap()
 	for _, k := range raw.keys {
 		var p ToolProperty
 		if err := json.Unmarshal(raw.vals[k].(json.RawMessage), &p); err != nil {
@@ -330,6 +308,22 @@ type ChatResponse struct {
 	DoneReason string    `json:"done_reason,omitempty"`
 	Metrics
 	Logprobs []Logprob `json:"logprobs,omitempty"` // as GenerateResponse's
+}
+
+// TokenLogprob is a token and its log-probability, as Ollama's api.TokenLogprob: the
+// token's text, and its raw bytes (a byte-level token may hold part of a UTF-8 character,
+// which the text shows as U+FFFD).
+type TokenLogprob struct {
+	Token   string  `json:"token"`
+	Logprob float64 `json:"logprob"`
+	Bytes   []int   `json:"bytes,omitempty"`
+}
+
+// Logprob is a generated token's log-probability and, when top_logprobs asked for them, the
+// most likely tokens at its position (Ollama's api.Logprob).
+type Logprob struct {
+	TokenLogprob
+	TopLogprobs []TokenLogprob `json:"top_logprobs,omitempty"`
 }
 
 // Metrics are the counts and durations of a finished request (nanoseconds on the wire).
@@ -580,22 +574,48 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// orderedMap is a JSON object's members in the order they came (or were set), which tool schemas and call
+// arguments keep for the chat template.
+type orderedMap[V any] struct {
+	keys []string
+	vals map[string]V
+}
+
+func (m *orderedMap[V]) set(key string, v V) {
+	if m.vals == nil {
+		m.vals = map[string]V{}
+	}
+	if _, ok := m.vals[key]; !ok {
+		m.keys = append(m.keys, key)
+	}
+	m.vals[key] = v
+}
+
+func (m orderedMap[V]) MarshalJSON() ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, k := range m.keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		kb, _ := json.Marshal(k)
+		vb, err := json.Marshal(m.vals[k])
+		if err != nil {
+			return nil, err
+		}
+		b.Write(kb)
+		b.WriteByte(':')
+		b.Write(vb)
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}
+
 // orderedObject is a JSON object that remembers its key order (top level only: nested objects decode to maps,
 // or stay raw with rawValues).
 type orderedObject struct {
-	keys      []string
-	vals      map[string]any
+	orderedMap[any]
 	rawValues bool
-}
-
-func (o *orderedObject) set(key string, v any) {
-	if o.vals == nil {
-		o.vals = map[string]any{}
-	}
-	if _, ok := o.vals[key]; !ok {
-		o.keys = append(o.keys, key)
-	}
-	o.vals[key] = v
 }
 
 func (o *orderedObject) UnmarshalJSON(data []byte) error {
@@ -630,24 +650,4 @@ func (o *orderedObject) UnmarshalJSON(data []byte) error {
 	}
 	_, err = dec.Token()
 	return err
-}
-
-func (o orderedObject) MarshalJSON() ([]byte, error) {
-	var b bytes.Buffer
-	b.WriteByte('{')
-	for i, k := range o.keys {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		kb, _ := json.Marshal(k)
-		vb, err := json.Marshal(o.vals[k])
-		if err != nil {
-			return nil, err
-		}
-		b.Write(kb)
-		b.WriteByte(':')
-		b.Write(vb)
-	}
-	b.WriteByte('}')
-	return b.Bytes(), nil
 }

@@ -122,6 +122,46 @@ type CopyRequest struct {
 	Destination string `json:"destination"`
 }
 
+// ProcessResponse is the body of GET /api/ps.
+type ProcessResponse struct {
+	Models []ProcessModelResponse `json:"models"`
+}
+
+// ProcessModelResponse is one loaded model. Size is the resident size (weights and KV cache), as Ollama's.
+// KVCache and PeakSize are mlxg's additions: the KV cache layout it chose, and the predicted peak memory
+// (Size plus activations and scratch) that the scheduler budgets.
+type ProcessModelResponse struct {
+	Name          string        `json:"name"`
+	Model         string        `json:"model"`
+	Size          int64         `json:"size"`
+	Digest        string        `json:"digest"`
+	Details       ModelDetails  `json:"details,omitempty"`
+	ExpiresAt     time.Time     `json:"expires_at"`
+	SizeVRAM      int64         `json:"size_vram"`
+	ContextLength int           `json:"context_length"`
+	KVCache       string        `json:"kv_cache,omitempty"`
+	PeakSize      int64         `json:"size_peak,omitempty"` // the predicted peak the scheduler budgets
+	Batch         *ProcessBatch `json:"batch,omitempty"`     // the continuous batch, when the model batches
+	Ranks         []ProcessRank `json:"ranks,omitempty"`     // the machines a model split over several runs on
+}
+
+// ProcessRank is one rank of a model split over several machines, in /api/ps (an mlxg extension).
+type ProcessRank struct {
+	Rank   int    `json:"rank"`
+	Host   string `json:"host"`
+	Layers string `json:"layers"` // the layers it holds ("0-13"), or "head only"
+	State  string `json:"state"`  // ready, gone, or stalled
+}
+
+// ProcessBatch is a loaded model's continuous batch in /api/ps (an mlxg extension).
+type ProcessBatch struct {
+	MaxSequences  int     `json:"max_sequences"`  // sequences batched at once (MLXG_NUM_PARALLEL, or fewer when memory says so)
+	Running       int     `json:"running"`        // sequences in the batch now
+	Waiting       int     `json:"waiting"`        // requests waiting for a place in it
+	Steps         int64   `json:"steps"`          // forward passes run
+	MeanSequences float64 `json:"mean_sequences"` // sequences per pass, on average
+}
+
 // OllamaVersion is the Ollama version /api/version reports in "version": the release whose API mlxg
 // follows (its routes and fields were compared with Ollama v0.33.0's source). Clients read this field to
 // decide what the server can do, and some refuse a development version or anything below 0.6.4, so it is

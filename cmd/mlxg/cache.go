@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mlxg/mlxg/api"
+	"github.com/mlxg/mlxg/api/server"
 	"github.com/mlxg/mlxg/kvstore"
 )
 
@@ -38,7 +39,7 @@ func openPrefixCache(o *kvstore.PrefixOptions, log *slog.Logger) (*kvstore.Prefi
 			return nil, err
 		}
 	}
-	if err := prometheus.Register(api.NewPrefixCollector(p)); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
+	if err := prometheus.Register(server.NewPrefixCollector(p)); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
 		return nil, err
 	}
 	log.Info("prefix cache", "dir", cfg.Dir, "max_size", humanize.Bytes(uint64(cfg.MaxDiskBytes)), "hot", cfg.Hot)

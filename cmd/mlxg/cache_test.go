@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/mlxg/mlxg/api"
+	"github.com/mlxg/mlxg/api/server"
 	"github.com/mlxg/mlxg/kvstore"
 )
 
@@ -56,7 +56,7 @@ func TestCacheShowClear(t *testing.T) {
 
 	// The RAM tier and hit rate come from a server's /metrics.
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(api.NewPrefixCollector(p))
+	reg.MustRegister(server.NewPrefixCollector(p))
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("DELETE /api/prefix-cache", func(w http.ResponseWriter, _ *http.Request) {

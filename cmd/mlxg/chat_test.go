@@ -17,8 +17,8 @@ import (
 
 	"golang.org/x/term"
 
-	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/api/apitest"
+	"github.com/mlxg/mlxg/api/server"
 	"github.com/mlxg/mlxg/internal/testdata"
 	"github.com/mlxg/mlxg/registry"
 	"github.com/mlxg/mlxg/registry/hubtest"
@@ -32,7 +32,7 @@ func inProcessServer(ctx context.Context, base *url.URL, errw io.Writer) (*url.U
 	if err != nil {
 		return nil, err
 	}
-	srv, err := api.NewServer(api.ServerConfig{Store: store, Loader: &api.EngineLoader{Threads: 2}, Version: version,
+	srv, err := server.NewServer(server.ServerConfig{Store: store, Loader: &server.EngineLoader{Threads: 2}, Version: version,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		return nil, err

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mlxg/mlxg/api"
+	"github.com/mlxg/mlxg/api/server"
 	"github.com/mlxg/mlxg/registry"
 	"github.com/mlxg/mlxg/registry/create"
 )
@@ -109,7 +110,7 @@ func newCreateCmd() *cobra.Command {
 	return cmd
 }
 
-// modelCreator is what create -f needs: api.Client (a running server) and api.Models (in-process).
+// modelCreator is what create -f needs: api.Client (a running server) and server.Models (in-process).
 type modelCreator interface {
 	CreateBlob(ctx context.Context, digest string, r io.Reader) error
 	Create(ctx context.Context, req *api.CreateRequest, fn func(api.ProgressResponse) error) error
@@ -155,7 +156,7 @@ func createFromModelfile(cmd *cobra.Command, name, file, quantize string) error 
 		return err
 	}
 	if err = run(c); api.Unreachable(err) {
-		m, merr := api.NewModels()
+		m, merr := server.NewModels()
 		if merr != nil {
 			return merr
 		}

@@ -4,10 +4,11 @@ import (
 	"context"
 
 	"github.com/mlxg/mlxg/api"
+	"github.com/mlxg/mlxg/api/server"
 )
 
 // modelService is what pull, list, show, rm and cp need: api.Client (a running server) and
-// api.Models (the same code in-process) both provide it.
+// server.Models (the same code in-process) both provide it.
 type modelService interface {
 	Pull(ctx context.Context, req *api.PullRequest, fn func(api.ProgressResponse) error) error
 	List(ctx context.Context) (*api.ListResponse, error)
@@ -26,7 +27,7 @@ func withModels(ctx context.Context, fn func(modelService) error) error {
 	if err := fn(c); err == nil || !api.Unreachable(err) {
 		return err
 	}
-	m, err := api.NewModels()
+	m, err := server.NewModels()
 	if err != nil {
 		return err
 	}

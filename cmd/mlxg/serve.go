@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mlxg/mlxg/api"
+	"github.com/mlxg/mlxg/api/server"
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/kvstore/sysmem"
 	"github.com/mlxg/mlxg/registry"
@@ -152,16 +153,16 @@ func serve(ctx context.Context, logw io.Writer, kv *kvstore.Options, pc *kvstore
 		return err
 	}
 	defer prefix.Close()
-	loader := &api.EngineLoader{Backend: choice.Backend, ForModel: forModel, Threads: threads, KV: &kvstore.Policy{Options: *kv, Log: log}, Logger: log, Prefix: prefix, Parallel: sc.NumParallel}
+	loader := &server.EngineLoader{Backend: choice.Backend, ForModel: forModel, Threads: threads, KV: &kvstore.Policy{Options: *kv, Log: log}, Logger: log, Prefix: prefix, Parallel: sc.NumParallel}
 	if cl != nil {
 		loader.Pipeline = cl.Leader()
 		loader.Shape = cl.Leader().Plan // rank 0 plans its own layers' KV; each worker plans its own
 	}
-	srv, err := api.NewServer(api.ServerConfig{
+	srv, err := server.NewServer(server.ServerConfig{
 		Store:         store,
 		Loader:        loader,
 		Sched:         sc,
-		Origins:       api.OriginsFromEnv(os.Getenv),
+		Origins:       server.OriginsFromEnv(os.Getenv),
 		ContextLength: ctxLen,
 		Version:       version,
 		Logger:        log,

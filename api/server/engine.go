@@ -1,0 +1,484 @@
+package server
+
+// The Loader and Model the server uses in production: the runner engine (runner.Engine) behind the
+// server's small Model interface.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/mlxg/mlxg/api"
+	"github.com/mlxg/mlxg/kvstore"
+	"github.com/mlxg/mlxg/registry"
+	"github.com/mlxg/mlxg/runner"
+	"github.com/mlxg/mlxg/runner/backend"
+	"github.com/mlxg/mlxg/runner/compute"
+	"github.com/mlxg/mlxg/runner/cpu"
+	"github.com/mlxg/mlxg/runner/model"
+	"github.com/mlxg/mlxg/runner/pipeline"
+	"github.com/mlxg/mlxg/runner/template"
+)
+
+// EngineLoader loads models with the runner engine.
+type EngineLoader struct {
+	// Backend runs every model; nil means a CPU backend with Threads goroutines per model.
+	Backend compute.Backend
+	Threads int
+	// ForModel, when set, gives each model a backend of its own instead (runner/backend's
+	// Choice.ForModel: Metal's weights wrap the model's mmap and are held until that backend
+	// closes). It is released with backend.Release before the model closes, and is given the
+	// KV policy's plan (backend.ApplyPlan: Metal's memory limits) before the weights load.
+	ForModel func() (compute.Backend, error)
+	// KV chooses each model's KV cache layout and context from the memory it reads; nil means fp16
+	// full-attention caches sized by the request's num_ctx.
+	KV     *kvstore.Policy
+	Logger *slog.Logger
+	// Parallel above 1 batches up to that many concurrent requests per model (the scheduler's NumParallel,
+	// MLXG_NUM_PARALLEL): their decode steps share one forward pass (runner's continuous batching). The KV
+	// policy may lower it to the sequences whose KV cache fits in memory at the model's context.
+	Parallel int
+	// Prefix shares prompt prefixes between requests (RAM and SSD tiers); nil: none. Its RAM
+	// budget is the KV policy's prefix budget, set on each load and each request.
+	Prefix *kvstore.PrefixCache
+	// Shape, when set, turns a model's shape into this process's share of it before the KV
+	// policy plans (a model split over several machines: rank 0's layers and weights).
+	Shape func(dir string, shape kvstore.ModelShape, numCtx int) (kvstore.ModelShape, error)
+	// Pipeline, when set, loads every model split over the leader's machines
+	// (runner.LoadOptions.Pipeline).
+	Pipeline *pipeline.Leader
+}
+
+// plan reads the model's shape and asks the KV policy for its layout at numCtx.
+func (l *EngineLoader) plan(m *registry.LocalModel, numCtx int, loaded bool) (kvstore.ModelShape, kvstore.Plan, error) {
+	data, err := os.ReadFile(filepath.Join(m.Dir, "config.json"))
+	if err != nil {
+		return kvstore.ModelShape{}, kvstore.Plan{}, fmt.Errorf("%s: %w", m.Dir, err)
+	}
+	shape, err := kvstore.ShapeFromConfig(data, m.Size)
+	if err != nil {
+		return shape, kvstore.Plan{}, fmt.Errorf("%s: %w", m.Dir, err)
+	}
+	if l.Shape != nil {
+		if shape, err = l.Shape(m.Dir, shape, numCtx); err != nil {
+			return shape, kvstore.Plan{}, fmt.Errorf("%s: %w", m.Dir, err)
+		}
+	}
+	plan, err := l.KV.Plan(m.Dir, shape, numCtx, loaded)
+	return shape, plan, err
+}
+
+// fp16KV is the size of fp16 keys and values for numCtx tokens on every KV layer.
+func fp16KV(info *registry.ModelInfo, numCtx int) int64 {
+	return int64(len(info.KVLayers())) * int64(info.KVHeads) * int64(info.HeadDim) * 2 * 2 * int64(numCtx)
+}
+
+// batchCap is how many sequences a model batches: parallel, at most the one sequence the plan budgets plus
+// as many more as its headroom holds KV caches of plan.KVBytes (one sequence's at the model's context).
+func batchCap(parallel int, plan kvstore.Plan) int {
+	if parallel <= 1 || plan.KVBytes <= 0 {
+		return parallel
+	}
+	return min(parallel, 1+int(max(plan.Headroom(), 0)/plan.KVBytes))
+}
+
+// Estimate is the memory the model takes at its peak: weights, overhead and the KV cache of one sequence.
+// Under critical memory pressure the KV policy refuses, and so does Estimate.
+func (l *EngineLoader) Estimate(m *registry.LocalModel, numCtx int) (int64, error) {
+	if l.KV != nil {
+		_, plan, err := l.plan(m, numCtx, false)
+		if err != nil {
+			return 0, err
+		}
+		return plan.Peak(), nil
+	}
+	info, err := registry.ReadInfo(m.Dir)
+	if err != nil {
+		return 0, err
+	}
+	if info.ContextLength > 0 {
+		numCtx = min(numCtx, info.ContextLength)
+	}
+	return m.Size + fp16KV(info, numCtx), nil
+}
+
+// Load loads the checkpoint with its tokenizer and chat template.
+func (l *EngineLoader) Load(ctx context.Context, m *registry.LocalModel, numCtx int) (Model, error) {
+	info, err := registry.ReadInfo(m.Dir)
+	if err != nil {
+		return nil, err
+	}
+	be := l.Backend
+	if l.ForModel != nil {
+		if be, err = l.ForModel(); err != nil {
+			return nil, fmt.Errorf("starting a compute backend for %s: %w", m.Dir, err)
+		}
+	}
+	if be == nil {
+		be = cpu.New(l.Threads)
+	}
+	release := func() {
+		if l.ForModel != nil {
+			if err := backend.Release(be); err != nil {
+				l.logger().Warn("releasing the compute backend", "model", m.Dir, "err", err)
+			}
+		}
+	}
+	em, err := l.load(m, info, be, numCtx)
+	if err != nil {
+		release()
+		return nil, err
+	}
+	em.release = release
+	return em, nil
+}
+
+func (l *EngineLoader) logger() *slog.Logger {
+	if l.Logger != nil {
+		return l.Logger
+	}
+	return slog.Default()
+}
+
+func (l *EngineLoader) load(m *registry.LocalModel, info *registry.ModelInfo, be compute.Backend, numCtx int) (*engineModel, error) {
+	cb := &captureBackend{Backend: be}
+	opts := runner.LoadOptions{Backend: cb, Logger: l.Logger, Prefix: l.Prefix, Parallel: l.Parallel, Pipeline: l.Pipeline}
+	kvSpec, size := "fp16", m.Size+fp16KV(info, numCtx)
+	peak := size
+	seqPlan := new(atomic.Pointer[kvstore.Plan]) // the KV policy's plan for the latest sequence
+	if l.KV != nil {
+		shape, plan, err := l.plan(m, numCtx, false)
+		if err != nil {
+			return nil, err
+		}
+		if plan.Context > 0 && plan.Context < numCtx {
+			numCtx = plan.Context // the largest context that fits
+		}
+		kvSpec, size, peak = plan.Layout.String(), plan.Weights+plan.KVBytes, plan.Peak()
+		opts.Parallel = batchCap(l.Parallel, plan)
+		if opts.Parallel < l.Parallel {
+			l.logger().Warn("fewer sequences batched than MLXG_NUM_PARALLEL: the KV caches of more do not fit in memory",
+				"model", m.Dir, "num_parallel", l.Parallel, "batched", opts.Parallel, "kv_per_sequence", plan.KVBytes, "headroom", plan.Headroom())
+		}
+		if err := backend.ApplyPlan(be, plan); err != nil {
+			return nil, fmt.Errorf("%s: setting the backend's memory limits: %w", be.Name(), err)
+		}
+		if l.Prefix != nil {
+			l.Prefix.SetBudget(plan.PrefixBudget)
+		}
+		opts.KVCache = func(_ *model.Model, n int) ([]kvstore.Layer, error) {
+			caches, plan, err := l.KV.Caches(m.Dir, shape, n)
+			if err == nil {
+				seqPlan.Store(&plan) // for the PERF line
+				if l.Prefix != nil {
+					// The budget follows the pressure read for this request: it shrinks under
+					// warn, and critical (budget 0) drops the RAM blocks no sequence holds.
+					l.Prefix.SetBudget(plan.PrefixBudget)
+				}
+			}
+			return caches, err
+		}
+	}
+	e, err := runner.Load(m.Dir, opts)
+	if err != nil {
+		return nil, err
+	}
+	if max := e.Model.Config.MaxPositions; max > 0 && numCtx > max {
+		numCtx = max
+	}
+	em := &engineModel{e: e, cb: cb, numCtx: numCtx, template: info.ChatTemplate, kvSpec: kvSpec, size: size, peak: peak, seqPlan: seqPlan}
+	if n := be.Name(); n != "" && !strings.HasPrefix(n, "cpu") && !strings.HasPrefix(n, "mlx-cpu") {
+		em.gpu = size // Metal: unified memory, all of it GPU-visible (MLX's CPU backend: none)
+	}
+	em.fim = fimTokens(e.Tokenizer.TokenID)
+	return em, nil
+}
+
+// fimConventions are the fill-in-the-middle token sets (prefix, suffix, middle; prompt order
+// prefix·text·suffix·text·middle) of the model families that have them: Qwen2.5-Coder and
+// Qwen3, StarCoder-style, DeepSeek-Coder.
+var fimConventions = [][3]string{
+	{"<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"},
+	{"<fim_prefix>", "<fim_suffix>", "<fim_middle>"},
+	{"<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>"},
+}
+
+// fimTokens returns the first convention whose three tokens the tokenizer has, else zero.
+func fimTokens(id func(string) (int32, bool)) [3]string {
+next:
+	for _, fim := range fimConventions {
+		for _, t := range fim {
+			if _, ok := id(t); !ok {
+				continue next
+			}
+		}
+		return fim
+	}
+	return [3]string{}
+}
+
+// engineModel is a runner.Engine as a Model.
+type engineModel struct {
+	e        *runner.Engine
+	cb       *captureBackend
+	numCtx   int
+	template string
+	fim      [3]string
+	kvSpec   string
+	size     int64 // resident: weights and KV at numCtx
+	peak     int64 // the policy's predicted peak
+	gpu      int64
+	seqPlan  *atomic.Pointer[kvstore.Plan] // nil plan without a KV policy
+	release  func()                        // the model's own backend, released before the model closes
+	// mu: generations share the model (RLock); an embedding takes it alone (Lock), since it reads hidden
+	// states through the backend wrapper.
+	mu sync.RWMutex
+}
+
+// Close releases the model's backend first (Metal's arrays wrap the checkpoint's mmap), then the model.
+func (m *engineModel) Close() error {
+	if m.release != nil {
+		m.release()
+	}
+	return m.e.Close()
+}
+
+func (m *engineModel) Info() LoadedInfo {
+	info := LoadedInfo{ContextLength: m.numCtx, ChatTemplate: m.template, FIM: m.fim, Size: m.size, Peak: m.peak, GPUSize: m.gpu, KVSpec: m.kvSpec}
+	if st, ok := m.e.BatchStats(); ok {
+		info.Batch = &st
+	}
+	info.Ranks = m.e.Model.Ranks()
+	return info
+}
+
+func toTemplate(messages []map[string]any, tools []json.RawMessage) ([]template.Message, []any) {
+	msgs := make([]template.Message, len(messages))
+	for i, msg := range messages {
+		msgs[i] = msg
+	}
+	var ts []any
+	for _, t := range tools {
+		ts = append(ts, t)
+	}
+	return msgs, ts
+}
+
+func (m *engineModel) RenderChat(messages []map[string]any, tools []json.RawMessage, kwargs map[string]any) (string, error) {
+	if m.e.Template == nil {
+		return "", fmt.Errorf("%s has no chat template: use /api/generate with raw set", m.e.Dir)
+	}
+	msgs, ts := toTemplate(messages, tools)
+	return m.e.Template.Apply(msgs, template.Options{AddGenerationPrompt: true, Tools: ts, Kwargs: kwargs})
+}
+
+func (m *engineModel) Generate(ctx context.Context, in GenerateInput, emit func(string) error) (GenerateStats, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	o := toRunnerOptions(in.Options)
+	o.NumCtx = m.numCtx
+	msgs, ts := toTemplate(in.Messages, in.Tools)
+	if m.e.Template == nil && len(msgs) > 0 {
+		return GenerateStats{}, errorf(http.StatusBadRequest, "this model has no chat template: use /api/generate with raw set")
+	}
+	req := runner.Request{Messages: msgs, Tools: ts, TemplateKwargs: in.Kwargs, Prompt: in.Prompt,
+		Options: o, Format: in.Format, Logprobs: in.Logprobs, TopLogprobs: in.TopLogprobs, WantContext: in.WantContext}
+	req.NoTruncate, req.NoShift = in.NoTruncate, in.NoShift
+	if in.OnLogprobs != nil {
+		req.OnLogprobs = func(lps []runner.Logprob) { in.OnLogprobs(toLogprobs(m.e.Tokenizer, lps)) }
+	}
+	vocab := max(m.e.Model.Config.VocabSize, m.e.Tokenizer.VocabSize())
+	for i, id := range in.Context {
+		if id < 0 || id >= vocab {
+			return GenerateStats{}, errorf(http.StatusBadRequest, "context[%d] is %d, not a token of this model (vocabulary of %d): send back the context this model returned", i, id, vocab)
+		}
+		req.Context = append(req.Context, int32(id))
+	}
+	res, err := m.e.Generate(ctx, req, emit)
+	if res == nil {
+		return GenerateStats{}, err
+	}
+	st := GenerateStats{PromptTokens: res.PromptTokens, PromptEvalDuration: res.PromptDuration,
+		EvalTokens: res.EvalCount, EvalDuration: res.EvalDuration, DoneReason: res.DoneReason,
+		StopSequence: res.StopSequence}
+	for _, id := range res.Context {
+		st.Context = append(st.Context, int(id))
+	}
+	if res.PromptTruncated > 0 {
+		st.Perf = append(st.Perf, "prompt_truncated", res.PromptTruncated)
+	}
+	if res.MessagesDropped > 0 {
+		st.Perf = append(st.Perf, "messages_dropped", res.MessagesDropped)
+	}
+	// The spec and pressure the policy chose for the newest sequence (concurrent requests may
+	// see each other's; the pressure is the machine's either way).
+	spec, pressure := m.kvSpec, ""
+	if p := m.seqPlan.Load(); p != nil {
+		spec, pressure = p.Layout.String(), p.Memory.Pressure.String()
+	}
+	st.Perf = append(st.Perf, "kv", strconv.Quote(spec), "kv_bytes", res.KVBytes)
+	if pressure != "" {
+		st.Perf = append(st.Perf, "pressure", pressure)
+	}
+	if res.Prefix != nil {
+		st.Perf = append(st.Perf, res.Prefix.Perf()...)
+	}
+	return st, err
+}
+
+// Embed returns, for each input, the final (normed) hidden state of its last token, L2-normalized: last-token
+// pooling, which is how decoder embedding models such as Qwen3-Embedding are read.
+func (m *engineModel) Embed(ctx context.Context, inputs []string, truncate bool) ([][]float32, int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.cb.start(m.e.Model.Config.VocabSize)
+	defer m.cb.stop()
+	total := 0
+	out := make([][]float32, len(inputs))
+	for i, s := range inputs {
+		ids := m.e.Tokenizer.Encode(s, true)
+		if len(ids) == 0 {
+			return nil, 0, errorf(http.StatusBadRequest, "input[%d] is empty", i)
+		}
+		if len(ids) > m.numCtx {
+			if !truncate {
+				return nil, 0, errorf(http.StatusBadRequest, "input[%d] has %d tokens, more than the context length %d (set truncate or raise num_ctx)", i, len(ids), m.numCtx)
+			}
+			ids = ids[:m.numCtx]
+		}
+		total += len(ids)
+		caches, err := m.e.Model.NewCaches(false)
+		if err != nil {
+			return nil, 0, err
+		}
+		const batch = 512
+		for start := 0; start < len(ids); start += batch {
+			if _, err := m.e.Model.Forward(ctx, ids[start:min(start+batch, len(ids))], caches, false); err != nil {
+				return nil, 0, err
+			}
+		}
+		h := m.cb.hidden()
+		if len(h) == 0 {
+			return nil, 0, fmt.Errorf("embedding: the model's output layer was not found (vocab %d)", m.e.Model.Config.VocabSize)
+		}
+		out[i] = normalize(h)
+	}
+	return out, total, nil
+}
+
+// captureBackend wraps a backend so that, while capturing, the input of the output layer (the Linear with
+// vocab-size outputs: the final normed hidden states) is kept for Embed.
+type captureBackend struct {
+	compute.Backend
+	mu    sync.Mutex
+	vocab int // capturing when > 0
+	last  []float32
+}
+
+func (b *captureBackend) start(vocab int) {
+	b.mu.Lock()
+	b.vocab, b.last = vocab, nil
+	b.mu.Unlock()
+}
+
+func (b *captureBackend) stop() {
+	b.mu.Lock()
+	b.vocab, b.last = 0, nil
+	b.mu.Unlock()
+}
+
+func (b *captureBackend) hidden() []float32 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.last
+}
+
+// Recycle passes logits the engine is done with to the wrapped backend's pool
+// (model.Model.Recycle): without it the wrapper hid the CPU backend's, and every decode
+// step of a served model allocated its logits afresh (600 KiB a token at Qwen's vocabulary).
+func (b *captureBackend) Recycle(x []float32) {
+	if r, ok := b.Backend.(interface{ Recycle([]float32) }); ok {
+		r.Recycle(x)
+	}
+}
+
+func (b *captureBackend) NewContext() compute.Context {
+	b.mu.Lock()
+	vocab := b.vocab
+	b.mu.Unlock()
+	if vocab == 0 {
+		return b.Backend.NewContext()
+	}
+	return &captureContext{Context: b.Backend.NewContext(), b: b, vocab: vocab}
+}
+
+type captureContext struct {
+	compute.Context
+	b     *captureBackend
+	vocab int
+	x     compute.Tensor
+}
+
+func (c *captureContext) Linear(x compute.Tensor, w compute.Weight) compute.Tensor {
+	if out, _ := w.Dims(); out == c.vocab {
+		c.x = x
+	}
+	return c.Context.Linear(x, w)
+}
+
+// Unwrap lets compute.Ext find the wrapped context's optional operations (mixture of
+// experts, a pipeline's transfers).
+func (c *captureContext) Unwrap() compute.Context { return c.Context }
+
+// SetHidden implements model.HiddenSink: on a model split over several machines, the
+// last rank computes the head's input and sends it to this one.
+func (c *captureContext) SetHidden(h []float32) {
+	c.b.mu.Lock()
+	c.b.last = append([]float32(nil), h...)
+	c.b.mu.Unlock()
+}
+
+func (c *captureContext) Float32s(t compute.Tensor) ([]float32, error) {
+	if c.x != nil {
+		rows, cols := c.x.Dims()
+		if h, err := c.Context.Float32s(c.x); err == nil && rows > 0 && len(h) == rows*cols {
+			c.b.mu.Lock()
+			c.b.last = h[(rows-1)*cols:]
+			c.b.mu.Unlock()
+		}
+	}
+	return c.Context.Float32s(t)
+}
+
+func normalize(v []float32) []float32 {
+	var sum float64
+	for _, x := range v {
+		sum += float64(x) * float64(x)
+	}
+	out := make([]float32, len(v))
+	if sum == 0 {
+		return out
+	}
+	inv := 1 / math.Sqrt(sum)
+	for i, x := range v {
+		out[i] = float32(float64(x) * inv)
+	}
+	return out
+}
+
+// toRunnerOptions converts a request's options for the engine.
+func toRunnerOptions(o api.Options) runner.Options {
+	return runner.Options{NumCtx: o.NumCtx, NumBatch: o.NumBatch, NumKeep: o.NumKeep, NumPredict: o.NumPredict,
+		Temperature: o.Temperature, TopK: o.TopK, TopP: o.TopP, MinP: o.MinP, RepeatPenalty: o.RepeatPenalty,
+		RepeatLastN: o.RepeatLastN, PresencePenalty: o.PresencePenalty, FrequencyPenalty: o.FrequencyPenalty,
+		Seed: o.Seed, Stop: o.Stop}
+}

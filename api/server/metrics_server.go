@@ -1,0 +1,116 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/mlxg/mlxg/kvstore/sysmem"
+)
+
+// The server's Prometheus metrics: per request (counted where the PERF line is logged) and,
+// at each scrape, the loaded models and the memory pressure.
+
+var (
+	requestsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mlxg_requests_total",
+		Help: "Generation requests finished, by model and outcome (stop, length, cancelled, error)."}, []string{"model", "outcome"})
+	promptTokens = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mlxg_prompt_tokens_total",
+		Help: "Prompt tokens of finished requests."}, []string{"model"})
+	generatedTokens = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mlxg_generated_tokens_total",
+		Help: "Tokens generated."}, []string{"model"})
+	prefillSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "mlxg_prefill_seconds",
+		Help: "Prompt evaluation time per request (time to first token, less loading).", Buckets: prometheus.ExponentialBuckets(0.01, 2.5, 12)}, []string{"model"})
+	decodeSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "mlxg_decode_seconds",
+		Help: "Generation time per request.", Buckets: prometheus.ExponentialBuckets(0.01, 2.5, 12)}, []string{"model"})
+	registerRequests sync.Once
+)
+
+// observeRequest counts one finished request.
+func observeRequest(model string, o *outcome, err error) {
+	registerRequests.Do(func() {
+		for _, c := range []prometheus.Collector{requestsTotal, promptTokens, generatedTokens, prefillSeconds, decodeSeconds} {
+			prometheus.Register(c)
+		}
+	})
+	outcome := o.DoneReason
+	switch {
+	case errors.Is(err, context.Canceled):
+		outcome = "cancelled"
+	case err != nil:
+		outcome = "error"
+	case outcome == "":
+		outcome = "stop"
+	}
+	requestsTotal.WithLabelValues(model, outcome).Inc()
+	promptTokens.WithLabelValues(model).Add(float64(o.PromptTokens))
+	generatedTokens.WithLabelValues(model).Add(float64(o.EvalTokens))
+	prefillSeconds.WithLabelValues(model).Observe(o.PromptEvalDuration.Seconds())
+	decodeSeconds.WithLabelValues(model).Observe(o.EvalDuration.Seconds())
+}
+
+var (
+	loadedModels = prometheus.NewDesc("mlxg_loaded_models", "Models loaded.", nil, nil)
+	loadedBytes  = prometheus.NewDesc("mlxg_loaded_model_bytes", "Memory of a loaded model (weights and KV cache).", []string{"model"}, nil)
+	memPressure  = prometheus.NewDesc("mlxg_memory_pressure", "The system's memory pressure: 0 normal, 1 warn, 2 critical.", nil, nil)
+	memAvailable = prometheus.NewDesc("mlxg_memory_available_bytes", "Memory available to new allocations.", nil, nil)
+	batchRunning = prometheus.NewDesc("mlxg_batch_sequences", "Sequences in a model's continuous batch now.", []string{"model"}, nil)
+	batchWaiting = prometheus.NewDesc("mlxg_batch_waiting", "Requests waiting for a place in a model's continuous batch.", []string{"model"}, nil)
+	batchMax     = prometheus.NewDesc("mlxg_batch_max_sequences", "Sequences a model batches at once.", []string{"model"}, nil)
+	batchSteps   = prometheus.NewDesc("mlxg_batch_steps_total", "Batched forward passes run by a loaded model.", []string{"model"}, nil)
+	batchSeqs    = prometheus.NewDesc("mlxg_batch_sequence_steps_total", "Sequences summed over a loaded model's batched passes (divided by the steps: the mean batch).", []string{"model"}, nil)
+)
+
+type serverCollector struct {
+	s      *Server
+	sensor sysmem.Sensor
+}
+
+// Collector exports the server's loaded models and the memory pressure; serve registers it.
+func (s *Server) Collector() prometheus.Collector {
+	return serverCollector{s: s, sensor: sysmem.System()}
+}
+
+func (c serverCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- loadedModels
+	ch <- loadedBytes
+	ch <- memPressure
+	ch <- memAvailable
+	ch <- batchRunning
+	ch <- batchWaiting
+	ch <- batchMax
+	ch <- batchSteps
+	ch <- batchSeqs
+}
+
+func (c serverCollector) Collect(ch chan<- prometheus.Metric) {
+	running := c.s.sched.Running()
+	ch <- prometheus.MustNewConstMetric(loadedModels, prometheus.GaugeValue, float64(len(running)))
+	bytes := map[string]int64{}
+	for _, r := range running {
+		bytes[r.Name] += r.Size
+	}
+	for name, n := range bytes {
+		ch <- prometheus.MustNewConstMetric(loadedBytes, prometheus.GaugeValue, float64(n), name)
+	}
+	seen := map[string]bool{}
+	for _, r := range running {
+		l, ok := r.Model.(*loaded)
+		if !ok || seen[r.Name] {
+			continue
+		}
+		if b := l.Info().Batch; b != nil {
+			seen[r.Name] = true
+			ch <- prometheus.MustNewConstMetric(batchRunning, prometheus.GaugeValue, float64(b.Running), r.Name)
+			ch <- prometheus.MustNewConstMetric(batchWaiting, prometheus.GaugeValue, float64(b.Waiting), r.Name)
+			ch <- prometheus.MustNewConstMetric(batchMax, prometheus.GaugeValue, float64(b.Cap), r.Name)
+			ch <- prometheus.MustNewConstMetric(batchSteps, prometheus.CounterValue, float64(b.Steps), r.Name)
+			ch <- prometheus.MustNewConstMetric(batchSeqs, prometheus.CounterValue, float64(b.Seqs), r.Name)
+		}
+	}
+	if m, err := c.sensor.Read(); err == nil {
+		ch <- prometheus.MustNewConstMetric(memPressure, prometheus.GaugeValue, float64(m.Pressure))
+		ch <- prometheus.MustNewConstMetric(memAvailable, prometheus.GaugeValue, float64(m.Available))
+	}
+}

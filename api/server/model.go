@@ -1,0 +1,96 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/mlxg/mlxg/api"
+	"github.com/mlxg/mlxg/registry"
+	"github.com/mlxg/mlxg/runner"
+	"github.com/mlxg/mlxg/runner/model"
+)
+
+// Loader turns a model in the store into a running Model (the engine adapter does it for real; tests use
+// fakes).
+type Loader interface {
+	// Estimate is the memory the model will take once loaded with a numCtx-token context, in bytes.
+	Estimate(m *registry.LocalModel, numCtx int) (int64, error)
+	// Load loads the model with a numCtx-token context.
+	Load(ctx context.Context, m *registry.LocalModel, numCtx int) (Model, error)
+}
+
+// Model is a loaded model as the server drives it.
+type Model interface {
+	Close() error
+	// Info describes the loaded model.
+	Info() LoadedInfo
+	// RenderChat renders messages (role, content, tool_calls, tool_call_id, name, reasoning_content) with the
+	// model's chat template, with add_generation_prompt; tools are the offered tools' JSON, kwargs the template
+	// variables such as enable_thinking.
+	RenderChat(messages []map[string]any, tools []json.RawMessage, kwargs map[string]any) (string, error)
+	// Generate runs in, calling emit with each piece of text as it is decoded (stop strings removed); an
+	// error from emit stops generation and is returned. The context cancels generation.
+	Generate(ctx context.Context, in GenerateInput, emit func(text string) error) (GenerateStats, error)
+	// Embed returns one vector per input (L2-normalized) and the number of input tokens.
+	Embed(ctx context.Context, inputs []string, truncate bool) ([][]float32, int, error)
+}
+
+// GenerateInput is one generation: a chat, or a prompt used verbatim when Messages is empty.
+type GenerateInput struct {
+	// Messages are rendered with the model's chat template; the oldest (not system) ones are dropped when
+	// the conversation does not fit in num_ctx.
+	Messages []map[string]any
+	Tools    []json.RawMessage
+	Kwargs   map[string]any
+	Prompt   string
+	Options  api.Options
+
+	// NoTruncate makes a prompt over num_ctx an error instead of dropping old messages and tokens; NoShift
+	// ends generation when the context is full instead of shifting it (Ollama's truncate and shift false).
+	NoTruncate, NoShift bool
+	// Format constrains the answer to JSON (structured outputs); nil: free text.
+	Format *runner.Format
+	// Logprobs asks for the generated tokens' log-probabilities with TopLogprobs alternatives: OnLogprobs
+	// receives them just before emit is given the text they complete.
+	Logprobs    bool
+	TopLogprobs int
+	OnLogprobs  func([]api.Logprob)
+	// Context are token ids placed before the prompt (an earlier reply's GenerateStats.Context);
+	// WantContext fills GenerateStats.Context.
+	Context     []int
+	WantContext bool
+}
+
+// LoadedInfo describes a loaded model.
+type LoadedInfo struct {
+	ContextLength int    // the num_ctx it was loaded with
+	ChatTemplate  string // the template's source ("" when the checkpoint has none)
+	// FIM holds the fill-in-the-middle tokens (prefix, suffix, middle) when the tokenizer has them, for suffix.
+	FIM  [3]string
+	Size int64 // bytes resident, as Ollama's ps reports them: weights and the KV cache at ContextLength
+	// Peak is the predicted peak memory (Size plus activations and scratch), what the scheduler budgets;
+	// 0: Size.
+	Peak int64
+	// GPUSize is the part of Size in GPU-visible memory (all of it with Metal's unified memory; 0 on the CPU).
+	GPUSize int64
+	KVSpec  string // the KV cache layout, as mlxg ps prints it
+	// Batch is the model's continuous batch (nil when it runs requests side by side).
+	Batch *runner.BatchStats
+	// Ranks are the machines a model split over several holds its layers on (nil: one process).
+	Ranks []model.RankInfo
+}
+
+// GenerateStats are a generation's counts and durations.
+type GenerateStats struct {
+	PromptTokens       int
+	PromptEvalDuration time.Duration
+	EvalTokens         int
+	EvalDuration       time.Duration
+	DoneReason         string // "stop" (EOS or a stop string) or "length" (num_predict or the context)
+	StopSequence       string // the stop string that ended generation, "" when none did
+	// Perf holds extra PERF log keys (KV cache hits, pressure...), printed in order.
+	Perf []any
+	// Context (with GenerateInput.WantContext) is the conversation as token ids, for a next request's context.
+	Context []int
+}
