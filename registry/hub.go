@@ -54,6 +54,53 @@ type hub struct {
 	client   *http.Client
 }
 
+func newHub(endpoint, token string, client *http.Client) *hub {
+	c := *client
+	c.CheckRedirect = tokenStaysHome(client.CheckRedirect)
+	return &hub{endpoint: endpoint, token: token, client: &c}
+}
+
+// tokenStaysHome wraps a redirect policy (nil: Go's default, at most 10 redirects) so that the
+// Authorization header follows a redirect only while every URL of the chain has the first one's scheme,
+// host and port. Go's own policy keeps it for the same host at another port and for subdomains, and the
+// Hub sends LFS downloads to CDN hosts that must never see the token.
+func tokenStaysHome(next func(*http.Request, []*http.Request) error) func(*http.Request, []*http.Request) error {
+	return func(req *http.Request, via []*http.Request) error {
+		home := sameOrigin(req.URL, via[0].URL)
+		for _, r := range via[1:] {
+			home = home && sameOrigin(r.URL, via[0].URL)
+		}
+		if !home {
+			req.Header.Del("Authorization")
+		}
+		if next != nil {
+			return next(req, via)
+		}
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects")
+		}
+		return nil
+	}
+}
+
+// sameOrigin reports whether two URLs have the same scheme, host and port (a missing port being the
+// scheme's default).
+func sameOrigin(a, b *url.URL) bool {
+	port := func(u *url.URL) string {
+		if p := u.Port(); p != "" {
+			return p
+		}
+		switch strings.ToLower(u.Scheme) {
+		case "http":
+			return "80"
+		case "https":
+			return "443"
+		}
+		return ""
+	}
+	return strings.EqualFold(a.Scheme, b.Scheme) && strings.EqualFold(a.Hostname(), b.Hostname()) && port(a) == port(b)
+}
+
 // repoInfo is the part of GET /api/models/{repo}/revision/{rev}?blobs=true that pull needs.
 type repoInfo struct {
 	ID       string    `json:"id"`

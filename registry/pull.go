@@ -85,7 +85,7 @@ func (s *Store) Pull(ctx context.Context, n Name, opts PullOptions, progress fun
 		return nil, fmt.Errorf("%s was made on this machine (mlxg create), there is nothing to pull", n)
 	}
 	opts = opts.withDefaults()
-	h := &hub{endpoint: opts.Endpoint, token: opts.Token, client: opts.HTTPClient}
+	h := newHub(opts.Endpoint, opts.Token, opts.HTTPClient)
 
 	emit(Progress{Status: "pulling manifest"})
 	var info *repoInfo

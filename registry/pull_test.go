@@ -9,7 +9,10 @@ import (
 	"fmt"
 	"io/fs"
 	"math/rand/v2"
+	"net"
+	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -55,6 +58,7 @@ type pullEnv struct {
 	root  string // the fake hub's folder
 	store *Store
 	hub   *hubtest.Server
+	srv   *httptest.Server // serving hub
 	opts  PullOptions
 	files map[string][]byte
 }
@@ -69,7 +73,7 @@ func newPullEnv(t *testing.T) *pullEnv {
 	t.Setenv("HF_TOKEN", "")
 	t.Setenv("HUGGING_FACE_HUB_TOKEN", "")
 	t.Setenv("HF_TOKEN_PATH", filepath.Join(root, "no-token"))
-	return &pullEnv{root: root, store: testStore(t), hub: h, files: files,
+	return &pullEnv{root: root, store: testStore(t), hub: h, srv: srv, files: files,
 		opts: PullOptions{Endpoint: srv.URL, Retries: -1, Backoff: time.Millisecond}}
 }
 
@@ -255,6 +259,82 @@ func TestPullHubErrors(t *testing.T) {
 	if _, _, err := e.pull(t, "org/tiny"); err != nil {
 		t.Errorf("gated with token: %v", err)
 	}
+}
+
+// The token goes to the Hub only: a redirect to another scheme, host or port (the CDN of LFS files) drops
+// it, as huggingface_hub does, where Go's client would keep it for the same host at another port and for
+// subdomains.
+func TestPullTokenStaysWithTheHub(t *testing.T) {
+	check := func(t *testing.T, e *pullEnv, cdnHost string) {
+		t.Helper()
+		e.opts.Token = "secret"
+		e.hub.SetFaults(hubtest.Faults{Token: "secret"})
+		m, _, err := e.pull(t, "org/tiny")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := os.ReadFile(filepath.Join(m.Dir, "model.safetensors"))
+		if string(b) != string(e.files["model.safetensors"]) {
+			t.Error("weights differ")
+		}
+		var cdn, hub int
+		for _, r := range e.hub.Requests() {
+			switch {
+			case strings.HasPrefix(r.Path, "/lfs/"):
+				cdn++
+				if r.Host != cdnHost || r.Auth != "" {
+					t.Errorf("CDN request %s to %s with Authorization %q", r.Path, r.Host, r.Auth)
+				}
+			case r.Auth != "Bearer secret":
+				t.Errorf("Hub request %s to %s with Authorization %q", r.Path, r.Host, r.Auth)
+			default:
+				hub++
+			}
+		}
+		if cdn == 0 || hub == 0 {
+			t.Errorf("%d CDN and %d Hub requests", cdn, hub)
+		}
+	}
+	t.Run("other port", func(t *testing.T) {
+		e := newPullEnv(t)
+		cdn := httptest.NewServer(e.hub)
+		defer cdn.Close()
+		e.hub.SetCDN(cdn.URL)
+		check(t, e, strings.TrimPrefix(cdn.URL, "http://"))
+	})
+	t.Run("subdomain", func(t *testing.T) {
+		e := newPullEnv(t)
+		_, port, _ := net.SplitHostPort(e.srv.Listener.Addr().String())
+		// Both names reach the one fake server.
+		e.opts.HTTPClient = &http.Client{Transport: &http.Transport{
+			DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+				return (&net.Dialer{}).DialContext(ctx, network, e.srv.Listener.Addr().String())
+			},
+		}}
+		e.opts.Endpoint = "http://hf.test:" + port
+		e.hub.SetCDN("http://cdn.hf.test:" + port)
+		check(t, e, "cdn.hf.test:"+port)
+	})
+	t.Run("relative redirect keeps it", func(t *testing.T) {
+		// A folder in another spelling than the Hub's: downloads ask for that spelling and the Hub
+		// redirects, relatively, to its own; same origin, so the token goes along.
+		e := newPullEnv(t)
+		if err := os.MkdirAll(filepath.Join(e.store.HubCache, "models--ORG--Tiny"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		e.opts.Token = "secret"
+		e.hub.SetFaults(hubtest.Faults{Token: "secret"})
+		if _, _, err := e.pull(t, "org/tiny"); err != nil {
+			t.Fatal(err)
+		}
+		redirected := false
+		for _, r := range e.hub.Requests() {
+			redirected = redirected || strings.HasPrefix(r.Path, "/ORG/Tiny/resolve/")
+		}
+		if !redirected {
+			t.Error("no download asked for the folder's spelling")
+		}
+	})
 }
 
 func TestPullConcurrentSameRepo(t *testing.T) {
@@ -447,4 +527,24 @@ func snapshotFiles(dir string) ([]string, error) {
 	})
 	slices.Sort(out)
 	return out, err
+}
+
+func TestSameOrigin(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		same bool
+	}{
+		{"https://huggingface.co/a", "https://huggingface.co:443/b?x=1", true},
+		{"http://HF.test/a", "http://hf.test:80/b", true},
+		{"https://huggingface.co/a", "http://huggingface.co/a", false},
+		{"https://huggingface.co/a", "https://huggingface.co:8443/a", false},
+		{"https://huggingface.co/a", "https://cdn-lfs.huggingface.co/a", false},
+		{"https://huggingface.co/a", "https://cas-bridge.xethub.hf.co/a", false},
+	} {
+		a, _ := url.Parse(c.a)
+		b, _ := url.Parse(c.b)
+		if got := sameOrigin(a, b); got != c.same {
+			t.Errorf("sameOrigin(%s, %s) = %v", c.a, c.b, got)
+		}
+	}
 }
