@@ -214,14 +214,14 @@ func (h *hub) info(ctx context.Context, repo, rev string) (*repoInfo, error) {
 	}
 	resp, err := h.do(req)
 	if err != nil {
-		return nil, &retryable{fmt.Errorf("reaching the Hub at %s: %w (check the network, or HF_ENDPOINT)", h.endpoint, err)}
+		return nil, &retryable{err: fmt.Errorf("reaching the Hub at %s: %w (check the network, or HF_ENDPOINT)", h.endpoint, err)}
 	}
 	defer resp.Body.Close()
 	what := repo + " at " + rev
 	if resp.StatusCode != http.StatusOK {
 		e := h.statusError(resp, what)
 		if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
-			return nil, &retryable{e}
+			return nil, &retryable{err: e}
 		}
 		return nil, e
 	}
@@ -236,7 +236,12 @@ func (h *hub) info(ctx context.Context, repo, rev string) (*repoInfo, error) {
 }
 
 // retryable marks an error a retry may cure (network cut, 5xx, 429).
-type retryable struct{ err error }
+type retryable struct {
+	err error
+	// progressed: the failed attempt got further than the one before (bytes arrived), so the retry count
+	// starts again.
+	progressed bool
+}
 
 func (r *retryable) Error() string { return r.err.Error() }
 func (r *retryable) Unwrap() error { return r.err }

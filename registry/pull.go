@@ -36,11 +36,14 @@ type Progress struct {
 
 // PullOptions tune Pull; the zero value uses the environment and sensible defaults.
 type PullOptions struct {
-	Endpoint string        // the Hub; default Endpoint() ($HF_ENDPOINT or https://huggingface.co)
-	Token    string        // bearer token; default Token() ($HF_TOKEN or the saved login)
-	Parallel int           // files downloaded at once; default 4
-	Retries  int           // retries after a network failure, each resuming; 0 means 5, a negative value none
-	Backoff  time.Duration // first retry delay, doubling each time up to 30s; default 1s
+	Endpoint string // the Hub; default Endpoint() ($HF_ENDPOINT or https://huggingface.co)
+	Token    string // bearer token; default Token() ($HF_TOKEN or the saved login)
+	Parallel int    // files downloaded at once; default 4
+	// Retries is how many times in a row a failed request is retried (a download resuming where it was
+	// cut); an attempt that received bytes before failing starts the count again. 0 means 5, a negative
+	// value none.
+	Retries int
+	Backoff time.Duration // first retry delay, doubling each time up to 30s; default 1s
 	// StallTimeout ends a download attempt (then retried, resuming) when no byte arrives for this long;
 	// default 30s.
 	StallTimeout time.Duration
@@ -201,17 +204,25 @@ func (o PullOptions) withDefaults() PullOptions {
 	return o
 }
 
-// withRetries runs try until it succeeds, fails for good, or has been retried opts.Retries times.
+// withRetries runs try until it succeeds, fails for good, or has failed opts.Retries times in a row
+// without progress: a failed attempt that got further than the one before (a download cut after some
+// bytes, resumed by the next) starts the count and the backoff again, as huggingface_hub does, so that
+// a flaky connection does not fail a long download that keeps advancing.
 func withRetries(ctx context.Context, opts PullOptions, try func() error) error {
 	delay := opts.Backoff
-	for attempt := 0; ; attempt++ {
+	for failures := 0; ; {
 		err := try()
-		if err == nil || !isRetryable(err) || attempt >= opts.Retries || ctx.Err() != nil {
+		var r *retryable
+		if errors.As(err, &r) && r.progressed {
+			failures, delay = 0, opts.Backoff
+		}
+		if err == nil || r == nil || failures >= opts.Retries || ctx.Err() != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			return err
 		}
+		failures++
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -389,6 +400,13 @@ func (d *downloader) download(ctx context.Context, f sibling, inc string, report
 	if have == size {
 		return sum, nil
 	}
+	start := have
+	defer func() {
+		var r *retryable
+		if errors.As(err, &r) && have > start {
+			r.progressed = true
+		}
+	}()
 	// A connection that stays open but sends nothing is a cut too: a watchdog cancels the attempt
 	// when no byte arrives for StallTimeout, and the retry resumes.
 	attempt, cancel := context.WithCancel(ctx)
@@ -397,9 +415,9 @@ func (d *downloader) download(ctx context.Context, f sibling, inc string, report
 	defer watchdog.Stop()
 	stalled := func(err error) error {
 		if ctx.Err() == nil && attempt.Err() != nil {
-			return &retryable{fmt.Errorf("pulling %s: download of %s stalled at byte %d of %d: nothing received for %s", d.repo, name, have, size, d.opts.StallTimeout)}
+			return &retryable{err: fmt.Errorf("pulling %s: download of %s stalled at byte %d of %d: nothing received for %s", d.repo, name, have, size, d.opts.StallTimeout)}
 		}
-		return &retryable{err}
+		return &retryable{err: err}
 	}
 	req, err := http.NewRequestWithContext(attempt, http.MethodGet, d.hub.resolveURL(d.repo, d.commit, name), nil)
 	if err != nil {
@@ -420,7 +438,7 @@ func (d *downloader) download(ctx context.Context, f sibling, inc string, report
 	case resp.StatusCode == http.StatusPartialContent && have > 0:
 		var start int64
 		if _, err := fmt.Sscanf(resp.Header.Get("Content-Range"), "bytes %d-", &start); err != nil || start != have {
-			return nil, &retryable{fmt.Errorf("pulling %s: %s: the server resumed at %q, not at byte %d", d.repo, name, resp.Header.Get("Content-Range"), have)}
+			return nil, &retryable{err: fmt.Errorf("pulling %s: %s: the server resumed at %q, not at byte %d", d.repo, name, resp.Header.Get("Content-Range"), have)}
 		}
 	case resp.StatusCode == http.StatusOK:
 		if have > 0 { // the server ignored the Range: take the whole file
@@ -434,7 +452,7 @@ func (d *downloader) download(ctx context.Context, f sibling, inc string, report
 			if resp.StatusCode == http.StatusRequestedRangeNotSatisfiable {
 				os.Remove(inc) // the partial file disagrees with the server: start over next time
 			}
-			return nil, &retryable{e}
+			return nil, &retryable{err: e}
 		}
 		return nil, e
 	}
@@ -447,7 +465,7 @@ func (d *downloader) download(ctx context.Context, f sibling, inc string, report
 		watchdog.Reset(d.opts.StallTimeout)
 		if n > 0 {
 			if have+int64(n) > size {
-				return nil, &retryable{fmt.Errorf("pulling %s: %s is longer than the %d bytes the Hub listed", d.repo, name, size)}
+				return nil, &retryable{err: fmt.Errorf("pulling %s: %s is longer than the %d bytes the Hub listed", d.repo, name, size)}
 			}
 			if _, err := diskWrite(out, buf[:n]); err != nil {
 				if errors.Is(err, syscall.ENOSPC) {
@@ -468,7 +486,7 @@ func (d *downloader) download(ctx context.Context, f sibling, inc string, report
 		}
 	}
 	if have != size {
-		return nil, &retryable{fmt.Errorf("pulling %s: download of %s ended at byte %d of %d", d.repo, name, have, size)}
+		return nil, &retryable{err: fmt.Errorf("pulling %s: download of %s ended at byte %d of %d", d.repo, name, have, size)}
 	}
 	return sum, out.Sync()
 }

@@ -207,6 +207,63 @@ func TestPullRetriesACut(t *testing.T) {
 	}
 }
 
+// Cuts that each come after some progress do not use up the retries: a long download on a flaky link
+// finishes however many times it is cut, as long as every attempt advances.
+func TestPullRetriesResetOnProgress(t *testing.T) {
+	e := newPullEnv(t)
+	e.opts.Retries = 2
+	const cuts = 6 // more than Retries
+	e.hub.SetFaults(hubtest.Faults{CutFile: "model.safetensors", CutAfter: 60_000, CutTimes: cuts})
+	m, _, err := e.pull(t, "org/tiny")
+	if err != nil {
+		t.Fatalf("%d cuts, each after progress, %d retries: %v", cuts, e.opts.Retries, err)
+	}
+	b, err := os.ReadFile(filepath.Join(m.Dir, "model.safetensors"))
+	if err != nil || sha256.Sum256(b) != sha256.Sum256(e.files["model.safetensors"]) {
+		t.Fatalf("weights differ from the source (%v)", err)
+	}
+	if got := e.hub.Served("model.safetensors"); got != int64(len(e.files["model.safetensors"])) {
+		t.Errorf("served %d bytes, want %d (every retry resumed)", got, len(e.files["model.safetensors"]))
+	}
+	var want, got []string
+	for i := 1; i <= cuts; i++ {
+		want = append(want, fmt.Sprintf("bytes=%d-", i*60_000))
+	}
+	for _, r := range e.hub.Ranges() {
+		if r != "" {
+			got = append(got, r)
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("ranges asked: %q, want %q", got, want)
+	}
+}
+
+func TestWithRetriesCountsOnlyFailuresWithoutProgress(t *testing.T) {
+	opts := PullOptions{Retries: 2, Backoff: time.Microsecond}
+	calls := 0
+	cut := errors.New("cut")
+	// Ten cuts after progress, then success: the retry limit is never reached.
+	err := withRetries(context.Background(), opts, func() error {
+		if calls++; calls <= 10 {
+			return &retryable{err: cut, progressed: true}
+		}
+		return nil
+	})
+	if err != nil || calls != 11 {
+		t.Errorf("after 10 cuts with progress: %v, %d calls", err, calls)
+	}
+	// Then failures without progress: Retries more attempts after the last one with progress.
+	calls = 0
+	err = withRetries(context.Background(), opts, func() error {
+		calls++
+		return &retryable{err: cut, progressed: calls <= 10}
+	})
+	if !errors.Is(err, cut) || calls != 12 {
+		t.Errorf("failures without progress: %v after %d calls, want 12", err, calls)
+	}
+}
+
 func TestPullRejectsCorruptFile(t *testing.T) {
 	e := newPullEnv(t)
 	e.hub.SetFaults(hubtest.Faults{Corrupt: "model.safetensors"})
