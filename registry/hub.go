@@ -10,7 +10,11 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
+	"time"
 )
 
 // DefaultEndpoint is the Hub mlxg pulls from unless $HF_ENDPOINT says otherwise.
@@ -47,17 +51,25 @@ func Token() string {
 	return strings.TrimSpace(string(b))
 }
 
-// hub is a small client of the Hub's HTTP API.
+// hub is a small client of the Hub's HTTP API, shared by the downloads of one pull.
 type hub struct {
 	endpoint string
 	token    string
 	client   *http.Client
+	opts     PullOptions    // with defaults
+	emit     func(Progress) // may be nil
+
+	mu       sync.Mutex
+	until    time.Time // the Hub rate limited this client: no request before this
+	quota    string    // the quota the Hub said was used up, if it named one
+	counting bool      // a waiter is counting down in the progress events
 }
 
-func newHub(endpoint, token string, client *http.Client) *hub {
-	c := *client
-	c.CheckRedirect = tokenStaysHome(client.CheckRedirect)
-	return &hub{endpoint: endpoint, token: token, client: &c}
+// newHub makes the client of one pull; opts has its defaults.
+func newHub(opts PullOptions, emit func(Progress)) *hub {
+	c := *opts.HTTPClient
+	c.CheckRedirect = tokenStaysHome(opts.HTTPClient.CheckRedirect)
+	return &hub{endpoint: opts.Endpoint, token: opts.Token, client: &c, opts: opts, emit: emit}
 }
 
 // tokenStaysHome wraps a redirect policy (nil: Go's default, at most 10 redirects) so that the
@@ -148,6 +160,10 @@ type HubError struct {
 	Message string // the Hub's own message
 	What    string // what was asked, e.g. "mlx-community/Qwen3-0.6B-4bit at main"
 	Token   bool   // whether a token was sent
+	// For a 429: how long the Hub asked to wait (its RateLimit or Retry-After header; 0 when it did not
+	// say), and the quota it said was used up, e.g. `"api" quota of 500 requests per 5m0s`.
+	Wait  time.Duration
+	Quota string
 }
 
 func (e *HubError) Error() string {
@@ -165,6 +181,12 @@ func (e *HubError) Error() string {
 		advice = "the file is not in the repo at this revision"
 	case e.Status == http.StatusNotFound:
 		advice = "no such repo or revision on the Hub: check the name (org/name) and the revision"
+	case e.Status == http.StatusTooManyRequests && e.Wait > 0:
+		used := ""
+		if e.Quota != "" {
+			used = ", " + e.Quota + " used up"
+		}
+		advice = fmt.Sprintf("the Hub is rate limiting (it asks to wait %s%s); run the pull again then (it resumes)", e.Wait, used)
 	case e.Status == http.StatusTooManyRequests:
 		advice = "the Hub is rate limiting; wait and run the pull again (it resumes)"
 	default:
@@ -193,6 +215,9 @@ func (h *hub) do(req *http.Request) (*http.Response, error) {
 // statusError reads an error answer: the Hub puts its reason in X-Error-Message or a JSON "error".
 func (h *hub) statusError(resp *http.Response, what string) *HubError {
 	e := &HubError{Status: resp.StatusCode, Code: resp.Header.Get("X-Error-Code"), Message: resp.Header.Get("X-Error-Message"), What: what, Token: h.token != ""}
+	if resp.StatusCode == http.StatusTooManyRequests {
+		e.Wait, e.Quota = rateLimitWait(resp.Header, h.opts.now())
+	}
 	if e.Message == "" {
 		var body struct {
 			Error string `json:"error"`
@@ -258,4 +283,125 @@ func (h *hub) resolveURL(repo, commit, file string) string {
 		parts[i] = url.PathEscape(p)
 	}
 	return fmt.Sprintf("%s/%s/resolve/%s/%s", h.endpoint, repo, commit, strings.Join(parts, "/"))
+}
+
+// RateLimitedStatus begins the progress status of a pull waiting out the Hub's rate limit, one event a
+// second: "rate limited by the Hub (HTTP 429, "api" quota of 500 requests per 5m0s used up): retrying in 55s".
+const RateLimitedStatus = "rate limited by the Hub"
+
+// maxRateLimitWait is the longest wait a 429 is waited out for: the Hub counts requests over 5-minute
+// windows, so a longer wait is not one to sit through; the pull fails saying when to come back.
+const maxRateLimitWait = 5 * time.Minute
+
+// rateLimitWait reads how long a 429 asks to wait: the Hub's RateLimit header (IETF draft
+// ratelimit-headers: `"api";r=0;t=55` is quota "api", 0 requests left, reset in 55 seconds), else
+// Retry-After (seconds, or an HTTP date). quota describes the quota used up when the Hub named it (with
+// RateLimit-Policy's size and window). wait is 0 when the headers say nothing usable or the time is past.
+func rateLimitWait(h http.Header, now time.Time) (wait time.Duration, quota string) {
+	reset := -1
+	for _, v := range h.Values("RateLimit") {
+		for item := range strings.SplitSeq(v, ",") {
+			name, params := rateLimitItem(item)
+			if params["r"] == "0" {
+				if t, err := strconv.Atoi(params["t"]); err == nil && t >= 0 && t > reset && len(name) == 1 {
+					reset, quota = t, name[0]
+				}
+			}
+		}
+	}
+	if reset >= 0 {
+		return time.Duration(reset) * time.Second, describeQuota(h, quota)
+	}
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if secs, err := strconv.Atoi(v); err == nil && secs >= 0 {
+		return time.Duration(secs) * time.Second, ""
+	}
+	if at, err := http.ParseTime(v); err == nil {
+		return max(at.Sub(now), 0), ""
+	}
+	return 0, ""
+}
+
+// rateLimitItem splits one item of a RateLimit or RateLimit-Policy header into its quoted names and its
+// key=value parameters.
+func rateLimitItem(item string) (names []string, params map[string]string) {
+	params = map[string]string{}
+	for part := range strings.SplitSeq(item, ";") {
+		part = strings.TrimSpace(part)
+		if len(part) >= 2 && part[0] == '"' && part[len(part)-1] == '"' {
+			names = append(names, part[1:len(part)-1])
+		} else if k, v, ok := strings.Cut(part, "="); ok {
+			params[strings.TrimSpace(k)] = strings.TrimSpace(v)
+		}
+	}
+	return names, params
+}
+
+// describeQuota names a quota, with its size and window from RateLimit-Policy when that lists it
+// (the Hub sends `"fixed window";"api";q=500;w=300`).
+func describeQuota(h http.Header, name string) string {
+	if name == "" {
+		return ""
+	}
+	for _, v := range h.Values("RateLimit-Policy") {
+		for item := range strings.SplitSeq(v, ",") {
+			names, params := rateLimitItem(item)
+			q, qerr := strconv.Atoi(params["q"])
+			w, werr := strconv.Atoi(params["w"])
+			if slices.Contains(names, name) && qerr == nil && werr == nil {
+				return fmt.Sprintf("%q quota of %d requests per %s", name, q, time.Duration(w)*time.Second)
+			}
+		}
+	}
+	return fmt.Sprintf("%q quota", name)
+}
+
+// holdOff stops this pull's requests for wait, for the quota named.
+func (h *hub) holdOff(wait time.Duration, quota string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if until := h.opts.now().Add(wait); until.After(h.until) {
+		h.until, h.quota = until, quota
+	}
+}
+
+// pause returns once no rate limit holds. One waiter at a time counts down in the progress events,
+// one event a second; the others wait quietly.
+func (h *hub) pause(ctx context.Context) error {
+	lead := false
+	defer func() {
+		if lead {
+			h.mu.Lock()
+			h.counting = false
+			h.mu.Unlock()
+		}
+	}()
+	for {
+		h.mu.Lock()
+		left := h.until.Sub(h.opts.now())
+		if left > 0 && !h.counting {
+			h.counting, lead = true, true
+		}
+		quota := h.quota
+		h.mu.Unlock()
+		if left <= 0 {
+			return nil
+		}
+		step := min(left, time.Second)
+		if lead {
+			// Ticks fall on whole seconds of the wait, so the count goes 55s, 54s, ... 1s.
+			if step = left % time.Second; step == 0 {
+				step = time.Second
+			}
+			if quota != "" {
+				quota = ", " + quota + " used up"
+			}
+			if h.emit != nil {
+				h.emit(Progress{Status: fmt.Sprintf("%s (HTTP 429%s): retrying in %s", RateLimitedStatus, quota, (left + time.Second - 1).Truncate(time.Second))})
+			}
+		}
+		if err := h.opts.sleep(ctx, step); err != nil {
+			return err
+		}
+	}
 }

@@ -26,7 +26,8 @@ import (
 // (the fields and JSON names of Ollama's api.ProgressResponse). Statuses, in order: "pulling manifest",
 // "waiting for another pull of REPO", "pulling FILE" (Digest is the file's blob name: "sha256:<hex>" for
 // LFS files, the git blob id otherwise; Total and Completed are bytes), "warning: ...",
-// "verifying sha256 digest", "writing manifest", "success".
+// "verifying sha256 digest", "writing manifest", "success"; and at any point, while the Hub rate limits
+// the pull, a countdown once a second that begins with RateLimitedStatus.
 type Progress struct {
 	Status    string `json:"status"`
 	Digest    string `json:"digest,omitempty"`
@@ -48,6 +49,11 @@ type PullOptions struct {
 	// default 30s.
 	StallTimeout time.Duration
 	HTTPClient   *http.Client // default: http.Client with no overall timeout
+
+	// The clock retries and rate-limit waits use; tests set them. sleep returns early, with ctx's
+	// error, when ctx ends.
+	now   func() time.Time
+	sleep func(ctx context.Context, d time.Duration) error
 }
 
 // wantedFile reports whether pull downloads a repo file: what an MLX checkpoint needs, and README/LICENSE.
@@ -88,11 +94,11 @@ func (s *Store) Pull(ctx context.Context, n Name, opts PullOptions, progress fun
 		return nil, fmt.Errorf("%s was made on this machine (mlxg create), there is nothing to pull", n)
 	}
 	opts = opts.withDefaults()
-	h := newHub(opts.Endpoint, opts.Token, opts.HTTPClient)
+	h := newHub(opts, emit)
 
 	emit(Progress{Status: "pulling manifest"})
 	var info *repoInfo
-	err = withRetries(ctx, opts, func() error {
+	err = h.retry(ctx, func() error {
 		var err error
 		info, err = h.info(ctx, target.Repo, target.Revision)
 		return err
@@ -201,32 +207,62 @@ func (o PullOptions) withDefaults() PullOptions {
 	if o.HTTPClient == nil {
 		o.HTTPClient = &http.Client{}
 	}
+	if o.now == nil {
+		o.now = time.Now
+	}
+	if o.sleep == nil {
+		o.sleep = sleep
+	}
 	return o
 }
 
-// withRetries runs try until it succeeds, fails for good, or has failed opts.Retries times in a row
-// without progress: a failed attempt that got further than the one before (a download cut after some
-// bytes, resumed by the next) starts the count and the backoff again, as huggingface_hub does, so that
-// a flaky connection does not fail a long download that keeps advancing.
-func withRetries(ctx context.Context, opts PullOptions, try func() error) error {
-	delay := opts.Backoff
+// sleep waits for d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// retry runs try until it succeeds, fails for good, or has failed opts.Retries times in a row without
+// progress: a failed attempt that got further than the one before (a download cut after some bytes,
+// resumed by the next) starts the count and the backoff again, as huggingface_hub does, so that a flaky
+// connection does not fail a long download that keeps advancing. A 429 that says how long to wait holds
+// every request of the pull for that long (see pause), up to maxRateLimitWait; other failures back off
+// from opts.Backoff, doubling up to 30s.
+func (h *hub) retry(ctx context.Context, try func() error) error {
+	delay := h.opts.Backoff
 	for failures := 0; ; {
+		if err := h.pause(ctx); err != nil {
+			return err
+		}
 		err := try()
 		var r *retryable
 		if errors.As(err, &r) && r.progressed {
-			failures, delay = 0, opts.Backoff
+			failures, delay = 0, h.opts.Backoff
 		}
-		if err == nil || r == nil || failures >= opts.Retries || ctx.Err() != nil {
+		if err == nil || r == nil || failures >= h.opts.Retries || ctx.Err() != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			return err
 		}
 		failures++
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(delay):
+		var he *HubError
+		if errors.As(err, &he) && he.Status == http.StatusTooManyRequests && he.Wait > 0 {
+			if he.Wait > maxRateLimitWait {
+				return err
+			}
+			// A second more: the headers count whole seconds, rounded down.
+			h.holdOff(he.Wait+time.Second, he.Quota)
+			continue
+		}
+		if err := h.opts.sleep(ctx, delay); err != nil {
+			return err
 		}
 		delay = min(2*delay, 30*time.Second)
 	}
@@ -342,7 +378,7 @@ func (d *downloader) fetch(ctx context.Context, f sibling) error {
 			d.emit(Progress{Status: status, Digest: digest, Total: size, Completed: done})
 		}
 	}
-	err = withRetries(ctx, d.opts, func() error {
+	err = d.hub.retry(ctx, func() error {
 		var err error
 		sum, err = d.download(ctx, f, inc, report)
 		return err

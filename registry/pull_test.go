@@ -239,12 +239,13 @@ func TestPullRetriesResetOnProgress(t *testing.T) {
 	}
 }
 
-func TestWithRetriesCountsOnlyFailuresWithoutProgress(t *testing.T) {
+func TestRetryCountsOnlyFailuresWithoutProgress(t *testing.T) {
 	opts := PullOptions{Retries: 2, Backoff: time.Microsecond}
 	calls := 0
 	cut := errors.New("cut")
 	// Ten cuts after progress, then success: the retry limit is never reached.
-	err := withRetries(context.Background(), opts, func() error {
+	h := newHub(opts.withDefaults(), nil)
+	err := h.retry(context.Background(), func() error {
 		if calls++; calls <= 10 {
 			return &retryable{err: cut, progressed: true}
 		}
@@ -255,12 +256,167 @@ func TestWithRetriesCountsOnlyFailuresWithoutProgress(t *testing.T) {
 	}
 	// Then failures without progress: Retries more attempts after the last one with progress.
 	calls = 0
-	err = withRetries(context.Background(), opts, func() error {
+	err = h.retry(context.Background(), func() error {
 		calls++
 		return &retryable{err: cut, progressed: calls <= 10}
 	})
 	if !errors.Is(err, cut) || calls != 12 {
 		t.Errorf("failures without progress: %v after %d calls, want 12", err, calls)
+	}
+}
+
+// fakeClock is a clock whose sleeps return at once, moving it on.
+type fakeClock struct {
+	mu    sync.Mutex
+	t     time.Time
+	slept time.Duration
+}
+
+func (c *fakeClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) sleep(ctx context.Context, d time.Duration) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t, c.slept = c.t.Add(d), c.slept+d
+	return ctx.Err()
+}
+
+// A 429 waits as long as the Hub says, by its RateLimit header (the Hub's) or Retry-After (seconds or a
+// date), counting down in the progress events, then carries on; a wait past the Hub's 5-minute window
+// fails at once, saying when to come back.
+func TestPullRateLimited(t *testing.T) {
+	start := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name   string
+		faults hubtest.Faults
+		wait   time.Duration // each 429's wait, with the 1 s margin
+	}{
+		{"RateLimit", hubtest.Faults{RateLimited: 2, RateLimit: `"api";r=0;t=55`, RetryAfter: "1"}, 56 * time.Second},
+		{"Retry-After seconds", hubtest.Faults{RateLimited: 2, RetryAfter: "7"}, 8 * time.Second},
+		{"Retry-After date", hubtest.Faults{RateLimited: 1, RetryAfter: start.Add(30 * time.Second).Format(http.TimeFormat)}, 31 * time.Second},
+		{"RateLimit with requests left", hubtest.Faults{RateLimited: 1, RateLimit: `"resolvers";r=10;t=200`, RetryAfter: "3"}, 4 * time.Second},
+		{"a download", hubtest.Faults{RateLimited: 1, RateLimitOn: "/resolve/", RateLimit: `"resolvers";r=0;t=20`}, 21 * time.Second},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newPullEnv(t)
+			e.opts.Retries = 3
+			clock := &fakeClock{t: start}
+			e.opts.now, e.opts.sleep = clock.now, clock.sleep
+			e.hub.SetFaults(c.faults)
+			m, events, err := e.pull(t, "org/tiny")
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := time.Duration(c.faults.RateLimited) * c.wait
+			if clock.slept < want || clock.slept > want+time.Second {
+				t.Errorf("slept %s, want %s", clock.slept, want)
+			}
+			var countdown []string
+			for _, p := range events {
+				if strings.HasPrefix(p.Status, RateLimitedStatus) {
+					countdown = append(countdown, p.Status)
+				}
+			}
+			secs := int(c.wait / time.Second)
+			if len(countdown) != c.faults.RateLimited*secs || !strings.HasSuffix(countdown[0], fmt.Sprintf("retrying in %ds", secs)) ||
+				!strings.HasSuffix(countdown[len(countdown)-1], "retrying in 1s") {
+				t.Errorf("%d countdown events (want %d): first %q, last %q", len(countdown), c.faults.RateLimited*secs, countdown[0], countdown[len(countdown)-1])
+			}
+			if strings.Contains(c.faults.RateLimit, "r=0") && !strings.Contains(countdown[0], " quota of ") {
+				t.Errorf("countdown does not name the quota: %q", countdown[0])
+			}
+			b, _ := os.ReadFile(filepath.Join(m.Dir, "model.safetensors"))
+			if string(b) != string(e.files["model.safetensors"]) {
+				t.Error("weights differ")
+			}
+		})
+	}
+	t.Run("parallel downloads", func(t *testing.T) {
+		// Two downloads at once are limited: both wait, one counts down.
+		e := newPullEnv(t)
+		e.opts.Retries = 3
+		clock := &fakeClock{t: start}
+		e.opts.now, e.opts.sleep = clock.now, clock.sleep
+		e.hub.SetFaults(hubtest.Faults{RateLimited: 2, RateLimitOn: "tokenizer", RateLimit: `"resolvers";r=0;t=20`})
+		m, events, err := e.pull(t, "org/tiny")
+		if err != nil {
+			t.Fatal(err)
+		}
+		last := 0
+		for _, p := range events {
+			var secs int
+			if _, err := fmt.Sscanf(p.Status[strings.LastIndex(p.Status, " ")+1:], "%ds", &secs); err != nil || !strings.HasPrefix(p.Status, RateLimitedStatus) {
+				continue
+			}
+			if last != 0 && secs >= last && secs != 21 {
+				t.Errorf("countdown went from %ds to %ds", last, secs)
+			}
+			last = secs
+		}
+		if last != 1 {
+			t.Errorf("countdown ended at %ds", last)
+		}
+		for _, name := range []string{"tokenizer.json", "tokenizer_config.json"} {
+			if b, _ := os.ReadFile(filepath.Join(m.Dir, name)); string(b) != string(e.files[name]) {
+				t.Errorf("%s differs", name)
+			}
+		}
+	})
+	t.Run("past the window", func(t *testing.T) {
+		e := newPullEnv(t)
+		e.opts.Retries = 3
+		clock := &fakeClock{t: start}
+		e.opts.now, e.opts.sleep = clock.now, clock.sleep
+		e.hub.SetFaults(hubtest.Faults{RateLimited: 1, RetryAfter: "3600"})
+		_, _, err := e.pull(t, "org/tiny")
+		var he *HubError
+		if !errors.As(err, &he) || he.Status != http.StatusTooManyRequests || !strings.Contains(err.Error(), "wait 1h0m0s") {
+			t.Errorf("an hour's wait: %v", err)
+		}
+		if clock.slept != 0 {
+			t.Errorf("slept %s before failing", clock.slept)
+		}
+	})
+	t.Run("no retries", func(t *testing.T) {
+		e := newPullEnv(t) // Retries: -1
+		e.hub.SetFaults(hubtest.Faults{RateLimited: 1, RateLimit: `"api";r=0;t=55`})
+		if _, _, err := e.pull(t, "org/tiny"); err == nil || !strings.Contains(err.Error(), "wait 55s") || !strings.Contains(err.Error(), `"api"`) {
+			t.Errorf("429 without retries: %v", err)
+		}
+	})
+}
+
+func TestParseRateLimit(t *testing.T) {
+	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		rateLimit, policy, retryAfter string
+		wait                          time.Duration
+		quota                         string
+	}{
+		{`"api";r=0;t=55`, `"fixed window";"api";q=500;w=300`, "", 55 * time.Second, `"api" quota of 500 requests per 5m0s`},
+		{`"api";r=3;t=55`, "", "", 0, ""},
+		{`"api";r=3;t=55, "resolvers";r=0;t=12`, "", "", 12 * time.Second, `"resolvers" quota`},
+		{`"api" ; r = 0 ; t = 9`, "", "100", 9 * time.Second, `"api" quota`},
+		{"", "", "20", 20 * time.Second, ""},
+		{"", "", now.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second, ""},
+		{"", "", now.Add(-90 * time.Second).Format(http.TimeFormat), 0, ""},
+		{"", "", "soon", 0, ""},
+		{"garbage", "", "", 0, ""},
+	} {
+		h := http.Header{}
+		for k, v := range map[string]string{"RateLimit": c.rateLimit, "RateLimit-Policy": c.policy, "Retry-After": c.retryAfter} {
+			if v != "" {
+				h.Set(k, v)
+			}
+		}
+		wait, quota := rateLimitWait(h, now)
+		if wait != c.wait || quota != c.quota {
+			t.Errorf("%v: wait %s, quota %q; want %s, %q", h, wait, quota, c.wait, c.quota)
+		}
 	}
 }
 

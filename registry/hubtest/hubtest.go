@@ -40,6 +40,12 @@ type Faults struct {
 	CutTimes   int           // how many downloads to cut before serving whole again (0 = every one)
 	Corrupt    string        // file name served with one byte flipped (in the middle)
 	ChunkDelay time.Duration // sleep this long per 32 KiB of download body (slow network)
+	// RateLimited answers this many requests to the Hub (not to the CDN) with 429 before serving again,
+	// with the headers below when set.
+	RateLimited int
+	RateLimitOn string // only requests whose path holds this, e.g. "/resolve/" ("" = all to the Hub)
+	RetryAfter  string // Retry-After of those 429s: seconds, or an HTTP date
+	RateLimit   string // RateLimit of those 429s, as the Hub sends it: "api";r=0;t=55 (quota, remaining, reset seconds)
 }
 
 // Server is the fake hub. It is safe for concurrent use; SetFaults may change the faults while it serves.
@@ -50,6 +56,7 @@ type Server struct {
 	faults   Faults
 	cdn      string // base URL of LFS redirects; "" = relative, to this server
 	cuts     int
+	limited  int              // requests answered 429 since SetFaults
 	served   map[string]int64 // file name -> body bytes sent, over all downloads
 	ranges   []string         // the Range header of every download, "" when none
 	requests []Request
@@ -80,7 +87,7 @@ func New(dir string) *Server {
 func (s *Server) SetFaults(f Faults) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.faults, s.cuts = f, 0
+	s.faults, s.cuts, s.limited = f, 0, 0
 }
 
 // SetCDN makes LFS downloads redirect to base (e.g. "http://127.0.0.1:8091", a second listener serving
@@ -144,8 +151,24 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	f := s.faults
 	s.requests = append(s.requests, Request{Method: r.Method, Host: r.Host, Path: r.URL.Path, Auth: r.Header.Get("Authorization")})
-	s.mu.Unlock()
 	p := r.URL.Path
+	limit := s.limited < f.RateLimited && !strings.HasPrefix(p, "/lfs/") && strings.Contains(p, f.RateLimitOn)
+	if limit {
+		s.limited++
+	}
+	s.mu.Unlock()
+	if limit {
+		if f.RetryAfter != "" {
+			w.Header().Set("Retry-After", f.RetryAfter)
+		}
+		if f.RateLimit != "" {
+			w.Header().Set("RateLimit", f.RateLimit)
+			quota, _, _ := strings.Cut(strings.TrimPrefix(f.RateLimit, `"`), `"`)
+			w.Header().Set("RateLimit-Policy", fmt.Sprintf(`"fixed window";%q;q=%d;w=300`, quota, map[string]int{"api": 500, "resolvers": 3000, "pages": 100}[quota]))
+		}
+		hubError(w, http.StatusTooManyRequests, "", "fakehub: rate limited")
+		return
+	}
 	if f.Status != 0 {
 		code := map[int]string{401: "GatedRepo", 403: "GatedRepo", 404: "RepoNotFound"}[f.Status]
 		hubError(w, f.Status, code, fmt.Sprintf("fakehub: fault %d for %s", f.Status, r.URL.Path))

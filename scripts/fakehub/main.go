@@ -36,7 +36,10 @@
 // Fault switches, for tests and demos: -status 401|403|404|500 answers every request with that status;
 // -token T makes the repos gated (401 without "Authorization: Bearer T"); -cut-after N closes the connection
 // after N bytes of a download (-cut-file F: only that file; -cut-times K: only the first K downloads);
-// -corrupt F flips one byte of file F; -chunk-delay D sleeps D per 32 KiB sent.
+// -corrupt F flips one byte of file F; -chunk-delay D sleeps D per 32 KiB sent; -rate-limited N answers
+// the first N requests to the Hub (the CDN is not limited) with 429, with -retry-after V as Retry-After
+// and -ratelimit V as the IETF RateLimit header the Hub sends ('"api";r=0;t=55': quota "api", 0 requests
+// left, reset in 55 seconds; RateLimit-Policy goes along).
 package main
 
 import (
@@ -60,6 +63,9 @@ func main() {
 	flag.IntVar(&f.CutTimes, "cut-times", 0, "cut only this many downloads (default: all)")
 	flag.StringVar(&f.Corrupt, "corrupt", "", "serve this file with one byte flipped")
 	flag.DurationVar(&f.ChunkDelay, "chunk-delay", 0, "sleep this long per 32 KiB sent (a slow network)")
+	flag.IntVar(&f.RateLimited, "rate-limited", 0, "answer this many requests to the Hub (not the CDN) with 429 first")
+	flag.StringVar(&f.RetryAfter, "retry-after", "", "Retry-After header of those 429s (seconds or an HTTP date)")
+	flag.StringVar(&f.RateLimit, "ratelimit", "", `RateLimit header of those 429s, e.g. '"api";r=0;t=55'`)
 	cdn := flag.String("cdn", "", "also listen on this address (e.g. 127.0.0.1:8091) and redirect LFS downloads there")
 	quiet := flag.Bool("quiet", false, "do not log each request")
 	flag.Parse()
