@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -20,6 +21,8 @@ import (
 	"time"
 
 	"github.com/gofrs/flock"
+
+	"github.com/mlxg/mlxg/registry/safetensors"
 )
 
 // Progress is one event of a pull. The CLI draws bars from it and /api/pull streams it as NDJSON
@@ -147,8 +150,28 @@ func (s *Store) Pull(ctx context.Context, n Name, opts PullOptions, progress fun
 	if w := quantizationWarning(filepath.Join(repoDir, "blobs", files[0].etag())); w != "" {
 		emit(Progress{Status: "warning: " + w})
 	}
-	if err := parallel(ctx, opts.Parallel, files[1:], dl.fetch); err != nil {
+	rest := files[1:]
+	// A sharded checkpoint's index next, alone too: a shard it names that the Hub does not list fails
+	// the pull before gigabytes of the others download, and the shards are checked on disk at the end.
+	var shards map[string]sibling
+	if i := slices.IndexFunc(rest, func(f sibling) bool { return f.RFilename == safetensors.IndexFile }); i >= 0 {
+		index := rest[i]
+		rest = slices.Delete(slices.Clone(rest), i, i+1)
+		if err := dl.fetch(ctx, index); err != nil {
+			return nil, err
+		}
+		if shards, err = indexedShards(filepath.Join(repoDir, "blobs", index.etag()), files); err != nil {
+			return nil, fmt.Errorf("pulling %s at %s: %w", target.Repo, info.SHA, err)
+		}
+	}
+	if err := parallel(ctx, opts.Parallel, rest, dl.fetch); err != nil {
 		return nil, err
+	}
+	for _, name := range slices.Sorted(maps.Keys(shards)) {
+		f := shards[name]
+		if fi, err := os.Stat(filepath.Join(repoDir, "blobs", f.etag())); err != nil || fi.Size() != f.size() {
+			return nil, fmt.Errorf("pulling %s at %s: shard %s, named by %s, is not in the cache after the download; run the pull again", target.Repo, info.SHA, name, safetensors.IndexFile)
+		}
 	}
 	emit(Progress{Status: "verifying sha256 digest"})
 	links := map[string]string{}
@@ -307,6 +330,43 @@ func checkpointFiles(target Name, info *repoInfo) ([]sibling, error) {
 	files[0], files[i] = files[i], files[0]
 	slices.SortFunc(files[1:], func(a, b sibling) int { return int(min(max(a.size()-b.size(), -1), 1)) })
 	return files, nil
+}
+
+// indexedShards reads a downloaded model.safetensors.index.json and returns the files it names, each
+// with its listing; a name that is not a file beside the index, or that the Hub does not list, is an
+// error naming it: the checkpoint could not load without it.
+func indexedShards(path string, listed []sibling) (map[string]sibling, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var index struct {
+		WeightMap map[string]string `json:"weight_map"`
+	}
+	if err := json.Unmarshal(b, &index); err != nil {
+		return nil, fmt.Errorf("%s is not valid JSON: %w", safetensors.IndexFile, err)
+	}
+	if len(index.WeightMap) == 0 {
+		return nil, fmt.Errorf("%s has no weight_map", safetensors.IndexFile)
+	}
+	shards := map[string]sibling{}
+	var missing []string
+	for _, name := range index.WeightMap {
+		if _, ok := shards[name]; ok || slices.Contains(missing, name) {
+			continue
+		}
+		if i := slices.IndexFunc(listed, func(f sibling) bool { return f.RFilename == name }); i >= 0 {
+			shards[name] = listed[i]
+		} else {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		return nil, fmt.Errorf("%s names %s, which the repo does not hold beside it at this commit: the checkpoint is incomplete upstream and cannot load; tell its authors, or pull another revision (org/name:REVISION)",
+			safetensors.IndexFile, strings.Join(missing, ", "))
+	}
+	return shards, nil
 }
 
 // isBlobName accepts what the Hub gives as a blob name: a git blob id (40 hex digits) or a sha256 (64).

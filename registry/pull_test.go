@@ -420,6 +420,54 @@ func TestParseRateLimit(t *testing.T) {
 	}
 }
 
+// A sharded checkpoint whose index names a shard the repo lacks fails, naming the shard, before the
+// weights are downloaded and without a snapshot; a complete one pulls.
+func TestPullChecksIndexShards(t *testing.T) {
+	e := newPullEnv(t)
+	dir := filepath.Join(e.root, "org", "tiny")
+	if err := os.Rename(filepath.Join(dir, "model.safetensors"), filepath.Join(dir, "model-00001-of-00002.safetensors")); err != nil {
+		t.Fatal(err)
+	}
+	index := `{"metadata":{"total_size":700000},"weight_map":{"a.weight":"model-00001-of-00002.safetensors","b.weight":"model-00002-of-00002.safetensors"}}`
+	if err := os.WriteFile(filepath.Join(dir, "model.safetensors.index.json"), []byte(index), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := e.pull(t, "org/tiny")
+	if err == nil || !strings.Contains(err.Error(), "model-00002-of-00002.safetensors") || !strings.Contains(err.Error(), "model.safetensors.index.json") {
+		t.Fatalf("a shard missing upstream: %v", err)
+	}
+	if got := e.hub.Served("model-00001-of-00002.safetensors"); got != 0 {
+		t.Errorf("%d bytes of the weights downloaded before the index was checked", got)
+	}
+	repoDir := filepath.Join(e.store.HubCache, "models--org--tiny")
+	if snaps, _ := os.ReadDir(filepath.Join(repoDir, "snapshots")); len(snaps) != 0 {
+		t.Errorf("snapshots written: %v", snaps)
+	}
+	// A shard in a subfolder is not beside the index: refused too.
+	os.WriteFile(filepath.Join(dir, "model.safetensors.index.json"), []byte(`{"weight_map":{"a.weight":"../x/model-00001-of-00002.safetensors"}}`), 0o644)
+	if _, _, err := e.pull(t, "org/tiny"); err == nil || !strings.Contains(err.Error(), "../x/model-00001-of-00002.safetensors") {
+		t.Errorf("a shard outside: %v", err)
+	}
+	os.WriteFile(filepath.Join(dir, "model.safetensors.index.json"), []byte(`{"weight_map":`), 0o644)
+	if _, _, err := e.pull(t, "org/tiny"); err == nil || !strings.Contains(err.Error(), "model.safetensors.index.json") {
+		t.Errorf("a broken index: %v", err)
+	}
+	// The second shard arrives upstream: the pull completes.
+	os.WriteFile(filepath.Join(dir, "model.safetensors.index.json"), []byte(index), 0o644)
+	if err := os.WriteFile(filepath.Join(dir, "model-00002-of-00002.safetensors"), []byte("second shard"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, _, err := e.pull(t, "org/tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "model.safetensors.index.json"} {
+		if _, err := os.Stat(filepath.Join(m.Dir, name)); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
 func TestPullRejectsCorruptFile(t *testing.T) {
 	e := newPullEnv(t)
 	e.hub.SetFaults(hubtest.Faults{Corrupt: "model.safetensors"})
