@@ -1,8 +1,10 @@
 package registry
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"encoding/xml"
 	"errors"
 	"fmt"
 	"io"
@@ -164,9 +166,15 @@ type HubError struct {
 	// say), and the quota it said was used up, e.g. `"api" quota of 500 requests per 5m0s`.
 	Wait  time.Duration
 	Quota string
+	// Host is the host:port that answered when it is not the Hub's: the CDN a download was redirected
+	// to, whose refusals are about the signed link it was given, never about the token (not sent there).
+	Host string
 }
 
 func (e *HubError) Error() string {
+	if e.Host != "" {
+		return e.cdnError()
+	}
 	var advice string
 	switch {
 	case e.Status == http.StatusUnauthorized && !e.Token:
@@ -199,9 +207,34 @@ func (e *HubError) Error() string {
 	return fmt.Sprintf("pulling %s: HTTP %d%s: %s", e.What, e.Status, msg, advice)
 }
 
-// Is makes errors.Is(err, ErrNotFound) true for 404s.
+// cdnError describes an error answer of the host a download was redirected to.
+func (e *HubError) cdnError() string {
+	var advice string
+	switch {
+	case e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden || e.Status == http.StatusBadRequest:
+		advice = fmt.Sprintf("it refused the download link the Hub signed (HF_TOKEN is not sent there and is not the cause); run the pull again for a fresh link (it resumes); if it keeps failing, check the system clock (the links expire) and that no proxy or firewall blocks or rewrites requests to %s", e.Host)
+	case e.Status == http.StatusNotFound:
+		advice = "the file is not at the link the Hub gave; run the pull again later (it resumes)"
+	case e.Status == http.StatusTooManyRequests:
+		advice = "it is rate limiting; wait and run the pull again (it resumes)"
+	default:
+		advice = "the download server failed; run the pull again later (it resumes)"
+	}
+	said := e.Code
+	if e.Message != "" && said != "" {
+		said += ": " + e.Message
+	} else if e.Message != "" {
+		said = e.Message
+	}
+	if said != "" {
+		said = " (" + said + ")"
+	}
+	return fmt.Sprintf("pulling %s: %s, where the Hub redirected the download, answered HTTP %d%s: %s", e.What, e.Host, e.Status, said, advice)
+}
+
+// Is makes errors.Is(err, ErrNotFound) true for the Hub's 404s (a CDN's 404 is not the model missing).
 func (e *HubError) Is(target error) bool {
-	return target == ErrNotFound && e.Status == http.StatusNotFound
+	return target == ErrNotFound && e.Status == http.StatusNotFound && e.Host == ""
 }
 
 func (h *hub) do(req *http.Request) (*http.Response, error) {
@@ -212,19 +245,32 @@ func (h *hub) do(req *http.Request) (*http.Response, error) {
 	return h.client.Do(req)
 }
 
-// statusError reads an error answer: the Hub puts its reason in X-Error-Message or a JSON "error".
+// statusError reads an error answer: the Hub puts its reason in X-Error-Code and X-Error-Message or a JSON
+// "error", a CDN on S3 or CloudFront in an XML <Error> with <Code> and <Message>.
 func (h *hub) statusError(resp *http.Response, what string) *HubError {
 	e := &HubError{Status: resp.StatusCode, Code: resp.Header.Get("X-Error-Code"), Message: resp.Header.Get("X-Error-Message"), What: what, Token: h.token != ""}
+	if resp.Request != nil && resp.Request.URL != nil {
+		if home, err := url.Parse(h.endpoint); err == nil && !sameOrigin(resp.Request.URL, home) {
+			e.Host = resp.Request.URL.Host
+		}
+	}
 	if resp.StatusCode == http.StatusTooManyRequests {
 		e.Wait, e.Quota = rateLimitWait(resp.Header, h.opts.now())
 	}
-	if e.Message == "" {
+	if e.Message == "" || e.Code == "" {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		var body struct {
 			Error string `json:"error"`
 		}
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		if json.Unmarshal(b, &body) == nil {
+		var s3 struct {
+			Code    string
+			Message string
+		}
+		if json.Unmarshal(b, &body) == nil && e.Message == "" {
 			e.Message = body.Error
+		} else if xml.Unmarshal(b, &s3) == nil {
+			e.Code = cmp.Or(e.Code, strings.TrimSpace(s3.Code))
+			e.Message = cmp.Or(e.Message, strings.TrimSpace(s3.Message))
 		}
 	}
 	return e

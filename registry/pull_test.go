@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"math/rand/v2"
 	"net"
@@ -468,6 +469,46 @@ func TestPullChecksIndexShards(t *testing.T) {
 	}
 }
 
+// An error from the CDN a download was redirected to says which host answered and what it said; it is
+// not reported as the Hub refusing the token or failing.
+func TestPullCDNErrors(t *testing.T) {
+	e := newPullEnv(t)
+	cdn := httptest.NewServer(e.hub)
+	defer cdn.Close()
+	e.hub.SetCDN(cdn.URL)
+	e.opts.Token = "secret"
+	host := strings.TrimPrefix(cdn.URL, "http://")
+	for status, want := range map[int]string{
+		403: "AccessDenied: Request has expired",
+		400: "InvalidArgument: Invalid argument",
+		404: "NoSuchKey",
+		502: "InternalError",
+	} {
+		e.hub.SetFaults(hubtest.Faults{CDNStatus: status})
+		_, _, err := e.pull(t, "org/tiny")
+		if err == nil {
+			t.Fatalf("CDN %d: no error", status)
+		}
+		msg := err.Error()
+		if !strings.Contains(msg, host) || !strings.Contains(msg, fmt.Sprintf("HTTP %d", status)) || !strings.Contains(msg, want) ||
+			!strings.Contains(msg, "model.safetensors") {
+			t.Errorf("CDN %d: %v", status, err)
+		}
+		if strings.Contains(msg, "HF_TOKEN has no access") || strings.Contains(msg, "the Hub failed") || strings.Contains(msg, "no such repo") {
+			t.Errorf("CDN %d reported as the Hub's: %v", status, err)
+		}
+		var he *HubError
+		if !errors.As(err, &he) || he.Host != host || errors.Is(err, ErrNotFound) {
+			t.Errorf("CDN %d: HubError %+v, not found %v", status, he, errors.Is(err, ErrNotFound))
+		}
+	}
+	// The same answers from the Hub itself still read as the Hub's.
+	e.hub.SetFaults(hubtest.Faults{Status: 403})
+	if _, _, err := e.pull(t, "org/tiny"); err == nil || !strings.Contains(err.Error(), "HF_TOKEN has no access") {
+		t.Errorf("Hub 403: %v", err)
+	}
+}
+
 func TestPullRejectsCorruptFile(t *testing.T) {
 	e := newPullEnv(t)
 	e.hub.SetFaults(hubtest.Faults{Corrupt: "model.safetensors"})
@@ -807,5 +848,25 @@ func TestSameOrigin(t *testing.T) {
 		if got := sameOrigin(a, b); got != c.same {
 			t.Errorf("sameOrigin(%s, %s) = %v", c.a, c.b, got)
 		}
+	}
+}
+
+func TestStatusErrorHost(t *testing.T) {
+	h := newHub(PullOptions{Endpoint: "https://huggingface.co", Token: "t"}.withDefaults(), nil)
+	answer := func(u, body string, hdr http.Header) *HubError {
+		req, _ := http.NewRequest(http.MethodGet, u, nil)
+		resp := &http.Response{StatusCode: 403, Header: hdr, Request: req, Body: io.NopCloser(strings.NewReader(body))}
+		return h.statusError(resp, "org/m file model.safetensors")
+	}
+	e := answer("https://cas-bridge.xethub.hf.co/xet-bridge-us/abc?X-Amz-Signature=x", "denied",
+		http.Header{"X-Error-Code": {"SignatureExpired"}, "X-Error-Message": {"link expired"}})
+	if e.Host != "cas-bridge.xethub.hf.co" || !strings.Contains(e.Error(), "cas-bridge.xethub.hf.co") ||
+		!strings.Contains(e.Error(), "(SignatureExpired: link expired)") || strings.Contains(e.Error(), "HF_TOKEN has no access") {
+		t.Errorf("CDN 403: %+v: %v", e, e)
+	}
+	e = answer("https://huggingface.co/org/m/resolve/abc/model.safetensors", `{"error":"Access to model org/m is restricted"}`,
+		http.Header{"X-Error-Code": {"GatedRepo"}})
+	if e.Host != "" || !strings.Contains(e.Error(), "HF_TOKEN has no access") || e.Message != "Access to model org/m is restricted" {
+		t.Errorf("Hub 403: %+v: %v", e, e)
 	}
 }

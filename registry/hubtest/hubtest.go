@@ -40,6 +40,9 @@ type Faults struct {
 	CutTimes   int           // how many downloads to cut before serving whole again (0 = every one)
 	Corrupt    string        // file name served with one byte flipped (in the middle)
 	ChunkDelay time.Duration // sleep this long per 32 KiB of download body (slow network)
+	// CDNStatus answers downloads from the CDN (/lfs/) with this status and an S3-style XML error
+	// (<Error><Code>AccessDenied</Code><Message>Request has expired</Message></Error> for 403).
+	CDNStatus int
 	// RateLimited answers this many requests to the Hub (not to the CDN) with 429 before serving again,
 	// with the headers below when set.
 	RateLimited int
@@ -309,6 +312,23 @@ func (s *Server) serveResolve(w http.ResponseWriter, r *http.Request, rest strin
 
 // serveLFS is the "CDN" an LFS redirect points to: org/name/SHA256?file=PATH.
 func (s *Server) serveLFS(w http.ResponseWriter, r *http.Request, rest string) {
+	s.mu.Lock()
+	status := s.faults.CDNStatus
+	s.mu.Unlock()
+	if status != 0 {
+		e, ok := map[int][2]string{
+			400: {"InvalidArgument", "Invalid argument"},
+			403: {"AccessDenied", "Request has expired"},
+			404: {"NoSuchKey", "The specified key does not exist."},
+		}[status]
+		if !ok {
+			e = [2]string{"InternalError", "We encountered an internal error. Please try again."}
+		}
+		w.Header().Set("Content-Type", "application/xml")
+		w.WriteHeader(status)
+		fmt.Fprintf(w, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>%s</Code><Message>%s</Message></Error>", e[0], e[1])
+		return
+	}
 	parts := strings.Split(rest, "/")
 	if len(parts) != 3 {
 		http.NotFound(w, r)

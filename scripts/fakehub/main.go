@@ -36,6 +36,7 @@
 // Fault switches, for tests and demos: -status 401|403|404|500 answers every request with that status;
 // -token T makes the repos gated (401 without "Authorization: Bearer T"); -cut-after N closes the connection
 // after N bytes of a download (-cut-file F: only that file; -cut-times K: only the first K downloads);
+// -cdn-status S answers CDN downloads with status S and an S3-style XML error body;
 // -corrupt F flips one byte of file F; -chunk-delay D sleeps D per 32 KiB sent; -rate-limited N answers
 // the first N requests to the Hub (the CDN is not limited) with 429, with -retry-after V as Retry-After
 // and -ratelimit V as the IETF RateLimit header the Hub sends ('"api";r=0;t=55': quota "api", 0 requests
@@ -63,6 +64,7 @@ func main() {
 	flag.IntVar(&f.CutTimes, "cut-times", 0, "cut only this many downloads (default: all)")
 	flag.StringVar(&f.Corrupt, "corrupt", "", "serve this file with one byte flipped")
 	flag.DurationVar(&f.ChunkDelay, "chunk-delay", 0, "sleep this long per 32 KiB sent (a slow network)")
+	flag.IntVar(&f.CDNStatus, "cdn-status", 0, "answer CDN downloads (/lfs/) with this status and an S3-style XML error (400, 403, 404, 500)")
 	flag.IntVar(&f.RateLimited, "rate-limited", 0, "answer this many requests to the Hub (not the CDN) with 429 first")
 	flag.StringVar(&f.RetryAfter, "retry-after", "", "Retry-After header of those 429s (seconds or an HTTP date)")
 	flag.StringVar(&f.RateLimit, "ratelimit", "", `RateLimit header of those 429s, e.g. '"api";r=0;t=55'`)
