@@ -255,7 +255,7 @@ func (h *hub) statusError(resp *http.Response, what string) *HubError {
 		}
 	}
 	if resp.StatusCode == http.StatusTooManyRequests {
-		e.Wait, e.Quota = rateLimitWait(resp.Header, h.opts.now())
+		e.Wait, e.Quota = rateLimitWait(resp.Header, h.opts.clock.Now())
 	}
 	if e.Message == "" || e.Code == "" {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
@@ -406,7 +406,7 @@ func describeQuota(h http.Header, name string) string {
 func (h *hub) holdOff(wait time.Duration, quota string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if until := h.opts.now().Add(wait); until.After(h.until) {
+	if until := h.opts.clock.Now().Add(wait); until.After(h.until) {
 		h.until, h.quota = until, quota
 	}
 }
@@ -424,7 +424,7 @@ func (h *hub) pause(ctx context.Context) error {
 	}()
 	for {
 		h.mu.Lock()
-		left := h.until.Sub(h.opts.now())
+		left := h.until.Sub(h.opts.clock.Now())
 		if left > 0 && !h.counting {
 			h.counting, lead = true, true
 		}
@@ -446,7 +446,7 @@ func (h *hub) pause(ctx context.Context) error {
 				h.emit(Progress{Status: fmt.Sprintf("%s (HTTP 429%s): retrying in %s", RateLimitedStatus, quota, (left + time.Second - 1).Truncate(time.Second))})
 			}
 		}
-		if err := h.opts.sleep(ctx, step); err != nil {
+		if err := h.opts.clock.Sleep(ctx, step); err != nil {
 			return err
 		}
 	}

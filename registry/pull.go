@@ -53,10 +53,28 @@ type PullOptions struct {
 	StallTimeout time.Duration
 	HTTPClient   *http.Client // default: http.Client with no overall timeout
 
-	// The clock retries and rate-limit waits use; tests set them. sleep returns early, with ctx's
-	// error, when ctx ends.
-	now   func() time.Time
-	sleep func(ctx context.Context, d time.Duration) error
+	clock clock // what retries and rate-limit waits read and wait on; tests set a fake one
+}
+
+// clock tells the time and waits. Sleep returns early, with ctx's error, when ctx ends.
+type clock interface {
+	Now() time.Time
+	Sleep(ctx context.Context, d time.Duration) error
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+func (realClock) Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // wantedFile reports whether pull downloads a repo file: what an MLX checkpoint needs, and README/LICENSE.
@@ -76,10 +94,13 @@ func wantedFile(name string) bool {
 
 // Pull downloads a model into the store, as huggingface_hub would: it resolves the revision to a commit,
 // downloads the files a checkpoint needs (several at once) into blobs/, each resumed from a .incomplete file
-// with a Range request, retried with backoff after a network failure, and verified (sha256 for LFS files,
-// size and git blob id for the rest) before an atomic rename; then it links snapshots/<commit>/ and writes
-// refs/<revision>. A per-repo file lock serializes pulls of one repo across processes. progress, if not nil,
-// gets every event, from one goroutine at a time.
+// with a Range request, retried with backoff after a network failure (the count starting again whenever
+// bytes arrived), and verified (sha256 for LFS files, size and git blob id for the rest) before an atomic
+// rename; it checks that every shard a model.safetensors.index.json names is there, then links
+// snapshots/<commit>/ and writes refs/<revision>. A 429 is waited out as long as the Hub asks (up to 5
+// minutes). The token is sent to the Hub's own scheme, host and port only, never to a CDN it redirects
+// to. A per-repo file lock serializes pulls of one repo across processes. progress, if not nil, gets
+// every event, from one goroutine at a time.
 func (s *Store) Pull(ctx context.Context, n Name, opts PullOptions, progress func(Progress)) (*LocalModel, error) {
 	var mu sync.Mutex
 	emit := func(p Progress) {
@@ -230,25 +251,10 @@ func (o PullOptions) withDefaults() PullOptions {
 	if o.HTTPClient == nil {
 		o.HTTPClient = &http.Client{}
 	}
-	if o.now == nil {
-		o.now = time.Now
-	}
-	if o.sleep == nil {
-		o.sleep = sleep
+	if o.clock == nil {
+		o.clock = realClock{}
 	}
 	return o
-}
-
-// sleep waits for d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // retry runs try until it succeeds, fails for good, or has failed opts.Retries times in a row without
@@ -284,7 +290,7 @@ func (h *hub) retry(ctx context.Context, try func() error) error {
 			h.holdOff(he.Wait+time.Second, he.Quota)
 			continue
 		}
-		if err := h.opts.sleep(ctx, delay); err != nil {
+		if err := h.opts.clock.Sleep(ctx, delay); err != nil {
 			return err
 		}
 		delay = min(2*delay, 30*time.Second)

@@ -273,13 +273,13 @@ type fakeClock struct {
 	slept time.Duration
 }
 
-func (c *fakeClock) now() time.Time {
+func (c *fakeClock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.t
 }
 
-func (c *fakeClock) sleep(ctx context.Context, d time.Duration) error {
+func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.t, c.slept = c.t.Add(d), c.slept+d
@@ -306,7 +306,7 @@ func TestPullRateLimited(t *testing.T) {
 			e := newPullEnv(t)
 			e.opts.Retries = 3
 			clock := &fakeClock{t: start}
-			e.opts.now, e.opts.sleep = clock.now, clock.sleep
+			e.opts.clock = clock
 			e.hub.SetFaults(c.faults)
 			m, events, err := e.pull(t, "org/tiny")
 			if err != nil {
@@ -341,7 +341,7 @@ func TestPullRateLimited(t *testing.T) {
 		e := newPullEnv(t)
 		e.opts.Retries = 3
 		clock := &fakeClock{t: start}
-		e.opts.now, e.opts.sleep = clock.now, clock.sleep
+		e.opts.clock = clock
 		e.hub.SetFaults(hubtest.Faults{RateLimited: 2, RateLimitOn: "tokenizer", RateLimit: `"resolvers";r=0;t=20`})
 		m, events, err := e.pull(t, "org/tiny")
 		if err != nil {
@@ -371,7 +371,7 @@ func TestPullRateLimited(t *testing.T) {
 		e := newPullEnv(t)
 		e.opts.Retries = 3
 		clock := &fakeClock{t: start}
-		e.opts.now, e.opts.sleep = clock.now, clock.sleep
+		e.opts.clock = clock
 		e.hub.SetFaults(hubtest.Faults{RateLimited: 1, RetryAfter: "3600"})
 		_, _, err := e.pull(t, "org/tiny")
 		var he *HubError
