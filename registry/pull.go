@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -20,13 +21,16 @@ import (
 	"time"
 
 	"github.com/gofrs/flock"
+
+	"github.com/mlxg/mlxg/registry/safetensors"
 )
 
 // Progress is one event of a pull. The CLI draws bars from it and /api/pull streams it as NDJSON
 // (the fields and JSON names of Ollama's api.ProgressResponse). Statuses, in order: "pulling manifest",
 // "waiting for another pull of REPO", "pulling FILE" (Digest is the file's blob name: "sha256:<hex>" for
 // LFS files, the git blob id otherwise; Total and Completed are bytes), "warning: ...",
-// "verifying sha256 digest", "writing manifest", "success".
+// "verifying sha256 digest", "writing manifest", "success"; and at any point, while the Hub rate limits
+// the pull, a countdown once a second that begins with RateLimitedStatus.
 type Progress struct {
 	Status    string `json:"status"`
 	Digest    string `json:"digest,omitempty"`
@@ -36,15 +40,41 @@ type Progress struct {
 
 // PullOptions tune Pull; the zero value uses the environment and sensible defaults.
 type PullOptions struct {
-	Endpoint string        // the Hub; default Endpoint() ($HF_ENDPOINT or https://huggingface.co)
-	Token    string        // bearer token; default Token() ($HF_TOKEN or the saved login)
-	Parallel int           // files downloaded at once; default 4
-	Retries  int           // retries after a network failure, each resuming; 0 means 5, a negative value none
-	Backoff  time.Duration // first retry delay, doubling each time up to 30s; default 1s
+	Endpoint string // the Hub; default Endpoint() ($HF_ENDPOINT or https://huggingface.co)
+	Token    string // bearer token; default Token() ($HF_TOKEN or the saved login)
+	Parallel int    // files downloaded at once; default 4
+	// Retries is how many times in a row a failed request is retried (a download resuming where it was
+	// cut); an attempt that received bytes before failing starts the count again. 0 means 5, a negative
+	// value none.
+	Retries int
+	Backoff time.Duration // first retry delay, doubling each time up to 30s; default 1s
 	// StallTimeout ends a download attempt (then retried, resuming) when no byte arrives for this long;
 	// default 30s.
 	StallTimeout time.Duration
 	HTTPClient   *http.Client // default: http.Client with no overall timeout
+
+	clock clock // what retries and rate-limit waits read and wait on; tests set a fake one
+}
+
+// clock tells the time and waits. Sleep returns early, with ctx's error, when ctx ends.
+type clock interface {
+	Now() time.Time
+	Sleep(ctx context.Context, d time.Duration) error
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+func (realClock) Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // wantedFile reports whether pull downloads a repo file: what an MLX checkpoint needs, and README/LICENSE.
@@ -64,10 +94,13 @@ func wantedFile(name string) bool {
 
 // Pull downloads a model into the store, as huggingface_hub would: it resolves the revision to a commit,
 // downloads the files a checkpoint needs (several at once) into blobs/, each resumed from a .incomplete file
-// with a Range request, retried with backoff after a network failure, and verified (sha256 for LFS files,
-// size and git blob id for the rest) before an atomic rename; then it links snapshots/<commit>/ and writes
-// refs/<revision>. A per-repo file lock serializes pulls of one repo across processes. progress, if not nil,
-// gets every event, from one goroutine at a time.
+// with a Range request, retried with backoff after a network failure (the count starting again whenever
+// bytes arrived), and verified (sha256 for LFS files, size and git blob id for the rest) before an atomic
+// rename; it checks that every shard a model.safetensors.index.json names is there, then links
+// snapshots/<commit>/ and writes refs/<revision>. A 429 is waited out as long as the Hub asks (up to 5
+// minutes). The token is sent to the Hub's own scheme, host and port only, never to a CDN it redirects
+// to. A per-repo file lock serializes pulls of one repo across processes. progress, if not nil, gets
+// every event, from one goroutine at a time.
 func (s *Store) Pull(ctx context.Context, n Name, opts PullOptions, progress func(Progress)) (*LocalModel, error) {
 	var mu sync.Mutex
 	emit := func(p Progress) {
@@ -85,11 +118,11 @@ func (s *Store) Pull(ctx context.Context, n Name, opts PullOptions, progress fun
 		return nil, fmt.Errorf("%s was made on this machine (mlxg create), there is nothing to pull", n)
 	}
 	opts = opts.withDefaults()
-	h := &hub{endpoint: opts.Endpoint, token: opts.Token, client: opts.HTTPClient}
+	h := newHub(opts, emit)
 
 	emit(Progress{Status: "pulling manifest"})
 	var info *repoInfo
-	err = withRetries(ctx, opts, func() error {
+	err = h.retry(ctx, func() error {
 		var err error
 		info, err = h.info(ctx, target.Repo, target.Revision)
 		return err
@@ -138,8 +171,28 @@ func (s *Store) Pull(ctx context.Context, n Name, opts PullOptions, progress fun
 	if w := quantizationWarning(filepath.Join(repoDir, "blobs", files[0].etag())); w != "" {
 		emit(Progress{Status: "warning: " + w})
 	}
-	if err := parallel(ctx, opts.Parallel, files[1:], dl.fetch); err != nil {
+	rest := files[1:]
+	// A sharded checkpoint's index next, alone too: a shard it names that the Hub does not list fails
+	// the pull before gigabytes of the others download, and the shards are checked on disk at the end.
+	var shards map[string]sibling
+	if i := slices.IndexFunc(rest, func(f sibling) bool { return f.RFilename == safetensors.IndexFile }); i >= 0 {
+		index := rest[i]
+		rest = slices.Delete(slices.Clone(rest), i, i+1)
+		if err := dl.fetch(ctx, index); err != nil {
+			return nil, err
+		}
+		if shards, err = indexedShards(filepath.Join(repoDir, "blobs", index.etag()), files); err != nil {
+			return nil, fmt.Errorf("pulling %s at %s: %w", target.Repo, info.SHA, err)
+		}
+	}
+	if err := parallel(ctx, opts.Parallel, rest, dl.fetch); err != nil {
 		return nil, err
+	}
+	for _, name := range slices.Sorted(maps.Keys(shards)) {
+		f := shards[name]
+		if fi, err := os.Stat(filepath.Join(repoDir, "blobs", f.etag())); err != nil || fi.Size() != f.size() {
+			return nil, fmt.Errorf("pulling %s at %s: shard %s, named by %s, is not in the cache after the download; run the pull again", target.Repo, info.SHA, name, safetensors.IndexFile)
+		}
 	}
 	emit(Progress{Status: "verifying sha256 digest"})
 	links := map[string]string{}
@@ -198,24 +251,47 @@ func (o PullOptions) withDefaults() PullOptions {
 	if o.HTTPClient == nil {
 		o.HTTPClient = &http.Client{}
 	}
+	if o.clock == nil {
+		o.clock = realClock{}
+	}
 	return o
 }
 
-// withRetries runs try until it succeeds, fails for good, or has been retried opts.Retries times.
-func withRetries(ctx context.Context, opts PullOptions, try func() error) error {
-	delay := opts.Backoff
-	for attempt := 0; ; attempt++ {
+// retry runs try until it succeeds, fails for good, or has failed opts.Retries times in a row without
+// progress: a failed attempt that got further than the one before (a download cut after some bytes,
+// resumed by the next) starts the count and the backoff again, as huggingface_hub does, so that a flaky
+// connection does not fail a long download that keeps advancing. A 429 that says how long to wait holds
+// every request of the pull for that long (see pause), up to maxRateLimitWait; other failures back off
+// from opts.Backoff, doubling up to 30s.
+func (h *hub) retry(ctx context.Context, try func() error) error {
+	delay := h.opts.Backoff
+	for failures := 0; ; {
+		if err := h.pause(ctx); err != nil {
+			return err
+		}
 		err := try()
-		if err == nil || !isRetryable(err) || attempt >= opts.Retries || ctx.Err() != nil {
+		var r *retryable
+		if errors.As(err, &r) && r.progressed {
+			failures, delay = 0, h.opts.Backoff
+		}
+		if err == nil || r == nil || failures >= h.opts.Retries || ctx.Err() != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			return err
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(delay):
+		failures++
+		var he *HubError
+		if errors.As(err, &he) && he.Status == http.StatusTooManyRequests && he.Wait > 0 {
+			if he.Wait > maxRateLimitWait {
+				return err
+			}
+			// A second more: the headers count whole seconds, rounded down.
+			h.holdOff(he.Wait+time.Second, he.Quota)
+			continue
+		}
+		if err := h.opts.clock.Sleep(ctx, delay); err != nil {
+			return err
 		}
 		delay = min(2*delay, 30*time.Second)
 	}
@@ -260,6 +336,43 @@ func checkpointFiles(target Name, info *repoInfo) ([]sibling, error) {
 	files[0], files[i] = files[i], files[0]
 	slices.SortFunc(files[1:], func(a, b sibling) int { return int(min(max(a.size()-b.size(), -1), 1)) })
 	return files, nil
+}
+
+// indexedShards reads a downloaded model.safetensors.index.json and returns the files it names, each
+// with its listing; a name that is not a file beside the index, or that the Hub does not list, is an
+// error naming it: the checkpoint could not load without it.
+func indexedShards(path string, listed []sibling) (map[string]sibling, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var index struct {
+		WeightMap map[string]string `json:"weight_map"`
+	}
+	if err := json.Unmarshal(b, &index); err != nil {
+		return nil, fmt.Errorf("%s is not valid JSON: %w", safetensors.IndexFile, err)
+	}
+	if len(index.WeightMap) == 0 {
+		return nil, fmt.Errorf("%s has no weight_map", safetensors.IndexFile)
+	}
+	shards := map[string]sibling{}
+	var missing []string
+	for _, name := range index.WeightMap {
+		if _, ok := shards[name]; ok || slices.Contains(missing, name) {
+			continue
+		}
+		if i := slices.IndexFunc(listed, func(f sibling) bool { return f.RFilename == name }); i >= 0 {
+			shards[name] = listed[i]
+		} else {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		return nil, fmt.Errorf("%s names %s, which the repo does not hold beside it at this commit: the checkpoint is incomplete upstream and cannot load; tell its authors, or pull another revision (org/name:REVISION)",
+			safetensors.IndexFile, strings.Join(missing, ", "))
+	}
+	return shards, nil
 }
 
 // isBlobName accepts what the Hub gives as a blob name: a git blob id (40 hex digits) or a sha256 (64).
@@ -331,7 +444,7 @@ func (d *downloader) fetch(ctx context.Context, f sibling) error {
 			d.emit(Progress{Status: status, Digest: digest, Total: size, Completed: done})
 		}
 	}
-	err = withRetries(ctx, d.opts, func() error {
+	err = d.hub.retry(ctx, func() error {
 		var err error
 		sum, err = d.download(ctx, f, inc, report)
 		return err
@@ -389,6 +502,13 @@ func (d *downloader) download(ctx context.Context, f sibling, inc string, report
 	if have == size {
 		return sum, nil
 	}
+	start := have
+	defer func() {
+		var r *retryable
+		if errors.As(err, &r) && have > start {
+			r.progressed = true
+		}
+	}()
 	// A connection that stays open but sends nothing is a cut too: a watchdog cancels the attempt
 	// when no byte arrives for StallTimeout, and the retry resumes.
 	attempt, cancel := context.WithCancel(ctx)
@@ -397,9 +517,9 @@ func (d *downloader) download(ctx context.Context, f sibling, inc string, report
 	defer watchdog.Stop()
 	stalled := func(err error) error {
 		if ctx.Err() == nil && attempt.Err() != nil {
-			return &retryable{fmt.Errorf("pulling %s: download of %s stalled at byte %d of %d: nothing received for %s", d.repo, name, have, size, d.opts.StallTimeout)}
+			return &retryable{err: fmt.Errorf("pulling %s: download of %s stalled at byte %d of %d: nothing received for %s", d.repo, name, have, size, d.opts.StallTimeout)}
 		}
-		return &retryable{err}
+		return &retryable{err: err}
 	}
 	req, err := http.NewRequestWithContext(attempt, http.MethodGet, d.hub.resolveURL(d.repo, d.commit, name), nil)
 	if err != nil {
@@ -420,7 +540,7 @@ func (d *downloader) download(ctx context.Context, f sibling, inc string, report
 	case resp.StatusCode == http.StatusPartialContent && have > 0:
 		var start int64
 		if _, err := fmt.Sscanf(resp.Header.Get("Content-Range"), "bytes %d-", &start); err != nil || start != have {
-			return nil, &retryable{fmt.Errorf("pulling %s: %s: the server resumed at %q, not at byte %d", d.repo, name, resp.Header.Get("Content-Range"), have)}
+			return nil, &retryable{err: fmt.Errorf("pulling %s: %s: the server resumed at %q, not at byte %d", d.repo, name, resp.Header.Get("Content-Range"), have)}
 		}
 	case resp.StatusCode == http.StatusOK:
 		if have > 0 { // the server ignored the Range: take the whole file
@@ -434,7 +554,7 @@ func (d *downloader) download(ctx context.Context, f sibling, inc string, report
 			if resp.StatusCode == http.StatusRequestedRangeNotSatisfiable {
 				os.Remove(inc) // the partial file disagrees with the server: start over next time
 			}
-			return nil, &retryable{e}
+			return nil, &retryable{err: e}
 		}
 		return nil, e
 	}
@@ -447,7 +567,7 @@ func (d *downloader) download(ctx context.Context, f sibling, inc string, report
 		watchdog.Reset(d.opts.StallTimeout)
 		if n > 0 {
 			if have+int64(n) > size {
-				return nil, &retryable{fmt.Errorf("pulling %s: %s is longer than the %d bytes the Hub listed", d.repo, name, size)}
+				return nil, &retryable{err: fmt.Errorf("pulling %s: %s is longer than the %d bytes the Hub listed", d.repo, name, size)}
 			}
 			if _, err := diskWrite(out, buf[:n]); err != nil {
 				if errors.Is(err, syscall.ENOSPC) {
@@ -468,7 +588,7 @@ func (d *downloader) download(ctx context.Context, f sibling, inc string, report
 		}
 	}
 	if have != size {
-		return nil, &retryable{fmt.Errorf("pulling %s: download of %s ended at byte %d of %d", d.repo, name, have, size)}
+		return nil, &retryable{err: fmt.Errorf("pulling %s: download of %s ended at byte %d of %d", d.repo, name, have, size)}
 	}
 	return sum, out.Sync()
 }

@@ -7,9 +7,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"math/rand/v2"
+	"net"
+	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -55,6 +59,7 @@ type pullEnv struct {
 	root  string // the fake hub's folder
 	store *Store
 	hub   *hubtest.Server
+	srv   *httptest.Server // serving hub
 	opts  PullOptions
 	files map[string][]byte
 }
@@ -69,7 +74,7 @@ func newPullEnv(t *testing.T) *pullEnv {
 	t.Setenv("HF_TOKEN", "")
 	t.Setenv("HUGGING_FACE_HUB_TOKEN", "")
 	t.Setenv("HF_TOKEN_PATH", filepath.Join(root, "no-token"))
-	return &pullEnv{root: root, store: testStore(t), hub: h, files: files,
+	return &pullEnv{root: root, store: testStore(t), hub: h, srv: srv, files: files,
 		opts: PullOptions{Endpoint: srv.URL, Retries: -1, Backoff: time.Millisecond}}
 }
 
@@ -203,6 +208,307 @@ func TestPullRetriesACut(t *testing.T) {
 	}
 }
 
+// Cuts that each come after some progress do not use up the retries: a long download on a flaky link
+// finishes however many times it is cut, as long as every attempt advances.
+func TestPullRetriesResetOnProgress(t *testing.T) {
+	e := newPullEnv(t)
+	e.opts.Retries = 2
+	const cuts = 6 // more than Retries
+	e.hub.SetFaults(hubtest.Faults{CutFile: "model.safetensors", CutAfter: 60_000, CutTimes: cuts})
+	m, _, err := e.pull(t, "org/tiny")
+	if err != nil {
+		t.Fatalf("%d cuts, each after progress, %d retries: %v", cuts, e.opts.Retries, err)
+	}
+	b, err := os.ReadFile(filepath.Join(m.Dir, "model.safetensors"))
+	if err != nil || sha256.Sum256(b) != sha256.Sum256(e.files["model.safetensors"]) {
+		t.Fatalf("weights differ from the source (%v)", err)
+	}
+	if got := e.hub.Served("model.safetensors"); got != int64(len(e.files["model.safetensors"])) {
+		t.Errorf("served %d bytes, want %d (every retry resumed)", got, len(e.files["model.safetensors"]))
+	}
+	var want, got []string
+	for i := 1; i <= cuts; i++ {
+		want = append(want, fmt.Sprintf("bytes=%d-", i*60_000))
+	}
+	for _, r := range e.hub.Ranges() {
+		if r != "" {
+			got = append(got, r)
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("ranges asked: %q, want %q", got, want)
+	}
+}
+
+func TestRetryCountsOnlyFailuresWithoutProgress(t *testing.T) {
+	opts := PullOptions{Retries: 2, Backoff: time.Microsecond}
+	calls := 0
+	cut := errors.New("cut")
+	// Ten cuts after progress, then success: the retry limit is never reached.
+	h := newHub(opts.withDefaults(), nil)
+	err := h.retry(context.Background(), func() error {
+		if calls++; calls <= 10 {
+			return &retryable{err: cut, progressed: true}
+		}
+		return nil
+	})
+	if err != nil || calls != 11 {
+		t.Errorf("after 10 cuts with progress: %v, %d calls", err, calls)
+	}
+	// Then failures without progress: Retries more attempts after the last one with progress.
+	calls = 0
+	err = h.retry(context.Background(), func() error {
+		calls++
+		return &retryable{err: cut, progressed: calls <= 10}
+	})
+	if !errors.Is(err, cut) || calls != 12 {
+		t.Errorf("failures without progress: %v after %d calls, want 12", err, calls)
+	}
+}
+
+// fakeClock is a clock whose sleeps return at once, moving it on.
+type fakeClock struct {
+	mu    sync.Mutex
+	t     time.Time
+	slept time.Duration
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t, c.slept = c.t.Add(d), c.slept+d
+	return ctx.Err()
+}
+
+// A 429 waits as long as the Hub says, by its RateLimit header (the Hub's) or Retry-After (seconds or a
+// date), counting down in the progress events, then carries on; a wait past the Hub's 5-minute window
+// fails at once, saying when to come back.
+func TestPullRateLimited(t *testing.T) {
+	start := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name   string
+		faults hubtest.Faults
+		wait   time.Duration // each 429's wait, with the 1 s margin
+	}{
+		{"RateLimit", hubtest.Faults{RateLimited: 2, RateLimit: `"api";r=0;t=55`, RetryAfter: "1"}, 56 * time.Second},
+		{"Retry-After seconds", hubtest.Faults{RateLimited: 2, RetryAfter: "7"}, 8 * time.Second},
+		{"Retry-After date", hubtest.Faults{RateLimited: 1, RetryAfter: start.Add(30 * time.Second).Format(http.TimeFormat)}, 31 * time.Second},
+		{"RateLimit with requests left", hubtest.Faults{RateLimited: 1, RateLimit: `"resolvers";r=10;t=200`, RetryAfter: "3"}, 4 * time.Second},
+		{"a download", hubtest.Faults{RateLimited: 1, RateLimitOn: "/resolve/", RateLimit: `"resolvers";r=0;t=20`}, 21 * time.Second},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newPullEnv(t)
+			e.opts.Retries = 3
+			clock := &fakeClock{t: start}
+			e.opts.clock = clock
+			e.hub.SetFaults(c.faults)
+			m, events, err := e.pull(t, "org/tiny")
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := time.Duration(c.faults.RateLimited) * c.wait
+			if clock.slept < want || clock.slept > want+time.Second {
+				t.Errorf("slept %s, want %s", clock.slept, want)
+			}
+			var countdown []string
+			for _, p := range events {
+				if strings.HasPrefix(p.Status, RateLimitedStatus) {
+					countdown = append(countdown, p.Status)
+				}
+			}
+			secs := int(c.wait / time.Second)
+			if len(countdown) != c.faults.RateLimited*secs || !strings.HasSuffix(countdown[0], fmt.Sprintf("retrying in %ds", secs)) ||
+				!strings.HasSuffix(countdown[len(countdown)-1], "retrying in 1s") {
+				t.Errorf("%d countdown events (want %d): first %q, last %q", len(countdown), c.faults.RateLimited*secs, countdown[0], countdown[len(countdown)-1])
+			}
+			if strings.Contains(c.faults.RateLimit, "r=0") && !strings.Contains(countdown[0], " quota of ") {
+				t.Errorf("countdown does not name the quota: %q", countdown[0])
+			}
+			b, _ := os.ReadFile(filepath.Join(m.Dir, "model.safetensors"))
+			if string(b) != string(e.files["model.safetensors"]) {
+				t.Error("weights differ")
+			}
+		})
+	}
+	t.Run("parallel downloads", func(t *testing.T) {
+		// Two downloads at once are limited: both wait, one counts down.
+		e := newPullEnv(t)
+		e.opts.Retries = 3
+		clock := &fakeClock{t: start}
+		e.opts.clock = clock
+		e.hub.SetFaults(hubtest.Faults{RateLimited: 2, RateLimitOn: "tokenizer", RateLimit: `"resolvers";r=0;t=20`})
+		m, events, err := e.pull(t, "org/tiny")
+		if err != nil {
+			t.Fatal(err)
+		}
+		last := 0
+		for _, p := range events {
+			var secs int
+			if _, err := fmt.Sscanf(p.Status[strings.LastIndex(p.Status, " ")+1:], "%ds", &secs); err != nil || !strings.HasPrefix(p.Status, RateLimitedStatus) {
+				continue
+			}
+			if last != 0 && secs >= last && secs != 21 {
+				t.Errorf("countdown went from %ds to %ds", last, secs)
+			}
+			last = secs
+		}
+		if last != 1 {
+			t.Errorf("countdown ended at %ds", last)
+		}
+		for _, name := range []string{"tokenizer.json", "tokenizer_config.json"} {
+			if b, _ := os.ReadFile(filepath.Join(m.Dir, name)); string(b) != string(e.files[name]) {
+				t.Errorf("%s differs", name)
+			}
+		}
+	})
+	t.Run("past the window", func(t *testing.T) {
+		e := newPullEnv(t)
+		e.opts.Retries = 3
+		clock := &fakeClock{t: start}
+		e.opts.clock = clock
+		e.hub.SetFaults(hubtest.Faults{RateLimited: 1, RetryAfter: "3600"})
+		_, _, err := e.pull(t, "org/tiny")
+		var he *HubError
+		if !errors.As(err, &he) || he.Status != http.StatusTooManyRequests || !strings.Contains(err.Error(), "wait 1h0m0s") {
+			t.Errorf("an hour's wait: %v", err)
+		}
+		if clock.slept != 0 {
+			t.Errorf("slept %s before failing", clock.slept)
+		}
+	})
+	t.Run("no retries", func(t *testing.T) {
+		e := newPullEnv(t) // Retries: -1
+		e.hub.SetFaults(hubtest.Faults{RateLimited: 1, RateLimit: `"api";r=0;t=55`})
+		if _, _, err := e.pull(t, "org/tiny"); err == nil || !strings.Contains(err.Error(), "wait 55s") || !strings.Contains(err.Error(), `"api"`) {
+			t.Errorf("429 without retries: %v", err)
+		}
+	})
+}
+
+func TestParseRateLimit(t *testing.T) {
+	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		rateLimit, policy, retryAfter string
+		wait                          time.Duration
+		quota                         string
+	}{
+		{`"api";r=0;t=55`, `"fixed window";"api";q=500;w=300`, "", 55 * time.Second, `"api" quota of 500 requests per 5m0s`},
+		{`"api";r=3;t=55`, "", "", 0, ""},
+		{`"api";r=3;t=55, "resolvers";r=0;t=12`, "", "", 12 * time.Second, `"resolvers" quota`},
+		{`"api" ; r = 0 ; t = 9`, "", "100", 9 * time.Second, `"api" quota`},
+		{"", "", "20", 20 * time.Second, ""},
+		{"", "", now.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second, ""},
+		{"", "", now.Add(-90 * time.Second).Format(http.TimeFormat), 0, ""},
+		{"", "", "soon", 0, ""},
+		{"garbage", "", "", 0, ""},
+	} {
+		h := http.Header{}
+		for k, v := range map[string]string{"RateLimit": c.rateLimit, "RateLimit-Policy": c.policy, "Retry-After": c.retryAfter} {
+			if v != "" {
+				h.Set(k, v)
+			}
+		}
+		wait, quota := rateLimitWait(h, now)
+		if wait != c.wait || quota != c.quota {
+			t.Errorf("%v: wait %s, quota %q; want %s, %q", h, wait, quota, c.wait, c.quota)
+		}
+	}
+}
+
+// A sharded checkpoint whose index names a shard the repo lacks fails, naming the shard, before the
+// weights are downloaded and without a snapshot; a complete one pulls.
+func TestPullChecksIndexShards(t *testing.T) {
+	e := newPullEnv(t)
+	dir := filepath.Join(e.root, "org", "tiny")
+	if err := os.Rename(filepath.Join(dir, "model.safetensors"), filepath.Join(dir, "model-00001-of-00002.safetensors")); err != nil {
+		t.Fatal(err)
+	}
+	index := `{"metadata":{"total_size":700000},"weight_map":{"a.weight":"model-00001-of-00002.safetensors","b.weight":"model-00002-of-00002.safetensors"}}`
+	if err := os.WriteFile(filepath.Join(dir, "model.safetensors.index.json"), []byte(index), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := e.pull(t, "org/tiny")
+	if err == nil || !strings.Contains(err.Error(), "model-00002-of-00002.safetensors") || !strings.Contains(err.Error(), "model.safetensors.index.json") {
+		t.Fatalf("a shard missing upstream: %v", err)
+	}
+	if got := e.hub.Served("model-00001-of-00002.safetensors"); got != 0 {
+		t.Errorf("%d bytes of the weights downloaded before the index was checked", got)
+	}
+	repoDir := filepath.Join(e.store.HubCache, "models--org--tiny")
+	if snaps, _ := os.ReadDir(filepath.Join(repoDir, "snapshots")); len(snaps) != 0 {
+		t.Errorf("snapshots written: %v", snaps)
+	}
+	// A shard in a subfolder is not beside the index: refused too.
+	os.WriteFile(filepath.Join(dir, "model.safetensors.index.json"), []byte(`{"weight_map":{"a.weight":"../x/model-00001-of-00002.safetensors"}}`), 0o644)
+	if _, _, err := e.pull(t, "org/tiny"); err == nil || !strings.Contains(err.Error(), "../x/model-00001-of-00002.safetensors") {
+		t.Errorf("a shard outside: %v", err)
+	}
+	os.WriteFile(filepath.Join(dir, "model.safetensors.index.json"), []byte(`{"weight_map":`), 0o644)
+	if _, _, err := e.pull(t, "org/tiny"); err == nil || !strings.Contains(err.Error(), "model.safetensors.index.json") {
+		t.Errorf("a broken index: %v", err)
+	}
+	// The second shard arrives upstream: the pull completes.
+	os.WriteFile(filepath.Join(dir, "model.safetensors.index.json"), []byte(index), 0o644)
+	if err := os.WriteFile(filepath.Join(dir, "model-00002-of-00002.safetensors"), []byte("second shard"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, _, err := e.pull(t, "org/tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "model.safetensors.index.json"} {
+		if _, err := os.Stat(filepath.Join(m.Dir, name)); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+// An error from the CDN a download was redirected to says which host answered and what it said; it is
+// not reported as the Hub refusing the token or failing.
+func TestPullCDNErrors(t *testing.T) {
+	e := newPullEnv(t)
+	cdn := httptest.NewServer(e.hub)
+	defer cdn.Close()
+	e.hub.SetCDN(cdn.URL)
+	e.opts.Token = "secret"
+	host := strings.TrimPrefix(cdn.URL, "http://")
+	for status, want := range map[int]string{
+		403: "AccessDenied: Request has expired",
+		400: "InvalidArgument: Invalid argument",
+		404: "NoSuchKey",
+		502: "InternalError",
+	} {
+		e.hub.SetFaults(hubtest.Faults{CDNStatus: status})
+		_, _, err := e.pull(t, "org/tiny")
+		if err == nil {
+			t.Fatalf("CDN %d: no error", status)
+		}
+		msg := err.Error()
+		if !strings.Contains(msg, host) || !strings.Contains(msg, fmt.Sprintf("HTTP %d", status)) || !strings.Contains(msg, want) ||
+			!strings.Contains(msg, "model.safetensors") {
+			t.Errorf("CDN %d: %v", status, err)
+		}
+		if strings.Contains(msg, "HF_TOKEN has no access") || strings.Contains(msg, "the Hub failed") || strings.Contains(msg, "no such repo") {
+			t.Errorf("CDN %d reported as the Hub's: %v", status, err)
+		}
+		var he *HubError
+		if !errors.As(err, &he) || he.Host != host || errors.Is(err, ErrNotFound) {
+			t.Errorf("CDN %d: HubError %+v, not found %v", status, he, errors.Is(err, ErrNotFound))
+		}
+	}
+	// The same answers from the Hub itself still read as the Hub's.
+	e.hub.SetFaults(hubtest.Faults{Status: 403})
+	if _, _, err := e.pull(t, "org/tiny"); err == nil || !strings.Contains(err.Error(), "HF_TOKEN has no access") {
+		t.Errorf("Hub 403: %v", err)
+	}
+}
+
 func TestPullRejectsCorruptFile(t *testing.T) {
 	e := newPullEnv(t)
 	e.hub.SetFaults(hubtest.Faults{Corrupt: "model.safetensors"})
@@ -255,6 +561,82 @@ func TestPullHubErrors(t *testing.T) {
 	if _, _, err := e.pull(t, "org/tiny"); err != nil {
 		t.Errorf("gated with token: %v", err)
 	}
+}
+
+// The token goes to the Hub only: a redirect to another scheme, host or port (the CDN of LFS files) drops
+// it, as huggingface_hub does, where Go's client would keep it for the same host at another port and for
+// subdomains.
+func TestPullTokenStaysWithTheHub(t *testing.T) {
+	check := func(t *testing.T, e *pullEnv, cdnHost string) {
+		t.Helper()
+		e.opts.Token = "secret"
+		e.hub.SetFaults(hubtest.Faults{Token: "secret"})
+		m, _, err := e.pull(t, "org/tiny")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := os.ReadFile(filepath.Join(m.Dir, "model.safetensors"))
+		if string(b) != string(e.files["model.safetensors"]) {
+			t.Error("weights differ")
+		}
+		var cdn, hub int
+		for _, r := range e.hub.Requests() {
+			switch {
+			case strings.HasPrefix(r.Path, "/lfs/"):
+				cdn++
+				if r.Host != cdnHost || r.Auth != "" {
+					t.Errorf("CDN request %s to %s with Authorization %q", r.Path, r.Host, r.Auth)
+				}
+			case r.Auth != "Bearer secret":
+				t.Errorf("Hub request %s to %s with Authorization %q", r.Path, r.Host, r.Auth)
+			default:
+				hub++
+			}
+		}
+		if cdn == 0 || hub == 0 {
+			t.Errorf("%d CDN and %d Hub requests", cdn, hub)
+		}
+	}
+	t.Run("other port", func(t *testing.T) {
+		e := newPullEnv(t)
+		cdn := httptest.NewServer(e.hub)
+		defer cdn.Close()
+		e.hub.SetCDN(cdn.URL)
+		check(t, e, strings.TrimPrefix(cdn.URL, "http://"))
+	})
+	t.Run("subdomain", func(t *testing.T) {
+		e := newPullEnv(t)
+		_, port, _ := net.SplitHostPort(e.srv.Listener.Addr().String())
+		// Both names reach the one fake server.
+		e.opts.HTTPClient = &http.Client{Transport: &http.Transport{
+			DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+				return (&net.Dialer{}).DialContext(ctx, network, e.srv.Listener.Addr().String())
+			},
+		}}
+		e.opts.Endpoint = "http://hf.test:" + port
+		e.hub.SetCDN("http://cdn.hf.test:" + port)
+		check(t, e, "cdn.hf.test:"+port)
+	})
+	t.Run("relative redirect keeps it", func(t *testing.T) {
+		// A folder in another spelling than the Hub's: downloads ask for that spelling and the Hub
+		// redirects, relatively, to its own; same origin, so the token goes along.
+		e := newPullEnv(t)
+		if err := os.MkdirAll(filepath.Join(e.store.HubCache, "models--ORG--Tiny"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		e.opts.Token = "secret"
+		e.hub.SetFaults(hubtest.Faults{Token: "secret"})
+		if _, _, err := e.pull(t, "org/tiny"); err != nil {
+			t.Fatal(err)
+		}
+		redirected := false
+		for _, r := range e.hub.Requests() {
+			redirected = redirected || strings.HasPrefix(r.Path, "/ORG/Tiny/resolve/")
+		}
+		if !redirected {
+			t.Error("no download asked for the folder's spelling")
+		}
+	})
 }
 
 func TestPullConcurrentSameRepo(t *testing.T) {
@@ -447,4 +829,44 @@ func snapshotFiles(dir string) ([]string, error) {
 	})
 	slices.Sort(out)
 	return out, err
+}
+
+func TestSameOrigin(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		same bool
+	}{
+		{"https://huggingface.co/a", "https://huggingface.co:443/b?x=1", true},
+		{"http://HF.test/a", "http://hf.test:80/b", true},
+		{"https://huggingface.co/a", "http://huggingface.co/a", false},
+		{"https://huggingface.co/a", "https://huggingface.co:8443/a", false},
+		{"https://huggingface.co/a", "https://cdn-lfs.huggingface.co/a", false},
+		{"https://huggingface.co/a", "https://cas-bridge.xethub.hf.co/a", false},
+	} {
+		a, _ := url.Parse(c.a)
+		b, _ := url.Parse(c.b)
+		if got := sameOrigin(a, b); got != c.same {
+			t.Errorf("sameOrigin(%s, %s) = %v", c.a, c.b, got)
+		}
+	}
+}
+
+func TestStatusErrorHost(t *testing.T) {
+	h := newHub(PullOptions{Endpoint: "https://huggingface.co", Token: "t"}.withDefaults(), nil)
+	answer := func(u, body string, hdr http.Header) *HubError {
+		req, _ := http.NewRequest(http.MethodGet, u, nil)
+		resp := &http.Response{StatusCode: 403, Header: hdr, Request: req, Body: io.NopCloser(strings.NewReader(body))}
+		return h.statusError(resp, "org/m file model.safetensors")
+	}
+	e := answer("https://cas-bridge.xethub.hf.co/xet-bridge-us/abc?X-Amz-Signature=x", "denied",
+		http.Header{"X-Error-Code": {"SignatureExpired"}, "X-Error-Message": {"link expired"}})
+	if e.Host != "cas-bridge.xethub.hf.co" || !strings.Contains(e.Error(), "cas-bridge.xethub.hf.co") ||
+		!strings.Contains(e.Error(), "(SignatureExpired: link expired)") || strings.Contains(e.Error(), "HF_TOKEN has no access") {
+		t.Errorf("CDN 403: %+v: %v", e, e)
+	}
+	e = answer("https://huggingface.co/org/m/resolve/abc/model.safetensors", `{"error":"Access to model org/m is restricted"}`,
+		http.Header{"X-Error-Code": {"GatedRepo"}})
+	if e.Host != "" || !strings.Contains(e.Error(), "HF_TOKEN has no access") || e.Message != "Access to model org/m is restricted" {
+		t.Errorf("Hub 403: %+v: %v", e, e)
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/mlxg/mlxg/api"
+	"github.com/mlxg/mlxg/registry"
 )
 
 func newPullCmd() *cobra.Command {
@@ -50,6 +51,7 @@ type pullRenderer struct {
 	total   int64
 	start   time.Time
 	lastMsg string
+	waiting bool // a rate-limit countdown is showing
 }
 
 func newPullRenderer(w io.Writer, model string) *pullRenderer {
@@ -67,6 +69,18 @@ func (r *pullRenderer) sum() int64 {
 }
 
 func (r *pullRenderer) event(p api.ProgressResponse) error {
+	if strings.HasPrefix(p.Status, registry.RateLimitedStatus) {
+		r.countdown(p.Status)
+		return nil
+	}
+	if r.waiting {
+		r.waiting = false
+		if r.tty && r.bar != nil {
+			r.bar.Describe("pulling " + r.model)
+		} else if r.tty {
+			fmt.Fprint(r.w, "\r\033[K")
+		}
+	}
 	if p.Digest == "" {
 		if r.bar != nil && r.sum() == r.total {
 			r.bar.Finish()
@@ -113,6 +127,20 @@ func (r *pullRenderer) event(p api.ProgressResponse) error {
 		)
 	}
 	return r.bar.Set64(r.sum())
+}
+
+// countdown shows a rate-limit wait, which comes once a second: on a terminal in place (in the bar's
+// description once there is a bar), elsewhere as one line when it starts.
+func (r *pullRenderer) countdown(status string) {
+	switch {
+	case r.tty && r.bar != nil:
+		r.bar.Describe(status)
+	case r.tty:
+		fmt.Fprint(r.w, "\r\033[K"+status)
+	case !r.waiting:
+		fmt.Fprintln(r.w, status)
+	}
+	r.waiting = true
 }
 
 // close ends the bar and, after a success, sums the pull up with humanized sizes.

@@ -1,7 +1,9 @@
 // Package hubtest is a fake Hugging Face Hub: an http.Handler that serves every folder DIR/org/name/ as a
 // model repo at revision main, through the Hub API shapes mlxg's pull uses, with fault switches for tests
-// (cut a download after N bytes, corrupt a byte, answer 401/403/404, go slowly). scripts/fakehub runs it
-// as a program; its doc comment lists the endpoints and headers reproduced and where their shapes come from.
+// (cut a download after N bytes, corrupt a byte, answer 401/403/404, go slowly). LFS downloads redirect to
+// its "CDN" paths (/lfs/...), on the same server or, with SetCDN, at another address as huggingface.co
+// redirects to another host; the same handler serves both. scripts/fakehub runs it as a program; its doc
+// comment lists the endpoints and headers reproduced and where their shapes come from.
 package hubtest
 
 import (
@@ -38,18 +40,38 @@ type Faults struct {
 	CutTimes   int           // how many downloads to cut before serving whole again (0 = every one)
 	Corrupt    string        // file name served with one byte flipped (in the middle)
 	ChunkDelay time.Duration // sleep this long per 32 KiB of download body (slow network)
+	// CDNStatus answers downloads from the CDN (/lfs/) with this status and an S3-style XML error
+	// (<Error><Code>AccessDenied</Code><Message>Request has expired</Message></Error> for 403).
+	CDNStatus int
+	// RateLimited answers this many requests to the Hub (not to the CDN) with 429 before serving again,
+	// with the headers below when set.
+	RateLimited int
+	RateLimitOn string // only requests whose path holds this, e.g. "/resolve/" ("" = all to the Hub)
+	RetryAfter  string // Retry-After of those 429s: seconds, or an HTTP date
+	RateLimit   string // RateLimit of those 429s, as the Hub sends it: "api";r=0;t=55 (quota, remaining, reset seconds)
 }
 
 // Server is the fake hub. It is safe for concurrent use; SetFaults may change the faults while it serves.
 type Server struct {
 	dir string
 
-	mu     sync.Mutex
-	faults Faults
-	cuts   int
-	served map[string]int64 // file name -> body bytes sent, over all downloads
-	ranges []string         // the Range header of every download, "" when none
-	hashes map[string]hashed
+	mu       sync.Mutex
+	faults   Faults
+	cdn      string // base URL of LFS redirects; "" = relative, to this server
+	cuts     int
+	limited  int              // requests answered 429 since SetFaults
+	served   map[string]int64 // file name -> body bytes sent, over all downloads
+	ranges   []string         // the Range header of every download, "" when none
+	requests []Request
+	hashes   map[string]hashed
+}
+
+// Request is what the server saw of one request.
+type Request struct {
+	Method string
+	Host   string // the Host header, with its port
+	Path   string
+	Auth   string // the Authorization header, "" when none
 }
 
 type hashed struct {
@@ -68,7 +90,22 @@ func New(dir string) *Server {
 func (s *Server) SetFaults(f Faults) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.faults, s.cuts = f, 0
+	s.faults, s.cuts, s.limited = f, 0, 0
+}
+
+// SetCDN makes LFS downloads redirect to base (e.g. "http://127.0.0.1:8091", a second listener serving
+// this same handler) instead of to a relative /lfs/ path on the server asked.
+func (s *Server) SetCDN(base string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cdn = strings.TrimRight(base, "/")
+}
+
+// Requests lists every request so far, in order.
+func (s *Server) Requests() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.requests)
 }
 
 // Served is how many body bytes of file name have been sent, over all downloads.
@@ -116,17 +153,35 @@ func hubError(w http.ResponseWriter, status int, code, msg string) {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	f := s.faults
+	s.requests = append(s.requests, Request{Method: r.Method, Host: r.Host, Path: r.URL.Path, Auth: r.Header.Get("Authorization")})
+	p := r.URL.Path
+	limit := s.limited < f.RateLimited && !strings.HasPrefix(p, "/lfs/") && strings.Contains(p, f.RateLimitOn)
+	if limit {
+		s.limited++
+	}
 	s.mu.Unlock()
+	if limit {
+		if f.RetryAfter != "" {
+			w.Header().Set("Retry-After", f.RetryAfter)
+		}
+		if f.RateLimit != "" {
+			w.Header().Set("RateLimit", f.RateLimit)
+			quota, _, _ := strings.Cut(strings.TrimPrefix(f.RateLimit, `"`), `"`)
+			w.Header().Set("RateLimit-Policy", fmt.Sprintf(`"fixed window";%q;q=%d;w=300`, quota, map[string]int{"api": 500, "resolvers": 3000, "pages": 100}[quota]))
+		}
+		hubError(w, http.StatusTooManyRequests, "", "fakehub: rate limited")
+		return
+	}
 	if f.Status != 0 {
 		code := map[int]string{401: "GatedRepo", 403: "GatedRepo", 404: "RepoNotFound"}[f.Status]
 		hubError(w, f.Status, code, fmt.Sprintf("fakehub: fault %d for %s", f.Status, r.URL.Path))
 		return
 	}
-	if f.Token != "" && r.Header.Get("Authorization") != "Bearer "+f.Token {
+	// A CDN link is signed by the Hub that gave it: the CDN itself takes no token.
+	if f.Token != "" && r.Header.Get("Authorization") != "Bearer "+f.Token && !strings.HasPrefix(p, "/lfs/") {
 		hubError(w, http.StatusUnauthorized, "GatedRepo", "Access to this repo is restricted: you must be authenticated to access it.")
 		return
 	}
-	p := r.URL.Path
 	switch {
 	case strings.HasPrefix(p, "/api/models/"):
 		s.serveAPI(w, r, strings.TrimPrefix(p, "/api/models/"))
@@ -210,7 +265,9 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request, rest string) {
 	}
 }
 
-// serveResolve answers HEAD/GET org/name/resolve/REV/FILE: non-LFS files directly, LFS files by a 302 to /lfs/.
+// serveResolve answers HEAD/GET org/name/resolve/REV/FILE: non-LFS files directly, LFS files by a 302 to /lfs/
+// (on the CDN if one is set), and a repo name spelled otherwise than the Hub's by a relative 307 to its
+// spelling, as the Hub answers for renamed repos and other casings.
 func (s *Server) serveResolve(w http.ResponseWriter, r *http.Request, rest string) {
 	parts := strings.SplitN(rest, "/", 5)
 	if len(parts) != 5 || parts[2] != "resolve" {
@@ -219,6 +276,11 @@ func (s *Server) serveResolve(w http.ResponseWriter, r *http.Request, rest strin
 	}
 	rp, ok := s.load(w, parts[0]+"/"+parts[1])
 	if !ok {
+		return
+	}
+	if parts[0]+"/"+parts[1] != rp.id {
+		w.Header().Set("Location", (&url.URL{Path: "/" + rp.id + "/resolve/" + parts[3] + "/" + parts[4]}).EscapedPath())
+		w.WriteHeader(http.StatusTemporaryRedirect)
 		return
 	}
 	if rev, _ := url.PathUnescape(parts[3]); rev != "main" && rev != rp.commit {
@@ -237,7 +299,10 @@ func (s *Server) serveResolve(w http.ResponseWriter, r *http.Request, rest strin
 		h.Set("ETag", `"`+f.GitSHA1+`"`)
 		h.Set("X-Linked-Etag", `"`+f.SHA256+`"`)
 		h.Set("X-Linked-Size", fmt.Sprint(f.Size))
-		h.Set("Location", "/lfs/"+rp.id+"/"+f.SHA256+"?file="+url.QueryEscape(f.Path))
+		s.mu.Lock()
+		cdn := s.cdn
+		s.mu.Unlock()
+		h.Set("Location", cdn+"/lfs/"+rp.id+"/"+f.SHA256+"?file="+url.QueryEscape(f.Path))
 		w.WriteHeader(http.StatusFound)
 		return
 	}
@@ -247,6 +312,23 @@ func (s *Server) serveResolve(w http.ResponseWriter, r *http.Request, rest strin
 
 // serveLFS is the "CDN" an LFS redirect points to: org/name/SHA256?file=PATH.
 func (s *Server) serveLFS(w http.ResponseWriter, r *http.Request, rest string) {
+	s.mu.Lock()
+	status := s.faults.CDNStatus
+	s.mu.Unlock()
+	if status != 0 {
+		e, ok := map[int][2]string{
+			400: {"InvalidArgument", "Invalid argument"},
+			403: {"AccessDenied", "Request has expired"},
+			404: {"NoSuchKey", "The specified key does not exist."},
+		}[status]
+		if !ok {
+			e = [2]string{"InternalError", "We encountered an internal error. Please try again."}
+		}
+		w.Header().Set("Content-Type", "application/xml")
+		w.WriteHeader(status)
+		fmt.Fprintf(w, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>%s</Code><Message>%s</Message></Error>", e[0], e[1])
+		return
+	}
 	parts := strings.Split(rest, "/")
 	if len(parts) != 3 {
 		http.NotFound(w, r)

@@ -166,3 +166,46 @@ func TestResolveHeadersAndRanges(t *testing.T) {
 		t.Errorf("gated: %d", resp.StatusCode)
 	}
 }
+
+// LFS downloads can redirect to a CDN at another address; the CDN takes no token, and another spelling of
+// a repo name gets a relative 307 to the Hub's.
+func TestCDNAndRelativeRedirect(t *testing.T) {
+	h, srv, weights := setup(t)
+	cdn := httptest.NewServer(h)
+	defer cdn.Close()
+	h.SetCDN(cdn.URL + "/")
+	h.SetFaults(Faults{Token: "s"})
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/ORG/M/resolve/main/model.safetensors", nil)
+	req.Header.Set("Authorization", "Bearer s")
+	resp, err := noRedirect().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTemporaryRedirect || resp.Header.Get("Location") != "/org/m/resolve/main/model.safetensors" {
+		t.Fatalf("other spelling: %d, Location %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	req.URL, _ = req.URL.Parse(resp.Header.Get("Location"))
+	resp, err = noRedirect().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	loc := resp.Header.Get("Location")
+	if resp.StatusCode != http.StatusFound || !strings.HasPrefix(loc, cdn.URL+"/lfs/org/m/") {
+		t.Fatalf("LFS resolve with a CDN: %d, Location %q", resp.StatusCode, loc)
+	}
+	resp, err = http.Get(loc) // no token: the CDN link is enough
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(b) != string(weights) {
+		t.Errorf("CDN download: %d, %d bytes", resp.StatusCode, len(b))
+	}
+	reqs := h.Requests()
+	if last := reqs[len(reqs)-1]; last.Host != strings.TrimPrefix(cdn.URL, "http://") || last.Auth != "" || !strings.HasPrefix(last.Path, "/lfs/") {
+		t.Errorf("last request seen: %+v", last)
+	}
+}

@@ -16,8 +16,12 @@
 //   - HEAD/GET /{org}/{name}/resolve/{rev}/{file}: X-Repo-Commit on every answer; small files are served
 //     directly with ETag = their git blob id; LFS files (*.safetensors and the other extensions of the Hub's
 //     default .gitattributes, or any file of 10 MiB and more) answer 302 with ETag = the pointer's git blob
-//     id, X-Linked-Etag = the sha256, X-Linked-Size = the size, and Location = a "CDN" URL under /lfs/.
-//     Downloads honour Range (206 with Content-Range, 416 past the end) and send Accept-Ranges: bytes.
+//     id, X-Linked-Etag = the sha256, X-Linked-Size = the size, and Location = a "CDN" URL under /lfs/:
+//     relative, or with -cdn ADDR absolute to a second listener at ADDR, another host:port as on
+//     huggingface.co (whose CDN hosts must not be sent the token; the CDN takes none). A repo name spelled
+//     otherwise than the folder answers a relative 307 to the folder's spelling, as the Hub does for
+//     renamed repos and other casings. Downloads honour Range (206 with Content-Range, 416 past the end)
+//     and send Accept-Ranges: bytes.
 //   - Errors as the Hub sends them: the status, X-Error-Code (RepoNotFound, RevisionNotFound, EntryNotFound,
 //     GatedRepo), X-Error-Message, and a JSON {"error": ...} body.
 //
@@ -32,7 +36,11 @@
 // Fault switches, for tests and demos: -status 401|403|404|500 answers every request with that status;
 // -token T makes the repos gated (401 without "Authorization: Bearer T"); -cut-after N closes the connection
 // after N bytes of a download (-cut-file F: only that file; -cut-times K: only the first K downloads);
-// -corrupt F flips one byte of file F; -chunk-delay D sleeps D per 32 KiB sent.
+// -cdn-status S answers CDN downloads with status S and an S3-style XML error body;
+// -corrupt F flips one byte of file F; -chunk-delay D sleeps D per 32 KiB sent; -rate-limited N answers
+// the first N requests to the Hub (the CDN is not limited) with 429, with -retry-after V as Retry-After
+// and -ratelimit V as the IETF RateLimit header the Hub sends ('"api";r=0;t=55': quota "api", 0 requests
+// left, reset in 55 seconds; RateLimit-Policy goes along).
 package main
 
 import (
@@ -56,6 +64,11 @@ func main() {
 	flag.IntVar(&f.CutTimes, "cut-times", 0, "cut only this many downloads (default: all)")
 	flag.StringVar(&f.Corrupt, "corrupt", "", "serve this file with one byte flipped")
 	flag.DurationVar(&f.ChunkDelay, "chunk-delay", 0, "sleep this long per 32 KiB sent (a slow network)")
+	flag.IntVar(&f.CDNStatus, "cdn-status", 0, "answer CDN downloads (/lfs/) with this status and an S3-style XML error (400, 403, 404, 500)")
+	flag.IntVar(&f.RateLimited, "rate-limited", 0, "answer this many requests to the Hub (not the CDN) with 429 first")
+	flag.StringVar(&f.RetryAfter, "retry-after", "", "Retry-After header of those 429s (seconds or an HTTP date)")
+	flag.StringVar(&f.RateLimit, "ratelimit", "", `RateLimit header of those 429s, e.g. '"api";r=0;t=55'`)
+	cdn := flag.String("cdn", "", "also listen on this address (e.g. 127.0.0.1:8091) and redirect LFS downloads there")
 	quiet := flag.Bool("quiet", false, "do not log each request")
 	flag.Parse()
 	if fi, err := os.Stat(*dir); err != nil || !fi.IsDir() {
@@ -69,6 +82,11 @@ func main() {
 	if !*quiet {
 		handler = logRequests(h)
 	}
+	if *cdn != "" {
+		h.SetCDN("http://" + *cdn)
+		log.Printf("fakehub: LFS downloads redirect to http://%s", *cdn)
+		go func() { log.Fatal(http.ListenAndServe(*cdn, handler)) }()
+	}
 	log.Fatal(http.ListenAndServe(*addr, handler))
 }
 
@@ -77,7 +95,7 @@ func logRequests(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rec := &recorder{ResponseWriter: w, status: http.StatusOK}
 		defer func() {
-			log.Printf("%s %s range=%q -> %d, %d bytes", r.Method, r.URL.Path, r.Header.Get("Range"), rec.status, rec.bytes)
+			log.Printf("%s %s%s range=%q auth=%v -> %d, %d bytes", r.Method, r.Host, r.URL.Path, r.Header.Get("Range"), r.Header.Get("Authorization") != "", rec.status, rec.bytes)
 		}()
 		next.ServeHTTP(rec, r)
 	})
