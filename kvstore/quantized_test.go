@@ -211,12 +211,16 @@ func TestQuantizedStartStaysFP16(t *testing.T) {
 	if err := c.Append(make([]float32, 99*32), make([]float32, 99*32), 99); err != nil {
 		t.Fatal(err)
 	}
-	if c.Spec() != SpecF16 || c.Bytes() != 99*2*32*2 {
-		t.Fatalf("below quantized_kv_start: spec %v, %d bytes", c.Spec(), c.Bytes())
+	if c.Spec() != SpecF16 || !c.Converts() || c.Bytes() != 99*2*32*2 {
+		t.Fatalf("below quantized_kv_start: spec %v, converts %v, %d bytes", c.Spec(), c.Converts(), c.Bytes())
 	}
 	_ = c.Append(make([]float32, 32), make([]float32, 32), 1)
-	if c.Spec().K != AffineFormat(4, 32) || c.Bytes() != 100*2*(16+4) {
-		t.Fatalf("at quantized_kv_start: spec %v, %d bytes", c.Spec(), c.Bytes())
+	if c.Spec().K != AffineFormat(4, 32) || c.Converts() || c.Bytes() != 100*2*(16+4) {
+		t.Fatalf("at quantized_kv_start: spec %v, converts %v, %d bytes", c.Spec(), c.Converts(), c.Bytes())
+	}
+	f, _ := NewFull(1, 32, 32, true)
+	if f.Spec() != SpecF16 || f.Converts() {
+		t.Fatalf("Full: spec %v, converts %v", f.Spec(), f.Converts())
 	}
 }
 
