@@ -71,8 +71,8 @@ func gemmTile(out []float32, outCols int, x []float32, t0, t1, in int, rows []fl
 			copy(y1[r:r+4], acc8[4:])
 		}
 		for ; r < nr; r++ {
-			y0[r] = dot(x0, rows[r*in:(r+1)*in])
-			y1[r] = dot(x1, rows[r*in:(r+1)*in])
+			y0[r] = quant.Dot(x0, rows[r*in:(r+1)*in])
+			y1[r] = quant.Dot(x1, rows[r*in:(r+1)*in])
 		}
 	}
 	for ; t < t1; t++ {
@@ -84,7 +84,7 @@ func gemmTile(out []float32, outCols int, x []float32, t0, t1, in int, rows []fl
 			copy(o[r:r+4], acc4[:])
 		}
 		for ; r < nr; r++ {
-			o[r] = dot(xt, rows[r*in:(r+1)*in])
+			o[r] = quant.Dot(xt, rows[r*in:(r+1)*in])
 		}
 	}
 }
@@ -105,7 +105,7 @@ func (b *Backend) quantMatVec(out, x []float32, T int, w *weight) {
 		for o := lo; o < hi; o++ {
 			quant.DequantizeFPRow(row, w.packed[o*wpr:(o+1)*wpr], w.scales.F32[o*gpr:(o+1)*gpr], w.q.Bits, g)
 			for t := 0; t < T; t++ {
-				out[t*w.out+o] = dot(x[t*in:(t+1)*in], row)
+				out[t*w.out+o] = quant.Dot(x[t*in:(t+1)*in], row)
 			}
 		}
 	})
@@ -245,22 +245,6 @@ func (w *weight) embedRow(dst []float32, id int) {
 		return
 	}
 	w.dequantizeRows(dst, id, 1)
-}
-
-func dot(a, b []float32) float32 {
-	b = b[:len(a)]
-	var s0, s1, s2, s3 float32
-	i := 0
-	for ; i+4 <= len(a); i += 4 {
-		s0 += a[i] * b[i]
-		s1 += a[i+1] * b[i+1]
-		s2 += a[i+2] * b[i+2]
-		s3 += a[i+3] * b[i+3]
-	}
-	for ; i < len(a); i++ {
-		s0 += a[i] * b[i]
-	}
-	return (s0 + s1) + (s2 + s3)
 }
 
 func addTo(dst, src []float32) {
