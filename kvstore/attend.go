@@ -202,7 +202,7 @@ func attendPart(t tiler, s *scratch, a Attention, st *state, length, h, r0, r1, 
 					copy(sc[j:j+4], s4[:])
 				}
 				for ; j < len(sc); j++ {
-					sc[j] = dot(q, kt[j*kDim:(j+1)*kDim])
+					sc[j] = quant.Dot(q, kt[j*kDim:(j+1)*kDim])
 				}
 				mx := scaleMax(sc, a.Scale, st.m[k])
 				st.raise(k, mx, vDim)
@@ -213,7 +213,7 @@ func attendPart(t tiler, s *scratch, a Attention, st *state, length, h, r0, r1, 
 					quant.AxpyRows4(o, vt[j*vDim:], vDim, (*[4]float32)(sc[j:j+4]))
 				}
 				for ; j < len(sc); j++ {
-					axpy(o, vt[j*vDim:(j+1)*vDim], sc[j])
+					quant.Axpy(o, vt[j*vDim:(j+1)*vDim], sc[j])
 				}
 			}
 		}
@@ -240,30 +240,6 @@ func parallel(threads, items int, fn func(int)) {
 			fn(i)
 		}
 	})
-}
-
-func dot(a, b []float32) float32 {
-	b = b[:len(a)]
-	var s0, s1, s2, s3 float32
-	i := 0
-	for ; i+4 <= len(a); i += 4 {
-		s0 += a[i] * b[i]
-		s1 += a[i+1] * b[i+1]
-		s2 += a[i+2] * b[i+2]
-		s3 += a[i+3] * b[i+3]
-	}
-	for ; i < len(a); i++ {
-		s0 += a[i] * b[i]
-	}
-	return (s0 + s1) + (s2 + s3)
-}
-
-// axpy: y += a*x.
-func axpy(y, x []float32, a float32) {
-	x = x[:len(y)]
-	for i := range y {
-		y[i] += a * x[i]
-	}
 }
 
 // expNeg is e^x for x <= 0 (softmax exponents after subtracting the max), to about

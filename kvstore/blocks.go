@@ -31,10 +31,19 @@ type BlockData struct {
 	Halfs []uint16
 }
 
-// BlockSource is implemented by the layer kinds whose storage can be read in place.
+// BlockSource is implemented by the layer kinds whose storage can be read in place: a
+// backend that reads the blocks itself (metal) also needs the format the next positions
+// will be stored in, to round a step's keys and values the way the layer will.
 type BlockSource interface {
 	Layer
+	// Blocks are the stored positions, in order, as they lie in memory.
 	Blocks() []StoredBlock
+	// Spec is the storage the layer uses now: fp16 for Full (also a float32 Full,
+	// whose blocks carry F32), and for a quantized kind before quantized_kv_start.
+	Spec() Spec
+	// Converts reports whether the layer still stores fp16 and will switch to its
+	// quantized spec at quantized_kv_start: its stored blocks then change format.
+	Converts() bool
 }
 
 var (
@@ -58,6 +67,13 @@ func (c *Full) Blocks() []StoredBlock {
 	}
 	return out
 }
+
+// Spec implements BlockSource: a Full cache's blocks are fp16, or float32 in F32 with
+// the fp16 format named.
+func (c *Full) Spec() Spec { return SpecF16 }
+
+// Converts implements BlockSource: a Full cache never changes format.
+func (c *Full) Converts() bool { return false }
 
 // FP32 reports whether the cache keeps float32 (an exact reference) rather than fp16.
 func (c *Full) FP32() bool { return c.fp32 }

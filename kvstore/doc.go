@@ -13,8 +13,9 @@
 // dequantize one tile of one head at a time inside the attention loop.
 //
 // A Layout assigns a Spec to every layer with KV, the first and last boundary layers
-// counted over those layers; NewCaches builds a sequence's caches from it. Options parse
-// the --kv-* flags and MLXG_KV_* / OLLAMA_KV_CACHE_TYPE variables; Choose (and Policy,
+// counted over those layers; NewCaches builds a sequence's caches from it. Options hold
+// the user's settings, parsed from the --kv-* flags (which cmd/mlxg binds to Options.Set)
+// and the MLXG_KV_* / OLLAMA_KV_CACHE_TYPE variables (ApplyEnv); Choose (and Policy,
 // with a fresh sysmem reading per call) picks the layout, the largest context that fits
 // and the prefix cache's budget from the model's shape (ShapeFromConfig), the memory
 // available and the pressure level.

@@ -1,7 +1,8 @@
 package kvstore_test
 
 // Quantized caches through a real model (qwen3-tiny on the CPU backend), and the
-// issue's measurements, run with MLXG_KV_MEASURE=1:
+// measurements behind the policy's defaults (memory, greedy drift from fp16, decode
+// speed per layout), run with MLXG_KV_MEASURE=1:
 //
 //	MLXG_KV_MEASURE=1 go test -run TestMeasureKV -v -timeout 60m ./kvstore/
 import (
@@ -28,7 +29,7 @@ import (
 	"github.com/mlxg/mlxg/runner/tokenizer"
 )
 
-// measured is a layout of the measurement table.
+// measured is one layout TestMeasureKV compares: a base spec and its boundary layers.
 type measured struct {
 	name     string
 	base     kvstore.Spec

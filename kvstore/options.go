@@ -4,12 +4,12 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-
-	"github.com/spf13/pflag"
 )
 
-// Defaults of the KV cache, from the seed measurements: keys 8-bit in groups of 64,
-// values 4-bit in groups of 32, the first and last 2 KV layers at 8/8.
+// Defaults of the KV cache: keys 8-bit in groups of 64 (a key's noise moves every
+// attention weight), values 4-bit in groups of 32 (the softmax averages their noise),
+// and the first and last 2 KV layers at 8/8, without which a uniformly 4-bit cache lets
+// greedy decoding drift from fp16's within a few dozen tokens (TestMeasureKV).
 const (
 	DefaultKGroup         = 64
 	DefaultVGroup         = 32
@@ -18,7 +18,9 @@ const (
 )
 
 // Options are the user's KV-cache settings, from flags and environment variables.
-// A nil or zero field is left to the policy; a set one always wins over it.
+// A nil or zero field is left to the policy; a set one always wins over it. The
+// command line binds each setting to the flag of its name (cmd/mlxg); Set and
+// ApplyEnv are what it and the environment go through.
 type Options struct {
 	Bits             *[2]Format // --kv-bits: keys, values; affine groups come from GroupSize
 	GroupSize        *[2]int    // --kv-group-size: keys, values
@@ -39,8 +41,8 @@ const (
 	countForms = `a whole number, 0 or more`
 )
 
-// EnvVars maps each flag to its environment variable. Flags win over the environment,
-// and MLXG_KV_* over OLLAMA_KV_CACHE_TYPE.
+// EnvVars maps each setting (by its flag name) to its environment variable. Flags win
+// over the environment, and MLXG_KV_* over OLLAMA_KV_CACHE_TYPE.
 var EnvVars = map[string]string{
 	"kv-bits":            "MLXG_KV_BITS",
 	"kv-group-size":      "MLXG_KV_GROUP_SIZE",
@@ -125,8 +127,13 @@ func parseCount(s string) (int, error) {
 	return n, nil
 }
 
-// set applies one setting by flag name; from is recorded in Source.
-func (o *Options) set(name, value, from string) error {
+// Settings are the names of the KV-cache settings, which are also their flags' names.
+var Settings = []string{"kv-bits", "kv-group-size", "kv-boundary-layers", "kv-boundary-bits", "quantized-kv-start", "max-kv-size"}
+
+// Set applies one setting by its name (one of Settings) and records from (the flag or
+// variable that gave it) in Source. A malformed value is an error showing the
+// accepted forms.
+func (o *Options) Set(name, value, from string) error {
 	var err error
 	switch name {
 	case "kv-bits":
@@ -166,47 +173,17 @@ func (o *Options) set(name, value, from string) error {
 	return nil
 }
 
-// flagValue adapts one setting to pflag, so that a malformed flag fails at parse time.
-type flagValue struct {
-	o    *Options
-	name string
-	text string
-}
-
-func (v *flagValue) String() string { return v.text }
-func (v *flagValue) Type() string   { return "string" }
-func (v *flagValue) Set(s string) error {
-	if err := v.o.set(v.name, s, "--"+v.name); err != nil {
-		return err
-	}
-	v.text = s
-	return nil
-}
-
-// RegisterFlags adds the KV-cache flags to fs, writing into o when parsed.
-func (o *Options) RegisterFlags(fs *pflag.FlagSet) {
-	add := func(name, usage string) {
-		fs.Var(&flagValue{o: o, name: name}, name, usage+" (env "+EnvVars[name]+")")
-	}
-	add("kv-bits", `KV cache bits for keys and values: "8", "(8, 4)", 16 for fp16, or q4_0 (default: chosen from RAM and memory pressure)`)
-	add("kv-group-size", `KV quantization group sizes for keys and values: "64" or "(64, 32)" (default (64, 32))`)
-	add("kv-boundary-layers", "the first and last N KV layers use --kv-boundary-bits; 0 disables (default 2)")
-	add("kv-boundary-bits", `bits of the boundary layers: "8" or "(8, 8)" (default (8, 8))`)
-	add("quantized-kv-start", "keep the KV cache fp16 until this many tokens, then quantize it (default 0)")
-	add("max-kv-size", "keep only the last N tokens of each full-attention layer (rotating cache; default 0: all)")
-}
-
 // ApplyEnv fills every setting that no flag set from the MLXG_KV_* variables, then from
 // OLLAMA_KV_CACHE_TYPE. getenv is os.Getenv outside tests. An error names the variable
 // and shows the accepted forms.
 func (o *Options) ApplyEnv(getenv func(string) string) error {
-	for _, name := range []string{"kv-bits", "kv-group-size", "kv-boundary-layers", "kv-boundary-bits", "quantized-kv-start", "max-kv-size"} {
+	for _, name := range Settings {
 		env := EnvVars[name]
 		val := getenv(env)
 		if val == "" || o.Source[name] != "" {
 			continue
 		}
-		if err := o.set(name, val, env); err != nil {
+		if err := o.Set(name, val, env); err != nil {
 			return fmt.Errorf("%s: %w", env, err)
 		}
 	}
@@ -226,16 +203,16 @@ func (o *Options) ApplyEnv(getenv func(string) string) error {
 	default:
 		return fmt.Errorf("%s: %q is not a cache type: use f16, q8_0 or q4_0 (or MLXG_KV_BITS for mlxg's own forms)", OllamaCacheTypeEnv, t)
 	}
-	if err := o.set("kv-bits", bits, from); err != nil {
+	if err := o.Set("kv-bits", bits, from); err != nil {
 		return err
 	}
 	if groups != "" && o.GroupSize == nil {
-		if err := o.set("kv-group-size", groups, from); err != nil {
+		if err := o.Set("kv-group-size", groups, from); err != nil {
 			return err
 		}
 	}
 	if o.BoundaryLayers == nil {
-		return o.set("kv-boundary-layers", "0", from)
+		return o.Set("kv-boundary-layers", "0", from)
 	}
 	return nil
 }
@@ -275,7 +252,7 @@ func (o *Options) boundary() (int, Spec) {
 // Explicit describes the settings given by flags or environment, for logs: "kv-bits from --kv-bits, ...".
 func (o *Options) Explicit() string {
 	var parts []string
-	for _, name := range []string{"kv-bits", "kv-group-size", "kv-boundary-layers", "kv-boundary-bits", "quantized-kv-start", "max-kv-size"} {
+	for _, name := range Settings {
 		if from := o.Source[name]; from != "" {
 			parts = append(parts, name+" from "+from)
 		}

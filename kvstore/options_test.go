@@ -1,10 +1,9 @@
 package kvstore
 
 import (
+	"fmt"
 	"strings"
 	"testing"
-
-	"github.com/spf13/pflag"
 )
 
 func TestParseBits(t *testing.T) {
@@ -54,20 +53,21 @@ func TestParseGroupSize(t *testing.T) {
 	}
 }
 
-func parseFlags(t *testing.T, args []string, env map[string]string) (*Options, error) {
+// parseSettings applies args, pairs of a flag ("--kv-bits") and its value, as the
+// command line's flags do (cmd/mlxg binds them to Set), then the environment env.
+func parseSettings(t *testing.T, args []string, env map[string]string) (*Options, error) {
 	t.Helper()
 	var o Options
-	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
-	fs.SetOutput(&strings.Builder{})
-	o.RegisterFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		return nil, err
+	for i := 0; i+1 < len(args); i += 2 {
+		if err := o.Set(strings.TrimPrefix(args[i], "--"), args[i+1], args[i]); err != nil {
+			return nil, fmt.Errorf("%s: %w", args[i], err)
+		}
 	}
 	return &o, o.ApplyEnv(func(k string) string { return env[k] })
 }
 
-func TestFlagsAndEnv(t *testing.T) {
-	o, err := parseFlags(t, []string{"--kv-bits", "(8, 4)", "--kv-group-size=(64, 32)", "--kv-boundary-layers", "3",
+func TestSettingsAndEnv(t *testing.T) {
+	o, err := parseSettings(t, []string{"--kv-bits", "(8, 4)", "--kv-group-size", "(64, 32)", "--kv-boundary-layers", "3",
 		"--kv-boundary-bits", "8", "--quantized-kv-start", "512", "--max-kv-size", "8192"}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +82,7 @@ func TestFlagsAndEnv(t *testing.T) {
 	}
 
 	// The environment fills what no flag set; flags win.
-	o, err = parseFlags(t, []string{"--kv-bits", "4"}, map[string]string{
+	o, err = parseSettings(t, []string{"--kv-bits", "4"}, map[string]string{
 		"MLXG_KV_BITS": "8", "MLXG_KV_GROUP_SIZE": "32", "MLXG_KV_BOUNDARY_LAYERS": "0", "MLXG_KV_MAX_SIZE": "100",
 		"OLLAMA_KV_CACHE_TYPE": "q4_0",
 	})
@@ -101,7 +101,7 @@ func TestFlagsAndEnv(t *testing.T) {
 	}
 
 	// Nothing set: the policy decides.
-	o, err = parseFlags(t, nil, nil)
+	o, err = parseSettings(t, nil, nil)
 	if err != nil || o.Bits != nil || o.GroupSize != nil || o.BoundaryLayers != nil || o.Explicit() != "" {
 		t.Errorf("empty options: %+v, %v", o, err)
 	}
@@ -114,7 +114,7 @@ func TestOllamaCacheType(t *testing.T) {
 		"q4_0": {K: FormatQ4_0, V: FormatQ4_0},
 	}
 	for typ, want := range cases {
-		o, err := parseFlags(t, nil, map[string]string{"OLLAMA_KV_CACHE_TYPE": typ})
+		o, err := parseSettings(t, nil, map[string]string{"OLLAMA_KV_CACHE_TYPE": typ})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -123,7 +123,7 @@ func TestOllamaCacheType(t *testing.T) {
 		}
 	}
 	// MLXG_KV_BITS wins over Ollama's variable.
-	o, err := parseFlags(t, nil, map[string]string{"OLLAMA_KV_CACHE_TYPE": "q4_0", "MLXG_KV_BITS": "6"})
+	o, err := parseSettings(t, nil, map[string]string{"OLLAMA_KV_CACHE_TYPE": "q4_0", "MLXG_KV_BITS": "6"})
 	if err != nil || (*o.Bits)[0] != AffineFormat(6, 0) || o.BoundaryLayers != nil {
 		t.Errorf("MLXG_KV_BITS over OLLAMA_KV_CACHE_TYPE: %+v, %v", o, err)
 	}
@@ -133,12 +133,12 @@ func TestMalformedSettings(t *testing.T) {
 	flagCases := [][]string{
 		{"--kv-bits", "7"}, {"--kv-bits", "(8, 4"}, {"--kv-group-size", "48"},
 		{"--kv-boundary-layers", "-1"}, {"--kv-boundary-layers", "two"}, {"--kv-boundary-bits", "(8, 8, 8)"},
-		{"--quantized-kv-start", "1e3"}, {"--max-kv-size", "-5"},
+		{"--quantized-kv-start", "1e3"}, {"--max-kv-size", "-5"}, {"--kv-cache", "8"},
 	}
 	for _, args := range flagCases {
-		_, err := parseFlags(t, args, nil)
-		if err == nil || !strings.Contains(err.Error(), args[0]) {
-			t.Errorf("%v: want an error naming the flag, got %v", args, err)
+		var o Options
+		if err := o.Set(args[0][2:], args[1], args[0]); err == nil {
+			t.Errorf("%v: no error", args)
 		}
 	}
 	envCases := map[string]string{
@@ -147,7 +147,7 @@ func TestMalformedSettings(t *testing.T) {
 		"OLLAMA_KV_CACHE_TYPE": "q5_1",
 	}
 	for k, v := range envCases {
-		_, err := parseFlags(t, nil, map[string]string{k: v})
+		_, err := parseSettings(t, nil, map[string]string{k: v})
 		if err == nil || !strings.Contains(err.Error(), k) {
 			t.Errorf("%s=%s: want an error naming the variable, got %v", k, v, err)
 		}

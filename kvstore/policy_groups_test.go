@@ -70,7 +70,7 @@ func TestPolicyExplicitGroupMisfit(t *testing.T) {
 	} {
 		var o Options
 		for _, s := range tc.set {
-			if err := o.set(s[0], s[1], s[2]); err != nil {
+			if err := o.Set(s[0], s[1], s[2]); err != nil {
 				t.Fatal(err)
 			}
 		}

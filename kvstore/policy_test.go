@@ -143,13 +143,13 @@ func TestPolicyNotEnoughMemory(t *testing.T) {
 
 func TestPolicyFlagsWin(t *testing.T) {
 	var o Options
-	if err := o.set("kv-bits", "(8, 8)", "--kv-bits"); err != nil {
+	if err := o.Set("kv-bits", "(8, 8)", "--kv-bits"); err != nil {
 		t.Fatal(err)
 	}
-	if err := o.set("kv-boundary-layers", "0", "--kv-boundary-layers"); err != nil {
+	if err := o.Set("kv-boundary-layers", "0", "--kv-boundary-layers"); err != nil {
 		t.Fatal(err)
 	}
-	if err := o.set("quantized-kv-start", "1024", "--quantized-kv-start"); err != nil {
+	if err := o.Set("quantized-kv-start", "1024", "--quantized-kv-start"); err != nil {
 		t.Fatal(err)
 	}
 	p, err := Choose(PolicyInput{Model: qwen3_8b(), NumCtx: 8192, Memory: mem(64*gib, 40*gib, sysmem.Warn), Options: o})
@@ -164,15 +164,15 @@ func TestPolicyFlagsWin(t *testing.T) {
 	}
 	// Groups and boundary settings apply to the policy's own rungs.
 	o = Options{}
-	_ = o.set("kv-group-size", "32", "MLXG_KV_GROUP_SIZE")
-	_ = o.set("kv-boundary-layers", "1", "MLXG_KV_BOUNDARY_LAYERS")
+	_ = o.Set("kv-group-size", "32", "MLXG_KV_GROUP_SIZE")
+	_ = o.Set("kv-boundary-layers", "1", "MLXG_KV_BOUNDARY_LAYERS")
 	p, _ = Choose(PolicyInput{Model: qwen3_8b(), NumCtx: 8192, Memory: mem(64*gib, 40*gib, sysmem.Normal), Options: o})
 	if p.Layout.String() != "K8/V4 g32, boundary 1@8/8, 36 of 36 layers with KV" {
 		t.Errorf("layout %q", p.Layout)
 	}
 	// A group that does not divide head_dim is an error, not a crash.
 	o = Options{}
-	_ = o.set("kv-group-size", "128", "--kv-group-size")
+	_ = o.Set("kv-group-size", "128", "--kv-group-size")
 	small := ModelShape{WeightBytes: 1 << 20, Layers: []LayerShape{{Kind: LayerFull, KVHeads: 1, KHeadDim: 64, VHeadDim: 64}}}
 	if _, err := Choose(PolicyInput{Model: small, Memory: mem(64*gib, 40*gib, sysmem.Normal), Options: o}); err == nil {
 		t.Error("group 128 over head_dim 64 accepted")

@@ -7,8 +7,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-
-	"github.com/spf13/pflag"
 )
 
 // Defaults of the prefix cache.
@@ -17,14 +15,16 @@ const (
 	DefaultPrefixHot   = 64 // --prompt-cache-hot
 )
 
-// PrefixEnvVars maps each prefix-cache flag to its environment variable; a flag wins.
+// PrefixEnvVars maps each prefix-cache setting (by its flag name) to its environment
+// variable; a flag wins.
 var PrefixEnvVars = map[string]string{
 	"block-ssd-cache-dir":      "MLXG_PREFIX_DIR",
 	"block-ssd-cache-max-size": "MLXG_PREFIX_MAX_SIZE",
 	"prompt-cache-hot":         "MLXG_PROMPT_CACHE_HOT",
 }
 
-// PrefixOptions are the user's prefix-cache settings, from flags and environment.
+// PrefixOptions are the user's prefix-cache settings, from flags (bound in cmd/mlxg)
+// and environment.
 type PrefixOptions struct {
 	Dir       string  // SSD tier folder; "" the default, "off" none
 	MaxSizeGB float64 // SSD tier cap in GB (10^9 bytes); 0 with no source: the default
@@ -32,27 +32,13 @@ type PrefixOptions struct {
 	Source    map[string]string
 }
 
-type prefixFlag struct {
-	o    *PrefixOptions
-	name string
-}
+// PrefixSettings are the names of the prefix-cache settings, which are also their
+// flags' names.
+var PrefixSettings = []string{"block-ssd-cache-dir", "block-ssd-cache-max-size", "prompt-cache-hot"}
 
-func (f prefixFlag) String() string {
-	if f.o == nil {
-		return ""
-	}
-	switch f.name {
-	case "block-ssd-cache-dir":
-		return f.o.Dir
-	case "block-ssd-cache-max-size":
-		return strconv.FormatFloat(f.o.MaxSizeGB, 'g', -1, 64)
-	}
-	return strconv.Itoa(f.o.Hot)
-}
-func (f prefixFlag) Type() string       { return "string" }
-func (f prefixFlag) Set(s string) error { return f.o.set(f.name, s, "--"+f.name) }
-
-func (o *PrefixOptions) set(name, value, from string) error {
+// Set applies one setting by its name (one of PrefixSettings) and records from (the
+// flag or variable that gave it) in Source; a malformed value is an error naming from.
+func (o *PrefixOptions) Set(name, value, from string) error {
 	value = strings.TrimSpace(value)
 	switch name {
 	case "block-ssd-cache-dir":
@@ -82,23 +68,13 @@ func (o *PrefixOptions) set(name, value, from string) error {
 	return nil
 }
 
-// RegisterFlags adds the prefix-cache flags to fs.
-func (o *PrefixOptions) RegisterFlags(fs *pflag.FlagSet) {
-	add := func(name, usage string) {
-		fs.Var(prefixFlag{o: o, name: name}, name, usage+" (env "+PrefixEnvVars[name]+")")
-	}
-	add("block-ssd-cache-dir", `folder of the SSD prefix cache, "off" for none (default ~/.cache/mlxg/prefix)`)
-	add("block-ssd-cache-max-size", fmt.Sprintf("size cap of the SSD prefix cache in GB (default %d)", DefaultPrefixMaxGB))
-	add("prompt-cache-hot", fmt.Sprintf("most recent SSD prefix blocks loaded into RAM at start-up (default %d)", DefaultPrefixHot))
-}
-
 // ApplyEnv fills the settings no flag gave from the environment; getenv is os.Getenv
 // outside tests.
 func (o *PrefixOptions) ApplyEnv(getenv func(string) string) error {
-	for _, name := range []string{"block-ssd-cache-dir", "block-ssd-cache-max-size", "prompt-cache-hot"} {
+	for _, name := range PrefixSettings {
 		env := PrefixEnvVars[name]
 		if v := getenv(env); v != "" && o.Source[name] == "" {
-			if err := o.set(name, v, env); err != nil {
+			if err := o.Set(name, v, env); err != nil {
 				return err
 			}
 		}

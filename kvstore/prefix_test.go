@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spf13/pflag"
-
 	"github.com/mlxg/mlxg/registry/safetensors"
 )
 
@@ -586,9 +584,7 @@ func testChild(t *testing.T, test, env string) *exec.Cmd {
 
 func TestPrefixOptions(t *testing.T) {
 	var o PrefixOptions
-	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
-	o.RegisterFlags(fs)
-	if err := fs.Parse([]string{"--block-ssd-cache-max-size", "2.5"}); err != nil {
+	if err := o.Set("block-ssd-cache-max-size", "2.5", "--block-ssd-cache-max-size"); err != nil {
 		t.Fatal(err)
 	}
 	env := map[string]string{"MLXG_PREFIX_DIR": "/x/prefix", "MLXG_PREFIX_MAX_SIZE": "7", "MLXG_PROMPT_CACHE_HOT": "3"}
@@ -599,7 +595,7 @@ func TestPrefixOptions(t *testing.T) {
 	if err != nil || cfg.Dir != "/x/prefix" || cfg.MaxDiskBytes != 2.5e9 || cfg.Hot != 3 {
 		t.Fatalf("%+v %v: the flag must win over MLXG_PREFIX_MAX_SIZE", cfg, err)
 	}
-	if err := fs.Parse([]string{"--prompt-cache-hot", "many"}); err == nil || !strings.Contains(err.Error(), "prompt-cache-hot") {
+	if err := o.Set("prompt-cache-hot", "many", "--prompt-cache-hot"); err == nil || !strings.Contains(err.Error(), "prompt-cache-hot") {
 		t.Fatalf("bad value accepted or error unnamed: %v", err)
 	}
 	var d PrefixOptions

@@ -33,11 +33,12 @@ func newKVCodecs(kvHeads, kHeadDim, vHeadDim int, spec Spec, quantizedStart int)
 // Dims implements Layer.
 func (c *kvCodecs) Dims() (int, int, int) { return c.kvHeads, c.kDim, c.vDim }
 
-// Spec is the storage the cache uses now: fp16 before quantized_kv_start positions.
+// Spec implements BlockSource: the storage the cache uses now, fp16 before
+// quantized_kv_start positions.
 func (c *kvCodecs) Spec() Spec { return Spec{K: c.kc.f, V: c.vc.f} }
 
-// Converts reports whether the cache still stores fp16 and will switch to a quantized
-// spec at quantized_kv_start.
+// Converts implements BlockSource: whether the cache still stores fp16 and will switch
+// to a quantized spec at quantized_kv_start.
 func (c *kvCodecs) Converts() bool { return c.kc.f != c.spec.K || c.vc.f != c.spec.V }
 
 // positionBytes is the storage of one position over all heads.

@@ -135,6 +135,19 @@ func TestRowCodecRoundTrip(t *testing.T) {
 	}
 }
 
+// storedCache is the reference's view of a quantized cache of length positions, allK
+// and allV appended, that quantizes at start: fp16 rows before, dequantCache's after.
+// converted records the length at which it converted (0 when it never held fp16).
+func storedCache(spec Spec, allK, allV []float32, kvHeads, kDim, vDim, length, start int, converted *int) ([]float32, []float32) {
+	if length < start {
+		return refDequant(FormatF16, allK, kDim), refDequant(FormatF16, allV, vDim)
+	}
+	if *converted == 0 && start > 0 {
+		*converted = length
+	}
+	return dequantCache(spec, allK, allV, kDim, vDim, kvHeads*kDim, kvHeads*vDim, *converted)
+}
+
 // dequantCache is the reference's view of a cache: every position's rows decoded as
 // refDequant does; the first `converted` positions (of kw and vw floats each) were stored
 // as fp16 and re-quantized from that when the cache reached quantized_kv_start.
@@ -170,15 +183,7 @@ func TestQuantizedAttend(t *testing.T) {
 						t.Fatal(err)
 					}
 					allK, allV = append(allK, k...), append(allV, v...)
-					var refK, refV []float32
-					if c.Len() < start {
-						refK, refV = refDequant(FormatF16, allK, kDim), refDequant(FormatF16, allV, vDim)
-					} else {
-						if converted == 0 && start > 0 {
-							converted = c.Len()
-						}
-						refK, refV = dequantCache(spec, allK, allV, kDim, vDim, kvHeads*kDim, kvHeads*vDim, converted)
-					}
+					refK, refV := storedCache(spec, allK, allV, kvHeads, kDim, vDim, c.Len(), start, &converted)
 					q := randVec(r, n*heads*kDim)
 					out := make([]float32, n*heads*vDim)
 					scale := float32(1 / math.Sqrt(kDim))
@@ -211,12 +216,16 @@ func TestQuantizedStartStaysFP16(t *testing.T) {
 	if err := c.Append(make([]float32, 99*32), make([]float32, 99*32), 99); err != nil {
 		t.Fatal(err)
 	}
-	if c.Spec() != SpecF16 || c.Bytes() != 99*2*32*2 {
-		t.Fatalf("below quantized_kv_start: spec %v, %d bytes", c.Spec(), c.Bytes())
+	if c.Spec() != SpecF16 || !c.Converts() || c.Bytes() != 99*2*32*2 {
+		t.Fatalf("below quantized_kv_start: spec %v, converts %v, %d bytes", c.Spec(), c.Converts(), c.Bytes())
 	}
 	_ = c.Append(make([]float32, 32), make([]float32, 32), 1)
-	if c.Spec().K != AffineFormat(4, 32) || c.Bytes() != 100*2*(16+4) {
-		t.Fatalf("at quantized_kv_start: spec %v, %d bytes", c.Spec(), c.Bytes())
+	if c.Spec().K != AffineFormat(4, 32) || c.Converts() || c.Bytes() != 100*2*(16+4) {
+		t.Fatalf("at quantized_kv_start: spec %v, converts %v, %d bytes", c.Spec(), c.Converts(), c.Bytes())
+	}
+	f, _ := NewFull(1, 32, 32, true)
+	if f.Spec() != SpecF16 || f.Converts() {
+		t.Fatalf("Full: spec %v, converts %v", f.Spec(), f.Converts())
 	}
 }
 

@@ -44,15 +44,7 @@ func TestRotatingAttend(t *testing.T) {
 						t.Fatal(err)
 					}
 					allK, allV = append(allK, k...), append(allV, v...)
-					var refK, refV []float32
-					if c.Len() < start {
-						refK, refV = refDequant(FormatF16, allK, kDim), refDequant(FormatF16, allV, vDim)
-					} else {
-						if converted == 0 && start > 0 {
-							converted = c.Len()
-						}
-						refK, refV = dequantCache(spec, allK, allV, kDim, vDim, kvHeads*kDim, kvHeads*vDim, converted)
-					}
+					refK, refV := storedCache(spec, allK, allV, kvHeads, kDim, vDim, c.Len(), start, &converted)
 					q := randVec(r, n*heads*kDim)
 					out := make([]float32, n*heads*vDim)
 					scale := float32(1 / math.Sqrt(kDim))

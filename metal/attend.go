@@ -23,22 +23,6 @@ import (
 // the blocks alone. A sliding window's ring is read the same way, as the one or two
 // runs of slots its positions occupy, with the window in the mask.
 
-// layerSpec is the storage a layer uses now: quantized kinds report it, the plain
-// kind is fp16.
-func layerSpec(l kvstore.Layer) kvstore.Spec {
-	if s, ok := l.(interface{ Spec() kvstore.Spec }); ok {
-		return s.Spec()
-	}
-	return kvstore.SpecF16
-}
-
-// mayConvert reports whether layer still stores fp16 and switches to its quantized
-// spec at quantized_kv_start.
-func mayConvert(layer kvstore.Layer) bool {
-	c, ok := layer.(interface{ Converts() bool })
-	return ok && c.Converts()
-}
-
 // roundable reports whether the device rounds a step's keys or values to f exactly as
 // kvstore stores them.
 func roundable(f kvstore.Format) bool { return f.Mode == kvstore.F16 || f.Mode == kvstore.Affine }

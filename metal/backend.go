@@ -306,21 +306,15 @@ func (b *Backend) bind(g *graph, as ...mlxArray) {
 // Weight implements compute.Backend.
 func (b *Backend) Weight(src compute.Source, prefix string, q compute.Quant) (compute.Weight, error) {
 	name := prefix + ".weight"
-	t, ok := src.Tensor(name)
-	if !ok {
-		return nil, fmt.Errorf("checkpoint has no tensor %q", name)
-	}
-	if len(t.Shape) != 2 && len(t.Shape) != 3 {
-		return nil, fmt.Errorf("tensor %q has shape %v, want a matrix (or a stack of expert matrices)", name, t.Shape)
-	}
 	// A stack of expert matrices (or a conv1d kernel) is bound as one matrix of its
 	// rows; MoE views it as a stack again.
-	rows, cols := t.Shape[0], t.Shape[len(t.Shape)-1]
-	if len(t.Shape) == 3 {
-		rows *= t.Shape[1]
+	t, rows, cols, err := compute.Matrix(src, prefix)
+	if err != nil {
+		return nil, err
 	}
 	w := &weight{name: prefix, out: rows, in: cols, q: q, dt: dtypes[t.DType]}
 	var scales, biases, bias *safetensors.Tensor
+	var ok bool
 	if q.Quantized() {
 		if err := checkQuant(q, prefix); err != nil {
 			return nil, err
@@ -357,7 +351,7 @@ func (b *Backend) Weight(src compute.Source, prefix string, q compute.Quant) (co
 		bias = bt
 	}
 	wrap := mapped(src)
-	err := b.graph(func(g *graph) error {
+	err = b.graph(func(g *graph) error {
 		matrix := func(t *safetensors.Tensor) mlxArray {
 			a := b.tensor(g, t, wrap)
 			if len(t.Shape) == 3 {
@@ -425,18 +419,15 @@ func checkQuant(q compute.Quant, prefix string) error {
 
 // Vector implements compute.Backend.
 func (b *Backend) Vector(src compute.Source, name string) (compute.Vector, error) {
-	t, ok := src.Tensor(name)
-	if !ok {
-		return nil, fmt.Errorf("checkpoint has no tensor %q", name)
-	}
-	if len(t.Shape) != 1 {
-		return nil, fmt.Errorf("tensor %q has shape %v, want a vector", name, t.Shape)
+	t, err := compute.VectorTensor(src, name)
+	if err != nil {
+		return nil, err
 	}
 	if t.DType != safetensors.F32 && t.DType != safetensors.F16 && t.DType != safetensors.BF16 {
 		return nil, fmt.Errorf("tensor %q is %s: a norm weight must be F32, F16 or BF16", name, t.DType)
 	}
 	v := &vector{n: t.Shape[0]}
-	err := b.graph(func(g *graph) error {
+	err = b.graph(func(g *graph) error {
 		v.a = g.astype(b.tensor(g, t, mapped(src)), dtFloat32)
 		b.bind(g, v.a)
 		return nil

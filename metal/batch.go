@@ -9,12 +9,9 @@ func (c *context) ConcatRows(xs ...compute.Tensor) compute.Tensor {
 	if !ok || len(a) == 0 {
 		return c.fail("ConcatRows of no tensors")
 	}
-	rows := 0
-	for _, t := range a {
-		if t.cols != a[0].cols {
-			return c.fail("ConcatRows of tensors of %d and %d columns", a[0].cols, t.cols)
-		}
-		rows += t.rows
+	rows, err := compute.ConcatShape(dims(a), true)
+	if err != nil {
+		return c.fail("%v", err)
 	}
 	if len(a) == 1 {
 		return xs[0]
@@ -32,3 +29,12 @@ func (c *context) ConcatRows(xs ...compute.Tensor) compute.Tensor {
 // tolerance (1e-4 relative batched against alone, TestBatchedMatchesAlone), not to the
 // CPU backend's identical sums, so every row of a batch goes through one product.
 func (c *context) Segments([]int) {}
+
+// dims is each tensor's [rows, cols], for compute's shape checks.
+func dims(ts []*tensor) [][2]int {
+	out := make([][2]int, len(ts))
+	for i, t := range ts {
+		out[i] = [2]int{t.rows, t.cols}
+	}
+	return out
+}

@@ -264,9 +264,9 @@ func (c *context) Attention(q, k, v compute.Tensor, cache kvstore.Layer, nHeads 
 		if r, ok := cache.(*kvstore.Rotating); ok {
 			s.window = r.Window()
 		}
-		spec := layerSpec(cache)
+		spec := src.Spec()
 		k2, v2 := g.float32Array(a[1].arr), g.float32Array(a[2].arr)
-		if c.pending[key] > 0 || mayConvert(cache) || !roundable(spec.K) || !roundable(spec.V) {
+		if c.pending[key] > 0 || src.Converts() || !roundable(spec.K) || !roundable(spec.V) {
 			// Store this step's keys and values first, then read the blocks alone.
 			c.flushAppends(g, k2, v2)
 			kd, vd := g.read(k2), g.read(v2)
@@ -276,7 +276,7 @@ func (c *context) Attention(q, k, v compute.Tensor, cache kvstore.Layer, nHeads 
 			if err := cache.Append(kd, vd, T); err != nil {
 				return g.fail(fmt.Errorf("Attention: %w", err))
 			}
-			return s.attend(a[0].arr, scale, src.Blocks(), 0, 0, layerSpec(cache))
+			return s.attend(a[0].arr, scale, src.Blocks(), 0, 0, src.Spec())
 		}
 		out := s.attend(a[0].arr, scale, src.Blocks(), heads(g, a[1].arr, T, kvHeads, kDim), heads(g, a[2].arr, T, kvHeads, vDim), spec)
 		c.appends = append(c.appends, pendingAppend{cache, k2, v2, T})

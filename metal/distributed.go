@@ -174,27 +174,21 @@ func (gr *Group) RecvInts(n, src int) ([]int32, error) {
 
 // AllSum sums x over the group, elementwise; every rank calls it with as many values.
 func (gr *Group) AllSum(x []float32) ([]float32, error) {
-	var out []float32
-	err := gr.b.graph(func(g *graph) error {
-		a := g.call("mlx_distributed_all_sum", func(r *mlxArray) int32 {
-			return g.l.allSum(r, g.fromFloat32s(x, len(x)), gr.g, gr.cpu)
-		})
-		a = g.float32Array(a)
-		g.eval(a)
-		out = g.read(a)
-		return g.err
-	})
-	return out, err
+	return gr.collective("mlx_distributed_all_sum", gr.b.lib.allSum, x)
 }
 
 // AllGather concatenates every rank's x in rank order; every rank calls it with as
 // many values.
 func (gr *Group) AllGather(x []float32) ([]float32, error) {
+	return gr.collective("mlx_distributed_all_gather", gr.b.lib.allGather, x)
+}
+
+// collective runs one of MLX's collective operations, op (named name in errors), over
+// x on the CPU stream and reads its float32 result.
+func (gr *Group) collective(name string, op func(res *mlxArray, x mlxArray, g mlxGroup, s mlxStream) int32, x []float32) ([]float32, error) {
 	var out []float32
 	err := gr.b.graph(func(g *graph) error {
-		a := g.call("mlx_distributed_all_gather", func(r *mlxArray) int32 {
-			return g.l.allGather(r, g.fromFloat32s(x, len(x)), gr.g, gr.cpu)
-		})
+		a := g.call(name, func(r *mlxArray) int32 { return op(r, g.fromFloat32s(x, len(x)), gr.g, gr.cpu) })
 		a = g.float32Array(a)
 		g.eval(a)
 		out = g.read(a)

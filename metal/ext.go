@@ -164,13 +164,9 @@ func (c *context) CausalConv1D(x compute.Tensor, w compute.Weight, state []float
 	}
 	xs := a[0]
 	T, C := xs.rows, xs.cols
-	n := cw.out * cw.in
-	if C == 0 || n%C != 0 || n < C {
-		return c.fail("CausalConv1D: a kernel of %d values for %d channels", n, C)
-	}
-	K := n / C
-	if len(state) != (K-1)*C {
-		return c.fail("CausalConv1D: a state of %d values, want %d (%d rows of %d channels)", len(state), (K-1)*C, K-1, C)
+	K, err := compute.ConvShape(compute.DimsOf(xs), cw.out*cw.in, len(state))
+	if err != nil {
+		return c.fail("%v", err)
 	}
 	return c.record(T, C, func(g *graph) mlxArray {
 		xp := xs.arr // x' = the state's K-1 rows, then x
@@ -290,12 +286,9 @@ func (c *context) ConcatCols(xs ...compute.Tensor) compute.Tensor {
 	if !ok || len(a) == 0 {
 		return c.fail("ConcatCols of no tensors")
 	}
-	cols := 0
-	for _, t := range a {
-		if t.rows != a[0].rows {
-			return c.fail("ConcatCols of tensors of %d and %d rows", a[0].rows, t.rows)
-		}
-		cols += t.cols
+	cols, err := compute.ConcatShape(dims(a), false)
+	if err != nil {
+		return c.fail("%v", err)
 	}
 	return c.record(a[0].rows, cols, func(g *graph) mlxArray {
 		arrs := make([]mlxArray, len(a))

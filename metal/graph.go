@@ -74,6 +74,15 @@ func ints(d []int) (*int32, uintptr) {
 	return &out[0], uintptr(len(out))
 }
 
+// unitStrides is ints of n strides of 1, for slices of every element.
+func unitStrides(n int) (*int32, uintptr) {
+	one := make([]int, n)
+	for i := range one {
+		one[i] = 1
+	}
+	return ints(one)
+}
+
 // fromData copies n elements at p (of dtype dt) into a new array of shape.
 func (g *graph) fromData(p unsafe.Pointer, dt mlxDtype, shape ...int) mlxArray {
 	if g.err != nil {
@@ -204,11 +213,7 @@ func (g *graph) takeAxis(a, idx mlxArray, axis int) mlxArray {
 func (g *graph) slice(a mlxArray, start, stop []int) mlxArray {
 	sp, n := ints(start)
 	ep, m := ints(stop)
-	one := make([]int, len(start))
-	for i := range one {
-		one[i] = 1
-	}
-	op, k := ints(one)
+	op, k := unitStrides(len(start))
 	return g.call("mlx_slice", func(r *mlxArray) int32 { return g.l.slice(r, a, sp, n, ep, m, op, k, g.s) })
 }
 
@@ -216,11 +221,7 @@ func (g *graph) slice(a mlxArray, start, stop []int) mlxArray {
 func (g *graph) sliceUpdate(src, upd mlxArray, start, stop []int) mlxArray {
 	sp, n := ints(start)
 	ep, m := ints(stop)
-	one := make([]int, len(start))
-	for i := range one {
-		one[i] = 1
-	}
-	op, k := ints(one)
+	op, k := unitStrides(len(start))
 	return g.call("mlx_slice_update", func(r *mlxArray) int32 {
 		return g.l.sliceUpdate(r, src, upd, sp, n, ep, m, op, k, g.s)
 	})

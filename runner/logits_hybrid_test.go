@@ -142,22 +142,7 @@ func TestHybridLogitsAgainstTransformers(t *testing.T) {
 					}
 				}
 
-				want := c.Greedy
-				for i, id := range want {
-					if slices.Contains(e.EOS(), id) {
-						want = want[:i]
-						break
-					}
-				}
-				o := Greedy()
-				o.NumPredict, o.NumBatch = len(c.Greedy), 7
-				res, err := e.GenerateTokens(context.Background(), c.Prompt, o, func(int32) (bool, error) { return false, nil })
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !slices.Equal(res.Tokens, want) {
-					t.Errorf("greedy tokens %v, transformers %v (its top-2 margins %v)", res.Tokens, c.Greedy, c.GreedyMargins)
-				}
+				checkGreedy(t, e, c.refCase)
 			})
 		}
 	}

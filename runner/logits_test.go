@@ -55,6 +55,29 @@ func readRefs(t *testing.T) []refCase {
 	return f.Cases
 }
 
+// checkGreedy decodes c's prompt greedily through the engine's loop (prefill, then one
+// token a step), which must give transformers' tokens, ending at an end-of-sequence
+// token where transformers went on.
+func checkGreedy(t *testing.T, e *Engine, c refCase) {
+	t.Helper()
+	want := c.Greedy
+	for i, id := range want {
+		if slices.Contains(e.EOS(), id) {
+			want = want[:i]
+			break
+		}
+	}
+	o := Greedy()
+	o.NumPredict, o.NumBatch = len(c.Greedy), 7
+	res, err := e.GenerateTokens(context.Background(), c.Prompt, o, func(int32) (bool, error) { return false, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.Tokens, want) {
+		t.Errorf("greedy tokens %v, transformers %v (its top-2 margins %v)", res.Tokens, c.Greedy, c.GreedyMargins)
+	}
+}
+
 // buildRef regenerates a case's checkpoint exactly as scripts/refs/gen built it, under
 // root; built remembers converted shared models, which several cases use.
 func buildRef(t *testing.T, c refCase, root string, built map[string]string) string {
@@ -161,24 +184,7 @@ func TestLogitsAgainstTransformers(t *testing.T) {
 					}
 				}
 
-				// Greedy decoding through the engine's loop (prefill, then one token a step),
-				// which ends at an end-of-sequence token where transformers went on.
-				want := c.Greedy
-				for i, id := range want {
-					if slices.Contains(e.EOS(), id) {
-						want = want[:i]
-						break
-					}
-				}
-				o := Greedy()
-				o.NumPredict, o.NumBatch = len(c.Greedy), 7
-				res, err := e.GenerateTokens(context.Background(), c.Prompt, o, func(int32) (bool, error) { return false, nil })
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !slices.Equal(res.Tokens, want) {
-					t.Errorf("greedy tokens %v, transformers %v (its top-2 margins %v)", res.Tokens, c.Greedy, c.GreedyMargins)
-				}
+				checkGreedy(t, e, c)
 			})
 		}
 	}

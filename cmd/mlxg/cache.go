@@ -80,7 +80,7 @@ flight hold stay until they finish).`,
 			return fmt.Errorf("mlxg cache %s: unknown action; use show or clear", action)
 		},
 	}
-	o.RegisterFlags(cmd.Flags())
+	registerPrefixFlags(cmd.Flags(), &o)
 	return cmd
 }
 

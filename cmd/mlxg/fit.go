@@ -69,7 +69,7 @@ as they do to serve.`,
 	cmd.Flags().IntVar(&ctx, "ctx", 0, "context length to plan for (default: the model's maximum)")
 	cmd.Flags().StringVar(&total, "total", "", `assume this much RAM instead of reading it ("64GB", "48GiB")`)
 	cmd.Flags().StringVar(&available, "available", "", "assume this much available memory instead of reading it")
-	opts.RegisterFlags(cmd.Flags())
+	registerKVFlags(cmd.Flags(), &opts)
 	return cmd
 }
 

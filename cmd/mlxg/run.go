@@ -156,7 +156,7 @@ func newRunCmd() *cobra.Command {
 	f.StringArrayVarP(&options, "option", "o", nil, "a generation option NAME=VALUE (Ollama's names; repeatable)")
 	// The server's KV settings, for a directory run in this process (a server has its own).
 	kvFlags := pflag.NewFlagSet("kv", pflag.ContinueOnError)
-	kv.RegisterFlags(kvFlags)
+	registerKVFlags(kvFlags, &kv)
 	kvFlags.VisitAll(func(fl *pflag.Flag) { fl.Usage = "MODEL a directory: " + fl.Usage })
 	f.AddFlagSet(kvFlags)
 	return cmd

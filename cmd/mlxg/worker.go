@@ -48,8 +48,8 @@ func newWorkerCmd() *cobra.Command {
 	cmd.Flags().StringVar(&hostfile, "hostfile", "", "MLX hostfile listing every rank's address (rank 0 first)")
 	cmd.Flags().IntVar(&rank, "rank", -1, "this machine's rank, 1 or more (default: MLX_RANK)")
 	cmd.Flags().IntVar(&threads, "threads", 0, "CPU threads (0: all cores)")
-	kv.RegisterFlags(cmd.Flags())
-	pc.RegisterFlags(cmd.Flags())
+	registerKVFlags(cmd.Flags(), &kv)
+	registerPrefixFlags(cmd.Flags(), &pc)
 	return cmd
 }
 

@@ -2,10 +2,10 @@
 //
 // A decode step of the CPU backend makes some 170 parallel calls (every matrix product,
 // every layer's attention) a few hundred microseconds apart. A goroutine started for each
-// call had to wake an idle OS thread (a futex; on a virtual machine, a halted vCPU), which
-// took longer than the call's own work: on the 2-core dev VM two threads decoded only
-// 1.17x as fast as one. A crew's workers instead spin after each job, watching for the
-// next, for Linger before they exit, and take each job within a microsecond or so.
+// call has to wake an idle OS thread (a futex; on a virtual machine, a halted vCPU),
+// which can take longer than the call's own work, so that a second thread adds little.
+// A crew's workers instead spin after each job, watching for the next, for Linger before
+// they exit, and take each job within a microsecond or so.
 package crew
 
 import (
@@ -22,8 +22,8 @@ const Linger = 2 * time.Millisecond
 
 // Run runs a call on the process's shared crew. One crew serves the CPU backend's
 // products and kvstore's attention alike: they alternate within a decode step, and two
-// crews' idle workers spinning side by side took the cores from each other (attention
-// over a 4K cache decoded 1.4x slower than with a goroutine per call).
+// crews' idle workers spinning side by side would take the cores from each other, each
+// crew's spinners delaying the other's jobs.
 func Run(n, pieces, workers int, fn func(lo, hi int)) { shared.Run(n, pieces, workers, fn) }
 
 var shared Crew
@@ -175,9 +175,10 @@ func (c *Crew) work(first *job) {
 }
 
 // yieldEvery is how often an idle worker gives its thread to other goroutines (the
-// server's, which would otherwise wait for the runtime's preemption). Yielding every 64
-// spins instead, 15 idle workers of a 16-thread crew queued up on the scheduler's lock:
-// 8% of a batched decode step's CPU on the 16-core Xeon.
+// server's, which would otherwise wait for the runtime's preemption, 10 ms). It is a
+// time, not a count of spins: spins are short, and the many idle workers of a large
+// crew yielding after every few of them would queue up on the scheduler's lock, taking
+// CPU from the busy threads.
 const yieldEvery = 100 * time.Microsecond
 
 // Warm asks the shared crew's idle workers to read t's memory into the caches, a line at a

@@ -17,7 +17,7 @@ import "fmt"
 // The AVX2 kernel (act8_amd64.s) multiplies 32 codes with 32 input bytes in one VPMADDUBSW
 // and converts to float once per group, where the float kernel converts every code; it
 // loads and splits a chunk of a row once for all the vectors. 8-bit rows are left to Vec:
-// split into nibbles the same way they ran no faster than the float kernel.
+// split into nibbles the same way, they gain nothing over the float kernel.
 type Vec8 struct {
 	codes []int8 // c of every vector, in the kernel's order (order)
 	// dc holds, per block of 8 groups and per vector, the 8 groups' d_g and then their

@@ -20,11 +20,10 @@
 //   result:       hsum((tot0+tot1)+bv) + bs, hsum = lanes (i)+(i+4), then two HADDPS.
 //
 // Each pair of chunks prefetches the weights 2048 bytes (8-bit: 4096), some 4096 codes,
-// ahead: on the 2-core EPYC dev machine 512 bytes took a product over a matrix larger than
-// the caches from 3.9 to 5.1 codes per cycle at 4 bits (the hardware prefetcher alone kept
-// the kernel waiting), and 2048 took it on to 18.7 G codes/s on one core from 16.5
-// (8-bit, 4096 bytes against 1024: 13.2 from 11.7; the product of BenchmarkDecodeDRAM, builds
-// alternated, medians of 5).
+// ahead: over a matrix larger than the caches the hardware prefetcher alone leaves the
+// kernel waiting on memory, and a shorter distance does not cover the memory's latency
+// at the rate the kernel consumes codes (BenchmarkDecodeDRAM times the product from
+// memory).
 
 DATA q4m<>+0(SB)/4, $0x0000000f
 DATA q4m<>+4(SB)/4, $0x000000f0

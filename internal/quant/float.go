@@ -4,8 +4,35 @@ import "math"
 
 // Float kernels shared by the CPU backend's matrix products and the KV cache's
 // attention loops: dot products of one or two vectors with four rows at a time, and
-// the matching weighted sum of four rows. AVX2+FMA assembly on amd64, plain Go
+// the matching weighted sum of four rows (with Dot and Axpy, in plain Go, for the
+// rows left over). AVX2+FMA assembly on amd64, plain Go
 // elsewhere, with identical results up to float32 rounding.
+
+// Dot is a · b over len(a) values, in four partial sums (which lets the loop run
+// without waiting on one sum's previous addition), added pairwise at the end.
+func Dot(a, b []float32) float32 {
+	b = b[:len(a)]
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		s0 += a[i] * b[i]
+		s1 += a[i+1] * b[i+1]
+		s2 += a[i+2] * b[i+2]
+		s3 += a[i+3] * b[i+3]
+	}
+	for ; i < len(a); i++ {
+		s0 += a[i] * b[i]
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// Axpy is y += a·x over len(y) values.
+func Axpy(y, x []float32, a float32) {
+	x = x[:len(y)]
+	for i := range y {
+		y[i] += a * x[i]
+	}
+}
 
 // DotRows4 sets out[k] = x · w[k*stride : k*stride+len(x)] for k = 0..3.
 func DotRows4(out *[4]float32, x, w []float32, stride int) {

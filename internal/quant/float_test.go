@@ -47,6 +47,29 @@ func TestFloatKernels(t *testing.T) {
 	}
 }
 
+// TestDotAxpy checks Dot and Axpy against float64 sums, for lengths on either side of
+// the four partial sums.
+func TestDotAxpy(t *testing.T) {
+	r := rand.New(rand.NewPCG(12, 12))
+	for n := 0; n <= 9; n++ {
+		a, b, y := randMatrix(r, n), randMatrix(r, n+2), randMatrix(r, n)
+		y0 := append([]float32(nil), y...)
+		var want float64
+		for i := range a {
+			want += float64(a[i]) * float64(b[i])
+		}
+		if got := Dot(a, b); math.Abs(float64(got)-want) > 1e-6 {
+			t.Fatalf("n=%d: Dot %v, reference %v", n, got, want)
+		}
+		Axpy(y, b, 0.5)
+		for i := range y {
+			if want := float64(y0[i]) + 0.5*float64(b[i]); math.Abs(float64(y[i])-want) > 1e-6 {
+				t.Fatalf("n=%d: Axpy element %d = %v, reference %v", n, i, y[i], want)
+			}
+		}
+	}
+}
+
 // TestWidenF16 converts every fp16 value, at every offset within a run of 8, with the
 // assembly kernel and without, against a reference conversion.
 func TestWidenF16(t *testing.T) {

@@ -91,10 +91,10 @@ func testStoredScales(t *testing.T) {
 
 // BenchmarkStoredScales times a decode-shaped product (DotRowsStored over a 131072×896
 // matrix, more than the caches hold) and the prefill's row dequantization with bf16 scales
-// and biases read in place, against the float32 copies the kernels read before (and, for
-// 8-bit dequantization, the plain Go kernel that was the only one before), alternating
-// the two in each iteration; it reports the median time of each and their ratio
-// (now/before: below 1 is faster):
+// and biases read in place ("now"), against float32 copies of them ("before"; 8-bit
+// dequantization on that side through the plain Go kernel, as without the assembly),
+// alternating the two in each iteration; it reports the median time of each and their
+// ratio (now/before: below 1 is faster):
 //
 //	go test -run '^$' -bench StoredScales -benchtime 20x ./internal/quant/
 func BenchmarkStoredScales(b *testing.B) {
@@ -116,7 +116,7 @@ func BenchmarkStoredScales(b *testing.B) {
 			dot := func(s, b Scales) { v.DotRowsStored(out, packed, s, b) }
 			deq := func(s, b Scales) {
 				if bits == 8 && s.Type == ScaleF32 {
-					// Before: 8-bit rows were dequantized by the plain Go kernel only.
+					// The float32 side of 8-bit rows: the plain Go kernel.
 					prev := SetSIMD(false)
 					defer SetSIMD(prev)
 				}

@@ -36,7 +36,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -46,6 +45,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/mlxg/mlxg/internal/files"
 	"github.com/mlxg/mlxg/internal/half"
 	"github.com/mlxg/mlxg/internal/quant"
 	"github.com/mlxg/mlxg/registry"
@@ -335,7 +335,7 @@ func Convert(ctx context.Context, src, dst string, opts Options) (*Summary, erro
 	}
 	for _, f := range []string{"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
 		"chat_template.json", "tokenizer.model", "vocab.json", "merges.txt", "added_tokens.json", "generation_config.json"} {
-		if err := copyFile(filepath.Join(src, f), filepath.Join(dst, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := files.Copy(filepath.Join(src, f), filepath.Join(dst, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("create: copying %s: %w", f, err)
 		}
 	}
@@ -503,21 +503,4 @@ func (w *shardWriter) finish(params int64) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(w.dir, safetensors.IndexFile), append(b, '\n'), 0o644)
-}
-
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.Create(dst)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }

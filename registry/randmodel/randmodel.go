@@ -38,6 +38,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/mlxg/mlxg/internal/files"
 	"github.com/mlxg/mlxg/internal/half"
 	"github.com/mlxg/mlxg/registry/safetensors"
 )
@@ -505,7 +506,7 @@ func Generate(dir string, cfg Config, opts Options) error {
 	}
 	if opts.TokenizerDir != "" {
 		for _, name := range []string{"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"} {
-			err := copyFile(filepath.Join(opts.TokenizerDir, name), filepath.Join(dir, name))
+			err := files.Copy(filepath.Join(opts.TokenizerDir, name), filepath.Join(dir, name))
 			if errors.Is(err, os.ErrNotExist) && name != "tokenizer.json" {
 				continue
 			}
@@ -678,23 +679,6 @@ func writeJSON(path string, v any) error {
 		return err
 	}
 	return os.WriteFile(path, append(b, '\n'), 0o644)
-}
-
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.Create(dst)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }
 
 // Digest is the sha256 of a checkpoint's tensors — for each, in name order, its name,

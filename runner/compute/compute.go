@@ -14,6 +14,8 @@
 package compute
 
 import (
+	"fmt"
+
 	"github.com/mlxg/mlxg/internal/quant"
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/registry/safetensors"
@@ -33,6 +35,39 @@ func (q Quant) Quantized() bool { return q.Mode != "" }
 // Source supplies checkpoint tensors by safetensors key (a *safetensors.Checkpoint).
 type Source interface {
 	Tensor(name string) (*safetensors.Tensor, bool)
+}
+
+// Matrix finds the tensor prefix+".weight" that a Backend's Weight binds, and its
+// logical rows and columns: a matrix, or a stack of expert matrices [E, out, in]
+// (mlx-lm's switch_mlp, also a conv1d kernel) bound as one E·out × in matrix, the same
+// bytes in the same order. cols is the stored last dimension, which packs several
+// codes to a word in a quantized tensor.
+func Matrix(src Source, prefix string) (t *safetensors.Tensor, rows, cols int, err error) {
+	name := prefix + ".weight"
+	t, ok := src.Tensor(name)
+	if !ok {
+		return nil, 0, 0, fmt.Errorf("checkpoint has no tensor %q", name)
+	}
+	if len(t.Shape) != 2 && len(t.Shape) != 3 {
+		return nil, 0, 0, fmt.Errorf("tensor %q has shape %v, want a matrix (or a stack of expert matrices)", name, t.Shape)
+	}
+	rows, cols = t.Shape[0], t.Shape[len(t.Shape)-1]
+	if len(t.Shape) == 3 {
+		rows *= t.Shape[1]
+	}
+	return t, rows, cols, nil
+}
+
+// VectorTensor finds the 1-D tensor name that a Backend's Vector binds.
+func VectorTensor(src Source, name string) (*safetensors.Tensor, error) {
+	t, ok := src.Tensor(name)
+	if !ok {
+		return nil, fmt.Errorf("checkpoint has no tensor %q", name)
+	}
+	if len(t.Shape) != 1 {
+		return nil, fmt.Errorf("tensor %q has shape %v, want a vector", name, t.Shape)
+	}
+	return t, nil
 }
 
 // Backend binds weights and makes contexts. It is safe for concurrent use once the

@@ -193,6 +193,42 @@ func DeltaShape(q, k, v, g, beta [2]int, heads, stateLen int) (kHeads, dk, dv in
 	return 0, 0, 0, fmt.Errorf("GatedDelta: a state of %d values does not fit %d heads of q/k width %d and value size %d", stateLen, heads, q[1], dv)
 }
 
+// ConvShape checks CausalConv1D's arguments, x as [rows, cols], the kernel's and the
+// state's lengths, and returns the kernel's taps K: kernel holds K values per channel
+// of x and the state K-1 rows of them.
+func ConvShape(x [2]int, kernel, stateLen int) (K int, err error) {
+	C := x[1]
+	if C == 0 || kernel%C != 0 || kernel < C {
+		return 0, fmt.Errorf("CausalConv1D: a kernel of %d values for %d channels", kernel, C)
+	}
+	K = kernel / C
+	if stateLen != (K-1)*C {
+		return 0, fmt.Errorf("CausalConv1D: a state of %d values, want %d (%d rows of %d channels)", stateLen, (K-1)*C, K-1, C)
+	}
+	return K, nil
+}
+
+// ConcatShape checks the arguments of ConcatRows (rows true: one under the other, of
+// equal columns) or ConcatCols (side by side, of equal rows), given as [rows, cols],
+// and returns the result's size along the joined axis.
+func ConcatShape(xs [][2]int, rows bool) (int, error) {
+	op, along, other, kind := "ConcatCols", 1, 0, "rows"
+	if rows {
+		op, along, other, kind = "ConcatRows", 0, 1, "columns"
+	}
+	if len(xs) == 0 {
+		return 0, fmt.Errorf("%s of no tensors", op)
+	}
+	n := 0
+	for _, x := range xs {
+		if x[other] != xs[0][other] {
+			return 0, fmt.Errorf("%s of tensors of %d and %d %s", op, xs[0][other], x[other], kind)
+		}
+		n += x[along]
+	}
+	return n, nil
+}
+
 // MoEShape checks MoE's arguments (x and router as [rows, cols], the stacked gate, up
 // and down matrices as [out, in]) and returns the experts' inner and output sizes.
 func MoEShape(x, router, gate, up, down [2]int, experts int, r Routing) (inter, hidden int, err error) {

@@ -1,21 +1,3 @@
-// Package constrain is constrained decoding for structured outputs: it keeps a model's
-// output a valid prefix of a JSON value that matches a JSON schema, one token at a time.
-//
-// A schema compiles (Compile) to a graph of nodes; a Constraint walks that graph with a
-// pushdown automaton over bytes (machine.go), a set of stacks of frames, one frame per open
-// object, array, string, number or literal. The tokens of a vocabulary are kept in a byte
-// trie (Vocab, built once per tokenizer); the mask of the tokens allowed in a state comes
-// from walking the trie with the automaton, pruning every subtree whose prefix the automaton
-// rejects, and is cached per state. Inside a string without a pattern or length limit, the
-// tokens that are plain string text (complete UTF-8, no quote, backslash or control byte)
-// leave the state as it is, so they are allowed as one precomputed set and only the other
-// tokens are walked.
-//
-// Whitespace between JSON tokens is one space, or a newline and up to 32 spaces or tabs
-// (before the value, up to 32 whitespace bytes of any kind); object keys come in the
-// schema's order (optional ones may be left out), and only the properties the schema names
-// are generated, so the output is valid against the schema whatever additionalProperties
-// says.
 package constrain
 
 import (

@@ -96,22 +96,11 @@ func (v vector) Len() int { return len(v) }
 
 // Weight implements compute.Backend.
 func (b *Backend) Weight(src compute.Source, prefix string, q compute.Quant) (compute.Weight, error) {
-	name := prefix + ".weight"
-	t, ok := src.Tensor(name)
-	if !ok {
-		return nil, fmt.Errorf("checkpoint has no tensor %q", name)
-	}
-	if len(t.Shape) != 2 && len(t.Shape) != 3 {
-		return nil, fmt.Errorf("tensor %q has shape %v, want a matrix (or a stack of expert matrices)", name, t.Shape)
-	}
-	// A stack of expert matrices [E, out, in] (mlx-lm's switch_mlp) is bound as one
-	// E·out × in matrix: the same bytes in the same order.
-	rows, cols := t.Shape[0], t.Shape[len(t.Shape)-1]
-	if len(t.Shape) == 3 {
-		rows *= t.Shape[1]
+	t, rows, cols, err := compute.Matrix(src, prefix)
+	if err != nil {
+		return nil, err
 	}
 	w := &weight{name: prefix, out: rows, q: q}
-	var err error
 	if !q.Quantized() {
 		w.in = cols
 		if w.f, err = floats(t); err != nil {
@@ -211,12 +200,9 @@ func stored(t *safetensors.Tensor) (quant.Scales, error) {
 
 // Vector implements compute.Backend.
 func (b *Backend) Vector(src compute.Source, name string) (compute.Vector, error) {
-	t, ok := src.Tensor(name)
-	if !ok {
-		return nil, fmt.Errorf("checkpoint has no tensor %q", name)
-	}
-	if len(t.Shape) != 1 {
-		return nil, fmt.Errorf("tensor %q has shape %v, want a vector", name, t.Shape)
+	t, err := compute.VectorTensor(src, name)
+	if err != nil {
+		return nil, err
 	}
 	f, err := floats(t)
 	return vector(f), err

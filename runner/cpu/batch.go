@@ -28,20 +28,23 @@ func (c *context) ConcatRows(xs ...compute.Tensor) compute.Tensor {
 	if !ok {
 		return nilTensor
 	}
-	if len(a) == 0 {
-		return c.fail("ConcatRows of no tensors")
-	}
-	rows := 0
-	for _, t := range a {
-		if t.cols != a[0].cols {
-			return c.fail("ConcatRows of tensors of %d and %d columns", a[0].cols, t.cols)
-		}
-		rows += t.rows
+	rows, err := compute.ConcatShape(dims(a), true)
+	if err != nil {
+		return c.fail("%v", err)
 	}
 	out := c.newTensor(rows, a[0].cols)
 	n := 0
 	for _, t := range a {
 		n += copy(out.data[n:], t.data[:t.rows*t.cols])
+	}
+	return out
+}
+
+// dims is each tensor's [rows, cols], for compute's shape checks.
+func dims(ts []*tensor) [][2]int {
+	out := make([][2]int, len(ts))
+	for i, t := range ts {
+		out[i] = [2]int{t.rows, t.cols}
 	}
 	return out
 }

@@ -30,8 +30,8 @@ type context struct {
 }
 
 // slab holds a context's tensor headers, reused by the next context once Closed: a decode
-// step makes some 400 tensors, and their separate allocations were most of what it left
-// to the collector.
+// step makes some 400 tensors, and allocating each header separately would make them
+// most of what a step leaves to the collector.
 type slab struct {
 	chunks [][]tensor
 	n      int         // headers handed out

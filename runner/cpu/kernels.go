@@ -71,8 +71,8 @@ func gemmTile(out []float32, outCols int, x []float32, t0, t1, in int, rows []fl
 			copy(y1[r:r+4], acc8[4:])
 		}
 		for ; r < nr; r++ {
-			y0[r] = dot(x0, rows[r*in:(r+1)*in])
-			y1[r] = dot(x1, rows[r*in:(r+1)*in])
+			y0[r] = quant.Dot(x0, rows[r*in:(r+1)*in])
+			y1[r] = quant.Dot(x1, rows[r*in:(r+1)*in])
 		}
 	}
 	for ; t < t1; t++ {
@@ -84,7 +84,7 @@ func gemmTile(out []float32, outCols int, x []float32, t0, t1, in int, rows []fl
 			copy(o[r:r+4], acc4[:])
 		}
 		for ; r < nr; r++ {
-			o[r] = dot(xt, rows[r*in:(r+1)*in])
+			o[r] = quant.Dot(xt, rows[r*in:(r+1)*in])
 		}
 	}
 }
@@ -105,7 +105,7 @@ func (b *Backend) quantMatVec(out, x []float32, T int, w *weight) {
 		for o := lo; o < hi; o++ {
 			quant.DequantizeFPRow(row, w.packed[o*wpr:(o+1)*wpr], w.scales.F32[o*gpr:(o+1)*gpr], w.q.Bits, g)
 			for t := 0; t < T; t++ {
-				out[t*w.out+o] = dot(x[t*in:(t+1)*in], row)
+				out[t*w.out+o] = quant.Dot(x[t*in:(t+1)*in], row)
 			}
 		}
 	})
@@ -113,11 +113,12 @@ func (b *Backend) quantMatVec(out, x []float32, T int, w *weight) {
 
 // affineMatVecs computes out[i] = x·ws[i]ᵀ (T rows of x, no bias) for the first n weights
 // of ws, affine-quantized with equal input size, bits and group: the input prepared once,
-// then the rows of all the weights, in order, split over the threads (finer pieces were
-// tried: no faster), each chunk of 64 rows reused from cache for every token. With UseInt8
-// the inputs are 8-bit (int8MatVecs). A row's result depends on that row and its token's
-// input alone. The arrays come by value so that the closure holds copies instead of moving
-// them to the heap.
+// then the rows of all the weights, in order, split over the threads (parallel's pieces:
+// every row costs the same, so finer pieces would add claims, not balance), each chunk
+// of 64 rows reused from cache for every token. With UseInt8 the inputs are 8-bit
+// (int8MatVecs). A row's result depends on that row and its token's input alone. The
+// arrays come by value so that the closure holds copies instead of moving them to the
+// heap.
 func (b *Backend) affineMatVecs(out [maxLinears][]float32, x []float32, T int, ws [maxLinears]*weight, n int) {
 	in, q := ws[0].in, ws[0].q
 	defer b.warmNext(ws[0])
@@ -153,9 +154,9 @@ func (b *Backend) int8MatVecs(out [maxLinears][]float32, x []float32, T int, ws 
 	defer vec8sPool.Put(vp)
 	vecs := (*vp)[:sets]
 	// Several sets (a batch of more than Int8Vectors decode rows) are rounded in parallel:
-	// alone on the caller, the rounding of 8 rows (then in plain Go) took 8% of a batched
-	// step's CPU and kept the other threads spinning meanwhile. (The closure is made only
-	// then: it escapes.)
+	// alone on the caller, the rounding would be a serial stretch of every product of a
+	// batched step, the other threads spinning meanwhile. (The closure is made only then:
+	// it escapes.)
 	if sets > 1 {
 		b.parallel(sets, 1, func(lo, hi int) {
 			for s := lo; s < hi; s++ {
@@ -247,22 +248,6 @@ func (w *weight) embedRow(dst []float32, id int) {
 	w.dequantizeRows(dst, id, 1)
 }
 
-func dot(a, b []float32) float32 {
-	b = b[:len(a)]
-	var s0, s1, s2, s3 float32
-	i := 0
-	for ; i+4 <= len(a); i += 4 {
-		s0 += a[i] * b[i]
-		s1 += a[i+1] * b[i+1]
-		s2 += a[i+2] * b[i+2]
-		s3 += a[i+3] * b[i+3]
-	}
-	for ; i < len(a); i++ {
-		s0 += a[i] * b[i]
-	}
-	return (s0 + s1) + (s2 + s3)
-}
-
 func addTo(dst, src []float32) {
 	src = src[:len(dst)]
 	for i := range dst {
@@ -303,9 +288,9 @@ func ropeRow(row []float32, headDim int, cos, sin []float32) {
 // warmNext learns which product follows which (the order of a decode step's products is
 // the same every step) and, once w's is done, has the crew's idle workers read the first
 // warmBytes of the next one's weights into the caches while the caller does the serial
-// work between the two (norms, RoPE, the KV append): the memory bus idles there otherwise,
-// some 16% of a decode step on the dev EPYC. Measured on the device's idle Xeon, one
-// sequence, 2 threads: 33.5 -> 35.9 tok/s (medians of 6 alternated runs).
+// work between the two (norms, RoPE, the KV append), where the memory bus would
+// otherwise idle: a decode step is bound by reading the weights, so the bytes read
+// early are time the next product does not spend.
 func (b *Backend) warmNext(w *weight) {
 	if prev := b.last.Swap(w); prev != nil && prev != w && prev.next.Load() != w {
 		prev.next.Store(w)
@@ -328,7 +313,8 @@ func (b *Backend) warmNext(w *weight) {
 var warmOn = os.Getenv("MLXG_CPU_WARM") != "0"
 
 // warmBytes is how much of the next product's packed weights warmNext warms: about what
-// the gaps between two products let two threads read (1 and 4 MiB measured alike).
+// two threads read in the gap between two products. The gap, not this size, limits
+// what gets read, so a larger value buys nothing.
 const warmBytes = 1 << 20
 
 // scaleBytes is s's memory (one of its two slices is empty).

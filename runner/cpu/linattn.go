@@ -3,6 +3,7 @@ package cpu
 import (
 	"math"
 
+	"github.com/mlxg/mlxg/internal/quant"
 	"github.com/mlxg/mlxg/runner/compute"
 )
 
@@ -18,12 +19,9 @@ func (c *context) CausalConv1D(x compute.Tensor, w compute.Weight, state []float
 	}
 	xs := a[0]
 	T, C := xs.rows, xs.cols
-	if C == 0 || len(cw.f)%C != 0 || len(cw.f) < C {
-		return c.fail("CausalConv1D: a kernel of %d values for %d channels", len(cw.f), C)
-	}
-	K := len(cw.f) / C
-	if len(state) != (K-1)*C {
-		return c.fail("CausalConv1D: a state of %d values, want %d (%d rows of %d channels)", len(state), (K-1)*C, K-1, C)
+	K, err := compute.ConvShape(compute.DimsOf(xs), len(cw.f), len(state))
+	if err != nil {
+		return c.fail("%v", err)
 	}
 	// x' = state rows then x rows.
 	xp := c.b.alloc((K - 1 + T) * C)
@@ -80,31 +78,23 @@ func (c *context) GatedDelta(q, k, v, g, beta compute.Tensor, heads int, state [
 					S[i] *= decay
 				}
 				for i, ki := range kt { // mem = Sᵀk
-					axpy(mem, S[i*dv:(i+1)*dv], ki)
+					quant.Axpy(mem, S[i*dv:(i+1)*dv], ki)
 				}
 				for j := range mem { // delta = β(v − Sᵀk)
 					mem[j] = b * (vt[j] - mem[j])
 				}
 				for i, ki := range kt { // S += k ⊗ delta
-					axpy(S[i*dv:(i+1)*dv], mem, ki)
+					quant.Axpy(S[i*dv:(i+1)*dv], mem, ki)
 				}
 				o := out.data[t*heads*dv+h*dv:][:dv]
 				clear(o)
 				for i, qi := range qt { // o = Sᵀq
-					axpy(o, S[i*dv:(i+1)*dv], qi)
+					quant.Axpy(o, S[i*dv:(i+1)*dv], qi)
 				}
 			}
 		}
 	})
 	return out
-}
-
-// axpy is y += a·x.
-func axpy(y, x []float32, a float32) {
-	x = x[:len(y)]
-	for i := range y {
-		y[i] += a * x[i]
-	}
 }
 
 // DeltaGates implements compute.LinearAttentionContext.
@@ -178,12 +168,9 @@ func (c *context) ConcatCols(xs ...compute.Tensor) compute.Tensor {
 	if !ok || len(a) == 0 {
 		return c.fail("ConcatCols of no tensors")
 	}
-	cols := 0
-	for _, t := range a {
-		if t.rows != a[0].rows {
-			return c.fail("ConcatCols of tensors of %d and %d rows", a[0].rows, t.rows)
-		}
-		cols += t.cols
+	cols, err := compute.ConcatShape(dims(a), false)
+	if err != nil {
+		return c.fail("%v", err)
 	}
 	out := c.newTensor(a[0].rows, cols)
 	for r := 0; r < a[0].rows; r++ {

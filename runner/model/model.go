@@ -284,16 +284,22 @@ func (l *Loader) Vector(name string, n int) compute.Vector {
 // embeddings are tied (tie_word_embeddings, or no lm_head.weight when config.json is
 // silent, as mlx-lm saves tied models).
 func (l *Loader) Head(embed compute.Weight, out, in int) compute.Weight {
-	tied := !l.Has("lm_head.weight")
+	return l.HeadAt("lm_head", embed, out, in)
+}
+
+// HeadAt is Head for a checkpoint whose output projection is name (a multimodal
+// checkpoint's language_model.lm_head, say).
+func (l *Loader) HeadAt(name string, embed compute.Weight, out, in int) compute.Weight {
+	tied := !l.Has(name + ".weight")
 	if t := l.Config.TieWordEmbeddings; t != nil {
 		tied = *t
-		if !tied && !l.Has("lm_head.weight") {
-			l.Fail(fmt.Errorf("tie_word_embeddings is false but the checkpoint has no lm_head.weight"))
+		if !tied && !l.Has(name+".weight") {
+			l.Fail(fmt.Errorf("tie_word_embeddings is false but the checkpoint has no %s.weight", name))
 			return nil
 		}
 	}
 	if tied {
 		return embed
 	}
-	return l.Linear("lm_head", out, in)
+	return l.Linear(name, out, in)
 }

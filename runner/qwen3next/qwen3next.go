@@ -142,14 +142,7 @@ func New(l *model.Loader) (model.Network, error) {
 		n.Layers = append(n.Layers, layer)
 	}
 	n.Norm = l.Vector(base+"norm.weight", h)
-	tied := !l.Has(head + ".weight")
-	if t := cfg.TieWordEmbeddings; t != nil {
-		tied = *t
-	}
-	n.Head = n.Embed
-	if !tied {
-		n.Head = l.Linear(head, cfg.VocabSize, h)
-	}
+	n.Head = l.HeadAt(head, n.Embed, cfg.VocabSize, h)
 	return n, nil
 }
 

@@ -7,8 +7,8 @@ import (
 	"testing"
 )
 
-// referenceSample is Sample as it was before it read logits in place: every token copied
-// into a []token, penalties from a map of counts, then the same steps.
+// referenceSample is Sample written the plain way, without reading logits in place: every
+// token copied into a []token, penalties from a map of counts, then the same steps.
 func referenceSample(s *Sampler, logits []float32) (int32, error) {
 	ts := make([]token, len(logits))
 	for i, v := range logits {

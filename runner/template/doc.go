@@ -1,7 +1,11 @@
 // Package template renders Hugging Face chat templates byte for byte as transformers
 // does: Jinja2 in an ImmutableSandboxedEnvironment with trim_blocks and lstrip_blocks
 // on, keep_trailing_newline off, the loopcontrols extension, transformers' tojson,
-// raise_exception and strftime_now, and the {% generation %} tag.
+// raise_exception and strftime_now, and the {% generation %} tag. It is a library of
+// its own, with no knowledge of models or of the runner: LoadChatTemplate reads a
+// checkpoint folder's template and special tokens as transformers does, and Apply
+// renders messages to the prompt text as apply_chat_template does; Parse and Render
+// run any template of the supported language.
 //
 // The engine is written here rather than taken from gonja/v2. gonja's known gaps are
 // exactly where chat templates live: tojson's separators and key order, a

@@ -133,15 +133,9 @@ func (r *state) exec(n node, sc *scope) error {
 		}
 		return withLine(r.assign(n.target, v, sc), n.ln)
 	case *setBlockNode:
-		s, err := r.capture(n.body, frame(sc, n.undef))
+		v, err := r.filtered(n.body, n.undef, n.filters, n.ln, sc)
 		if err != nil {
 			return err
-		}
-		var v any = s
-		for _, f := range n.filters {
-			if v, err = r.applyFilter(f, v, sc); err != nil {
-				return withLine(err, n.ln)
-			}
 		}
 		return withLine(r.assign(n.target, v, sc), n.ln)
 	case *macroNode:
@@ -155,15 +149,9 @@ func (r *state) exec(n node, sc *scope) error {
 		}
 		return r.write(pyStr(v))
 	case *filterBlockNode:
-		s, err := r.capture(n.body, frame(sc, n.undef))
+		v, err := r.filtered(n.body, n.undef, n.filters, n.ln, sc)
 		if err != nil {
 			return err
-		}
-		var v any = s
-		for _, f := range n.filters {
-			if v, err = r.applyFilter(f, v, sc); err != nil {
-				return withLine(err, n.ln)
-			}
 		}
 		return r.write(pyStr(v))
 	case *withNode:
@@ -195,6 +183,23 @@ func (r *state) capture(body []node, sc *scope) (string, error) {
 	err := r.execBody(body, sc)
 	r.out = saved
 	return b.String(), err
+}
+
+// filtered renders a block's body in a frame of its own, then passes the text through
+// the block's filters ({% set x | f %} and {% filter f %}); a filter's error is
+// reported at the block's line ln.
+func (r *state) filtered(body []node, undef map[string]bool, filters []*filterExpr, ln int, sc *scope) (any, error) {
+	s, err := r.capture(body, frame(sc, undef))
+	if err != nil {
+		return nil, err
+	}
+	var v any = s
+	for _, f := range filters {
+		if v, err = r.applyFilter(f, v, sc); err != nil {
+			return nil, withLine(err, ln)
+		}
+	}
+	return v, nil
 }
 
 func (r *state) assign(target expr, v any, sc *scope) error {

@@ -734,25 +734,19 @@ func (p *parser) parseExpression(withCond bool) (expr, error) {
 	return x, nil
 }
 
-func (p *parser) parseOr() (expr, error) {
-	x, err := p.parseAnd()
-	for err == nil && p.isName("or") {
-		ln := p.next().line
-		var r expr
-		if r, err = p.parseAnd(); err == nil {
-			x = &binExpr{pos{ln}, "or", x, r}
-		}
-	}
-	return x, err
-}
+func (p *parser) parseOr() (expr, error) { return p.parseChain("or", p.parseAnd) }
 
-func (p *parser) parseAnd() (expr, error) {
-	x, err := p.parseNot()
-	for err == nil && p.isName("and") {
+func (p *parser) parseAnd() (expr, error) { return p.parseChain("and", p.parseNot) }
+
+// parseChain parses operands joined by the keyword op, left to right: a op b op c is
+// (a op b) op c, each operand parsed by operand (the next tighter level).
+func (p *parser) parseChain(op string, operand func() (expr, error)) (expr, error) {
+	x, err := operand()
+	for err == nil && p.isName(op) {
 		ln := p.next().line
 		var r expr
-		if r, err = p.parseNot(); err == nil {
-			x = &binExpr{pos{ln}, "and", x, r}
+		if r, err = operand(); err == nil {
+			x = &binExpr{pos{ln}, op, x, r}
 		}
 	}
 	return x, err

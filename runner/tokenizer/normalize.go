@@ -9,7 +9,7 @@ import (
 )
 
 // normalizer rewrites a piece of text before pre-tokenization. Offsets are not
-// tracked: mlxg needs ids, not alignments.
+// tracked: the package produces ids, not alignments.
 type normalizer interface {
 	normalize(s string) string
 }

@@ -19,7 +19,7 @@ func (t *template) apply(ids []int32) []int32 {
 }
 
 // parsePostProcessor reads the post_processor. Only TemplateProcessing
-// changes ids; ByteLevel only adjusts offsets, which mlxg does not track.
+// changes ids; ByteLevel only adjusts offsets, which this package does not track.
 func parsePostProcessor(raw json.RawMessage) (*template, error) {
 	if isNull(raw) {
 		return nil, nil
