@@ -27,9 +27,15 @@
 // process (std::terminate). The memory policy's plan, which keeps weights, KV cache and
 // activations under the working set, is the only guard against running out there.
 //
-// Verification: tested on Linux against MLX v0.31.2 and mlx-c fba4470 (CPU backend)
-// in CI: every operation of `mlxg doctor`, every architecture's logits and greedy
-// tokens against transformers and the CPU backend, quantized KV specs, prefix-cache
-// restores and the API clients through `mlxg serve`. The Metal GPU path itself runs
-// only on a Mac (`mlxg doctor` there).
+// The package registers the backend with runner/compute under the name "mlx" in its
+// init (driver.go), so that a program has MLX built in by importing it, as cmd/mlxg
+// does; the code that chooses and checks backends (runner/backend) opens it by that
+// name and never imports this package, which keeps libmlxc's bindings out of every
+// program that does not ask for them.
+//
+// Verification: the tests run on Linux against the MLX and mlx-c that
+// scripts/mlx/build.sh pins, on MLX's CPU backend (MLXG_MLXC_PATH): every operation of
+// `mlxg doctor`, every architecture's logits and greedy tokens against transformers and
+// the CPU backend, quantized KV specs, prefix-cache restores and the API clients through
+// `mlxg serve`. The Metal GPU path itself can run only on a Mac (`mlxg doctor` there).
 package metal

@@ -5,11 +5,11 @@ package metal
 // libmlxc is loaded with purego on Apple Silicon (Metal) and on Linux amd64/arm64 (MLX's
 // CPU backend, or CUDA where MLX was built with it). On Linux, purego's fakecgo makes a
 // CGO_ENABLED=0 binary dynamically linked against glibc's loader (it must call dlopen):
-// it no longer runs on musl or in an empty container, and it started about 25 ms slower
-// here (mlxg --version, 20 runs: 109-115 ms vs 83-87 ms static, on a loaded 2-core
-// machine); the CPU backend's kernels do not go through it. The default keeps MLX one
-// environment variable away (MLXG_BACKEND=mlx); -tags nomlx builds the static binary
-// without it.
+// such a binary does not run on musl or in an empty container, and every start pays the
+// dynamic loader's work, tens of milliseconds; the CPU backend's kernels do not go
+// through it. The default build keeps MLX one environment variable away
+// (MLXG_BACKEND=mlx), since the same binary then serves both; -tags nomlx builds a static
+// binary without it, for the places a dynamic one cannot run.
 
 import (
 	"os"

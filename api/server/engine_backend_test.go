@@ -10,7 +10,6 @@ import (
 
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/kvstore/sysmem"
-	"github.com/mlxg/mlxg/metal"
 	"github.com/mlxg/mlxg/registry"
 	"github.com/mlxg/mlxg/runner/compute"
 	"github.com/mlxg/mlxg/runner/cpu"
@@ -34,10 +33,10 @@ func (b *ownBackend) Weight(src compute.Source, prefix string, q compute.Quant) 
 	return b.Backend.Weight(src, prefix, q)
 }
 
-func (b *ownBackend) ApplyPlan(p kvstore.Plan) (metal.MemoryLimits, error) {
+func (b *ownBackend) ApplyMemoryPlan(p kvstore.Plan) error {
 	b.plan = &p
 	*b.events = append(*b.events, "apply")
-	return metal.MemoryLimits{}, nil
+	return nil
 }
 
 func (b *ownBackend) Close() error {

@@ -4,6 +4,12 @@
 // metal or mlx forces one: metal needs Apple's GPU; mlx takes MLX on whatever device it
 // has (on Linux a CUDA GPU or MLX's CPU backend, which is never chosen automatically).
 // Forcing one fails, with the reason, where it cannot run.
+//
+// It also holds the checks `mlxg doctor` runs on every backend (check.go). Backends are
+// opened by the names they register with runner/compute ("cpu" by runner/cpu, "mlx" by
+// metal), never imported here: the main package decides which are built in, and this
+// package stays below them, so that code choosing or checking a backend does not link
+// libmlxc's bindings into every program that uses it.
 package backend
 
 import (
@@ -14,9 +20,14 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/mlxg/mlxg/metal"
 	"github.com/mlxg/mlxg/runner/compute"
-	"github.com/mlxg/mlxg/runner/cpu"
+)
+
+// The registered names of the two backends the chooser knows (runner/cpu.DriverName
+// and metal.DriverName).
+const (
+	cpuDriver = "cpu"
+	mlxDriver = "mlx"
 )
 
 // Env names the variable that forces a backend.
@@ -60,18 +71,19 @@ type Options struct {
 	GOOS    string                            // runtime.GOOS when empty
 	Threads int                               // CPU backend goroutines; <= 0 means all cores
 	Metal   func() (compute.Backend, error)   // opens the MLX backend; OpenMetal when nil
-	CPU     func(threads int) compute.Backend // cpu.New when nil
+	CPU     func(threads int) compute.Backend // the registered "cpu" backend when nil
 	Logger  *slog.Logger                      // slog.Default() when nil
 }
 
-// OpenMetal loads libmlxc and starts the MLX backend on it, on its best device (the
-// Metal GPU on a Mac; see metal.NewBackend).
+// OpenMetal starts the registered MLX backend ("mlx", package metal): it loads libmlxc
+// and runs on the library's best device (the Metal GPU on a Mac; see metal.NewBackend).
 func OpenMetal() (compute.Backend, error) {
-	lib, err := metal.Open()
-	if err != nil {
-		return nil, err
-	}
-	return metal.NewBackend(lib)
+	return compute.Open(mlxDriver, compute.OpenOptions{})
+}
+
+// openCPU starts the registered CPU backend.
+func openCPU(threads int) (compute.Backend, error) {
+	return compute.Open(cpuDriver, compute.OpenOptions{Threads: threads})
 }
 
 // Select picks the backend and logs the choice with its reason.
@@ -83,22 +95,23 @@ func Select(o Options) (Choice, error) {
 	if openMetal == nil {
 		openMetal = OpenMetal
 	}
-	if newCPU == nil {
-		newCPU = func(n int) compute.Backend { return cpu.New(n) }
+	cpuFrom := openCPU
+	if newCPU != nil {
+		cpuFrom = func(n int) (compute.Backend, error) { return newCPU(n), nil }
 	}
 	int8, err := int8Setting(getenv)
 	if err != nil {
 		return Choice{}, err
 	}
-	if int8 {
-		plain := newCPU
-		newCPU = func(n int) compute.Backend {
-			b := plain(n)
-			if c, ok := b.(interface{ UseInt8(bool) }); ok {
-				c.UseInt8(true)
-			}
-			return b
+	startCPU := func() (compute.Backend, error) {
+		b, err := cpuFrom(o.Threads)
+		if err != nil {
+			return nil, err
 		}
+		if c, ok := b.(interface{ UseInt8(bool) }); ok && int8 {
+			c.UseInt8(true)
+		}
+		return b, nil
 	}
 	if log == nil {
 		log = slog.Default()
@@ -111,7 +124,11 @@ func Select(o Options) (Choice, error) {
 	var c Choice
 	switch forced {
 	case "cpu":
-		c = Choice{Backend: newCPU(o.Threads), Kind: "cpu", Reason: Env + "=cpu"}
+		b, err := startCPU()
+		if err != nil {
+			return Choice{}, fmt.Errorf("%s=cpu: %w", Env, err)
+		}
+		c = Choice{Backend: b, Kind: "cpu", Reason: Env + "=cpu"}
 	case "metal", "mlx":
 		b, err := openMetal()
 		if err != nil {
@@ -123,16 +140,20 @@ func Select(o Options) (Choice, error) {
 		}
 		c = Choice{Backend: b, Kind: forced, Reason: Env + "=" + forced, open: openMetal}
 	case "":
-		if goos != "darwin" {
-			c = Choice{Backend: newCPU(o.Threads), Kind: "cpu", Reason: "the default on " + goos + " (" + Env + "=mlx runs MLX)"}
-			break
+		reason := "the default on " + goos + " (" + Env + "=mlx runs MLX)"
+		if goos == "darwin" {
+			b, err := openMetal()
+			if err == nil {
+				c = Choice{Backend: b, Kind: "metal", Reason: "libmlxc loaded and MLX reports a Metal GPU", open: openMetal}
+				break
+			}
+			reason = oneLine(err)
 		}
-		b, err := openMetal()
-		if err == nil {
-			c = Choice{Backend: b, Kind: "metal", Reason: "libmlxc loaded and MLX reports a Metal GPU", open: openMetal}
-			break
+		b, err := startCPU()
+		if err != nil {
+			return Choice{}, err
 		}
-		c = Choice{Backend: newCPU(o.Threads), Kind: "cpu", Reason: oneLine(err)}
+		c = Choice{Backend: b, Kind: "cpu", Reason: reason}
 	default:
 		return Choice{}, fmt.Errorf("%s=%q: want cpu, metal or mlx (or unset to choose automatically)", Env, getenv(Env))
 	}

@@ -3,6 +3,7 @@ package backend
 import (
 	"bytes"
 	"errors"
+	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -141,6 +142,60 @@ func TestCheckModelOnCPU(t *testing.T) {
 	res = CheckModel(dir, func() (compute.Backend, error) { return skewed{cpu.New(2)}, nil }, openCPU, TolCPU)
 	if len(res) != 2 || res[1].OK() {
 		t.Fatalf("a wrong SwiGLU passed the logits check: %+v", res)
+	}
+}
+
+// The chooser opens the backends by the names their packages register.
+func TestDriverNames(t *testing.T) {
+	if cpuDriver != cpu.DriverName || mlxDriver != metal.DriverName {
+		t.Fatalf("the chooser opens %q and %q; runner/cpu registers %q, metal %q", cpuDriver, mlxDriver, cpu.DriverName, metal.DriverName)
+	}
+	for _, name := range []string{cpuDriver, mlxDriver} {
+		if _, ok := compute.Lookup(name); !ok {
+			t.Errorf("no backend registered as %q (registered: %v)", name, compute.Drivers())
+		}
+	}
+	// Without a CPU stand-in, Select opens the registered CPU backend.
+	c, err := Select(Options{Getenv: func(k string) string {
+		if k == Env {
+			return "cpu"
+		}
+		return ""
+	}, Threads: 3, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil || c.Backend.Name() != "cpu (3 threads)" {
+		t.Errorf("forced cpu from the registry: %+v %v", c, err)
+	}
+}
+
+// int8Recorder is a CPU stand-in that records UseInt8.
+type int8Recorder struct {
+	compute.Backend
+	on *bool
+}
+
+func (r int8Recorder) UseInt8(on bool) { *r.on = on }
+
+func TestInt8Setting(t *testing.T) {
+	for _, tc := range []struct {
+		backend, int8 string
+		want          bool
+	}{{"cpu", "1", true}, {"cpu", "", false}, {"cpu", "0", false}, {"", "true", true}} {
+		var on bool
+		_, err := Select(Options{
+			Getenv: func(k string) string {
+				return map[string]string{Env: tc.backend, Int8Env: tc.int8}[k]
+			},
+			GOOS:   "linux",
+			CPU:    func(n int) compute.Backend { return int8Recorder{cpu.New(n), &on} },
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		})
+		if err != nil || on != tc.want {
+			t.Errorf("%s=%q %s=%q: 8-bit inputs %v, want %v (%v)", Env, tc.backend, Int8Env, tc.int8, on, tc.want, err)
+		}
+	}
+	if _, err := Select(Options{Getenv: func(k string) string { return map[string]string{Int8Env: "yes"}[k] }}); err == nil ||
+		!strings.Contains(err.Error(), "want 1 or 0") {
+		t.Errorf("a bad %s: %v", Int8Env, err)
 	}
 }
 

@@ -11,7 +11,6 @@ import (
 	"github.com/mlxg/mlxg/internal/half"
 	"github.com/mlxg/mlxg/internal/quant"
 	"github.com/mlxg/mlxg/kvstore"
-	"github.com/mlxg/mlxg/registry/randmodel"
 	"github.com/mlxg/mlxg/registry/safetensors"
 	"github.com/mlxg/mlxg/runner/compute"
 	"github.com/mlxg/mlxg/runner/model"
@@ -538,12 +537,6 @@ func CheckOps(b, ref compute.Backend, tol float64, seed uint64) ([]Result, error
 		out = append(out, cmp)
 	}
 	return out, nil
-}
-
-// TinyModel writes a small random checkpoint (registry/randmodel, qwen3 shape) into
-// dir for CheckModel.
-func TinyModel(dir string, seed uint64) error {
-	return randmodel.Generate(dir, randmodel.Tiny("qwen3", 512), randmodel.Options{Seed: seed})
 }
 
 // Opener makes a backend for one model load. A backend with a Close method is closed

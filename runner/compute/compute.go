@@ -1,6 +1,8 @@
 // Package compute is the tensor interface the architectures are written against, and
 // that each backend implements: the pure-Go CPU backend (runner/cpu), the reference,
-// and the Metal backend (metal/, MLX through libmlxc).
+// and the Metal backend (metal/, MLX through libmlxc). Backends register themselves
+// by name (Register, in their init) and are opened by name (Open), so that the code
+// above the interface never imports an implementation (driver.go).
 //
 // The interface is deliberately small and coarse where fusion matters. Tensors are
 // 2-D, rows × columns, row-major: a sequence of T positions is T rows; heads are packed

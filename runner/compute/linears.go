@@ -2,8 +2,8 @@ package compute
 
 // LinearsContext is implemented by contexts that compute several products of one input
 // together: the CPU backend prepares the input once and spreads the rows of all of them
-// over one parallel pass, where separate Linears would make one pass each (a decode step
-// of a 24-layer model made some 190 of them, each with its fork and join).
+// over one parallel pass, where separate Linears would make one pass each, each with its
+// fork and join (some 190 per decode step of a 24-layer model).
 type LinearsContext interface {
 	// Linears sets out[i] to Linear(x, ws[i]) for every i: the same values, the same
 	// errors. len(out) must be len(ws).

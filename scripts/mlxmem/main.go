@@ -28,12 +28,13 @@ import (
 
 	"github.com/mlxg/mlxg/internal/procstatus"
 	"github.com/mlxg/mlxg/kvstore"
-	"github.com/mlxg/mlxg/metal"
+	"github.com/mlxg/mlxg/metal" // registers the "mlx" backend that backend.OpenMetal opens
 	"github.com/mlxg/mlxg/registry/create"
 	"github.com/mlxg/mlxg/registry/randmodel"
 	"github.com/mlxg/mlxg/runner"
 	"github.com/mlxg/mlxg/runner/backend"
 	"github.com/mlxg/mlxg/runner/compute"
+	_ "github.com/mlxg/mlxg/runner/cpu" // registers the "cpu" backend
 	_ "github.com/mlxg/mlxg/runner/model/all"
 )
 
