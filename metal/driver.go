@@ -1,6 +1,8 @@
 package metal
 
 import (
+	"fmt"
+
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/runner/compute"
 )
@@ -24,4 +26,23 @@ func init() {
 func (b *Backend) ApplyMemoryPlan(p kvstore.Plan) error {
 	_, err := b.ApplyPlan(p)
 	return err
+}
+
+// JoinDistributed implements compute.Distributed over JoinGroup.
+func (b *Backend) JoinDistributed(transport string) (compute.Group, error) {
+	g, err := b.JoinGroup(transport)
+	if err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// UseDistributed implements compute.Distributed over UseGroup; g must come from
+// JoinDistributed on an MLX backend.
+func (b *Backend) UseDistributed(g compute.Group) error {
+	mg, ok := g.(*Group)
+	if !ok {
+		return fmt.Errorf("metal: UseDistributed of a %T, not a group MLX joined", g)
+	}
+	return b.UseGroup(mg)
 }

@@ -14,7 +14,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mlxg/mlxg/metal"
 	"github.com/mlxg/mlxg/registry"
 	"github.com/mlxg/mlxg/runner/compute"
 )
@@ -60,8 +59,8 @@ func readHostfile(path string) ([][]string, error) {
 
 // joinGroup points MLX at the hostfile and rank and joins the group on b.
 // MLXG_DISTRIBUTED_BACKEND names MLX's backend ("ring" by default).
-func joinGroup(b compute.Backend, hostfile string, rank int, log *slog.Logger) (*metal.Group, [][]string, error) {
-	mb, ok := b.(*metal.Backend)
+func joinGroup(b compute.Backend, hostfile string, rank int, log *slog.Logger) (compute.Group, [][]string, error) {
+	mb, ok := b.(compute.Distributed)
 	if !ok {
 		return nil, nil, fmt.Errorf("several machines need the MLX backend (%s runs here; on Linux set MLXG_BACKEND=mlx)", b.Name())
 	}
@@ -80,7 +79,7 @@ func joinGroup(b compute.Backend, hostfile string, rank int, log *slog.Logger) (
 		bk = "ring"
 	}
 	log.Info("joining the MLX group (waits for every rank)", "backend", bk, "rank", rank, "ranks", len(hosts), "hostfile", abs)
-	g, err := mb.JoinGroup(bk)
+	g, err := mb.JoinDistributed(bk)
 	if err != nil {
 		return nil, nil, fmt.Errorf("joining the MLX %s group as rank %d of %s: %w", bk, rank, abs, err)
 	}
@@ -93,7 +92,7 @@ func joinGroup(b compute.Backend, hostfile string, rank int, log *slog.Logger) (
 // Cluster is rank 0's view of the machines: its Leader, and the workers' liveness
 // connections.
 type Cluster struct {
-	group  *metal.Group
+	group  compute.Group
 	leader *Leader
 	hosts  [][]string
 	ln     net.Listener
@@ -235,8 +234,8 @@ func (c *Cluster) ForModel(open func() (compute.Backend, error)) func() (compute
 		if err != nil {
 			return nil, err
 		}
-		if mb, ok := b.(*metal.Backend); ok && c != nil {
-			if err := mb.UseGroup(c.group); err != nil {
+		if mb, ok := b.(compute.Distributed); ok && c != nil {
+			if err := mb.UseDistributed(c.group); err != nil {
 				return nil, err
 			}
 		}

@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 
 	"github.com/mlxg/mlxg/kvstore"
-	"github.com/mlxg/mlxg/metal"
 	"github.com/mlxg/mlxg/runner/backend"
 	"github.com/mlxg/mlxg/runner/compute"
 	"github.com/mlxg/mlxg/runner/model"
@@ -88,8 +87,8 @@ func RunWorker(c WorkerConfig) error {
 			if err != nil {
 				return nil, err
 			}
-			if mb, ok := b.(*metal.Backend); ok {
-				if err := mb.UseGroup(g); err != nil {
+			if mb, ok := b.(compute.Distributed); ok {
+				if err := mb.UseDistributed(g); err != nil {
 					backend.Release(b)
 					return nil, err
 				}
