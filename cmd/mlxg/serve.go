@@ -166,6 +166,7 @@ func serve(ctx context.Context, logw io.Writer, kv *kvstore.Options, pc *kvstore
 		ContextLength: ctxLen,
 		Version:       version,
 		Logger:        log,
+		NoDashboard:   envOff("MLXG_DASHBOARD"),
 	})
 	if err != nil {
 		return err
