@@ -155,6 +155,7 @@ func (l *EngineLoader) load(m *registry.LocalModel, info *registry.ModelInfo, be
 	kvSpec, size := "fp16", m.Size+fp16KV(info, numCtx)
 	peak := size
 	seqPlan := new(atomic.Pointer[kvstore.Plan]) // the KV policy's plan for the latest sequence
+	var loadPlan *modelPlan                      // the plan the model loaded with, for /api/status
 	if l.KV != nil {
 		shape, plan, err := l.plan(m, numCtx, false)
 		if err != nil {
@@ -164,6 +165,7 @@ func (l *EngineLoader) load(m *registry.LocalModel, info *registry.ModelInfo, be
 			numCtx = plan.Context // the largest context that fits
 		}
 		kvSpec, size, peak = plan.Layout.String(), plan.Weights+plan.KVBytes, plan.Peak()
+		loadPlan = &modelPlan{shape: shape, plan: plan}
 		opts.Parallel = batchCap(l.Parallel, plan)
 		if opts.Parallel < l.Parallel {
 			l.logger().Warn("fewer sequences batched than MLXG_NUM_PARALLEL: the KV caches of more do not fit in memory",
@@ -195,7 +197,8 @@ func (l *EngineLoader) load(m *registry.LocalModel, info *registry.ModelInfo, be
 	if max := e.Model.Config.MaxPositions; max > 0 && numCtx > max {
 		numCtx = max
 	}
-	em := &engineModel{e: e, cb: cb, numCtx: numCtx, template: info.ChatTemplate, kvSpec: kvSpec, size: size, peak: peak, seqPlan: seqPlan}
+	em := &engineModel{e: e, cb: cb, numCtx: numCtx, template: info.ChatTemplate, kvSpec: kvSpec, size: size, peak: peak, seqPlan: seqPlan,
+		loadPlan: loadPlan, backend: be.Name()}
 	if n := be.Name(); n != "" && !strings.HasPrefix(n, "cpu") && !strings.HasPrefix(n, "mlx-cpu") {
 		em.gpu = size // Metal: unified memory, all of it GPU-visible (MLX's CPU backend: none)
 	}
@@ -238,6 +241,8 @@ type engineModel struct {
 	peak     int64 // the policy's predicted peak
 	gpu      int64
 	seqPlan  *atomic.Pointer[kvstore.Plan] // nil plan without a KV policy
+	loadPlan *modelPlan                    // nil without a KV policy
+	backend  string                        // the compute backend's name
 	release  func()                        // the model's own backend, released before the model closes
 	// mu: generations share the model (RLock); an embedding takes it alone (Lock), since it reads hidden
 	// states through the backend wrapper.

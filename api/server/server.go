@@ -43,6 +43,8 @@ type ServerConfig struct {
 	Version string
 	Pull    registry.PullOptions
 	Logger  *slog.Logger
+	// NoDashboard turns off the web dashboard at /dashboard (MLXG_DASHBOARD=0); /api/status stays.
+	NoDashboard bool
 }
 
 // Server serves the Ollama and OpenAI APIs. Make it with NewServer.
@@ -52,7 +54,8 @@ type Server struct {
 	sched  *sched.Scheduler
 	log    *slog.Logger
 	gin    *gin.Engine
-	hosts  hostGuard // the Host-header check against DNS rebinding (hosts.go)
+	hosts  hostGuard   // the Host-header check against DNS rebinding (hosts.go)
+	status statusState // the latest requests, for /api/status (status.go)
 
 	// inflight counts requests that may run a model; Shutdown waits for them.
 	inflight sync.WaitGroup
@@ -115,6 +118,11 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 
 	g.GET("/metrics", gin.WrapH(promhttp.Handler()))
 	g.DELETE("/api/prefix-cache", s.handlePrefixClear) // metrics_prefix.go
+	g.GET("/api/status", s.handleStatus)               // status.go
+	g.GET("/api/status/events", s.handleStatusEvents)
+	if !cfg.NoDashboard {
+		s.routeDashboard(g) // dashboard.go
+	}
 	s.gin = g
 	return s, nil
 }

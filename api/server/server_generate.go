@@ -424,6 +424,7 @@ func (s *Server) perf(j *job, o *outcome, err error) {
 		b.WriteString(" done=" + o.DoneReason)
 	}
 	s.log.Info(b.String())
+	s.status.record(j.name, o, err, b.String()) // for /api/status (status.go)
 }
 
 func randomID(n int) string {

@@ -42,6 +42,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newRunCmd())
 	root.AddCommand(newCreateCmd())
 	root.AddCommand(newCacheCmd())
+	root.AddCommand(newMCPCmd())
 	return root
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/mlxg/mlxg/api"
+	"github.com/mlxg/mlxg/api/mcpserver"
 	"github.com/mlxg/mlxg/api/server"
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/kvstore/sysmem"
@@ -166,6 +167,7 @@ func serve(ctx context.Context, logw io.Writer, kv *kvstore.Options, pc *kvstore
 		ContextLength: ctxLen,
 		Version:       version,
 		Logger:        log,
+		NoDashboard:   envOff("MLXG_DASHBOARD"),
 	})
 	if err != nil {
 		return err
@@ -175,6 +177,9 @@ func serve(ctx context.Context, logw io.Writer, kv *kvstore.Options, pc *kvstore
 	l, err := net.Listen("tcp", host.Host)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w (is another server, mlxg or Ollama, running? set MLXG_HOST to use another address)", host.Host, err)
+	}
+	if !envOff("MLXG_MCP") {
+		srv.Mount("/mcp", mcpserver.HTTPHandler(mcpOptions(selfClient(l.Addr())))) // the MCP tools over streamable HTTP
 	}
 	log.Info("Listening on "+l.Addr().String()+" (version "+version+")", "keep_alive", sc.DefaultKeepAlive,
 		"num_parallel", sc.NumParallel, "max_queue", sc.MaxQueue, "memory_budget", humanize.IBytes(uint64(max(sc.MemoryBudget, 0))),
