@@ -379,19 +379,63 @@ func TestDarwinArithmetic(t *testing.T) {
 	if got := unsafe.Sizeof(vmStatistics64{}); got != hostVMInfo64Count*4 {
 		t.Fatalf("vm_statistics64 is %d bytes, want %d", got, hostVMInfo64Count*4)
 	}
-	vm := vmStatistics64{FreeCount: 1000, InactiveCount: 3000, SpeculativeCount: 200, WireCount: 500, CompressorPageCount: 70}
-	info := darwinInfo(1<<30, 2, vm, 16384, 4<<30, 1<<30)
-	if info.Available != 4000*16384 || info.Wired != 500*16384 || info.Compressed != 70*16384 || info.Pressure != Warn {
+	const page = 16384
+	// free_count already holds the speculative pages: they are not added again.
+	vm := vmStatistics64{FreeCount: 1000, InactiveCount: 3000, PurgeableCount: 400, SpeculativeCount: 200, WireCount: 500, CompressorPageCount: 70}
+	info := darwinInfo(1<<30, 2, vm, page, 4<<30, 1<<30)
+	if info.Available != 4400*page || info.Wired != 500*page || info.Compressed != 70*page || info.Signal != Warn {
 		t.Errorf("got %+v", info)
+	}
+	if info.SwapTotal != 4<<30 || info.SwapUsed != 1<<30 {
+		t.Errorf("swap %d of %d", info.SwapUsed, info.SwapTotal)
 	}
 	for level, want := range map[uint32]Pressure{0: Normal, 1: Normal, 2: Warn, 4: Critical} {
 		if got := darwinPressure(level); got != want {
 			t.Errorf("level %d: got %v want %v", level, got, want)
 		}
 	}
-	// Available never exceeds the machine.
-	if got := darwinInfo(1000, 1, vm, 16384, 0, 0).Available; got != 1000 {
-		t.Errorf("available %d exceeds total", got)
+	// Available never exceeds what is not wired.
+	if got := darwinInfo(600*page, 1, vm, page, 0, 0).Available; got != 100*page {
+		t.Errorf("available %d pages, want the 100 not wired", got/page)
+	}
+	if got := darwinInfo(400*page, 1, vm, page, 0, 0).Available; got != 0 {
+		t.Errorf("available %d with more wired than the machine", got)
+	}
+}
+
+// TestDarwinLevel: the kernel's level weighed against free + inactive + purgeable.
+func TestDarwinLevel(t *testing.T) {
+	const page = 16384
+	total := uint64(1_000_000) * page
+	at := func(availShare float64) vmStatistics64 {
+		n := uint32(availShare * 1_000_000)
+		return vmStatistics64{FreeCount: n / 4, InactiveCount: n / 2, PurgeableCount: n - n/4 - n/2, WireCount: 100_000}
+	}
+	cases := []struct {
+		kernel uint32
+		avail  float64
+		want   Pressure
+	}{
+		{1, 0.70, Normal},
+		{4, 0.70, Normal}, // critical from the kernel with most memory free or inactive: a passing state
+		{2, 0.70, Normal},
+		{2, 0.30, Warn},
+		{4, 0.30, Warn}, // the kernel's critical counts, but not as a refusal while a third is available
+		{1, 0.30, Normal},
+		{1, 0.08, Warn},
+		{4, 0.08, Critical},
+		{1, 0.02, Critical},
+	}
+	for _, c := range cases {
+		info := darwinInfo(total, c.kernel, at(c.avail), page, 0, 0)
+		if info.Pressure != c.want {
+			t.Errorf("kernel level %d, %.0f%% available: %v, want %v", c.kernel, 100*c.avail, info.Pressure, c.want)
+		}
+	}
+	// Unloading a model re-weighs the kernel's level with the memory it frees.
+	info := darwinInfo(total, 4, at(0.08), page, 0, 0)
+	if got := info.Freed(total / 2).Pressure; got != Normal {
+		t.Errorf("after freeing half the machine: %v", got)
 	}
 }
 
