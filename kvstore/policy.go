@@ -267,14 +267,20 @@ func fitContext(m ModelShape, l Layout, free int64, maxCtx int) int {
 }
 
 // MemoryError is the policy's refusal to load a model: the scheduler can report
-// Missing (0 when memory is available but the kernel reports critical pressure).
+// Missing (0 when memory is available but the level is critical).
 type MemoryError struct {
 	Critical  bool  // refused for critical memory pressure
 	Need      int64 // weights, overhead and KV for the first tokens
 	Reserve   int64 // kept free for the system
 	Available int64
 	Missing   int64
+	Total     int64 // the machine's memory (or its cgroup limit)
 }
+
+// Transient reports whether the refusal may pass: it does unless the model needs more
+// than the whole machine. The scheduler (runner/sched) turns a transient refusal into
+// its BusyError, which the server answers with 503 and Retry-After.
+func (e *MemoryError) Transient() bool { return e.Total <= 0 || e.Need <= e.Total }
 
 func (e *MemoryError) Error() string {
 	what := "not enough memory"
@@ -291,7 +297,8 @@ func (e *MemoryError) Error() string {
 
 func missingError(critical bool, need, reserve int64, mem sysmem.Info) error {
 	avail := int64(mem.Available)
-	return &MemoryError{Critical: critical, Need: need, Reserve: reserve, Available: avail, Missing: max(0, need+reserve-avail)}
+	return &MemoryError{Critical: critical, Need: need, Reserve: reserve, Available: avail, Missing: max(0, need+reserve-avail),
+		Total: int64(mem.Total)}
 }
 
 func ibytes(n int64) string { return humanize.IBytes(uint64(max(n, 0))) }

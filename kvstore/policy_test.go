@@ -119,6 +119,14 @@ func TestPolicyCritical(t *testing.T) {
 	if !errors.As(err, &me) || !me.Critical || me.Missing != me.Need+me.Reserve-6*gib {
 		t.Errorf("not a MemoryError with the missing amount: %#v", err)
 	}
+	if !me.Transient() || me.Total != 16*gib {
+		t.Errorf("a model smaller than the machine refused for pressure is not transient: %#v", me)
+	}
+	// A model larger than the whole machine never fits: not transient.
+	_, err = Choose(PolicyInput{Model: ModelShape{WeightBytes: 20 * gib, Layers: m.Layers}, NumCtx: 8192, Memory: mem(16*gib, 14*gib, sysmem.Normal)})
+	if !errors.As(err, &me) || me.Transient() {
+		t.Errorf("a model larger than the machine: %v, transient", err)
+	}
 	// Plenty available but the kernel says critical: still refused, without a negative amount.
 	_, err = Choose(PolicyInput{Model: m, NumCtx: 8192, Memory: mem(64*gib, 60*gib, sysmem.Critical)})
 	if err == nil || !strings.Contains(err.Error(), "retry when the pressure drops") {

@@ -24,6 +24,18 @@ type Policy struct {
 // Plan reads memory and chooses for the model known as key (its directory, say).
 // loaded says its weights are already resident.
 func (p *Policy) Plan(key string, m ModelShape, numCtx int, loaded bool) (Plan, error) {
+	return p.plan(key, m, numCtx, loaded, 0)
+}
+
+// PlanFreeing is Plan for a model about to be loaded once loaded models of freed bytes
+// are unloaded (the scheduler's EstimateFreeing): the reading counts them as available
+// and weighs the pressure level again (sysmem.Info.Freed), so that the pressure a
+// running model causes does not refuse what replaces it.
+func (p *Policy) PlanFreeing(key string, m ModelShape, numCtx int, freed int64) (Plan, error) {
+	return p.plan(key, m, numCtx, false, freed)
+}
+
+func (p *Policy) plan(key string, m ModelShape, numCtx int, loaded bool, freed int64) (Plan, error) {
 	sensor := p.Sensor
 	if sensor == nil {
 		sensor = sysmem.System()
@@ -32,6 +44,7 @@ func (p *Policy) Plan(key string, m ModelShape, numCtx int, loaded bool) (Plan, 
 	if err != nil {
 		return Plan{}, fmt.Errorf("reading memory for the KV-cache policy: %w", err)
 	}
+	mem = mem.Freed(uint64(max(freed, 0)))
 	plan, err := Choose(PolicyInput{Model: m, NumCtx: numCtx, Memory: mem, Options: p.Options, Loaded: loaded})
 	if err != nil {
 		return Plan{}, err

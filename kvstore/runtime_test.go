@@ -2,6 +2,7 @@ package kvstore
 
 import (
 	"errors"
+	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -59,5 +60,27 @@ func TestPolicyFollowsPressure(t *testing.T) {
 	p.Sensor = failing{}
 	if _, err := p.Plan("m", m, 8192, true); err == nil || !strings.Contains(err.Error(), "no /proc") {
 		t.Errorf("sensor failure: %v", err)
+	}
+}
+
+// TestPlanFreeing: the memory of models the scheduler would unload counts as available, and the level is
+// weighed again with it.
+func TestPlanFreeing(t *testing.T) {
+	m := qwen3_8b()
+	// A 16 GiB machine with half a GiB available while another model is loaded: critical.
+	sensor := &changing{sysmem.Info{Total: uint64(16 * gib), Available: uint64(1 * gib / 2), Pressure: sysmem.Critical, Source: "test"}}
+	p := &Policy{Sensor: sensor, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if _, err := p.Plan("m", m, 8192, false); err == nil {
+		t.Fatal("loaded with half a GiB available")
+	}
+	plan, err := p.PlanFreeing("m", m, 8192, 10*gib)
+	if err != nil {
+		t.Fatalf("with 10 GiB freed: %v", err)
+	}
+	if plan.Memory.Available != uint64(21*gib/2) || plan.Memory.Pressure != sysmem.Normal {
+		t.Errorf("freed reading: %v", plan.Memory)
+	}
+	if _, err := p.PlanFreeing("m", m, 8192, 2*gib); err == nil {
+		t.Error("loaded with 2.5 GiB available")
 	}
 }

@@ -4,14 +4,20 @@
 //
 // Supported: darwin (sysctl hw.memsize and kern.memorystatus_vm_pressure_level, page
 // counts from host_statistics64 in libSystem through purego, swap from vm.swapusage;
-// builds with CGO_ENABLED=0) and linux (/proc/meminfo MemAvailable, PSI from
-// /proc/pressure/memory, a cgroup v2 memory.max limit when one applies). Other systems
-// get a Sensor whose Read returns an error. One Read costs tens of microseconds, so a
-// caller may read it per request.
+// builds with CGO_ENABLED=0) and linux (/proc/meminfo MemAvailable and swap, the
+// process's cgroup v2 or v1 memory limit when one applies, PSI from /proc/pressure/memory).
+// Other systems get a Sensor whose Read returns an error. One Read costs tens of
+// microseconds, so a caller may read it per request.
+//
+// The level comes from the available memory first (level.go); the OS's own signal (the
+// darwin kernel's level, linux's sustained stalls) only adds to it where memory is not
+// plentiful. MLXG_MEMORY_SIGNAL=off makes System ignore that signal.
 package sysmem
 
 import (
 	"fmt"
+	"os"
+	"strings"
 
 	"github.com/dustin/go-humanize"
 )
@@ -57,8 +63,27 @@ type Info struct {
 	Compressed uint64 // darwin only: memory held by the compressor
 	SwapTotal  uint64
 	SwapUsed   uint64
-	Pressure   Pressure
-	Source     string // what was read, for logs: "darwin sysctl+host_statistics64", "linux /proc/meminfo+psi", "fixed"
+	Pressure   Pressure // the level: Signal weighed against Available (level.go)
+	// Signal is the operating system's own view before it is weighed against Available:
+	// darwin's kern.memorystatus_vm_pressure_level; on linux warn for sustained memory
+	// stalls or a nearly full swap, critical for sustained stalls of every task.
+	Signal Pressure
+	Source string // what was read, for logs: "darwin sysctl+host_statistics64", "linux /proc/meminfo+cgroup v2+psi", "fixed"
+}
+
+// Freed is the reading as it would be with n more bytes available, the memory of models
+// the caller would unload first: the level is weighed again, so pressure their own
+// memory causes does not count against what replaces them. It never raises the level.
+func (i Info) Freed(n uint64) Info {
+	if n == 0 {
+		return i
+	}
+	i.Available += n
+	if i.Total > 0 {
+		i.Available = min(i.Available, i.Total)
+	}
+	i.Pressure = min(i.Pressure, level(i.Signal, i.Available, i.Total))
+	return i
 }
 
 func (i Info) String() string {
@@ -76,14 +101,42 @@ type Sensor interface {
 // `mlxg fit`'s "what if" rows.
 type Fixed Info
 
-// Read returns the fixed reading.
+// Read returns the fixed reading. A fixed Pressure without a Signal is taken as the
+// signal too, so that Freed weighs it against the added memory.
 func (f Fixed) Read() (Info, error) {
 	i := Info(f)
 	if i.Source == "" {
 		i.Source = "fixed"
 	}
+	if i.Signal == Normal {
+		i.Signal = i.Pressure
+	}
 	return i, nil
 }
 
-// System returns the Sensor of the running operating system.
-func System() Sensor { return systemSensor() }
+// System returns the Sensor of the running operating system. With MLXG_MEMORY_SIGNAL=off
+// (or 0, false) the level comes from the available memory alone.
+func System() Sensor {
+	s := systemSensor()
+	switch strings.ToLower(strings.TrimSpace(os.Getenv("MLXG_MEMORY_SIGNAL"))) {
+	case "off", "0", "false", "no":
+		return NoSignal{s}
+	}
+	return s
+}
+
+// NoSignal reads through Sensor but ignores the operating system's signal: the level
+// comes from the available memory alone.
+type NoSignal struct{ Sensor Sensor }
+
+// Read implements Sensor.
+func (n NoSignal) Read() (Info, error) {
+	i, err := n.Sensor.Read()
+	if err != nil {
+		return i, err
+	}
+	i.Signal = Normal
+	i.Pressure = level(Normal, i.Available, i.Total)
+	i.Source += " (signal off)"
+	return i, nil
+}

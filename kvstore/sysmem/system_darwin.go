@@ -42,7 +42,7 @@ func (darwin) Read() (Info, error) {
 	if err != nil {
 		return Info{}, fmt.Errorf("sysctl hw.memsize: %w", err)
 	}
-	level, err := unix.SysctlUint32("kern.memorystatus_vm_pressure_level")
+	kernelLevel, err := unix.SysctlUint32("kern.memorystatus_vm_pressure_level")
 	if err != nil {
 		return Info{}, fmt.Errorf("sysctl kern.memorystatus_vm_pressure_level: %w", err)
 	}
@@ -60,5 +60,5 @@ func (darwin) Read() (Info, error) {
 		swapTotal = binary.LittleEndian.Uint64(raw[0:])
 		swapUsed = binary.LittleEndian.Uint64(raw[16:])
 	}
-	return darwinInfo(total, level, vm, uint64(unix.Getpagesize()), swapTotal, swapUsed), nil
+	return darwinInfo(total, kernelLevel, vm, uint64(unix.Getpagesize()), swapTotal, swapUsed), nil
 }

@@ -45,18 +45,33 @@ func darwinPressure(level uint32) Pressure {
 	return Normal
 }
 
-// darwinInfo combines the readings: available memory is free (which counts speculative
-// pages) plus inactive pages, which the kernel reclaims without swapping, as Activity
-// Monitor and gopsutil count it.
-func darwinInfo(total uint64, level uint32, vm vmStatistics64, pageSize uint64, swapTotal, swapUsed uint64) Info {
-	return Info{
+// darwinAvailable is the memory the kernel hands out without compressing or swapping:
+// free pages (host_statistics64 counts the speculative ones in free_count, so they are
+// not added again), inactive pages, and purgeable pages (volatile caches the kernel may
+// drop at once). Purgeable pages also sit on the active and inactive queues, so the sum
+// is capped at what is not wired.
+func darwinAvailable(total uint64, vm vmStatistics64, pageSize uint64) uint64 {
+	avail := (uint64(vm.FreeCount) + uint64(vm.InactiveCount) + uint64(vm.PurgeableCount)) * pageSize
+	wired := uint64(vm.WireCount) * pageSize
+	return min(avail, total-min(wired, total))
+}
+
+// darwinInfo combines the readings. The kernel's level is the Signal, weighed against the
+// available memory as on every platform (level.go): a critical kernel level counts as
+// normal while half the memory is available, as warn while a tenth is, as critical below
+// that. Swap is reported, not weighed: macOS grows its swap files on demand, so a swap
+// that looks nearly full is the usual state, not a sign of pressure.
+func darwinInfo(total uint64, kernelLevel uint32, vm vmStatistics64, pageSize uint64, swapTotal, swapUsed uint64) Info {
+	i := Info{
 		Total:      total,
-		Available:  min(total, (uint64(vm.FreeCount)+uint64(vm.InactiveCount))*pageSize),
+		Available:  darwinAvailable(total, vm, pageSize),
 		Wired:      uint64(vm.WireCount) * pageSize,
 		Compressed: uint64(vm.CompressorPageCount) * pageSize,
 		SwapTotal:  swapTotal,
 		SwapUsed:   swapUsed,
-		Pressure:   darwinPressure(level),
+		Signal:     darwinPressure(kernelLevel),
 		Source:     "darwin sysctl+host_statistics64",
 	}
+	i.Pressure = level(i.Signal, i.Available, i.Total)
+	return i
 }

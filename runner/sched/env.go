@@ -9,7 +9,8 @@ import (
 )
 
 // ConfigFromEnv reads MLXG_NUM_PARALLEL, MLXG_MAX_QUEUE and MLXG_KEEP_ALIVE, each falling back on its OLLAMA_
-// twin, so an Ollama setup carries over. getenv is os.Getenv in production.
+// twin, so an Ollama setup carries over, and MLXG_RETRY_AFTER (a BusyError's Retry-After: a duration or a
+// number of seconds). getenv is os.Getenv in production.
 func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	var c Config
 	var err error
@@ -31,6 +32,18 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 			// 0 means "unload at once"; Config's zero value means "default", so use the smallest duration.
 			c.DefaultKeepAlive = time.Nanosecond
 		}
+	}
+	c.RetryAfter = 10 * time.Second
+	if v := strings.TrimSpace(getenv("MLXG_RETRY_AFTER")); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			n, nerr := strconv.Atoi(v)
+			d, err = time.Duration(n)*time.Second, nerr
+		}
+		if err != nil || d < time.Second || d > time.Hour {
+			return c, fmt.Errorf("MLXG_RETRY_AFTER=%q: want a duration from 1s to 1h, such as 10s, or a number of seconds", v)
+		}
+		c.RetryAfter = d
 	}
 	return c, nil
 }

@@ -4,6 +4,12 @@
 // used idle one when a load would not fit. A load that fails fails every request waiting on it; a request whose
 // context ends while it waits leaves the queue.
 //
+// No loaded model is unloaded to make room before the new one is known to fit: the request's estimate (the
+// memory policy's plan) is asked with the memory that unloading would free counted as available, and only a
+// plan that fits, in memory and in the budget, unloads anything. A model that does not fit even then leaves
+// the loaded ones serving: the request waits when busy models would make room once idle, and is refused with
+// a *BusyError (errors.Is ErrBusy, with a RetryAfter) when the refusal is transient, such as memory pressure.
+//
 // The scheduler knows a loaded model only through the Model interface and a request's Load function, so it is
 // tested with fakes.
 package sched
@@ -13,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -35,8 +42,14 @@ type Request struct {
 	// Size is the memory the model will take once loaded, in bytes (weights and KV cache).
 	Size int64
 	// Estimate, when set, gives Size only when the model must be loaded (it may read the machine's memory,
-	// which is wasted work for a model already loaded); its error fails the request.
+	// which is wasted work for a model already loaded); its error fails the request, as a *BusyError when
+	// the error is transient (see BusyError).
 	Estimate func() (int64, error)
+	// EstimateFreeing, when set, replaces Estimate: freed is the memory (sizes of loaded models) the
+	// scheduler would unload before this load, which the estimate counts as available. The scheduler asks
+	// with nothing freed first, then with the least recently used idle models one by one, and unloads only
+	// those the first estimate that fits counted on.
+	EstimateFreeing func(freed int64) (int64, error)
 	// KeepAlive is how long the model stays loaded after this request: nil is the scheduler's default, 0 unloads
 	// it as soon as it is idle, a negative value keeps it until the server stops.
 	KeepAlive *time.Duration
@@ -51,13 +64,72 @@ type Config struct {
 	MaxQueue         int           // requests waiting for a model, in all (default 512)
 	MemoryBudget     int64         // bytes all loaded models may take; 0: no limit
 	DefaultKeepAlive time.Duration // default 5m; negative: forever
+	RetryAfter       time.Duration // a BusyError's RetryAfter; default 10s
 }
 
 // Errors returned by Acquire.
 var (
 	ErrQueueFull = errors.New("server busy: too many requests are queued; retry later or raise MLXG_MAX_QUEUE")
 	ErrClosed    = errors.New("the server is shutting down")
+	// ErrBusy matches (errors.Is) every *BusyError.
+	ErrBusy = errors.New("server busy: the model cannot be loaded now")
 )
+
+// BusyError is a transient refusal to load a model, such as memory pressure or memory other models or
+// processes hold: the models already loaded keep serving, and the same request may succeed later. An
+// error from Estimate, EstimateFreeing or Load is transient when it, or an error it wraps, has a
+// Transient method that reports true (kvstore's MemoryError). HTTP servers answer it with 503 and a
+// Retry-After header.
+type BusyError struct {
+	Name       string
+	RetryAfter time.Duration
+	Err        error // why: the memory policy's refusal
+}
+
+func (e *BusyError) Error() string {
+	return fmt.Sprintf("server busy: model %q cannot be loaded now (%v); the loaded models keep serving; retry in %s",
+		e.Name, e.Err, e.RetryAfter)
+}
+
+// Unwrap returns the cause.
+func (e *BusyError) Unwrap() error { return e.Err }
+
+// Is reports whether target is ErrBusy.
+func (e *BusyError) Is(target error) bool { return target == ErrBusy }
+
+// RetryAfter returns the delay a client should wait before retrying err, when err is or wraps a
+// *BusyError; the HTTP layer sends it as Retry-After, in whole seconds (at least 1).
+func RetryAfter(err error) (time.Duration, bool) {
+	var b *BusyError
+	if !errors.As(err, &b) {
+		return 0, false
+	}
+	return b.RetryAfter, true
+}
+
+// RetryAfterSeconds is RetryAfter as a Retry-After header's value: whole seconds, rounded up, at least 1.
+func RetryAfterSeconds(err error) (string, bool) {
+	d, ok := RetryAfter(err)
+	if !ok {
+		return "", false
+	}
+	return strconv.FormatInt(max(1, int64((d+time.Second-1)/time.Second)), 10), true
+}
+
+// transient reports whether err says its refusal may pass.
+func transient(err error) bool {
+	var t interface{ Transient() bool }
+	return errors.As(err, &t) && t.Transient()
+}
+
+// busy wraps a transient err in a *BusyError; other errors are returned as they are.
+func (s *Scheduler) busy(name string, err error) error {
+	var b *BusyError
+	if err == nil || errors.As(err, &b) || !transient(err) {
+		return err
+	}
+	return &BusyError{Name: name, RetryAfter: s.cfg.RetryAfter, Err: err}
+}
 
 // TooLargeError is returned when a model alone does not fit in the memory budget.
 type TooLargeError struct {
@@ -110,6 +182,9 @@ func New(cfg Config) *Scheduler {
 	if cfg.DefaultKeepAlive == 0 {
 		cfg.DefaultKeepAlive = 5 * time.Minute
 	}
+	if cfg.RetryAfter <= 0 {
+		cfg.RetryAfter = 10 * time.Second
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Scheduler{cfg: cfg, ctx: ctx, cancel: cancel, wake: make(chan struct{}), entries: map[string]*entry{}}
 }
@@ -161,9 +236,16 @@ func (s *Scheduler) Acquire(ctx context.Context, req Request) (*Lease, error) {
 		case e != nil && e.err != nil:
 			return nil, e.err
 		case e != nil && e.req.Fingerprint != req.Fingerprint:
+			// Reload with other options: the old model goes only once the new one is known to fit.
 			if e.active == 0 {
-				s.unloadLocked(e)
-				continue
+				started, err := s.placeLocked(req, e)
+				if err != nil {
+					return nil, err
+				}
+				if started {
+					loadedHere = true
+					continue
+				}
 			}
 		case e != nil && e.active < s.cfg.NumParallel:
 			e.active++
@@ -181,19 +263,11 @@ func (s *Scheduler) Acquire(ctx context.Context, req Request) (*Lease, error) {
 			}
 			return l, nil
 		case e == nil:
-			if req.Estimate != nil {
-				size, err := req.Estimate()
-				if err != nil {
-					return nil, err
-				}
-				req.Size, req.Estimate = size, nil
-			}
-			fits, err := s.makeRoomLocked(req)
+			started, err := s.placeLocked(req, nil)
 			if err != nil {
 				return nil, err
 			}
-			if fits {
-				s.startLoadLocked(req)
+			if started {
 				loadedHere = true
 				continue
 			}
@@ -227,28 +301,95 @@ func (s *Scheduler) Acquire(ctx context.Context, req Request) (*Lease, error) {
 	}
 }
 
-// makeRoomLocked reports whether req's model fits now, unloading least recently used idle models as needed.
-func (s *Scheduler) makeRoomLocked(req Request) (bool, error) {
-	if s.cfg.MemoryBudget <= 0 {
-		return true, nil
+// placeLocked starts req's load when it fits, unloading idle models to make room only once an estimate
+// that counts their memory as freed says it fits, in memory and in the budget; replacing, when set, is the
+// idle model of the same key that must go in any case. It reports false when req must wait for busy models
+// to become idle, and errs (a *BusyError when transient) when the model does not fit even then: nothing
+// is unloaded in either case.
+func (s *Scheduler) placeLocked(req Request, replacing *entry) (bool, error) {
+	var idle []*entry // least recently used first
+	var busy int64    // what models in use or loading hold: theirs once they are idle
+	for _, e := range s.entries {
+		switch {
+		case e == replacing || e.err != nil:
+		case !e.loading && e.active == 0:
+			idle = append(idle, e)
+		default:
+			busy += e.size
+		}
 	}
-	if req.Size > s.cfg.MemoryBudget {
-		return false, &TooLargeError{Name: req.Name, Size: req.Size, Budget: s.cfg.MemoryBudget}
+	slices.SortFunc(idle, func(a, b *entry) int { return a.lastUsed.Compare(b.lastUsed) })
+	var drop []*entry
+	if replacing != nil {
+		drop = append(drop, replacing)
 	}
-	for s.usedLocked()+req.Size > s.cfg.MemoryBudget {
-		var idle []*entry
-		for _, e := range s.entries {
-			if !e.loading && e.active == 0 && e.err == nil {
-				idle = append(idle, e)
+
+	estimateOnce := req.EstimateFreeing == nil // Estimate and Size do not depend on what is freed
+	size, estErr := int64(0), error(nil)
+	estimate := func(freed int64) (int64, error) {
+		switch {
+		case req.EstimateFreeing != nil:
+			return req.EstimateFreeing(freed)
+		case req.Estimate != nil:
+			return req.Estimate()
+		}
+		return req.Size, nil
+	}
+	sizeOf := func(es []*entry) int64 {
+		var n int64
+		for _, e := range es {
+			n += e.size
+		}
+		return n
+	}
+	used := s.usedLocked()
+	var refusal error // the latest transient estimate error
+	for k := 0; k <= len(idle); k++ {
+		freeing := append(drop[:len(drop):len(drop)], idle[:k]...)
+		freed := sizeOf(freeing)
+		if k == 0 || !estimateOnce {
+			size, estErr = estimate(freed)
+		}
+		if estErr != nil {
+			if !transient(estErr) {
+				return false, estErr // no unloading changes it
 			}
+			refusal = estErr
+			if estimateOnce {
+				break // without EstimateFreeing, unloading cannot be known to help
+			}
+			continue
 		}
-		if len(idle) == 0 {
-			return false, nil // wait for a model to become idle
+		refusal = nil
+		if s.cfg.MemoryBudget > 0 && size > s.cfg.MemoryBudget {
+			return false, &TooLargeError{Name: req.Name, Size: size, Budget: s.cfg.MemoryBudget}
 		}
-		lru := slices.MinFunc(idle, func(a, b *entry) int { return a.lastUsed.Compare(b.lastUsed) })
-		s.unloadLocked(lru)
+		if s.cfg.MemoryBudget <= 0 || used-freed+size <= s.cfg.MemoryBudget {
+			var closing []<-chan struct{}
+			for _, e := range freeing {
+				closing = append(closing, s.unloadLocked(e))
+			}
+			req.Size, req.Estimate, req.EstimateFreeing = size, nil, nil
+			s.startLoadLocked(req, closing)
+			return true, nil
+		}
 	}
-	return true, nil
+	if busy == 0 {
+		if refusal != nil {
+			return false, s.busy(req.Name, refusal)
+		}
+		return false, nil // only the budget is short: loads in flight may fail and free it
+	}
+	// Busy models hold memory: wait for them when the model fits once they are idle too.
+	if refusal != nil && !estimateOnce {
+		all := sizeOf(drop) + sizeOf(idle) + busy
+		if _, err := estimate(all); err != nil {
+			return false, s.busy(req.Name, err)
+		}
+	} else if refusal != nil {
+		return false, s.busy(req.Name, refusal)
+	}
+	return false, nil
 }
 
 func (s *Scheduler) usedLocked() int64 {
@@ -261,18 +402,26 @@ func (s *Scheduler) usedLocked() int64 {
 	return n
 }
 
-func (s *Scheduler) startLoadLocked(req Request) {
+// startLoadLocked loads req's model once the models unloaded for it (closing) have closed: their memory
+// must be free before the load reads how much there is.
+func (s *Scheduler) startLoadLocked(req Request, closing []<-chan struct{}) {
 	e := &entry{req: req, loading: true, ready: make(chan struct{}), size: req.Size}
 	s.entries[req.Key] = e
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
+		for _, c := range closing {
+			select {
+			case <-c:
+			case <-s.ctx.Done():
+			}
+		}
 		m, err := load(s.ctx, req)
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		e.loading = false
 		if err != nil {
-			e.err = fmt.Errorf("loading model %q: %w", req.Name, err)
+			e.err = s.busy(req.Name, fmt.Errorf("loading model %q: %w", req.Name, err))
 			delete(s.entries, req.Key) // later requests try again
 		} else if s.closed {
 			e.err = ErrClosed
@@ -304,8 +453,9 @@ func load(ctx context.Context, req Request) (m Model, err error) {
 	return m, err
 }
 
-// unloadLocked removes an idle entry and closes its model in the background.
-func (s *Scheduler) unloadLocked(e *entry) {
+// unloadLocked removes an idle entry and closes its model in the background; the channel closes when it
+// has closed.
+func (s *Scheduler) unloadLocked(e *entry) <-chan struct{} {
 	if s.entries[e.req.Key] == e {
 		delete(s.entries, e.req.Key)
 	}
@@ -314,19 +464,24 @@ func (s *Scheduler) unloadLocked(e *entry) {
 		e.timer.Stop()
 		e.timer = nil
 	}
-	s.closeModel(e.model)
+	done := s.closeModel(e.model)
 	s.broadcast()
+	return done
 }
 
-func (s *Scheduler) closeModel(m Model) {
+func (s *Scheduler) closeModel(m Model) <-chan struct{} {
+	done := make(chan struct{})
 	if m == nil {
-		return
+		close(done)
+		return done
 	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
+		defer close(done)
 		_ = m.Close()
 	}()
+	return done
 }
 
 // Release ends the lease. The model stays loaded for the request's keep_alive once no request holds it.

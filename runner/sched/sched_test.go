@@ -430,8 +430,13 @@ func TestUnloadAndClose(t *testing.T) {
 func TestConfigFromEnv(t *testing.T) {
 	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 	c, err := ConfigFromEnv(env(nil))
-	if err != nil || c.NumParallel != 1 || c.MaxQueue != 512 || c.DefaultKeepAlive != 5*time.Minute {
+	if err != nil || c.NumParallel != 1 || c.MaxQueue != 512 || c.DefaultKeepAlive != 5*time.Minute || c.RetryAfter != 10*time.Second {
 		t.Fatalf("defaults: %+v %v", c, err)
+	}
+	for v, want := range map[string]time.Duration{"30": 30 * time.Second, "1m": time.Minute} {
+		if c, err := ConfigFromEnv(env(map[string]string{"MLXG_RETRY_AFTER": v})); err != nil || c.RetryAfter != want {
+			t.Errorf("MLXG_RETRY_AFTER=%s: %v %v", v, c.RetryAfter, err)
+		}
 	}
 	c, err = ConfigFromEnv(env(map[string]string{"MLXG_NUM_PARALLEL": "4", "OLLAMA_NUM_PARALLEL": "2", "OLLAMA_MAX_QUEUE": "7",
 		"OLLAMA_KEEP_ALIVE": "90", "MLXG_KEEP_ALIVE": ""}))
@@ -442,7 +447,7 @@ func TestConfigFromEnv(t *testing.T) {
 	if c.DefaultKeepAlive >= 0 {
 		t.Fatalf("negative keep_alive must mean forever, got %v", c.DefaultKeepAlive)
 	}
-	for k, v := range map[string]string{"MLXG_NUM_PARALLEL": "0", "MLXG_MAX_QUEUE": "x", "MLXG_KEEP_ALIVE": "soon"} {
+	for k, v := range map[string]string{"MLXG_NUM_PARALLEL": "0", "MLXG_MAX_QUEUE": "x", "MLXG_KEEP_ALIVE": "soon", "MLXG_RETRY_AFTER": "0"} {
 		if _, err := ConfigFromEnv(env(map[string]string{k: v})); err == nil || !strings.Contains(err.Error(), k) {
 			t.Errorf("%s=%s: err %v, want one naming the variable", k, v, err)
 		}
