@@ -45,7 +45,9 @@ func (s *eventStream) send(name string, v any) error {
 
 // anthropicMessages converts system and messages to chat messages. A user message's tool_result blocks
 // become tool messages (named after the tool_use they answer), its text blocks a user message, in order;
-// an assistant message's text, thinking and tool_use blocks become one assistant message.
+// an assistant message's text, thinking and tool_use blocks become one assistant message. A system turn
+// among the messages (Claude Code sends them for models not named Claude) stays a system message where
+// it is, as Ollama renders it: its content is a string or text blocks.
 func anthropicMessages(system json.RawMessage, in []anthropic.MessageParam) ([]api.Message, error) {
 	var out []api.Message
 	sys, err := anthropic.SystemText(system)
@@ -57,6 +59,16 @@ func anthropicMessages(system json.RawMessage, in []anthropic.MessageParam) ([]a
 	}
 	toolNames := map[string]string{} // tool_use id -> tool name
 	for i, m := range in {
+		if m.Role == "system" {
+			text, err := anthropic.SystemText(m.Content)
+			if err != nil {
+				return nil, errorf(http.StatusBadRequest, "messages[%d].content%s", i, strings.TrimPrefix(err.Error(), "system"))
+			}
+			if text != "" {
+				out = append(out, api.Message{Role: "system", Content: text})
+			}
+			continue
+		}
 		blocks, err := anthropic.Blocks(m.Content)
 		if err != nil {
 			return nil, errorf(http.StatusBadRequest, "messages[%d].%v", i, err)
@@ -112,7 +124,7 @@ func anthropicMessages(system json.RawMessage, in []anthropic.MessageParam) ([]a
 			}
 			flush()
 		default:
-			return nil, errorf(http.StatusBadRequest, "messages[%d]: role must be \"user\" or \"assistant\", not %q (system prompts go in the top-level system field)", i, m.Role)
+			return nil, errorf(http.StatusBadRequest, "messages[%d]: role must be \"user\", \"assistant\" or \"system\", not %q", i, m.Role)
 		}
 	}
 	return out, nil
