@@ -130,12 +130,14 @@ func anthropicMessages(system json.RawMessage, in []anthropic.MessageParam) ([]a
 	return out, nil
 }
 
-// anthropicTools converts client tools to function tools for the chat template.
+// anthropicTools converts client tools to function tools for the chat template. Anthropic's server and
+// built-in tools (web_search_20250305, bash_20250124...) are left out rather than refused: mlxg runs
+// none of them, and a client that always sends them still works.
 func anthropicTools(in []anthropic.Tool) (api.Tools, error) {
 	var out api.Tools
 	for i, t := range in {
 		if t.Type != "" && t.Type != "custom" {
-			return nil, errorf(http.StatusBadRequest, "tools[%d]: type %q is one of Anthropic's server or built-in tools, which mlxg does not run; offer a custom tool (name, description, input_schema)", i, t.Type)
+			continue
 		}
 		tool, err := functionTool(i, t.Name, t.Description, t.InputSchema, "input_schema")
 		if err != nil {

@@ -232,7 +232,6 @@ func TestAnthropicBadInput(t *testing.T) {
 		{`{"model":"scripted","max_tokens":10,"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"image"}]}]}]}`, 400, "invalid_request_error", "text-only"},
 		{`{"model":"scripted","max_tokens":10,"system":[{"type":"image"}],` + user + `}`, 400, "invalid_request_error", "system[0]"},
 		{`{"model":"scripted","max_tokens":10,"system":7,` + user + `}`, 400, "invalid_request_error", "system must be"},
-		{`{"model":"scripted","max_tokens":10,"tools":[{"type":"web_search_20250305","name":"web_search"}],` + user + `}`, 400, "invalid_request_error", "server or built-in tools"},
 		{`{"model":"scripted","max_tokens":10,"tools":[{"input_schema":{}}],` + user + `}`, 400, "invalid_request_error", "name is required"},
 		{`{"model":"scripted","max_tokens":10,"tools":[{"name":"f","input_schema":"object"}],` + user + `}`, 400, "invalid_request_error", "input_schema must be"},
 		{`{"model":"scripted","max_tokens":10,"tool_choice":{"type":"sometimes"},` + user + `}`, 400, "invalid_request_error", "tool_choice.type"},
