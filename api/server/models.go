@@ -45,11 +45,16 @@ func parse(model, deprecated string) (registry.Name, error) {
 	return n, nil
 }
 
-// Pull downloads a model, calling fn with each progress event.
+// Pull downloads a model, calling fn with each progress event. A model made on this machine (mlxg create,
+// an import) has nothing to download: when it is here, pulling it succeeds at once, as pulling an
+// up-to-date model does (clients such as Codex pull the model they are given before they use it).
 func (m *Models) Pull(ctx context.Context, req *api.PullRequest, fn func(api.ProgressResponse) error) error {
 	n, err := parse(req.Model, req.Name)
 	if err != nil {
 		return err
+	}
+	if m.isLocal(n) {
+		return fn(api.ProgressResponse{Status: "success"})
 	}
 	var fnErr error
 	ctx, cancel := context.WithCancel(ctx)
@@ -65,6 +70,19 @@ func (m *Models) Pull(ctx context.Context, req *api.PullRequest, fn func(api.Pro
 		return fnErr
 	}
 	return err
+}
+
+// isLocal reports whether n names a model made on this machine, which has no remote, and it is here.
+func (m *Models) isLocal(n registry.Name) bool {
+	target, err := m.Store.Lookup(n)
+	if err != nil {
+		return false
+	}
+	if org, _, _ := strings.Cut(target.Repo, "/"); org != registry.LocalOrg {
+		return false
+	}
+	_, err = m.Store.Resolve(n)
+	return err == nil
 }
 
 // List lists the models in the store, newest first.

@@ -409,3 +409,23 @@ func TestShowCapabilities(t *testing.T) {
 		}
 	}
 }
+
+// Pulling a model made on this machine (it has no remote) succeeds at once when it is here, streamed and
+// not: Codex pulls the model it is given before it uses it.
+func TestPullLocalModel(t *testing.T) {
+	ts := newTestServer(t, sched.Config{})
+	for _, name := range []string{"scripted", "scripted:latest"} {
+		resp, body := ts.post(t, "/api/pull", `{"model":"`+name+`"}`)
+		got := lines[api.ProgressResponse](t, body)
+		if resp.StatusCode != 200 || len(got) == 0 || got[len(got)-1].Status != "success" {
+			t.Errorf("streamed pull of %s: %d %s", name, resp.StatusCode, body)
+		}
+		var one api.ProgressResponse
+		if code := ts.postJSON(t, "/api/pull", `{"model":"`+name+`","stream":false}`, &one); code != 200 || one.Status != "success" {
+			t.Errorf("pull of %s: %d %+v", name, code, one)
+		}
+	}
+	if code, msg := ts.errorOf(t, "/api/pull", `{"model":"nothere","stream":false}`); code < 400 {
+		t.Errorf("pull of an unknown bare name: %d %s", code, msg)
+	}
+}
