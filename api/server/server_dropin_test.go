@@ -388,20 +388,67 @@ func TestOpenAIReasoningEffortLevels(t *testing.T) {
 }
 
 // capabilities: insert where the tokenizer has fill-in-the-middle tokens (Qwen3's), not elsewhere (Llama
-// 3.1's); embedding on every model (/api/embed serves them all).
+// 3.1's); embedding for embedding models alone (the ollama CLI's run prints an embedding for a model that
+// lists it), which a sentence-transformers pooling stage, an architecture without a head or the Hub's
+// pipeline tag tell.
 func TestShowCapabilities(t *testing.T) {
 	ts := newTestServer(t, sched.Config{})
-	dir := filepath.Join(t.TempDir(), "llama")
+	tmp := t.TempDir()
+	dir := filepath.Join(tmp, "llama")
 	if err := apitest.WriteScripted(dir, testdata.Tokenizer(t, "llama3_1"), []apitest.Script{{After: "\n\n", Reply: "Hi."}}); err != nil {
 		t.Fatal(err)
 	}
-	n, _ := registry.ParseName("llama")
-	if _, err := ts.srv.cfg.Store.ImportDir(context.Background(), n, dir); err != nil {
-		t.Fatal(err)
+	imp := func(name, dir string) {
+		t.Helper()
+		n, _ := registry.ParseName(name)
+		if _, err := ts.srv.cfg.Store.ImportDir(context.Background(), n, dir); err != nil {
+			t.Fatal(err)
+		}
 	}
+	imp("llama", dir)
+	// Embedding models: the scripted checkpoint with what an embedding model's files say.
+	variant := func(name string, edit func(dir string)) {
+		t.Helper()
+		d := filepath.Join(tmp, name)
+		if err := os.CopyFS(d, os.DirFS(scriptedCheckpoint(t))); err != nil {
+			t.Fatal(err)
+		}
+		edit(d)
+		imp(name, d)
+	}
+	write := func(path, text string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	variant("pooled", func(d string) {
+		write(filepath.Join(d, "modules.json"), `[{"idx":0,"name":"0","path":"","type":"sentence_transformers.models.Transformer"},{"idx":1,"name":"1","path":"1_Pooling","type":"sentence_transformers.models.Pooling"}]`)
+		write(filepath.Join(d, "1_Pooling", "config.json"), `{"pooling_mode_lasttoken":true}`)
+	})
+	variant("headless", func(d string) {
+		cfg, err := os.ReadFile(filepath.Join(d, "config.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		_ = json.Unmarshal(cfg, &m)
+		m["architectures"] = []string{"Qwen3Model"}
+		cfg, _ = json.Marshal(m)
+		write(filepath.Join(d, "config.json"), string(cfg))
+	})
+	variant("tagged", func(d string) {
+		write(filepath.Join(d, "README.md"), "---\nlicense: apache-2.0\npipeline_tag: feature-extraction\n---\n# An embedding model\n")
+	})
 	for model, want := range map[string][]string{
-		"scripted": {"completion", "tools", "thinking", "insert", "embedding"},
-		"llama":    {"completion", "embedding"},
+		"scripted": {"completion", "tools", "thinking", "insert"},
+		"llama":    {"completion"},
+		"pooled":   {"embedding"},
+		"headless": {"embedding"},
+		"tagged":   {"embedding"},
 	} {
 		var show api.ShowResponse
 		if ts.postJSON(t, "/api/show", `{"model":"`+model+`"}`, &show) != 200 || !slices.Equal(show.Capabilities, want) {
