@@ -66,13 +66,14 @@ func (e event) empty() bool { return e.content == "" && e.thinking == "" && len(
 // outcome is a finished generation.
 type outcome struct {
 	GenerateStats
-	load  time.Duration
+	load  time.Duration // loading the model for this request (0 when it was loaded)
+	ready time.Duration // from the request to its model ready: Ollama's load_duration, never 0
 	total time.Duration
 	calls int
 }
 
 func (o *outcome) metrics() api.Metrics {
-	return api.Metrics{TotalDuration: o.total, LoadDuration: o.load, PromptEvalCount: o.PromptTokens,
+	return api.Metrics{TotalDuration: o.total, LoadDuration: o.ready, PromptEvalCount: o.PromptTokens,
 		PromptEvalDuration: o.PromptEvalDuration, EvalCount: o.EvalTokens, EvalDuration: o.EvalDuration}
 }
 
@@ -355,7 +356,7 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 		}
 	}
 	p := parser.New(pcfg)
-	out := &outcome{load: lease.LoadDuration}
+	out := &outcome{load: lease.LoadDuration, ready: time.Since(j.start)}
 	forward := func(r parser.Result) error {
 		ev := event{content: r.Content, thinking: r.Thinking}
 		for _, c := range r.Calls {
@@ -667,15 +668,17 @@ func embedInputs(v any) ([]string, error) {
 	return nil, errorf(http.StatusBadRequest, "invalid input type: input must be a string or a list of strings")
 }
 
-// embed computes embeddings for inputs on j's model.
+// embed computes embeddings for inputs on j's model; it also returns the time from the request to its
+// model ready (Ollama's load_duration).
 func (s *Server) embed(ctx context.Context, j *job, inputs []string, truncate bool) ([][]float32, int, time.Duration, error) {
 	lease, m, err := s.acquire(ctx, j)
 	if err != nil {
 		return nil, 0, 0, err
 	}
 	defer lease.Release()
+	ready := time.Since(j.start)
 	vecs, n, err := m.Embed(ctx, inputs, truncate)
-	return vecs, n, lease.LoadDuration, err
+	return vecs, n, ready, err
 }
 
 func (s *Server) handleEmbed(c *gin.Context) {

@@ -332,6 +332,15 @@ func TestLoadUnloadPsEmbed(t *testing.T) {
 	if resp.StatusCode != 200 || json.Unmarshal(body, &er) != nil || len(er.Embeddings) != 2 || len(er.Embeddings[0]) != 64 || er.PromptEvalCount == 0 {
 		t.Fatalf("embed: %d %.300s", resp.StatusCode, body)
 	}
+	// The model was loaded already: the counts are still all there, load_duration (the time to the model
+	// ready, as Ollama measures it) above 0, as the AI SDK's Ollama provider requires.
+	var raw map[string]json.RawMessage
+	_ = json.Unmarshal(body, &raw)
+	for _, k := range []string{"total_duration", "load_duration", "prompt_eval_count"} {
+		if v, ok := raw[k]; !ok || string(v) == "0" {
+			t.Errorf("embed reply's %s = %s", k, v)
+		}
+	}
 	var norm float32
 	for _, x := range er.Embeddings[0] {
 		norm += x * x
