@@ -476,3 +476,23 @@ func TestPullLocalModel(t *testing.T) {
 		t.Errorf("pull of an unknown bare name: %d %s", code, msg)
 	}
 }
+
+// A generation without a limit ends after ten context windows of tokens, as Ollama bounds it (the scripted
+// model repeats one token for ever after a prompt outside its scripts); a limit above that is cut to it.
+func TestOpenEndedGenerationBounded(t *testing.T) {
+	for _, c := range []struct{ n, ctx, want int }{{-1, 4096, 40960}, {100, 4096, 100}, {50000, 4096, 40960}, {-2, 4096, -2}, {-1, 0, -1}} {
+		if got := boundNumPredict(c.n, c.ctx); got != c.want {
+			t.Errorf("boundNumPredict(%d, %d) = %d, want %d", c.n, c.ctx, got, c.want)
+		}
+	}
+	ts := newTestServer(t, sched.Config{})
+	for _, body := range []string{
+		`{"model":"scripted","prompt":"zz qq","raw":true,"stream":false,"options":{"num_ctx":32,"temperature":0}}`,
+		`{"model":"scripted","prompt":"zz qq","raw":true,"stream":false,"options":{"num_ctx":32,"temperature":0,"num_predict":100000}}`,
+	} {
+		var r api.GenerateResponse
+		if code := ts.postJSON(t, "/api/generate", body, &r); code != 200 || r.DoneReason != "length" || r.EvalCount != 320 {
+			t.Errorf("%s: %d done_reason %q eval_count %d, want length after 320", body, code, r.DoneReason, r.EvalCount)
+		}
+	}
+}

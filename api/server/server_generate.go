@@ -300,6 +300,7 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 	info := m.Info()
 
 	in := GenerateInput{Options: j.opts, Context: j.context, WantContext: j.wantContext}
+	in.Options.NumPredict = boundNumPredict(j.opts.NumPredict, info.ContextLength)
 	var pendingLP []api.Logprob // of text the parser has not yielded yet
 	if j.logprobs {
 		in.Logprobs, in.TopLogprobs = true, j.topLogprobs
@@ -390,6 +391,24 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 		return out, err
 	}
 	return out, nil
+}
+
+// openEndedContexts bounds a generation that has no limit (num_predict -1, max_tokens or
+// max_output_tokens unset) at this many context windows of tokens, as Ollama bounds it: a model that
+// never stops (a loop, a small model) ends with done_reason "length" instead of generating for ever as
+// the context shifts. A larger num_predict is cut to the same bound.
+const openEndedContexts = 10
+
+// boundNumPredict is the num_predict a generation runs with in a numCtx-token context: n, bounded as
+// openEndedContexts says; -2 (fill the context, then stop) is bounded already.
+func boundNumPredict(n, numCtx int) int {
+	if numCtx <= 0 || n == -2 {
+		return n
+	}
+	if limit := openEndedContexts * numCtx; n < 0 || n > limit {
+		return limit
+	}
+	return n
 }
 
 // isOptionError reports errors the engine returns for bad request input rather than failures.
