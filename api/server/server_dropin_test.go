@@ -496,3 +496,37 @@ func TestOpenEndedGenerationBounded(t *testing.T) {
 		}
 	}
 }
+
+// The chat template's turn markers end a generation as its end-of-sequence token does: with qwen3-tiny's
+// template and tokenizer, a model that opens a new turn ("<|im_start|>", a special token that decodes to
+// nothing) ends its reply there instead of adding the turn's text to it.
+func TestTurnMarkersEndGeneration(t *testing.T) {
+	tiny := testdata.SharedModel(t, "qwen3-tiny")
+	info, err := registry.ReadInfo(tiny)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := turnMarkers(info.ChatTemplate); !slices.Equal(got, []string{"<|im_start|>", "<|im_end|>"}) {
+		t.Fatalf("qwen3-tiny's turn markers %q", got)
+	}
+	dir := filepath.Join(t.TempDir(), "ckpt")
+	// With thinking off the prompt ends in "\n\n" (after the empty think block).
+	if err := apitest.WriteScripted(dir, tiny, []apitest.Script{{After: "\n\n", Reply: "Hi.<|im_start|>assistant"}}); err != nil {
+		t.Fatal(err)
+	}
+	ts := newTestServer(t, sched.Config{})
+	n, _ := registry.ParseName("opener")
+	if _, err := ts.srv.cfg.Store.ImportDir(context.Background(), n, dir); err != nil {
+		t.Fatal(err)
+	}
+	var r api.ChatResponse
+	if code := ts.postJSON(t, "/api/chat", `{"model":"opener","think":false,"stream":false,"messages":[{"role":"user","content":"Hello"}]}`, &r); code != 200 ||
+		r.Message.Content != "Hi." || r.DoneReason != "stop" {
+		t.Fatalf("%d: content %q done_reason %q", code, r.Message.Content, r.DoneReason)
+	}
+	var oc openai.ChatCompletion
+	if code := ts.postJSON(t, "/v1/chat/completions", `{"model":"opener","reasoning_effort":"none","messages":[{"role":"user","content":"Hello"}]}`, &oc); code != 200 ||
+		string(oc.Choices[0].Message.Content) != `"Hi."` || *oc.Choices[0].FinishReason != "stop" {
+		t.Fatalf("%d: %+v", code, oc)
+	}
+}

@@ -301,6 +301,7 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 
 	in := GenerateInput{Options: j.opts, Context: j.context, WantContext: j.wantContext}
 	in.Options.NumPredict = boundNumPredict(j.opts.NumPredict, info.ContextLength)
+	in.EndTokens = turnMarkers(info.ChatTemplate)
 	var pendingLP []api.Logprob // of text the parser has not yielded yet
 	if j.logprobs {
 		in.Logprobs, in.TopLogprobs = true, j.topLogprobs
@@ -391,6 +392,32 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 		return out, err
 	}
 	return out, nil
+}
+
+// turnMarkerSets are the turn markers of the chat-template families Ollama knows, which its templates
+// list as stop words: ChatML (Qwen), Llama 3, Gemma, Phi-3 and Command R.
+var turnMarkerSets = [][]string{
+	{"<|im_start|>", "<|im_end|>"},
+	{"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"},
+	{"<start_of_turn>", "<end_of_turn>"},
+	{"<|end|>", "<|system|>", "<|user|>", "<|assistant|>"},
+	{"<|START_OF_TURN_TOKEN|>", "<|END_OF_TURN_TOKEN|>"},
+}
+
+// turnMarkers are the turn markers a chat template writes, which end a generation as its end-of-sequence
+// token does (runner.Request.EndTokens), as Ollama stops on them: a model that opens a new turn
+// ("<|im_start|>assistant\n<think>…", which a client would otherwise see as the reply's text, its
+// marker being a special token that decodes to nothing) has ended its own.
+func turnMarkers(chatTemplate string) []string {
+	var out []string
+	for _, set := range turnMarkerSets {
+		for _, m := range set {
+			if strings.Contains(chatTemplate, m) {
+				out = append(out, m)
+			}
+		}
+	}
+	return out
 }
 
 // openEndedContexts bounds a generation that has no limit (num_predict -1, max_tokens or
