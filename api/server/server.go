@@ -200,6 +200,7 @@ func statusOf(err error) (int, string) {
 // abort answers with Ollama's error shape {"error": "..."}, or on /v1/ paths (unknown routes, CORS,
 // panics) with the shape of the API the path belongs to: Anthropic's on /v1/messages, OpenAI's elsewhere.
 func abort(c *gin.Context, status int, msg string) {
+	noteError(c, status, msg)
 	switch p := c.Request.URL.Path; {
 	case p == "/v1/messages" || strings.HasPrefix(p, "/v1/messages/"):
 		c.AbortWithStatusJSON(status, anthropic.NewError(status, msg))
@@ -254,16 +255,50 @@ func decode(c *gin.Context, v any) error {
 	return nil
 }
 
-// accessLog logs each request once it is answered (health checks and metrics at debug level).
+// errorKey holds, in a request's gin context, the requestError it was answered with.
+const errorKey = "mlxg.error"
+
+// requestError is the error a request was answered with: its status, or the status of an error sent in a
+// stream already begun (whose HTTP status is 200), and its message.
+type requestError struct {
+	status int
+	msg    string
+}
+
+// noteError keeps the error a request is answered with for the access log.
+func noteError(c *gin.Context, status int, msg string) {
+	c.Set(errorKey, requestError{status: status, msg: msg})
+}
+
+// accessLog logs each request once it is answered (health checks and metrics at debug level). A request
+// answered with an error, as its status or inside its stream, is logged with the error's message and the
+// route that answered, at warning level (4xx) or error level (5xx), as Ollama's log names each failure.
 func (s *Server) accessLog(c *gin.Context) {
 	start := time.Now()
 	c.Next()
 	level := slog.LevelInfo
-	if p := c.Request.URL.Path; p == "/" || p == "/metrics" || p == "/api/version" {
+	path := c.Request.URL.Path
+	if path == "/" || path == "/metrics" || path == "/api/version" {
 		level = slog.LevelDebug
 	}
-	s.log.Log(c.Request.Context(), level, "request", "method", c.Request.Method, "path", c.Request.URL.Path,
-		"status", c.Writer.Status(), "took", time.Since(start).Round(time.Microsecond), "client", c.ClientIP())
+	status := c.Writer.Status()
+	attrs := []any{"method", c.Request.Method, "path", path, "status", status,
+		"took", time.Since(start).Round(time.Microsecond), "client", c.ClientIP()}
+	if v, ok := c.Get(errorKey); ok {
+		e := v.(requestError)
+		if route := c.FullPath(); route != "" && route != path {
+			attrs = append(attrs, "route", route)
+		}
+		if e.status != status {
+			attrs = append(attrs, "error_status", e.status)
+		}
+		attrs = append(attrs, "error", e.msg)
+		level = slog.LevelWarn
+		if e.status >= 500 {
+			level = slog.LevelError
+		}
+	}
+	s.log.Log(c.Request.Context(), level, "request", attrs...)
 }
 
 func (s *Server) recoverer(c *gin.Context) {

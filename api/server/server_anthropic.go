@@ -425,6 +425,7 @@ func (a *anthropicStream) fail(err error) {
 		return // the client is gone
 	}
 	if a.out.started {
+		noteError(a.out.c, status, msg)
 		_ = a.out.send("error", anthropic.NewError(status, msg))
 		return
 	}

@@ -514,6 +514,7 @@ func (n *ndjson) fail(err error) {
 		return // the client is gone
 	}
 	if n.started {
+		noteError(n.c, status, msg)
 		_ = n.send(gin.H{"error": msg})
 		return
 	}

@@ -62,6 +62,7 @@ func (s *sse) fail(err error) {
 		return
 	}
 	if s.started {
+		noteError(s.c, status, msg)
 		_ = s.send(openai.NewError(status, msg))
 		return
 	}

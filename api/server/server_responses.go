@@ -670,6 +670,7 @@ func (r *responsesStream) fail(err error) {
 		abortV1(r.out.c, err)
 		return
 	}
+	noteError(r.out.c, status, msg)
 	e := openai.NewError(status, msg).Error
 	if r.send(openai.StreamEvent{Type: "error", Code: strp(e.Type), Message: msg}) != nil {
 		return

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -627,5 +628,31 @@ func TestModelWithoutThinkingOrTools(t *testing.T) {
 	resp, body = ts.post(t, "/api/generate", `{"model":"llama","stream":false,"think":false,"prompt":"Hi"}`)
 	if resp.StatusCode != 200 || !strings.Contains(string(body), "Hello from Llama.") {
 		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+}
+
+// Each request answered with an error is logged with its message and the route, as a warning (4xx) or
+// an error (5xx); one whose stream carries the error says so beside its status 200.
+func TestErrorsLogged(t *testing.T) {
+	ts := newTestServer(t, sched.Config{})
+	buf := &syncBuffer{}
+	ts.srv.log = slog.New(slog.NewTextHandler(buf, nil))
+	ts.post(t, "/v1/messages", `{"model":"scripted","max_tokens":`)
+	if r, err := http.Get(ts.URL + "/v1/models/nope"); err == nil {
+		r.Body.Close()
+	}
+	ts.post(t, "/api/chat", `{"model":"scripted","messages":[{"role":"wizard","content":"hi"}]}`)
+	log := buf.String()
+	for _, want := range []string{
+		`level=WARN msg=request method=POST path=/v1/messages status=400`,
+		`error="invalid JSON in the request body`,
+		`path=/v1/models/nope status=404`,
+		`route=/v1/models/*model error="model 'nope' not found"`,
+		`path=/api/chat status=400`,
+		`error="messages[0]: unknown role \"wizard\"`,
+	} {
+		if !strings.Contains(log, want) {
+			t.Errorf("the log lacks %q:\n%s", want, log)
+		}
 	}
 }
