@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -175,11 +176,39 @@ func errorf(status int, format string, args ...any) error {
 	return &apiError{status: status, msg: fmt.Sprintf(format, args...)}
 }
 
+// defaultRetryAfter is the Retry-After of a transient refusal that names no delay of its own.
+const defaultRetryAfter = 10 * time.Second
+
+// retryAfter is the hook through which the HTTP layer learns of transient refusals: a request refused only
+// for now (the memory policy refusing a load under memory pressure, or a new model whose plan does not fit
+// while the loaded ones serve, which the scheduler reports as a typed transient error) is answered 503
+// with a Retry-After header, in every API's error shape, never 500. It reports whether err is one, and
+// the header's value in whole seconds. An error is one when it, or an error it wraps, has a Transient
+// method reporting true (the scheduler's transient errors wrap such a cause) or a RetryAfter method
+// (its delay, else defaultRetryAfter), or is the scheduler's full queue.
+func retryAfter(err error) (string, bool) {
+	var transient interface{ Transient() bool }
+	var delay interface{ RetryAfter() time.Duration }
+	d := defaultRetryAfter
+	switch {
+	case errors.As(err, &delay):
+		d = delay.RetryAfter()
+	case errors.As(err, &transient) && transient.Transient():
+	case errors.Is(err, sched.ErrQueueFull):
+	default:
+		return "", false
+	}
+	return strconv.FormatInt(max(1, int64((d+time.Second-1)/time.Second)), 10), true
+}
+
 // statusOf maps an error to its HTTP status and message.
 func statusOf(err error) (int, string) {
 	var ae *apiError
 	var tooLarge *sched.TooLargeError
 	var mbe *http.MaxBytesError
+	if _, ok := retryAfter(err); ok && !errors.As(err, &ae) {
+		return http.StatusServiceUnavailable, err.Error()
+	}
 	switch {
 	case errors.As(err, &ae):
 		return ae.status, ae.msg
@@ -214,16 +243,20 @@ func abort(c *gin.Context, status int, msg string) {
 // abortV1 answers err on a /v1/ route in the error shape of the API the path belongs to (abort's choice:
 // Anthropic's or OpenAI's), and not at all when the client is gone.
 func abortV1(c *gin.Context, err error) {
-	status, msg := statusOf(err)
-	if status == 499 {
+	if status, _ := statusOf(err); status == 499 {
 		c.Abort()
 		return
 	}
-	abort(c, status, msg)
+	abortErr(c, err)
 }
 
+// abortErr answers err with its status (statusOf) in the error shape of the API the path belongs to; a
+// transient refusal also says when to retry (Retry-After).
 func abortErr(c *gin.Context, err error) {
 	status, msg := statusOf(err)
+	if after, ok := retryAfter(err); ok {
+		c.Header("Retry-After", after)
+	}
 	abort(c, status, msg)
 }
 

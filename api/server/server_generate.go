@@ -518,7 +518,7 @@ func (n *ndjson) fail(err error) {
 		_ = n.send(gin.H{"error": msg})
 		return
 	}
-	abort(n.c, status, msg)
+	abortErr(n.c, err)
 }
 
 func (s *Server) handleGenerate(c *gin.Context) {
