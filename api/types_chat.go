@@ -346,13 +346,14 @@ type EmbedRequest struct {
 	Options    map[string]any `json:"options"`
 }
 
-// EmbedResponse is /api/embed's reply.
+// EmbedResponse is /api/embed's reply. Its counts are always sent, as Ollama's always are (its load
+// duration is never 0): clients such as the AI SDK's Ollama provider require them.
 type EmbedResponse struct {
 	Model           string        `json:"model"`
 	Embeddings      [][]float32   `json:"embeddings"`
-	TotalDuration   time.Duration `json:"total_duration,omitempty"`
-	LoadDuration    time.Duration `json:"load_duration,omitempty"`
-	PromptEvalCount int           `json:"prompt_eval_count,omitempty"`
+	TotalDuration   time.Duration `json:"total_duration"`
+	LoadDuration    time.Duration `json:"load_duration"`
+	PromptEvalCount int           `json:"prompt_eval_count"`
 }
 
 // EmbeddingRequest is the body of the older POST /api/embeddings.

@@ -214,6 +214,10 @@ type Request struct {
 	NoShift bool
 	// Format constrains the answer to JSON (structured outputs, format.go); nil: free text.
 	Format *Format
+	// EndTokens end generation as the end-of-sequence tokens do, never passed on: a chat
+	// template's turn markers (a model that opens another turn has ended its own). A text
+	// that is not one token of the vocabulary is ignored.
+	EndTokens []string
 	// Logprobs asks for each generated token's log-probability (Result.Logprobs), with
 	// the TopLogprobs (0 to sample.MaxTopLogprobs) most likely tokens at its position.
 	// OnLogprobs, when set, receives them while streaming: just before fn is given text,
@@ -339,6 +343,11 @@ func (e *Engine) Generate(ctx context.Context, req Request, fn func(text string)
 	}
 	hit := false
 	f := flags{noTruncate: req.NoTruncate, noShift: req.NoShift, format: req.Format}
+	for _, t := range req.EndTokens {
+		if id, ok := e.Tokenizer.TokenID(t); ok {
+			f.end = append(f.end, id)
+		}
+	}
 	if req.Logprobs {
 		f.topLogprobs = req.TopLogprobs
 		f.logprob = func(lp Logprob) { pendingLP = append(pendingLP, lp) }
@@ -476,6 +485,7 @@ type flags struct {
 	logprob             func(Logprob)
 	topLogprobs         int
 	format              *Format // structured output (format.go)
+	end                 []int32 // more tokens that end generation as EOS does
 }
 
 func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int, f flags, emit func(id int32) (bool, error)) (*Result, error) {
@@ -553,7 +563,7 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 	}
 
 	isEOS := make(map[int32]bool, len(e.eos))
-	for _, id := range e.eos {
+	for _, id := range slices.Concat(e.eos, f.end) {
 		isEOS[id] = true
 	}
 	var gate *formatGate

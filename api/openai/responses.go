@@ -34,13 +34,15 @@ type ResponsesRequest struct {
 	StreamOptions      *json.RawMessage `json:"stream_options,omitempty"`
 }
 
-// ResponsesTool is a tool of a Responses request; only "function" tools run here.
+// ResponsesTool is a tool of a Responses request: a "function", or a "namespace" whose Tools are
+// functions (Codex declares each MCP server and tool family so); the model runs no other kind.
 type ResponsesTool struct {
 	Type        string          `json:"type"`
 	Name        string          `json:"name,omitempty"`
 	Description string          `json:"description,omitempty"`
 	Parameters  json.RawMessage `json:"parameters,omitempty"`
 	Strict      *bool           `json:"strict,omitempty"`
+	Tools       []ResponsesTool `json:"tools,omitempty"` // namespace: its members
 }
 
 // ResponsesText is the text config; Format is {"type": "text" | "json_object" | "json_schema", ...}.
@@ -69,6 +71,7 @@ type InputItem struct {
 
 	CallID    string          `json:"call_id,omitempty"`   // function_call, function_call_output
 	Name      string          `json:"name,omitempty"`      // function_call
+	Namespace string          `json:"namespace,omitempty"` // function_call of a namespace's member
 	Arguments string          `json:"arguments,omitempty"` // function_call: a JSON object in a string
 	Output    json.RawMessage `json:"output,omitempty"`    // function_call_output: string or parts
 
@@ -219,6 +222,7 @@ type OutputItem struct {
 
 	CallID    string  `json:"call_id,omitempty"`   // function_call
 	Name      string  `json:"name,omitempty"`      // function_call
+	Namespace string  `json:"namespace,omitempty"` // function_call of a namespace's member
 	Arguments *string `json:"arguments,omitempty"` // function_call
 }
 

@@ -60,8 +60,8 @@ func FuzzResponsesRequest(f *testing.F) {
 				templateMessages(msgs)
 			}
 		}
-		if tools, err := responsesTools(req.Tools); err == nil {
-			_, _, _ = toolsJSON(tools)
+		if set, err := responsesTools(req.Tools); err == nil {
+			_, _, _ = toolsJSON(set.tools)
 		}
 		_, _ = responsesFormat(req.Text)
 	})

@@ -51,6 +51,9 @@ type GenerateInput struct {
 	NoTruncate, NoShift bool
 	// Format constrains the answer to JSON (structured outputs); nil: free text.
 	Format *runner.Format
+	// EndTokens end generation as the end-of-sequence tokens do (runner.Request.EndTokens): the chat
+	// template's turn markers.
+	EndTokens []string
 	// Logprobs asks for the generated tokens' log-probabilities with TopLogprobs alternatives: OnLogprobs
 	// receives them just before emit is given the text they complete.
 	Logprobs    bool

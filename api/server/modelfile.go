@@ -548,20 +548,20 @@ func showModelfile(lm *registry.LocalModel, params string) string {
 	return b.String()
 }
 
-// moreCapabilities are the capabilities beyond the chat template's: "insert" when tokenizer.json has one
-// of the fill-in-the-middle token sets the server's suffix support uses (fimConventions), and "embedding",
-// since /api/embed serves every model (last-token pooling).
-func moreCapabilities(dir string) []string {
-	caps := []string{}
-	if tok, err := os.ReadFile(filepath.Join(dir, "tokenizer.json")); err == nil {
-		has := func(t string) bool { // as written by HF (UTF-8) or with \u escapes
-			return bytes.Contains(tok, []byte(strconv.Quote(t))) || bytes.Contains(tok, []byte(strconv.QuoteToASCII(t)))
-		}
-		if slices.ContainsFunc(fimConventions, func(set [3]string) bool { return has(set[0]) && has(set[1]) && has(set[2]) }) {
-			caps = append(caps, "insert")
-		}
+// insertCapability is "insert" when tokenizer.json has one of the fill-in-the-middle token sets the
+// server's suffix support uses (fimConventions), else nothing.
+func insertCapability(dir string) []string {
+	tok, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
+	if err != nil {
+		return nil
 	}
-	return append(caps, "embedding")
+	has := func(t string) bool { // as written by HF (UTF-8) or with \u escapes
+		return bytes.Contains(tok, []byte(strconv.Quote(t))) || bytes.Contains(tok, []byte(strconv.QuoteToASCII(t)))
+	}
+	if slices.ContainsFunc(fimConventions, func(set [3]string) bool { return has(set[0]) && has(set[1]) && has(set[2]) }) {
+		return []string{"insert"}
+	}
+	return nil
 }
 
 // CreateBlob stores r as the blob digest names (in-process, as POST /api/blobs/:digest does).

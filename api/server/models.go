@@ -1,9 +1,12 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,11 +48,16 @@ func parse(model, deprecated string) (registry.Name, error) {
 	return n, nil
 }
 
-// Pull downloads a model, calling fn with each progress event.
+// Pull downloads a model, calling fn with each progress event. A model made on this machine (mlxg create,
+// an import) has nothing to download: when it is here, pulling it succeeds at once, as pulling an
+// up-to-date model does (clients such as Codex pull the model they are given before they use it).
 func (m *Models) Pull(ctx context.Context, req *api.PullRequest, fn func(api.ProgressResponse) error) error {
 	n, err := parse(req.Model, req.Name)
 	if err != nil {
 		return err
+	}
+	if m.isLocal(n) {
+		return fn(api.ProgressResponse{Status: "success"})
 	}
 	var fnErr error
 	ctx, cancel := context.WithCancel(ctx)
@@ -65,6 +73,19 @@ func (m *Models) Pull(ctx context.Context, req *api.PullRequest, fn func(api.Pro
 		return fnErr
 	}
 	return err
+}
+
+// isLocal reports whether n names a model made on this machine, which has no remote, and it is here.
+func (m *Models) isLocal(n registry.Name) bool {
+	target, err := m.Store.Lookup(n)
+	if err != nil {
+		return false
+	}
+	if org, _, _ := strings.Cut(target.Repo, "/"); org != registry.LocalOrg {
+		return false
+	}
+	_, err = m.Store.Resolve(n)
+	return err == nil
 }
 
 // List lists the models in the store, newest first.
@@ -177,7 +198,7 @@ func ShowModel(lm *registry.LocalModel, info *registry.ModelInfo, verbose bool) 
 		}
 		resp.Details.ParentModel = mf.From
 	}
-	resp.Capabilities = append(capabilities(info), moreCapabilities(lm.Dir)...)
+	resp.Capabilities = capabilities(lm.Dir, info)
 	resp.Modelfile = showModelfile(lm, resp.Parameters)
 	if verbose {
 		for _, t := range info.Tensors {
@@ -191,9 +212,16 @@ func ShowModel(lm *registry.LocalModel, info *registry.ModelInfo, verbose bool) 
 	return resp
 }
 
-// capabilities follow Ollama's names: completion always; tools and thinking when the chat template teaches
-// a tool-call or thinking syntax the server parses (runner/parser.Detect, the same test the server uses).
-func capabilities(info *registry.ModelInfo) []string {
+// capabilities follow Ollama's names. An embedding model (embeddingModel) has "embedding" alone, as
+// Ollama lists it for a model with a pooling type; any other model has completion, tools and thinking
+// when the chat template teaches a tool-call or thinking syntax the server parses (runner/parser.Detect,
+// the same test the server uses), and insert when its tokenizer has fill-in-the-middle tokens. The ollama
+// CLI reads the list: with "embedding" in it, `ollama run` prints an embedding instead of chatting.
+// /api/embed serves every model either way (last-token pooling).
+func capabilities(dir string, info *registry.ModelInfo) []string {
+	if embeddingModel(dir, info) {
+		return []string{"embedding"}
+	}
 	caps := []string{"completion"}
 	pc := parser.Detect(info.ChatTemplate)
 	if pc.Tools != parser.ToolsNone {
@@ -202,7 +230,55 @@ func capabilities(info *registry.ModelInfo) []string {
 	if pc.Thinking {
 		caps = append(caps, "thinking")
 	}
-	return caps
+	return append(caps, insertCapability(dir)...)
+}
+
+// embeddingModel reports whether a checkpoint is an embedding model rather than a generative one, from
+// what its files say, since Ollama's test (a pooling type in the GGUF) has no counterpart in a
+// safetensors checkpoint: a sentence-transformers pooling stage (1_Pooling/, or modules.json naming a
+// Pooling module, which Qwen3-Embedding ships), an architecture without a language-model head
+// (Qwen3Model, BertModel, Gemma3TextModel; a generative one ends ForCausalLM, ForConditionalGeneration or
+// LMHeadModel) or named for embeddings, or the README's Hub pipeline tag (feature-extraction,
+// sentence-similarity), which the MLX conversions of such models keep.
+func embeddingModel(dir string, info *registry.ModelInfo) bool {
+	if _, ok := info.Files["1_Pooling"]; ok {
+		return true
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "modules.json")); err == nil && bytes.Contains(b, []byte("Pooling")) {
+		return true
+	}
+	arch := info.Architecture
+	switch {
+	case strings.Contains(arch, "Embedding"):
+		return true
+	case strings.HasSuffix(arch, "Model") && !strings.HasSuffix(arch, "LMHeadModel"):
+		return true
+	}
+	switch readmeField(dir, "pipeline_tag") {
+	case "feature-extraction", "sentence-similarity":
+		return true
+	}
+	return false
+}
+
+// readmeField is a top-level field of README.md's YAML front matter (the Hub's model card metadata), ""
+// when there is none.
+func readmeField(dir, key string) string {
+	b, err := os.ReadFile(filepath.Join(dir, "README.md"))
+	if err != nil {
+		return ""
+	}
+	front, ok := strings.CutPrefix(strings.ReplaceAll(string(b), "\r\n", "\n"), "---\n")
+	if !ok {
+		return ""
+	}
+	front, _, _ = strings.Cut(front, "\n---")
+	for _, line := range strings.Split(front, "\n") {
+		if v, ok := strings.CutPrefix(line, key+":"); ok {
+			return strings.Trim(strings.TrimSpace(v), `"'`)
+		}
+	}
+	return ""
 }
 
 // generationParameters renders generation_config.json's sampling defaults as Ollama's parameter lines.

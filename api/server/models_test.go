@@ -32,7 +32,8 @@ func TestModelsShowAndList(t *testing.T) {
 	if show.ModelInfo["qwen3.context_length"] != 4096 || show.ModelInfo["general.architecture"] != "qwen3" {
 		t.Errorf("model_info = %v", show.ModelInfo)
 	}
-	if show.Template == "" || !slices.Contains(show.Capabilities, "completion") || !slices.Contains(show.Capabilities, "tools") {
+	if show.Template == "" || !slices.Contains(show.Capabilities, "completion") || !slices.Contains(show.Capabilities, "tools") ||
+		slices.Contains(show.Capabilities, "embedding") {
 		t.Errorf("template %d bytes, capabilities %v", len(show.Template), show.Capabilities)
 	}
 	if len(show.Tensors) == 0 {

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -183,11 +184,39 @@ func errorf(status int, format string, args ...any) error {
 	return &apiError{status: status, msg: fmt.Sprintf(format, args...)}
 }
 
+// defaultRetryAfter is the Retry-After of a transient refusal that names no delay of its own.
+const defaultRetryAfter = 10 * time.Second
+
+// retryAfter is the hook through which the HTTP layer learns of transient refusals: a request refused only
+// for now (the memory policy refusing a load under memory pressure, or a new model whose plan does not fit
+// while the loaded ones serve, which the scheduler reports as a typed transient error) is answered 503
+// with a Retry-After header, in every API's error shape, never 500. It reports whether err is one, and
+// the header's value in whole seconds. An error is one when it, or an error it wraps, has a Transient
+// method reporting true (the scheduler's transient errors wrap such a cause) or a RetryAfter method
+// (its delay, else defaultRetryAfter), or is the scheduler's full queue.
+func retryAfter(err error) (string, bool) {
+	var transient interface{ Transient() bool }
+	var delay interface{ RetryAfter() time.Duration }
+	d := defaultRetryAfter
+	switch {
+	case errors.As(err, &delay):
+		d = delay.RetryAfter()
+	case errors.As(err, &transient) && transient.Transient():
+	case errors.Is(err, sched.ErrQueueFull):
+	default:
+		return "", false
+	}
+	return strconv.FormatInt(max(1, int64((d+time.Second-1)/time.Second)), 10), true
+}
+
 // statusOf maps an error to its HTTP status and message.
 func statusOf(err error) (int, string) {
 	var ae *apiError
 	var tooLarge *sched.TooLargeError
 	var mbe *http.MaxBytesError
+	if _, ok := retryAfter(err); ok && !errors.As(err, &ae) {
+		return http.StatusServiceUnavailable, err.Error()
+	}
 	switch {
 	case errors.As(err, &ae):
 		return ae.status, ae.msg
@@ -208,6 +237,7 @@ func statusOf(err error) (int, string) {
 // abort answers with Ollama's error shape {"error": "..."}, or on /v1/ paths (unknown routes, CORS,
 // panics) with the shape of the API the path belongs to: Anthropic's on /v1/messages, OpenAI's elsewhere.
 func abort(c *gin.Context, status int, msg string) {
+	noteError(c, status, msg)
 	switch p := c.Request.URL.Path; {
 	case p == "/v1/messages" || strings.HasPrefix(p, "/v1/messages/"):
 		c.AbortWithStatusJSON(status, anthropic.NewError(status, msg))
@@ -221,16 +251,20 @@ func abort(c *gin.Context, status int, msg string) {
 // abortV1 answers err on a /v1/ route in the error shape of the API the path belongs to (abort's choice:
 // Anthropic's or OpenAI's), and not at all when the client is gone.
 func abortV1(c *gin.Context, err error) {
-	status, msg := statusOf(err)
-	if status == 499 {
+	if status, _ := statusOf(err); status == 499 {
 		c.Abort()
 		return
 	}
-	abort(c, status, msg)
+	abortErr(c, err)
 }
 
+// abortErr answers err with its status (statusOf) in the error shape of the API the path belongs to; a
+// transient refusal also says when to retry (Retry-After).
 func abortErr(c *gin.Context, err error) {
 	status, msg := statusOf(err)
+	if after, ok := retryAfter(err); ok {
+		c.Header("Retry-After", after)
+	}
 	abort(c, status, msg)
 }
 
@@ -262,16 +296,50 @@ func decode(c *gin.Context, v any) error {
 	return nil
 }
 
-// accessLog logs each request once it is answered (health checks and metrics at debug level).
+// errorKey holds, in a request's gin context, the requestError it was answered with.
+const errorKey = "mlxg.error"
+
+// requestError is the error a request was answered with: its status, or the status of an error sent in a
+// stream already begun (whose HTTP status is 200), and its message.
+type requestError struct {
+	status int
+	msg    string
+}
+
+// noteError keeps the error a request is answered with for the access log.
+func noteError(c *gin.Context, status int, msg string) {
+	c.Set(errorKey, requestError{status: status, msg: msg})
+}
+
+// accessLog logs each request once it is answered (health checks and metrics at debug level). A request
+// answered with an error, as its status or inside its stream, is logged with the error's message and the
+// route that answered, at warning level (4xx) or error level (5xx), as Ollama's log names each failure.
 func (s *Server) accessLog(c *gin.Context) {
 	start := time.Now()
 	c.Next()
 	level := slog.LevelInfo
-	if p := c.Request.URL.Path; p == "/" || p == "/metrics" || p == "/api/version" {
+	path := c.Request.URL.Path
+	if path == "/" || path == "/metrics" || path == "/api/version" {
 		level = slog.LevelDebug
 	}
-	s.log.Log(c.Request.Context(), level, "request", "method", c.Request.Method, "path", c.Request.URL.Path,
-		"status", c.Writer.Status(), "took", time.Since(start).Round(time.Microsecond), "client", c.ClientIP())
+	status := c.Writer.Status()
+	attrs := []any{"method", c.Request.Method, "path", path, "status", status,
+		"took", time.Since(start).Round(time.Microsecond), "client", c.ClientIP()}
+	if v, ok := c.Get(errorKey); ok {
+		e := v.(requestError)
+		if route := c.FullPath(); route != "" && route != path {
+			attrs = append(attrs, "route", route)
+		}
+		if e.status != status {
+			attrs = append(attrs, "error_status", e.status)
+		}
+		attrs = append(attrs, "error", e.msg)
+		level = slog.LevelWarn
+		if e.status >= 500 {
+			level = slog.LevelError
+		}
+	}
+	s.log.Log(c.Request.Context(), level, "request", attrs...)
 }
 
 func (s *Server) recoverer(c *gin.Context) {

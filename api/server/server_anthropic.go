@@ -45,7 +45,9 @@ func (s *eventStream) send(name string, v any) error {
 
 // anthropicMessages converts system and messages to chat messages. A user message's tool_result blocks
 // become tool messages (named after the tool_use they answer), its text blocks a user message, in order;
-// an assistant message's text, thinking and tool_use blocks become one assistant message.
+// an assistant message's text, thinking and tool_use blocks become one assistant message. A system turn
+// among the messages (Claude Code sends them for models not named Claude) stays a system message where
+// it is, as Ollama renders it: its content is a string or text blocks.
 func anthropicMessages(system json.RawMessage, in []anthropic.MessageParam) ([]api.Message, error) {
 	var out []api.Message
 	sys, err := anthropic.SystemText(system)
@@ -57,6 +59,16 @@ func anthropicMessages(system json.RawMessage, in []anthropic.MessageParam) ([]a
 	}
 	toolNames := map[string]string{} // tool_use id -> tool name
 	for i, m := range in {
+		if m.Role == "system" {
+			text, err := anthropic.SystemText(m.Content)
+			if err != nil {
+				return nil, errorf(http.StatusBadRequest, "messages[%d].content%s", i, strings.TrimPrefix(err.Error(), "system"))
+			}
+			if text != "" {
+				out = append(out, api.Message{Role: "system", Content: text})
+			}
+			continue
+		}
 		blocks, err := anthropic.Blocks(m.Content)
 		if err != nil {
 			return nil, errorf(http.StatusBadRequest, "messages[%d].%v", i, err)
@@ -112,18 +124,20 @@ func anthropicMessages(system json.RawMessage, in []anthropic.MessageParam) ([]a
 			}
 			flush()
 		default:
-			return nil, errorf(http.StatusBadRequest, "messages[%d]: role must be \"user\" or \"assistant\", not %q (system prompts go in the top-level system field)", i, m.Role)
+			return nil, errorf(http.StatusBadRequest, "messages[%d]: role must be \"user\", \"assistant\" or \"system\", not %q", i, m.Role)
 		}
 	}
 	return out, nil
 }
 
-// anthropicTools converts client tools to function tools for the chat template.
+// anthropicTools converts client tools to function tools for the chat template. Anthropic's server and
+// built-in tools (web_search_20250305, bash_20250124...) are left out rather than refused: mlxg runs
+// none of them, and a client that always sends them still works.
 func anthropicTools(in []anthropic.Tool) (api.Tools, error) {
 	var out api.Tools
 	for i, t := range in {
 		if t.Type != "" && t.Type != "custom" {
-			return nil, errorf(http.StatusBadRequest, "tools[%d]: type %q is one of Anthropic's server or built-in tools, which mlxg does not run; offer a custom tool (name, description, input_schema)", i, t.Type)
+			continue
 		}
 		tool, err := functionTool(i, t.Name, t.Description, t.InputSchema, "input_schema")
 		if err != nil {
@@ -411,6 +425,7 @@ func (a *anthropicStream) fail(err error) {
 		return // the client is gone
 	}
 	if a.out.started {
+		noteError(a.out.c, status, msg)
 		_ = a.out.send("error", anthropic.NewError(status, msg))
 		return
 	}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mlxg/mlxg/api"
+	"github.com/mlxg/mlxg/api/anthropic"
 	"github.com/mlxg/mlxg/api/apitest"
 	"github.com/mlxg/mlxg/runner/sched"
 )
@@ -212,7 +214,8 @@ func TestAnthropicBadInput(t *testing.T) {
 		{`{"model":"scripted",` + user + `}`, 400, "invalid_request_error", "max_tokens is required"},
 		{`{"model":"scripted","max_tokens":0,` + user + `}`, 400, "invalid_request_error", "max_tokens must be at least 1"},
 		{`{"model":"scripted","max_tokens":10,"messages":[]}`, 400, "invalid_request_error", "messages must not be empty"},
-		{`{"model":"scripted","max_tokens":10,"messages":[{"role":"system","content":"hi"}]}`, 400, "invalid_request_error", "top-level system field"},
+		{`{"model":"scripted","max_tokens":10,"messages":[{"role":"tool","content":"hi"}]}`, 400, "invalid_request_error", `role must be "user", "assistant" or "system"`},
+		{`{"model":"scripted","max_tokens":10,"messages":[{"role":"user","content":"hi"},{"role":"system","content":[{"type":"image"}]}]}`, 400, "invalid_request_error", "messages[1].content[0]: block type"},
 		{`{"model":"scripted","max_tokens":10,"messages":[{"role":"user"}]}`, 400, "invalid_request_error", "messages[0].content is required"},
 		{`{"model":"scripted","max_tokens":10,"messages":[{"role":"user","content":42}]}`, 400, "invalid_request_error", "must be a string or a list of content blocks"},
 		{`{"model":"scripted","max_tokens":10,"messages":[{"role":"user","content":[]}]}`, 400, "invalid_request_error", "must not be empty"},
@@ -229,7 +232,6 @@ func TestAnthropicBadInput(t *testing.T) {
 		{`{"model":"scripted","max_tokens":10,"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"image"}]}]}]}`, 400, "invalid_request_error", "text-only"},
 		{`{"model":"scripted","max_tokens":10,"system":[{"type":"image"}],` + user + `}`, 400, "invalid_request_error", "system[0]"},
 		{`{"model":"scripted","max_tokens":10,"system":7,` + user + `}`, 400, "invalid_request_error", "system must be"},
-		{`{"model":"scripted","max_tokens":10,"tools":[{"type":"web_search_20250305","name":"web_search"}],` + user + `}`, 400, "invalid_request_error", "server or built-in tools"},
 		{`{"model":"scripted","max_tokens":10,"tools":[{"input_schema":{}}],` + user + `}`, 400, "invalid_request_error", "name is required"},
 		{`{"model":"scripted","max_tokens":10,"tools":[{"name":"f","input_schema":"object"}],` + user + `}`, 400, "invalid_request_error", "input_schema must be"},
 		{`{"model":"scripted","max_tokens":10,"tool_choice":{"type":"sometimes"},` + user + `}`, 400, "invalid_request_error", "tool_choice.type"},
@@ -254,5 +256,41 @@ func TestAnthropicBadInput(t *testing.T) {
 		if resp.StatusCode != 404 || string(body) != want {
 			t.Errorf("%s: %d %s", path, resp.StatusCode, body)
 		}
+	}
+}
+
+// A system turn inside messages (Claude Code sends them for models not named Claude) is a system message
+// where it stands, its content a string or text blocks; the request is answered.
+func TestAnthropicSystemTurns(t *testing.T) {
+	msgs := []anthropic.MessageParam{
+		{Role: "user", Content: json.RawMessage(`"hi"`)},
+		{Role: "system", Content: json.RawMessage(`[{"type":"text","text":"Be brief."},{"type":"text","text":"Use tools.","cache_control":{"type":"ephemeral"}}]`)},
+		{Role: "assistant", Content: json.RawMessage(`"hello"`)},
+		{Role: "system", Content: json.RawMessage(`"Late."`)},
+		{Role: "user", Content: json.RawMessage(`"weather?"`)},
+	}
+	got, err := anthropicMessages(json.RawMessage(`"Top."`), msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []api.Message{{Role: "system", Content: "Top."}, {Role: "user", Content: "hi"},
+		{Role: "system", Content: "Be brief.\n\nUse tools."}, {Role: "assistant", Content: "hello"},
+		{Role: "system", Content: "Late."}, {Role: "user", Content: "weather?"}}
+	if len(got) != len(want) {
+		t.Fatalf("got %+v", got)
+	}
+	for i := range want {
+		if got[i].Role != want[i].Role || got[i].Content != want[i].Content {
+			t.Errorf("message %d = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+
+	ts := newTestServer(t, sched.Config{})
+	resp, b := ts.post(t, "/v1/messages", `{"model":"scripted","max_tokens":50,"thinking":{"type":"disabled"},"messages":[
+		{"role":"user","content":"hi"},{"role":"system","content":[{"type":"text","text":"Be brief."}]},
+		{"role":"user","content":"Weather?"}]}`)
+	var r anthReply
+	if resp.StatusCode != 200 || json.Unmarshal(b, &r) != nil || len(r.Content) != 1 || r.Content[0].Text != apitest.PlainReply {
+		t.Fatalf("status %d: %s", resp.StatusCode, b)
 	}
 }

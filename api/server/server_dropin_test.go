@@ -388,24 +388,145 @@ func TestOpenAIReasoningEffortLevels(t *testing.T) {
 }
 
 // capabilities: insert where the tokenizer has fill-in-the-middle tokens (Qwen3's), not elsewhere (Llama
-// 3.1's); embedding on every model (/api/embed serves them all).
+// 3.1's); embedding for embedding models alone (the ollama CLI's run prints an embedding for a model that
+// lists it), which a sentence-transformers pooling stage, an architecture without a head or the Hub's
+// pipeline tag tell.
 func TestShowCapabilities(t *testing.T) {
 	ts := newTestServer(t, sched.Config{})
-	dir := filepath.Join(t.TempDir(), "llama")
+	tmp := t.TempDir()
+	dir := filepath.Join(tmp, "llama")
 	if err := apitest.WriteScripted(dir, testdata.Tokenizer(t, "llama3_1"), []apitest.Script{{After: "\n\n", Reply: "Hi."}}); err != nil {
 		t.Fatal(err)
 	}
-	n, _ := registry.ParseName("llama")
-	if _, err := ts.srv.cfg.Store.ImportDir(context.Background(), n, dir); err != nil {
-		t.Fatal(err)
+	imp := func(name, dir string) {
+		t.Helper()
+		n, _ := registry.ParseName(name)
+		if _, err := ts.srv.cfg.Store.ImportDir(context.Background(), n, dir); err != nil {
+			t.Fatal(err)
+		}
 	}
+	imp("llama", dir)
+	// Embedding models: the scripted checkpoint with what an embedding model's files say.
+	variant := func(name string, edit func(dir string)) {
+		t.Helper()
+		d := filepath.Join(tmp, name)
+		if err := os.CopyFS(d, os.DirFS(scriptedCheckpoint(t))); err != nil {
+			t.Fatal(err)
+		}
+		edit(d)
+		imp(name, d)
+	}
+	write := func(path, text string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	variant("pooled", func(d string) {
+		write(filepath.Join(d, "modules.json"), `[{"idx":0,"name":"0","path":"","type":"sentence_transformers.models.Transformer"},{"idx":1,"name":"1","path":"1_Pooling","type":"sentence_transformers.models.Pooling"}]`)
+		write(filepath.Join(d, "1_Pooling", "config.json"), `{"pooling_mode_lasttoken":true}`)
+	})
+	variant("headless", func(d string) {
+		cfg, err := os.ReadFile(filepath.Join(d, "config.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		_ = json.Unmarshal(cfg, &m)
+		m["architectures"] = []string{"Qwen3Model"}
+		cfg, _ = json.Marshal(m)
+		write(filepath.Join(d, "config.json"), string(cfg))
+	})
+	variant("tagged", func(d string) {
+		write(filepath.Join(d, "README.md"), "---\nlicense: apache-2.0\npipeline_tag: feature-extraction\n---\n# An embedding model\n")
+	})
 	for model, want := range map[string][]string{
-		"scripted": {"completion", "tools", "thinking", "insert", "embedding"},
-		"llama":    {"completion", "embedding"},
+		"scripted": {"completion", "tools", "thinking", "insert"},
+		"llama":    {"completion"},
+		"pooled":   {"embedding"},
+		"headless": {"embedding"},
+		"tagged":   {"embedding"},
 	} {
 		var show api.ShowResponse
 		if ts.postJSON(t, "/api/show", `{"model":"`+model+`"}`, &show) != 200 || !slices.Equal(show.Capabilities, want) {
 			t.Errorf("%s: capabilities %v, want %v", model, show.Capabilities, want)
 		}
+	}
+}
+
+// Pulling a model made on this machine (it has no remote) succeeds at once when it is here, streamed and
+// not: Codex pulls the model it is given before it uses it.
+func TestPullLocalModel(t *testing.T) {
+	ts := newTestServer(t, sched.Config{})
+	for _, name := range []string{"scripted", "scripted:latest"} {
+		resp, body := ts.post(t, "/api/pull", `{"model":"`+name+`"}`)
+		got := lines[api.ProgressResponse](t, body)
+		if resp.StatusCode != 200 || len(got) == 0 || got[len(got)-1].Status != "success" {
+			t.Errorf("streamed pull of %s: %d %s", name, resp.StatusCode, body)
+		}
+		var one api.ProgressResponse
+		if code := ts.postJSON(t, "/api/pull", `{"model":"`+name+`","stream":false}`, &one); code != 200 || one.Status != "success" {
+			t.Errorf("pull of %s: %d %+v", name, code, one)
+		}
+	}
+	if code, msg := ts.errorOf(t, "/api/pull", `{"model":"nothere","stream":false}`); code < 400 {
+		t.Errorf("pull of an unknown bare name: %d %s", code, msg)
+	}
+}
+
+// A generation without a limit ends after ten context windows of tokens, as Ollama bounds it (the scripted
+// model repeats one token for ever after a prompt outside its scripts); a limit above that is cut to it.
+func TestOpenEndedGenerationBounded(t *testing.T) {
+	for _, c := range []struct{ n, ctx, want int }{{-1, 4096, 40960}, {100, 4096, 100}, {50000, 4096, 40960}, {-2, 4096, -2}, {-1, 0, -1}} {
+		if got := boundNumPredict(c.n, c.ctx); got != c.want {
+			t.Errorf("boundNumPredict(%d, %d) = %d, want %d", c.n, c.ctx, got, c.want)
+		}
+	}
+	ts := newTestServer(t, sched.Config{})
+	for _, body := range []string{
+		`{"model":"scripted","prompt":"zz qq","raw":true,"stream":false,"options":{"num_ctx":32,"temperature":0}}`,
+		`{"model":"scripted","prompt":"zz qq","raw":true,"stream":false,"options":{"num_ctx":32,"temperature":0,"num_predict":100000}}`,
+	} {
+		var r api.GenerateResponse
+		if code := ts.postJSON(t, "/api/generate", body, &r); code != 200 || r.DoneReason != "length" || r.EvalCount != 320 {
+			t.Errorf("%s: %d done_reason %q eval_count %d, want length after 320", body, code, r.DoneReason, r.EvalCount)
+		}
+	}
+}
+
+// The chat template's turn markers end a generation as its end-of-sequence token does: with qwen3-tiny's
+// template and tokenizer, a model that opens a new turn ("<|im_start|>", a special token that decodes to
+// nothing) ends its reply there instead of adding the turn's text to it.
+func TestTurnMarkersEndGeneration(t *testing.T) {
+	tiny := testdata.SharedModel(t, "qwen3-tiny")
+	info, err := registry.ReadInfo(tiny)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := turnMarkers(info.ChatTemplate); !slices.Equal(got, []string{"<|im_start|>", "<|im_end|>"}) {
+		t.Fatalf("qwen3-tiny's turn markers %q", got)
+	}
+	dir := filepath.Join(t.TempDir(), "ckpt")
+	// With thinking off the prompt ends in "\n\n" (after the empty think block).
+	if err := apitest.WriteScripted(dir, tiny, []apitest.Script{{After: "\n\n", Reply: "Hi.<|im_start|>assistant"}}); err != nil {
+		t.Fatal(err)
+	}
+	ts := newTestServer(t, sched.Config{})
+	n, _ := registry.ParseName("opener")
+	if _, err := ts.srv.cfg.Store.ImportDir(context.Background(), n, dir); err != nil {
+		t.Fatal(err)
+	}
+	var r api.ChatResponse
+	if code := ts.postJSON(t, "/api/chat", `{"model":"opener","think":false,"stream":false,"messages":[{"role":"user","content":"Hello"}]}`, &r); code != 200 ||
+		r.Message.Content != "Hi." || r.DoneReason != "stop" {
+		t.Fatalf("%d: content %q done_reason %q", code, r.Message.Content, r.DoneReason)
+	}
+	var oc openai.ChatCompletion
+	if code := ts.postJSON(t, "/v1/chat/completions", `{"model":"opener","reasoning_effort":"none","messages":[{"role":"user","content":"Hello"}]}`, &oc); code != 200 ||
+		string(oc.Choices[0].Message.Content) != `"Hi."` || *oc.Choices[0].FinishReason != "stop" {
+		t.Fatalf("%d: %+v", code, oc)
 	}
 }

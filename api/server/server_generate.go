@@ -66,13 +66,14 @@ func (e event) empty() bool { return e.content == "" && e.thinking == "" && len(
 // outcome is a finished generation.
 type outcome struct {
 	GenerateStats
-	load  time.Duration
+	load  time.Duration // loading the model for this request (0 when it was loaded)
+	ready time.Duration // from the request to its model ready: Ollama's load_duration, never 0
 	total time.Duration
 	calls int
 }
 
 func (o *outcome) metrics() api.Metrics {
-	return api.Metrics{TotalDuration: o.total, LoadDuration: o.load, PromptEvalCount: o.PromptTokens,
+	return api.Metrics{TotalDuration: o.total, LoadDuration: o.ready, PromptEvalCount: o.PromptTokens,
 		PromptEvalDuration: o.PromptEvalDuration, EvalCount: o.EvalTokens, EvalDuration: o.EvalDuration}
 }
 
@@ -299,6 +300,8 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 	info := m.Info()
 
 	in := GenerateInput{Options: j.opts, Context: j.context, WantContext: j.wantContext}
+	in.Options.NumPredict = boundNumPredict(j.opts.NumPredict, info.ContextLength)
+	in.EndTokens = turnMarkers(info.ChatTemplate)
 	var pendingLP []api.Logprob // of text the parser has not yielded yet
 	if j.logprobs {
 		in.Logprobs, in.TopLogprobs = true, j.topLogprobs
@@ -355,7 +358,7 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 		}
 	}
 	p := parser.New(pcfg)
-	out := &outcome{load: lease.LoadDuration}
+	out := &outcome{load: lease.LoadDuration, ready: time.Since(j.start)}
 	forward := func(r parser.Result) error {
 		ev := event{content: r.Content, thinking: r.Thinking}
 		for _, c := range r.Calls {
@@ -389,6 +392,50 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 		return out, err
 	}
 	return out, nil
+}
+
+// turnMarkerSets are the turn markers of the chat-template families Ollama knows, which its templates
+// list as stop words: ChatML (Qwen), Llama 3, Gemma, Phi-3 and Command R.
+var turnMarkerSets = [][]string{
+	{"<|im_start|>", "<|im_end|>"},
+	{"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"},
+	{"<start_of_turn>", "<end_of_turn>"},
+	{"<|end|>", "<|system|>", "<|user|>", "<|assistant|>"},
+	{"<|START_OF_TURN_TOKEN|>", "<|END_OF_TURN_TOKEN|>"},
+}
+
+// turnMarkers are the turn markers a chat template writes, which end a generation as its end-of-sequence
+// token does (runner.Request.EndTokens), as Ollama stops on them: a model that opens a new turn
+// ("<|im_start|>assistant\n<think>…", which a client would otherwise see as the reply's text, its
+// marker being a special token that decodes to nothing) has ended its own.
+func turnMarkers(chatTemplate string) []string {
+	var out []string
+	for _, set := range turnMarkerSets {
+		for _, m := range set {
+			if strings.Contains(chatTemplate, m) {
+				out = append(out, m)
+			}
+		}
+	}
+	return out
+}
+
+// openEndedContexts bounds a generation that has no limit (num_predict -1, max_tokens or
+// max_output_tokens unset) at this many context windows of tokens, as Ollama bounds it: a model that
+// never stops (a loop, a small model) ends with done_reason "length" instead of generating for ever as
+// the context shifts. A larger num_predict is cut to the same bound.
+const openEndedContexts = 10
+
+// boundNumPredict is the num_predict a generation runs with in a numCtx-token context: n, bounded as
+// openEndedContexts says; -2 (fill the context, then stop) is bounded already.
+func boundNumPredict(n, numCtx int) int {
+	if numCtx <= 0 || n == -2 {
+		return n
+	}
+	if limit := openEndedContexts * numCtx; n < 0 || n > limit {
+		return limit
+	}
+	return n
 }
 
 // isOptionError reports errors the engine returns for bad request input rather than failures.
@@ -468,10 +515,11 @@ func (n *ndjson) fail(err error) {
 		return // the client is gone
 	}
 	if n.started {
+		noteError(n.c, status, msg)
 		_ = n.send(gin.H{"error": msg})
 		return
 	}
-	abort(n.c, status, msg)
+	abortErr(n.c, err)
 }
 
 func (s *Server) handleGenerate(c *gin.Context) {
@@ -668,15 +716,17 @@ func embedInputs(v any) ([]string, error) {
 	return nil, errorf(http.StatusBadRequest, "invalid input type: input must be a string or a list of strings")
 }
 
-// embed computes embeddings for inputs on j's model.
+// embed computes embeddings for inputs on j's model; it also returns the time from the request to its
+// model ready (Ollama's load_duration).
 func (s *Server) embed(ctx context.Context, j *job, inputs []string, truncate bool) ([][]float32, int, time.Duration, error) {
 	lease, m, err := s.acquire(ctx, j)
 	if err != nil {
 		return nil, 0, 0, err
 	}
 	defer lease.Release()
+	ready := time.Since(j.start)
 	vecs, n, err := m.Embed(ctx, inputs, truncate)
-	return vecs, n, lease.LoadDuration, err
+	return vecs, n, ready, err
 }
 
 func (s *Server) handleEmbed(c *gin.Context) {

@@ -62,6 +62,7 @@ func (s *sse) fail(err error) {
 		return
 	}
 	if s.started {
+		noteError(s.c, status, msg)
 		_ = s.send(openai.NewError(status, msg))
 		return
 	}
@@ -154,11 +155,13 @@ func oaiMessages(in []openai.Message) ([]api.Message, error) {
 	return out, nil
 }
 
+// oaiTools converts function tools for the chat template; tools of other types (custom grammar tools) are
+// left out rather than refused, as no model here can call them.
 func oaiTools(in []openai.Tool) (api.Tools, error) {
 	var out api.Tools
 	for i, t := range in {
 		if t.Type != "function" {
-			return nil, errorf(http.StatusBadRequest, "tools[%d]: type %q is not supported (use \"function\")", i, t.Type)
+			continue
 		}
 		var f api.ToolFunction
 		if err := json.Unmarshal(t.Function, &f); err != nil || f.Name == "" {

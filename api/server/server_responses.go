@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"container/list"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -129,9 +130,10 @@ func responsesMessages(items []openai.InputItem, prior []api.Message) ([]api.Mes
 				thinking = ""
 			}
 			last := &out[len(out)-1]
+			name := qualify(it.Namespace, it.Name) // as the template offered it (responsesTools)
 			last.ToolCalls = append(last.ToolCalls, api.ToolCall{ID: it.CallID,
-				Function: api.ToolCallFunction{Index: len(last.ToolCalls), Name: it.Name, Arguments: args}})
-			callNames[it.CallID] = it.Name
+				Function: api.ToolCallFunction{Index: len(last.ToolCalls), Name: name, Arguments: args}})
+			callNames[it.CallID] = name
 		case "function_call_output":
 			if it.CallID == "" {
 				return nil, errorf(http.StatusBadRequest, "input[%d]: a function_call_output item needs a call_id", i)
@@ -163,20 +165,66 @@ func responsesMessages(items []openai.InputItem, prior []api.Message) ([]api.Mes
 	return out, nil
 }
 
-// responsesTools converts function tools for the chat template.
-func responsesTools(in []openai.ResponsesTool) (api.Tools, error) {
-	var out api.Tools
-	for i, t := range in {
-		if t.Type != "function" {
-			return nil, errorf(http.StatusBadRequest, "tools[%d]: type %q is not supported: mlxg runs function tools only", i, t.Type)
-		}
-		tool, err := functionTool(i, t.Name, t.Description, t.Parameters, "parameters")
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, tool)
+// toolRef is a tool the model calls by one name, as the client declared it: a function of a namespace
+// tool (namespace and the member's name), or a plain function (namespace "").
+type toolRef struct{ namespace, name string }
+
+// qualify is the one function name the chat template gets for a namespace's member, as Ollama names it:
+// "namespace.member" (a member already named so keeps its name).
+func qualify(namespace, name string) string {
+	if namespace == "" || strings.HasPrefix(name, namespace+".") {
+		return name
 	}
-	return out, nil
+	return namespace + "." + name
+}
+
+// responsesToolSet is what a request's tools give the model: function tools for the template, the
+// declared namespace and name of each (refs, by the function's name), and the types of the tools left out.
+type responsesToolSet struct {
+	tools   api.Tools
+	refs    map[string]toolRef
+	ignored []string
+}
+
+// responsesTools converts the tools the model can call: function tools, and the member functions of
+// namespace tools (qualify names them for the template; a call is answered with the namespace and name
+// the client declared). Other types are tools the model cannot call here (hosted ones such as web_search,
+// file_search or code_interpreter, Codex's tool_search, custom grammar tools): they are left out rather
+// than refused, so that a client that always sends them still works.
+func responsesTools(in []openai.ResponsesTool) (responsesToolSet, error) {
+	set := responsesToolSet{refs: map[string]toolRef{}}
+	var add func(i int, t openai.ResponsesTool, namespace, field string) error
+	add = func(i int, t openai.ResponsesTool, namespace, field string) error {
+		switch t.Type {
+		case "function":
+			name := qualify(namespace, t.Name)
+			if t.Name == "" {
+				name = ""
+			}
+			tool, err := functionTool(i, name, t.Description, t.Parameters, field+"parameters")
+			if err != nil {
+				return err
+			}
+			set.tools = append(set.tools, tool)
+			set.refs[name] = toolRef{namespace: namespace, name: t.Name}
+		case "namespace":
+			inner := qualify(namespace, t.Name)
+			for k, m := range t.Tools {
+				if err := add(i, m, inner, fmt.Sprintf("%stools[%d].", field, k)); err != nil {
+					return err
+				}
+			}
+		default:
+			set.ignored = append(set.ignored, t.Type)
+		}
+		return nil
+	}
+	for i, t := range in {
+		if err := add(i, t, "", ""); err != nil {
+			return responsesToolSet{}, err
+		}
+	}
+	return set, nil
 }
 
 // responsesFormat reads text.format: nothing for "text", else the format newJob constrains the reply with
@@ -242,10 +290,14 @@ func (s *Server) responsesJob(req *openai.ResponsesRequest) (*job, []api.Message
 	if len(conv) == 0 {
 		return nil, nil, nil, errorf(http.StatusBadRequest, "input must not be empty")
 	}
-	tools, err := responsesTools(req.Tools)
+	set, err := responsesTools(req.Tools)
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	if len(set.ignored) > 0 {
+		s.log.Debug("tools the model cannot call here are left out", "types", set.ignored)
+	}
+	tools := set.tools
 	if strings.TrimSpace(string(req.ToolChoice)) == `"none"` {
 		tools = nil // the model must not call tools
 	}
@@ -361,9 +413,15 @@ func messageItem(id, text, status string) openai.OutputItem {
 	return openai.OutputItem{Type: "message", ID: id, Status: status, Role: "assistant", Content: &content}
 }
 
-func functionCallItem(call api.ToolCall, args, status string) openai.OutputItem {
-	return openai.OutputItem{Type: "function_call", ID: "fc_" + strings.TrimPrefix(call.ID, "call_"), Status: status,
+// functionCallItem is a call as an output item: a namespace member's call carries the namespace and the
+// member's name as the client declared them (refs), which is how Codex routes it.
+func functionCallItem(call api.ToolCall, args, status string, refs map[string]toolRef) openai.OutputItem {
+	item := openai.OutputItem{Type: "function_call", ID: "fc_" + strings.TrimPrefix(call.ID, "call_"), Status: status,
 		CallID: call.ID, Name: call.Function.Name, Arguments: &args}
+	if ref, ok := refs[call.Function.Name]; ok && ref.namespace != "" {
+		item.Name, item.Namespace = ref.name, ref.namespace
+	}
+	return item
 }
 
 // replyMessage is the reply as a chat message, for the store.
@@ -384,6 +442,8 @@ func (s *Server) handleResponses(c *gin.Context) {
 		return
 	}
 	id := "resp_" + randomID(16)
+	set, _ := responsesTools(req.Tools) // checked by responsesJob
+	refs := set.refs
 	resp := responseShell(&req, id, time.Now().Unix(), instructions)
 	store := func(text, thinking string, calls []api.ToolCall) {
 		if resp.Store {
@@ -405,7 +465,7 @@ func (s *Server) handleResponses(c *gin.Context) {
 		}
 		for _, call := range r.calls {
 			args, _ := call.Function.Arguments.MarshalJSON()
-			output = append(output, functionCallItem(call, string(args), "completed"))
+			output = append(output, functionCallItem(call, string(args), "completed", refs))
 		}
 		finishResponse(&resp, o, output)
 		store(r.content, r.thinking, r.calls)
@@ -413,7 +473,7 @@ func (s *Server) handleResponses(c *gin.Context) {
 		return
 	}
 
-	st := &responsesStream{out: &eventStream{c: c}, resp: &resp}
+	st := &responsesStream{out: &eventStream{c: c}, resp: &resp, refs: refs}
 	o, err := s.run(c.Request.Context(), j, st.event)
 	if err != nil {
 		st.fail(err)
@@ -440,6 +500,7 @@ type responsesStream struct {
 
 	text, thinking strings.Builder
 	calls          []api.ToolCall
+	refs           map[string]toolRef // the declared names of the tools (responsesTools)
 }
 
 func (r *responsesStream) send(ev openai.StreamEvent) error {
@@ -557,7 +618,7 @@ func (r *responsesStream) event(e event) error {
 		idx := len(r.output)
 		args, _ := call.Function.Arguments.MarshalJSON()
 		a := string(args)
-		added := functionCallItem(call, "", "in_progress")
+		added := functionCallItem(call, "", "in_progress", r.refs)
 		if err := r.send(openai.StreamEvent{Type: "response.output_item.added", OutputIndex: intp(idx), Item: &added}); err != nil {
 			return err
 		}
@@ -566,10 +627,10 @@ func (r *responsesStream) event(e event) error {
 			return err
 		}
 		if err := r.send(openai.StreamEvent{Type: "response.function_call_arguments.done", OutputIndex: intp(idx),
-			ItemID: added.ID, Name: call.Function.Name, Arguments: &a}); err != nil {
+			ItemID: added.ID, Name: added.Name, Arguments: &a}); err != nil {
 			return err
 		}
-		item := functionCallItem(call, a, "completed")
+		item := functionCallItem(call, a, "completed", r.refs)
 		r.output = append(r.output, item)
 		if err := r.send(openai.StreamEvent{Type: "response.output_item.done", OutputIndex: intp(idx), Item: &item}); err != nil {
 			return err
@@ -609,6 +670,7 @@ func (r *responsesStream) fail(err error) {
 		abortV1(r.out.c, err)
 		return
 	}
+	noteError(r.out.c, status, msg)
 	e := openai.NewError(status, msg).Error
 	if r.send(openai.StreamEvent{Type: "error", Code: strp(e.Type), Message: msg}) != nil {
 		return

@@ -12,6 +12,7 @@ import (
 
 	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/api/apitest"
+	"github.com/mlxg/mlxg/api/openai"
 	"github.com/mlxg/mlxg/runner/constrain/constraintest"
 	"github.com/mlxg/mlxg/runner/sched"
 )
@@ -167,6 +168,19 @@ func TestResponsesStream(t *testing.T) {
 	if text != apitest.PlainReply || strings.Join(names, " ") != want {
 		t.Fatalf("text %q events %s", text, strings.Join(names, " "))
 	}
+
+	// Cut by max_output_tokens: the last event is response.incomplete, whose response says why.
+	_, body = ts.post(t, "/v1/responses", `{"model":"scripted","stream":true,"input":"Weather?","reasoning":{"effort":"none"},"max_output_tokens":2}`)
+	chunks := strings.Split(strings.TrimSpace(string(body)), "\n\n")
+	_, data, _ := strings.Cut(chunks[len(chunks)-1], "\ndata: ")
+	var last struct {
+		Type     string
+		Response respObject
+	}
+	if err := json.Unmarshal([]byte(data), &last); err != nil || last.Type != "response.incomplete" || last.Response.Status != "incomplete" ||
+		last.Response.IncompleteDetails == nil || last.Response.IncompleteDetails.Reason != "max_output_tokens" {
+		t.Fatalf("last event %s", data)
+	}
 }
 
 func TestResponsesBadInput(t *testing.T) {
@@ -191,7 +205,7 @@ func TestResponsesBadInput(t *testing.T) {
 		{`{"model":"scripted","input":[{"type":"function_call_output","output":"x"}]}`, 400, "needs a call_id"},
 		{`{"model":"scripted","input":[{"type":"item_reference","id":"x"}]}`, 400, "item_reference is not supported"},
 		{`{"model":"scripted","input":[{"type":"web_search_call","id":"x"}]}`, 400, `"web_search_call" is not supported`},
-		{`{"model":"scripted","input":"hi","tools":[{"type":"web_search"}]}`, 400, `type "web_search" is not supported`},
+		{`{"model":"scripted","input":"hi","tools":[{"type":"namespace","name":"ns","tools":[{"type":"function","name":"f","parameters":"x"}]}]}`, 400, "tools[0].tools[0].parameters must be a JSON schema object"},
 		{`{"model":"scripted","input":"hi","tools":[{"type":"function"}]}`, 400, "name is required"},
 		{`{"model":"scripted","input":"hi","tools":[{"type":"function","name":"f","parameters":"x"}]}`, 400, "parameters must be a JSON schema object"},
 		{`{"model":"scripted","input":"hi","instructions":["x"]}`, 400, "instructions must be a string"},
@@ -328,5 +342,71 @@ func TestResponsesClientDisconnect(t *testing.T) {
 	if resp, body := ts.post(t, "/v1/responses", `{"model":"scripted","input":"Weather?","reasoning":{"effort":"none"}}`); resp.StatusCode != 200 ||
 		!strings.Contains(string(body), apitest.PlainReply) {
 		t.Fatalf("after disconnect: %d %s", resp.StatusCode, body)
+	}
+}
+
+// Codex's tools: a namespace's member functions reach the template as namespace.member (as Ollama names
+// them), a call to one is answered with the namespace and the member's name (which Codex routes by), and
+// a function_call item with a namespace goes back to the template under the qualified name. Hosted tools
+// (web_search) and other types the model cannot call are left out, never refused.
+func TestResponsesNamespaceTools(t *testing.T) {
+	var req openai.ResponsesRequest
+	if err := json.Unmarshal([]byte(`{"tools":[
+		{"type":"namespace","name":"multi_agent_v1","description":"Agents.","tools":[
+			{"type":"function","name":"spawn_agent","description":"Spawn one.","parameters":{"type":"object","properties":{"task":{"type":"string"}},"required":["task"]}},
+			{"type":"function","name":"multi_agent_v1.wait","parameters":{"type":"object","properties":{}}}]},
+		{"type":"web_search","external_web_access":false},
+		{"type":"custom","name":"apply_patch","format":{"type":"grammar"}},
+		`+respWeatherTool+`]}`), &req); err != nil {
+		t.Fatal(err)
+	}
+	set, err := responsesTools(req.Tools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tool := range set.tools {
+		names = append(names, tool.Function.Name)
+	}
+	if strings.Join(names, " ") != "multi_agent_v1.spawn_agent multi_agent_v1.wait get_weather" || strings.Join(set.ignored, " ") != "web_search custom" {
+		t.Fatalf("tools %v, ignored %v", names, set.ignored)
+	}
+	raw, _, _ := toolsJSON(set.tools)
+	if !strings.Contains(string(raw[0]), `"required":["task"]`) {
+		t.Errorf("the member's schema did not reach the template: %s", raw[0])
+	}
+
+	call := api.ToolCall{ID: "call_1", Function: api.ToolCallFunction{Name: "multi_agent_v1.spawn_agent"}}
+	item := functionCallItem(call, `{"task":"x"}`, "completed", set.refs)
+	if item.Name != "spawn_agent" || item.Namespace != "multi_agent_v1" {
+		t.Errorf("namespaced call as %q in %q", item.Name, item.Namespace)
+	}
+	item = functionCallItem(api.ToolCall{ID: "call_2", Function: api.ToolCallFunction{Name: "get_weather"}}, "{}", "completed", set.refs)
+	if item.Name != "get_weather" || item.Namespace != "" {
+		t.Errorf("plain call as %q in %q", item.Name, item.Namespace)
+	}
+	b, _ := json.Marshal(item)
+	if strings.Contains(string(b), "namespace") {
+		t.Errorf("a plain call carries a namespace: %s", b)
+	}
+
+	items, err := openai.InputItems(json.RawMessage(`[{"role":"user","content":"go"},
+		{"type":"function_call","call_id":"c1","name":"spawn_agent","namespace":"multi_agent_v1","arguments":"{}"},
+		{"type":"function_call_output","call_id":"c1","output":"done"}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := responsesMessages(items, nil)
+	if err != nil || len(msgs) != 3 || msgs[1].ToolCalls[0].Function.Name != "multi_agent_v1.spawn_agent" || msgs[2].ToolName != "multi_agent_v1.spawn_agent" {
+		t.Fatalf("history %+v, %v", msgs, err)
+	}
+
+	ts := newTestServer(t, sched.Config{})
+	resp, body := ts.post(t, "/v1/responses", `{"model":"scripted","input":"Weather in Paris?","tools":[
+		{"type":"namespace","name":"multi_agent_v1","tools":[{"type":"function","name":"spawn_agent","parameters":{"type":"object"}}]},
+		{"type":"web_search"},`+respWeatherTool+`]}`)
+	var r respObject
+	if resp.StatusCode != 200 || json.Unmarshal(body, &r) != nil || len(r.Output) != 2 || r.Output[1].Name != apitest.ToolName {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
 	}
 }

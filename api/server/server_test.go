@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -332,6 +334,15 @@ func TestLoadUnloadPsEmbed(t *testing.T) {
 	if resp.StatusCode != 200 || json.Unmarshal(body, &er) != nil || len(er.Embeddings) != 2 || len(er.Embeddings[0]) != 64 || er.PromptEvalCount == 0 {
 		t.Fatalf("embed: %d %.300s", resp.StatusCode, body)
 	}
+	// The model was loaded already: the counts are still all there, load_duration (the time to the model
+	// ready, as Ollama measures it) above 0, as the AI SDK's Ollama provider requires.
+	var raw map[string]json.RawMessage
+	_ = json.Unmarshal(body, &raw)
+	for _, k := range []string{"total_duration", "load_duration", "prompt_eval_count"} {
+		if v, ok := raw[k]; !ok || string(v) == "0" {
+			t.Errorf("embed reply's %s = %s", k, v)
+		}
+	}
 	var norm float32
 	for _, x := range er.Embeddings[0] {
 		norm += x * x
@@ -618,5 +629,97 @@ func TestModelWithoutThinkingOrTools(t *testing.T) {
 	resp, body = ts.post(t, "/api/generate", `{"model":"llama","stream":false,"think":false,"prompt":"Hi"}`)
 	if resp.StatusCode != 200 || !strings.Contains(string(body), "Hello from Llama.") {
 		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+}
+
+// Each request answered with an error is logged with its message and the route, as a warning (4xx) or
+// an error (5xx); one whose stream carries the error says so beside its status 200.
+func TestErrorsLogged(t *testing.T) {
+	ts := newTestServer(t, sched.Config{})
+	buf := &syncBuffer{}
+	ts.srv.log = slog.New(slog.NewTextHandler(buf, nil))
+	ts.post(t, "/v1/messages", `{"model":"scripted","max_tokens":`)
+	if r, err := http.Get(ts.URL + "/v1/models/nope"); err == nil {
+		r.Body.Close()
+	}
+	ts.post(t, "/api/chat", `{"model":"scripted","messages":[{"role":"wizard","content":"hi"}]}`)
+	log := buf.String()
+	for _, want := range []string{
+		`level=WARN msg=request method=POST path=/v1/messages status=400`,
+		`error="invalid JSON in the request body`,
+		`path=/v1/models/nope status=404`,
+		`route=/v1/models/*model error="model 'nope' not found"`,
+		`path=/api/chat status=400`,
+		`error="messages[0]: unknown role \"wizard\"`,
+	} {
+		if !strings.Contains(log, want) {
+			t.Errorf("the log lacks %q:\n%s", want, log)
+		}
+	}
+}
+
+// pressureError is a transient refusal, as the memory policy's under memory pressure.
+type pressureError struct{ after time.Duration }
+
+func (e *pressureError) Error() string   { return "memory pressure is critical: retry when it drops" }
+func (e *pressureError) Transient() bool { return true }
+
+// refusingLoader refuses every load with err.
+type refusingLoader struct{ err error }
+
+func (l refusingLoader) Estimate(*registry.LocalModel, int) (int64, error) { return 0, l.err }
+func (l refusingLoader) Load(context.Context, *registry.LocalModel, int) (Model, error) {
+	return nil, l.err
+}
+
+// delayedError is a transient refusal that names its delay.
+type delayedError struct{ pressureError }
+
+func (e *delayedError) RetryAfter() time.Duration { return e.after }
+
+// A transient refusal (memory pressure; a plan that does not fit while other models serve) is a 503 with
+// Retry-After on every API, in its error shape, never a 500.
+func TestTransientRefusal503(t *testing.T) {
+	for _, c := range []struct {
+		err   error
+		after string
+	}{{fmt.Errorf("loading: %w", &pressureError{}), "10"}, {&delayedError{pressureError{after: 2500 * time.Millisecond}}, "3"}} {
+		tmp := t.TempDir()
+		store := &registry.Store{HubCache: filepath.Join(tmp, "hub"), Home: filepath.Join(tmp, "home")}
+		n, _ := registry.ParseName("scripted")
+		if _, err := store.ImportDir(context.Background(), n, scriptedCheckpoint(t)); err != nil {
+			t.Fatal(err)
+		}
+		srv, err := NewServer(ServerConfig{Store: store, Loader: refusingLoader{c.err}, Logger: testLogger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts := &testServer{Server: httptest.NewServer(srv.Handler()), srv: srv}
+		for path, body := range map[string]string{
+			"/api/chat":            `{"model":"scripted","messages":[{"role":"user","content":"hi"}]}`,
+			"/api/generate":        `{"model":"scripted","prompt":"hi","stream":false}`,
+			"/api/embed":           `{"model":"scripted","input":"hi"}`,
+			"/v1/chat/completions": `{"model":"scripted","stream":true,"messages":[{"role":"user","content":"hi"}]}`,
+			"/v1/responses":        `{"model":"scripted","stream":true,"input":"hi"}`,
+			"/v1/messages":         `{"model":"scripted","max_tokens":10,"stream":true,"messages":[{"role":"user","content":"hi"}]}`,
+		} {
+			resp, b := ts.post(t, path, body)
+			var shape struct {
+				Error json.RawMessage
+				Type  string
+			}
+			_ = json.Unmarshal(b, &shape)
+			if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != c.after || !strings.Contains(string(b), "memory pressure") || len(shape.Error) == 0 {
+				t.Errorf("%s: %d Retry-After %q %s", path, resp.StatusCode, resp.Header.Get("Retry-After"), b)
+			}
+			switch {
+			case path == "/v1/messages" && (shape.Type != "error" || !strings.Contains(string(shape.Error), "overloaded_error")),
+				strings.HasPrefix(path, "/api/") && shape.Error[0] != '"',
+				path == "/v1/chat/completions" && shape.Error[0] != '{':
+				t.Errorf("%s: not its API's error shape: %s", path, b)
+			}
+		}
+		ts.Close()
+		srv.Close()
 	}
 }
