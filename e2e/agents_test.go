@@ -123,7 +123,7 @@ func isolatedEnv(home string, extra ...string) []string {
 	return append(env, extra...)
 }
 
-// run runs a client with a deadline and returns its stdout and stderr.
+// runClient runs a client with a deadline and returns its stdout and stderr.
 func runClient(t *testing.T, timeout time.Duration, dir string, env []string, stdin string, name string, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)

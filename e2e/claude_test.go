@@ -91,7 +91,7 @@ func TestClaudeCode(t *testing.T) {
 	t.Run("plain", func(t *testing.T) {
 		rec := newRecorder(t, s)
 		home, work := t.TempDir(), t.TempDir()
-		stdout, stderr, err := runClient(t, 4*time.Minute, work, claudeEnv(home, rec.URL), "", claude,
+		stdout, stderr, err := runClient(t, 3*time.Minute, work, claudeEnv(home, rec.URL), "", claude,
 			"-p", "say hi", "--model", tinyModel, "--output-format", "json")
 		checkMessagesExchanges(t, rec)
 		checkClaudeOutcome(t, stdout, stderr, err, rec)
@@ -146,7 +146,7 @@ func TestClaudeCode(t *testing.T) {
 				`{"type":"message_stop"}`)
 			return true
 		}
-		stdout, stderr, err := runClient(t, 4*time.Minute, work, claudeEnv(home, rec.URL), "", claude,
+		stdout, stderr, err := runClient(t, 3*time.Minute, work, claudeEnv(home, rec.URL), "", claude,
 			"-p", "Read note.txt and tell me what it says.", "--model", tinyModel, "--allowedTools", "Read", "--output-format", "json")
 		if !canned.Load() {
 			t.Fatalf("Claude Code sent no /v1/messages request with the Read tool:\n%s", rec.summary())

@@ -140,7 +140,7 @@ func TestCodex(t *testing.T) {
 	for _, model := range []string{tinyModel + ":latest", tinyModel} {
 		t.Run(model, func(t *testing.T) {
 			rec := newRecorder(t, s)
-			stdout, stderr, err := runClient(t, 4*time.Minute, t.TempDir(), codexEnv(t, rec.URL), "", codex,
+			stdout, stderr, err := runClient(t, 2*time.Minute, t.TempDir(), codexEnv(t, rec.URL), "", codex,
 				"exec", "--oss", "-m", model, "--skip-git-repo-check", "--ephemeral", "--json", "say hi")
 			checkResponsesExchanges(t, rec, model)
 			checkCodexOutcome(t, stdout, stderr, err, rec)
@@ -172,7 +172,7 @@ func TestCodex(t *testing.T) {
 			return true
 		}
 		work := t.TempDir()
-		stdout, stderr, err := runClient(t, 4*time.Minute, work, codexEnv(t, rec.URL), "", codex,
+		stdout, stderr, err := runClient(t, 2*time.Minute, work, codexEnv(t, rec.URL), "", codex,
 			"exec", "--oss", "-m", tinyModel+":latest", "--skip-git-repo-check", "--ephemeral", "--json",
 			"--dangerously-bypass-approvals-and-sandbox", "Run echo and tell me what it printed.")
 		if !canned.Load() {

@@ -23,7 +23,7 @@ func runNodeSDK(t *testing.T, script string, pkgs ...string) {
 	}
 	s := startTiny(t)
 	rec := newRecorder(t, s)
-	stdout, stderr, err := runClient(t, 5*time.Minute, t.TempDir(), isolatedEnv(t.TempDir(), "MLXG_URL="+rec.URL, "MLXG_NODE_MODULES="+agentsDir(),
+	stdout, stderr, err := runClient(t, 4*time.Minute, t.TempDir(), isolatedEnv(t.TempDir(), "MLXG_URL="+rec.URL, "MLXG_NODE_MODULES="+agentsDir(),
 		"MLXG_MODEL="+tinyModel, fmt.Sprintf("MLXG_MAX_TOKENS=%d", agentMaxTokens)), "",
 		node, filepath.Join(testdata.Root(), "scripts", "clienttest", script))
 	t.Logf("%s%s", stdout, stderr)
