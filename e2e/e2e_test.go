@@ -1,7 +1,9 @@
 // Package e2e runs real, unmodified clients against a running `mlxg serve` on loopback: Ollama's Go API
 // client (github.com/ollama/ollama/api), OpenAI's Go SDK (github.com/openai/openai-go/v3) and, through node,
 // ollama-js and openai-node (scripts/clienttest). The server runs the scripted checkpoint of api/apitest
-// (a real model whose replies are known) and pulls from a fake Hub (registry/hubtest).
+// (a real model whose replies are known) and pulls from a fake Hub (registry/hubtest). The programs people
+// point at Ollama (the ollama CLI, Claude Code, Codex, the AI SDK, LangChain JS) run against the trained
+// qwen3-tiny in the same server (agents_test.go).
 //
 // This is a separate module so that the product's go.mod stays free of the client SDKs.
 package e2e

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"strings"
@@ -106,4 +107,36 @@ func TestDisconnectMidStream(t *testing.T) {
 	if g.Response != "The weather in Paris is sunny." {
 		t.Fatalf("after the disconnects: %q", g.Response)
 	}
+}
+
+// TestUnlimitedGenerationEnds: a request without a token limit (num_predict -1, Ollama's default, and what
+// a client that sends none gets) on a model that never emits its end token still ends. Ollama caps it at
+// 10 x num_ctx tokens (llm/server.go); clients such as Codex and ollama-ai-provider-v2's /api/chat send no
+// limit Ollama reads, and would otherwise wait forever.
+func TestUnlimitedGenerationEnds(t *testing.T) {
+	s := start(t)
+	const numCtx = 64
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// As in TestDisconnectMidStream: greedy decoding of this raw prompt never reaches EOS.
+	req, _ := http.NewRequestWithContext(ctx, "POST", s.base+"/api/generate", strings.NewReader(
+		fmt.Sprintf(`{"model":"scripted","raw":true,"prompt":"zzzz","stream":false,"options":{"temperature":0,"num_predict":-1,"num_ctx":%d}}`, numCtx)))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("no end within 2 minutes: %v", err)
+	}
+	defer resp.Body.Close()
+	var g struct {
+		Done       bool   `json:"done"`
+		DoneReason string `json:"done_reason"`
+		EvalCount  int    `json:"eval_count"`
+		Error      string `json:"error"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&g); err != nil || resp.StatusCode != http.StatusOK || !g.Done {
+		t.Fatalf("%d %+v %v", resp.StatusCode, g, err)
+	}
+	if g.EvalCount > 10*numCtx {
+		t.Errorf("%d tokens generated, more than 10 x num_ctx = %d", g.EvalCount, 10*numCtx)
+	}
+	t.Logf("ended after %d tokens (%s)", g.EvalCount, g.DoneReason)
 }
