@@ -95,10 +95,13 @@ func TestCreateFromModel(t *testing.T) {
 		!strings.Contains(show.Modelfile, "PARAMETER num_ctx 2048") || !strings.Contains(show.Modelfile, `SYSTEM """You are terse."""`) {
 		t.Errorf("show: %+v", show)
 	}
-	for _, c := range []string{"completion", "tools", "thinking", "embedding"} {
+	for _, c := range []string{"completion", "tools", "thinking"} {
 		if !slices.Contains(show.Capabilities, c) {
 			t.Errorf("capabilities %v lack %s", show.Capabilities, c)
 		}
+	}
+	if slices.Contains(show.Capabilities, "embedding") { // the ollama CLI would treat it as an embedding model
+		t.Errorf("a chat model's capabilities %v list embedding", show.Capabilities)
 	}
 	var base api.ShowResponse
 	if ts.postJSON(t, "/api/show", `{"model":"scripted"}`, &base) != 200 || base.System != "" || strings.Contains(base.Parameters, "num_ctx") {
