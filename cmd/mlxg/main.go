@@ -1,4 +1,4 @@
-// Command mlxg pulls, runs and serves MLX checkpoints (see README.md and ../shared/DESIGN.md).
+// Command mlxg pulls, runs and serves MLX checkpoints (see README.md and docs/architecture.md).
 package main
 
 import (
