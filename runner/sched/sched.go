@@ -378,7 +378,7 @@ func (s *Scheduler) placeLocked(req Request, replacing *entry) (bool, error) {
 		if refusal != nil {
 			return false, s.busy(req.Name, refusal)
 		}
-		return false, nil // only the budget is short: loads in flight may fail and free it
+		return false, nil // only the budget is short and nothing more can be freed: wait for a change
 	}
 	// Busy models hold memory: wait for them when the model fits once they are idle too.
 	if refusal != nil && !estimateOnce {
