@@ -147,11 +147,7 @@ func (t tools) generate(ctx context.Context, _ *mcp.CallToolRequest, in Generate
 		out.PromptTokens, out.EvalTokens, out.Seconds = r.PromptEvalCount, r.EvalCount, r.TotalDuration.Seconds()
 		return nil
 	})
-	if err != nil {
-		return nil, nil, t.reach(err)
-	}
-	res, err := jsonResult(out)
-	return res, nil, err
+	return t.answer(out, err)
 }
 
 // ChatMessage is one message of a chat tool call.
@@ -189,10 +185,16 @@ func (t tools) chat(ctx context.Context, _ *mcp.CallToolRequest, in ChatIn) (*mc
 			out.PromptTokens, out.EvalTokens, out.Seconds = r.PromptEvalCount, r.EvalCount, r.TotalDuration.Seconds()
 			return nil
 		})
+	return t.answer(out, err)
+}
+
+// answer is a tool's result for what the server answered: v as JSON, or err as the
+// tool's error.
+func (t tools) answer(v any, err error) (*mcp.CallToolResult, any, error) {
 	if err != nil {
 		return nil, nil, t.reach(err)
 	}
-	res, err := jsonResult(out)
+	res, err := jsonResult(v)
 	return res, nil, err
 }
 
@@ -200,30 +202,15 @@ func (t tools) chat(ctx context.Context, _ *mcp.CallToolRequest, in ChatIn) (*mc
 type None struct{}
 
 func (t tools) listModels(ctx context.Context, _ *mcp.CallToolRequest, _ None) (*mcp.CallToolResult, any, error) {
-	l, err := t.c.List(ctx)
-	if err != nil {
-		return nil, nil, t.reach(err)
-	}
-	res, err := jsonResult(l)
-	return res, nil, err
+	return t.answer(t.c.List(ctx))
 }
 
 func (t tools) running(ctx context.Context, _ *mcp.CallToolRequest, _ None) (*mcp.CallToolResult, any, error) {
-	ps, err := t.c.ListRunning(ctx)
-	if err != nil {
-		return nil, nil, t.reach(err)
-	}
-	res, err := jsonResult(ps)
-	return res, nil, err
+	return t.answer(t.c.ListRunning(ctx))
 }
 
 func (t tools) memoryStatus(ctx context.Context, _ *mcp.CallToolRequest, _ None) (*mcp.CallToolResult, any, error) {
-	st, err := t.c.Status(ctx)
-	if err != nil {
-		return nil, nil, t.reach(err)
-	}
-	res, err := jsonResult(st)
-	return res, nil, err
+	return t.answer(t.c.Status(ctx))
 }
 
 // ModelIn are the arguments of a tool on one model.

@@ -25,6 +25,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/mlxg/mlxg/api"
+	"github.com/mlxg/mlxg/internal/files"
 	"github.com/mlxg/mlxg/registry"
 	"github.com/mlxg/mlxg/registry/create"
 	"github.com/mlxg/mlxg/runner"
@@ -399,20 +400,7 @@ func linkOrCopy(src, dst string) error {
 	if os.Link(src, dst) == nil {
 		return nil
 	}
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.Create(dst)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
+	return files.Copy(src, dst)
 }
 
 // modelOptions applies the parameters a Modelfile gave the model (after the checkpoint's generation
