@@ -557,9 +557,11 @@ func TestMemoryBudgetEvicts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if size, err = loader.Estimate(lm, 4096); err != nil {
+		p, err := loader.Plan(lm, 4096)
+		if err != nil {
 			t.Fatal(err)
 		}
+		size = p.Peak
 	}
 	srv, err := NewServer(ServerConfig{Store: store, Loader: loader, Sched: sched.Config{MemoryBudget: size * 3 / 2}, Logger: testLogger(t)})
 	if err != nil {
