@@ -84,3 +84,30 @@ func TestPlanFreeing(t *testing.T) {
 		t.Error("loaded with 2.5 GiB available")
 	}
 }
+
+// The first sequence of a load gets the load's plan without reading memory again; later ones are
+// planned from a fresh reading.
+func TestSequencesFirstTakesTheLoadPlan(t *testing.T) {
+	sensor := &changing{mem(64*gib, 40*gib, sysmem.Normal)}
+	p := &Policy{Sensor: sensor, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	m := qwen3_8b()
+	load, err := p.Plan("m", m, 8192, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []Plan
+	seqs := p.Sequences("m", m, load, func(pl Plan) { seen = append(seen, pl) })
+	p.Sensor = failing{} // the first sequence must not read memory
+	caches, plan, err := seqs.Caches(load.Context)
+	if err != nil || len(caches) != 36 || plan.Layout.String() != load.Layout.String() || plan.PrefixBudget != load.PrefixBudget {
+		t.Fatalf("first sequence: %v, %v (load %v)", plan.Layout, err, load.Layout)
+	}
+	p.Sensor = sensor
+	sensor.info.Pressure = sysmem.Warn
+	if _, plan, err = seqs.Caches(load.Context); err != nil || plan.Layout.Base.K.Bits != 4 || plan.Memory.Pressure != sysmem.Warn {
+		t.Fatalf("second sequence under warn: %v, %v", plan.Layout, err)
+	}
+	if len(seen) != 2 || seen[0].Memory.Pressure != sysmem.Normal || seen[1].Memory.Pressure != sysmem.Warn {
+		t.Errorf("onPlan saw %d plans: %+v", len(seen), seen)
+	}
+}

@@ -33,6 +33,10 @@ type LoadOptions struct {
 	// KVCache makes a sequence's per-layer caches for a context of numCtx tokens; nil
 	// means full-attention fp16 caches (model.NewCaches). The KV policy plugs in here.
 	KVCache func(m *model.Model, numCtx int) ([]kvstore.Layer, error)
+	// Context is the most tokens a sequence holds, settled by the caller where it plans the
+	// load (the KV policy's Plan.Context, which is already within the model's maximum); 0:
+	// the model's max_position_embeddings. A request's num_ctx above it is lowered to it.
+	Context int
 	// Logger receives load and truncation messages; nil means slog.Default().
 	Logger *slog.Logger
 	// Prefix shares prompt prefixes between requests (prefix.go); nil: none.
@@ -57,6 +61,7 @@ type Engine struct {
 	Template  *template.ChatTemplate // nil when the checkpoint has no chat template
 	eos       []int32
 	kv        func(m *model.Model, numCtx int) ([]kvstore.Layer, error)
+	maxCtx    int // LoadOptions.Context, else max_position_embeddings; 0: no limit
 	log       *slog.Logger
 	prefix    *prefixEngine
 	format    *formatVocab // constrained decoding's vocabulary (format.go), set by Load
@@ -133,6 +138,9 @@ func LoadModel(dir string, o LoadOptions) (*Engine, error) {
 	log.Info("model loaded", "dir", dir, "type", m.Config.ModelType, "layers", m.Config.NumLayers,
 		"backend", backend.Name(), "weights", m.WeightBytes(), "took", time.Since(start).Round(time.Millisecond))
 	e := &Engine{Dir: dir, Model: m, eos: m.Config.EOS, kv: kv, log: log, prefix: newPrefixEngine(o.Prefix, dir, log)}
+	if e.maxCtx = o.Context; e.maxCtx <= 0 {
+		e.maxCtx = m.Config.MaxPositions
+	}
 	if o.Parallel > 1 {
 		if m.Batched() {
 			e.batch = newBatcher(m, o.Parallel)
@@ -396,14 +404,13 @@ func (e *Engine) GenerateTokens(ctx context.Context, prompt []int32, o Options, 
 	return e.run(ctx, prompt, o, e.numCtx(o), flags{}, fn)
 }
 
-// numCtx is num_ctx clamped to what the model was trained for.
+// numCtx is the request's num_ctx, at most the context settled at load.
 func (e *Engine) numCtx(o Options) int {
-	n := o.NumCtx
-	if max := e.Model.Config.MaxPositions; max > 0 && n > max {
-		e.log.Warn("requested context size too large for model", "num_ctx", n, "max_position_embeddings", max)
-		n = max
+	if n := o.NumCtx; e.maxCtx > 0 && n > e.maxCtx {
+		e.log.Warn("requested context size too large for model", "num_ctx", n, "max", e.maxCtx)
+		return e.maxCtx
 	}
-	return n
+	return o.NumCtx
 }
 
 // chatPrompt renders the messages and tokenizes them. When they do not fit in

@@ -58,23 +58,33 @@ type EngineLoader struct {
 	Pipeline *pipeline.Leader
 }
 
-// plan reads the model's shape and asks the KV policy for its layout at numCtx.
-func (l *EngineLoader) plan(m *registry.LocalModel, numCtx int, loaded bool) (kvstore.ModelShape, kvstore.Plan, error) {
+// kvLoad is the KV policy's plan for a load and the shape it was made for.
+type kvLoad struct {
+	shape kvstore.ModelShape
+	plan  kvstore.Plan
+}
+
+// kvPlan reads the model's shape and asks the KV policy for its layout at numCtx, counting freed
+// bytes (models the scheduler would unload first) as available.
+func (l *EngineLoader) kvPlan(m *registry.LocalModel, numCtx int, freed int64) (*kvLoad, error) {
 	data, err := os.ReadFile(filepath.Join(m.Dir, "config.json"))
 	if err != nil {
-		return kvstore.ModelShape{}, kvstore.Plan{}, fmt.Errorf("%s: %w", m.Dir, err)
+		return nil, fmt.Errorf("%s: %w", m.Dir, err)
 	}
 	shape, err := kvstore.ShapeFromConfig(data, m.Size)
 	if err != nil {
-		return shape, kvstore.Plan{}, fmt.Errorf("%s: %w", m.Dir, err)
+		return nil, fmt.Errorf("%s: %w", m.Dir, err)
 	}
 	if l.Shape != nil {
 		if shape, err = l.Shape(m.Dir, shape, numCtx); err != nil {
-			return shape, kvstore.Plan{}, fmt.Errorf("%s: %w", m.Dir, err)
+			return nil, fmt.Errorf("%s: %w", m.Dir, err)
 		}
 	}
-	plan, err := l.KV.Plan(m.Dir, shape, numCtx, loaded)
-	return shape, plan, err
+	plan, err := l.KV.PlanFreeing(m.Dir, shape, numCtx, freed)
+	if err != nil {
+		return nil, err
+	}
+	return &kvLoad{shape: shape, plan: plan}, nil
 }
 
 // fp16KV is the size of fp16 keys and values for numCtx tokens on every KV layer.
@@ -91,28 +101,33 @@ func batchCap(parallel int, plan kvstore.Plan) int {
 	return min(parallel, 1+int(max(plan.Headroom(), 0)/plan.KVBytes))
 }
 
-// Estimate is the memory the model takes at its peak: weights, overhead and the KV cache of one sequence.
-// Under critical memory pressure the KV policy refuses, and so does Estimate.
-func (l *EngineLoader) Estimate(m *registry.LocalModel, numCtx int) (int64, error) {
+// Plan settles the load: under the KV policy, its plan (the layout, and the context: numCtx at most,
+// lowered to the model's maximum and to what fits); without one, fp16 caches at numCtx, at most the
+// model's maximum. The peak is weights, overhead and the KV cache of one sequence. Under critical
+// memory pressure the KV policy refuses, and so does Plan.
+func (l *EngineLoader) Plan(m *registry.LocalModel, numCtx int, freed int64) (*LoadPlan, error) {
 	if l.KV != nil {
-		_, plan, err := l.plan(m, numCtx, false)
+		kv, err := l.kvPlan(m, numCtx, freed)
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
-		return plan.Peak(), nil
+		return &LoadPlan{Model: m, Context: kv.plan.Context, Size: kv.plan.Weights + kv.plan.KVBytes,
+			Peak: kv.plan.Peak(), KVSpec: kv.plan.Layout.String(), kv: kv}, nil
 	}
 	info, err := registry.ReadInfo(m.Dir)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	if info.ContextLength > 0 {
 		numCtx = min(numCtx, info.ContextLength)
 	}
-	return m.Size + fp16KV(info, numCtx), nil
+	size := m.Size + fp16KV(info, numCtx)
+	return &LoadPlan{Model: m, Context: numCtx, Size: size, Peak: size, KVSpec: "fp16"}, nil
 }
 
 // Load loads the checkpoint with its tokenizer and chat template.
-func (l *EngineLoader) Load(ctx context.Context, m *registry.LocalModel, numCtx int) (Model, error) {
+func (l *EngineLoader) Load(ctx context.Context, p *LoadPlan) (Model, error) {
+	m := p.Model
 	info, err := registry.ReadInfo(m.Dir)
 	if err != nil {
 		return nil, err
@@ -133,7 +148,7 @@ func (l *EngineLoader) Load(ctx context.Context, m *registry.LocalModel, numCtx 
 			}
 		}
 	}
-	em, err := l.load(m, info, be, numCtx)
+	em, err := l.load(p, info, be)
 	if err != nil {
 		release()
 		return nil, err
@@ -149,58 +164,45 @@ func (l *EngineLoader) logger() *slog.Logger {
 	return slog.Default()
 }
 
-func (l *EngineLoader) load(m *registry.LocalModel, info *registry.ModelInfo, be compute.Backend, numCtx int) (*engineModel, error) {
+func (l *EngineLoader) load(p *LoadPlan, info *registry.ModelInfo, be compute.Backend) (*engineModel, error) {
+	dir := p.Model.Dir
 	cb := &captureBackend{Backend: be}
-	opts := runner.LoadOptions{Backend: cb, Logger: l.Logger, Prefix: l.Prefix, Parallel: l.Parallel, Pipeline: l.Pipeline}
-	kvSpec, size := "fp16", m.Size+fp16KV(info, numCtx)
-	peak := size
-	seqPlan := new(atomic.Pointer[kvstore.Plan]) // the KV policy's plan for the latest sequence
-	var loadPlan *modelPlan                      // the plan the model loaded with, for /api/status
-	if l.KV != nil {
-		shape, plan, err := l.plan(m, numCtx, false)
-		if err != nil {
-			return nil, err
-		}
-		if plan.Context > 0 && plan.Context < numCtx {
-			numCtx = plan.Context // the largest context that fits
-		}
-		kvSpec, size, peak = plan.Layout.String(), plan.Weights+plan.KVBytes, plan.Peak()
-		loadPlan = &modelPlan{shape: shape, plan: plan}
-		opts.Parallel = batchCap(l.Parallel, plan)
+	em := &engineModel{cb: cb, numCtx: p.Context, template: info.ChatTemplate, kvSpec: p.KVSpec, size: p.Size, peak: p.Peak,
+		loadPlan: p.kv, backend: be.Name()}
+	opts := runner.LoadOptions{Backend: cb, Logger: l.Logger, Prefix: l.Prefix, Parallel: l.Parallel, Context: p.Context,
+		Pipeline: l.Pipeline}
+	if kv := p.kv; kv != nil {
+		opts.Parallel = batchCap(l.Parallel, kv.plan)
 		if opts.Parallel < l.Parallel {
 			l.logger().Warn("fewer sequences batched than MLXG_NUM_PARALLEL: the KV caches of more do not fit in memory",
-				"model", m.Dir, "num_parallel", l.Parallel, "batched", opts.Parallel, "kv_per_sequence", plan.KVBytes, "headroom", plan.Headroom())
+				"model", dir, "num_parallel", l.Parallel, "batched", opts.Parallel, "kv_per_sequence", kv.plan.KVBytes, "headroom", kv.plan.Headroom())
 		}
-		if err := backend.ApplyPlan(be, plan); err != nil {
+		if err := backend.ApplyPlan(be, kv.plan); err != nil {
 			return nil, fmt.Errorf("%s: setting the backend's memory limits: %w", be.Name(), err)
 		}
 		if l.Prefix != nil {
-			l.Prefix.SetBudget(plan.PrefixBudget)
+			l.Prefix.SetBudget(kv.plan.PrefixBudget)
 		}
-		opts.KVCache = func(_ *model.Model, n int) ([]kvstore.Layer, error) {
-			caches, plan, err := l.KV.Caches(m.Dir, shape, n)
-			if err == nil {
-				seqPlan.Store(&plan) // for the PERF line
-				if l.Prefix != nil {
-					// The budget follows the pressure read for this request: it shrinks under
-					// warn, and critical (budget 0) drops the RAM blocks no sequence holds.
-					l.Prefix.SetBudget(plan.PrefixBudget)
-				}
+		seqs := l.KV.Sequences(dir, kv.shape, kv.plan, func(plan kvstore.Plan) {
+			em.seqPlan.Store(&plan) // for the PERF line
+			if l.Prefix != nil {
+				// The budget follows the pressure read for this request: it shrinks under
+				// warn, and critical (budget 0) drops the RAM blocks no sequence holds.
+				l.Prefix.SetBudget(plan.PrefixBudget)
 			}
+		})
+		opts.KVCache = func(_ *model.Model, n int) ([]kvstore.Layer, error) {
+			caches, _, err := seqs.Caches(n)
 			return caches, err
 		}
 	}
-	e, err := runner.Load(m.Dir, opts)
+	e, err := runner.Load(dir, opts)
 	if err != nil {
 		return nil, err
 	}
-	if max := e.Model.Config.MaxPositions; max > 0 && numCtx > max {
-		numCtx = max
-	}
-	em := &engineModel{e: e, cb: cb, numCtx: numCtx, template: info.ChatTemplate, kvSpec: kvSpec, size: size, peak: peak, seqPlan: seqPlan,
-		loadPlan: loadPlan, backend: be.Name()}
+	em.e = e
 	if n := be.Name(); n != "" && !strings.HasPrefix(n, "cpu") && !strings.HasPrefix(n, "mlx-cpu") {
-		em.gpu = size // Metal: unified memory, all of it GPU-visible (MLX's CPU backend: none)
+		em.gpu = p.Size // Metal: unified memory, all of it GPU-visible (MLX's CPU backend: none)
 	}
 	em.fim = fimTokens(e.Tokenizer.TokenID)
 	return em, nil
@@ -240,10 +242,10 @@ type engineModel struct {
 	size     int64 // resident: weights and KV at numCtx
 	peak     int64 // the policy's predicted peak
 	gpu      int64
-	seqPlan  *atomic.Pointer[kvstore.Plan] // nil plan without a KV policy
-	loadPlan *modelPlan                    // nil without a KV policy
-	backend  string                        // the compute backend's name
-	release  func()                        // the model's own backend, released before the model closes
+	seqPlan  atomic.Pointer[kvstore.Plan] // the newest sequence's KV plan; nil without a KV policy
+	loadPlan *kvLoad                      // the plan the model loaded with, for /api/status; nil without a KV policy
+	backend  string                       // the compute backend's name
+	release  func()                       // the model's own backend, released before the model closes
 	// mu: generations share the model (RLock); an embedding takes it alone (Lock), since it reads hidden
 	// states through the backend wrapper.
 	mu sync.RWMutex
@@ -297,7 +299,7 @@ func (m *engineModel) Generate(ctx context.Context, in GenerateInput, emit func(
 	}
 	req := runner.Request{Messages: msgs, Tools: ts, TemplateKwargs: in.Kwargs, Prompt: in.Prompt,
 		Options: o, Format: in.Format, Logprobs: in.Logprobs, TopLogprobs: in.TopLogprobs, WantContext: in.WantContext}
-	req.NoTruncate, req.NoShift, req.EndTokens = in.NoTruncate, in.NoShift, in.EndTokens
+	req.NoTruncate, req.NoShift = in.NoTruncate, in.NoShift
 	if in.OnLogprobs != nil {
 		req.OnLogprobs = func(lps []runner.Logprob) { in.OnLogprobs(toLogprobs(m.e.Tokenizer, lps)) }
 	}
@@ -408,8 +410,9 @@ func (b *captureBackend) hidden() []float32 {
 }
 
 // Recycle passes logits the engine is done with to the wrapped backend's pool
-// (model.Model.Recycle): without it the wrapper hid the CPU backend's, and every decode
-// step of a served model allocated its logits afresh (600 KiB a token at Qwen's vocabulary).
+// (model.Model.Recycle): without it the wrapper would hide the CPU backend's pool, and every
+// decode step of a served model would allocate its logits afresh (600 KiB a token at Qwen's
+// vocabulary).
 func (b *captureBackend) Recycle(x []float32) {
 	if r, ok := b.Backend.(interface{ Recycle([]float32) }); ok {
 		r.Recycle(x)

@@ -20,6 +20,7 @@ import (
 type ownBackend struct {
 	compute.Backend
 	events *[]string
+	fail   error // what ApplyPlan returns
 	mu     sync.Mutex
 	src    compute.Source
 	name   string // a tensor the model bound through it
@@ -36,7 +37,7 @@ func (b *ownBackend) Weight(src compute.Source, prefix string, q compute.Quant) 
 func (b *ownBackend) ApplyMemoryPlan(p kvstore.Plan) error {
 	b.plan = &p
 	*b.events = append(*b.events, "apply")
-	return nil
+	return b.fail
 }
 
 func (b *ownBackend) Close() error {
@@ -59,11 +60,12 @@ func TestEngineLoaderBackendPerModel(t *testing.T) {
 	var events []string
 	shared := cpu.New(2)
 	var made []*ownBackend
+	var applyErr error
 	l := &EngineLoader{
 		Backend: shared,
 		ForModel: func() (compute.Backend, error) {
 			events = append(events, "for model")
-			b := &ownBackend{Backend: cpu.New(2), events: &events}
+			b := &ownBackend{Backend: cpu.New(2), events: &events, fail: applyErr}
 			made = append(made, b)
 			return b, nil
 		},
@@ -73,7 +75,11 @@ func TestEngineLoaderBackendPerModel(t *testing.T) {
 	lm := &registry.LocalModel{Dir: ckpt, Size: 50 << 20}
 	var models []Model
 	for range 2 {
-		m, err := l.Load(context.Background(), lm, 2048)
+		p, err := l.Plan(lm, 2048, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := l.Load(context.Background(), p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -94,14 +100,28 @@ func TestEngineLoaderBackendPerModel(t *testing.T) {
 
 	// A load that fails releases the backend it was given.
 	events = nil
+	applyErr = errors.New("no memory limits here")
+	p, err := l.Plan(lm, 2048, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Load(context.Background(), p); !errors.Is(err, applyErr) {
+		t.Fatalf("load with a failing backend: %v", err)
+	}
+	if want := []string{"for model", "apply", "release"}; !equalStrings(events, want) {
+		t.Errorf("failed load: events %q, want %q", events, want)
+	}
+
+	// Under critical pressure the plan is refused: no backend is made.
+	events = nil
 	l.KV.Sensor = sysmem.Fixed{Total: 64 << 30, Available: 40 << 30, Pressure: sysmem.Critical}
-	_, err := l.Load(context.Background(), lm, 2048)
+	_, err = l.Plan(lm, 2048, 0)
 	var me *kvstore.MemoryError
 	if !errors.As(err, &me) {
-		t.Fatalf("load under critical pressure: %v", err)
+		t.Fatalf("plan under critical pressure: %v", err)
 	}
-	if len(events) != 2 || events[0] != "for model" || events[1] != "release" {
-		t.Errorf("failed load: events %q", events)
+	if len(events) != 0 {
+		t.Errorf("refused plan: events %q", events)
 	}
 }
 
@@ -126,8 +146,8 @@ type recyclingBackend struct {
 func (b *recyclingBackend) Recycle(x []float32) { b.got = append(b.got, x) }
 
 // TestCaptureBackendRecycles: the wrapper every served model's backend goes through passes
-// Recycle on (it used to hide it, so a served model allocated its logits every decode step),
-// and does nothing for a backend without a pool.
+// Recycle on (hiding it, a served model would allocate its logits every decode step), and
+// does nothing for a backend without a pool.
 func TestCaptureBackendRecycles(t *testing.T) {
 	inner := &recyclingBackend{Backend: cpu.New(1)}
 	cb := &captureBackend{Backend: inner}

@@ -11,13 +11,29 @@ import (
 	"github.com/mlxg/mlxg/runner/model"
 )
 
-// Loader turns a model in the store into a running Model (the engine adapter does it for real; tests use
-// fakes).
+// Loader turns a model in the store into a running Model (EngineLoader: the runner engine). A load is
+// planned once, before the scheduler makes room for it, and Load loads that plan: what the scheduler
+// budgets is what loads.
 type Loader interface {
-	// Estimate is the memory the model will take once loaded with a numCtx-token context, in bytes.
-	Estimate(m *registry.LocalModel, numCtx int) (int64, error)
-	// Load loads the model with a numCtx-token context.
-	Load(ctx context.Context, m *registry.LocalModel, numCtx int) (Model, error)
+	// Plan settles how the model loads when a request asks for a numCtx-token context: the context
+	// it gets and the memory it takes. freed is the memory of loaded models the scheduler would
+	// unload first, which the plan counts as available (0: nothing unloaded).
+	Plan(m *registry.LocalModel, numCtx int, freed int64) (*LoadPlan, error)
+	// Load loads the model as p says.
+	Load(ctx context.Context, p *LoadPlan) (Model, error)
+}
+
+// LoadPlan is a Loader's plan for one load.
+type LoadPlan struct {
+	Model *registry.LocalModel
+	// Context is the tokens every sequence of the model gets: the num_ctx asked for, at most the
+	// model's maximum and, under the KV policy, what fits in memory.
+	Context int
+	Size    int64  // resident once loaded: weights and one sequence's KV cache at Context
+	Peak    int64  // the predicted peak (Size plus activations and scratch): what the scheduler budgets
+	KVSpec  string // the KV cache layout, as mlxg ps prints it
+
+	kv *kvLoad // the KV policy's plan; nil without a policy
 }
 
 // Model is a loaded model as the server drives it.

@@ -141,13 +141,30 @@ func generationDefaults(o *api.Options, g map[string]any) {
 	}
 }
 
-// schedRequest is the scheduler's view of the job's model.
+// schedRequest is the scheduler's view of the job's model. The scheduler asks for the size only when
+// the model must be loaded (EstimateFreeing, with the memory of the idle models it would unload for
+// it counted as available), and then loads it: both go by the plan that fitted.
 func (s *Server) schedRequest(j *job) (sched.Request, error) {
 	lm, numCtx, det := j.lm, j.opts.NumCtx, details(j.info)
+	var plan *LoadPlan
 	return sched.Request{Key: lm.Dir, Name: lm.Name, Fingerprint: strconv.Itoa(numCtx),
-		Estimate:  func() (int64, error) { return s.cfg.Loader.Estimate(lm, numCtx) },
+		EstimateFreeing: func(freed int64) (int64, error) {
+			p, err := s.cfg.Loader.Plan(lm, numCtx, freed)
+			if err != nil {
+				return 0, err
+			}
+			plan = p
+			return p.Peak, nil
+		},
 		KeepAlive: j.keepAlive, Load: func(ctx context.Context) (sched.Model, error) {
-			m, err := s.cfg.Loader.Load(ctx, lm, numCtx)
+			if plan == nil { // a scheduler that loads without asking the size first
+				p, err := s.cfg.Loader.Plan(lm, numCtx, 0)
+				if err != nil {
+					return nil, err
+				}
+				plan = p
+			}
+			m, err := s.cfg.Loader.Load(ctx, plan)
 			if err != nil {
 				return nil, err
 			}

@@ -568,9 +568,11 @@ func TestMemoryBudgetEvicts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if size, err = loader.Estimate(lm, 4096); err != nil {
+		p, err := loader.Plan(lm, 4096, 0)
+		if err != nil {
 			t.Fatal(err)
 		}
+		size = p.Peak
 	}
 	srv, err := NewServer(ServerConfig{Store: store, Loader: loader, Sched: sched.Config{MemoryBudget: size * 3 / 2}, Logger: testLogger(t)})
 	if err != nil {
@@ -595,6 +597,57 @@ func TestMemoryBudgetEvicts(t *testing.T) {
 	}
 	if got := running(); len(got) != 1 || got[0] != "second:latest" {
 		t.Fatalf("running %v, want only second:latest", got)
+	}
+}
+
+// pressuredLoader refuses a plan as memory pressure unless the scheduler counts loaded models'
+// memory as freed (what unloading them would give back).
+type pressuredLoader struct {
+	*EngineLoader
+	freed []int64 // every plan's freed bytes
+}
+
+func (l *pressuredLoader) Plan(m *registry.LocalModel, numCtx int, freed int64) (*LoadPlan, error) {
+	l.freed = append(l.freed, freed)
+	if l.freed[0] == 0 && len(l.freed) > 1 && freed == 0 {
+		return nil, &pressureError{} // another model is loaded and nothing would be freed
+	}
+	return l.EngineLoader.Plan(m, numCtx, freed)
+}
+
+// TestPressureSwapsIdleModel: under memory pressure a request for a second model unloads the idle
+// first one when the plan with its memory counted as freed fits, instead of answering 503.
+func TestPressureSwapsIdleModel(t *testing.T) {
+	ckpt := scriptedCheckpoint(t)
+	tmp := t.TempDir()
+	store := &registry.Store{HubCache: filepath.Join(tmp, "hub"), Home: filepath.Join(tmp, "home")}
+	for _, name := range []string{"first", "second"} {
+		n, _ := registry.ParseName(name)
+		if _, err := store.ImportDir(context.Background(), n, ckpt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	loader := &pressuredLoader{EngineLoader: &EngineLoader{Threads: 2}}
+	srv, err := NewServer(ServerConfig{Store: store, Loader: loader, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := &testServer{Server: httptest.NewServer(srv.Handler()), srv: srv}
+	defer func() { ts.Close(); srv.Close() }()
+	ts.post(t, "/api/generate", `{"model":"first"}`)
+	resp, body := ts.post(t, "/api/generate", `{"model":"second","prompt":"Weather?","think":false,"stream":false}`)
+	if resp.StatusCode != 200 || !strings.Contains(string(body), apitest.PlainReply) {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	var names []string
+	for _, st := range srv.sched.Running() {
+		names = append(names, st.Name)
+	}
+	if len(names) != 1 || names[0] != "second:latest" {
+		t.Fatalf("running %v, want only second:latest", names)
+	}
+	if n := len(loader.freed); n != 3 || loader.freed[1] != 0 || loader.freed[2] <= 0 {
+		t.Errorf("plans with freed %v, want [0 0 >0]", loader.freed)
 	}
 }
 
@@ -667,10 +720,8 @@ func (e *pressureError) Transient() bool { return true }
 // refusingLoader refuses every load with err.
 type refusingLoader struct{ err error }
 
-func (l refusingLoader) Estimate(*registry.LocalModel, int) (int64, error) { return 0, l.err }
-func (l refusingLoader) Load(context.Context, *registry.LocalModel, int) (Model, error) {
-	return nil, l.err
-}
+func (l refusingLoader) Plan(*registry.LocalModel, int, int64) (*LoadPlan, error) { return nil, l.err }
+func (l refusingLoader) Load(context.Context, *LoadPlan) (Model, error)           { return nil, l.err }
 
 // delayedError is a transient refusal that names its delay.
 type delayedError struct{ pressureError }

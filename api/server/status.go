@@ -28,12 +28,6 @@ const (
 	throughputWindow = time.Minute
 )
 
-// modelPlan is the KV policy's plan a model loaded with and the shape it planned for.
-type modelPlan struct {
-	shape kvstore.ModelShape
-	plan  kvstore.Plan
-}
-
 // statusState keeps the latest finished requests (the zero value is ready).
 type statusState struct {
 	mu     sync.Mutex
@@ -131,7 +125,7 @@ func (s *Server) Status() api.StatusResponse {
 		if em, ok := l.Model.(*engineModel); ok {
 			m.Backend = em.backend
 			if em.loadPlan != nil {
-				m.Plan = kvPlan(em.loadPlan)
+				m.Plan = kvPlanView(em.loadPlan)
 				out.Memory.Weights += em.loadPlan.plan.Weights
 				out.Memory.KV += em.loadPlan.plan.KVBytes
 			} else {
@@ -172,7 +166,7 @@ func bitsLabel(f kvstore.Format) string {
 }
 
 // kvPlan is a plan as the status reports it, with one entry per layer.
-func kvPlan(mp *modelPlan) *api.KVPlan {
+func kvPlanView(mp *kvLoad) *api.KVPlan {
 	p, shape := mp.plan, mp.shape
 	out := &api.KVPlan{Layout: p.Layout.String(), Context: p.Context, FitContext: p.FitContext, TokenBytes: p.KVTokenBytes,
 		KVBytes: p.KVBytes, Weights: p.Weights, Overhead: p.Overhead, PrefixBudget: p.PrefixBudget, Reason: p.Reason,

@@ -205,8 +205,8 @@ func runDirectory(cmd *cobra.Command, dir, prompt string, options []string, raw 
 		return err
 	}
 	// The KV cache as serve would choose it: the policy's plan from the memory it reads
-	// and the user's KV settings, the backend's limits from that plan, and the policy's
-	// caches for the sequence.
+	// and the user's KV settings, which settles the context and the backend's limits and
+	// makes the sequence's caches.
 	config, err := os.ReadFile(filepath.Join(dir, "config.json"))
 	if err != nil {
 		return fmt.Errorf("%s is not a checkpoint directory: %w", dir, err)
@@ -221,7 +221,7 @@ func runDirectory(cmd *cobra.Command, dir, prompt string, options []string, raw 
 		return fmt.Errorf("%s: %w", dir, err)
 	}
 	if plan.Context > 0 && plan.Context < opts.NumCtx {
-		opts.NumCtx = plan.Context // the largest context that fits
+		opts.NumCtx = plan.Context // at most the model's maximum and the largest context that fits
 	}
 	be, err := choice.ForModel()
 	if err != nil {
@@ -232,9 +232,10 @@ func runDirectory(cmd *cobra.Command, dir, prompt string, options []string, raw 
 		return err
 	}
 	start := time.Now()
-	e, err := runner.Load(dir, runner.LoadOptions{Backend: be, Logger: log,
+	seqs := policy.Sequences(dir, shape, plan, nil)
+	e, err := runner.Load(dir, runner.LoadOptions{Backend: be, Logger: log, Context: opts.NumCtx,
 		KVCache: func(_ *model.Model, n int) ([]kvstore.Layer, error) {
-			caches, _, err := policy.Caches(dir, shape, n)
+			caches, _, err := seqs.Caches(n)
 			return caches, err
 		}})
 	if err != nil {
