@@ -575,7 +575,7 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 	}
 	var gate *formatGate
 	if f.format != nil {
-		gate = e.newFormatGate(f.format)
+		gate = e.newFormatGate(f.format, isEOS)
 	}
 	decoded := false // logits come from a decode step (not the prefill, which the prefix cache may keep)
 	for {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -143,7 +144,7 @@ func TestFormatThinkingGate(t *testing.T) {
 	open, _ := tok.TokenID("<think>")
 	logits := make([]float32, 151936)
 	// At the start: <think> or the answer's first byte, nothing else.
-	g := e.newFormatGate(f)
+	g := e.newFormatGate(f, nil)
 	if err := g.apply(logits); err != nil {
 		t.Fatal(err)
 	}
@@ -182,12 +183,84 @@ func TestFormatThinkingGate(t *testing.T) {
 		t.Fatal("the answer is complete but the gate is not finished")
 	}
 	// A prompt that opened the block: free from the start.
-	g = e.newFormatGate(&Format{Schema: sch, ThinkOpen: "<think>", ThinkClose: "</think>", InThinking: true})
+	g = e.newFormatGate(&Format{Schema: sch, ThinkOpen: "<think>", ThinkClose: "</think>", InThinking: true}, nil)
 	clear(logits)
 	if err := g.apply(logits); err != nil || logits[word] != 0 {
 		t.Fatalf("in thinking: hello %v (%v)", logits[word], err)
 	}
 	if strings.Contains(tok.Token(open), "think") == false {
 		t.Fatalf("token %d is %q", open, tok.Token(open))
+	}
+}
+
+// TestFormatForcedFrame: a Format with a prefix and a suffix (a forced tool call's markers) forces their
+// tokens around the constrained value, after a free thinking block in which, with Required, the tokens
+// that end generation are masked; the gate finishes after the suffix.
+func TestFormatForcedFrame(t *testing.T) {
+	e, err := Load(testdata.SharedModel(t, "qwen3-tiny"), LoadOptions{Threads: 2, Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	tok := e.Tokenizer
+	sch := mustSchema(t, `{"type":"object","properties":{"name":{"const":"f"},"arguments":{"type":"object"}},"required":["name","arguments"]}`)
+	f := &Format{Schema: sch, ThinkOpen: "<think>", ThinkClose: "</think>", Prefix: "<tool_call>\n", Suffix: "\n</tool_call>", Required: true}
+	eos := e.EOS()[0]
+	g := e.newFormatGate(f, map[int32]bool{eos: true})
+	open, _ := tok.TokenID("<think>")
+	call, _ := tok.TokenID("<tool_call>")
+	logits := make([]float32, 151936)
+	allowed := func() []int32 {
+		t.Helper()
+		clear(logits)
+		if err := g.apply(logits); err != nil {
+			t.Fatal(err)
+		}
+		var ids []int32
+		for i, l := range logits {
+			if l == 0 {
+				ids = append(ids, int32(i))
+			}
+		}
+		return ids
+	}
+	accept := func(text string) {
+		t.Helper()
+		for _, id := range tok.Encode(text, false) {
+			if err := g.accept(id); err != nil {
+				t.Fatalf("%q: %v", text, err)
+			}
+		}
+	}
+	if got := allowed(); len(got) != 2 || !slices.Contains(got, open) || !slices.Contains(got, call) {
+		t.Fatalf("start: %d tokens allowed", len(got))
+	}
+	accept("<think>Maybe")
+	if got := allowed(); slices.Contains(got, eos) || len(got) < 1000 {
+		t.Fatalf("thinking: EOS allowed %v, %d tokens", slices.Contains(got, eos), len(got))
+	}
+	accept(" a call.</think>")
+	for _, want := range tok.Encode("<tool_call>\n", false) {
+		if got := allowed(); len(got) != 1 || got[0] != want {
+			t.Fatalf("prefix: %v allowed, want %q", got, tok.Token(want))
+		}
+		if err := g.accept(want); err != nil {
+			t.Fatal(err)
+		}
+	}
+	accept(`{"name": "f", "arguments": {"x": 1}}`)
+	if g.finished() {
+		t.Fatal("finished before the suffix")
+	}
+	for _, want := range tok.Encode("\n</tool_call>", false) {
+		if got := allowed(); len(got) != 1 || got[0] != want {
+			t.Fatalf("suffix: %v allowed, want %q", got, tok.Token(want))
+		}
+		if err := g.accept(want); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !g.finished() {
+		t.Fatal("not finished after the suffix")
 	}
 }

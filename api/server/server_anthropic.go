@@ -207,18 +207,13 @@ func (s *Server) anthropicJob(req *anthropic.MessagesRequest) (*job, error) {
 	if err != nil {
 		return nil, err
 	}
-	if tc := req.ToolChoice; tc != nil {
-		switch tc.Type {
-		case "none":
-			tools = nil // the model must not call tools
-		case "auto", "any":
-		case "tool":
-			if tc.Name == "" {
-				return nil, errorf(http.StatusBadRequest, "tool_choice.name is required when tool_choice.type is \"tool\"")
-			}
-		default:
-			return nil, errorf(http.StatusBadRequest, "tool_choice.type must be \"auto\", \"any\", \"tool\" or \"none\", not %q", tc.Type)
-		}
+	tc, err := anthropicToolChoice(req.ToolChoice)
+	if err != nil {
+		return nil, err
+	}
+	tools, force, err := applyToolChoice(tc, tools)
+	if err != nil {
+		return nil, err
 	}
 	think, err := anthropicThink(req.Thinking)
 	if err != nil {
@@ -258,6 +253,7 @@ func (s *Server) anthropicJob(req *anthropic.MessagesRequest) (*job, error) {
 		return nil, err
 	}
 	j.chat, j.messages, j.tools, j.think = true, msgs, tools, think
+	j.forceTool = force
 	return j, nil
 }
 

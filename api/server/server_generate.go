@@ -46,6 +46,9 @@ type job struct {
 	think    *api.ThinkValue
 	start    time.Time
 	format   *constrain.Schema // structured output (format); nil: free text
+	// forceTool is the tool_choice that forces a tool call (required, or a named function); nil: the
+	// model chooses.
+	forceTool *toolChoice
 
 	// logprobs asks for log-probabilities with topLogprobs alternatives: events carry them.
 	logprobs    bool
@@ -367,12 +370,18 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 	if len(tools) > 0 {
 		pcfg.Tools, pcfg.ToolNames = caps.Tools, names
 	}
-	if j.format != nil {
-		// The constraint applies to the answer, after the thinking block (as Ollama does).
-		in.Format = &runner.Format{Schema: j.format}
-		if pcfg.Thinking {
-			in.Format.ThinkOpen, in.Format.ThinkClose, in.Format.InThinking = parser.ThinkOpen, parser.ThinkClose, pcfg.InThinking
+	switch {
+	case j.forceTool != nil && len(tools) > 0:
+		// A forced tool call is the answer, whatever format asks for (toolchoice.go).
+		if in.Format, err = toolCallFormat(j.tools, *j.forceTool, caps.Tools); err != nil {
+			return nil, err
 		}
+	case j.format != nil:
+		in.Format = &runner.Format{Schema: j.format}
+	}
+	if in.Format != nil && pcfg.Thinking {
+		// The constraint applies to the answer, after the thinking block (as Ollama does).
+		in.Format.ThinkOpen, in.Format.ThinkClose, in.Format.InThinking = parser.ThinkOpen, parser.ThinkClose, pcfg.InThinking
 	}
 	p := parser.New(pcfg)
 	out := &outcome{load: lease.LoadDuration, ready: time.Since(j.start)}

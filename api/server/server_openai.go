@@ -255,8 +255,15 @@ func (s *Server) handleOpenAIChat(c *gin.Context) {
 		abortV1(c, err)
 		return
 	}
-	if strings.TrimSpace(string(req.ToolChoice)) == `"none"` {
-		tools = nil // the model must not call tools
+	tc, err := oaiToolChoice(req.ToolChoice)
+	if err != nil {
+		abortV1(c, err)
+		return
+	}
+	tools, force, err := applyToolChoice(tc, tools)
+	if err != nil {
+		abortV1(c, err)
+		return
 	}
 	opts, err := oaiOptions(req.MaxTokens, req.MaxCompletionTokens, req.Seed, req.Temperature, req.TopP,
 		req.FrequencyPenalty, req.PresencePenalty, req.Stop)
@@ -270,6 +277,7 @@ func (s *Server) handleOpenAIChat(c *gin.Context) {
 		return
 	}
 	j.chat, j.messages, j.tools, j.think = true, msgs, tools, oaiThink(req.Reasoning, req.ReasoningEffort)
+	j.forceTool = force
 	if j.logprobs, j.topLogprobs, err = oaiChatLogprobRequest(req.Logprobs, req.TopLogprobs); err != nil {
 		abortV1(c, err)
 		return

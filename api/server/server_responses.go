@@ -297,9 +297,13 @@ func (s *Server) responsesJob(req *openai.ResponsesRequest) (*job, []api.Message
 	if len(set.ignored) > 0 {
 		s.log.Debug("tools the model cannot call here are left out", "types", set.ignored)
 	}
-	tools := set.tools
-	if strings.TrimSpace(string(req.ToolChoice)) == `"none"` {
-		tools = nil // the model must not call tools
+	tc, err := responsesToolChoice(req.ToolChoice)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	tools, force, err := applyToolChoice(tc, set.tools)
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	format, err := responsesFormat(req.Text)
 	if err != nil {
@@ -327,6 +331,7 @@ func (s *Server) responsesJob(req *openai.ResponsesRequest) (*job, []api.Message
 		msgs = append([]api.Message{{Role: "system", Content: *instructions}}, conv...)
 	}
 	j.chat, j.messages, j.tools, j.think = true, msgs, tools, oaiThink(req.Reasoning, nil)
+	j.forceTool = force
 	return j, conv, instructions, nil
 }
 
