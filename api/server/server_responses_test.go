@@ -25,10 +25,10 @@ type respObject struct {
 	PreviousResponseID        *string                  `json:"previous_response_id"`
 	IncompleteDetails         *struct{ Reason string } `json:"incomplete_details"`
 	Output                    []struct {
-		Type, ID, Status, Role, Name, Arguments string
-		CallID                                  string `json:"call_id"`
-		Content                                 []struct{ Type, Text string }
-		Summary                                 []any
+		Type, ID, Status, Role, Name, Arguments, Namespace string
+		CallID                                             string `json:"call_id"`
+		Content                                            []struct{ Type, Text string }
+		Summary                                            []any
 	}
 	Usage struct {
 		InputTokens  int `json:"input_tokens"`

@@ -113,6 +113,16 @@ func TestToolChoiceEnforced(t *testing.T) {
 		check("responses "+c.choice, r.Output[0].Name, r.Output[0].Arguments, c.want)
 	}
 
+	// A namespace's member, named with its namespace as Codex names it: the call comes back the same way.
+	var nr respObject
+	body := `{"model":"qwen3-tiny","temperature":0,"reasoning":{"effort":"none"},"input":"Hello there",` +
+		`"tool_choice":{"type":"function","name":"get_time","namespace":"clock"},"tools":[{"type":"namespace","name":"clock","tools":` + respTools + `}]}`
+	if code := ts.postJSON(t, "/v1/responses", body, &nr); code != 200 || len(nr.Output) != 1 || nr.Output[0].Type != "function_call" ||
+		nr.Output[0].Namespace != "clock" {
+		t.Fatalf("%s: %d %+v", body, code, nr)
+	}
+	check("responses namespaced", nr.Output[0].Name, nr.Output[0].Arguments, "get_time")
+
 	// Messages: any, and a named tool.
 	anthTools := `[{"name":"get_weather","input_schema":` + tcWeatherParams + `},{"name":"get_time","input_schema":` + tcTimeParams + `}]`
 	for _, c := range []struct{ choice, want string }{{`{"type":"any"}`, ""}, {`{"type":"tool","name":"get_time"}`, "get_time"}} {
