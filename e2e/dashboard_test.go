@@ -265,8 +265,15 @@ func TestDashboard(t *testing.T) {
 			KV    string `json:"kv"`
 			Label string `json:"label"`
 			Title string `json:"title"`
+			// Where the label is drawn: under its bar and inside the plan's box, clear of its neighbours.
+			Below   bool `json:"below"`
+			Inside  bool `json:"inside"`
+			Overlap bool `json:"overlap"`
 		}
-		bars := evalJS[[]bar](t, b, fmt.Sprintf(`[...document.querySelectorAll(%q)].map((e) => ({layer: e.dataset.layer, kv: e.dataset.kv, label: e.querySelector('.bits').textContent, title: e.title}))`, sel))
+		bars := evalJS[[]bar](t, b, fmt.Sprintf(`[...document.querySelectorAll(%q)].map((e) => ({layer: e.dataset.layer, kv: e.dataset.kv, label: e.querySelector('.bits').textContent, title: e.title,
+			below: e.querySelector('.bits').getBoundingClientRect().top >= e.querySelector('.fill').getBoundingClientRect().bottom - 0.5,
+			inside: e.querySelector('.bits').getBoundingClientRect().bottom <= e.parentElement.getBoundingClientRect().bottom + 0.5,
+			overlap: (() => { const n = e.nextElementSibling; if (!n) return false; const a = e.querySelector('.bits').getBoundingClientRect(), b = n.querySelector('.bits').getBoundingClientRect(); return a.right > b.left + 0.5 && a.bottom > b.top && b.bottom > a.top; })()}))`, sel))
 		if len(bars) != cfg.Layers || layers != cfg.Layers {
 			t.Fatalf("%d bars, %d plan layers, the model has %d layers", len(bars), layers, cfg.Layers)
 		}
@@ -287,7 +294,7 @@ func TestDashboard(t *testing.T) {
 			return l
 		}
 		for i, br := range bars {
-			if br.Layer != fmt.Sprint(i) || br.Label != br.KV {
+			if br.Layer != fmt.Sprint(i) || br.Label != br.KV || !br.Below || !br.Inside || br.Overlap {
 				t.Errorf("bar %d: %+v", i, br)
 			}
 			if br.Label == base || spell(br.Label) == base || (boundary != "" && br.Label == boundary) {
