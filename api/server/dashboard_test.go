@@ -25,7 +25,7 @@ func TestDashboardRoutes(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b), resp.Header
 	}
-	for _, p := range []string{"/dashboard", "/dashboard/", "/dashboard/chat", "/dashboard/app.js", "/dashboard/chat.js", "/dashboard/style.css"} {
+	for _, p := range []string{"/dashboard", "/dashboard/", "/dashboard/chat", "/dashboard/app.js", "/dashboard/chat.js", "/dashboard/style.css", "/dashboard/icon.svg"} {
 		code, body, h := get(p, "")
 		if code != 200 || body == "" || !strings.Contains(h.Get("Content-Security-Policy"), "default-src 'self'") {
 			t.Fatalf("%s: %d %.100s %v", p, code, body, h)

@@ -11,7 +11,7 @@ import (
 //go:embed static
 var static embed.FS
 
-// Files are the dashboard's files: index.html, chat.html and the scripts and styles they load.
+// Files are the dashboard's files: index.html, chat.html and the scripts, styles and icon they load.
 func Files() fs.FS {
 	sub, err := fs.Sub(static, "static")
 	if err != nil {

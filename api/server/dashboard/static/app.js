@@ -69,7 +69,9 @@ function drawMemory(st) {
   const w = c.width, h = c.height;
   ctx.clearRect(0, 0, w, h);
   if (!m.total) return;
-  const x = (i) => w - (memHistory.length - 1 - i) * (w / maxHistory);
+  // The newest sample at the right edge; at least a minute across, so the first seconds are more than a sliver.
+  const span = Math.min(maxHistory, Math.max(60, memHistory.length)) - 1;
+  const x = (i) => w - (memHistory.length - 1 - i) * (w / span);
   const y = (v) => h - (v / m.total) * h;
   const line = (key, color, fill) => {
     ctx.beginPath();
