@@ -64,7 +64,7 @@ func newServeCmd() *cobra.Command {
 	registerPrefixFlags(cmd.Flags(), &pc)
 	cmd.Flags().IntVar(&threads, "threads", 0, "CPU threads per model (0: all cores)")
 	cmd.Flags().DurationVar(&grace, "shutdown-grace", 10*time.Second, "time requests in flight get to finish on shutdown")
-	cmd.Flags().StringVar(&hostfile, "hostfile", "", "MLX hostfile: serve models split over these machines (rank 0 here, `mlxg worker` on the others)")
+	cmd.Flags().StringVar(&hostfile, "hostfile", "", "MLX hostfile: serve models split over these machines (rank 0 here, \"mlxg worker\" on the others)")
 	return cmd
 }
 

@@ -121,9 +121,9 @@ func cpuTime() time.Duration {
 // sequence per step) of 1, 2, 4 and 8 sequences after a 128-token prompt each, on the
 // Qwen2-0.5B shape with 2 threads and fp16 caches: aggregate tokens/s, the product side of
 // the bench's --streams scenario without the server, sampling or long contexts (the
-// prompts are prefilled untimed). On the 2-core dev EPYC 8 sequences decode only ~1.2x as
-// many tokens per second as one: each sequence's products cost the same in a batch (see
-// README, "Concurrency: continuous batching").
+// prompts are prefilled untimed). With float inputs each sequence's products cost about
+// the same in a batch as alone, so the gain over one sequence is small on a few cores (see
+// docs/concurrency.md).
 //
 //	go test -run '^$' -bench BatchDecode -benchtime 1x ./runner/model/
 //	MLXG_CPU_INT8=1 MLXG_BENCH_PROMPT=2048 go test -run '^$' -bench BatchDecode -benchtime 1x ./runner/model/  (8-bit inputs; longer prompts, whose prefill is not timed)
