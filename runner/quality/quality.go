@@ -13,6 +13,9 @@ import (
 	_ "embed"
 	"fmt"
 	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
 
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/runner/model"
@@ -146,11 +149,14 @@ func Compare(ctx context.Context, ref, test Side, tokens []int32, o Options) (Re
 		rep           Report
 		sumKL, nllRef float64
 		nllTest       float64
-		lr, lt        []float64 // log-softmax rows
 		logits        [2][]float32
 		sides         = [2]*runner{r, t}
 	)
-	lr, lt, pr := make([]float64, vocab), make([]float64, vocab), make([]float64, vocab)
+	pos := make([]scored, o.Chunk)
+	scratch := make([][3][]float64, min(runtime.GOMAXPROCS(0), o.Chunk))
+	for i := range scratch {
+		scratch[i] = [3][]float64{make([]float64, vocab), make([]float64, vocab), make([]float64, vocab)}
+	}
 	for p := start; p < end; p += o.Chunk {
 		n := min(o.Chunk, end-p)
 		for i, s := range sides {
@@ -165,23 +171,22 @@ func Compare(ctx context.Context, ref, test Side, tokens []int32, o Options) (Re
 			s.pos += n
 		}
 		for j := range n {
-			a, b := logits[0][j*vocab:(j+1)*vocab], logits[1][j*vocab:(j+1)*vocab]
-			next := tokens[p+j+1]
-			if next < 0 || int(next) >= vocab {
+			if next := tokens[p+j+1]; next < 0 || int(next) >= vocab {
 				return Report{}, fmt.Errorf("quality: token %d (at %d) is outside the vocabulary of %d", next, p+j+1, vocab)
 			}
-			ar, at := logSoftmax(lr, pr, a), logSoftmax(lt, nil, b)
-			kl := klProbs(pr, lr, lt)
-			sumKL += kl
-			rep.MaxKL = max(rep.MaxKL, kl)
-			if ar == at {
+		}
+		scoreAll(pos[:n], scratch, logits, tokens[p+1:p+n+1], vocab)
+		for _, ps := range pos[:n] { // in order, so that the sums do not depend on the workers
+			sumKL += ps.kl
+			rep.MaxKL = max(rep.MaxKL, ps.kl)
+			if ps.agree {
 				rep.Top1Agree++
 			}
-			if bitsEqual(a, b) {
+			if ps.identical {
 				rep.Identical++
 			}
-			nllRef -= lr[next]
-			nllTest -= lt[next]
+			nllRef += ps.nllRef
+			nllTest += ps.nllTest
 			rep.Positions++
 		}
 		r.Model.Recycle(logits[0])
@@ -192,6 +197,31 @@ func Compare(ctx context.Context, ref, test Side, tokens []int32, o Options) (Re
 	rep.PPLRef = math.Exp(nllRef / np)
 	rep.PPLTest = math.Exp(nllTest / np)
 	return rep, nil
+}
+
+// scored is one position's measures.
+type scored struct {
+	kl, nllRef, nllTest float64
+	agree, identical    bool
+}
+
+// scoreAll scores the positions of one chunk, logits[0] and logits[1] holding their rows
+// and next their next tokens, over as many goroutines as scratch has buffers.
+func scoreAll(out []scored, scratch [][3][]float64, logits [2][]float32, next []int32, vocab int) {
+	var wg sync.WaitGroup
+	var at atomic.Int64
+	for w := range min(len(scratch), len(out)) {
+		wg.Go(func() {
+			lr, lt, pr := scratch[w][0], scratch[w][1], scratch[w][2]
+			for j := int(at.Add(1) - 1); j < len(out); j = int(at.Add(1) - 1) {
+				a, b := logits[0][j*vocab:(j+1)*vocab], logits[1][j*vocab:(j+1)*vocab]
+				ar, at := logSoftmax(lr, pr, a), logSoftmax(lt, nil, b)
+				out[j] = scored{kl: klProbs(pr, lr, lt), nllRef: -lr[next[j]], nllTest: -lt[next[j]],
+					agree: ar == at, identical: bitsEqual(a, b)}
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // logSoftmax writes the log-probabilities of logits into out and, unless probs is nil,
