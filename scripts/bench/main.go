@@ -98,7 +98,7 @@ func run() error {
 		qual      = flag.Bool("quality", false, "instead of the usual scenarios, the quality one (quality.go): per KV layout, teacher-forced top-1 agreement, KL and perplexity against an fp16 cache on held-out text, in process")
 		qModels   = flag.String("quality-models", "", "with --quality: the models, qwen3-tiny and/or the --shape (default both)")
 		qCtx      = flag.String("quality-ctx", "512,2048,4096", "with --quality: the context lengths measured, multiples of 64")
-		qRestore  = flag.Int("quality-restore", 256, "with --quality: tokens restored from the SSD prefix tier before scoring the rest against the live cache (0: skip)")
+		qRestore  = flag.Int("quality-restore", 256, "with --quality: tokens restored from the SSD prefix tier before scoring the rest of the shortest context against the live cache (0: skip)")
 		qInt8Ctx  = flag.Int("quality-int8-tokens", 2048, "with --quality --int8: positions scored, one token at a time")
 		layouts   layoutFlags
 	)

@@ -28,8 +28,8 @@ import (
 // measures the shorter ones too (the logits at a position do not depend on what
 // follows). Prefix-restored: each layout's cache for the first --quality-restore tokens
 // is saved to an SSD prefix tier, read back into fresh caches by a new prefix cache,
-// and the rest of the text is scored against the live cache's logits: they must be
-// bitwise the same at every position.
+// and the rest of the shortest context is scored against the live cache's logits: they
+// must be bitwise the same at every position.
 //
 // With --int8, the 8-bit activations of the CPU backend instead: qwen3-tiny quantized
 // (as `mlxg create --quantize q4` and q8 do) on a float backend and on one with 8-bit
@@ -57,7 +57,7 @@ type QualityRow struct {
 	BytesRatio float64        `json:"bytes_per_token_vs_fp16"`
 	Context    int            `json:"context"`
 	Report     quality.Report `json:"report"`
-	Restored   quality.Report `json:"restored_vs_live"` // positions Restore..Context-1
+	Restored   quality.Report `json:"restored_vs_live"` // positions Restore to the shortest context
 }
 
 // QualityResults is the JSON file.
@@ -199,20 +199,21 @@ func measureLayouts(ctx context.Context, c QualityConfig, name, dir string, toke
 		return rows, err
 	}
 	defer os.RemoveAll(tmp)
+	// Bitwise-equal logits after the restored prefix mean the restored cache holds what
+	// the live one does, so the shortest context is enough to check it.
+	short := tokens[:slices.Min(c.Contexts)+1]
 	for k, live := range tests {
-		dir := filepath.Join(tmp, fmt.Sprint(k))
-		restored, err := quality.Restored(ctx, live, tokens, c.Restore, dir)
+		restored, err := quality.Restored(ctx, live, short, c.Restore, filepath.Join(tmp, fmt.Sprint(k)))
 		if err != nil {
 			return rows, err
 		}
-		logf("%s %s: restoring %d tokens from the SSD tier, scoring the rest against the live cache", name, live.Name, c.Restore)
-		o := quality.Options{Progress: func(fed int, r []quality.Report) {
-			if i := slices.Index(c.Contexts, fed); i >= 0 {
-				row(k, i).Restored = r[0]
-			}
-		}}
-		if _, err := quality.Compare(ctx, live, restored, tokens, o); err != nil {
+		r, err := quality.Compare(ctx, live, restored, short, quality.Options{})
+		if err != nil {
 			return rows, err
+		}
+		logf("%s %s: %d tokens restored from the SSD tier, then against the live cache: %v", name, live.Name, c.Restore, r)
+		for i := range c.Contexts {
+			row(k, i).Restored = r
 		}
 	}
 	return rows, nil
@@ -265,6 +266,7 @@ func measureInt8(ctx context.Context, c QualityConfig, tiny string, tokens []int
 		if err != nil {
 			return rows, err
 		}
+		logf("%s, 8-bit inputs against float: %v", name, r)
 		rows = append(rows, QualityRow{Model: name, Layout: "8-bit inputs vs float", Context: len(tokens) - 1, Report: r})
 	}
 	return rows, nil
@@ -279,7 +281,7 @@ func qualityTable(c QualityConfig, rows []QualityRow) string {
 	}
 	header := []string{"model", "KV layout", "bytes/token vs fp16", "context", "top-1 agreement", "mean KL", "max KL", "perplexity fp16 → layout"}
 	if c.Restore > 0 {
-		header = append(header, fmt.Sprintf("restored from SSD (first %d tokens) ≡ live", c.Restore))
+		header = append(header, fmt.Sprintf("first %d tokens restored from SSD: logits ≡ live", c.Restore))
 	}
 	var cells [][]string
 	for _, r := range rows {
