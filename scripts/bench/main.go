@@ -94,7 +94,7 @@ func run() error {
 		repo      = flag.String("repo", ".", "the mlxg source tree to build mlxg from")
 		noPrefix  = flag.Bool("no-prefix", false, "skip the prefix-cache scenarios")
 		streams   = flag.String("streams", "", "instead of the usual scenarios, the continuous-batching one (streams.go) at these concurrent stream counts, e.g. 1,2,4,8")
-		int8      = flag.Bool("int8", false, "with --streams: also measure mlxg with MLXG_CPU_INT8=1 (8-bit inputs to the decode products) in the same run; with --quality: the 8-bit inputs' quality against float instead of the KV layouts'")
+		int8      = flag.Bool("int8", false, "with --streams: also measure mlxg with MLXG_CPU_INT8=1 (8-bit inputs to every decode product; the plain mlxg server has 0, float) in the same run; with --quality: the 8-bit inputs' quality against float instead of the KV layouts'")
 		qual      = flag.Bool("quality", false, "instead of the usual scenarios, the quality one (quality.go): per KV layout, teacher-forced top-1 agreement, KL and perplexity against an fp16 cache on held-out text, in process")
 		qModels   = flag.String("quality-models", "", "with --quality: the models, qwen3-tiny and/or the --shape (default both)")
 		qCtx      = flag.String("quality-ctx", "512,2048,4096", "with --quality: the context lengths measured, multiples of 64")
