@@ -33,8 +33,18 @@ const (
 // Env names the variable that forces a backend.
 const Env = "MLXG_BACKEND"
 
-// Int8Env names the variable that turns on the CPU backend's 8-bit inputs (cpu.Backend.UseInt8).
+// Int8Env names the variable that sets where the CPU backend's decode products take 8-bit
+// inputs: unset (or "batch"), the decode rows of batched passes only
+// (cpu.Backend.UseInt8Batches), the default; 1, every decode product (cpu.Backend.UseInt8);
+// 0, none (the float path, the reference).
 const Int8Env = "MLXG_CPU_INT8"
+
+// The values of Int8Env, as int8Setting reads them.
+const (
+	int8Off = iota
+	int8Batches
+	int8All
+)
 
 // Choice is the backend chosen and why.
 type Choice struct {
@@ -108,8 +118,15 @@ func Select(o Options) (Choice, error) {
 		if err != nil {
 			return nil, err
 		}
-		if c, ok := b.(interface{ UseInt8(bool) }); ok && int8 {
-			c.UseInt8(true)
+		switch int8 {
+		case int8All:
+			if c, ok := b.(interface{ UseInt8(bool) }); ok {
+				c.UseInt8(true)
+			}
+		case int8Batches:
+			if c, ok := b.(interface{ UseInt8Batches(bool) }); ok {
+				c.UseInt8Batches(true)
+			}
 		}
 		return b, nil
 	}
@@ -161,17 +178,21 @@ func Select(o Options) (Choice, error) {
 	return c, nil
 }
 
-// int8Setting reads Int8Env: unset or a false value is off.
-func int8Setting(getenv func(string) string) (bool, error) {
+// int8Setting reads Int8Env: unset or "batch" is 8-bit inputs in batched passes only, a
+// true value everywhere, a false one nowhere.
+func int8Setting(getenv func(string) string) (int, error) {
 	v := strings.TrimSpace(getenv(Int8Env))
-	if v == "" {
-		return false, nil
+	if v == "" || strings.EqualFold(v, "batch") {
+		return int8Batches, nil
 	}
 	on, err := strconv.ParseBool(v)
 	if err != nil {
-		return false, fmt.Errorf("%s=%q: want 1 or 0 (true or false)", Int8Env, v)
+		return 0, fmt.Errorf("%s=%q: want 1 (every decode product), 0 (none: float) or batch (batched decode rows, the default)", Int8Env, v)
 	}
-	return on, nil
+	if on {
+		return int8All, nil
+	}
+	return int8Off, nil
 }
 
 // device is the MLX device b runs on ("metal", "cuda", "cpu"); a backend that does not

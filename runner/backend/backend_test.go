@@ -3,11 +3,13 @@ package backend
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
 	"testing"
 
+	"github.com/mlxg/mlxg/internal/quant"
 	"github.com/mlxg/mlxg/metal"
 	"github.com/mlxg/mlxg/runner/compute"
 	"github.com/mlxg/mlxg/runner/cpu"
@@ -56,7 +58,7 @@ func TestSelect(t *testing.T) {
 		t.Errorf("automatic without Metal: %+v %v\n%s", c, err, logs)
 	}
 	c, logs, err = selectWith(t, "cpu", nil)
-	if err != nil || c.Kind != "cpu" || c.Backend.Name() != "cpu (2 threads)" || !strings.Contains(logs, "MLXG_BACKEND=cpu") {
+	if err != nil || c.Kind != "cpu" || c.Backend.Name() != cpuName(2) || !strings.Contains(logs, "MLXG_BACKEND=cpu") {
 		t.Errorf("forced cpu: %+v %v\n%s", c, err, logs)
 	}
 	c, _, err = selectWith(t, "METAL", nil)
@@ -162,39 +164,58 @@ func TestDriverNames(t *testing.T) {
 		}
 		return ""
 	}, Threads: 3, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil || c.Backend.Name() != "cpu (3 threads)" {
+	if err != nil || c.Backend.Name() != cpuName(3) {
 		t.Errorf("forced cpu from the registry: %+v %v", c, err)
 	}
 }
 
-// int8Recorder is a CPU stand-in that records UseInt8.
-type int8Recorder struct {
-	compute.Backend
-	on *bool
+// cpuName is the name of the CPU backend Select starts by default: 8-bit inputs in
+// batches where the machine has the integer kernels.
+func cpuName(threads int) string {
+	if quant.Int8Kernel() {
+		return fmt.Sprintf("cpu (%d threads, 8-bit inputs in batches)", threads)
+	}
+	return fmt.Sprintf("cpu (%d threads)", threads)
 }
 
-func (r int8Recorder) UseInt8(on bool) { *r.on = on }
+// int8Recorder is a CPU stand-in that records UseInt8 and UseInt8Batches.
+type int8Recorder struct {
+	compute.Backend
+	mode *string
+}
+
+func (r int8Recorder) UseInt8(on bool) {
+	if on {
+		*r.mode = "all"
+	}
+}
+
+func (r int8Recorder) UseInt8Batches(on bool) {
+	if on {
+		*r.mode = "batches"
+	}
+}
 
 func TestInt8Setting(t *testing.T) {
 	for _, tc := range []struct {
 		backend, int8 string
-		want          bool
-	}{{"cpu", "1", true}, {"cpu", "", false}, {"cpu", "0", false}, {"", "true", true}} {
-		var on bool
+		want          string
+	}{{"cpu", "1", "all"}, {"cpu", "", "batches"}, {"cpu", "batch", "batches"}, {"cpu", "0", "off"}, {"", "true", "all"}, {"", "false", "off"}} {
+		mode := "off"
 		_, err := Select(Options{
 			Getenv: func(k string) string {
 				return map[string]string{Env: tc.backend, Int8Env: tc.int8}[k]
 			},
 			GOOS:   "linux",
-			CPU:    func(n int) compute.Backend { return int8Recorder{cpu.New(n), &on} },
+			CPU:    func(n int) compute.Backend { return int8Recorder{cpu.New(n), &mode} },
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		})
-		if err != nil || on != tc.want {
-			t.Errorf("%s=%q %s=%q: 8-bit inputs %v, want %v (%v)", Env, tc.backend, Int8Env, tc.int8, on, tc.want, err)
+		if err != nil || mode != tc.want {
+			t.Errorf("%s=%q %s=%q: 8-bit inputs %s, want %s (%v)", Env, tc.backend, Int8Env, tc.int8, mode, tc.want, err)
 		}
 	}
 	if _, err := Select(Options{Getenv: func(k string) string { return map[string]string{Int8Env: "yes"}[k] }}); err == nil ||
-		!strings.Contains(err.Error(), "want 1 or 0") {
+		!strings.Contains(err.Error(), "want 1 (every decode product), 0 (none: float) or batch") {
 		t.Errorf("a bad %s: %v", Int8Env, err)
 	}
 }

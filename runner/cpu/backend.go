@@ -32,7 +32,7 @@ import (
 // Backend is the CPU backend.
 type Backend struct {
 	threads int
-	int8    bool // UseInt8
+	int8    int8Mode // UseInt8, UseInt8Batches
 
 	mu     sync.Mutex
 	free   map[int][][]float32 // released activation buffers by length
@@ -59,15 +59,44 @@ func New(threads int) *Backend {
 // 3 rows (decode steps) and a batch's decode rows; prefill stays in float. It is a no-op
 // where the integer kernels have no assembly (quant.Int8Kernel). Call it before the backend
 // runs anything.
-func (b *Backend) UseInt8(on bool) { b.int8 = on && quant.Int8Kernel() }
+func (b *Backend) UseInt8(on bool) {
+	b.int8 = int8Off
+	if on && quant.Int8Kernel() {
+		b.int8 = int8All
+	}
+}
+
+// UseInt8Batches is UseInt8 for the decode rows of batched passes only (two sequences or
+// more in one pass): a sequence alone keeps the float path, so its logits are the
+// reference's, and in a batch they differ from alone by the inputs' rounding. This is
+// where 8-bit inputs pay (several vectors per pass over the weights) while a single
+// stream keeps full accuracy.
+func (b *Backend) UseInt8Batches(on bool) {
+	b.int8 = int8Off
+	if on && quant.Int8Kernel() {
+		b.int8 = int8Batches
+	}
+}
+
+// int8Mode says which decode products take 8-bit inputs.
+type int8Mode uint8
+
+const (
+	int8Off     int8Mode = iota // none: the float path everywhere
+	int8Batches                 // a batched pass's decode rows (UseInt8Batches)
+	int8All                     // every decode product (UseInt8)
+)
 
 // Threads returns the number of goroutines ops use.
 func (b *Backend) Threads() int { return b.threads }
 
 // Name implements compute.Backend.
 func (b *Backend) Name() string {
-	if b.int8 {
+	switch b.int8 {
+	case int8All:
 		return fmt.Sprintf("cpu (%d threads, 8-bit inputs)", b.threads)
+	case int8Batches:
+		return fmt.Sprintf("cpu (%d threads, 8-bit inputs in batches)", b.threads)
 	}
 	return fmt.Sprintf("cpu (%d threads)", b.threads)
 }

@@ -147,7 +147,7 @@ func (b *Backend) vectorRows(out, x []float32, N int, w *weight) {
 		})
 		return
 	}
-	b.quantMatVec(out, x, N, w) // reads each 64-row chunk once for every row
+	b.quantMatVec(out, x, N, w, b.int8 != int8Off) // reads each 64-row chunk once for every row
 }
 
 // moeLinear is a product of an expert's n picked rows, grouped by the sequence they come

@@ -632,3 +632,68 @@ func TestInt8BatchRows(t *testing.T) {
 		}
 	}
 }
+
+// TestInt8Batches checks UseInt8Batches: a batched pass's decode rows take 8-bit inputs
+// (bit for bit each row's product alone with UseInt8), and a product alone stays in float
+// (bit for bit the plain backend's).
+func TestInt8Batches(t *testing.T) {
+	if !quant.Int8Kernel() {
+		t.Skip("no integer kernels on this machine")
+	}
+	r := rand.New(rand.NewPCG(5, 1))
+	const out, in, group = 40, 256, 64
+	packed, scales, biases, err := quant.Quantize(randVec(r, out*in), out, in, 4, group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := source{}
+	src.putU32("l.weight", []int{out, in / 8}, packed)
+	src.putFloat("l.scales", safetensors.BF16, []int{out, in / group}, scales)
+	src.putFloat("l.biases", safetensors.BF16, []int{out, in / group}, biases)
+	batches, all, plain := New(2), New(2), New(2)
+	batches.UseInt8Batches(true)
+	all.UseInt8(true)
+	if !strings.Contains(batches.Name(), "8-bit inputs in batches") {
+		t.Errorf("Name %q does not say 8-bit inputs in batches", batches.Name())
+	}
+	linear := func(b *Backend, x []float32, T int, segs bool) []float32 {
+		w, err := b.Weight(src, "l", compute.Quant{Mode: quant.Affine, Bits: 4, GroupSize: group})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return run(t, b, func(c compute.Context) compute.Tensor {
+			if segs {
+				ones := make([]int, T)
+				for i := range ones {
+					ones[i] = 1
+				}
+				c.(compute.BatchContext).Segments(ones)
+			}
+			return c.Linear(c.Embed(input(t, b, T, in, x), seq(T)), w)
+		})
+	}
+	same := func(a, b []float32) bool {
+		for i := range a {
+			if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	const T = 5
+	x := randVec(r, T*in)
+	got := linear(batches, x, T, true)
+	for tok := range T {
+		row := x[tok*in : (tok+1)*in]
+		if want := linear(all, row, 1, false); !same(got[tok*out:(tok+1)*out], want) {
+			t.Errorf("row %d of a batch: not the 8-bit inputs' product alone", tok)
+		}
+		alone, float := linear(batches, row, 1, false), linear(plain, row, 1, false)
+		if !same(alone, float) {
+			t.Errorf("row %d alone: not the float product", tok)
+		}
+		if same(alone, got[tok*out:(tok+1)*out]) {
+			t.Errorf("row %d: the same alone and in a batch: 8-bit inputs did not apply", tok)
+		}
+	}
+}

@@ -16,7 +16,7 @@ const rowTile = 16
 // linear computes out (T×w.out) = x (T×w.in) · wᵀ + bias.
 func (b *Backend) linear(out, x []float32, T int, w *weight) {
 	if w.q.Quantized() && T < 4 {
-		b.quantMatVec(out, x, T, w)
+		b.quantMatVec(out, x, T, w, b.int8 == int8All)
 	} else {
 		b.gemm(out, x, T, w)
 	}
@@ -91,10 +91,11 @@ func gemmTile(out []float32, outCols int, x []float32, t0, t1, in int, rows []fl
 
 // quantMatVec is the decode path: each packed row is read once per token, straight
 // from its codes, with the rows spread over the threads. A row's result depends on that
-// row alone, so a batch's decode rows (vectorRows) go through it together, any T.
-func (b *Backend) quantMatVec(out, x []float32, T int, w *weight) {
+// row alone, so a batch's decode rows (vectorRows) go through it together, any T. int8
+// asks for 8-bit inputs where the weights' format has the integer kernel.
+func (b *Backend) quantMatVec(out, x []float32, T int, w *weight, int8 bool) {
 	if w.q.Mode == quant.Affine {
-		b.affineMatVecs([maxLinears][]float32{out}, x, T, [maxLinears]*weight{w}, 1)
+		b.affineMatVecs([maxLinears][]float32{out}, x, T, [maxLinears]*weight{w}, 1, int8)
 		return
 	}
 	in, g := w.in, w.q.GroupSize
@@ -115,14 +116,14 @@ func (b *Backend) quantMatVec(out, x []float32, T int, w *weight) {
 // of ws, affine-quantized with equal input size, bits and group: the input prepared once,
 // then the rows of all the weights, in order, split over the threads (parallel's pieces:
 // every row costs the same, so finer pieces would add claims, not balance), each chunk
-// of 64 rows reused from cache for every token. With UseInt8 the inputs are 8-bit
+// of 64 rows reused from cache for every token. With int8 (UseInt8) the inputs are 8-bit
 // (int8MatVecs). A row's result depends on that row and its token's input alone. The
 // arrays come by value so that the closure holds copies instead of moving them to the
 // heap.
-func (b *Backend) affineMatVecs(out [maxLinears][]float32, x []float32, T int, ws [maxLinears]*weight, n int) {
+func (b *Backend) affineMatVecs(out [maxLinears][]float32, x []float32, T int, ws [maxLinears]*weight, n int, int8 bool) {
 	in, q := ws[0].in, ws[0].q
 	defer b.warmNext(ws[0])
-	if b.int8 && quant.Int8Supported(q.Bits, q.GroupSize) {
+	if int8 && quant.Int8Supported(q.Bits, q.GroupSize) {
 		b.int8MatVecs(out, x, T, ws, n)
 		return
 	}

@@ -52,7 +52,7 @@ func (c *context) linears(x *tensor, ws [maxLinears]*weight, n int, out []comput
 		t := c.newTensor(x.rows, ws[i].out)
 		dst[i], out[i] = t.data, t
 	}
-	c.b.affineMatVecs(dst, x.data, x.rows, ws, n)
+	c.b.affineMatVecs(dst, x.data, x.rows, ws, n, c.b.int8 == int8All) // never a batched pass (fusable)
 	for i := range n {
 		if w := ws[i]; w.bias != nil {
 			for t := 0; t < x.rows; t++ {

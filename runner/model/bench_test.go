@@ -55,7 +55,13 @@ func loadBench(b *testing.B) *model.Model {
 		threads = v
 	}
 	be := cpu.New(threads)
-	be.UseInt8(os.Getenv("MLXG_CPU_INT8") == "1") // the server's switch (runner/backend)
+	switch os.Getenv("MLXG_CPU_INT8") { // the server's switch (runner/backend)
+	case "1":
+		be.UseInt8(true)
+	case "0":
+	default:
+		be.UseInt8Batches(true)
+	}
 	m, err := model.Load(benchCheckpoint(b), be)
 	if err != nil {
 		b.Fatal(err)
@@ -126,7 +132,8 @@ func cpuTime() time.Duration {
 // docs/concurrency.md).
 //
 //	go test -run '^$' -bench BatchDecode -benchtime 1x ./runner/model/
-//	MLXG_CPU_INT8=1 MLXG_BENCH_PROMPT=2048 go test -run '^$' -bench BatchDecode -benchtime 1x ./runner/model/  (8-bit inputs; longer prompts, whose prefill is not timed)
+//	MLXG_CPU_INT8=0 MLXG_BENCH_PROMPT=2048 go test -run '^$' -bench BatchDecode -benchtime 1x ./runner/model/  (float inputs everywhere; longer prompts, whose prefill is not timed)
+//	(MLXG_CPU_INT8 as the server reads it: unset, 8-bit inputs in batched passes only; 1, in every decode product; 0, none)
 //	(MLXG_BENCH_STEPS sets the steps, MLXG_BENCH_SEQS=1,8 the sequence counts, MLXG_BENCH_KV=k8v4
 //	quantized caches, MLXG_BENCH_PROFILE=FILE a profile of the steps)
 func BenchmarkBatchDecode(b *testing.B) {

@@ -43,7 +43,7 @@ type StreamConfig struct {
 	Repeats     int     `json:"repeats"`
 	Threads     int     `json:"threads"`
 	Peer        string  `json:"peer"`
-	Int8        bool    `json:"int8"` // mlxg-int8 too: mlxg with MLXG_CPU_INT8=1
+	Int8        bool    `json:"int8"` // mlxg-int8 too: mlxg with MLXG_CPU_INT8=1 (mlxg itself has 0)
 	NumCtx      int     `json:"num_ctx"`
 	Temperature float64 `json:"temperature"`
 	SampleSeed  int     `json:"sample_seed"`
@@ -240,8 +240,10 @@ func runStreams(ctx context.Context, c StreamConfig, repo, ollamaBin, out string
 		return nil
 	}
 
-	// mlxg: one server batching up to the most streams measured (with --int8, a second one
-	// with 8-bit inputs, its prefix cache a directory of its own).
+	// mlxg: one server batching up to the most streams measured, on the float path
+	// (MLXG_CPU_INT8=0); with --int8, a second one with 8-bit inputs in every decode product
+	// (MLXG_CPU_INT8=1), its prefix cache a directory of its own. The default, 8-bit inputs
+	// in batched steps only, runs one stream as the first and several as the second.
 	variants := []string{"mlxg"}
 	if c.Int8 {
 		variants = append(variants, "mlxg-int8")
