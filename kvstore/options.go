@@ -36,8 +36,8 @@ type Options struct {
 
 // The accepted forms, shown in every parse error.
 const (
-	bitsForms  = `bits are 2, 3, 4, 5, 6, 8, 16 (fp16) or q4_0, given once for keys and values ("8") or as a pair for keys and values ("(8, 4)", "8,4" or "8/4")`
-	groupForms = `group sizes are 32, 64 or 128, given once ("64") or as a pair for keys and values ("(64, 32)", "64,32" or "64/32")`
+	bitsForms  = `bits are 2, 3, 4, 5, 6, 8, 16 (fp16) or q4_0, each optionally followed by h for Hadamard-rotated ("4h"), given once for keys and values ("8") or as a pair for keys and values ("(8, 4)", "8,4" or "8/4h")`
+	groupForms = `group sizes are 16, 32, 64 or 128, given once ("64") or as a pair for keys and values ("(64, 32)", "64,32" or "64/32")`
 	countForms = `a whole number, 0 or more`
 )
 
@@ -76,9 +76,15 @@ func splitPair(s string) (a, b string, ok bool) {
 	return "", "", false
 }
 
-// parseFormat reads one bits field. Affine formats get their group later.
+// parseFormat reads one bits field, "h" at its end asking for rotation. Affine formats
+// get their group later.
 func parseFormat(s string) (Format, bool) {
-	switch strings.ToLower(s) {
+	s = strings.ToLower(s)
+	if t, ok := strings.CutSuffix(s, rotatedSuffix); ok {
+		f, ok := parseFormat(t)
+		return f.Rotate(true), ok && !strings.HasSuffix(t, rotatedSuffix)
+	}
+	switch s {
 	case "16", "f16", "fp16":
 		return FormatF16, true
 	case "q4_0":
@@ -117,7 +123,7 @@ func ParseGroupSize(s string) ([2]int, error) {
 	return [2]int{}, fmt.Errorf("%q is not a KV group size: %s", s, groupForms)
 }
 
-func validGroup(g int) bool { return g == 32 || g == 64 || g == 128 }
+func validGroup(g int) bool { return g == minKVGroup || g == 32 || g == 64 || g == 128 }
 
 func parseCount(s string) (int, error) {
 	n, err := strconv.Atoi(strings.TrimSpace(s))

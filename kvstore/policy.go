@@ -177,6 +177,9 @@ func Choose(in PolicyInput) (Plan, error) {
 	if p.Layout.F16Layers > 0 {
 		p.Reason += fmt.Sprintf("; %d KV layers kept fp16: no KV group size divides their head_dim", p.Layout.F16Layers)
 	}
+	if p.Layout.UnrotatedLayers > 0 {
+		p.Reason += fmt.Sprintf("; %d KV layers stored unrotated: Hadamard rotation needs a power-of-two head_dim", p.Layout.UnrotatedLayers)
+	}
 	if p.Context < want {
 		p.Reason += fmt.Sprintf("; context %d reduced to %d, the most that fits", want, p.Context)
 	}
@@ -202,6 +205,9 @@ func (o *Options) fitLayer(s Spec, kHeadDim, vHeadDim int, boundary bool) (Spec,
 		}
 	}
 	fit := func(f Format, headDim int, which string) (Format, bool, error) {
+		if f.Rotated && RotationError(headDim) != nil {
+			f.Rotated = false // rotation is a refinement: the layer keeps its bits, unrotated
+		}
 		if f.Mode == F16 || headDim%f.Group == 0 {
 			return f, false, nil
 		}
