@@ -38,6 +38,9 @@ func (c *kvCodecs) Dims() (int, int, int) { return c.kvHeads, c.kDim, c.vDim }
 // quantized_kv_start positions.
 func (c *kvCodecs) Spec() Spec { return Spec{K: c.kc.f, V: c.vc.f} }
 
+// Target is the spec the layer stores once past quantized_kv_start (Spec before that is fp16).
+func (c *kvCodecs) Target() Spec { return c.spec }
+
 // Converts implements BlockSource: whether the cache still stores fp16 and will switch
 // to a quantized spec at quantized_kv_start.
 func (c *kvCodecs) Converts() bool { return c.kc.f != c.spec.K || c.vc.f != c.spec.V }

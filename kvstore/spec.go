@@ -67,6 +67,7 @@ func RotationError(headDim int) error {
 	}
 	return nil
 }
+
 // Validate checks f for a head dimension.
 func (f Format) Validate(headDim int) error {
 	switch f.Mode {
