@@ -1,9 +1,10 @@
 package kvstore
 
 import (
-	"github.com/mlxg/mlxg/kvstore/sysmem"
 	"strings"
 	"testing"
+
+	"github.com/mlxg/mlxg/kvstore/sysmem"
 )
 
 var (
