@@ -223,36 +223,14 @@ func (o *Options) ApplyEnv(getenv func(string) string) error {
 	return nil
 }
 
-// groups returns the key and value group sizes: the user's, else the defaults.
-func (o *Options) groups() [2]int {
-	if o.GroupSize != nil {
-		return *o.GroupSize
-	}
-	return [2]int{DefaultKGroup, DefaultVGroup}
-}
-
-// withGroups completes parsed bits with the key and value group sizes.
-func (o *Options) withGroups(f [2]Format) Spec {
-	g := o.groups()
+// withGroups completes parsed bits with key and value group sizes.
+func withGroups(f [2]Format, g [2]int) Spec {
 	for i := range f {
 		if f[i].Mode == Affine {
 			f[i].Group = g[i]
 		}
 	}
 	return Spec{K: f[0], V: f[1]}
-}
-
-// boundary returns the boundary layer count and spec: the user's, else the defaults.
-func (o *Options) boundary() (int, Spec) {
-	n := DefaultBoundaryLayers
-	if o.BoundaryLayers != nil {
-		n = *o.BoundaryLayers
-	}
-	bits := [2]Format{AffineFormat(DefaultBoundaryBits, 0), AffineFormat(DefaultBoundaryBits, 0)}
-	if o.BoundaryBits != nil {
-		bits = *o.BoundaryBits
-	}
-	return n, o.withGroups(bits)
 }
 
 // Explicit describes the settings given by flags or environment, for logs: "kv-bits from --kv-bits, ...".

@@ -122,7 +122,11 @@ func TestOllamaCacheType(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := o.withGroups(*o.Bits); got != want || *o.BoundaryLayers != 0 {
+		g := [2]int{DefaultKGroup, DefaultVGroup}
+		if o.GroupSize != nil {
+			g = *o.GroupSize
+		}
+		if got := withGroups(*o.Bits, g); got != want || *o.BoundaryLayers != 0 {
 			t.Errorf("%s: spec %v boundary %d, want %v and 0", typ, got, *o.BoundaryLayers, want)
 		}
 	}

@@ -214,20 +214,35 @@ func printFit(w io.Writer, dir string, m kvstore.ModelShape, mem sysmem.Info, ct
 
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "Pressure\tSpec\tLargest context\tKV at context\tPeak\tHeadroom")
+	fmt.Fprintln(tw, "Pressure\tSpec\tKV per token\tof fp16\tTop-1 vs fp16\tMean KL\tLargest context\tKV at context\tPeak\tHeadroom")
 	var refusals []string
+	measured := ""
 	for _, p := range []sysmem.Pressure{sysmem.Normal, sysmem.Warn, sysmem.Critical} {
 		at := mem
 		at.Pressure = p
 		pp, err := kvstore.Choose(kvstore.PolicyInput{Model: m, NumCtx: ctx, Memory: at, Options: opts})
 		if err != nil {
-			fmt.Fprintf(tw, "%s\trefused (below)\t-\t-\t-\t-\n", p)
+			fmt.Fprintf(tw, "%s\trefused (below)\t-\t-\t-\t-\t-\t-\t-\t-\n", p)
 			refusals = append(refusals, fmt.Sprintf("At %s pressure: %v", p, err))
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", p, pp.Layout, pp.FitContext, ibytes(pp.KVBytes), ibytes(pp.Peak()), ibytes(pp.Headroom()))
+		share, top1, kl := "-", "-", "-"
+		if f16 > 0 {
+			share = fmt.Sprintf("%.2fx", float64(pp.KVTokenBytes)/float64(f16))
+		}
+		if q := pp.Quality; q.Measured() {
+			top1, kl = fmt.Sprintf("%.1f%%", 100*q.Top1), fmt.Sprintf("%.1e", q.MeanKL)
+			measured = fmt.Sprintf("Top-1 and mean KL: measured against an fp16 cache on %s, teacher-forced on held-out text, the worst of %s tokens (docs/kv-cache.md).", q.Model, q.Lengths)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", p, pp.Layout, ibytes(pp.KVTokenBytes), share, top1, kl,
+			pp.FitContext, ibytes(pp.KVBytes), ibytes(pp.Peak()), ibytes(pp.Headroom()))
 	}
 	tw.Flush()
+	if measured != "" {
+		fmt.Fprintln(w, measured)
+	} else {
+		fmt.Fprintln(w, "Top-1 and mean KL: not measured for layouts your KV settings make (docs/kv-cache.md has the measured ones).")
+	}
 	fmt.Fprintln(w)
 	for _, r := range refusals {
 		fmt.Fprintln(w, r)
