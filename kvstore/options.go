@@ -6,10 +6,11 @@ import (
 	"strings"
 )
 
-// Defaults of the KV cache: keys 8-bit in groups of 64 (a key's noise moves every
-// attention weight), values 4-bit in groups of 32 (the softmax averages their noise),
-// and the first and last 2 KV layers at 8/8, without which a uniformly 4-bit cache lets
-// greedy decoding drift from fp16's within a few dozen tokens (TestMeasureKV).
+// Defaults of a layout the user's bits make (--kv-bits, MLXG_KV_BITS,
+// OLLAMA_KV_CACHE_TYPE) without group or boundary settings: keys in groups of 64,
+// values of 32, and the first and last 2 KV layers at 8/8, which bound the drift of a
+// low-bit cache from fp16's answers. The policy's own ladder (policy.go) names its
+// groups and boundary layers per step.
 const (
 	DefaultKGroup         = 64
 	DefaultVGroup         = 32

@@ -30,7 +30,7 @@ func newFitCmd() *cobra.Command {
 		Short: "Show how a model fits in memory: weights, KV bytes per token, the largest context at each pressure level",
 		Long: `fit reads a model's config.json and safetensors headers (a directory, or a model name in the store)
 and this machine's memory, and prints what the KV-cache policy would choose: KV bytes per token under
-fp16, the chosen spec and q4_0, the largest context that fits at normal, warn and critical memory
+fp16, each step of the policy's ladder (its measured quality beside it) and q4_0, the largest context that fits at normal, warn and critical memory
 pressure, and the predicted peak memory and headroom. The KV flags and MLXG_KV_* variables apply
 as they do to serve.`,
 		Args: cobra.ExactArgs(1),
@@ -189,23 +189,34 @@ func printFit(w io.Writer, dir string, m kvstore.ModelShape, mem sysmem.Info, ct
 	if err != nil {
 		return err
 	}
+	steps, err := kvstore.Ladder(m, opts)
+	if err != nil && planErr == nil {
+		return err
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "KV per token\tbytes\tof fp16")
-	row := func(label string, n int64) {
-		share := "-"
+	fmt.Fprintln(tw, "KV per token\tbytes\tof fp16\tTop-1 vs fp16\tMean KL")
+	row := func(label string, n int64, q kvstore.Quality) {
+		share, top1, kl := "-", "-", "-"
 		if f16 > 0 {
 			share = fmt.Sprintf("%.0f%%", 100*float64(n)/float64(f16))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", label, ibytes(n), share)
+		if q.Measured() {
+			top1, kl = fmt.Sprintf("%.1f%%", 100*q.Top1), fmt.Sprintf("%.1e", q.MeanKL)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", label, ibytes(n), share, top1, kl)
 	}
-	row("fp16", f16)
-	if planErr == nil {
-		row(plan.Layout.String()+" (chosen)", plan.KVTokenBytes)
+	row("fp16", f16, kvstore.Quality{})
+	for i, st := range steps {
+		label := fmt.Sprintf("%s (step %d", st.Layout, i+1)
+		if planErr == nil && st.Layout.String() == plan.Layout.String() {
+			label += ", chosen"
+		}
+		row(label+")", st.Layout.TokenBytes(m), st.Quality)
 	}
 	if q, err := perToken(kvstore.Spec{K: kvstore.FormatQ4_0, V: kvstore.FormatQ4_0}); err == nil {
-		row("q4_0", q)
+		row("q4_0", q, kvstore.Quality{})
 	} else {
-		fmt.Fprintf(tw, "q4_0\tnot possible: %v\t\n", err)
+		fmt.Fprintf(tw, "q4_0\tnot possible: %v\t\t\t\n", err)
 	}
 	tw.Flush()
 	if f16 == 0 {
