@@ -41,11 +41,18 @@ type Side struct {
 
 // Options tune Compare.
 type Options struct {
-	// Chunk is how many tokens one forward pass feeds (64 when 0). A chunk of 1 to 3
-	// runs the decode path (the CPU backend's 8-bit inputs apply only there).
+	// Chunk is how many tokens one forward pass feeds at most (64 when 0); the scored
+	// chunks end at multiples of it. A chunk of 1 to 3 runs the decode path (the CPU
+	// backend's 8-bit inputs apply only there).
 	Chunk int
 	// Skip is how many first positions are not scored.
 	Skip int
+	// Progress, when set, is called after each chunk with the number of positions fed
+	// so far and the reports of the positions scored so far, one per test side. A
+	// causal model's logits at a position do not depend on what follows, so the
+	// report at fed = L is exactly what a text of L+1 tokens would give: one pass over
+	// a long text measures every shorter context too (at chunk boundaries).
+	Progress func(fed int, reports []Report)
 }
 
 // Report is what Compare measured over the scored positions. Position i is scored on
@@ -117,86 +124,129 @@ func (s *runner) advance(ctx context.Context, tokens []int32, end, chunk int) er
 // next-token distributions at positions Skip to len(tokens)-2 (the last token is only
 // predicted, never fed).
 func Compare(ctx context.Context, ref, test Side, tokens []int32, o Options) (Report, error) {
+	r, err := CompareAll(ctx, ref, []Side{test}, tokens, o)
+	if err != nil {
+		return Report{}, err
+	}
+	return r[0], nil
+}
+
+// CompareAll is Compare of ref with each of tests, the reference run once for all: the
+// sides advance together, one chunk at a time.
+func CompareAll(ctx context.Context, ref Side, tests []Side, tokens []int32, o Options) ([]Report, error) {
 	if o.Chunk <= 0 {
 		o.Chunk = 64
 	}
 	if o.Skip < 0 {
-		return Report{}, fmt.Errorf("quality: negative Skip %d", o.Skip)
+		return nil, fmt.Errorf("quality: negative Skip %d", o.Skip)
 	}
-	r, t := &runner{Side: ref}, &runner{Side: test}
-	if err := r.open(); err != nil {
-		return Report{}, err
+	if len(tests) == 0 {
+		return nil, fmt.Errorf("quality: no side to compare with %q", ref.Name)
 	}
-	if err := t.open(); err != nil {
-		return Report{}, err
+	sides := []*runner{{Side: ref}}
+	for _, t := range tests {
+		sides = append(sides, &runner{Side: t})
+	}
+	start := o.Skip
+	for _, s := range sides {
+		if err := s.open(); err != nil {
+			return nil, err
+		}
+		start = max(start, s.pos)
 	}
 	vocab := ref.Model.Config.VocabSize
-	if v := test.Model.Config.VocabSize; v != vocab {
-		return Report{}, fmt.Errorf("quality: %q has a vocabulary of %d, %q of %d", ref.Name, vocab, test.Name, v)
-	}
-	end := len(tokens) - 1 // positions fed: each predicts the next token
-	start := max(o.Skip, r.pos, t.pos)
-	if start >= end {
-		return Report{}, fmt.Errorf("quality: nothing to score: %d tokens, scoring from position %d (skip %d, caches holding %d and %d)",
-			len(tokens), start, o.Skip, r.pos, t.pos)
-	}
-	for _, s := range []*runner{r, t} {
-		if err := s.advance(ctx, tokens, start, o.Chunk); err != nil {
-			return Report{}, err
+	for _, t := range tests {
+		if v := t.Model.Config.VocabSize; v != vocab {
+			return nil, fmt.Errorf("quality: %q has a vocabulary of %d, %q of %d", ref.Name, vocab, t.Name, v)
 		}
 	}
-	var (
-		rep           Report
-		sumKL, nllRef float64
-		nllTest       float64
-		logits        [2][]float32
-		sides         = [2]*runner{r, t}
-	)
-	pos := make([]scored, o.Chunk)
+	end := len(tokens) - 1 // positions fed: each predicts the next token
+	if start >= end {
+		return nil, fmt.Errorf("quality: nothing to score: %d tokens, scoring from position %d (skip %d, caches holding %d)",
+			len(tokens), start, o.Skip, sides[0].pos)
+	}
+	for _, s := range sides {
+		if err := s.advance(ctx, tokens, start, o.Chunk); err != nil {
+			return nil, err
+		}
+	}
+	acc := make([]sums, len(tests))
+	logits := make([][]float32, len(sides))
+	pos := make([][]scored, len(tests))
+	for k := range pos {
+		pos[k] = make([]scored, o.Chunk)
+	}
 	scratch := make([][3][]float64, min(runtime.GOMAXPROCS(0), o.Chunk))
 	for i := range scratch {
 		scratch[i] = [3][]float64{make([]float64, vocab), make([]float64, vocab), make([]float64, vocab)}
 	}
-	for p := start; p < end; p += o.Chunk {
-		n := min(o.Chunk, end-p)
+	for p := start; p < end; {
+		n := min(o.Chunk-p%o.Chunk, end-p) // chunks end at multiples of Chunk
+		for j := range n {
+			if next := tokens[p+j+1]; next < 0 || int(next) >= vocab {
+				return nil, fmt.Errorf("quality: token %d (at %d) is outside the vocabulary of %d", next, p+j+1, vocab)
+			}
+		}
 		for i, s := range sides {
 			l, err := s.Model.Forward(ctx, tokens[p:p+n], s.caches, true)
 			if err != nil {
-				return Report{}, fmt.Errorf("quality: side %q at %d: %w", s.Name, p, err)
+				return nil, fmt.Errorf("quality: side %q at %d: %w", s.Name, p, err)
 			}
 			if len(l) != n*vocab {
-				return Report{}, fmt.Errorf("quality: side %q returned %d logits for %d positions of a vocabulary of %d", s.Name, len(l), n, vocab)
+				return nil, fmt.Errorf("quality: side %q returned %d logits for %d positions of a vocabulary of %d", s.Name, len(l), n, vocab)
 			}
 			logits[i] = l
 			s.pos += n
 		}
-		for j := range n {
-			if next := tokens[p+j+1]; next < 0 || int(next) >= vocab {
-				return Report{}, fmt.Errorf("quality: token %d (at %d) is outside the vocabulary of %d", next, p+j+1, vocab)
+		scoreAll(pos, n, scratch, logits, tokens[p+1:p+n+1], vocab)
+		for k := range tests {
+			for _, ps := range pos[k][:n] { // in order, so that the sums do not depend on the workers
+				acc[k].add(ps)
 			}
 		}
-		scoreAll(pos[:n], scratch, logits, tokens[p+1:p+n+1], vocab)
-		for _, ps := range pos[:n] { // in order, so that the sums do not depend on the workers
-			sumKL += ps.kl
-			rep.MaxKL = max(rep.MaxKL, ps.kl)
-			if ps.agree {
-				rep.Top1Agree++
-			}
-			if ps.identical {
-				rep.Identical++
-			}
-			nllRef += ps.nllRef
-			nllTest += ps.nllTest
-			rep.Positions++
+		for i, s := range sides {
+			s.Model.Recycle(logits[i])
 		}
-		r.Model.Recycle(logits[0])
-		t.Model.Recycle(logits[1])
+		if o.Progress != nil {
+			out := make([]Report, len(acc))
+			for k := range acc {
+				out[k] = acc[k].report()
+			}
+			o.Progress(p+n, out)
+		}
+		p += n
 	}
-	np := float64(rep.Positions)
-	rep.MeanKL = sumKL / np
-	rep.PPLRef = math.Exp(nllRef / np)
-	rep.PPLTest = math.Exp(nllTest / np)
-	return rep, nil
+	out := make([]Report, len(acc))
+	for k := range acc {
+		out[k] = acc[k].report()
+	}
+	return out, nil
+}
+
+// sums accumulate one test side's measures.
+type sums struct {
+	r                   Report
+	kl, nllRef, nllTest float64
+}
+
+func (s *sums) add(ps scored) {
+	s.kl += ps.kl
+	s.r.MaxKL = max(s.r.MaxKL, ps.kl)
+	if ps.agree {
+		s.r.Top1Agree++
+	}
+	if ps.identical {
+		s.r.Identical++
+	}
+	s.nllRef += ps.nllRef
+	s.nllTest += ps.nllTest
+	s.r.Positions++
+}
+
+func (s *sums) report() Report {
+	r, n := s.r, float64(s.r.Positions)
+	r.MeanKL, r.PPLRef, r.PPLTest = s.kl/n, math.Exp(s.nllRef/n), math.Exp(s.nllTest/n)
+	return r
 }
 
 // scored is one position's measures.
@@ -205,19 +255,24 @@ type scored struct {
 	agree, identical    bool
 }
 
-// scoreAll scores the positions of one chunk, logits[0] and logits[1] holding their rows
-// and next their next tokens, over as many goroutines as scratch has buffers.
-func scoreAll(out []scored, scratch [][3][]float64, logits [2][]float32, next []int32, vocab int) {
+// scoreAll scores the first n positions of one chunk for every test side k into
+// out[k], logits[0] holding the reference's rows, logits[1+k] side k's, and next the
+// positions' next tokens, over as many goroutines as scratch has buffers.
+func scoreAll(out [][]scored, n int, scratch [][3][]float64, logits [][]float32, next []int32, vocab int) {
 	var wg sync.WaitGroup
 	var at atomic.Int64
-	for w := range min(len(scratch), len(out)) {
+	for w := range min(len(scratch), n) {
 		wg.Go(func() {
 			lr, lt, pr := scratch[w][0], scratch[w][1], scratch[w][2]
-			for j := int(at.Add(1) - 1); j < len(out); j = int(at.Add(1) - 1) {
-				a, b := logits[0][j*vocab:(j+1)*vocab], logits[1][j*vocab:(j+1)*vocab]
-				ar, at := logSoftmax(lr, pr, a), logSoftmax(lt, nil, b)
-				out[j] = scored{kl: klProbs(pr, lr, lt), nllRef: -lr[next[j]], nllTest: -lt[next[j]],
-					agree: ar == at, identical: bitsEqual(a, b)}
+			for j := int(at.Add(1) - 1); j < n; j = int(at.Add(1) - 1) {
+				a := logits[0][j*vocab : (j+1)*vocab]
+				ar := logSoftmax(lr, pr, a)
+				for k := range out {
+					b := logits[1+k][j*vocab : (j+1)*vocab]
+					at := logSoftmax(lt, nil, b)
+					out[k][j] = scored{kl: klProbs(pr, lr, lt), nllRef: -lr[next[j]], nllTest: -lt[next[j]],
+						agree: ar == at, identical: bitsEqual(a, b)}
+				}
 			}
 		})
 	}

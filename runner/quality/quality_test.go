@@ -129,9 +129,15 @@ func TestCompareMatchesDirect(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// The same chunks as Compare's: positions 0..skip-1, then from skip on.
+		// The same chunks as Compare's: positions 0..skip-1 from 0, then from skip on to
+		// each multiple of chunk.
 		a := modeltest.Forward(t, m, c, tokens[:skip], chunk)
-		return append(a, modeltest.Forward(t, m, c, tokens[skip:len(tokens)-1], chunk)...)
+		for p := skip; p < len(tokens)-1; {
+			n := min(chunk-p%chunk, len(tokens)-1-p)
+			a = append(a, modeltest.Forward(t, m, c, tokens[p:p+n], n)...)
+			p += n
+		}
+		return a
 	}
 	want := direct(logits(ref), logits(test), tokens, skip)
 	t.Logf("Compare: %v", r)
@@ -230,5 +236,44 @@ func TestQwen3TinyK8V8(t *testing.T) {
 	}
 	if same.Identical != same.Positions || same.Positions != len(tokens)-1-kvstore.BlockTokens {
 		t.Errorf("K8/V8 restored from SSD against live: %v", same)
+	}
+}
+
+// TestCompareAll: one pass over several sides reports what Compare reports for each, and
+// Progress at a chunk boundary reports what a shorter text gives.
+func TestCompareAll(t *testing.T) {
+	m := tinyModel(t)
+	ref := layoutSide(t, m, "fp16", "kv-bits=16")
+	a := layoutSide(t, m, "q4_0", "kv-bits=q4_0 kv-boundary-layers=0")
+	b := layoutSide(t, m, "K8/V4", "")
+	tokens := modeltest.Tokens(5, 130)
+	ctx := context.Background()
+	o := quality.Options{Chunk: 16, Skip: 3}
+	var at64 []quality.Report
+	o.Progress = func(fed int, r []quality.Report) {
+		if fed == 64 {
+			at64 = r
+		}
+	}
+	all, err := quality.CompareAll(ctx, ref, []quality.Side{a, b}, tokens, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Progress = nil
+	for i, s := range []quality.Side{a, b} {
+		one, err := quality.Compare(ctx, ref, s, tokens, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if one != all[i] {
+			t.Errorf("%s: CompareAll %v, Compare %v", s.Name, all[i], one)
+		}
+		short, err := quality.Compare(ctx, ref, s, tokens[:65], o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(at64) != 2 || short != at64[i] {
+			t.Errorf("%s: Progress at 64 %v, Compare of 65 tokens %v", s.Name, at64, short)
+		}
 	}
 }

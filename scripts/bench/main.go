@@ -29,10 +29,13 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/mlxg/mlxg/runner/quality"
 )
 
 var nan = math.NaN()
@@ -91,8 +94,15 @@ func run() error {
 		repo      = flag.String("repo", ".", "the mlxg source tree to build mlxg from")
 		noPrefix  = flag.Bool("no-prefix", false, "skip the prefix-cache scenarios")
 		streams   = flag.String("streams", "", "instead of the usual scenarios, the continuous-batching one (streams.go) at these concurrent stream counts, e.g. 1,2,4,8")
-		int8      = flag.Bool("int8", false, "with --streams: also measure mlxg with MLXG_CPU_INT8=1 (8-bit inputs to the decode products) in the same run")
+		int8      = flag.Bool("int8", false, "with --streams: also measure mlxg with MLXG_CPU_INT8=1 (8-bit inputs to the decode products) in the same run; with --quality: the 8-bit inputs' quality against float instead of the KV layouts'")
+		qual      = flag.Bool("quality", false, "instead of the usual scenarios, the quality one (quality.go): per KV layout, teacher-forced top-1 agreement, KL and perplexity against an fp16 cache on held-out text, in process")
+		qModels   = flag.String("quality-models", "", "with --quality: the models, qwen3-tiny and/or the --shape (default both)")
+		qCtx      = flag.String("quality-ctx", "512,2048,4096", "with --quality: the context lengths measured, multiples of 64")
+		qRestore  = flag.Int("quality-restore", 256, "with --quality: tokens restored from the SSD prefix tier before scoring the rest of the shortest context against the live cache (0: skip)")
+		qInt8Ctx  = flag.Int("quality-int8-tokens", 2048, "with --quality --int8: positions scored, one token at a time")
+		layouts   layoutFlags
 	)
+	flag.Var(&layouts, "layout", `with --quality: one more KV layout, as KV settings named like the flags, e.g. "kv-bits=8/6" or "kv-bits=8/4 kv-group-size=64/16 kv-boundary-layers=0" (repeatable)`)
 	flag.StringVar(&cfg.Cache, "cache", filepath.Join(home, ".cache", "mlxg-bench"), "directory for the peer build, models and results")
 	flag.StringVar(&cfg.Shape, "shape", "qwen2-0.5b", "checkpoint shape: qwen2-0.5b or qwen2-1.5b")
 	flag.Uint64Var(&cfg.Seed, "seed", 1, "seed of the random weights")
@@ -180,6 +190,39 @@ func run() error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *qual {
+		qc := QualityConfig{Restore: *qRestore, Threads: cfg.Threads, Int8: *int8, Int8Ctx: *qInt8Ctx, Shape: cfg.Shape, Seed: cfg.Seed, Cache: cfg.Cache,
+			Layouts: quality.Layouts, Models: []string{"qwen3-tiny", cfg.Shape}}
+		if *qModels != "" {
+			qc.Models = strings.Split(*qModels, ",")
+		}
+		for _, m := range qc.Models {
+			if _, ok := shapes[m]; !ok && m != "qwen3-tiny" {
+				return fmt.Errorf("--quality-models %q: want qwen3-tiny or a shape (qwen2-0.5b, qwen2-1.5b)", m)
+			}
+		}
+		if qc.Contexts, err = parseInts(*qCtx, "quality-ctx"); err != nil {
+			return err
+		}
+		for _, n := range qc.Contexts {
+			if n%64 != 0 {
+				return fmt.Errorf("--quality-ctx %d: want multiples of 64 (the chunk the scores are taken at)", n)
+			}
+		}
+		if qc.Restore < 0 || qc.Restore >= slices.Min(qc.Contexts) && qc.Restore > 0 {
+			return fmt.Errorf("--quality-restore %d: want 0, or fewer tokens than the shortest context", qc.Restore)
+		}
+		if qc.Int8Ctx < 2 {
+			return fmt.Errorf("--quality-int8-tokens %d: want at least 2", qc.Int8Ctx)
+		}
+		for _, l := range layouts {
+			qc.Layouts = append(qc.Layouts, [2]string{l, l})
+		}
+		if !set["out"] {
+			*out = filepath.Join(cfg.Cache, "results", "quality-"+time.Now().UTC().Format("20060102-150405")+".json")
+		}
+		return runQuality(ctx, qc, *repo, *out)
+	}
 	if *streams != "" {
 		sc, err := streamConfig(cfg, *streams, set)
 		sc.Int8 = *int8
