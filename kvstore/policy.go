@@ -108,7 +108,7 @@ var ladder = []rung{
 	{bits: [2]Format{AffineFormat(4, 0), AffineFormat(4, 0)}, groups: [2]int{64, 32}, boundary: 2,
 		measured: Quality{measuredOn, measuredAt, 0.9258, 5.7e-3}},
 	{bits: [2]Format{AffineFormat(4, 0), AffineFormat(4, 0)}, groups: [2]int{64, 32},
-		measured: Quality{measuredOn, measuredAt, 0.9180, 1.4e-2}},
+		measured: Quality{measuredOn, measuredAt, 0.9160, 1.4e-2}},
 }
 
 // Ladder describes the policy's steps as `mlxg fit` and the docs show them: each
