@@ -22,7 +22,7 @@ import (
 // BenchmarkDecodeKVLayouts is the decode rate of one model under several KV layouts, on
 // the CPU backend and on MLX, after a prompt of MLXG_BENCH_PROMPT tokens (2048): the
 // layouts take turns, a run of 16 decode steps each per round (the cache truncated back
-// to the prompt after each), and each layout's median over the rounds is reported with
+// to the prompt after each; the order reversed every other round), and each layout's median over the rounds is reported with
 // its ratio to the first layout's, measured in the same run.
 //
 //	go test -run '^$' -bench DecodeKVLayouts -benchtime 1x ./metal/
@@ -90,7 +90,11 @@ func BenchmarkDecodeKVLayouts(b *testing.B) {
 			rates := make([][]float64, len(layouts))
 			for range b.N {
 				for r := 0; r <= rounds; r++ {
-					for i := range layouts {
+					for j := range layouts {
+						i := j
+						if r%2 == 1 { // A B, B A: the order within a round does not favour a layout
+							i = len(layouts) - 1 - j
+						}
 						start := time.Now()
 						for s := range steps {
 							lg, err := m.Forward(ctx, tokens[prompt+s:prompt+s+1], caches[i], false)
