@@ -27,6 +27,8 @@ func BenchmarkAttendDecode(b *testing.B) {
 	}{
 		{"fp16", SpecF16},
 		{"K8V4", Spec{K: AffineFormat(8, 64), V: AffineFormat(4, 32)}},
+		{"K8V8g64", Spec{K: AffineFormat(8, 64), V: AffineFormat(8, 64)}},
+		{"K8V4h", Spec{K: AffineFormat(8, 64), V: AffineFormat(4, 32).Rotate(true)}},
 		{"K4V4", Spec{K: AffineFormat(4, 64), V: AffineFormat(4, 32)}},
 		{"q4_0", Spec{K: FormatQ4_0, V: FormatQ4_0}},
 	}

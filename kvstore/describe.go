@@ -18,6 +18,17 @@ const (
 	descRotating  = 4
 )
 
+// descRotated marks a rotated format in a description's mode.
+const descRotated = 1 << 8
+
+func descMode(f Format) int32 {
+	m := int32(f.Mode)
+	if f.Rotated {
+		m |= descRotated
+	}
+	return m
+}
+
 // Describe returns c's description: its kind, dims, target spec, quantized_kv_start
 // and window. A layer of another kind describes as none.
 func Describe(c Layer) []int32 {
@@ -40,8 +51,8 @@ func Describe(c Layer) []int32 {
 		return d
 	}
 	d[1], d[2], d[3] = int32(q.kvHeads), int32(q.kDim), int32(q.vDim)
-	d[4], d[5], d[6] = int32(q.spec.K.Mode), int32(q.spec.K.Bits), int32(q.spec.K.Group)
-	d[7], d[8], d[9] = int32(q.spec.V.Mode), int32(q.spec.V.Bits), int32(q.spec.V.Group)
+	d[4], d[5], d[6] = descMode(q.spec.K), int32(q.spec.K.Bits), int32(q.spec.K.Group)
+	d[7], d[8], d[9] = descMode(q.spec.V), int32(q.spec.V.Bits), int32(q.spec.V.Group)
 	d[10] = int32(q.start)
 	return d
 }
@@ -52,7 +63,8 @@ func NewDescribed(d []int32) (Layer, error) {
 		return nil, fmt.Errorf("kvstore: a cache description of %d values, want %d", len(d), DescLen)
 	}
 	heads, kd, vd := int(d[1]), int(d[2]), int(d[3])
-	spec := Spec{K: Format{Mode: Mode(d[4]), Bits: int(d[5]), Group: int(d[6])}, V: Format{Mode: Mode(d[7]), Bits: int(d[8]), Group: int(d[9])}}
+	spec := Spec{K: Format{Mode: Mode(d[4] &^ descRotated), Bits: int(d[5]), Group: int(d[6]), Rotated: d[4]&descRotated != 0},
+		V: Format{Mode: Mode(d[7] &^ descRotated), Bits: int(d[8]), Group: int(d[9]), Rotated: d[7]&descRotated != 0}}
 	switch d[0] {
 	case descNone:
 		return nil, nil

@@ -12,7 +12,9 @@ func TestDescribeRoundTrips(t *testing.T) {
 	q, _ := NewQuantized(2, 64, 64, Spec{K: a(8, 32), V: a(4, 32)}, 256)
 	q40, _ := NewQuantized(4, 128, 128, Spec{K: FormatQ4_0, V: FormatQ4_0}, 0)
 	rot, _ := NewRotating(2, 64, 64, 512, Spec{K: a(8, 64), V: FormatF16}, 0)
-	for _, c := range []Layer{full, full32, q, q40, rot} {
+	qh, _ := NewQuantized(2, 64, 64, Spec{K: a(8, 64).Rotate(true), V: a(4, 16).Rotate(true)}, 0)
+	rh, _ := NewRotating(2, 64, 64, 512, Spec{K: FormatQ4_0.Rotate(true), V: a(4, 32)}, 0)
+	for _, c := range []Layer{full, full32, q, q40, rot, qh, rh} {
 		d := Describe(c)
 		n, err := NewDescribed(d)
 		if err != nil {
@@ -20,6 +22,9 @@ func TestDescribeRoundTrips(t *testing.T) {
 		}
 		if got := Describe(n); !slices.Equal(got, d) {
 			t.Errorf("%T: described %v, remade as %v", c, d, got)
+		}
+		if b, ok := c.(interface{ Target() Spec }); ok && b.Target() != n.(interface{ Target() Spec }).Target() {
+			t.Errorf("%T: spec %v remade as %v", c, b.Target(), n.(interface{ Target() Spec }).Target())
 		}
 	}
 	if n, err := NewDescribed(Describe(nil)); n != nil || err != nil {

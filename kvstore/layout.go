@@ -85,6 +85,10 @@ type Layout struct {
 	// (32, 64, 128) divides their head_dim; F16HeadDims lists those head_dims.
 	F16Layers   int
 	F16HeadDims []int
+	// UnrotatedLayers counts the KV layers stored unrotated although the spec asks for
+	// Hadamard rotation: their head_dim (UnrotatedHeadDims) is not a power of two.
+	UnrotatedLayers   int
+	UnrotatedHeadDims []int
 }
 
 // NewLayout assigns base to every KV layer of m, and boundary to the first and last
@@ -130,6 +134,11 @@ func newLayout(m ModelShape, base Spec, boundaryLayers int, boundary Spec, fit l
 				l.F16Layers++
 				if !slices.Contains(l.F16HeadDims, ls.KHeadDim) {
 					l.F16HeadDims = append(l.F16HeadDims, ls.KHeadDim)
+				}
+			} else if s.K.Rotated && !fs.K.Rotated || s.V.Rotated && !fs.V.Rotated {
+				l.UnrotatedLayers++
+				if !slices.Contains(l.UnrotatedHeadDims, ls.KHeadDim) {
+					l.UnrotatedHeadDims = append(l.UnrotatedHeadDims, ls.KHeadDim)
 				}
 			}
 			s = fs
@@ -213,11 +222,19 @@ func (l Layout) String() string {
 		out += fmt.Sprintf(", max %d tokens", l.MaxKVSize)
 	}
 	if l.F16Layers > 0 {
-		dims := make([]string, len(l.F16HeadDims))
-		for i, d := range l.F16HeadDims {
-			dims[i] = strconv.Itoa(d)
-		}
-		out += fmt.Sprintf(", fp16 in %d layers (head_dim %s: no KV group of 32, 64 or 128 divides it)", l.F16Layers, strings.Join(dims, "/"))
+		out += fmt.Sprintf(", fp16 in %d layers (head_dim %s: no KV group of 32, 64 or 128 divides it)", l.F16Layers, joinInts(l.F16HeadDims))
+	}
+	if l.UnrotatedLayers > 0 {
+		out += fmt.Sprintf(", unrotated in %d layers (head_dim %s: Hadamard rotation needs a power of two)", l.UnrotatedLayers, joinInts(l.UnrotatedHeadDims))
 	}
 	return out + fmt.Sprintf(", %d of %d layers with KV", l.KVLayerCount, len(l.Specs))
+}
+
+// joinInts spells head dims as "96/80".
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, d := range v {
+		s[i] = strconv.Itoa(d)
+	}
+	return strings.Join(s, "/")
 }

@@ -3,6 +3,8 @@ package kvstore
 import (
 	"strings"
 	"testing"
+
+	"github.com/mlxg/mlxg/kvstore/sysmem"
 )
 
 var (
@@ -129,5 +131,46 @@ func TestLayoutBoundaryNeverTighter(t *testing.T) {
 	l, _ = NewLayout(m, k8v8, 2, Spec{K: AffineFormat(4, 64), V: AffineFormat(4, 32)})
 	if l.BoundaryLayers != 0 || l.Specs[3] != k8v8 {
 		t.Errorf("boundary tighter than base: %v, %v", l, l.Specs[3])
+	}
+}
+
+// Rotated formats and groups of 16 in spec strings, and a layer whose head_dim is not a
+// power of two keeps its bits unrotated, with the reason in the layout.
+func TestLayoutRotated(t *testing.T) {
+	a := AffineFormat
+	for spec, want := range map[Spec]string{
+		{K: a(8, 64), V: a(4, 32).Rotate(true)}:                  "K8/V4h g64/32",
+		{K: a(8, 64).Rotate(true), V: a(4, 16).Rotate(true)}:     "K8h/V4h g64/16",
+		{K: FormatQ4_0.Rotate(true), V: FormatQ4_0.Rotate(true)}: "q4_0h",
+		{K: FormatQ4_0.Rotate(true), V: FormatQ4_0}:              "Kq4_0h/Vq4_0",
+	} {
+		if got := spec.String(); got != want {
+			t.Errorf("%+v: String() = %q, want %q", spec, got, want)
+		}
+	}
+	var m ModelShape
+	for _, d := range []int{128, 96, 96, 128} {
+		m.Layers = append(m.Layers, LayerShape{Kind: LayerFull, KVHeads: 2, KHeadDim: d, VHeadDim: d})
+	}
+	var o Options
+	if err := o.Set("kv-bits", "8h/4h", "--kv-bits"); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Set("kv-boundary-layers", "0", "--kv-boundary-layers"); err != nil {
+		t.Fatal(err)
+	}
+	p, err := Choose(PolicyInput{Model: m, NumCtx: 1024, Options: o, Memory: mem(64<<30, 48<<30, sysmem.Normal)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := p.Layout
+	if !l.Specs[0].K.Rotated || !l.Specs[0].V.Rotated || l.Specs[1].K.Rotated || l.Specs[1].V.Rotated || l.Specs[1].V.Bits != 4 {
+		t.Errorf("specs %v", l.Specs)
+	}
+	if s := l.String(); !strings.Contains(s, "unrotated in 2 layers (head_dim 96: Hadamard rotation needs a power of two)") {
+		t.Errorf("String() = %q", s)
+	}
+	if !strings.Contains(p.Reason, "unrotated") {
+		t.Errorf("reason %q", p.Reason)
 	}
 }

@@ -6,10 +6,11 @@ import (
 	"strings"
 )
 
-// Defaults of the KV cache: keys 8-bit in groups of 64 (a key's noise moves every
-// attention weight), values 4-bit in groups of 32 (the softmax averages their noise),
-// and the first and last 2 KV layers at 8/8, without which a uniformly 4-bit cache lets
-// greedy decoding drift from fp16's within a few dozen tokens (TestMeasureKV).
+// Defaults of a layout the user's bits make (--kv-bits, MLXG_KV_BITS,
+// OLLAMA_KV_CACHE_TYPE) without group or boundary settings: keys in groups of 64,
+// values of 32, and the first and last 2 KV layers at 8/8, which bound the drift of a
+// low-bit cache from fp16's answers. The policy's own ladder (policy.go) names its
+// groups and boundary layers per step.
 const (
 	DefaultKGroup         = 64
 	DefaultVGroup         = 32
@@ -36,8 +37,8 @@ type Options struct {
 
 // The accepted forms, shown in every parse error.
 const (
-	bitsForms  = `bits are 2, 3, 4, 5, 6, 8, 16 (fp16) or q4_0, given once for keys and values ("8") or as a pair for keys and values ("(8, 4)", "8,4" or "8/4")`
-	groupForms = `group sizes are 32, 64 or 128, given once ("64") or as a pair for keys and values ("(64, 32)", "64,32" or "64/32")`
+	bitsForms  = `bits are 2, 3, 4, 5, 6, 8, 16 (fp16) or q4_0, each optionally followed by h for Hadamard-rotated ("4h"), given once for keys and values ("8") or as a pair for keys and values ("(8, 4)", "8,4" or "8/4h")`
+	groupForms = `group sizes are 16, 32, 64 or 128, given once ("64") or as a pair for keys and values ("(64, 32)", "64,32" or "64/32")`
 	countForms = `a whole number, 0 or more`
 )
 
@@ -76,9 +77,15 @@ func splitPair(s string) (a, b string, ok bool) {
 	return "", "", false
 }
 
-// parseFormat reads one bits field. Affine formats get their group later.
+// parseFormat reads one bits field, "h" at its end asking for rotation. Affine formats
+// get their group later.
 func parseFormat(s string) (Format, bool) {
-	switch strings.ToLower(s) {
+	s = strings.ToLower(s)
+	if t, ok := strings.CutSuffix(s, rotatedSuffix); ok {
+		f, ok := parseFormat(t)
+		return f.Rotate(true), ok && !strings.HasSuffix(t, rotatedSuffix)
+	}
+	switch s {
 	case "16", "f16", "fp16":
 		return FormatF16, true
 	case "q4_0":
@@ -117,7 +124,7 @@ func ParseGroupSize(s string) ([2]int, error) {
 	return [2]int{}, fmt.Errorf("%q is not a KV group size: %s", s, groupForms)
 }
 
-func validGroup(g int) bool { return g == 32 || g == 64 || g == 128 }
+func validGroup(g int) bool { return g == minKVGroup || g == 32 || g == 64 || g == 128 }
 
 func parseCount(s string) (int, error) {
 	n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -217,36 +224,14 @@ func (o *Options) ApplyEnv(getenv func(string) string) error {
 	return nil
 }
 
-// groups returns the key and value group sizes: the user's, else the defaults.
-func (o *Options) groups() [2]int {
-	if o.GroupSize != nil {
-		return *o.GroupSize
-	}
-	return [2]int{DefaultKGroup, DefaultVGroup}
-}
-
-// withGroups completes parsed bits with the key and value group sizes.
-func (o *Options) withGroups(f [2]Format) Spec {
-	g := o.groups()
+// withGroups completes parsed bits with key and value group sizes.
+func withGroups(f [2]Format, g [2]int) Spec {
 	for i := range f {
 		if f[i].Mode == Affine {
 			f[i].Group = g[i]
 		}
 	}
 	return Spec{K: f[0], V: f[1]}
-}
-
-// boundary returns the boundary layer count and spec: the user's, else the defaults.
-func (o *Options) boundary() (int, Spec) {
-	n := DefaultBoundaryLayers
-	if o.BoundaryLayers != nil {
-		n = *o.BoundaryLayers
-	}
-	bits := [2]Format{AffineFormat(DefaultBoundaryBits, 0), AffineFormat(DefaultBoundaryBits, 0)}
-	if o.BoundaryBits != nil {
-		bits = *o.BoundaryBits
-	}
-	return n, o.withGroups(bits)
 }
 
 // Explicit describes the settings given by flags or environment, for logs: "kv-bits from --kv-bits, ...".

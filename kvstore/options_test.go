@@ -21,6 +21,10 @@ func TestParseBits(t *testing.T) {
 		"(8, q4_0)": {a8, FormatQ4_0},
 		"(2, 3)":    {AffineFormat(2, 0), AffineFormat(3, 0)},
 		"(5, 6)":    {AffineFormat(5, 0), AffineFormat(6, 0)},
+		"8/4h":      {a8, a4.Rotate(true)},
+		"8H,4h":     {a8.Rotate(true), a4.Rotate(true)},
+		"q4_0h":     {FormatQ4_0.Rotate(true), FormatQ4_0.Rotate(true)},
+		"16h":       {FormatF16.Rotate(true), FormatF16.Rotate(true)},
 	}
 	for in, want := range good {
 		got, err := ParseBits(in)
@@ -28,7 +32,7 @@ func TestParseBits(t *testing.T) {
 			t.Errorf("ParseBits(%q) = %v, %v; want %v", in, got, err, want)
 		}
 	}
-	for _, in := range []string{"", "7", "9", "1", "32", "(8, 4, 2)", "(8,)", "8,,4", "(8 4)", "eight", "q8_0", "8/4/2", "()"} {
+	for _, in := range []string{"", "7", "9", "1", "32", "(8, 4, 2)", "(8,)", "8,,4", "(8 4)", "eight", "q8_0", "8/4/2", "()", "8hh", "h", "(8, 4r)"} {
 		_, err := ParseBits(in)
 		if err == nil {
 			t.Errorf("ParseBits(%q): no error", in)
@@ -39,14 +43,14 @@ func TestParseBits(t *testing.T) {
 }
 
 func TestParseGroupSize(t *testing.T) {
-	good := map[string][2]int{"64": {64, 64}, "(64, 32)": {64, 32}, "128/32": {128, 32}}
+	good := map[string][2]int{"64": {64, 64}, "(64, 32)": {64, 32}, "128/32": {128, 32}, "64/16": {64, 16}}
 	for in, want := range good {
 		got, err := ParseGroupSize(in)
 		if err != nil || got != want {
 			t.Errorf("ParseGroupSize(%q) = %v, %v; want %v", in, got, err, want)
 		}
 	}
-	for _, in := range []string{"", "16", "63", "(64, 32, 32)", "x", "-64"} {
+	for _, in := range []string{"", "8", "63", "(64, 32, 32)", "x", "-64"} {
 		if _, err := ParseGroupSize(in); err == nil || !strings.Contains(err.Error(), "(64, 32)") {
 			t.Errorf("ParseGroupSize(%q): want an error with the accepted forms, got %v", in, err)
 		}
@@ -118,7 +122,11 @@ func TestOllamaCacheType(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := o.withGroups(*o.Bits); got != want || *o.BoundaryLayers != 0 {
+		g := [2]int{DefaultKGroup, DefaultVGroup}
+		if o.GroupSize != nil {
+			g = *o.GroupSize
+		}
+		if got := withGroups(*o.Bits, g); got != want || *o.BoundaryLayers != 0 {
 			t.Errorf("%s: spec %v boundary %d, want %v and 0", typ, got, *o.BoundaryLayers, want)
 		}
 	}

@@ -16,7 +16,7 @@ import (
 //	free     = available − reserve − overhead − weights            (weights not counted again once loaded)
 //	spec     = the loosest rung of the ladder whose KV for num_ctx fits in free,
 //	           starting one rung down under warn pressure:
-//	             K8/V4 g64/32 + boundary 2@8/8  →  K4/V4 g64/32 + boundary 2@8/8  →  K4/V4 g64/32
+//	             K8/V8 g64  →  K4/V4 g64/32 + boundary 2@8/8  →  K4/V4 g64/32
 //	context  = the largest ctx with KV(ctx) ≤ free, at most num_ctx and the model's maximum
 //	prefix   = (free − KV(context)) / 2, /4 under warn, 0 under critical   the RAM prefix cache's budget
 //	critical = new loads are refused: missing = weights + overhead + KV(256 tokens) + reserve − available
@@ -56,7 +56,8 @@ type Plan struct {
 	Free         int64 // memory for KV and the prefix cache
 	PrefixBudget int64
 	Memory       sysmem.Info
-	Reason       string // why this spec and context, for the log
+	Reason       string  // why this spec and context, for the log
+	Quality      Quality // the layout's measured quality; not measured when the user's settings made it
 }
 
 // Peak is the predicted peak memory of the load: weights, overhead and KV at Context.
@@ -65,16 +66,97 @@ func (p Plan) Peak() int64 { return p.Weights + p.Overhead + p.KVBytes }
 // Headroom is what stays available after the load at its peak.
 func (p Plan) Headroom() int64 { return int64(p.Memory.Available) - p.Peak() }
 
-// rung is one step of the policy's ladder.
+// rung is one step of the policy's ladder: its bits, and the groups and boundary layers
+// it takes when the user set none.
 type rung struct {
 	bits     [2]Format
-	boundary bool
+	groups   [2]int
+	boundary int // KV layers at each end stored 8/8
+	measured Quality
 }
 
+// Quality is what a KV layout measurably costs a model's answers against an fp16 cache,
+// teacher-forced on held-out text (runner/quality, the bench's quality scenario): the
+// worst over the context lengths measured.
+type Quality struct {
+	Model   string  // the model measured
+	Lengths string  // the context lengths measured
+	Top1    float64 // share of positions where the greedy next token is fp16's
+	MeanKL  float64 // mean KL(fp16 || layout) over the vocabulary, in nats
+}
+
+// Measured reports whether q holds a measurement.
+func (q Quality) Measured() bool { return q.Model != "" }
+
+func (q Quality) String() string {
+	if !q.Measured() {
+		return "not measured"
+	}
+	return fmt.Sprintf("top-1 %.1f%%, mean KL %.1e (%s, %s tokens)", 100*q.Top1, q.MeanKL, q.Model, q.Lengths)
+}
+
+// measuredOn names where the ladder's qualities come from.
+const measuredOn, measuredAt = "qwen3-tiny", "512/2K/4K"
+
+// ladder is the policy's steps, loosest first. The first is the default at normal
+// pressure: of the layouts measured, the fewest bytes per token with at least 99% top-1
+// agreement and at most 1e-3 mean KL against fp16 at every length (docs/kv-cache.md has
+// the table); the later ones trade quality for memory under pressure.
 var ladder = []rung{
-	{bits: [2]Format{AffineFormat(8, 0), AffineFormat(4, 0)}, boundary: true},
-	{bits: [2]Format{AffineFormat(4, 0), AffineFormat(4, 0)}, boundary: true},
-	{bits: [2]Format{AffineFormat(4, 0), AffineFormat(4, 0)}, boundary: false},
+	{bits: [2]Format{AffineFormat(8, 0), AffineFormat(8, 0)}, groups: [2]int{64, 64},
+		measured: Quality{measuredOn, measuredAt, 0.9941, 5.6e-5}},
+	{bits: [2]Format{AffineFormat(4, 0), AffineFormat(4, 0)}, groups: [2]int{64, 32}, boundary: 2,
+		measured: Quality{measuredOn, measuredAt, 0.9258, 5.7e-3}},
+	{bits: [2]Format{AffineFormat(4, 0), AffineFormat(4, 0)}, groups: [2]int{64, 32},
+		measured: Quality{measuredOn, measuredAt, 0.9160, 1.4e-2}},
+}
+
+// Ladder describes the policy's steps as `mlxg fit` and the docs show them: each
+// step's layout for m and its measured quality.
+func Ladder(m ModelShape, o Options) ([]LadderStep, error) {
+	var out []LadderStep
+	for _, r := range ladder {
+		l, err := o.rungLayout(m, r)
+		if err != nil {
+			return nil, err
+		}
+		q := r.measured
+		if o.Bits != nil || o.GroupSize != nil || o.BoundaryLayers != nil || o.BoundaryBits != nil {
+			q = Quality{} // the user's settings make another layout than the one measured
+		}
+		out = append(out, LadderStep{Layout: l, Quality: q})
+		if o.Bits != nil {
+			break
+		}
+	}
+	return out, nil
+}
+
+// LadderStep is one step of the policy's ladder for a model.
+type LadderStep struct {
+	Layout  Layout
+	Quality Quality
+}
+
+// rungLayout is r's layout for m under the user's settings o.
+func (o *Options) rungLayout(m ModelShape, r rung) (Layout, error) {
+	bits, groups, n := r.bits, r.groups, r.boundary
+	if o.Bits != nil { // the user's bits: the user's (or the documented default) groups and boundary
+		bits, groups, n = *o.Bits, [2]int{DefaultKGroup, DefaultVGroup}, DefaultBoundaryLayers
+	}
+	if o.GroupSize != nil {
+		groups = *o.GroupSize
+	}
+	if o.BoundaryLayers != nil {
+		n = *o.BoundaryLayers
+	}
+	bb := [2]Format{AffineFormat(DefaultBoundaryBits, 0), AffineFormat(DefaultBoundaryBits, 0)}
+	if o.BoundaryBits != nil {
+		bb = *o.BoundaryBits
+	}
+	l, err := newLayout(m, withGroups(bits, groups), n, withGroups(bb, groups), o.fitLayer)
+	l.QuantizedKVStart, l.MaxKVSize = o.QuantizedKVStart, o.MaxKVSize
+	return l, err
 }
 
 // Choose applies the policy. It errors when the model cannot be loaded: critical
@@ -101,19 +183,7 @@ func Choose(in PolicyInput) (Plan, error) {
 	}
 
 	o := in.Options
-	layoutFor := func(r rung) (Layout, error) {
-		bits := r.bits
-		if o.Bits != nil {
-			bits = *o.Bits
-		}
-		n, boundary := o.boundary()
-		if !r.boundary && o.BoundaryLayers == nil && o.Bits == nil {
-			n = 0
-		}
-		l, err := newLayout(in.Model, o.withGroups(bits), n, boundary, o.fitLayer)
-		l.QuantizedKVStart, l.MaxKVSize = o.QuantizedKVStart, o.MaxKVSize
-		return l, err
-	}
+	layoutFor := func(r rung) (Layout, error) { return o.rungLayout(in.Model, r) }
 
 	start := 0
 	switch {
@@ -133,6 +203,7 @@ func Choose(in PolicyInput) (Plan, error) {
 	if o.Bits != nil {
 		rungs = rungs[:1] // the user's bits: no ladder
 	}
+	userLayout := o.Bits != nil || o.GroupSize != nil || o.BoundaryLayers != nil || o.BoundaryBits != nil
 	chosen := 0
 	for i, r := range rungs {
 		l, err := layoutFor(r)
@@ -140,10 +211,14 @@ func Choose(in PolicyInput) (Plan, error) {
 			return Plan{}, err
 		}
 		p.Layout, chosen = l, i
+		p.Quality = r.measured
 		p.FitContext = fitContext(in.Model, l, p.Free, maxCtx)
 		if p.FitContext >= want {
 			break
 		}
+	}
+	if userLayout {
+		p.Quality = Quality{}
 	}
 	p.Context = min(want, p.FitContext)
 	if p.Context < min(minLoadContext, want) {
@@ -177,6 +252,9 @@ func Choose(in PolicyInput) (Plan, error) {
 	if p.Layout.F16Layers > 0 {
 		p.Reason += fmt.Sprintf("; %d KV layers kept fp16: no KV group size divides their head_dim", p.Layout.F16Layers)
 	}
+	if p.Layout.UnrotatedLayers > 0 {
+		p.Reason += fmt.Sprintf("; %d KV layers stored unrotated: Hadamard rotation needs a power-of-two head_dim", p.Layout.UnrotatedLayers)
+	}
 	if p.Context < want {
 		p.Reason += fmt.Sprintf("; context %d reduced to %d, the most that fits", want, p.Context)
 	}
@@ -202,6 +280,9 @@ func (o *Options) fitLayer(s Spec, kHeadDim, vHeadDim int, boundary bool) (Spec,
 		}
 	}
 	fit := func(f Format, headDim int, which string) (Format, bool, error) {
+		if f.Rotated && RotationError(headDim) != nil {
+			f.Rotated = false // rotation is a refinement: the layer keeps its bits, unrotated
+		}
 		if f.Mode == F16 || headDim%f.Group == 0 {
 			return f, false, nil
 		}

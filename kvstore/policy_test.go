@@ -29,15 +29,18 @@ func TestPolicyNormal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Layout.String() != "K8/V4 g64/32, boundary 2@8/8, 36 of 36 layers with KV" {
+	if p.Layout.String() != "K8/V8 g64, 36 of 36 layers with KV" {
 		t.Errorf("layout %q", p.Layout)
+	}
+	if q := p.Quality; !q.Measured() || q.Top1 < 0.99 || q.MeanKL > 1e-3 {
+		t.Errorf("the default's measured quality %v", q)
 	}
 	// The documented formula, by hand.
 	reserve := 64 * gib / 8
 	overhead := 512<<20 + m.WeightBytes/50
 	free := 40*gib - reserve - overhead - m.WeightBytes
-	// 4 boundary layers at 8/8 (K g64: 136 B, V g32: 144 B per head) and 32 at 8/4 (136 + 80).
-	perToken := int64(8 * (4*(136+144) + 32*(136+80)))
+	// 36 layers at 8/8 in groups of 64: 136 B for a key and for a value per head.
+	perToken := int64(8 * 36 * (136 + 136))
 	if p.Reserve != reserve || p.Overhead != overhead || p.Free != free || p.KVTokenBytes != perToken {
 		t.Errorf("reserve %d overhead %d free %d per token %d; want %d %d %d %d", p.Reserve, p.Overhead, p.Free, p.KVTokenBytes, reserve, overhead, free, perToken)
 	}
@@ -47,7 +50,7 @@ func TestPolicyNormal(t *testing.T) {
 	if p.PrefixBudget != (free-p.KVBytes)/2 {
 		t.Errorf("prefix budget %d, want %d", p.PrefixBudget, (free-p.KVBytes)/2)
 	}
-	if !strings.Contains(p.Reason, "policy") || !strings.Contains(p.String(), "K8/V4") {
+	if !strings.Contains(p.Reason, "policy") || !strings.Contains(p.String(), "K8/V8") {
 		t.Errorf("reason %q, line %q", p.Reason, p.String())
 	}
 	if p.Peak() != m.WeightBytes+overhead+p.KVBytes || p.Headroom() != 40*gib-p.Peak() {
@@ -74,7 +77,7 @@ func TestPolicyWarnTightens(t *testing.T) {
 
 func TestPolicyTightensToFitContext(t *testing.T) {
 	m := qwen3_8b()
-	// Free memory for 25000 tokens at K8/V4+boundary: 32768 need the next rung (K4/V4+boundary, 3/4 the bytes).
+	// Free memory for 25000 tokens at K8/V8: 32768 need the next rung (K4/V4+boundary, 0.6 of the bytes).
 	base, _ := Choose(PolicyInput{Model: m, NumCtx: 1024, Memory: mem(64*gib, 40*gib, sysmem.Normal)})
 	avail := 40*gib - base.Free + 25000*base.KVTokenBytes
 	p, err := Choose(PolicyInput{Model: m, NumCtx: 32768, Memory: mem(64*gib, avail, sysmem.Normal)})
@@ -175,7 +178,12 @@ func TestPolicyFlagsWin(t *testing.T) {
 	_ = o.Set("kv-group-size", "32", "MLXG_KV_GROUP_SIZE")
 	_ = o.Set("kv-boundary-layers", "1", "MLXG_KV_BOUNDARY_LAYERS")
 	p, _ = Choose(PolicyInput{Model: qwen3_8b(), NumCtx: 8192, Memory: mem(64*gib, 40*gib, sysmem.Normal), Options: o})
-	if p.Layout.String() != "K8/V4 g32, boundary 1@8/8, 36 of 36 layers with KV" {
+	_ = o.Set("kv-boundary-bits", "8/6", "MLXG_KV_BOUNDARY_BITS")
+	if p.Layout.String() != "K8/V8 g32, 36 of 36 layers with KV" || p.Quality.Measured() {
+		t.Errorf("layout %q, quality %v", p.Layout, p.Quality)
+	}
+	p, _ = Choose(PolicyInput{Model: qwen3_8b(), NumCtx: 8192, Memory: mem(64*gib, 40*gib, sysmem.Warn), Options: o})
+	if p.Layout.String() != "K4/V4 g32, boundary 1@8/6, 36 of 36 layers with KV" {
 		t.Errorf("layout %q", p.Layout)
 	}
 	// A group that does not divide head_dim is an error, not a crash.
@@ -194,7 +202,7 @@ func TestPolicyHybridAndSliding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Layout.String() != "K8/V4 g64/32, boundary 2@8/8, 4 of 16 layers with KV" || p.Context != 262144 {
+	if p.Layout.String() != "K8/V8 g64, 4 of 16 layers with KV" || p.Context != 262144 {
 		t.Errorf("hybrid: %v, context %d", p.Layout, p.Context)
 	}
 	if p.KVBytes != p.Layout.Bytes(m, 262144) || p.KVBytes < 12<<20 {
@@ -214,11 +222,11 @@ func TestPolicyHybridAndSliding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Layout.Specs[0] != k8v8 || p.Layout.Specs[2] != k8v4 || p.Context != 100000 {
+	if g64 := (Spec{K: AffineFormat(8, 64), V: AffineFormat(8, 64)}); p.Layout.Specs[0] != g64 || p.Layout.Specs[2] != g64 || p.Context != 100000 {
 		t.Errorf("sliding: specs %v %v, context %d", p.Layout.Specs[0], p.Layout.Specs[2], p.Context)
 	}
-	// Layer 5 is an inner KV layer (8/4), layer 11 a boundary one (8/8); head_dim 256.
-	if p.KVTokenBytes != int64(4*(272+160)+4*(272+288)) {
+	// Layers 5 and 11 grow, at 8/8 in groups of 64 (272 B a row); head_dim 256.
+	if p.KVTokenBytes != int64(2*4*(272+272)) {
 		t.Errorf("sliding: %d bytes per token; only the 2 full layers grow", p.KVTokenBytes)
 	}
 }

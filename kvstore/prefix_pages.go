@@ -237,6 +237,16 @@ func (r *Recurrent) importState(s [][]float32, n int) error {
 
 // describeLayer spells a layer cache's kind, shape and storage for the model key; ok is
 // false for a kind the prefix cache cannot share (a float32 reference cache, an unknown kind).
+// keyFormat spells f in a model key: an unrotated format as it always was (so that
+// blocks already on SSD keep their keys), a rotated one with " rotated" after it.
+func keyFormat(f Format) string {
+	out := fmt.Sprintf("{Mode:%d Bits:%d Group:%d}", f.Mode, f.Bits, f.Group)
+	if f.Rotated {
+		out += " rotated"
+	}
+	return out
+}
+
 func describeLayer(l Layer) (string, bool) {
 	switch c := l.(type) {
 	case nil:
@@ -250,12 +260,12 @@ func describeLayer(l Layer) (string, bool) {
 		if c == nil {
 			return "", false
 		}
-		return fmt.Sprintf("full h%d k%d v%d %+v/%+v start%d", c.kvHeads, c.kDim, c.vDim, c.spec.K, c.spec.V, c.start), true
+		return fmt.Sprintf("full h%d k%d v%d %s/%s start%d", c.kvHeads, c.kDim, c.vDim, keyFormat(c.spec.K), keyFormat(c.spec.V), c.start), true
 	case *Rotating:
 		if c == nil {
 			return "", false
 		}
-		return fmt.Sprintf("ring w%d h%d k%d v%d %+v/%+v start%d", c.window, c.kvHeads, c.kDim, c.vDim, c.spec.K, c.spec.V, c.start), true
+		return fmt.Sprintf("ring w%d h%d k%d v%d %s/%s start%d", c.window, c.kvHeads, c.kDim, c.vDim, keyFormat(c.spec.K), keyFormat(c.spec.V), c.start), true
 	}
 	return "", false
 }

@@ -22,7 +22,7 @@ import (
 // state folds every token in, so a sequence's caches depend on its whole prefix exactly
 // as a model's do, and a restored prefix must give bit-identical attention.
 type fakeModel struct {
-	kinds []string // "fp16", "k8v4", "q4_0", "k4v4", "ring", "none", per layer
+	kinds []string // "fp16", "k8v4", "q4_0", "k4v4", "k8v4h", "q4_0h", "ring", "ringh", "none", per layer
 	start int      // quantized_kv_start
 	rec   int      // recurrent states
 }
@@ -46,8 +46,14 @@ func (m fakeModel) newSeq(t *testing.T) Seq {
 			l, err = NewQuantized(fHeads, fKDim, fVDim, Spec{K: AffineFormat(4, 64), V: AffineFormat(4, 32)}, m.start)
 		case "q4_0":
 			l, err = NewQuantized(fHeads, fKDim, fVDim, Spec{K: FormatQ4_0, V: FormatQ4_0}, m.start)
+		case "k8v4h": // rotated keys and values
+			l, err = NewQuantized(fHeads, fKDim, fVDim, Spec{K: AffineFormat(8, 64).Rotate(true), V: AffineFormat(4, 32).Rotate(true)}, m.start)
+		case "q4_0h":
+			l, err = NewQuantized(fHeads, fKDim, fVDim, Spec{K: FormatQ4_0.Rotate(true), V: FormatQ4_0.Rotate(true)}, m.start)
 		case "ring":
 			l, err = NewRotating(fHeads, fKDim, fVDim, fWindow, Spec{K: AffineFormat(8, 64), V: AffineFormat(8, 32)}, m.start)
+		case "ringh":
+			l, err = NewRotating(fHeads, fKDim, fVDim, fWindow, Spec{K: AffineFormat(8, 64), V: AffineFormat(4, 32).Rotate(true)}, m.start)
 		case "none":
 		default:
 			t.Fatalf("unknown kind %q", k)
@@ -173,6 +179,9 @@ var prefixModels = map[string]fakeModel{
 	"fp16":           {kinds: []string{"fp16", "fp16", "none"}},
 	"quantized":      {kinds: []string{"k8v4", "k4v4", "q4_0", "k8v4"}},
 	"quantized from": {kinds: []string{"k8v4", "fp16"}, start: 300},
+	"rotated":        {kinds: []string{"k8v4h", "q4_0h", "k8v4"}},
+	"rotated from":   {kinds: []string{"k8v4h", "fp16"}, start: 300},
+	"rotated ring":   {kinds: []string{"ringh", "k8v4h"}},
 	"rotating":       {kinds: []string{"fp16", "ring", "k8v4"}},
 	"hybrid":         {kinds: []string{"none", "k8v4", "none"}, rec: 2},
 }
@@ -203,7 +212,7 @@ func TestPrefixHitsMatchCold(t *testing.T) {
 				}
 				return st
 			}
-			stateful := m.rec > 0 || slices.Contains(m.kinds, "ring")
+			stateful := m.rec > 0 || slices.Contains(m.kinds, "ring") || slices.Contains(m.kinds, "ringh")
 			check(p, turn1, 0)
 			// turn2 extends turn1: everything up to turn1's saved end (its last token excluded) is reused.
 			want := len(turn1) - 1
@@ -467,6 +476,26 @@ func TestPrefixModelKey(t *testing.T) {
 	k3, _ := NewModelKey("b", m1)
 	if k1 == k2 || k1 == k3 {
 		t.Fatal("model keys do not cover the spec and the checkpoint")
+	}
+	k4, _ := NewModelKey("a", fakeModel{kinds: []string{"k8v4h", "fp16"}}.newSeq(t))
+	if k4 == k1 {
+		t.Fatal("model keys do not cover the rotation")
+	}
+	// Unrotated layers keep the key they had before rotation existed, so that blocks
+	// already on SSD stay valid.
+	if d, _ := describeLayer(m1.Layers[0]); d != "full h2 k64 v32 {Mode:1 Bits:8 Group:64}/{Mode:1 Bits:4 Group:32} start0" {
+		t.Fatalf("an unrotated layer describes as %q", d)
+	}
+	// A rotated block is never restored into an unrotated cache, nor the reverse.
+	rot, plain := fakeModel{kinds: []string{"k8v4h"}}.newSeq(t), fakeModel{kinds: []string{"k8v4"}}.newSeq(t)
+	fill(t, rot, tokensOf(7, 300), 0, 300)
+	fill(t, plain, tokensOf(7, 300), 0, 300)
+	for _, c := range [][2]Layer{{rot.Layers[0], plain.Layers[0]}, {plain.Layers[0], rot.Layers[0]}} {
+		pg, _ := c[0].(*Quantized).exportPage(0)
+		empty, _ := NewQuantized(fHeads, fKDim, fVDim, c[1].(*Quantized).spec, 0)
+		if err := empty.importPages([]*page{pg}); err == nil {
+			t.Fatalf("a %v block restored into a %v cache", c[0].(*Quantized).spec, c[1].(*Quantized).spec)
+		}
 	}
 	f, _ := NewFull(2, 64, 64, true)
 	if _, err := NewModelKey("a", Seq{Layers: []Layer{f}}); err == nil {

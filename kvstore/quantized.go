@@ -9,6 +9,7 @@ type kvCodecs struct {
 	spec                Spec
 	start               int
 	kc, vc              rowCodec
+	kbuf, vbuf, qbuf    []float32 // rotated copies of a step's keys, values and queries
 }
 
 func newKVCodecs(kvHeads, kHeadDim, vHeadDim int, spec Spec, quantizedStart int) (kvCodecs, error) {
@@ -23,8 +24,8 @@ func newKVCodecs(kvHeads, kHeadDim, vHeadDim int, spec Spec, quantizedStart int)
 	}
 	c := kvCodecs{kvHeads: kvHeads, kDim: kHeadDim, vDim: vHeadDim, spec: spec, start: quantizedStart}
 	now := spec
-	if quantizedStart > 0 {
-		now = SpecF16
+	if quantizedStart > 0 { // fp16 first, rotated already: the rotation is the layer's for its life
+		now = Spec{K: FormatF16.Rotate(spec.K.Rotated), V: FormatF16.Rotate(spec.V.Rotated)}
 	}
 	c.kc, c.vc = newRowCodec(now.K, kHeadDim), newRowCodec(now.V, vHeadDim)
 	return c, nil
@@ -36,6 +37,9 @@ func (c *kvCodecs) Dims() (int, int, int) { return c.kvHeads, c.kDim, c.vDim }
 // Spec implements BlockSource: the storage the cache uses now, fp16 before
 // quantized_kv_start positions.
 func (c *kvCodecs) Spec() Spec { return Spec{K: c.kc.f, V: c.vc.f} }
+
+// Target is the spec the layer stores once past quantized_kv_start (Spec before that is fp16).
+func (c *kvCodecs) Target() Spec { return c.spec }
 
 // Converts implements BlockSource: whether the cache still stores fp16 and will switch
 // to a quantized spec at quantized_kv_start.
@@ -52,6 +56,12 @@ func (c *kvCodecs) checkAppend(k, v []float32, n int) error {
 		return fmt.Errorf("kvstore: Append of %d positions needs %d key and %d value floats, got %d and %d", n, n*kw, n*vw, len(k), len(v))
 	}
 	return nil
+}
+
+// rotate returns a step's keys and values as they are stored: rotated head by head
+// where the spec says so.
+func (c *kvCodecs) rotate(k, v []float32) ([]float32, []float32) {
+	return rotateIn(&c.kbuf, k, c.kDim, c.spec.K.Rotated), rotateIn(&c.vbuf, v, c.vDim, c.spec.V.Rotated)
 }
 
 // due reports whether a cache of length positions must now convert to its spec.
@@ -118,6 +128,7 @@ func (c *Quantized) Append(k, v []float32, n int) error {
 	if err := c.checkAppend(k, v, n); err != nil {
 		return err
 	}
+	k, v = c.rotate(k, v)
 	kw, vw := c.kvHeads*c.kDim, c.kvHeads*c.vDim
 	for i := 0; i < n; i++ {
 		b, off := c.n/BlockTokens, c.n%BlockTokens
@@ -148,7 +159,9 @@ func (c *Quantized) Truncate(n int) error {
 }
 
 // Attend implements Layer.
-func (c *Quantized) Attend(a Attention) error { return attendTiles(c, c.n, a) }
+func (c *Quantized) Attend(a Attention) error {
+	return c.rotatedAttend(a, func(a Attention) error { return attendTiles(c, c.n, a) })
+}
 
 // tile implements tiler: dequantize head's keys and values at positions [from, to) of one block.
 func (c *Quantized) tile(k, v []float32, head, from, to int) {

@@ -14,7 +14,7 @@ import (
 var allFormats = func() []Format {
 	fs := []Format{FormatF16, FormatQ4_0}
 	for _, b := range []int{2, 3, 4, 5, 6, 8} {
-		for _, g := range []int{32, 64, 128} {
+		for _, g := range []int{16, 32, 64, 128} {
 			fs = append(fs, AffineFormat(b, g))
 		}
 	}
@@ -48,9 +48,33 @@ func refQ4_0(x []float32) []float32 {
 // refDequant is what a row of f stores for x, computed without rowCodec: internal/quant's
 // whole-matrix Quantize/Dequantize with fp16 scales and biases (as MLX stores them), the
 // per-element q4_0 above, or fp16 rounding.
+//
+// A rotated format stores the rotation of x: its reference is that stored row rotated
+// back, H·deq(H·x), which attention over the rotated row with a rotated query, rotated
+// back, equals. H·x is Hadamard's (TestHadamard checks it against the matrix): the
+// codes are a step function of it, so it must be the same float32s the cache
+// quantizes; the rotation back is the matrix's, in float64.
 func refDequant(f Format, x []float32, dim int) []float32 {
-	switch f.Mode {
-	case Affine:
+	if f.Rotated {
+		hx := append([]float32(nil), x...)
+		hadamardRows(hx, dim)
+		return refRotate(refDequant(f.Rotate(false), hx, dim), dim)
+	}
+	switch {
+	case f.Mode == Affine && f.Group == minKVGroup:
+		// Groups of 16 are the cache's own (quant.Quantize stops at 32): quantized row by
+		// row, decoded by the formula.
+		out := make([]float32, len(x))
+		codes, sc, bi := make([]uint32, quant.Words(dim, f.Bits)), make([]float32, dim/16), make([]float32, dim/16)
+		for r := 0; r < len(x); r += dim {
+			quant.QuantizeRow(codes, sc, bi, x[r:r+dim], f.Bits, 16)
+			quant.Codes(out[r:r+dim], codes, 0, f.Bits)
+			for j := range dim {
+				out[r+j] = f16round(sc[j/16])*out[r+j] + f16round(bi[j/16])
+			}
+		}
+		return out
+	case f.Mode == Affine:
 		rows := len(x) / dim
 		packed, sc, bi, err := quant.Quantize(x, rows, dim, f.Bits, f.Group)
 		if err != nil {
@@ -64,7 +88,7 @@ func refDequant(f Format, x []float32, dim int) []float32 {
 			panic(err)
 		}
 		return out
-	case Q4_0:
+	case f.Mode == Q4_0:
 		return refQ4_0(x)
 	}
 	out := make([]float32, len(x))
@@ -140,7 +164,7 @@ func TestRowCodecRoundTrip(t *testing.T) {
 // converted records the length at which it converted (0 when it never held fp16).
 func storedCache(spec Spec, allK, allV []float32, kvHeads, kDim, vDim, length, start int, converted *int) ([]float32, []float32) {
 	if length < start {
-		return refDequant(FormatF16, allK, kDim), refDequant(FormatF16, allV, vDim)
+		return refDequant(FormatF16.Rotate(spec.K.Rotated), allK, kDim), refDequant(FormatF16.Rotate(spec.V.Rotated), allV, vDim)
 	}
 	if *converted == 0 && start > 0 {
 		*converted = length
@@ -152,8 +176,8 @@ func storedCache(spec Spec, allK, allV []float32, kvHeads, kDim, vDim, length, s
 // refDequant does; the first `converted` positions (of kw and vw floats each) were stored
 // as fp16 and re-quantized from that when the cache reached quantized_kv_start.
 func dequantCache(spec Spec, k, v []float32, kDim, vDim, kw, vw, converted int) ([]float32, []float32) {
-	k16 := append(refDequant(FormatF16, k[:converted*kw], kDim), k[converted*kw:]...)
-	v16 := append(refDequant(FormatF16, v[:converted*vw], vDim), v[converted*vw:]...)
+	k16 := append(refDequant(FormatF16.Rotate(spec.K.Rotated), k[:converted*kw], kDim), k[converted*kw:]...)
+	v16 := append(refDequant(FormatF16.Rotate(spec.V.Rotated), v[:converted*vw], vDim), v[converted*vw:]...)
 	return refDequant(spec.K, k16, kDim), refDequant(spec.V, v16, vDim)
 }
 

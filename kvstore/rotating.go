@@ -58,6 +58,7 @@ func (c *Rotating) Append(k, v []float32, n int) error {
 	if err := c.checkAppend(k, v, n); err != nil {
 		return err
 	}
+	k, v = c.rotate(k, v)
 	need := min(c.window-1, c.n) + n
 	switch {
 	case c.slots < need: // double while below the window, so that decode grows it rarely
@@ -92,6 +93,10 @@ func (c *Rotating) Truncate(n int) error {
 // each later row attends over its own window, through a view that renumbers the ring
 // from the window's first position.
 func (c *Rotating) Attend(a Attention) error {
+	return c.rotatedAttend(a, c.attend)
+}
+
+func (c *Rotating) attend(a Attention) error {
 	if a.N <= 0 || a.N > c.n {
 		return fmt.Errorf("kvstore: Attend for %d query rows over a cache of %d positions", a.N, c.n)
 	}

@@ -27,6 +27,17 @@ import (
 // kvstore stores them.
 func roundable(f kvstore.Format) bool { return f.Mode == kvstore.F16 || f.Mode == kvstore.Affine }
 
+// readable reports whether MLX reads blocks stored in f: affine groups of 16 are
+// kvstore's own (MLX quantizes in groups of 32, 64 and 128), so a layer that stores
+// them attends in Go, through kvstore's kernels.
+func readable(f kvstore.Format) bool { return f.Mode != kvstore.Affine || f.Group >= 32 }
+
+// A rotated layer (kvstore.Format.Rotated) stores H·k and H·v, H the normalized
+// Walsh–Hadamard transform: the scaled queries are rotated (q·k = Hq·Hk), a step's own
+// keys and values are rotated before they are rounded, and the output over rotated
+// values is rotated back (H is its own inverse), all by MLX's hadamard_transform on the
+// last axis.
+
 // storedAttention is one layer's attention, with the query rows' positions last.
 type storedAttention struct {
 	g                   *graph
@@ -102,6 +113,9 @@ func (s *storedAttention) stored(b kvstore.StoredBlock, d kvstore.BlockData, dim
 func (s *storedAttention) fresh(x mlxArray, f kvstore.Format, dim int) side {
 	g := s.g
 	x = g.reshape(x, s.kvHeads, 1, s.T, dim)
+	if f.Rotated {
+		x = g.hadamard(x, dim)
+	}
 	switch {
 	case f.Mode == kvstore.Affine:
 		// kvstore keeps fp16 scales and biases and widens them to float32 to decode;
@@ -143,6 +157,9 @@ func (s *storedAttention) attend(q mlxArray, scale float32, blocks []kvstore.Sto
 	rep := s.heads / s.kvHeads
 	q5 := g.astype(g.mul(heads(g, q, s.T, s.heads, s.kDim), g.scalar(scale)), s.dt)
 	q5 = g.reshape(q5, s.kvHeads, rep, s.T, s.kDim)
+	if spec.K.Rotated {
+		q5 = g.hadamard(q5, s.kDim)
+	}
 	// The runs hold consecutive positions, first..end-1, in order; the step's follow.
 	var ks, vs []side
 	var lens []int
@@ -202,6 +219,9 @@ func (s *storedAttention) attend(q mlxArray, scale float32, blocks []kvstore.Sto
 			out = g.add(out, o)
 		}
 		off += lens[i]
+	}
+	if spec.V.Rotated {
+		out = g.hadamard(out, s.vDim)
 	}
 	runtime.KeepAlive(blocks)
 	return rows(g, g.reshape(out, 1, s.heads, s.T, s.vDim), s.T, s.heads, s.vDim)

@@ -91,7 +91,13 @@ func TestKVConversionsAndRestoredPrefix(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := mlxtest.Backend(t)
-	spec := kvstore.Spec{K: kvstore.AffineFormat(8, 32), V: kvstore.AffineFormat(4, 32)}
+	for _, spec := range []kvstore.Spec{{K: kvstore.AffineFormat(8, 32), V: kvstore.AffineFormat(4, 32)},
+		{K: kvstore.AffineFormat(8, 32).Rotate(true), V: kvstore.AffineFormat(4, 32).Rotate(true)}} {
+		kvConversions(t, dir, b, spec)
+	}
+}
+
+func kvConversions(t *testing.T, dir string, b compute.Backend, spec kvstore.Spec) {
 	run := func(be interface {
 		Name() string
 	}, m *model.Model, restore bool) [][]float32 {
@@ -148,7 +154,7 @@ func TestKVConversionsAndRestoredPrefix(t *testing.T) {
 				diff, scale = max(diff, d, -d), max(scale, float64(want[i][j]), -float64(want[i][j]))
 			}
 			if diff/scale > backend.TolGPU {
-				t.Errorf("restore=%v step %d: relative error %.3g", restore, i, diff/scale)
+				t.Errorf("%v restore=%v step %d: relative error %.3g", spec, restore, i, diff/scale)
 			}
 		}
 	}
@@ -204,7 +210,15 @@ func TestAttentionAcrossBlocks(t *testing.T) {
 	// time; a negative entry truncates the cache by that many first (a rewind, as
 	// generation does on a shorter prefix match), then appends one.
 	steps := []int{kvstore.BlockTokens - 3, 2, 1, -3, 1, 2, 19}
-	for _, spec := range []kvstore.Spec{kvstore.SpecF16, {K: kvstore.AffineFormat(8, 32), V: kvstore.AffineFormat(4, 32)}} {
+	a := kvstore.AffineFormat
+	specs := []kvstore.Spec{kvstore.SpecF16, {K: a(8, 32), V: a(4, 32)},
+		// The layouts besides the default: rotated keys and/or values (MLX rotates the
+		// queries, the step's rows and the output), groups of 16 (attended in Go), 6 and 5 bits.
+		{K: a(8, 32).Rotate(true), V: a(4, 32)}, {K: a(8, 32), V: a(4, 32).Rotate(true)},
+		{K: a(8, 32).Rotate(true), V: a(4, 32).Rotate(true)}, {K: a(8, 32), V: a(4, 16)},
+		{K: a(8, 32), V: a(6, 32)}, {K: a(8, 32), V: a(5, 32)},
+		{K: kvstore.FormatQ4_0.Rotate(true), V: kvstore.FormatQ4_0.Rotate(true)}}
+	for _, spec := range specs {
 		run := func(b compute.Backend) [][]float32 {
 			var cache kvstore.Layer
 			var err error

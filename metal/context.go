@@ -251,6 +251,9 @@ func (c *context) Attention(q, k, v compute.Tensor, cache kvstore.Layer, nHeads 
 	key := layerKey(cache)
 	return c.record(T, nHeads*vDim, func(g *graph) mlxArray {
 		src, inPlace := cache.(kvstore.BlockSource)
+		if t, ok := cache.(interface{ Target() kvstore.Spec }); ok && inPlace {
+			inPlace = readable(t.Target().K) && readable(t.Target().V)
+		}
 		if !inPlace {
 			return c.attendOnCPU(g, a[0], a[1], a[2], cache, nHeads, scale)
 		}

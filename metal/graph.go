@@ -2,6 +2,7 @@ package metal
 
 import (
 	"fmt"
+	"math"
 	"unsafe"
 )
 
@@ -364,6 +365,14 @@ func (g *graph) exp(a mlxArray) mlxArray    { return g.unary("mlx_exp", g.l.exp,
 func (g *graph) tanh(a mlxArray) mlxArray   { return g.unary("mlx_tanh", g.l.tanh, a) }
 func (g *graph) rsqrt(a mlxArray) mlxArray  { return g.unary("mlx_rsqrt", g.l.rsqrt, a) }
 func (g *graph) square(a mlxArray) mlxArray { return g.unary("mlx_square", g.l.square, a) }
+
+// hadamard is the normalized Walsh–Hadamard transform of the last axis (a power of
+// two long), kvstore.Hadamard's: the rotation of a rotated KV cache's rows.
+func (g *graph) hadamard(a mlxArray, n int) mlxArray {
+	return g.call("mlx_hadamard_transform", func(r *mlxArray) int32 {
+		return g.l.hadamard(r, a, someFloat(float32(1/math.Sqrt(float64(n)))), g.s)
+	})
+}
 
 // softplus is log(1 + eˣ), computed as logaddexp(x, 0) so that it neither overflows
 // nor loses the small values.

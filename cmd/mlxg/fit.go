@@ -30,7 +30,7 @@ func newFitCmd() *cobra.Command {
 		Short: "Show how a model fits in memory: weights, KV bytes per token, the largest context at each pressure level",
 		Long: `fit reads a model's config.json and safetensors headers (a directory, or a model name in the store)
 and this machine's memory, and prints what the KV-cache policy would choose: KV bytes per token under
-fp16, the chosen spec and q4_0, the largest context that fits at normal, warn and critical memory
+fp16, each step of the policy's ladder (its measured quality beside it) and q4_0, the largest context that fits at normal, warn and critical memory
 pressure, and the predicted peak memory and headroom. The KV flags and MLXG_KV_* variables apply
 as they do to serve.`,
 		Args: cobra.ExactArgs(1),
@@ -189,23 +189,34 @@ func printFit(w io.Writer, dir string, m kvstore.ModelShape, mem sysmem.Info, ct
 	if err != nil {
 		return err
 	}
+	steps, err := kvstore.Ladder(m, opts)
+	if err != nil && planErr == nil {
+		return err
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "KV per token\tbytes\tof fp16")
-	row := func(label string, n int64) {
-		share := "-"
+	fmt.Fprintln(tw, "KV per token\tbytes\tof fp16\tTop-1 vs fp16\tMean KL")
+	row := func(label string, n int64, q kvstore.Quality) {
+		share, top1, kl := "-", "-", "-"
 		if f16 > 0 {
 			share = fmt.Sprintf("%.0f%%", 100*float64(n)/float64(f16))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", label, ibytes(n), share)
+		if q.Measured() {
+			top1, kl = fmt.Sprintf("%.1f%%", 100*q.Top1), fmt.Sprintf("%.1e", q.MeanKL)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", label, ibytes(n), share, top1, kl)
 	}
-	row("fp16", f16)
-	if planErr == nil {
-		row(plan.Layout.String()+" (chosen)", plan.KVTokenBytes)
+	row("fp16", f16, kvstore.Quality{})
+	for i, st := range steps {
+		label := fmt.Sprintf("%s (step %d", st.Layout, i+1)
+		if planErr == nil && st.Layout.String() == plan.Layout.String() {
+			label += ", chosen"
+		}
+		row(label+")", st.Layout.TokenBytes(m), st.Quality)
 	}
 	if q, err := perToken(kvstore.Spec{K: kvstore.FormatQ4_0, V: kvstore.FormatQ4_0}); err == nil {
-		row("q4_0", q)
+		row("q4_0", q, kvstore.Quality{})
 	} else {
-		fmt.Fprintf(tw, "q4_0\tnot possible: %v\t\n", err)
+		fmt.Fprintf(tw, "q4_0\tnot possible: %v\t\t\t\n", err)
 	}
 	tw.Flush()
 	if f16 == 0 {
@@ -214,20 +225,35 @@ func printFit(w io.Writer, dir string, m kvstore.ModelShape, mem sysmem.Info, ct
 
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "Pressure\tSpec\tLargest context\tKV at context\tPeak\tHeadroom")
+	fmt.Fprintln(tw, "Pressure\tSpec\tKV per token\tof fp16\tTop-1 vs fp16\tMean KL\tLargest context\tKV at context\tPeak\tHeadroom")
 	var refusals []string
+	measured := ""
 	for _, p := range []sysmem.Pressure{sysmem.Normal, sysmem.Warn, sysmem.Critical} {
 		at := mem
 		at.Pressure = p
 		pp, err := kvstore.Choose(kvstore.PolicyInput{Model: m, NumCtx: ctx, Memory: at, Options: opts})
 		if err != nil {
-			fmt.Fprintf(tw, "%s\trefused (below)\t-\t-\t-\t-\n", p)
+			fmt.Fprintf(tw, "%s\trefused (below)\t-\t-\t-\t-\t-\t-\t-\t-\n", p)
 			refusals = append(refusals, fmt.Sprintf("At %s pressure: %v", p, err))
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", p, pp.Layout, pp.FitContext, ibytes(pp.KVBytes), ibytes(pp.Peak()), ibytes(pp.Headroom()))
+		share, top1, kl := "-", "-", "-"
+		if f16 > 0 {
+			share = fmt.Sprintf("%.2fx", float64(pp.KVTokenBytes)/float64(f16))
+		}
+		if q := pp.Quality; q.Measured() {
+			top1, kl = fmt.Sprintf("%.1f%%", 100*q.Top1), fmt.Sprintf("%.1e", q.MeanKL)
+			measured = fmt.Sprintf("Top-1 and mean KL: measured against an fp16 cache on %s, teacher-forced on held-out text, the worst of %s tokens (docs/kv-cache.md).", q.Model, q.Lengths)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", p, pp.Layout, ibytes(pp.KVTokenBytes), share, top1, kl,
+			pp.FitContext, ibytes(pp.KVBytes), ibytes(pp.Peak()), ibytes(pp.Headroom()))
 	}
 	tw.Flush()
+	if measured != "" {
+		fmt.Fprintln(w, measured)
+	} else {
+		fmt.Fprintln(w, "Top-1 and mean KL: not measured for layouts your KV settings make (docs/kv-cache.md has the measured ones).")
+	}
 	fmt.Fprintln(w)
 	for _, r := range refusals {
 		fmt.Fprintln(w, r)

@@ -21,7 +21,7 @@ func Shape(m *model.Model) (kvstore.ModelShape, error) {
 }
 
 // Layouts are the KV layouts measured by default, by name: fp16 (the reference), K8/V8,
-// the policy's default at normal pressure (K8/V4 with 8/8 boundary layers) and
+// the policy's default at normal pressure (kvstore's ladder) and
 // Ollama's q4_0. Each is a spec for ParseLayout.
 var Layouts = [][2]string{
 	{"fp16", "kv-bits=16"},

@@ -103,7 +103,7 @@ func close(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(math.Abs(a
 
 func TestCompareSelf(t *testing.T) {
 	m := tinyModel(t)
-	s := layoutSide(t, m, "K8/V4", "")
+	s := layoutSide(t, m, "default", "")
 	tokens := modeltest.Tokens(1, 100)
 	r, err := quality.Compare(context.Background(), s, s, tokens, quality.Options{Chunk: 16, Skip: 5})
 	if err != nil {
@@ -177,7 +177,7 @@ func TestCompareErrors(t *testing.T) {
 // the live caches give, over a full block and a partial one.
 func TestRestoredScoresAsLive(t *testing.T) {
 	m := tinyModel(t)
-	live := layoutSide(t, m, "K8/V4", "")
+	live := layoutSide(t, m, "default", "")
 	tokens := modeltest.Tokens(4, 400)
 	ctx := context.Background()
 	restored, err := quality.Restored(ctx, live, tokens, kvstore.BlockTokens+50, t.TempDir())
@@ -245,7 +245,7 @@ func TestCompareAll(t *testing.T) {
 	m := tinyModel(t)
 	ref := layoutSide(t, m, "fp16", "kv-bits=16")
 	a := layoutSide(t, m, "q4_0", "kv-bits=q4_0 kv-boundary-layers=0")
-	b := layoutSide(t, m, "K8/V4", "")
+	b := layoutSide(t, m, "default", "")
 	tokens := modeltest.Tokens(5, 130)
 	ctx := context.Background()
 	o := quality.Options{Chunk: 16, Skip: 3}
