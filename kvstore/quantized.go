@@ -9,6 +9,7 @@ type kvCodecs struct {
 	spec                Spec
 	start               int
 	kc, vc              rowCodec
+	rowMode
 }
 
 func newKVCodecs(kvHeads, kHeadDim, vHeadDim int, spec Spec, quantizedStart int) (kvCodecs, error) {
@@ -148,7 +149,12 @@ func (c *Quantized) Truncate(n int) error {
 }
 
 // Attend implements Layer.
-func (c *Quantized) Attend(a Attention) error { return attendTiles(c, c.n, a) }
+func (c *Quantized) Attend(a Attention) error {
+	if c.exactRows && a.N > 1 {
+		return attendRows(c, c.n, a)
+	}
+	return attendTiles(c, c.n, a)
+}
 
 // tile implements tiler: dequantize head's keys and values at positions [from, to) of one block.
 func (c *Quantized) tile(k, v []float32, head, from, to int) {
