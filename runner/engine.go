@@ -687,13 +687,18 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 				draft = spec.draft(draftRoom(o, len(res.Tokens), caches, numCtx))
 			}
 			if len(draft) == 0 {
+				t0 := time.Now()
 				if logits, err = e.forward(ctx, []int32{id}, caches, done); err != nil {
 					return finish("", err)
+				}
+				if spec != nil {
+					spec.step(time.Since(t0))
 				}
 				done = logits
 				seq = append(seq, id)
 				break
 			}
+			t0 := time.Now()
 			rows, err := ver.pass(ctx, append([]int32{id}, draft...), caches)
 			if err != nil {
 				return finish("", err)
@@ -708,7 +713,7 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 			for j, d := range draft {
 				tok, ok, end := take(rows[j*vocab:(j+1)*vocab], d)
 				if end != nil {
-					spec.record(len(draft), kept)
+					spec.record(len(draft), kept, time.Since(t0))
 					if err := ver.cut(ctx, caches, len(seq), seq); err != nil && end.err == nil {
 						end.err = err
 					}
@@ -721,10 +726,10 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 				seq = append(seq, d)
 				kept++
 			}
-			spec.record(len(draft), kept)
 			if err := ver.cut(ctx, caches, len(seq), seq); err != nil {
 				return finish("", err)
 			}
+			spec.record(len(draft), kept, time.Since(t0))
 			if next < 0 {
 				logits = rows[len(draft)*vocab:]
 				break

@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/runner/model"
@@ -22,7 +23,11 @@ import (
 // The draft length adapts: it doubles (up to num_draft) while drafts are kept whole,
 // shrinks to what was kept after a rejection, and after drafts that keep nothing drafting
 // pauses for a number of tokens that doubles each time; with no match there is no draft
-// and the step is a plain one, so free writing costs nearly nothing.
+// and the step is a plain one, so free writing costs nearly nothing. Drafting also pauses
+// (the same growing pause) while a verification pass costs more per token it yields than a
+// plain step does, both timed as they run: where a pass of several rows costs nearly one
+// step (a GPU, or a CPU bound by memory bandwidth) drafts pay from a low acceptance on,
+// where each row costs nearly a step (a CPU short of cores) only from a high one.
 
 // Lookup n-gram sizes: the longest match is tried first. One token matches too often by
 // chance in free text to be worth a pass.
@@ -56,14 +61,24 @@ type lookup struct {
 	backoff int           // the next pause
 	zeros   int           // drafts in a row that kept nothing
 
+	// Timings, as moving averages: a plain step, and a verification pass per token it
+	// yields (the kept drafts and the token after them); passes since the last plain step.
+	stepSec, passSec float64
+	sinceStep        int
+	untimed          bool // drafts regardless of the timings (tests that need drafts)
+
 	drafted, accepted, passes int
 }
 
 func newLookup(prompt []int32, numDraft int) *lookup {
 	h := make([]int32, len(prompt), len(prompt)+256)
 	copy(h, prompt)
-	return &lookup{hist: h, idx: map[ngram]int{}, max: numDraft, k: numDraft, backoff: 1}
+	return &lookup{hist: h, idx: map[ngram]int{}, max: numDraft, k: numDraft, backoff: 1, untimed: untimedDrafts}
 }
+
+// untimedDrafts makes every lookup draft whatever the timings say (tests of exactness,
+// which need drafts on a machine however busy).
+var untimedDrafts = false
 
 // push appends a generated token to the history.
 func (l *lookup) push(id int32) { l.hist = append(l.hist, id) }
@@ -84,6 +99,16 @@ func (l *lookup) draft(limit int) []int32 {
 	limit = min(limit, l.k)
 	if limit <= 0 {
 		return nil
+	}
+	if !l.untimed {
+		if l.stepSec == 0 && l.sinceStep >= 2 || l.sinceStep >= refreshSteps {
+			return nil // a plain step now and then, to time one
+		}
+		if l.stepSec > 0 && l.passSec > l.stepSec {
+			l.passSec = 0 // judged again after the pause
+			l.pauseMore()
+			return nil
+		}
 	}
 	L := len(l.hist)
 	// Index the n-grams ending before the last position: the text's own suffix must not
@@ -107,23 +132,54 @@ func (l *lookup) draft(limit int) []int32 {
 	return nil
 }
 
-// record adapts the draft length to a verified draft of n tokens of which kept were kept.
-func (l *lookup) record(n, kept int) {
+// refreshSteps is how many verification passes may run between two plain steps: the
+// plain step's time is measured again at least this often.
+const refreshSteps = 64
+
+// ema is the weight of the newest timing in the moving averages.
+const ema = 0.25
+
+func average(avg, x float64) float64 {
+	if avg == 0 {
+		return x
+	}
+	return avg + ema*(x-avg)
+}
+
+// step records a plain decode step's time.
+func (l *lookup) step(d time.Duration) {
+	l.stepSec = average(l.stepSec, d.Seconds())
+	l.sinceStep = 0
+}
+
+// pauseMore pauses drafting for the next pause length and doubles it.
+func (l *lookup) pauseMore() {
+	l.pause = l.backoff
+	l.backoff = min(2*l.backoff, maxPause)
+}
+
+// record adapts the draft length to a verified draft of n tokens of which kept were kept,
+// checked in d.
+func (l *lookup) record(n, kept int, d time.Duration) {
 	l.drafted += n
 	l.accepted += kept
 	l.passes++
+	l.sinceStep++
+	l.passSec = average(l.passSec, d.Seconds()/float64(kept+1))
+	if kept > 0 && (l.stepSec == 0 || l.passSec <= l.stepSec) {
+		l.backoff = 1 // drafting pays: the next pause starts short
+	}
 	switch {
 	case kept == n:
 		l.k = min(l.max, 2*l.k)
-		l.zeros, l.backoff = 0, 1
+		l.zeros = 0
 	case kept > 0:
 		l.k = max(1, kept)
-		l.zeros, l.backoff = 0, 1
+		l.zeros = 0
 	default:
 		l.k = max(1, l.k/2)
 		if l.zeros++; l.zeros >= 2 {
-			l.pause = l.backoff
-			l.backoff = min(2*l.backoff, maxPause)
+			l.pauseMore()
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mlxg/mlxg/internal/testdata"
 	"github.com/mlxg/mlxg/kvstore"
@@ -39,20 +40,21 @@ func TestLookupDraft(t *testing.T) {
 
 func TestLookupAdapts(t *testing.T) {
 	l := newLookup(nil, 8)
-	l.record(8, 8)
+	l.step(time.Second) // a plain step costs far more than these passes
+	l.record(8, 8, time.Millisecond)
 	if l.k != 8 {
 		t.Fatalf("k %d after a whole draft kept", l.k)
 	}
-	l.record(8, 3)
+	l.record(8, 3, time.Millisecond)
 	if l.k != 3 {
 		t.Fatalf("k %d after 3 of 8 kept", l.k)
 	}
-	l.record(3, 3)
+	l.record(3, 3, time.Millisecond)
 	if l.k != 6 {
 		t.Fatalf("k %d after a whole draft of 3 kept", l.k)
 	}
-	l.record(6, 0)
-	l.record(3, 0)
+	l.record(6, 0, time.Millisecond)
+	l.record(3, 0, time.Millisecond)
 	if l.pause != 1 || l.k != 1 {
 		t.Fatalf("after two drafts keeping nothing: pause %d, k %d", l.pause, l.k)
 	}
@@ -60,12 +62,46 @@ func TestLookupAdapts(t *testing.T) {
 	if d := l.draft(8); d != nil {
 		t.Fatal("drafted while paused")
 	}
-	l.record(1, 0)
+	l.record(1, 0, time.Millisecond)
 	if l.pause != 2 {
 		t.Fatalf("the pause did not grow: %d", l.pause)
 	}
 	if l.drafted != 8+8+3+6+3+1 || l.accepted != 8+3+3 || l.passes != 6 {
 		t.Fatalf("counts %d drafted, %d kept, %d passes", l.drafted, l.accepted, l.passes)
+	}
+}
+
+// Drafting pauses while a verification pass costs more per token it yields than a plain
+// step, for longer each time, and resumes when passes pay again.
+func TestLookupPausesWhenPassesCostMore(t *testing.T) {
+	l := newLookup([]int32{1, 2, 3, 4, 1, 2, 3, 4, 1, 2}, 8)
+	l.step(10 * time.Millisecond)
+	if d := l.draft(8); len(d) == 0 {
+		t.Fatal("no draft")
+	}
+	l.record(8, 1, 80*time.Millisecond) // 40 ms a token against 10 for a step
+	if d := l.draft(8); d != nil || l.pause != 1 || l.backoff != 2 {
+		t.Fatalf("a pass dearer than steps: draft %v, pause %d, next %d", d, l.pause, l.backoff)
+	}
+	for l.pause > 0 {
+		l.draft(8)
+	}
+	l.step(10 * time.Millisecond)
+	l.record(2, 0, 30*time.Millisecond)
+	if l.draft(8); l.pause != 2 || l.backoff != 4 {
+		t.Fatalf("dearer again: pause %d, next %d", l.pause, l.backoff)
+	}
+	for l.pause > 0 {
+		l.draft(8)
+	}
+	l.record(8, 8, 18*time.Millisecond) // 2 ms a token
+	if d := l.draft(8); len(d) == 0 || l.backoff != 1 {
+		t.Fatalf("passes pay again: draft %v, next pause %d", d, l.backoff)
+	}
+	// A plain step is timed again after refreshSteps passes.
+	l.sinceStep = refreshSteps
+	if d := l.draft(8); d != nil {
+		t.Fatal("drafted instead of timing a plain step")
 	}
 }
 
@@ -76,6 +112,7 @@ const passage = `The lighthouse keeper climbed the spiral stairs every evening a
 // everything a client sees is the same; it returns the speculative run.
 func specPair(t *testing.T, e *Engine, req Request) *Result {
 	t.Helper()
+	untimed(t)
 	run := func(numDraft int) *Result {
 		r := req
 		r.Options.NumDraft = numDraft
@@ -103,6 +140,12 @@ func specPair(t *testing.T, e *Engine, req Request) *Result {
 		t.Fatalf("counts: %d drafted, %d kept in %d passes", spec.DraftTokens, spec.DraftAccepted, spec.DraftPasses)
 	}
 	return spec
+}
+
+// untimed makes prompt lookup draft whatever the timings say, until the test ends.
+func untimed(t *testing.T) {
+	untimedDrafts = true
+	t.Cleanup(func() { untimedDrafts = false })
 }
 
 // quantizedKV is a KVCache of K8/V4 caches (8/8 boundary layers) that stay fp16 until
@@ -217,6 +260,7 @@ func TestSpeculativeGreedyRandom(t *testing.T) {
 				}
 				return res
 			}
+			untimed(t)
 			plain, spec := gen(0), gen(8)
 			if !slices.Equal(spec.Tokens, plain.Tokens) {
 				t.Fatalf("speculative decoding changed the output:\n%v\nplain:\n%v", spec.Tokens, plain.Tokens)

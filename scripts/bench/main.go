@@ -92,6 +92,10 @@ func run() error {
 		noPrefix  = flag.Bool("no-prefix", false, "skip the prefix-cache scenarios")
 		streams   = flag.String("streams", "", "instead of the usual scenarios, the continuous-batching one (streams.go) at these concurrent stream counts, e.g. 1,2,4,8")
 		int8      = flag.Bool("int8", false, "with --streams: also measure mlxg with MLXG_CPU_INT8=1 (8-bit inputs to the decode products) in the same run")
+		spec      = flag.Bool("spec", false, "instead of the usual scenarios, the speculative decoding one (spec.go): prompt lookup against plain decoding, in this process")
+		specModel = flag.String("spec-model", "", "with --spec: the checkpoint (default $MLXG_SHARED/models/qwen3-tiny)")
+		specBack  = flag.String("spec-backends", "", "with --spec: backends, e.g. cpu,mlx (default cpu, and mlx when MLXG_MLXC_PATH is set)")
+		numDraft  = flag.Int("num-draft", 8, "with --spec: num_draft of the lookup runs")
 	)
 	flag.StringVar(&cfg.Cache, "cache", filepath.Join(home, ".cache", "mlxg-bench"), "directory for the peer build, models and results")
 	flag.StringVar(&cfg.Shape, "shape", "qwen2-0.5b", "checkpoint shape: qwen2-0.5b or qwen2-1.5b")
@@ -180,6 +184,19 @@ func run() error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *spec {
+		c := SpecConfig{Model: *specModel, Threads: cfg.Threads, Repeats: 3, Decode: 128, NumDraft: *numDraft}
+		if set["repeats"] {
+			c.Repeats = cfg.Repeats
+		}
+		if set["decode"] {
+			c.Decode = cfg.Decode
+		}
+		if *specBack != "" {
+			c.Backends = strings.Split(*specBack, ",")
+		}
+		return runSpec(ctx, c, *out)
+	}
 	if *streams != "" {
 		sc, err := streamConfig(cfg, *streams, set)
 		sc.Int8 = *int8
