@@ -96,6 +96,7 @@ func run() error {
 		specModel = flag.String("spec-model", "", "with --spec: the checkpoint (default $MLXG_SHARED/models/qwen3-tiny)")
 		specBack  = flag.String("spec-backends", "", "with --spec: backends, e.g. cpu,mlx (default cpu, and mlx when MLXG_MLXC_PATH is set)")
 		numDraft  = flag.Int("num-draft", 8, "with --spec: num_draft of the lookup runs")
+		specBits  = flag.String("spec-bits", "0,4", "with --spec: weights, 0 as stored and/or MLX 4 or 8 bits (converted into the cache)")
 	)
 	flag.StringVar(&cfg.Cache, "cache", filepath.Join(home, ".cache", "mlxg-bench"), "directory for the peer build, models and results")
 	flag.StringVar(&cfg.Shape, "shape", "qwen2-0.5b", "checkpoint shape: qwen2-0.5b or qwen2-1.5b")
@@ -185,7 +186,14 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if *spec {
-		c := SpecConfig{Model: *specModel, Threads: cfg.Threads, Repeats: 3, Decode: 128, NumDraft: *numDraft}
+		c := SpecConfig{Model: *specModel, Cache: cfg.Cache, Threads: cfg.Threads, Repeats: 3, Decode: 128, NumDraft: *numDraft}
+		for f := range strings.SplitSeq(*specBits, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n != 0 && n != 4 && n != 8 {
+				return fmt.Errorf("--spec-bits %q: want 0, 4 or 8, comma-separated", *specBits)
+			}
+			c.Bits = append(c.Bits, n)
+		}
 		if set["repeats"] {
 			c.Repeats = cfg.Repeats
 		}

@@ -10,9 +10,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 
 	_ "github.com/mlxg/mlxg/metal" // registers "mlx"
+	"github.com/mlxg/mlxg/registry/create"
 	"github.com/mlxg/mlxg/runner"
 	"github.com/mlxg/mlxg/runner/compute"
 	_ "github.com/mlxg/mlxg/runner/cpu" // registers "cpu"
@@ -23,9 +23,8 @@ import (
 // points at libmlxc) and workload, decode tok/s with num_draft 0 (plain) and num_draft N
 // (prompt lookup), alternating plain, lookup, plain, lookup... after a warm-up of each,
 // with the drafted and kept tokens. Workloads:
-//   - edit: a ~1K-token raw prompt that is a passage written out several times, ending part
-//     way into another copy, so that the model goes on copying (what an agent rewriting a
-//     file it was shown produces); greedy, and the output must be token-identical;
+//   - edit: a raw prompt holding the text the model then writes (specPrompts), as an agent
+//     rewriting a file it was shown does; greedy, and the output must be token-identical;
 //   - free: a short prompt and sampling (temperature 0.8, top_k 40, top_p 0.9, repeat
 //     penalty 1.1, a fixed seed per repeat), which prompt lookup rarely matches: it must
 //     not cost.
@@ -33,6 +32,8 @@ import (
 // SpecConfig is the scenario's settings.
 type SpecConfig struct {
 	Model    string   `json:"model"`
+	Bits     []int    `json:"bits"` // 0: the checkpoint as it is; 4, 8: converted to MLX 4- or 8-bit (group 64)
+	Cache    string   `json:"cache"`
 	Backends []string `json:"backends"`
 	Threads  int      `json:"threads"`
 	Repeats  int      `json:"repeats"`
@@ -43,6 +44,7 @@ type SpecConfig struct {
 // SpecSample is one generation.
 type SpecSample struct {
 	Backend  string  `json:"backend"`
+	Bits     int     `json:"bits"`
 	Workload string  `json:"workload"`
 	Mode     string  `json:"mode"` // plain or lookup
 	Repeat   int     `json:"repeat"`
@@ -55,17 +57,23 @@ type SpecSample struct {
 	Same     bool    `json:"same_as_plain"` // greedy workloads: the tokens equal plain decoding's
 }
 
-// editPassage is written out several times in the edit workload's prompt.
-const editPassage = `In the beginning God created the heaven and the earth. And the earth was without form, and void; and darkness was upon the face of the deep. And the Spirit of God moved upon the face of the waters. And God said, Let there be light: and there was light. And God saw the light, that it was good: and God divided the light from the darkness. And God called the light Day, and the darkness he called Night. And the evening and the morning were the first day. And God said, Let there be a firmament in the midst of the waters, and let it divide the waters from the waters. And God made the firmament, and divided the waters which were under the firmament from the waters which were above the firmament: and it was so. And God called the firmament Heaven. And the evening and the morning were the second day.`
+// editStart begins the edit workload's text.
+const editStart = `In the beginning God created the heaven and the earth. And the earth was without form, and void; and darkness was upon the face of the deep. And the Spirit of God moved upon the face of the waters. And God said, Let there be light: and there was light.`
 
-// specPrompts are the workloads' prompts: edit, about 1K tokens.
-func specPrompts(e *runner.Engine) (edit, free string) {
-	var b strings.Builder
-	for b.Len() == 0 || len(e.Tokenizer.Encode(b.String(), true)) < 900 {
-		b.WriteString(editPassage + "\n\n")
+// specPrompts are the workloads' prompts. The edit prompt is a text the model is shown and
+// then writes again: editStart and the model's own greedy continuation of it (decode
+// tokens), then editStart once more, so that what the model writes is, as an agent's edit
+// of a file it was shown mostly is, already in its context. (qwen3-tiny does not copy a
+// passage it was given, but it does write the same continuation again; its training context
+// was 512 tokens, and this prompt stays within it.)
+func specPrompts(ctx context.Context, e *runner.Engine, decode int) (edit, free string, err error) {
+	o := runner.DefaultOptions()
+	o.Temperature, o.RepeatPenalty, o.NumPredict, o.NumDraft = 0, 1, decode, 0
+	res, err := e.Generate(ctx, runner.Request{Prompt: editStart, Options: o}, nil)
+	if err != nil {
+		return "", "", err
 	}
-	b.WriteString(editPassage[:60])
-	return b.String(), "Question: What is a lighthouse?\nAnswer:"
+	return editStart + res.Text + "\n\n" + editStart, "The Jargon File", nil
 }
 
 func runSpec(ctx context.Context, c SpecConfig, out string) error {
@@ -83,22 +91,33 @@ func runSpec(ctx context.Context, c SpecConfig, out string) error {
 	}
 	fmt.Fprintf(os.Stderr, "spec: %s on %v, %d threads, %d repeats of %d tokens, num_draft %d\n", c.Model, c.Backends, c.Threads, c.Repeats, c.Decode, c.NumDraft)
 	var samples []SpecSample
-	for _, name := range c.Backends {
-		b, err := compute.Open(name, compute.OpenOptions{Threads: c.Threads})
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "spec: the %s backend does not open (%v): skipped\n", name, err)
-			continue
+	for _, bits := range c.Bits {
+		dir := c.Model
+		if bits > 0 {
+			dir = filepath.Join(c.Cache, "spec", fmt.Sprintf("%s-q%d", filepath.Base(c.Model), bits))
+			if _, err := os.Stat(filepath.Join(dir, "config.json")); err != nil {
+				if _, err := create.Convert(ctx, c.Model, dir, create.Options{Bits: bits, GroupSize: 64}); err != nil {
+					return fmt.Errorf("converting %s to %d-bit: %w", c.Model, bits, err)
+				}
+			}
 		}
-		e, err := runner.Load(c.Model, runner.LoadOptions{Backend: b, Threads: c.Threads, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-		if err != nil {
-			return err
+		for _, name := range c.Backends {
+			b, err := compute.Open(name, compute.OpenOptions{Threads: c.Threads})
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "spec: the %s backend does not open (%v): skipped\n", name, err)
+				continue
+			}
+			e, err := runner.Load(dir, runner.LoadOptions{Backend: b, Threads: c.Threads, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			if err != nil {
+				return err
+			}
+			s, err := specBackend(ctx, c, name, bits, e)
+			e.Close()
+			if err != nil {
+				return err
+			}
+			samples = append(samples, s...)
 		}
-		s, err := specBackend(ctx, c, name, e)
-		e.Close()
-		if err != nil {
-			return err
-		}
-		samples = append(samples, s...)
 	}
 	fmt.Println(specTable(samples))
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
@@ -112,8 +131,11 @@ func runSpec(ctx context.Context, c SpecConfig, out string) error {
 	return nil
 }
 
-func specBackend(ctx context.Context, c SpecConfig, backend string, e *runner.Engine) ([]SpecSample, error) {
-	edit, free := specPrompts(e)
+func specBackend(ctx context.Context, c SpecConfig, backend string, bits int, e *runner.Engine) ([]SpecSample, error) {
+	edit, free, err := specPrompts(ctx, e, c.Decode)
+	if err != nil {
+		return nil, err
+	}
 	var samples []SpecSample
 	for _, w := range []struct {
 		name, prompt string
@@ -139,13 +161,13 @@ func specBackend(ctx context.Context, c SpecConfig, backend string, e *runner.En
 				if rep < 0 {
 					continue
 				}
-				s := SpecSample{Backend: backend, Workload: w.name, Mode: mode, Repeat: rep, Tokens: res.EvalCount,
+				s := SpecSample{Backend: backend, Bits: bits, Workload: w.name, Mode: mode, Repeat: rep, Tokens: res.EvalCount,
 					DecodeS: res.EvalDuration.Seconds(), TPS: res.EvalRate(), Drafted: res.DraftTokens, Kept: res.DraftAccepted, Passes: res.DraftPasses}
 				if mode == "plain" {
 					plainTokens = res.Tokens
 				}
 				s.Same = slices.Equal(res.Tokens, plainTokens)
-				fmt.Fprintf(os.Stderr, "spec: %s %s %s #%d: %d tokens at %.1f tok/s, %d drafted, %d kept\n", backend, w.name, mode, rep, s.Tokens, s.TPS, s.Drafted, s.Kept)
+				fmt.Fprintf(os.Stderr, "spec: %s q%d %s %s #%d: %d tokens at %.1f tok/s, %d drafted, %d kept\n", backend, bits, w.name, mode, rep, s.Tokens, s.TPS, s.Drafted, s.Kept)
 				samples = append(samples, s)
 			}
 		}
@@ -156,10 +178,14 @@ func specBackend(ctx context.Context, c SpecConfig, backend string, e *runner.En
 // specTable prints medians per backend and workload: plain and lookup decode rates, their
 // ratio, the acceptance rate and whether the greedy output was identical.
 func specTable(samples []SpecSample) string {
-	type key struct{ backend, workload string }
+	type key struct {
+		backend  string
+		bits     int
+		workload string
+	}
 	var keys []key
 	for _, s := range samples {
-		if k := (key{s.Backend, s.Workload}); !slices.Contains(keys, k) {
+		if k := (key{s.Backend, s.Bits, s.Workload}); !slices.Contains(keys, k) {
 			keys = append(keys, k)
 		}
 	}
@@ -168,7 +194,7 @@ func specTable(samples []SpecSample) string {
 		var plain, look []float64
 		drafted, kept, tokens, same, greedy := 0, 0, 0, true, k.workload == "edit"
 		for _, s := range samples {
-			if s.Backend != k.backend || s.Workload != k.workload {
+			if s.Backend != k.backend || s.Bits != k.bits || s.Workload != k.workload {
 				continue
 			}
 			if s.Mode == "plain" {
@@ -188,8 +214,12 @@ func specTable(samples []SpecSample) string {
 		if greedy {
 			identical = map[bool]string{true: "yes", false: "NO"}[same]
 		}
-		rows = append(rows, []string{k.backend, k.workload, FormatSummary(p), FormatSummary(l),
+		weights := "as stored"
+		if k.bits > 0 {
+			weights = fmt.Sprintf("MLX %d-bit", k.bits)
+		}
+		rows = append(rows, []string{k.backend, weights, k.workload, FormatSummary(p), FormatSummary(l),
 			fmt.Sprintf("%.2fx", Ratio(l, p)), acc, fmt.Sprintf("%.2f", float64(kept)/float64(max(tokens, 1))), identical})
 	}
-	return Table([]string{"backend", "workload", "plain tok/s", "lookup tok/s", "lookup/plain", "accepted", "kept/token", "token-identical"}, rows)
+	return Table([]string{"backend", "weights", "workload", "plain tok/s", "lookup tok/s", "lookup/plain", "accepted", "kept/token", "token-identical"}, rows)
 }
