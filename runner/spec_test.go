@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -270,5 +271,91 @@ func TestSpeculativeGreedyRandom(t *testing.T) {
 			}
 			t.Logf("%d tokens, %d drafted, %d kept in %d passes", len(spec.Tokens), spec.DraftTokens, spec.DraftAccepted, spec.DraftPasses)
 		})
+	}
+}
+
+// Sampling with prompt lookup draws from the distribution plain sampling draws from: on a
+// random model over 24 tokens whose prompt makes lookup draft after the first token, the
+// second and third generated tokens of 700 sampled runs with speculation and 700 without
+// (distinct seeds) pass a two-sample chi-square test of homogeneity (at 0.999), with
+// penalties, top_k and top_p on.
+func TestSpeculativeSamplingDistribution(t *testing.T) {
+	hf, dir := filepath.Join(t.TempDir(), "hf"), filepath.Join(t.TempDir(), "mlx")
+	if err := randmodel.Generate(hf, randmodel.Tiny("qwen3", 24), randmodel.Options{Seed: 4}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := create.Convert(context.Background(), hf, dir, create.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	e, err := LoadModel(dir, LoadOptions{Threads: 1, Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	untimed(t)
+	// "9 x y" for every token x, y the model's likeliest token there, then 9: whatever the
+	// first token x, "9 x" occurred and lookup drafts "y 9 ..." after it, a draft often kept.
+	var prompt []int32
+	for x := range int32(24) {
+		prompt = append(prompt, 9, x)
+		o := Greedy()
+		o.NumPredict, o.NumCtx, o.NumDraft = 1, 128, 0
+		res, err := e.GenerateTokens(context.Background(), prompt, o, func(int32) (bool, error) { return false, nil })
+		if err != nil || len(res.Tokens) != 1 {
+			t.Fatal(err, res)
+		}
+		prompt = append(prompt, res.Tokens[0])
+	}
+	prompt = append(prompt, 9)
+	const runs = 500
+	counts := func(numDraft, seed0 int) (pos [2][24]int, drafted, kept int) {
+		for i := range runs {
+			o := DefaultOptions()
+			o.Temperature, o.TopK, o.TopP, o.RepeatPenalty = 0.7, 20, 0.97, 1.1
+			o.NumPredict, o.NumCtx, o.NumDraft, o.Seed = 3, 128, numDraft, seed0+i
+			res, err := e.GenerateTokens(context.Background(), prompt, o, func(int32) (bool, error) { return false, nil })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Tokens) != 3 {
+				t.Fatalf("%d tokens", len(res.Tokens))
+			}
+			pos[0][res.Tokens[1]]++
+			pos[1][res.Tokens[2]]++
+			drafted += res.DraftTokens
+			kept += res.DraftAccepted
+		}
+		return pos, drafted, kept
+	}
+	plain, _, _ := counts(0, 1)
+	spec, drafted, kept := counts(8, 100000)
+	if drafted < runs || kept < runs/10 {
+		t.Fatalf("%d tokens drafted and %d kept in %d runs", drafted, kept, runs)
+	}
+	t.Logf("%d tokens drafted, %d kept", drafted, kept)
+	for p := range 2 {
+		var chi float64
+		df := -1
+		var pa, pb int // pooled small bins
+		for i := range 24 {
+			a, b := plain[p][i], spec[p][i]
+			if a+b < 10 {
+				pa, pb = pa+a, pb+b
+				continue
+			}
+			chi += float64((a-b)*(a-b)) / float64(a+b)
+			df++
+		}
+		if pa+pb > 0 {
+			chi += float64((pa-pb)*(pa-pb)) / float64(pa+pb)
+			df++
+		}
+		// Wilson–Hilferty: the 0.999 quantile of chi-square with df degrees of freedom.
+		k := float64(df)
+		crit := k * math.Pow(1-2/(9*k)+3.09*math.Sqrt(2/(9*k)), 3)
+		if chi > crit {
+			t.Errorf("token %d: chi-square %.1f over %d degrees of freedom (> %.1f): plain %v, speculative %v", p+2, chi, df, crit, plain[p], spec[p])
+		}
+		t.Logf("token %d: chi-square %.1f, %d degrees of freedom, 0.999 quantile %.1f", p+2, chi, df, crit)
 	}
 }
