@@ -91,7 +91,7 @@ func run() error {
 		repo      = flag.String("repo", ".", "the mlxg source tree to build mlxg from")
 		noPrefix  = flag.Bool("no-prefix", false, "skip the prefix-cache scenarios")
 		streams   = flag.String("streams", "", "instead of the usual scenarios, the continuous-batching one (streams.go) at these concurrent stream counts, e.g. 1,2,4,8")
-		int8      = flag.Bool("int8", false, "with --streams: also measure mlxg with MLXG_CPU_INT8=1 (8-bit inputs to the decode products) in the same run")
+		int8      = flag.Bool("int8", false, "with --streams: also measure mlxg with MLXG_CPU_INT8=1 (8-bit inputs to the decode products) in the same run; with --spec: the CPU backend with them")
 		spec      = flag.Bool("spec", false, "instead of the usual scenarios, the speculative decoding one (spec.go): prompt lookup against plain decoding, in this process")
 		specModel = flag.String("spec-model", "", "with --spec: the checkpoint (default $MLXG_SHARED/models/qwen3-tiny)")
 		specBack  = flag.String("spec-backends", "", "with --spec: backends, e.g. cpu,mlx (default cpu, and mlx when MLXG_MLXC_PATH is set)")
@@ -186,7 +186,7 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if *spec {
-		c := SpecConfig{Model: *specModel, Cache: cfg.Cache, Threads: cfg.Threads, Repeats: 3, Decode: 128, NumDraft: *numDraft}
+		c := SpecConfig{Model: *specModel, Cache: cfg.Cache, Threads: cfg.Threads, Repeats: 3, Decode: 128, NumDraft: *numDraft, Int8: *int8}
 		for f := range strings.SplitSeq(*specBits, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(f))
 			if err != nil || n != 0 && n != 4 && n != 8 {

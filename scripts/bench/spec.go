@@ -39,6 +39,7 @@ type SpecConfig struct {
 	Repeats  int      `json:"repeats"`
 	Decode   int      `json:"decode"`
 	NumDraft int      `json:"num_draft"`
+	Int8     bool     `json:"int8"` // the CPU backend with 8-bit inputs to its decode products (MLXG_CPU_INT8)
 }
 
 // SpecSample is one generation.
@@ -106,6 +107,9 @@ func runSpec(ctx context.Context, c SpecConfig, out string) error {
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "spec: the %s backend does not open (%v): skipped\n", name, err)
 				continue
+			}
+			if i8, ok := b.(interface{ UseInt8(bool) }); ok && c.Int8 {
+				i8.UseInt8(true)
 			}
 			e, err := runner.Load(dir, runner.LoadOptions{Backend: b, Threads: c.Threads, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 			if err != nil {
