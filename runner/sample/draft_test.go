@@ -90,3 +90,69 @@ func TestSampleDraftGreedy(t *testing.T) {
 		t.Fatalf("draft of another token: %d %v", id, ok)
 	}
 }
+
+// SampleDraftFrom, given drafts drawn from a draft model's distribution q, returns tokens
+// distributed as the target's p (chi-square over 20,000 draws per case), for a q close to
+// p, one far from it, and one that misses tokens p has.
+func TestSampleDraftFromDistribution(t *testing.T) {
+	logits := []float32{2.0, 1.5, 1.4, 0.3, -0.5, 0.9, -2, 1.0}
+	qs := map[string][]float32{
+		"close":   {2.1, 1.4, 1.4, 0.2, -0.4, 1.0, -2, 0.9},
+		"far":     {-1, 0.5, 3, 2, 0.1, -1, 1, -2},
+		"missing": {5, 4, -30, -30, 3, -30, -30, -30},
+	}
+	const draws = 20000
+	for name, ql := range qs {
+		target, _ := New(Options{Temperature: 0.9, TopK: 6, TopP: 0.97, RepeatPenalty: 1.2, RepeatLastN: 8, Seed: 7})
+		target.Accept(1, 5)
+		drafter, _ := New(Options{Temperature: 1, TopP: 1, RepeatPenalty: 1, Seed: 8})
+		q, err := drafter.Distribution(ql)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := target.Distribution(logits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := make([]float64, len(logits))
+		for _, tp := range p {
+			want[tp.ID] = tp.Prob
+		}
+		counts := make([]int, len(logits))
+		kept := 0
+		for range draws {
+			d, err := drafter.Sample(ql)
+			if err != nil {
+				t.Fatal(err)
+			}
+			id, ok, err := target.SampleDraftFrom(logits, d, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok != (id == d) {
+				t.Fatalf("%s: returned %d, accepted %v, for draft %d", name, id, ok, d)
+			}
+			if ok {
+				kept++
+			}
+			counts[id]++
+		}
+		var chi float64
+		df := -1
+		for i, c := range counts {
+			if want[i] == 0 {
+				if c != 0 {
+					t.Fatalf("%s: token %d has probability 0 and came %d times", name, i, c)
+				}
+				continue
+			}
+			e := want[i] * draws
+			chi += (float64(c) - e) * (float64(c) - e) / e
+			df++
+		}
+		if chi > chiSquare999[df] {
+			t.Errorf("%s: chi-square %.1f over %d degrees of freedom (> %.1f): counts %v, p %v", name, chi, df, chiSquare999[df], counts, want)
+		}
+		t.Logf("%s: %d of %d drafts kept, chi-square %.1f over %d degrees of freedom", name, kept, draws, chi, df)
+	}
+}
