@@ -67,6 +67,7 @@ type Engine struct {
 	format    *formatVocab // constrained decoding's vocabulary (format.go), set by Load
 	batch     *batcher     // continuous batching (batch.go); nil: each request runs its own passes
 	coal      *coalescer   // prompts being prefilled (coalesce.go); nil: no waiting for them
+	draft     *Engine      // the draft model (draft.go); nil: prompt lookup
 }
 
 // Load loads the checkpoint in dir: weights, tokenizer and (when present) chat template.
@@ -582,9 +583,15 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 	}
 	var spec *lookup // prompt lookup (spec.go); nil: plain decoding
 	var ver *verifier
+	var dm *draftModel // the draft model's sequence (draft.go); nil: prompt lookup drafts
 	if o.NumDraft > 0 && e.Model.Verifies() {
 		spec = newLookup(prompt, o.NumDraft)
 		ver = newVerifier(e.Model, caches)
+		if e.draft != nil {
+			if dm, err = newDraftModel(e.draft, o, numCtx); err != nil {
+				return finish("", err)
+			}
+		}
 	}
 	defer func() {
 		if spec != nil {
@@ -598,7 +605,7 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 	// take decides the token at the position whose logits are given (draft: a drafted
 	// token to verify there, -1: none) and passes it on; end is set when generation ends
 	// there.
-	take := func(logits []float32, draft int32) (id int32, kept bool, end *ending) {
+	take := func(logits []float32, draft int32, q []sample.TokenProb) (id int32, kept bool, end *ending) {
 		if err := ctx.Err(); err != nil {
 			return -1, false, &ending{"", err}
 		}
@@ -614,9 +621,12 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 			}
 		}
 		var err error
-		if draft >= 0 {
+		switch {
+		case draft >= 0 && q != nil:
+			id, kept, err = sampler.SampleDraftFrom(logits, draft, q)
+		case draft >= 0:
 			id, kept, err = sampler.SampleDraft(logits, draft)
-		} else {
+		default:
 			id, err = sampler.Sample(logits)
 		}
 		if err != nil {
@@ -655,7 +665,7 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 	// sampler, kept by no one, it goes back to the backend's pool with the next pass.
 	var done []float32
 	for {
-		id, _, end := take(logits, -1)
+		id, _, end := take(logits, -1, nil)
 		if end != nil {
 			return finish(end.reason, end.err)
 		}
@@ -681,10 +691,19 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 				if ver != nil {
 					ver = newVerifier(e.Model, caches)
 				}
+				dm = nil // its caches hold the text before the shift: prompt lookup from here
 			}
 			var draft []int32
+			var qs [][]sample.TokenProb
+			drafted := 0 // the history's length when drafting (the draft model's caches follow it)
 			if spec != nil && (e.batch == nil || e.batch.alone()) {
-				draft = spec.draft(draftRoom(o, len(res.Tokens), caches, numCtx))
+				n := spec.allow(draftRoom(o, len(res.Tokens), caches, numCtx))
+				drafted = len(spec.hist)
+				if dm == nil {
+					draft = spec.lookup(n)
+				} else if draft, qs, err = dm.propose(ctx, spec.hist, n); err != nil {
+					return finish("", err)
+				}
 			}
 			if len(draft) == 0 {
 				t0 := time.Now()
@@ -711,7 +730,11 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 			vocab := len(rows) / (len(draft) + 1)
 			kept, next := 0, int32(-1)
 			for j, d := range draft {
-				tok, ok, end := take(rows[j*vocab:(j+1)*vocab], d)
+				var q []sample.TokenProb
+				if qs != nil {
+					q = qs[j]
+				}
+				tok, ok, end := take(rows[j*vocab:(j+1)*vocab], d, q)
 				if end != nil {
 					spec.record(len(draft), kept, time.Since(t0))
 					if err := ver.cut(ctx, caches, len(seq), seq); err != nil && end.err == nil {
@@ -728,6 +751,11 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 			}
 			if err := ver.cut(ctx, caches, len(seq), seq); err != nil {
 				return finish("", err)
+			}
+			if dm != nil {
+				if err := dm.cut(drafted + kept); err != nil {
+					return finish("", err)
+				}
 			}
 			spec.record(len(draft), kept, time.Since(t0))
 			if next < 0 {

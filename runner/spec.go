@@ -92,23 +92,36 @@ func key(t []int32) ngram {
 // draft proposes up to limit tokens to follow the history; nil when nothing matches or
 // drafting pauses.
 func (l *lookup) draft(limit int) []int32 {
+	return l.lookup(l.allow(limit))
+}
+
+// allow is the most tokens a draft may have now, at most limit: 0 while drafting pauses.
+func (l *lookup) allow(limit int) int {
 	if l.pause > 0 {
 		l.pause--
-		return nil
+		return 0
 	}
 	limit = min(limit, l.k)
 	if limit <= 0 {
-		return nil
+		return 0
 	}
 	if !l.untimed {
 		if l.stepSec == 0 && l.sinceStep >= 2 || l.sinceStep >= refreshSteps {
-			return nil // a plain step now and then, to time one
+			return 0 // a plain step now and then, to time one
 		}
 		if l.stepSec > 0 && l.passSec > l.stepSec {
 			l.passSec = 0 // judged again after the pause
 			l.pauseMore()
-			return nil
+			return 0
 		}
+	}
+	return limit
+}
+
+// lookup is prompt lookup's draft of up to limit tokens: nil when nothing matches.
+func (l *lookup) lookup(limit int) []int32 {
+	if limit <= 0 {
+		return nil
 	}
 	L := len(l.hist)
 	// Index the n-grams ending before the last position: the text's own suffix must not

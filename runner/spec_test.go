@@ -336,7 +336,37 @@ func TestSpeculativeSamplingDistribution(t *testing.T) {
 	if drafted < runs || kept < runs/10 {
 		t.Fatalf("%d tokens drafted and %d kept in %d runs", drafted, kept, runs)
 	}
-	t.Logf("%d tokens drafted, %d kept", drafted, kept)
+	t.Logf("prompt lookup: %d tokens drafted, %d kept", drafted, kept)
+	homogeneous(t, "prompt lookup", plain, spec)
+
+	// A draft model: another random model of the vocabulary (set directly: these have no
+	// tokenizer for SetDraft to compare), drafting with its own distribution q.
+	dhf, ddir := filepath.Join(t.TempDir(), "dhf"), filepath.Join(t.TempDir(), "dmlx")
+	if err := randmodel.Generate(dhf, randmodel.Tiny("qwen3", 24), randmodel.Options{Seed: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := create.Convert(context.Background(), dhf, ddir, create.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := LoadModel(ddir, LoadOptions{Threads: 1, Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	e.draft = d
+	drafts, drafted, kept := counts(3, 200000)
+	e.draft = nil
+	if drafted < runs || kept < runs/10 {
+		t.Fatalf("draft model: %d tokens drafted and %d kept in %d runs", drafted, kept, runs)
+	}
+	t.Logf("draft model: %d tokens drafted, %d kept", drafted, kept)
+	homogeneous(t, "draft model", plain, drafts)
+}
+
+// homogeneous is a two-sample chi-square test (at 0.999) of two samples' counts per
+// position.
+func homogeneous(t *testing.T, name string, plain, spec [2][24]int) {
+	t.Helper()
 	for p := range 2 {
 		var chi float64
 		df := -1
@@ -358,8 +388,8 @@ func TestSpeculativeSamplingDistribution(t *testing.T) {
 		k := float64(df)
 		crit := k * math.Pow(1-2/(9*k)+3.09*math.Sqrt(2/(9*k)), 3)
 		if chi > crit {
-			t.Errorf("token %d: chi-square %.1f over %d degrees of freedom (> %.1f): plain %v, speculative %v", p+2, chi, df, crit, plain[p], spec[p])
+			t.Errorf("%s, token %d: chi-square %.1f over %d degrees of freedom (> %.1f): plain %v, speculative %v", name, p+2, chi, df, crit, plain[p], spec[p])
 		}
-		t.Logf("token %d: chi-square %.1f, %d degrees of freedom, 0.999 quantile %.1f", p+2, chi, df, crit)
+		t.Logf("%s, token %d: chi-square %.1f, %d degrees of freedom, 0.999 quantile %.1f", name, p+2, chi, df, crit)
 	}
 }

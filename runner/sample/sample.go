@@ -261,6 +261,23 @@ func (s *Sampler) Distribution(logits []float32) ([]TokenProb, error) {
 	return out, nil
 }
 
+// Draw returns a token drawn from q (a Distribution).
+func (s *Sampler) Draw(q []TokenProb) int32 {
+	var sum float64
+	for _, t := range q {
+		sum += t.Prob
+	}
+	r := float64(s.rng.Float32()) * sum
+	var acc float64
+	for _, t := range q {
+		acc += t.Prob
+		if r < acc {
+			return t.ID
+		}
+	}
+	return q[len(q)-1].ID
+}
+
 // SampleDraftFrom decides a token a draft model drafted from its distribution q (the draft
 // sampler's Distribution, which the draft was drawn from), so that the token returned is
 // distributed as Sample's p: the draft is kept with probability min(1, p(d)/q(d)), and
