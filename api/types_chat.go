@@ -334,6 +334,10 @@ type Metrics struct {
 	PromptEvalDuration time.Duration `json:"prompt_eval_duration,omitempty"`
 	EvalCount          int           `json:"eval_count,omitempty"`
 	EvalDuration       time.Duration `json:"eval_duration,omitempty"`
+	// mlxg's speculative decoding (options.num_draft): tokens drafted, and how many of them
+	// the model kept (part of eval_count).
+	DraftCount         int `json:"draft_count,omitempty"`
+	DraftAcceptedCount int `json:"draft_accepted_count,omitempty"`
 }
 
 // EmbedRequest is the body of POST /api/embed; Input is a string or a list of strings.
@@ -385,6 +389,9 @@ type Options struct {
 	PresencePenalty  float32  `json:"presence_penalty,omitempty"`
 	FrequencyPenalty float32  `json:"frequency_penalty,omitempty"`
 	Stop             []string `json:"stop,omitempty"`
+	// NumDraft is the most tokens speculative decoding drafts a step (0: none); the server's
+	// default (MLXG_NUM_DRAFT) unless a Modelfile or the request sets it.
+	NumDraft int `json:"num_draft,omitempty"`
 }
 
 // Runner holds the options fixed when a model loads.

@@ -52,6 +52,7 @@ type Full struct {
 	k16, v16            [][]uint16 // blocks of BlockTokens×kvHeads×dim, when !fp32
 	k32, v32            [][]float32
 	shared              int // leading blocks handed to the prefix cache by reference: copied before a write
+	rowMode
 }
 
 // NewFull makes an empty full-attention cache, fp16 unless fp32 is set.
@@ -128,7 +129,12 @@ func (c *Full) Truncate(n int) error {
 }
 
 // Attend implements Layer.
-func (c *Full) Attend(a Attention) error { return attendTiles(c, c.n, a) }
+func (c *Full) Attend(a Attention) error {
+	if c.exactRows && a.N > 1 {
+		return attendRows(c, c.n, a)
+	}
+	return attendTiles(c, c.n, a)
+}
 
 func (c *Full) blocks() int {
 	if c.fp32 {

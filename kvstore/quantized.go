@@ -10,6 +10,7 @@ type kvCodecs struct {
 	start               int
 	kc, vc              rowCodec
 	kbuf, vbuf, qbuf    []float32 // rotated copies of a step's keys, values and queries
+	rowMode
 }
 
 func newKVCodecs(kvHeads, kHeadDim, vHeadDim int, spec Spec, quantizedStart int) (kvCodecs, error) {
@@ -160,7 +161,12 @@ func (c *Quantized) Truncate(n int) error {
 
 // Attend implements Layer.
 func (c *Quantized) Attend(a Attention) error {
-	return c.rotatedAttend(a, func(a Attention) error { return attendTiles(c, c.n, a) })
+	return c.rotatedAttend(a, func(a Attention) error {
+		if c.exactRows && a.N > 1 {
+			return attendRows(c, c.n, a)
+		}
+		return attendTiles(c, c.n, a)
+	})
 }
 
 // tile implements tiler: dequantize head's keys and values at positions [from, to) of one block.

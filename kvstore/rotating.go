@@ -61,6 +61,10 @@ func (c *Rotating) Append(k, v []float32, n int) error {
 	k, v = c.rotate(k, v)
 	need := min(c.window-1, c.n) + n
 	switch {
+	case c.exactRows && n > 1 && (c.slots < need || c.slots > c.window && c.slots%c.window != 0):
+		// A verification pass: a multiple of the window, so that the ring wraps where a
+		// decode step's ring of window slots does (ringView.rows).
+		c.resize((need + c.window - 1) / c.window * c.window)
 	case c.slots < need: // double while below the window, so that decode grows it rarely
 		c.resize(max(need, min(2*c.slots, c.window)))
 	case n == 1 && c.slots > c.window: // back from a prefill chunk
@@ -112,6 +116,9 @@ func (c *Rotating) attend(a Attention) error {
 	}
 	// Rows at positions < window see from 0: plain causal attention over [0, c.n) for them.
 	head := min(a.N, max(0, c.window-first))
+	if c.exactRows && head > 1 {
+		return c.attendHeadRows(a, first, head)
+	}
 	if head > 0 {
 		b := a
 		b.N, b.Q, b.Out = head, a.Q[:head*qw], a.Out[:head*ow]
@@ -145,4 +152,25 @@ func (r ringView) tile(k, v []float32, head, from, to int) {
 		c.kc.get(k[i*c.kDim:], c.k, row)
 		c.vc.get(v[i*c.vDim:], c.v, row)
 	}
+}
+
+// attendHeadRows is Attend in exact-row mode when head > 1 rows see from position 0: each
+// of those rows alone over the positions up to its own, then the later rows as Attend
+// does them (one by one already).
+func (c *Rotating) attendHeadRows(a Attention, first, head int) error {
+	_, kDim, vDim := c.Dims()
+	qw, ow := a.Heads*kDim, a.Heads*vDim
+	for i := 0; i < a.N; i++ {
+		p := first + i
+		b := a
+		b.N, b.Q, b.Out = 1, a.Q[i*qw:(i+1)*qw], a.Out[i*ow:(i+1)*ow]
+		view, length := ringView{c, 0}, p+1
+		if i >= head {
+			view, length = ringView{c, p - (c.window - 1)}, c.window
+		}
+		if err := attendTiles(view, length, b); err != nil {
+			return err
+		}
+	}
+	return nil
 }

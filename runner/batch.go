@@ -104,6 +104,14 @@ func (b *batcher) join(ctx context.Context) (leave func(), err error) {
 	}
 }
 
+// alone reports whether at most one sequence runs: a sequence may then run passes of its
+// own (speculative decoding's verification) without taking a step from the others.
+func (b *batcher) alone() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.running <= 1 && len(b.admit) == 0
+}
+
 func (b *batcher) leave() {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -67,6 +67,7 @@ type Engine struct {
 	format    *formatVocab // constrained decoding's vocabulary (format.go), set by Load
 	batch     *batcher     // continuous batching (batch.go); nil: each request runs its own passes
 	coal      *coalescer   // prompts being prefilled (coalesce.go); nil: no waiting for them
+	draft     *Engine      // the draft model (draft.go); nil: prompt lookup
 }
 
 // Load loads the checkpoint in dir: weights, tokenizer and (when present) chat template.
@@ -273,6 +274,9 @@ type Result struct {
 	// Context (with Request.WantContext) is the conversation as tokens: the prompt (with the
 	// request's Context) and Text, for the next request's Context.
 	Context []int32
+	// Speculative decoding (spec.go): tokens drafted, drafted tokens kept, and the
+	// verification passes that checked them.
+	DraftTokens, DraftAccepted, DraftPasses int
 }
 
 // PromptRate is prefill speed in tokens per second.
@@ -577,32 +581,63 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 	if f.format != nil {
 		gate = e.newFormatGate(f.format, isEOS)
 	}
-	decoded := false // logits come from a decode step (not the prefill, which the prefix cache may keep)
-	for {
+	var spec *lookup // prompt lookup (spec.go); nil: plain decoding
+	var ver *verifier
+	var dm *draftModel // the draft model's sequence (draft.go); nil: prompt lookup drafts
+	if o.NumDraft > 0 && e.Model.Verifies() {
+		spec = newLookup(prompt, o.NumDraft)
+		ver = newVerifier(e.Model, caches)
+		if e.draft != nil {
+			if dm, err = newDraftModel(e.draft, o, numCtx); err != nil {
+				return finish("", err)
+			}
+		}
+	}
+	defer func() {
+		if spec != nil {
+			res.DraftTokens, res.DraftAccepted, res.DraftPasses = spec.drafted, spec.accepted, spec.passes
+		}
+	}()
+	type ending struct {
+		reason string
+		err    error
+	}
+	// take decides the token at the position whose logits are given (draft: a drafted
+	// token to verify there, -1: none) and passes it on; end is set when generation ends
+	// there.
+	take := func(logits []float32, draft int32, q []sample.TokenProb) (id int32, kept bool, end *ending) {
 		if err := ctx.Err(); err != nil {
-			return finish("", err)
+			return -1, false, &ending{"", err}
 		}
 		if o.NumPredict >= 0 && len(res.Tokens) >= o.NumPredict {
-			return finish("length", nil)
+			return -1, false, &ending{"length", nil}
 		}
 		if gate != nil {
 			if gate.finished() {
-				return finish("stop", nil) // the JSON value is complete
+				return -1, false, &ending{"stop", nil} // the JSON value is complete
 			}
 			if err := gate.apply(logits); err != nil {
-				return finish("", err)
+				return -1, false, &ending{"", err}
 			}
 		}
-		id, err := sampler.Sample(logits)
+		var err error
+		switch {
+		case draft >= 0 && q != nil:
+			id, kept, err = sampler.SampleDraftFrom(logits, draft, q)
+		case draft >= 0:
+			id, kept, err = sampler.SampleDraft(logits, draft)
+		default:
+			id, err = sampler.Sample(logits)
+		}
 		if err != nil {
-			return finish("", err)
+			return -1, false, &ending{"", err}
 		}
 		if isEOS[id] {
-			return finish("stop", nil)
+			return -1, false, &ending{"stop", nil}
 		}
 		if gate != nil {
 			if err := gate.accept(id); err != nil {
-				return finish("", err)
+				return -1, false, &ending{"", err}
 			}
 		}
 		if f.logprob != nil {
@@ -610,43 +645,143 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 		}
 		sampler.Accept(id)
 		res.Tokens = append(res.Tokens, id)
+		if spec != nil {
+			spec.push(id)
+		}
 		stop, err := emit(id)
 		if err != nil {
-			return finish("", err)
+			return -1, false, &ending{"", err}
 		}
 		if stop {
-			return finish("stop", nil)
+			return -1, false, &ending{"stop", nil}
 		}
 		if o.NumPredict >= 0 && len(res.Tokens) >= o.NumPredict {
-			return finish("length", nil)
+			return -1, false, &ending{"length", nil}
 		}
-		if caches[0].Len() >= numCtx {
-			if o.NumPredict == -2 || f.noShift {
-				return finish("length", nil) // "fill the context", or no shifting wanted
-			}
-			// Shift the context as Ollama does: keep num_keep tokens, drop half of the
-			// rest, and go on. The kept tokens are prefilled again at their new positions.
-			keep := min(o.NumKeep, numCtx/2)
-			discard := (numCtx - keep) / 2
-			e.log.Warn("context limit hit - shifting", "limit", numCtx, "input", len(seq), "keep", keep, "discard", discard)
-			seq = append(seq[:keep:keep], seq[keep+discard:]...)
-			if caches, err = e.kv(e.Model, numCtx); err != nil {
-				return finish("", err)
-			}
-			if _, err = prefill(seq); err != nil {
-				return finish("", err)
-			}
-		}
-		var done []float32 // the last step's logits: seen by the sampler, kept by no one
-		if decoded {
-			done = logits
-		}
-		if logits, err = e.forward(ctx, []int32{id}, caches, done); err != nil {
-			return finish("", err)
-		}
-		decoded = true
-		seq = append(seq, id)
+		return id, kept, nil
 	}
+	// done is the buffer the current logits live in, once they come from a decode step or
+	// a verification pass (not the prefill, which the prefix cache may keep): seen by the
+	// sampler, kept by no one, it goes back to the backend's pool with the next pass.
+	var done []float32
+	for {
+		id, _, end := take(logits, -1, nil)
+		if end != nil {
+			return finish(end.reason, end.err)
+		}
+		// id is passed on and not yet in the caches; a rejected draft's replacement loops
+		// back here.
+		for {
+			if caches[0].Len() >= numCtx {
+				if o.NumPredict == -2 || f.noShift {
+					return finish("length", nil) // "fill the context", or no shifting wanted
+				}
+				// Shift the context as Ollama does: keep num_keep tokens, drop half of the
+				// rest, and go on. The kept tokens are prefilled again at their new positions.
+				keep := min(o.NumKeep, numCtx/2)
+				discard := (numCtx - keep) / 2
+				e.log.Warn("context limit hit - shifting", "limit", numCtx, "input", len(seq), "keep", keep, "discard", discard)
+				seq = append(seq[:keep:keep], seq[keep+discard:]...)
+				if caches, err = e.kv(e.Model, numCtx); err != nil {
+					return finish("", err)
+				}
+				if _, err = prefill(seq); err != nil {
+					return finish("", err)
+				}
+				if ver != nil {
+					ver = newVerifier(e.Model, caches)
+				}
+				dm = nil // its caches hold the text before the shift: prompt lookup from here
+			}
+			var draft []int32
+			var qs [][]sample.TokenProb
+			drafted := 0 // the history's length when drafting (the draft model's caches follow it)
+			if spec != nil && (e.batch == nil || e.batch.alone()) {
+				n := spec.allow(draftRoom(o, len(res.Tokens), caches, numCtx))
+				drafted = len(spec.hist)
+				if dm == nil {
+					draft = spec.lookup(n)
+				} else if draft, qs, err = dm.propose(ctx, spec.hist, n); err != nil {
+					return finish("", err)
+				}
+			}
+			if len(draft) == 0 {
+				t0 := time.Now()
+				if logits, err = e.forward(ctx, []int32{id}, caches, done); err != nil {
+					return finish("", err)
+				}
+				if spec != nil {
+					spec.step(time.Since(t0))
+				}
+				done = logits
+				seq = append(seq, id)
+				break
+			}
+			t0 := time.Now()
+			rows, err := ver.pass(ctx, append([]int32{id}, draft...), caches)
+			if err != nil {
+				return finish("", err)
+			}
+			if done != nil {
+				e.Model.Recycle(done)
+			}
+			done = rows
+			seq = append(seq, id)
+			vocab := len(rows) / (len(draft) + 1)
+			kept, next := 0, int32(-1)
+			for j, d := range draft {
+				var q []sample.TokenProb
+				if qs != nil {
+					q = qs[j]
+				}
+				tok, ok, end := take(rows[j*vocab:(j+1)*vocab], d, q)
+				if end != nil {
+					spec.record(len(draft), kept, time.Since(t0))
+					if err := ver.cut(ctx, caches, len(seq), seq); err != nil && end.err == nil {
+						end.err = err
+					}
+					return finish(end.reason, end.err)
+				}
+				if !ok {
+					next = tok
+					break
+				}
+				seq = append(seq, d)
+				kept++
+			}
+			if err := ver.cut(ctx, caches, len(seq), seq); err != nil {
+				return finish("", err)
+			}
+			if dm != nil {
+				if err := dm.cut(drafted + kept); err != nil {
+					return finish("", err)
+				}
+			}
+			spec.record(len(draft), kept, time.Since(t0))
+			if next < 0 {
+				logits = rows[len(draft)*vocab:]
+				break
+			}
+			id = next
+		}
+	}
+}
+
+// draftRoom is the most tokens a draft may have after the token about to go into caches:
+// num_draft, what num_predict still allows, room in the context, and no pass that
+// crosses the length at which a cache turns from fp16 to its quantized spec (its earlier
+// rows would attend over codes a step-by-step decode does not have yet).
+func draftRoom(o Options, generated int, caches []kvstore.Layer, numCtx int) int {
+	n := o.NumDraft
+	if o.NumPredict >= 0 {
+		n = min(n, o.NumPredict-generated)
+	}
+	start := caches[0].Len() // the pass fills start+1+n positions
+	n = min(n, numCtx-start-1)
+	if at := kvstore.NextConversion(caches); at >= 0 {
+		n = min(n, at-start-2)
+	}
+	return n
 }
 
 func mergeIDs(a, b []int32) []int32 {

@@ -27,6 +27,10 @@ type Options struct {
 	Seed             int     `json:"seed"` // -1 picks a random seed
 
 	Stop []string `json:"stop"` // generation ends before the first occurrence of any of these
+
+	// NumDraft is the most tokens speculative decoding drafts a step (prompt lookup,
+	// spec.go); 0 turns it off.
+	NumDraft int `json:"num_draft"`
 }
 
 // DefaultOptions returns Ollama's defaults.
@@ -44,6 +48,7 @@ func DefaultOptions() Options {
 		RepeatPenalty: s.RepeatPenalty,
 		RepeatLastN:   s.RepeatLastN,
 		Seed:          -1,
+		NumDraft:      DefaultNumDraft,
 	}
 }
 
@@ -67,6 +72,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("num_keep is %d: it cannot be negative", o.NumKeep)
 	case o.NumPredict < -2:
 		return fmt.Errorf("num_predict is %d: use a count, -1 (until EOS) or -2 (fill the context)", o.NumPredict)
+	case o.NumDraft < 0 || o.NumDraft > MaxNumDraft:
+		return fmt.Errorf("num_draft is %d: use 0 (no speculative decoding) to %d", o.NumDraft, MaxNumDraft)
 	case o.RepeatLastN < -1:
 		return fmt.Errorf("repeat_last_n is %d: use a count, 0 (off) or -1 (num_ctx)", o.RepeatLastN)
 	}

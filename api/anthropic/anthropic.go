@@ -69,6 +69,7 @@ type MessagesRequest struct {
 	ToolChoice    *ToolChoice     `json:"tool_choice,omitempty"`
 	Thinking      *Thinking       `json:"thinking,omitempty"`
 	Metadata      json.RawMessage `json:"metadata,omitempty"`
+	NumDraft      *int            `json:"num_draft,omitempty"` // mlxg's extension: options.num_draft
 }
 
 // MessageParam is one input message; Content is a string or a list of content blocks.

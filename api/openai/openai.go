@@ -138,6 +138,7 @@ type ChatCompletionRequest struct {
 	Reasoning           *Reasoning      `json:"reasoning"`
 	ReasoningEffort     *string         `json:"reasoning_effort"`
 	Logprobs            *bool           `json:"logprobs"`
+	NumDraft            *int            `json:"num_draft"` // mlxg's extension: options.num_draft
 	TopLogprobs         *int            `json:"top_logprobs"`
 }
 
@@ -227,7 +228,8 @@ type CompletionRequest struct {
 	FrequencyPenalty *float64        `json:"frequency_penalty"`
 	PresencePenalty  *float64        `json:"presence_penalty"`
 	Echo             bool            `json:"echo"`
-	Logprobs         *int            `json:"logprobs"` // how many alternatives per token (0 to 20); null: no logprobs
+	Logprobs         *int            `json:"logprobs"`  // how many alternatives per token (0 to 20); null: no logprobs
+	NumDraft         *int            `json:"num_draft"` // mlxg's extension: options.num_draft
 }
 
 // CompletionChoice is one completion.

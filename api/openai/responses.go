@@ -32,6 +32,7 @@ type ResponsesRequest struct {
 	Conversation       json.RawMessage  `json:"conversation,omitempty"`
 	Prompt             json.RawMessage  `json:"prompt,omitempty"`
 	StreamOptions      *json.RawMessage `json:"stream_options,omitempty"`
+	NumDraft           *int             `json:"num_draft,omitempty"` // mlxg's extension: options.num_draft
 }
 
 // ResponsesTool is a tool of a Responses request: a "function", or a "namespace" whose Tools are

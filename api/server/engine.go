@@ -316,7 +316,7 @@ func (m *engineModel) Generate(ctx context.Context, in GenerateInput, emit func(
 	}
 	st := GenerateStats{PromptTokens: res.PromptTokens, PromptEvalDuration: res.PromptDuration,
 		EvalTokens: res.EvalCount, EvalDuration: res.EvalDuration, DoneReason: res.DoneReason,
-		StopSequence: res.StopSequence}
+		StopSequence: res.StopSequence, NumDraft: o.NumDraft, DraftTokens: res.DraftTokens, DraftAccepted: res.DraftAccepted}
 	for _, id := range res.Context {
 		st.Context = append(st.Context, int(id))
 	}
@@ -488,5 +488,5 @@ func toRunnerOptions(o api.Options) runner.Options {
 	return runner.Options{NumCtx: o.NumCtx, NumBatch: o.NumBatch, NumKeep: o.NumKeep, NumPredict: o.NumPredict,
 		Temperature: o.Temperature, TopK: o.TopK, TopP: o.TopP, MinP: o.MinP, RepeatPenalty: o.RepeatPenalty,
 		RepeatLastN: o.RepeatLastN, PresencePenalty: o.PresencePenalty, FrequencyPenalty: o.FrequencyPenalty,
-		Seed: o.Seed, Stop: o.Stop}
+		Seed: o.Seed, Stop: o.Stop, NumDraft: o.NumDraft}
 }

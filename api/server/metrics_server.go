@@ -24,13 +24,17 @@ var (
 		Help: "Prompt evaluation time per request (time to first token, less loading).", Buckets: prometheus.ExponentialBuckets(0.01, 2.5, 12)}, []string{"model"})
 	decodeSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "mlxg_decode_seconds",
 		Help: "Generation time per request.", Buckets: prometheus.ExponentialBuckets(0.01, 2.5, 12)}, []string{"model"})
+	draftTokens = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mlxg_draft_tokens_total",
+		Help: "Tokens drafted by speculative decoding (prompt lookup)."}, []string{"model"})
+	draftAccepted = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mlxg_draft_accepted_tokens_total",
+		Help: "Drafted tokens the model kept (divided by mlxg_draft_tokens_total: the acceptance rate)."}, []string{"model"})
 	registerRequests sync.Once
 )
 
 // observeRequest counts one finished request.
 func observeRequest(model string, o *outcome, err error) {
 	registerRequests.Do(func() {
-		for _, c := range []prometheus.Collector{requestsTotal, promptTokens, generatedTokens, prefillSeconds, decodeSeconds} {
+		for _, c := range []prometheus.Collector{requestsTotal, promptTokens, generatedTokens, prefillSeconds, decodeSeconds, draftTokens, draftAccepted} {
 			prometheus.Register(c)
 		}
 	})
@@ -48,6 +52,10 @@ func observeRequest(model string, o *outcome, err error) {
 	generatedTokens.WithLabelValues(model).Add(float64(o.EvalTokens))
 	prefillSeconds.WithLabelValues(model).Observe(o.PromptEvalDuration.Seconds())
 	decodeSeconds.WithLabelValues(model).Observe(o.EvalDuration.Seconds())
+	if o.DraftTokens > 0 {
+		draftTokens.WithLabelValues(model).Add(float64(o.DraftTokens))
+		draftAccepted.WithLabelValues(model).Add(float64(o.DraftAccepted))
+	}
 }
 
 var (

@@ -108,6 +108,8 @@ type GenerateStats struct {
 	EvalDuration       time.Duration
 	DoneReason         string // "stop" (EOS or a stop string) or "length" (num_predict or the context)
 	StopSequence       string // the stop string that ended generation, "" when none did
+	// Speculative decoding: tokens drafted and kept (NumDraft: the request's num_draft, 0 off).
+	NumDraft, DraftTokens, DraftAccepted int
 	// Perf holds extra PERF log keys (KV cache hits, pressure...), printed in order.
 	Perf []any
 	// Context (with GenerateInput.WantContext) is the conversation as token ids, for a next request's context.

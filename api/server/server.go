@@ -25,6 +25,7 @@ import (
 	"github.com/mlxg/mlxg/api/anthropic"
 	"github.com/mlxg/mlxg/api/openai"
 	"github.com/mlxg/mlxg/registry"
+	"github.com/mlxg/mlxg/runner"
 	"github.com/mlxg/mlxg/runner/sched"
 )
 
@@ -40,12 +41,26 @@ type ServerConfig struct {
 	MaxBodyBytes int64
 	// ContextLength is the default num_ctx (default 4096).
 	ContextLength int
+	// NumDraft is the default num_draft, the most tokens speculative decoding drafts a step
+	// (MLXG_NUM_DRAFT): 0 means runner.DefaultNumDraft, negative turns it off.
+	NumDraft int
 	// Version is mlxg's version, which /api/version reports as "mlxg_version" ("version" is OllamaVersion).
 	Version string
 	Pull    registry.PullOptions
 	Logger  *slog.Logger
 	// NoDashboard turns off the web dashboard at /dashboard (MLXG_DASHBOARD=0); /api/status stays.
 	NoDashboard bool
+}
+
+// numDraft is the server's default num_draft.
+func (c ServerConfig) numDraft() int {
+	switch {
+	case c.NumDraft < 0:
+		return 0
+	case c.NumDraft == 0:
+		return runner.DefaultNumDraft
+	}
+	return c.NumDraft
 }
 
 // Server serves the Ollama and OpenAI APIs. Make it with NewServer.

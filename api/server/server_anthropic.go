@@ -228,7 +228,8 @@ func (s *Server) anthropicJob(req *anthropic.MessagesRequest) (*job, error) {
 	if req.TopK != nil && *req.TopK < 0 {
 		return nil, errorf(http.StatusBadRequest, "top_k must be 0 or more")
 	}
-	opts := map[string]any{"num_predict": float64(*req.MaxTokens)}
+	opts := draftOption(req.NumDraft)
+	opts["num_predict"] = float64(*req.MaxTokens)
 	if req.Temperature != nil {
 		opts["temperature"] = *req.Temperature
 	}

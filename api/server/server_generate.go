@@ -77,7 +77,8 @@ type outcome struct {
 
 func (o *outcome) metrics() api.Metrics {
 	return api.Metrics{TotalDuration: o.total, LoadDuration: o.ready, PromptEvalCount: o.PromptTokens,
-		PromptEvalDuration: o.PromptEvalDuration, EvalCount: o.EvalTokens, EvalDuration: o.EvalDuration}
+		PromptEvalDuration: o.PromptEvalDuration, EvalCount: o.EvalTokens, EvalDuration: o.EvalDuration,
+		DraftCount: o.DraftTokens, DraftAcceptedCount: o.DraftAccepted}
 }
 
 // newJob resolves the model and checks what can be checked before loading it.
@@ -96,6 +97,7 @@ func (s *Server) newJob(model string, options map[string]any, keepAlive *api.Dur
 	}
 	j.opts = api.DefaultOptions()
 	j.opts.NumCtx = s.cfg.ContextLength
+	j.opts.NumDraft = s.cfg.numDraft()
 	generationDefaults(&j.opts, j.info.Generation)
 	if err := modelOptions(&j.opts, lm); err != nil { // a Modelfile's PARAMETER lines (modelfile.go)
 		return nil, err
@@ -485,6 +487,9 @@ func (s *Server) perf(j *job, o *outcome, err error) {
 		j.name, o.PromptTokens, o.EvalTokens, o.PromptEvalDuration.Seconds(),
 		rate(o.PromptTokens, o.PromptEvalDuration), rate(o.EvalTokens, o.EvalDuration), o.EvalDuration.Seconds(),
 		o.load.Seconds(), o.total.Seconds())
+	if o.NumDraft > 0 {
+		fmt.Fprintf(&b, " draft_tok=%d draft_acc=%d draft_rate=%s", o.DraftTokens, o.DraftAccepted, acceptance(o.DraftTokens, o.DraftAccepted))
+	}
 	for i := 0; i+1 < len(o.Perf); i += 2 {
 		fmt.Fprintf(&b, " %v=%v", o.Perf[i], o.Perf[i+1])
 	}
@@ -498,6 +503,14 @@ func (s *Server) perf(j *job, o *outcome, err error) {
 	}
 	s.log.Info(b.String())
 	s.status.record(j.name, o, err, b.String()) // for /api/status (status.go)
+}
+
+// acceptance is the share of drafted tokens kept, as the PERF line prints it.
+func acceptance(drafted, kept int) string {
+	if drafted == 0 {
+		return "0"
+	}
+	return strconv.FormatFloat(float64(kept)/float64(drafted), 'f', 3, 64)
 }
 
 func randomID(n int) string {

@@ -70,8 +70,8 @@ func (s *sse) fail(err error) {
 }
 
 // oaiOptions gathers the sampling fields of an OpenAI request into Ollama's options.
-func oaiOptions(maxTokens, maxCompletion, seed *int, temperature, topP, freq, pres *float64, stop json.RawMessage) (map[string]any, error) {
-	opts := map[string]any{}
+func oaiOptions(maxTokens, maxCompletion, seed, numDraft *int, temperature, topP, freq, pres *float64, stop json.RawMessage) (map[string]any, error) {
+	opts := draftOption(numDraft)
 	if maxCompletion != nil {
 		maxTokens = maxCompletion
 	}
@@ -101,6 +101,16 @@ func oaiOptions(maxTokens, maxCompletion, seed *int, temperature, topP, freq, pr
 		opts["stop"] = list
 	}
 	return opts, nil
+}
+
+// draftOption starts a request's options with num_draft, which the OpenAI, Responses and
+// Anthropic routes take as a field of the request's top level (nil: not given).
+func draftOption(numDraft *int) map[string]any {
+	opts := map[string]any{}
+	if numDraft != nil {
+		opts["num_draft"] = float64(*numDraft)
+	}
+	return opts
 }
 
 func checkN(n *int) error {
@@ -265,7 +275,7 @@ func (s *Server) handleOpenAIChat(c *gin.Context) {
 		abortV1(c, err)
 		return
 	}
-	opts, err := oaiOptions(req.MaxTokens, req.MaxCompletionTokens, req.Seed, req.Temperature, req.TopP,
+	opts, err := oaiOptions(req.MaxTokens, req.MaxCompletionTokens, req.Seed, req.NumDraft, req.Temperature, req.TopP,
 		req.FrequencyPenalty, req.PresencePenalty, req.Stop)
 	if err != nil {
 		abortV1(c, err)
@@ -367,7 +377,7 @@ func (s *Server) handleOpenAICompletion(c *gin.Context) {
 		abortV1(c, errorf(http.StatusBadRequest, "prompt must be a string (or a list of one string)"))
 		return
 	}
-	opts, err := oaiOptions(req.MaxTokens, nil, req.Seed, req.Temperature, req.TopP, req.FrequencyPenalty, req.PresencePenalty, req.Stop)
+	opts, err := oaiOptions(req.MaxTokens, nil, req.Seed, req.NumDraft, req.Temperature, req.TopP, req.FrequencyPenalty, req.PresencePenalty, req.Stop)
 	if err != nil {
 		abortV1(c, err)
 		return

@@ -309,7 +309,7 @@ func (s *Server) responsesJob(req *openai.ResponsesRequest) (*job, []api.Message
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	opts := map[string]any{}
+	opts := draftOption(req.NumDraft)
 	if req.MaxOutputTokens != nil {
 		if *req.MaxOutputTokens < 1 {
 			return nil, nil, nil, errorf(http.StatusBadRequest, "max_output_tokens must be at least 1")

@@ -258,6 +258,14 @@ func printMetrics(w io.Writer, m api.Metrics) {
 	fmt.Fprintf(w, "eval count:           %d token(s)\n", m.EvalCount)
 	fmt.Fprintf(w, "eval duration:        %v\n", m.EvalDuration)
 	fmt.Fprintf(w, "eval rate:            %.2f tokens/s\n", rate(m.EvalCount, m.EvalDuration))
+	printDrafts(w, m.DraftCount, m.DraftAcceptedCount)
+}
+
+// printDrafts prints speculative decoding's counts, when it drafted.
+func printDrafts(w io.Writer, drafted, kept int) {
+	if drafted > 0 {
+		fmt.Fprintf(w, "draft tokens:         %d token(s), %d accepted (%.1f%%)\n", drafted, kept, 100*float64(kept)/float64(drafted))
+	}
 }
 
 const replHelp = `Available Commands:

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -47,6 +48,7 @@ func newRunCmd() *cobra.Command {
 		threads                    int
 		options                    []string
 		kv                         kvstore.Options
+		numDraft                   int
 	)
 	cmd := &cobra.Command{
 		Use:   "run MODEL [PROMPT]",
@@ -77,6 +79,12 @@ func newRunCmd() *cobra.Command {
 			fmtJSON, err := formatArg(format)
 			if err != nil {
 				return err
+			}
+			if numDraftGiven(cmd.Flags()) {
+				if err := checkNumDraft("--num-draft", numDraft); err != nil {
+					return err
+				}
+				options = append(options, "num_draft="+strconv.Itoa(numDraft))
 			}
 			if st, err := os.Stat(model); err == nil && st.IsDir() {
 				if interactive {
@@ -154,6 +162,7 @@ func newRunCmd() *cobra.Command {
 	f.BoolVar(&raw, "raw", false, "send the prompt without the chat template")
 	f.IntVar(&threads, "threads", 0, "CPU threads when MODEL is a directory run in-process (0: all cores)")
 	f.StringArrayVarP(&options, "option", "o", nil, "a generation option NAME=VALUE (Ollama's names; repeatable)")
+	registerDraftFlags(f, &numDraft, "this session's num_draft")
 	// The server's KV settings, for a directory run in this process (a server has its own).
 	kvFlags := pflag.NewFlagSet("kv", pflag.ContinueOnError)
 	registerKVFlags(kvFlags, &kv)
@@ -370,4 +379,5 @@ func printStats(w io.Writer, r *runner.Result, load, total time.Duration) {
 	fmt.Fprintf(w, "eval count:           %d token(s)\n", r.EvalCount)
 	fmt.Fprintf(w, "eval duration:        %v\n", r.EvalDuration)
 	fmt.Fprintf(w, "eval rate:            %.2f tokens/s\n", r.EvalRate())
+	printDrafts(w, r.DraftTokens, r.DraftAccepted)
 }

@@ -36,6 +36,7 @@ Environment variables:
                                         their decode steps run as one batched forward pass
   MLXG_MAX_QUEUE, OLLAMA_MAX_QUEUE    requests allowed to wait (default 512; more get 503)
   MLXG_CONTEXT_LENGTH, OLLAMA_CONTEXT_LENGTH  default num_ctx (default 4096)
+  MLXG_NUM_DRAFT                      default num_draft, as --num-draft (0: no speculative decoding)
   MLXG_MAX_MEMORY                     memory all loaded models may take (e.g. "24GiB"; default 90% of RAM)
   MLXG_LOG_FORMAT                     "text" (default) or "json"
   MLXG_DEBUG                          1 logs at debug level
@@ -50,6 +51,7 @@ func newServeCmd() *cobra.Command {
 	var threads int
 	var grace time.Duration
 	var hostfile string
+	var numDraft int
 	cmd := &cobra.Command{
 		Use:     "serve",
 		Aliases: []string{"start"},
@@ -57,13 +59,18 @@ func newServeCmd() *cobra.Command {
 		Long:    serveHelp + "\n" + clusterEnvHelp,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return serve(cmd.Context(), cmd.ErrOrStderr(), &kv, &pc, threads, grace, hostfileFrom(hostfile))
+			draft, err := serveNumDraft(cmd.Flags(), numDraft, os.Getenv)
+			if err != nil {
+				return err
+			}
+			return serve(cmd.Context(), cmd.ErrOrStderr(), &kv, &pc, threads, grace, hostfileFrom(hostfile), draft)
 		},
 	}
 	registerKVFlags(cmd.Flags(), &kv)
 	registerPrefixFlags(cmd.Flags(), &pc)
 	cmd.Flags().IntVar(&threads, "threads", 0, "CPU threads per model (0: all cores)")
 	cmd.Flags().DurationVar(&grace, "shutdown-grace", 10*time.Second, "time requests in flight get to finish on shutdown")
+	registerDraftFlags(cmd.Flags(), &numDraft, "default")
 	cmd.Flags().StringVar(&hostfile, "hostfile", "", "MLX hostfile: serve models split over these machines (rank 0 here, \"mlxg worker\" on the others)")
 	return cmd
 }
@@ -94,7 +101,7 @@ func envFirst(keys ...string) (string, string) {
 	return keys[0], ""
 }
 
-func serve(ctx context.Context, logw io.Writer, kv *kvstore.Options, pc *kvstore.PrefixOptions, threads int, grace time.Duration, hostfile string) error {
+func serve(ctx context.Context, logw io.Writer, kv *kvstore.Options, pc *kvstore.PrefixOptions, threads int, grace time.Duration, hostfile string, numDraft int) error {
 	log, err := newLogger(logw)
 	if err != nil {
 		return err
@@ -165,6 +172,7 @@ func serve(ctx context.Context, logw io.Writer, kv *kvstore.Options, pc *kvstore
 		Sched:         sc,
 		Origins:       server.OriginsFromEnv(os.Getenv),
 		ContextLength: ctxLen,
+		NumDraft:      numDraft,
 		Version:       version,
 		Logger:        log,
 		NoDashboard:   envOff("MLXG_DASHBOARD"),

@@ -141,6 +141,27 @@ func (m *Model) Forward(ctx context.Context, tokens []int32, caches []kvstore.La
 	if m.exec != nil {
 		return m.exec.Forward(ctx, tokens, caches, all)
 	}
+	return m.forward(ctx, tokens, caches, all, false)
+}
+
+// ForwardRows runs tokens and returns every position's logits, each row computed as a
+// pass of that one token at its position computes it, on a backend whose arithmetic
+// depends on a pass's row count (the CPU backend, bit for bit; MLX within its batching
+// tolerance): products per row (compute.BatchContext.Segments of one row each) and
+// attention per row (kvstore.SetExactRows). Speculative decoding verifies drafted tokens
+// with it, so that what it keeps is what decoding one token at a time gives. A model split
+// over machines has none (Verifies).
+func (m *Model) ForwardRows(ctx context.Context, tokens []int32, caches []kvstore.Layer) ([]float32, error) {
+	if m.exec != nil {
+		return nil, fmt.Errorf("model: a model split over machines runs no verification passes")
+	}
+	return m.forward(ctx, tokens, caches, true, len(tokens) > 1)
+}
+
+// Verifies reports whether ForwardRows runs: not on a model split over machines.
+func (m *Model) Verifies() bool { return m.exec == nil }
+
+func (m *Model) forward(ctx context.Context, tokens []int32, caches []kvstore.Layer, all, exact bool) ([]float32, error) {
 	if len(tokens) == 0 {
 		return nil, fmt.Errorf("model: Forward with no tokens")
 	}
@@ -161,6 +182,17 @@ func (m *Model) Forward(ctx context.Context, tokens []int32, caches []kvstore.La
 	}
 	c := m.backend.NewContext()
 	defer c.Close()
+	if exact {
+		if bc, ok := compute.Ext[compute.BatchContext](c); ok {
+			ones := make([]int, len(tokens))
+			for i := range ones {
+				ones[i] = 1
+			}
+			bc.Segments(ones)
+		}
+		kvstore.SetExactRows(caches, true)
+		defer kvstore.SetExactRows(caches, false)
+	}
 	logits, err := c.Float32s(m.net.Forward(&cancellable{Context: c, ctx: ctx}, tokens, caches, !all))
 	if ctx.Err() != nil {
 		err = ctx.Err() // whatever the stopped ops reported

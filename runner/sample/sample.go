@@ -140,18 +140,7 @@ func (s *Sampler) Sample(logits []float32) (int32, error) {
 		return best.id, nil
 	}
 
-	var ts []token
-	if k := s.opts.TopK; k > 0 && k < len(logits) {
-		ts = s.topKLogits(logits, pen, k)
-	} else {
-		ts = s.tokens(logits, pen)
-		ts = topK(ts, s.opts.TopK)
-	}
-	temperature(ts, s.opts.Temperature)
-	softmax(ts)
-	ts = topP(ts, s.opts.TopP)
-	ts = minP(ts, s.opts.MinP)
-
+	ts := s.dist(logits, pen)
 	var sum float32
 	for i := range ts {
 		sum += ts[i].value
@@ -168,6 +157,176 @@ func (s *Sampler) Sample(logits []float32) (int32, error) {
 		return 1
 	})
 	return ts[min(i, len(ts)-1)].id, nil
+}
+
+// dist is the sampling distribution over logits with pen's penalized values in place:
+// the tokens top_k, top_p and min_p keep, with their probabilities (not renormalised
+// after top_p and min_p), highest first.
+func (s *Sampler) dist(logits []float32, pen []token) []token {
+	var ts []token
+	if k := s.opts.TopK; k > 0 && k < len(logits) {
+		ts = s.topKLogits(logits, pen, k)
+	} else {
+		ts = s.tokens(logits, pen)
+		ts = topK(ts, s.opts.TopK)
+	}
+	temperature(ts, s.opts.Temperature)
+	softmax(ts)
+	ts = topP(ts, s.opts.TopP)
+	return minP(ts, s.opts.MinP)
+}
+
+// SampleDraft decides a drafted token at the position whose logits are given, so that the
+// token returned is distributed as Sample's (speculative sampling with a draft that is a
+// point mass on draft, as prompt lookup's is): greedy, it is the highest token, which
+// accepts the draft when they are the same; sampling, the draft is accepted with its
+// probability p(draft), and otherwise a token is drawn from the distribution with the
+// draft removed and the rest renormalised. P(t) = p(d)·[t=d] + (1-p(d))·p(t)/(1-p(d))·[t≠d]
+// = p(t). It does not record the token: call Accept with it.
+func (s *Sampler) SampleDraft(logits []float32, draft int32) (id int32, accepted bool, err error) {
+	if s.opts.Temperature == 0 {
+		id, err = s.Sample(logits)
+		return id, err == nil && id == draft, err
+	}
+	if len(logits) == 0 {
+		return -1, false, errors.New("sample: no logits")
+	}
+	ts := s.dist(logits, s.penalties(logits))
+	var sum, pd float32
+	for _, t := range ts {
+		sum += t.value
+		if t.id == draft {
+			pd = t.value
+		}
+	}
+	if math.IsNaN(float64(sum)) || sum <= 0 {
+		return -1, false, errors.New("sample: probabilities sum to NaN or 0; the model produced no usable output")
+	}
+	if pd > 0 && s.rng.Float32()*sum < pd {
+		return draft, true, nil
+	}
+	rest := sum - pd
+	if rest <= 0 {
+		return draft, true, nil // only the draft has mass (rounding)
+	}
+	r := s.rng.Float32() * rest
+	var acc float32
+	last := int32(-1)
+	for _, t := range ts {
+		if t.id == draft {
+			continue
+		}
+		acc += t.value
+		last = t.id
+		if r < acc {
+			return t.id, false, nil
+		}
+	}
+	return last, false, nil // rounding left r at the top of the mass
+}
+
+// TokenProb is a token and its probability.
+type TokenProb struct {
+	ID   int32
+	Prob float64
+}
+
+// Distribution returns the distribution Sample draws from: the tokens the filters keep,
+// with their probabilities renormalised, likeliest first (at temperature 0, the argmax
+// with probability 1). A draft model's sampler gives it for SampleDraftFrom.
+func (s *Sampler) Distribution(logits []float32) ([]TokenProb, error) {
+	if len(logits) == 0 {
+		return nil, errors.New("sample: no logits")
+	}
+	pen := s.penalties(logits)
+	if s.opts.Temperature == 0 {
+		best := greedy(logits, pen)
+		if math.IsNaN(float64(best.value)) {
+			return nil, errors.New("sample: logits are NaN; the model produced no usable output")
+		}
+		return []TokenProb{{best.id, 1}}, nil
+	}
+	ts := s.dist(logits, pen)
+	var sum float64
+	for _, t := range ts {
+		sum += float64(t.value)
+	}
+	if math.IsNaN(sum) || sum <= 0 {
+		return nil, errors.New("sample: probabilities sum to NaN or 0; the model produced no usable output")
+	}
+	out := make([]TokenProb, len(ts))
+	for i, t := range ts {
+		out[i] = TokenProb{t.id, float64(t.value) / sum}
+	}
+	return out, nil
+}
+
+// Draw returns a token drawn from q (a Distribution).
+func (s *Sampler) Draw(q []TokenProb) int32 {
+	var sum float64
+	for _, t := range q {
+		sum += t.Prob
+	}
+	r := float64(s.rng.Float32()) * sum
+	var acc float64
+	for _, t := range q {
+		acc += t.Prob
+		if r < acc {
+			return t.ID
+		}
+	}
+	return q[len(q)-1].ID
+}
+
+// SampleDraftFrom decides a token a draft model drafted from its distribution q (the draft
+// sampler's Distribution, which the draft was drawn from), so that the token returned is
+// distributed as Sample's p: the draft is kept with probability min(1, p(d)/q(d)), and
+// otherwise a token is drawn from max(0, p−q) renormalised (speculative sampling). At
+// temperature 0 it is SampleDraft's rule: the argmax, keeping a draft that is it. It does
+// not record the token: call Accept with it.
+func (s *Sampler) SampleDraftFrom(logits []float32, draft int32, q []TokenProb) (id int32, accepted bool, err error) {
+	if s.opts.Temperature == 0 {
+		return s.SampleDraft(logits, draft)
+	}
+	p, err := s.Distribution(logits)
+	if err != nil {
+		return -1, false, err
+	}
+	qOf := make(map[int32]float64, len(q))
+	for _, t := range q {
+		qOf[t.ID] += t.Prob
+	}
+	var pd float64
+	for _, t := range p {
+		if t.ID == draft {
+			pd = t.Prob
+		}
+	}
+	if qd := qOf[draft]; qd > 0 && float64(s.rng.Float32())*qd < pd {
+		return draft, true, nil // u < p/q, with u·q < p so that p >= q always keeps it
+	}
+	var rest float64
+	for _, t := range p {
+		rest += max(0, t.Prob-qOf[t.ID])
+	}
+	if rest <= 0 {
+		return draft, pd > 0, nil // p = q up to rounding: the draft is p's own draw
+	}
+	r := float64(s.rng.Float32()) * rest
+	var acc float64
+	last := int32(-1)
+	for _, t := range p {
+		w := max(0, t.Prob-qOf[t.ID])
+		if w == 0 {
+			continue
+		}
+		acc += w
+		last = t.ID
+		if r < acc {
+			return t.ID, false, nil
+		}
+	}
+	return last, false, nil
 }
 
 // tokens returns every token with its logit, penalized where pen says, in s.buf.

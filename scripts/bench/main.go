@@ -94,13 +94,18 @@ func run() error {
 		repo      = flag.String("repo", ".", "the mlxg source tree to build mlxg from")
 		noPrefix  = flag.Bool("no-prefix", false, "skip the prefix-cache scenarios")
 		streams   = flag.String("streams", "", "instead of the usual scenarios, the continuous-batching one (streams.go) at these concurrent stream counts, e.g. 1,2,4,8")
-		int8      = flag.Bool("int8", false, "with --streams: also measure mlxg with MLXG_CPU_INT8=1 (8-bit inputs to every decode product; the plain mlxg server has 0, float) in the same run; with --quality: the 8-bit inputs' quality against float instead of the KV layouts'")
+		int8      = flag.Bool("int8", false, "with --streams: also measure mlxg with MLXG_CPU_INT8=1 (8-bit inputs to every decode product; the plain mlxg server has 0, float) in the same run; with --quality: the 8-bit inputs' quality against float instead of the KV layouts'; with --spec: the CPU backend with them")
 		qual      = flag.Bool("quality", false, "instead of the usual scenarios, the quality one (quality.go): per KV layout, teacher-forced top-1 agreement, KL and perplexity against an fp16 cache on held-out text, in process")
 		qModels   = flag.String("quality-models", "", "with --quality: the models, qwen3-tiny and/or the --shape (default both)")
 		qCtx      = flag.String("quality-ctx", "512,2048,4096", "with --quality: the context lengths measured, multiples of 64")
 		qRestore  = flag.Int("quality-restore", 256, "with --quality: tokens restored from the SSD prefix tier before scoring the rest of the shortest context against the live cache (0: skip)")
 		qInt8Ctx  = flag.Int("quality-int8-tokens", 2048, "with --quality --int8: positions scored, one token at a time")
 		layouts   layoutFlags
+		spec      = flag.Bool("spec", false, "instead of the usual scenarios, the speculative decoding one (spec.go): prompt lookup against plain decoding, in this process")
+		specModel = flag.String("spec-model", "", "with --spec: the checkpoint (default $MLXG_SHARED/models/qwen3-tiny)")
+		specBack  = flag.String("spec-backends", "", "with --spec: backends, e.g. cpu,mlx (default cpu, and mlx when MLXG_MLXC_PATH is set)")
+		numDraft  = flag.Int("num-draft", 8, "with --spec: num_draft of the lookup runs")
+		specBits  = flag.String("spec-bits", "0,4", "with --spec: weights, 0 as stored and/or MLX 4 or 8 bits (converted into the cache)")
 	)
 	flag.Var(&layouts, "layout", `with --quality: one more KV layout, as KV settings named like the flags, e.g. "kv-bits=8/6" or "kv-bits=8/4 kv-group-size=64/16 kv-boundary-layers=0" (repeatable)`)
 	flag.StringVar(&cfg.Cache, "cache", filepath.Join(home, ".cache", "mlxg-bench"), "directory for the peer build, models and results")
@@ -222,6 +227,26 @@ func run() error {
 			*out = filepath.Join(cfg.Cache, "results", "quality-"+time.Now().UTC().Format("20060102-150405")+".json")
 		}
 		return runQuality(ctx, qc, *repo, *out)
+	}
+	if *spec {
+		c := SpecConfig{Model: *specModel, Cache: cfg.Cache, Threads: cfg.Threads, Repeats: 3, Decode: 128, NumDraft: *numDraft, Int8: *int8}
+		for f := range strings.SplitSeq(*specBits, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n != 0 && n != 4 && n != 8 {
+				return fmt.Errorf("--spec-bits %q: want 0, 4 or 8, comma-separated", *specBits)
+			}
+			c.Bits = append(c.Bits, n)
+		}
+		if set["repeats"] {
+			c.Repeats = cfg.Repeats
+		}
+		if set["decode"] {
+			c.Decode = cfg.Decode
+		}
+		if *specBack != "" {
+			c.Backends = strings.Split(*specBack, ",")
+		}
+		return runSpec(ctx, c, *out)
 	}
 	if *streams != "" {
 		sc, err := streamConfig(cfg, *streams, set)
