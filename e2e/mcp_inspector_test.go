@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -117,5 +118,22 @@ func TestMCPInspector(t *testing.T) {
 				t.Fatalf("prompts/get: %v %s", err, out)
 			}
 		})
+	}
+}
+
+// TestClaudeMCP registers mlxg with Claude Code as its docs say (`claude mcp add mlxg -- mlxg mcp`) and asks
+// Claude Code for its MCP servers' health: it starts `mlxg mcp` and must find it connected.
+func TestClaudeMCP(t *testing.T) {
+	claude := agentBin(t, "claude")
+	s := startTiny(t)
+	home, work := t.TempDir(), t.TempDir()
+	env := claudeEnv(home, s.base)
+	env = append(env, "MLXG_HOST="+strings.TrimPrefix(s.base, "http://"))
+	if out, errOut, err := runClient(t, time.Minute, work, env, "", claude, "mcp", "add", "mlxg", "--", s.bin, "mcp"); err != nil {
+		t.Fatalf("claude mcp add: %v\n%s\n%s", err, out, errOut)
+	}
+	out, errOut, err := runClient(t, 2*time.Minute, work, env, "", claude, "mcp", "list")
+	if err != nil || !regexp.MustCompile(`(?m)^mlxg: .*Connected`).MatchString(out) {
+		t.Fatalf("claude mcp list: %v\nstdout:\n%s\nstderr:\n%s", err, out, errOut)
 	}
 }
