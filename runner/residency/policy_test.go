@@ -2,8 +2,8 @@ package residency
 
 import (
 	"math"
-	"os"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"testing"
 )
