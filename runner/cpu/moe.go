@@ -5,6 +5,7 @@ import (
 
 	"github.com/mlxg/mlxg/internal/quant"
 	"github.com/mlxg/mlxg/runner/compute"
+	"github.com/mlxg/mlxg/runner/residency"
 )
 
 // expert returns a view of rows e*rows .. (e+1)*rows-1 of a stacked expert matrix,
@@ -24,6 +25,10 @@ func (w *weight) expert(e, rows int) *weight {
 	}
 	return v
 }
+
+// streamWindow is how many of a layer's picked experts are read ahead of the one the
+// product waits for, when they are streamed: enough to keep the manager's readers busy.
+const streamWindow = 4
 
 // MoE implements compute.MoEContext. Tokens are grouped by expert, so each picked
 // expert's weights are read once per call, and experts nobody picked are not read.
@@ -66,10 +71,43 @@ func (c *context) MoE(x, router compute.Tensor, gate, up, down compute.Weight, e
 		bufs = append(bufs, buf)
 		return buf
 	}
+	grp := streamGroup(g, u, d)
+	var picked []int // with streamed experts: those to read, in order
+	if grp != nil {
+		for e, picks := range byExpert {
+			if len(picks) > 0 {
+				picked = append(picked, e)
+			}
+		}
+		grp.begin(picked)
+		last, _ := r.Select(rl.data[(T-1)*experts : T*experts])
+		defer grp.end(last)
+		ids := make([]int, len(picked))
+		for i, e := range picked {
+			ids[i] = grp.units[e]
+		}
+		grp.st.mgr.Want(ids[:min(streamWindow, len(ids))]...)
+	}
+	next := 0 // the index in picked of the next streamed expert
 	for e, picks := range byExpert {
 		n := len(picks)
 		if n == 0 {
 			continue
+		}
+		var ge, ue, de *weight
+		var held residency.Handle
+		if grp != nil {
+			if j := next + streamWindow; j < len(picked) {
+				grp.st.mgr.Want(grp.units[picked[j]])
+			}
+			next++
+			var err error
+			if held, err = grp.st.mgr.Acquire(grp.units[e]); err != nil {
+				return c.fail("MoE: %v", err)
+			}
+			ge, ue, de = g.fromUnit(held), u.fromUnit(held), d.fromUnit(held)
+		} else {
+			ge, ue, de = g.expert(e, inter), u.expert(e, inter), d.expert(e, hidden)
 		}
 		xe := get(n * in)
 		var bySeg []int // in a batched pass, the picks of each sequence (batch.go)
@@ -83,10 +121,13 @@ func (c *context) MoE(x, router compute.Tensor, gate, up, down compute.Weight, e
 			}
 		}
 		h, hu, y := get(n*inter), get(n*inter), get(n*hidden)
-		c.moeLinear(h, xe, n, g.expert(e, inter), bySeg)
-		c.moeLinear(hu, xe, n, u.expert(e, inter), bySeg)
+		c.moeLinear(h, xe, n, ge, bySeg)
+		c.moeLinear(hu, xe, n, ue, bySeg)
 		quant.SwiGLU(h, h, hu)
-		c.moeLinear(y, h, n, d.expert(e, hidden), bySeg)
+		c.moeLinear(y, h, n, de, bySeg)
+		if grp != nil {
+			held.Release()
+		}
 		for i, p := range picks {
 			o := out.data[p.token*hidden : (p.token+1)*hidden]
 			for j, v := range y[i*hidden : (i+1)*hidden] {

@@ -64,6 +64,10 @@ type Stats struct {
 	Evictions      int64
 	PrefetchIssued int64 // units read ahead of a use
 	PrefetchUseful int64 // of those, units acquired before being evicted
+	// Predicted and PredictedRight count the guesses of what a pass would use (the
+	// previous token's experts at a layer) and those it did use, read ahead or not.
+	Predicted, PredictedRight int64
+	Streamed                  int64 // file bytes of every unit
 }
 
 // HitRate is Hits / (Hits + Misses), 0 with no use.
@@ -72,6 +76,14 @@ func (s Stats) HitRate() float64 {
 		return 0
 	}
 	return float64(s.Hits) / float64(s.Hits+s.Misses)
+}
+
+// PredictionAccuracy is PredictedRight / Predicted, 0 with no guess.
+func (s Stats) PredictionAccuracy() float64 {
+	if s.Predicted == 0 {
+		return 0
+	}
+	return float64(s.PredictedRight) / float64(s.Predicted)
 }
 
 // PrefetchAccuracy is PrefetchUseful / PrefetchIssued, 0 with none issued.
@@ -169,6 +181,9 @@ func (m *Manager) Add(segs []Segment) (int, error) {
 		}
 	}
 	m.units = append(m.units, u)
+	for _, s := range segs {
+		m.stats.Streamed += s.Len
+	}
 	m.stats.Units++
 	m.stats.Total += int64(u.size)
 	return len(m.units) - 1, nil
@@ -278,6 +293,35 @@ func (m *Manager) Acquire(id int) (Handle, error) {
 		return Handle{}, err
 	}
 	return Handle{m: m, u: u}, nil
+}
+
+// NotePrediction counts guesses of the units a pass would use, and the right ones.
+func (m *Manager) NotePrediction(guessed, right int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.stats.Predicted += int64(guessed)
+	m.stats.PredictedRight += int64(right)
+}
+
+// Want starts reading the units not in memory that a pass is about to acquire, in
+// order, ahead of any read-ahead; they count as recently used, so that the reads of the
+// ones after them do not evict them first.
+func (m *Manager) Want(ids ...int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return
+	}
+	for _, id := range ids {
+		u := m.units[id]
+		switch u.state {
+		case absent:
+			u.score.last = m.tick
+			m.startLocked(u, false)
+		case loading:
+			m.promoteLocked(u)
+		}
+	}
 }
 
 // Prefetch starts reading the units not in memory, behind any reads a pass waits for.
