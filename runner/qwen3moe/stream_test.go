@@ -8,6 +8,7 @@ import (
 
 	"github.com/mlxg/mlxg/registry/create"
 	"github.com/mlxg/mlxg/registry/randmodel"
+	"github.com/mlxg/mlxg/runner"
 	"github.com/mlxg/mlxg/runner/cpu"
 	"github.com/mlxg/mlxg/runner/model"
 	"github.com/mlxg/mlxg/runner/model/modeltest"
@@ -100,5 +101,44 @@ func TestStreamedExpertsExact(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+	}
+}
+
+// TestEngineWeightBudget: runner.LoadModel with a weight budget streams the experts and
+// generates the same tokens as the mapped model.
+func TestEngineWeightBudget(t *testing.T) {
+	dir := t.TempDir()
+	hf, out := filepath.Join(dir, "hf"), filepath.Join(dir, "mlx")
+	if err := randmodel.Generate(hf, randmodel.TinyMoE(256), randmodel.Options{Seed: 6}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := create.Convert(context.Background(), hf, out, create.Options{Bits: 4, GroupSize: 32}); err != nil {
+		t.Fatal(err)
+	}
+	gen := func(budget int64) ([]int32, *runner.Engine) {
+		e, err := runner.LoadModel(out, runner.LoadOptions{Threads: 2, WeightBudget: budget, StreamPolicy: residency.LRU})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := runner.DefaultOptions()
+		o.NumPredict, o.Temperature = 16, 0
+		res, err := e.GenerateTokens(context.Background(), modeltest.Tokens(2, 7), o, func(int32) (bool, error) { return false, nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Tokens, e
+	}
+	want, plain := gen(0)
+	defer plain.Close()
+	if plain.Model.Residency() != nil {
+		t.Fatal("a model without a budget streams")
+	}
+	got, e := gen(1) // below the pinned weights: only the experts in use stay
+	defer e.Close()
+	if !slices.Equal(got, want) {
+		t.Fatalf("streamed tokens %v, mapped %v", got, want)
+	}
+	if s := e.Model.Residency().Stats(); s.Misses == 0 || s.Units != 16 {
+		t.Errorf("stats %+v", s)
 	}
 }
