@@ -295,6 +295,13 @@ func (m *Manager) Acquire(id int) (Handle, error) {
 	return Handle{m: m, u: u}, nil
 }
 
+// Resident reports whether unit id is in memory now (not being read).
+func (m *Manager) Resident(id int) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.units[id].state == ready
+}
+
 // NotePrediction counts guesses of the units a pass would use, and the right ones.
 func (m *Manager) NotePrediction(guessed, right int) {
 	m.mu.Lock()
