@@ -138,10 +138,11 @@ func LoadModel(dir string, o LoadOptions) (*Engine, error) {
 		res := residency.New(residency.Options{Budget: o.WeightBudget, Policy: o.StreamPolicy})
 		if m, err = model.LoadWith(dir, backend, model.LoadConfig{Residency: res}); err != nil {
 			res.Close()
-		} else if st := res.Stats(); st.Units == 0 {
+		} else if m.Residency() == nil {
 			log.Warn("weight streaming asked for, but this model has no weights the backend streams: all are mapped",
 				"dir", dir, "backend", backend.Name())
 		} else {
+			st := res.Stats()
 			log.Info("streaming experts", "dir", dir, "budget", o.WeightBudget, "pinned", st.Pinned, "streamed", st.Streamed,
 				"units", st.Units, "policy", o.StreamPolicy)
 		}

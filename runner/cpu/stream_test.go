@@ -66,3 +66,28 @@ func TestStreamedOrders(t *testing.T) {
 		m.Close()
 	}
 }
+
+// TestStreamDense: a dense model given a residency manager has nothing to stream and
+// runs from the mapping, without the manager.
+func TestStreamDense(t *testing.T) {
+	dir := t.TempDir()
+	hf, out := filepath.Join(dir, "hf"), filepath.Join(dir, "mlx")
+	if err := randmodel.Generate(hf, randmodel.Tiny("qwen3", 256), randmodel.Options{Seed: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := create.Convert(stdctx.Background(), hf, out, create.Options{Bits: 4, GroupSize: 32}); err != nil {
+		t.Fatal(err)
+	}
+	res := residency.New(residency.Options{Budget: 1})
+	m, err := model.LoadWith(out, New(2), model.LoadConfig{Residency: res})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if m.Residency() != nil {
+		t.Fatal("a dense model kept its residency manager")
+	}
+	if _, err := res.Acquire(0); err == nil {
+		t.Fatal("the unused manager was not closed")
+	}
+}

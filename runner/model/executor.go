@@ -65,7 +65,8 @@ type LoadConfig struct {
 	// Executor, when set, makes the part's Executor once its network is built.
 	Executor func(m *Model) (Executor, error)
 	// Residency, when set, streams the model's experts through the manager (a backend
-	// that can reads them from it instead of the mapping); the model closes it.
+	// that can reads them from it instead of the mapping); the model closes it, at once
+	// when the backend bound nothing to it (Model.Residency is then nil).
 	Residency *residency.Manager
 }
 

@@ -117,7 +117,13 @@ func load(dir string, backend compute.Backend, skip func(*Loader, string) bool, 
 		return nil, fmt.Errorf("loading %s (%s): %w", dir, cfg.ModelType, err)
 	}
 	m := &Model{Config: cfg, Dir: dir, backend: backend, ckpt: ckpt, net: net, bytes: boundBytes(l, skip), res: res}
-	if res != nil {
+	if res != nil && res.Stats().Units == 0 {
+		// Nothing to stream (a dense model, or a backend that maps every weight): the
+		// model runs from the mapping.
+		forgetStream(backend, res)
+		res.Close()
+		m.res = nil
+	} else if res != nil {
 		// What the backend did not bind to units is read through the mapping on every
 		// pass: it counts against the budget first.
 		res.Pin(m.bytes - res.Stats().Streamed)
