@@ -114,6 +114,9 @@ type unit struct {
 	score score
 	// prefetched: read ahead and not acquired since.
 	prefetched bool
+	// wanted: read for a pass that asked for it (Want) and has not acquired it yet; its
+	// Acquire is a miss even when the read is over by then.
+	wanted bool
 }
 
 // Manager is a weight residency manager. Its methods are safe for concurrent use.
@@ -265,11 +268,12 @@ func (m *Manager) Acquire(id int) (Handle, error) {
 	u := m.units[id]
 	m.tick++
 	m.scorer.touch(&u.score, m.tick)
-	if u.state == ready {
+	if u.state == ready && !u.wanted {
 		m.stats.Hits++
 	} else {
 		m.stats.Misses++
 	}
+	u.wanted = false
 	if u.prefetched {
 		u.prefetched = false
 		m.stats.PrefetchUseful++
@@ -324,6 +328,7 @@ func (m *Manager) Want(ids ...int) {
 		switch u.state {
 		case absent:
 			u.score.last = m.tick
+			u.wanted = true
 			m.startLocked(u, false)
 		case loading:
 			m.promoteLocked(u)
@@ -451,6 +456,7 @@ func (m *Manager) evictLocked(extra int64) {
 func (m *Manager) dropLocked(v *unit) {
 	m.stats.Evictions++
 	m.resident -= int64(v.size)
+	v.wanted = false
 	if v.prefetched {
 		v.prefetched = false
 	}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 )
 
 // testFile writes n random bytes and returns the path and the bytes.
@@ -187,5 +188,25 @@ func TestBadFile(t *testing.T) {
 	}
 	if _, err := m.Add([]Segment{{filepath.Join(t.TempDir(), "missing"), 0, 1}}); err == nil {
 		t.Fatal("a missing file was accepted")
+	}
+}
+
+// TestWantIsAMiss: a unit read because a pass asked for it counts as a miss when the
+// pass acquires it, even if the read is over by then.
+func TestWantIsAMiss(t *testing.T) {
+	path, _ := testFile(t, 1<<12)
+	m := New(Options{Budget: 1 << 20})
+	defer m.Close()
+	m.Add([]Segment{{path, 0, 100}})
+	m.Want(0)
+	for !m.Resident(0) {
+		time.Sleep(time.Millisecond)
+	}
+	h, _ := m.Acquire(0)
+	h.Release()
+	h, _ = m.Acquire(0)
+	h.Release()
+	if s := m.Stats(); s.Misses != 1 || s.Hits != 1 {
+		t.Errorf("stats %+v, want one miss then one hit", s)
 	}
 }
