@@ -143,6 +143,20 @@ type ProcessModelResponse struct {
 	PeakSize      int64         `json:"size_peak,omitempty"` // the predicted peak the scheduler budgets
 	Batch         *ProcessBatch `json:"batch,omitempty"`     // the continuous batch, when the model batches
 	Ranks         []ProcessRank `json:"ranks,omitempty"`     // the machines a model split over several runs on
+	// Streaming is the weight residency of a model loaded in streaming mode (experts read from
+	// the checkpoint through a RAM cache); nil when all its weights are mapped.
+	Streaming *ProcessStreaming `json:"streaming,omitempty"`
+}
+
+// ProcessStreaming is a model's weight residency in /api/ps (an mlxg extension).
+type ProcessStreaming struct {
+	Resident  int64   `json:"resident"`   // bytes of weights in memory: the pinned ones and the cached experts
+	Weights   int64   `json:"weights"`    // bytes of all the weights
+	Budget    int64   `json:"budget"`     // the most bytes of weights kept in memory now
+	Hits      int64   `json:"hits"`       // expert reads served from memory
+	Misses    int64   `json:"misses"`     // expert reads from the checkpoint
+	BytesRead int64   `json:"bytes_read"` // bytes read from the checkpoint since the load
+	HitRate   float64 `json:"hit_rate"`
 }
 
 // ProcessRank is one rank of a model split over several machines, in /api/ps (an mlxg extension).

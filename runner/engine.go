@@ -19,6 +19,7 @@ import (
 	"github.com/mlxg/mlxg/runner/model"
 	_ "github.com/mlxg/mlxg/runner/model/all" // every architecture
 	"github.com/mlxg/mlxg/runner/pipeline"
+	"github.com/mlxg/mlxg/runner/residency"
 	"github.com/mlxg/mlxg/runner/sample"
 	"github.com/mlxg/mlxg/runner/template"
 	"github.com/mlxg/mlxg/runner/tokenizer"
@@ -47,6 +48,13 @@ type LoadOptions struct {
 	// Pipeline, when set, loads the model split over the leader's machines: this
 	// process runs rank 0's layers and the generation loop. Nil: the whole model here.
 	Pipeline *pipeline.Leader
+	// WeightBudget, when positive, streams the model's mixture-of-experts weights through
+	// a residency manager (runner/residency) holding at most this many bytes of weights
+	// in memory, the non-expert weights counted first; the rest is read from the
+	// checkpoint's files as the router picks it. StreamPolicy is its eviction policy.
+	// Ignored with Pipeline.
+	WeightBudget int64
+	StreamPolicy residency.Policy
 }
 
 // FP32Cache is a KVCache that keeps keys and values in float32 (reference tests).
@@ -124,9 +132,22 @@ func LoadModel(dir string, o LoadOptions) (*Engine, error) {
 	start := time.Now()
 	var m *model.Model
 	var err error
-	if o.Pipeline != nil {
+	switch {
+	case o.Pipeline != nil:
 		m, err = o.Pipeline.Load(dir, backend)
-	} else {
+	case o.WeightBudget > 0:
+		res := residency.New(residency.Options{Budget: o.WeightBudget, Policy: o.StreamPolicy})
+		if m, err = model.LoadWith(dir, backend, model.LoadConfig{Residency: res}); err != nil {
+			res.Close()
+		} else if m.Residency() == nil {
+			log.Warn("weight streaming asked for, but this model has no weights the backend streams: all are mapped",
+				"dir", dir, "backend", backend.Name())
+		} else {
+			st := res.Stats()
+			log.Info("streaming experts", "dir", dir, "budget", o.WeightBudget, "pinned", st.Pinned, "streamed", st.Streamed,
+				"units", st.Units, "policy", o.StreamPolicy)
+		}
+	default:
 		m, err = model.Load(dir, backend)
 	}
 	if err != nil {

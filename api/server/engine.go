@@ -26,6 +26,7 @@ import (
 	"github.com/mlxg/mlxg/runner/cpu"
 	"github.com/mlxg/mlxg/runner/model"
 	"github.com/mlxg/mlxg/runner/pipeline"
+	"github.com/mlxg/mlxg/runner/residency"
 	"github.com/mlxg/mlxg/runner/template"
 )
 
@@ -56,6 +57,12 @@ type EngineLoader struct {
 	// Pipeline, when set, loads every model split over the leader's machines
 	// (runner.LoadOptions.Pipeline).
 	Pipeline *pipeline.Leader
+	// WeightBudget, when positive, loads every mixture-of-experts model in streaming mode
+	// with at most this many bytes of weights in memory (MLXG_WEIGHT_BUDGET); 0: only a
+	// model whose weights do not fit streams, with the budget the KV policy leaves.
+	// StreamPolicy is the expert cache's eviction policy.
+	WeightBudget int64
+	StreamPolicy residency.Policy
 }
 
 // kvLoad is the KV policy's plan for a load and the shape it was made for.
@@ -65,8 +72,9 @@ type kvLoad struct {
 }
 
 // kvPlan reads the model's shape and asks the KV policy for its layout at numCtx, counting freed
-// bytes (models the scheduler would unload first) as available.
-func (l *EngineLoader) kvPlan(m *registry.LocalModel, numCtx int, freed int64) (*kvLoad, error) {
+// bytes (models the scheduler would unload first) as available; weights, when positive, is what
+// the weights take in memory (a model in streaming mode: its budget).
+func (l *EngineLoader) kvPlan(m *registry.LocalModel, numCtx int, freed, weights int64) (*kvLoad, error) {
 	data, err := os.ReadFile(filepath.Join(m.Dir, "config.json"))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", m.Dir, err)
@@ -79,6 +87,9 @@ func (l *EngineLoader) kvPlan(m *registry.LocalModel, numCtx int, freed int64) (
 		if shape, err = l.Shape(m.Dir, shape, numCtx); err != nil {
 			return nil, fmt.Errorf("%s: %w", m.Dir, err)
 		}
+	}
+	if weights > 0 {
+		shape.WeightBytes = min(shape.WeightBytes, weights)
 	}
 	plan, err := l.KV.PlanFreeing(m.Dir, shape, numCtx, freed)
 	if err != nil {
@@ -106,8 +117,21 @@ func batchCap(parallel int, plan kvstore.Plan) int {
 // model's maximum. The peak is weights, overhead and the KV cache of one sequence. Under critical
 // memory pressure the KV policy refuses, and so does Plan.
 func (l *EngineLoader) Plan(m *registry.LocalModel, numCtx int, freed int64) (*LoadPlan, error) {
+	if l.WeightBudget > 0 && l.Pipeline == nil {
+		if p, ok, err := l.planStreaming(m, numCtx, freed); ok || err != nil {
+			return p, err
+		}
+	}
 	if l.KV != nil {
-		kv, err := l.kvPlan(m, numCtx, freed)
+		kv, err := l.kvPlan(m, numCtx, freed, 0)
+		if err != nil && l.Pipeline == nil {
+			// The weights do not fit: a mixture-of-experts model streams its experts instead.
+			if p, ok, serr := l.planStreaming(m, numCtx, freed); ok && serr == nil {
+				l.logger().Info("the weights do not fit in memory: loading in streaming mode", "model", m.Dir,
+					"weights", m.Size, "budget", p.WeightBudget, "why", err)
+				return p, nil
+			}
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -170,7 +194,8 @@ func (l *EngineLoader) load(p *LoadPlan, info *registry.ModelInfo, be compute.Ba
 	em := &engineModel{cb: cb, numCtx: p.Context, template: info.ChatTemplate, kvSpec: p.KVSpec, size: p.Size, peak: p.Peak,
 		loadPlan: p.kv, backend: be.Name()}
 	opts := runner.LoadOptions{Backend: cb, Logger: l.Logger, Prefix: l.Prefix, Parallel: l.Parallel, Context: p.Context,
-		Pipeline: l.Pipeline}
+		Pipeline: l.Pipeline, WeightBudget: p.WeightBudget, StreamPolicy: l.StreamPolicy}
+	em.weights = p.Weights
 	if kv := p.kv; kv != nil {
 		opts.Parallel = batchCap(l.Parallel, kv.plan)
 		if opts.Parallel < l.Parallel {
@@ -185,6 +210,11 @@ func (l *EngineLoader) load(p *LoadPlan, info *registry.ModelInfo, be compute.Ba
 		}
 		seqs := l.KV.Sequences(dir, kv.shape, kv.plan, func(plan kvstore.Plan) {
 			em.seqPlan.Store(&plan) // for the PERF line
+			if res := em.residency(); res != nil {
+				// The expert cache shrinks under pressure and grows back when it falls.
+				st := res.Stats()
+				res.SetBudget(budgetUnderPressure(p.WeightBudget, st.Pinned, plan.Memory.Pressure))
+			}
 			if l.Prefix != nil {
 				// The budget follows the pressure read for this request: it shrinks under
 				// warn, and critical (budget 0) drops the RAM blocks no sequence holds.
@@ -249,6 +279,16 @@ type engineModel struct {
 	// mu: generations share the model (RLock); an embedding takes it alone (Lock), since it reads hidden
 	// states through the backend wrapper.
 	mu sync.RWMutex
+	// weights is the bytes of all the weights (a model in streaming mode holds fewer).
+	weights int64
+}
+
+// residency is the model's weight residency manager, nil when its weights are all mapped.
+func (m *engineModel) residency() *residency.Manager {
+	if m.e == nil {
+		return nil
+	}
+	return m.e.Model.Residency()
 }
 
 // Close releases the model's backend first (Metal's arrays wrap the checkpoint's mmap), then the model.
@@ -265,6 +305,10 @@ func (m *engineModel) Info() LoadedInfo {
 		info.Batch = &st
 	}
 	info.Ranks = m.e.Model.Ranks()
+	if res := m.residency(); res != nil {
+		st := res.Stats()
+		info.Stream, info.Weights = &st, m.weights
+	}
 	return info
 }
 
@@ -310,6 +354,11 @@ func (m *engineModel) Generate(ctx context.Context, in GenerateInput, emit func(
 		}
 		req.Context = append(req.Context, int32(id))
 	}
+	var before residency.Stats
+	rm := m.residency()
+	if rm != nil {
+		before = rm.Stats()
+	}
 	res, err := m.e.Generate(ctx, req, emit)
 	if res == nil {
 		return GenerateStats{}, err
@@ -338,6 +387,9 @@ func (m *engineModel) Generate(ctx context.Context, in GenerateInput, emit func(
 	}
 	if res.Prefix != nil {
 		st.Perf = append(st.Perf, res.Prefix.Perf()...)
+	}
+	if rm != nil {
+		st.Perf = append(st.Perf, streamPerf(before, rm.Stats(), res.EvalCount)...)
 	}
 	return st, err
 }

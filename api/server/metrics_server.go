@@ -68,6 +68,14 @@ var (
 	batchMax     = prometheus.NewDesc("mlxg_batch_max_sequences", "Sequences a model batches at once.", []string{"model"}, nil)
 	batchSteps   = prometheus.NewDesc("mlxg_batch_steps_total", "Batched forward passes run by a loaded model.", []string{"model"}, nil)
 	batchSeqs    = prometheus.NewDesc("mlxg_batch_sequence_steps_total", "Sequences summed over a loaded model's batched passes (divided by the steps: the mean batch).", []string{"model"}, nil)
+
+	streamHits     = prometheus.NewDesc("mlxg_expert_cache_hits_total", "Experts a model in streaming mode found in its RAM cache.", []string{"model"}, nil)
+	streamMisses   = prometheus.NewDesc("mlxg_expert_cache_misses_total", "Experts a model in streaming mode read from its checkpoint.", []string{"model"}, nil)
+	streamRead     = prometheus.NewDesc("mlxg_weight_stream_read_bytes_total", "Bytes of weights a model in streaming mode read from its checkpoint.", []string{"model"}, nil)
+	streamIssued   = prometheus.NewDesc("mlxg_expert_prefetch_issued_total", "Experts a model in streaming mode read ahead of their use.", []string{"model"}, nil)
+	streamUseful   = prometheus.NewDesc("mlxg_expert_prefetch_useful_total", "Experts read ahead that were used before being evicted.", []string{"model"}, nil)
+	streamResident = prometheus.NewDesc("mlxg_weight_resident_bytes", "Bytes of weights a model in streaming mode holds in memory.", []string{"model"}, nil)
+	streamBudget   = prometheus.NewDesc("mlxg_weight_budget_bytes", "The most bytes of weights a model in streaming mode keeps in memory now.", []string{"model"}, nil)
 )
 
 type serverCollector struct {
@@ -90,6 +98,9 @@ func (c serverCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- batchMax
 	ch <- batchSteps
 	ch <- batchSeqs
+	for _, d := range []*prometheus.Desc{streamHits, streamMisses, streamRead, streamIssued, streamUseful, streamResident, streamBudget} {
+		ch <- d
+	}
 }
 
 func (c serverCollector) Collect(ch chan<- prometheus.Metric) {
@@ -108,8 +119,18 @@ func (c serverCollector) Collect(ch chan<- prometheus.Metric) {
 		if !ok || seen[r.Name] {
 			continue
 		}
-		if b := l.Info().Batch; b != nil {
-			seen[r.Name] = true
+		seen[r.Name] = true
+		info := l.Info()
+		if st := info.Stream; st != nil {
+			ch <- prometheus.MustNewConstMetric(streamHits, prometheus.CounterValue, float64(st.Hits), r.Name)
+			ch <- prometheus.MustNewConstMetric(streamMisses, prometheus.CounterValue, float64(st.Misses), r.Name)
+			ch <- prometheus.MustNewConstMetric(streamRead, prometheus.CounterValue, float64(st.BytesRead), r.Name)
+			ch <- prometheus.MustNewConstMetric(streamIssued, prometheus.CounterValue, float64(st.PrefetchIssued), r.Name)
+			ch <- prometheus.MustNewConstMetric(streamUseful, prometheus.CounterValue, float64(st.PrefetchUseful), r.Name)
+			ch <- prometheus.MustNewConstMetric(streamResident, prometheus.GaugeValue, float64(st.Pinned+st.Resident), r.Name)
+			ch <- prometheus.MustNewConstMetric(streamBudget, prometheus.GaugeValue, float64(st.Budget), r.Name)
+		}
+		if b := info.Batch; b != nil {
 			ch <- prometheus.MustNewConstMetric(batchRunning, prometheus.GaugeValue, float64(b.Running), r.Name)
 			ch <- prometheus.MustNewConstMetric(batchWaiting, prometheus.GaugeValue, float64(b.Waiting), r.Name)
 			ch <- prometheus.MustNewConstMetric(batchMax, prometheus.GaugeValue, float64(b.Cap), r.Name)

@@ -9,6 +9,7 @@ import (
 	"github.com/mlxg/mlxg/registry"
 	"github.com/mlxg/mlxg/runner"
 	"github.com/mlxg/mlxg/runner/model"
+	"github.com/mlxg/mlxg/runner/residency"
 )
 
 // Loader turns a model in the store into a running Model (EngineLoader: the runner engine). A load is
@@ -32,6 +33,12 @@ type LoadPlan struct {
 	Size    int64  // resident once loaded: weights and one sequence's KV cache at Context
 	Peak    int64  // the predicted peak (Size plus activations and scratch): what the scheduler budgets
 	KVSpec  string // the KV cache layout, as mlxg ps prints it
+	// WeightBudget, when positive, loads the model in streaming mode: its experts are read
+	// from the checkpoint through a RAM cache, and at most this many bytes of weights stay
+	// in memory (runner.LoadOptions.WeightBudget). Experts is the bytes of the experts,
+	// Weights of all the weights.
+	WeightBudget     int64
+	Experts, Weights int64
 
 	kv *kvLoad // the KV policy's plan; nil without a policy
 }
@@ -98,6 +105,10 @@ type LoadedInfo struct {
 	Batch *runner.BatchStats
 	// Ranks are the machines a model split over several holds its layers on (nil: one process).
 	Ranks []model.RankInfo
+	// Stream is the weight residency of a model loaded in streaming mode (nil: all mapped),
+	// Weights the bytes of all its weights.
+	Stream  *residency.Stats
+	Weights int64
 }
 
 // GenerateStats are a generation's counts and durations.

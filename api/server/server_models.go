@@ -212,7 +212,8 @@ func (s *Server) handlePs(c *gin.Context) {
 		}
 		resp.Models = append(resp.Models, api.ProcessModelResponse{Name: st.Name, Model: st.Name, Size: size,
 			Digest: l.lm.Commit, Details: l.details, ExpiresAt: exp, SizeVRAM: min(info.GPUSize, size),
-			ContextLength: info.ContextLength, KVCache: info.KVSpec, PeakSize: st.Size, Batch: processBatch(info), Ranks: processRanks(info)})
+			ContextLength: info.ContextLength, KVCache: info.KVSpec, PeakSize: st.Size, Batch: processBatch(info), Ranks: processRanks(info),
+			Streaming: processStreaming(info)})
 	}
 	c.JSON(http.StatusOK, resp)
 }
@@ -223,4 +224,14 @@ func processRanks(info LoadedInfo) []api.ProcessRank {
 		out = append(out, api.ProcessRank{Rank: r.Rank, Host: r.Host, Layers: r.Layers, State: r.State})
 	}
 	return out
+}
+
+// processStreaming is a loaded model's weight residency for /api/ps, nil when it does not stream.
+func processStreaming(info LoadedInfo) *api.ProcessStreaming {
+	s := info.Stream
+	if s == nil {
+		return nil
+	}
+	return &api.ProcessStreaming{Resident: s.Pinned + s.Resident, Weights: info.Weights, Budget: s.Budget,
+		Hits: s.Hits, Misses: s.Misses, BytesRead: s.BytesRead, HitRate: s.HitRate()}
 }

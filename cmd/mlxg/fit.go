@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"github.com/mlxg/mlxg/kvstore/sysmem"
 	"github.com/mlxg/mlxg/registry"
 	"github.com/mlxg/mlxg/registry/safetensors"
+	"github.com/mlxg/mlxg/runner/residency"
 )
 
 // newFitCmd is `mlxg fit MODEL [--ctx N]`: what the KV-cache policy would choose for a
@@ -258,12 +260,83 @@ func printFit(w io.Writer, dir string, m kvstore.ModelShape, mem sysmem.Info, ct
 	for _, r := range refusals {
 		fmt.Fprintln(w, r)
 	}
-	if planErr != nil {
+	streamed, err := printStreaming(w, dir, m, mem, ctx, opts, planErr != nil)
+	if err != nil {
+		return err
+	}
+	if planErr != nil && !streamed {
 		fmt.Fprintf(w, "Now (%s pressure): %v\n", mem.Pressure, planErr)
+		return nil
+	}
+	if planErr != nil {
 		return nil
 	}
 	fmt.Fprintf(w, "Now (%s pressure): context %d, KV %s, predicted peak %s, headroom %s, prefix cache budget %s\n",
 		mem.Pressure, plan.Context, ibytes(plan.KVBytes), ibytes(plan.Peak()), ibytes(plan.Headroom()), ibytes(plan.PrefixBudget))
 	fmt.Fprintf(w, "Policy: %s\n", plan.Reason)
 	return nil
+}
+
+// printStreaming prints, for a mixture-of-experts model, what streaming mode would keep in
+// memory: with MLXG_WEIGHT_BUDGET, or, when the weights do not fit (needed), the budget the
+// memory policy leaves beside the KV plan; and the expert cache's expected hit rate,
+// simulated on synthetic routing traces. It reports whether the model would stream.
+func printStreaming(w io.Writer, dir string, m kvstore.ModelShape, mem sysmem.Info, ctx int, opts kvstore.Options, needed bool) (bool, error) {
+	experts, err := residency.ExpertBytes(dir)
+	if err != nil || experts == 0 {
+		return false, err
+	}
+	forced, policy, err := weightStreaming()
+	if err != nil {
+		return false, err
+	}
+	pinned := m.WeightBytes - experts
+	budget, why := forced, "MLXG_WEIGHT_BUDGET"
+	if budget <= 0 {
+		if !needed {
+			fmt.Fprintf(w, "Streaming experts are %s of the %s of weights; they fit in memory, so they are mapped (MLXG_WEIGHT_BUDGET forces streaming)\n\n",
+				ibytes(experts), ibytes(m.WeightBytes))
+			return false, nil
+		}
+		at := m
+		at.WeightBytes = pinned
+		p0, err := kvstore.Choose(kvstore.PolicyInput{Model: at, NumCtx: ctx, Memory: mem, Options: opts})
+		if err != nil {
+			fmt.Fprintf(w, "Streaming not possible: even without the experts in memory: %v\n\n", err)
+			return false, nil
+		}
+		if budget = residency.AutoBudget(pinned, experts, p0.Free-p0.KVBytes); budget <= 0 {
+			fmt.Fprintf(w, "Streaming not possible: the non-expert weights and the KV cache leave no memory for an expert cache\n\n")
+			return false, nil
+		}
+		why = "the weights do not fit"
+	}
+	budget = min(budget, m.WeightBytes)
+	share := float64(budget-pinned) / float64(experts)
+	fmt.Fprintf(w, "Streaming (%s): %s of %s of weights resident (%.0f%%): the %s of non-expert weights and %.0f%% of the %s of experts\n",
+		why, ibytes(max(budget, pinned)), ibytes(m.WeightBytes), 100*float64(max(budget, pinned))/float64(m.WeightBytes), ibytes(pinned), 100*max(share, 0), ibytes(experts))
+	if layers, n, k, ok := moeShape(dir); ok && share > 0 {
+		fmt.Fprintf(w, "          expected expert-cache hit rate (%s policy, simulated): %.0f%% with Qwen3-like routing, %.0f%% with near-uniform routing\n",
+			policy, 100*residency.ExpectedHitRate(layers, n, k, share, residency.QwenLike, policy),
+			100*residency.ExpectedHitRate(layers, n, k, share, residency.NearUniform, policy))
+	}
+	fmt.Fprintln(w)
+	return true, nil
+}
+
+// moeShape reads the layers, experts and experts per token from config.json.
+func moeShape(dir string) (layers, experts, topK int, ok bool) {
+	raw, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return 0, 0, 0, false
+	}
+	var c struct {
+		Layers  int `json:"num_hidden_layers"`
+		Experts int `json:"num_experts"`
+		TopK    int `json:"num_experts_per_tok"`
+	}
+	if json.Unmarshal(raw, &c) != nil || c.Layers <= 0 || c.Experts <= 0 || c.TopK <= 0 || c.TopK > c.Experts {
+		return 0, 0, 0, false
+	}
+	return c.Layers, c.Experts, c.TopK, true
 }

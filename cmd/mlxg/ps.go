@@ -71,7 +71,22 @@ func printPs(out io.Writer, ps *api.ProcessResponse, now time.Time) error {
 	if err := w.Flush(); err != nil {
 		return err
 	}
+	for _, m := range ps.Models {
+		if s := m.Streaming; s != nil {
+			fmt.Fprintf(out, "%s %s\n", m.Name, streamingLine(s))
+		}
+	}
 	return printRanks(out, ps)
+}
+
+// streamingLine is a model's weight residency: "streaming: 2.1 of 6.0 GB resident (expert cache
+// hit rate 91%)".
+func streamingLine(s *api.ProcessStreaming) string {
+	line := fmt.Sprintf("streaming: %.1f of %.1f GB resident", float64(s.Resident)/1e9, float64(s.Weights)/1e9)
+	if s.Hits+s.Misses > 0 {
+		line += fmt.Sprintf(" (expert cache hit rate %.0f%%)", 100*s.HitRate)
+	}
+	return line
 }
 
 // printRanks lists the machines of the models split over several (mlxg serve --hostfile).

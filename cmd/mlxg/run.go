@@ -224,6 +224,14 @@ func runDirectory(cmd *cobra.Command, dir, prompt string, options []string, raw 
 	if err != nil {
 		return fmt.Errorf("%s: %w", dir, err)
 	}
+	budget, streamPolicy, err := weightStreaming()
+	if err != nil {
+		return err
+	}
+	if budget > 0 {
+		// Streaming mode: the weights take the budget, not their size.
+		shape.WeightBytes = min(shape.WeightBytes, budget)
+	}
 	policy := &kvstore.Policy{Options: kv, Log: log}
 	plan, err := policy.Plan(dir, shape, opts.NumCtx, false)
 	if err != nil {
@@ -243,6 +251,7 @@ func runDirectory(cmd *cobra.Command, dir, prompt string, options []string, raw 
 	start := time.Now()
 	seqs := policy.Sequences(dir, shape, plan, nil)
 	e, err := runner.Load(dir, runner.LoadOptions{Backend: be, Logger: log, Context: opts.NumCtx,
+		WeightBudget: budget, StreamPolicy: streamPolicy,
 		KVCache: func(_ *model.Model, n int) ([]kvstore.Layer, error) {
 			caches, _, err := seqs.Caches(n)
 			return caches, err

@@ -71,6 +71,12 @@ type Config struct {
 	DecoderSparseStep int   `json:"decoder_sparse_step,omitempty"` // 0 means 1
 	MLPOnlyLayers     []int `json:"mlp_only_layers,omitempty"`
 	SharedExpertInter int   `json:"shared_expert_intermediate_size,omitempty"` // qwen3_next
+	// EmbeddingScale is the half-range of the uniform embeddings (0: 0.1). With the
+	// default small embeddings the layers' outputs dominate the residual stream, which
+	// then changes slowly from token to token: a random MoE's routing has the locality of
+	// a trained one (about half of a token's picks repeat at the next token). Large
+	// embeddings (a few units) make each token's routing its own: near-uniform routing.
+	EmbeddingScale float64 `json:"-"`
 
 	// Sliding-window and global layers (gemma3_text).
 	SlidingWindow         int     `json:"sliding_window,omitempty"`
@@ -394,7 +400,11 @@ func (c Config) Tensors() []TensorSpec {
 		return []TensorSpec{lin(p+"gate_proj.weight", inter, h), lin(p+"up_proj.weight", inter, h), lin(p+"down_proj.weight", h, inter)}
 	}
 
-	ts := []TensorSpec{{"model.embed_tokens.weight", []int{c.VocabSize, h}, 0, 0.1}}
+	embed := float32(0.1)
+	if c.EmbeddingScale > 0 {
+		embed = float32(c.EmbeddingScale)
+	}
+	ts := []TensorSpec{{"model.embed_tokens.weight", []int{c.VocabSize, h}, 0, embed}}
 	for i := range c.NumLayers {
 		p := fmt.Sprintf("model.layers.%d.", i)
 		ts = append(ts, norm(p+"input_layernorm.weight", h))

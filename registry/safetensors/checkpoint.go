@@ -17,6 +17,7 @@ type Checkpoint struct {
 	Dir     string
 	Files   []*File
 	tensors map[string]*Tensor
+	files   map[string]*File // the shard of each tensor
 }
 
 // shardFiles lists the files of a checkpoint directory: the shards named by
@@ -70,7 +71,7 @@ func OpenDir(dir string) (*Checkpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Checkpoint{Dir: dir, tensors: map[string]*Tensor{}}
+	c := &Checkpoint{Dir: dir, tensors: map[string]*Tensor{}, files: map[string]*File{}}
 	owner := map[string]string{}
 	for _, p := range paths {
 		f, err := Open(p)
@@ -86,6 +87,7 @@ func OpenDir(dir string) (*Checkpoint, error) {
 			}
 			owner[name] = p
 			c.tensors[name] = t
+			c.files[name] = f
 		}
 	}
 	for name, file := range weightMap {
@@ -101,6 +103,18 @@ func OpenDir(dir string) (*Checkpoint, error) {
 func (c *Checkpoint) Tensor(name string) (*Tensor, bool) {
 	t, ok := c.tensors[name]
 	return t, ok
+}
+
+// Locate returns the file that holds the named tensor and the offset of its data in
+// it, for readers that fetch the bytes themselves instead of through the mapping
+// (runner/residency).
+func (c *Checkpoint) Locate(name string) (path string, off int64, ok bool) {
+	t, ok := c.tensors[name]
+	if !ok {
+		return "", 0, false
+	}
+	f := c.files[name]
+	return f.Path, f.Header.DataOffset + t.Begin, true
 }
 
 // Names lists every tensor name, sorted.
@@ -121,7 +135,7 @@ func (c *Checkpoint) Close() error {
 			first = err
 		}
 	}
-	c.Files, c.tensors = nil, nil
+	c.Files, c.tensors, c.files = nil, nil, nil
 	return first
 }
 

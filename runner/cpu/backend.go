@@ -27,6 +27,7 @@ import (
 	"github.com/mlxg/mlxg/internal/quant"
 	"github.com/mlxg/mlxg/registry/safetensors"
 	"github.com/mlxg/mlxg/runner/compute"
+	"github.com/mlxg/mlxg/runner/residency"
 )
 
 // Backend is the CPU backend.
@@ -41,6 +42,8 @@ type Backend struct {
 	ropes  map[*compute.RoPE]*ropeTable
 	slabs  []*slab                // of closed contexts, for the next ones
 	last   atomic.Pointer[weight] // the first weight of the last decode product (warmNext)
+
+	streams map[*residency.Manager]*streamState // streamed experts by model (stream.go)
 }
 
 // New returns a CPU backend using threads goroutines; threads <= 0 means runtime.NumCPU().
@@ -114,6 +117,10 @@ type weight struct {
 	bias    []float32                     // optional, len out
 	next    atomic.Pointer[weight]        // the weight whose product followed this one's (warmNext)
 	warm    atomic.Pointer[crew.WarmTask] // the start of this weight's memory, to warm before its product
+	stream  *streamed                     // a stacked expert matrix read through a residency manager (stream.go)
+	// transient: a view of a buffer that outlives no product (a streamed expert's);
+	// warmNext neither learns it nor warms it.
+	transient bool
 }
 
 func (w *weight) Dims() (int, int)     { return w.out, w.in }
@@ -136,6 +143,8 @@ func (b *Backend) Weight(src compute.Source, prefix string, q compute.Quant) (co
 			return nil, err
 		}
 	} else if err = w.bindQuantized(src, t, cols); err != nil {
+		return nil, err
+	} else if err = b.bindStream(src, t, w); err != nil {
 		return nil, err
 	}
 	if bt, ok := src.Tensor(prefix + ".bias"); ok {

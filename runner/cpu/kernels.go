@@ -293,6 +293,9 @@ func ropeRow(row []float32, headDim int, cos, sin []float32) {
 // otherwise idle: a decode step is bound by reading the weights, so the bytes read
 // early are time the next product does not spend.
 func (b *Backend) warmNext(w *weight) {
+	if w.transient {
+		return
+	}
 	if prev := b.last.Swap(w); prev != nil && prev != w && prev.next.Load() != w {
 		prev.next.Store(w)
 	}

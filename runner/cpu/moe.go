@@ -5,6 +5,7 @@ import (
 
 	"github.com/mlxg/mlxg/internal/quant"
 	"github.com/mlxg/mlxg/runner/compute"
+	"github.com/mlxg/mlxg/runner/residency"
 )
 
 // expert returns a view of rows e*rows .. (e+1)*rows-1 of a stacked expert matrix,
@@ -24,6 +25,20 @@ func (w *weight) expert(e, rows int) *weight {
 	}
 	return v
 }
+
+// deferLimit bounds the outputs a streamed MoE keeps to add up in order (floats): a
+// decode step's few picks are computed hits first; a prompt's are computed in order.
+var deferLimit = 1 << 20
+
+// pick is one token's use of an expert, with its routing weight.
+type pick struct {
+	token int
+	w     float32
+}
+
+// streamWindow is how many of a layer's picked experts are read ahead of the one the
+// product waits for, when they are streamed: enough to keep the manager's readers busy.
+const streamWindow = 4
 
 // MoE implements compute.MoEContext. Tokens are grouped by expert, so each picked
 // expert's weights are read once per call, and experts nobody picked are not read.
@@ -45,10 +60,6 @@ func (c *context) MoE(x, router compute.Tensor, gate, up, down compute.Weight, e
 	if err != nil {
 		return c.fail("%v", err)
 	}
-	type pick struct {
-		token int
-		w     float32
-	}
 	byExpert := make([][]pick, experts)
 	for t := 0; t < T; t++ {
 		es, ws := r.Select(rl.data[t*experts : (t+1)*experts])
@@ -66,10 +77,65 @@ func (c *context) MoE(x, router compute.Tensor, gate, up, down compute.Weight, e
 		bufs = append(bufs, buf)
 		return buf
 	}
+	order := make([]int, 0, experts) // the experts with picks, in the order they are computed
+	total := 0
 	for e, picks := range byExpert {
+		if len(picks) > 0 {
+			order = append(order, e)
+			total += len(picks)
+		}
+	}
+	grp := streamGroup(g, u, d)
+	// deferred: with streamed experts and few picks (decode), the experts in memory are
+	// computed first, while the others are read, and the outputs are added up in the
+	// experts' order afterwards, so the sum is the same as the mapped path's.
+	deferred := grp != nil && total*hidden <= deferLimit
+	var ys [][]float32
+	if grp != nil {
+		grp.begin(order)
+		last, _ := r.Select(rl.data[(T-1)*experts : T*experts])
+		defer grp.end(last)
+		mgr := grp.st.mgr
+		if deferred {
+			ys = make([][]float32, experts)
+			var missing []int
+			hot, cold := order[:0:0], []int(nil)
+			for _, e := range order {
+				if mgr.Resident(grp.units[e]) {
+					hot = append(hot, e)
+				} else {
+					cold = append(cold, e)
+					missing = append(missing, grp.units[e])
+				}
+			}
+			order = append(hot, cold...)
+			mgr.Want(missing...)
+		} else {
+			ids := make([]int, 0, streamWindow)
+			for _, e := range order[:min(streamWindow, len(order))] {
+				ids = append(ids, grp.units[e])
+			}
+			mgr.Want(ids...)
+		}
+	}
+	var kept [][]float32 // the deferred outputs' buffers
+	defer func() { c.b.release(kept) }()
+	for k, e := range order {
+		picks := byExpert[e]
 		n := len(picks)
-		if n == 0 {
-			continue
+		var ge, ue, de *weight
+		var held residency.Handle
+		if grp != nil {
+			if j := k + streamWindow; !deferred && j < len(order) {
+				grp.st.mgr.Want(grp.units[order[j]])
+			}
+			var err error
+			if held, err = grp.st.mgr.Acquire(grp.units[e]); err != nil {
+				return c.fail("MoE: %v", err)
+			}
+			ge, ue, de = g.fromUnit(held), u.fromUnit(held), d.fromUnit(held)
+		} else {
+			ge, ue, de = g.expert(e, inter), u.expert(e, inter), d.expert(e, hidden)
 		}
 		xe := get(n * in)
 		var bySeg []int // in a batched pass, the picks of each sequence (batch.go)
@@ -82,21 +148,44 @@ func (c *context) MoE(x, router compute.Tensor, gate, up, down compute.Weight, e
 				bySeg[seg[p.token]]++
 			}
 		}
-		h, hu, y := get(n*inter), get(n*inter), get(n*hidden)
-		c.moeLinear(h, xe, n, g.expert(e, inter), bySeg)
-		c.moeLinear(hu, xe, n, u.expert(e, inter), bySeg)
+		h, hu := get(n*inter), get(n*inter)
+		var y []float32
+		if deferred {
+			y = c.b.alloc(n * hidden)
+			kept = append(kept, y)
+			ys[e] = y
+		} else {
+			y = get(n * hidden)
+		}
+		c.moeLinear(h, xe, n, ge, bySeg)
+		c.moeLinear(hu, xe, n, ue, bySeg)
 		quant.SwiGLU(h, h, hu)
-		c.moeLinear(y, h, n, d.expert(e, hidden), bySeg)
-		for i, p := range picks {
-			o := out.data[p.token*hidden : (p.token+1)*hidden]
-			for j, v := range y[i*hidden : (i+1)*hidden] {
-				o[j] += p.w * v
-			}
+		c.moeLinear(y, h, n, de, bySeg)
+		if grp != nil {
+			held.Release()
+		}
+		if !deferred {
+			addPicks(out.data, y, picks, hidden)
 		}
 		c.b.release(bufs)
 		bufs = bufs[:0]
 	}
+	for e, y := range ys {
+		if y != nil {
+			addPicks(out.data, y, byExpert[e], hidden)
+		}
+	}
 	return out
+}
+
+// addPicks adds each pick's weighted row of y to its token's output row.
+func addPicks(out, y []float32, picks []pick, hidden int) {
+	for i, p := range picks {
+		o := out[p.token*hidden : (p.token+1)*hidden]
+		for j, v := range y[i*hidden : (i+1)*hidden] {
+			o[j] += p.w * v
+		}
+	}
 }
 
 // GeGLU implements compute.ActivationContext.

@@ -6,6 +6,7 @@ import (
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/registry/safetensors"
 	"github.com/mlxg/mlxg/runner/compute"
+	"github.com/mlxg/mlxg/runner/residency"
 )
 
 // A model may be one part of a model split over several processes (runner/pipeline
@@ -63,6 +64,10 @@ type LoadConfig struct {
 	Unbound func(l *Loader, name string) bool
 	// Executor, when set, makes the part's Executor once its network is built.
 	Executor func(m *Model) (Executor, error)
+	// Residency, when set, streams the model's experts through the manager (a backend
+	// that can reads them from it instead of the mapping); the model closes it, at once
+	// when the backend bound nothing to it (Model.Residency is then nil).
+	Residency *residency.Manager
 }
 
 // Unbound is a weight another process binds: its dims only, so that an architecture
@@ -78,7 +83,7 @@ func (u *Unbound) Len() int             { return u.Out }
 
 // LoadWith is Load for one part of a split model.
 func LoadWith(dir string, backend compute.Backend, c LoadConfig) (*Model, error) {
-	m, err := load(dir, backend, c.Unbound)
+	m, err := load(dir, backend, c.Unbound, c.Residency)
 	if err != nil {
 		return nil, err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/registry/safetensors"
 	"github.com/mlxg/mlxg/runner/compute"
+	"github.com/mlxg/mlxg/runner/residency"
 )
 
 // Network is a built architecture.
@@ -77,15 +78,17 @@ type Model struct {
 	net     Network
 	bytes   int64
 	exec    Executor // a part of a split model's (LoadWith); nil for a whole model
+	res     *residency.Manager
 }
 
 // Load reads dir's config, maps its weights and binds them on backend.
 func Load(dir string, backend compute.Backend) (*Model, error) {
-	return load(dir, backend, nil)
+	return load(dir, backend, nil, nil)
 }
 
-// load is Load, with the weights skip names left unbound (LoadWith).
-func load(dir string, backend compute.Backend, skip func(*Loader, string) bool) (*Model, error) {
+// load is Load, with the weights skip names left unbound (LoadWith), and the experts
+// read through res when it is set.
+func load(dir string, backend compute.Backend, skip func(*Loader, string) bool, res *residency.Manager) (*Model, error) {
 	cfg, err := ReadConfig(dir)
 	if err != nil {
 		return nil, err
@@ -98,17 +101,54 @@ func load(dir string, backend compute.Backend, skip func(*Loader, string) bool) 
 	if err != nil {
 		return nil, err
 	}
-	l := &Loader{Config: cfg, Backend: backend, ckpt: ckpt, skip: skip}
+	l := &Loader{Config: cfg, Backend: backend, ckpt: ckpt, src: ckpt, skip: skip}
+	if res != nil {
+		l.src = streamSource{ckpt, res}
+	}
 	net, err := build(l)
 	if err == nil {
 		err = l.err
 	}
 	if err != nil {
 		ckpt.Close()
+		if res != nil {
+			forgetStream(backend, res)
+		}
 		return nil, fmt.Errorf("loading %s (%s): %w", dir, cfg.ModelType, err)
 	}
-	return &Model{Config: cfg, Dir: dir, backend: backend, ckpt: ckpt, net: net, bytes: boundBytes(l, skip)}, nil
+	m := &Model{Config: cfg, Dir: dir, backend: backend, ckpt: ckpt, net: net, bytes: boundBytes(l, skip), res: res}
+	if res != nil && res.Stats().Units == 0 {
+		// Nothing to stream (a dense model, or a backend that maps every weight): the
+		// model runs from the mapping.
+		forgetStream(backend, res)
+		res.Close()
+		m.res = nil
+	} else if res != nil {
+		// What the backend did not bind to units is read through the mapping on every
+		// pass: it counts against the budget first.
+		res.Pin(m.bytes - res.Stats().Streamed)
+	}
+	return m, nil
 }
+
+// streamSource is a checkpoint whose experts a backend may read through a residency
+// manager (compute.StreamSource).
+type streamSource struct {
+	*safetensors.Checkpoint
+	res *residency.Manager
+}
+
+func (s streamSource) Residency() *residency.Manager { return s.res }
+
+func forgetStream(b compute.Backend, res *residency.Manager) {
+	if f, ok := b.(interface{ ForgetStream(*residency.Manager) }); ok {
+		f.ForgetStream(res)
+	}
+}
+
+// Residency is the manager the model streams its experts through, nil when its
+// weights are all mapped.
+func (m *Model) Residency() *residency.Manager { return m.res }
 
 // WeightBytes is the size of the checkpoint's tensors on disk (those bound here, for a
 // part of a split model).
@@ -245,6 +285,10 @@ func (m *Model) Close() error {
 		m.exec.Close()
 	}
 	crew.StopWarm() // no worker may read the weights' mapping after it is gone
+	if m.res != nil {
+		forgetStream(m.backend, m.res)
+		m.res.Close()
+	}
 	return m.ckpt.Close()
 }
 
@@ -255,6 +299,7 @@ type Loader struct {
 	Config  *Config
 	Backend compute.Backend
 	ckpt    *safetensors.Checkpoint
+	src     compute.Source // ckpt, or ckpt with a residency manager
 	err     error
 	skip    func(l *Loader, name string) bool // weights another process binds (LoadConfig.Unbound)
 }
@@ -280,7 +325,7 @@ func (l *Loader) Linear(prefix string, out, in int) compute.Weight {
 	if l.skip != nil && l.skip(l, prefix+".weight") {
 		return &Unbound{Out: out, In: in, Q: l.Config.Quantization.For(prefix, l.Has)}
 	}
-	w, err := l.Backend.Weight(l.ckpt, prefix, l.Config.Quantization.For(prefix, l.Has))
+	w, err := l.Backend.Weight(l.src, prefix, l.Config.Quantization.For(prefix, l.Has))
 	if err != nil {
 		l.Fail(err)
 		return nil
@@ -300,7 +345,7 @@ func (l *Loader) Vector(name string, n int) compute.Vector {
 	if l.skip != nil && l.skip(l, name) {
 		return &Unbound{Out: n}
 	}
-	v, err := l.Backend.Vector(l.ckpt, name)
+	v, err := l.Backend.Vector(l.src, name)
 	if err != nil {
 		l.Fail(err)
 		return nil

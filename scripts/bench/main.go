@@ -65,6 +65,17 @@ type Config struct {
 }
 
 func main() {
+	if len(os.Args) > 1 && (os.Args[1] == "stream" || os.Args[1] == "stream-child") {
+		f := runStreamScenario
+		if os.Args[1] == "stream-child" {
+			f = runStreamChild
+		}
+		if err := f(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)

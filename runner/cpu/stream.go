@@ -1,0 +1,225 @@
+package cpu
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/mlxg/mlxg/internal/quant"
+	"github.com/mlxg/mlxg/registry/safetensors"
+	"github.com/mlxg/mlxg/runner/compute"
+	"github.com/mlxg/mlxg/runner/residency"
+)
+
+// Streamed experts: with a compute.StreamSource, the stacked expert matrices of a
+// mixture-of-experts layer ([experts, out, in], affine-quantized, scales and biases
+// stored in one float type) are read through the source's residency manager, never
+// through the mapping. A layer's gate, up and down stacks (bound under one prefix,
+// mlp.switch_mlp.*) make one group; once all three are bound, each expert becomes one
+// unit of the manager: its rows of the three matrices with their scales and biases.
+// The MoE product acquires the experts the router picked, reads them from the unit's
+// buffer with the same kernels, and releases them; the bytes are the file's, so the
+// result is bit-identical to the mapped path.
+
+// streamed is a stacked expert matrix read through a residency manager.
+type streamed struct {
+	group                  *expertGroup
+	pos                    int // this matrix's place in the group's units (3 segments each)
+	rows                   int // rows per expert
+	packed, scales, biases residency.Segment
+}
+
+// expertGroup is one layer's expert stacks and their units.
+type expertGroup struct {
+	st      *streamState
+	experts int
+	members []*weight
+	units   []int // per expert; nil until the three stacks are bound
+
+	mu        sync.Mutex
+	next      *expertGroup // the group whose MoE followed this one's last time
+	lastPicks []int        // the experts the last token picked here
+}
+
+// streamState is a manager's groups (per model), by prefix, and the last group run.
+type streamState struct {
+	mgr    *residency.Manager
+	mu     sync.Mutex
+	groups map[string]*expertGroup
+	prev   *expertGroup
+}
+
+// streamFor returns the state of src's manager.
+func (b *Backend) streamFor(m *residency.Manager) *streamState {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.streams == nil {
+		b.streams = map[*residency.Manager]*streamState{}
+	}
+	st := b.streams[m]
+	if st == nil {
+		st = &streamState{mgr: m, groups: map[string]*expertGroup{}}
+		b.streams[m] = st
+	}
+	return st
+}
+
+// ForgetStream drops what the backend keeps of m's weights (the model was closed).
+func (b *Backend) ForgetStream(m *residency.Manager) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.streams, m)
+}
+
+// bindStream makes w, just bound from tensor t of src, a streamed expert stack when
+// src streams and w is one.
+func (b *Backend) bindStream(src compute.Source, t *safetensors.Tensor, w *weight) error {
+	ss, ok := src.(compute.StreamSource)
+	if !ok || ss.Residency() == nil || len(t.Shape) != 3 || t.Shape[0] < 2 || w.q.Mode != quant.Affine || w.out%t.Shape[0] != 0 {
+		return nil
+	}
+	if w.scales.Type != w.biases.Type || w.scales.Len() == 0 {
+		return nil
+	}
+	// Each part must be the file's bytes as bound (not widened to float32 at bind).
+	locate := func(name string, n int64) (residency.Segment, bool) {
+		ft, ok := src.Tensor(name)
+		if !ok || int64(len(ft.Data)) != n {
+			return residency.Segment{}, false
+		}
+		p, off, ok := ss.Locate(name)
+		return residency.Segment{Path: p, Off: off, Len: n}, ok
+	}
+	experts := t.Shape[0]
+	s := &streamed{rows: w.out / experts}
+	var ok1, ok2, ok3 bool
+	s.packed, ok1 = locate(w.name+".weight", int64(len(w.packed))*4)
+	s.scales, ok2 = locate(w.name+".scales", w.scales.Bytes())
+	s.biases, ok3 = locate(w.name+".biases", w.biases.Bytes())
+	if !ok1 || !ok2 || !ok3 {
+		return nil
+	}
+	prefix := w.name
+	if i := strings.LastIndexByte(prefix, '.'); i >= 0 {
+		prefix = prefix[:i]
+	}
+	st := b.streamFor(ss.Residency())
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	g := st.groups[prefix]
+	if g == nil {
+		g = &expertGroup{st: st, experts: experts}
+		st.groups[prefix] = g
+	}
+	if g.experts != experts || len(g.members) >= 3 {
+		return fmt.Errorf("layer %q: %d experts, or more than three stacks, beside %d experts under %q", w.name, experts, g.experts, prefix)
+	}
+	s.group, s.pos = g, len(g.members)
+	w.stream = s
+	g.members = append(g.members, w)
+	if len(g.members) < 3 {
+		return nil
+	}
+	g.units = make([]int, experts)
+	for e := range experts {
+		var segs []residency.Segment
+		for _, m := range g.members {
+			segs = append(segs, m.stream.expertSegs(e)...)
+		}
+		id, err := st.mgr.Add(segs)
+		if err != nil {
+			return err
+		}
+		g.units[e] = id
+	}
+	return nil
+}
+
+// expertSegs are expert e's packed rows, scales and biases in their files.
+func (s *streamed) expertSegs(e int) []residency.Segment {
+	part := func(all residency.Segment) residency.Segment {
+		n := all.Len / int64(s.group.experts)
+		return residency.Segment{Path: all.Path, Off: all.Off + int64(e)*n, Len: n}
+	}
+	return []residency.Segment{part(s.packed), part(s.scales), part(s.biases)}
+}
+
+// fromUnit is a view of w's expert rows in unit h; transient, since h's buffer goes
+// back to the manager after the product.
+func (w *weight) fromUnit(h residency.Handle) *weight {
+	s := w.stream
+	v := &weight{name: w.name, out: s.rows, in: w.in, q: w.q, transient: true}
+	v.packed = view[uint32](h.Seg(3 * s.pos))
+	v.scales = scalesOf(h.Seg(3*s.pos+1), w.scales.Type)
+	v.biases = scalesOf(h.Seg(3*s.pos+2), w.scales.Type)
+	return v
+}
+
+func scalesOf(b []byte, t quant.ScaleType) quant.Scales {
+	if t == quant.ScaleF32 {
+		return quant.F32Scales(view[float32](b))
+	}
+	return quant.HalfScales(view[uint16](b), t)
+}
+
+// streamGroup returns the group of a MoE's three weights when they are streamed
+// together, else nil.
+func streamGroup(g, u, d *weight) *expertGroup {
+	if g.stream == nil || u.stream == nil || d.stream == nil {
+		return nil
+	}
+	grp := g.stream.group
+	if u.stream.group != grp || d.stream.group != grp || grp.units == nil {
+		return nil
+	}
+	return grp
+}
+
+// begin records that grp's MoE runs now, after the previous group's (the order of a
+// pass's layers), and reads ahead the experts the next group's last token picked:
+// they are read while this layer computes. picked are this call's experts, in the
+// order they will be acquired; it returns the previous token's guess for them.
+func (grp *expertGroup) begin(picked []int) {
+	st := grp.st
+	st.mu.Lock()
+	if p := st.prev; p != nil && p != grp {
+		p.mu.Lock()
+		p.next = grp
+		p.mu.Unlock()
+	}
+	st.prev = grp
+	st.mu.Unlock()
+
+	grp.mu.Lock()
+	guess, next := grp.lastPicks, grp.next
+	grp.mu.Unlock()
+	if guess != nil {
+		right := 0
+		for _, e := range picked {
+			for _, x := range guess {
+				if x == e {
+					right++
+					break
+				}
+			}
+		}
+		st.mgr.NotePrediction(len(guess), right)
+	}
+	if next == nil {
+		return
+	}
+	next.mu.Lock()
+	ids := make([]int, 0, len(next.lastPicks))
+	for _, e := range next.lastPicks {
+		ids = append(ids, next.units[e])
+	}
+	next.mu.Unlock()
+	st.mgr.Prefetch(ids...)
+}
+
+// end keeps the last token's picks, the guess for the next token at this layer.
+func (grp *expertGroup) end(last []int) {
+	grp.mu.Lock()
+	grp.lastPicks = append(grp.lastPicks[:0], last...)
+	grp.mu.Unlock()
+}

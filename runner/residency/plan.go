@@ -1,0 +1,52 @@
+package residency
+
+import (
+	"strings"
+
+	"github.com/mlxg/mlxg/registry/safetensors"
+)
+
+// ExpertBytes is the file bytes of the checkpoint in dir that a backend streams: the
+// stacked expert matrices ([experts, out, in] packed codes, U32) with their scales and
+// biases. A model without them (dense, or float experts) has none.
+func ExpertBytes(dir string) (int64, error) {
+	hs, err := safetensors.ReadDirHeaders(dir)
+	if err != nil {
+		return 0, err
+	}
+	stacked := map[string]bool{}
+	for _, h := range hs {
+		for _, t := range h.Tensors {
+			if p, ok := strings.CutSuffix(t.Name, ".weight"); ok && len(t.Shape) == 3 && t.Shape[0] > 1 && t.DType == safetensors.U32 {
+				stacked[p] = true
+			}
+		}
+	}
+	var n int64
+	for _, h := range hs {
+		for _, t := range h.Tensors {
+			i := strings.LastIndexByte(t.Name, '.')
+			if i > 0 && stacked[t.Name[:i]] {
+				n += t.End - t.Begin
+			}
+		}
+	}
+	return n, nil
+}
+
+// CacheShare is the part of the memory left after the KV plan that the expert cache
+// takes when the memory policy chooses its budget; the rest stays free for the prefix
+// cache and for what other processes allocate meanwhile.
+const CacheShare = 0.75
+
+// AutoBudget is the weight budget of a model of pinned non-expert bytes and experts
+// bytes of experts when free bytes are left after the pinned weights and the KV plan:
+// the pinned bytes and CacheShare of free for the experts, at most all of them. It is
+// 0 when nothing is left for an expert cache.
+func AutoBudget(pinned, experts, free int64) int64 {
+	spare := int64(float64(free) * CacheShare)
+	if spare <= 0 {
+		return 0
+	}
+	return pinned + min(experts, spare)
+}

@@ -1,0 +1,212 @@
+package residency
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+)
+
+// testFile writes n random bytes and returns the path and the bytes.
+func testFile(t *testing.T, n int) (string, []byte) {
+	t.Helper()
+	b := make([]byte, n)
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	p := filepath.Join(t.TempDir(), "w.bin")
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p, b
+}
+
+// TestReadEvictReload: under a budget of two units out of eight, every unit read back
+// after eviction has its file's bytes, segments in place; counters add up.
+func TestReadEvictReload(t *testing.T) {
+	path, data := testFile(t, 1<<16)
+	const units = 8
+	m := New(Options{Budget: 2 * 1024, Workers: 3})
+	defer m.Close()
+	var ids []int
+	for u := range units {
+		// Three segments of odd lengths, as an expert's gate, up and down rows.
+		segs := []Segment{{path, int64(u * 4000), 100}, {path, int64(u*4000 + 1000), 333}, {path, int64(u*4000 + 2000), 7}}
+		id, err := m.Add(segs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	for i := 0; i < 200; i++ {
+		u := r.IntN(units)
+		h, err := m.Acquire(ids[u])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for s, want := range [][2]int{{u * 4000, 100}, {u*4000 + 1000, 333}, {u*4000 + 2000, 7}} {
+			if !bytes.Equal(h.Seg(s), data[want[0]:want[0]+want[1]]) {
+				t.Fatalf("unit %d segment %d differs from the file", u, s)
+			}
+		}
+		h.Release()
+	}
+	s := m.Stats()
+	if s.Hits+s.Misses != 200 || s.Reads != s.Misses || s.Evictions == 0 || s.InMemory > 4 {
+		t.Errorf("stats %+v", s)
+	}
+	if s.Resident > s.Budget {
+		t.Errorf("resident %d over the budget %d with nothing in use", s.Resident, s.Budget)
+	}
+}
+
+// TestBudgetChanges: shrinking evicts at once, units in use stay until released, and a
+// larger budget lets the cache grow back.
+func TestBudgetChanges(t *testing.T) {
+	path, _ := testFile(t, 1<<16)
+	m := New(Options{Budget: 1 << 20})
+	defer m.Close()
+	for u := range 10 {
+		if _, err := m.Add([]Segment{{path, int64(u * 1024), 1024}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for u := range 10 {
+		h, _ := m.Acquire(u)
+		h.Release()
+	}
+	if s := m.Stats(); s.InMemory != 10 {
+		t.Fatalf("%d units in memory under a large budget", s.InMemory)
+	}
+	held, _ := m.Acquire(9)
+	m.SetBudget(3 * 1024)
+	if s := m.Stats(); s.InMemory != 3 || s.Resident != 3*1024 {
+		t.Fatalf("after shrinking: %d in memory, %d bytes", s.InMemory, s.Resident)
+	}
+	m.SetBudget(0)
+	if s := m.Stats(); s.InMemory != 1 {
+		t.Fatalf("budget 0 with one unit held: %d in memory", s.InMemory)
+	}
+	held.Release()
+	if s := m.Stats(); s.InMemory != 0 {
+		t.Fatalf("budget 0, nothing held: %d in memory", s.InMemory)
+	}
+	m.SetBudget(5 * 1024)
+	for u := range 10 {
+		h, _ := m.Acquire(u)
+		h.Release()
+	}
+	if s := m.Stats(); s.InMemory != 5 {
+		t.Fatalf("grown back to 5 units: %d in memory", s.InMemory)
+	}
+	m.Pin(2 * 1024)
+	if s := m.Stats(); s.InMemory != 3 {
+		t.Fatalf("pinning 2 units' worth: %d in memory", s.InMemory)
+	}
+}
+
+// TestPrefetch: a read-ahead counts as issued, its use as useful; a read-ahead never
+// evicts a unit used after the one it reads was last used.
+func TestPrefetch(t *testing.T) {
+	path, data := testFile(t, 1<<16)
+	m := New(Options{Budget: 2 * 1024, Policy: LRU})
+	defer m.Close()
+	for u := range 4 {
+		m.Add([]Segment{{path, int64(u * 1024), 1024}})
+	}
+	m.Prefetch(0, 1)
+	h, err := m.Acquire(0)
+	if err != nil || !bytes.Equal(h.Seg(0), data[:1024]) {
+		t.Fatal(err)
+	}
+	h.Release()
+	s := m.Stats()
+	if s.PrefetchIssued != 2 || s.PrefetchUseful != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+	// 0 was just used; 2 and 3 never: a read-ahead of 2 may push out the unused
+	// read-ahead 1 but not 0.
+	m.Prefetch(2, 3)
+	h, _ = m.Acquire(0)
+	h.Release()
+	if s := m.Stats(); s.Hits != 1 {
+		t.Fatalf("unit 0 was evicted by a read-ahead: %+v", s)
+	}
+}
+
+// TestConcurrent: several goroutines acquiring under a tiny budget see the right bytes
+// (run with -race).
+func TestConcurrent(t *testing.T) {
+	path, data := testFile(t, 1<<16)
+	m := New(Options{Budget: 3 * 512, Workers: 2})
+	defer m.Close()
+	for u := range 16 {
+		m.Add([]Segment{{path, int64(u * 512), 512}})
+	}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(g), 9))
+			for range 100 {
+				u := r.IntN(16)
+				if r.IntN(4) == 0 {
+					m.Prefetch(r.IntN(16))
+				}
+				h, err := m.Acquire(u)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if !bytes.Equal(h.Seg(0), data[u*512:(u+1)*512]) {
+					t.Errorf("unit %d differs", u)
+				}
+				h.Release()
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// TestBadFile: a read past the end of the file is an error, and the unit can be
+// acquired again (it is not left half-read).
+func TestBadFile(t *testing.T) {
+	path, _ := testFile(t, 100)
+	m := New(Options{Budget: 1 << 20})
+	defer m.Close()
+	id, _ := m.Add([]Segment{{path, 50, 100}})
+	for range 2 {
+		if _, err := m.Acquire(id); err == nil {
+			t.Fatal("reading past the end succeeded")
+		}
+	}
+	if _, err := m.Add([]Segment{{filepath.Join(t.TempDir(), "missing"), 0, 1}}); err == nil {
+		t.Fatal("a missing file was accepted")
+	}
+}
+
+// TestWantIsAMiss: a unit read because a pass asked for it counts as a miss when the
+// pass acquires it, even if the read is over by then.
+func TestWantIsAMiss(t *testing.T) {
+	path, _ := testFile(t, 1<<12)
+	m := New(Options{Budget: 1 << 20})
+	defer m.Close()
+	m.Add([]Segment{{path, 0, 100}})
+	m.Want(0)
+	for !m.Resident(0) {
+		time.Sleep(time.Millisecond)
+	}
+	h, _ := m.Acquire(0)
+	h.Release()
+	h, _ = m.Acquire(0)
+	h.Release()
+	if s := m.Stats(); s.Misses != 1 || s.Hits != 1 {
+		t.Errorf("stats %+v, want one miss then one hit", s)
+	}
+}

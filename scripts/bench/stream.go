@@ -1,0 +1,585 @@
+package main
+
+// The "stream" scenario: a mixture-of-experts model larger than a memory cap.
+//
+//	go run ./scripts/bench stream [--layers 16] [--cap 2GiB] [--uniform-embed 3] [--decode 40] ...
+//
+// It generates a random Qwen3-30B-A3B-shaped MoE cut to --layers layers (128 experts, top 8,
+// expert width 768, MLX 4-bit group 64), twice: with randmodel's small embeddings, whose routing
+// has a trained MoE's locality, and with large ones (--uniform-embed, randmodel's EmbeddingScale),
+// whose routing is near-uniform. For each it records the routing of an uncapped
+// run and replays it through the expert-cache policies (runner/residency), then runs the model
+// in child processes, each from a cold page cache: uncapped (mapped weights; the decode measured
+// on a second pass, warm), under a memory cgroup of --cap with the weights mapped, and under the
+// same cap in streaming mode (runner/residency, budget --cap minus --margin). It prints TTFT,
+// decode rate, MB read from disk per token, major faults, the expert cache's hit rate after 25
+// tokens and the read-ahead's accuracy, and checks that every run produced the same tokens.
+//
+// The cap is a memory cgroup the bench creates under its own (cgroup v1 memory.limit_in_bytes, or
+// v2 memory.max) and removes at the end; where that is not permitted the capped runs are skipped
+// with a message. The page cache is dropped with /proc/sys/vm/drop_caches where permitted, else
+// with posix_fadvise(DONTNEED) on the checkpoint's files.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/dustin/go-humanize"
+
+	"github.com/mlxg/mlxg/registry/create"
+	"github.com/mlxg/mlxg/registry/randmodel"
+	"github.com/mlxg/mlxg/runner/compute"
+	"github.com/mlxg/mlxg/runner/cpu"
+	"github.com/mlxg/mlxg/runner/model"
+	"github.com/mlxg/mlxg/runner/qwen3moe"
+	"github.com/mlxg/mlxg/runner/residency"
+)
+
+type streamCfg struct {
+	Layers  int     `json:"layers"`
+	Cap     int64   `json:"cap_bytes"`
+	Margin  int64   `json:"margin_bytes"`
+	Uniform float64 `json:"uniform_embedding_scale"`
+	Prompt  int     `json:"prompt"`
+	Decode  int     `json:"decode"`
+	Threads int     `json:"threads"`
+	Cache   string  `json:"cache"`
+	Policy  string  `json:"policy"`
+}
+
+// streamShape is Qwen3-30B-A3B cut to layers layers.
+func streamShape(layers int, embed float64) randmodel.Config {
+	return randmodel.Config{
+		Arch: "qwen3_moe", VocabSize: 151936, HiddenSize: 2048, IntermediateSize: 6144, NumLayers: layers,
+		NumHeads: 32, NumKVHeads: 4, HeadDim: 128, MaxPositions: 40960, RopeTheta: 1e6, RMSNormEps: 1e-6,
+		DType: "bfloat16", NumExperts: 128, TopK: 8, MoEIntermediate: 768, NormTopK: true, EmbeddingScale: embed,
+	}
+}
+
+// streamModel generates (once, cached) the MLX 4-bit checkpoint.
+func streamModel(ctx context.Context, c streamCfg, embed float64) (string, error) {
+	dir := filepath.Join(c.Cache, fmt.Sprintf("stream-moe-%dl-embed%g", c.Layers, embed))
+	out := filepath.Join(dir, "mlx4")
+	if _, err := os.Stat(filepath.Join(out, "config.json")); err == nil {
+		return out, nil
+	}
+	hf := filepath.Join(dir, "hf")
+	fmt.Printf("generating %s...\n", dir)
+	start := time.Now()
+	if err := randmodel.Generate(hf, streamShape(c.Layers, embed), randmodel.Options{Seed: 1}); err != nil {
+		return "", err
+	}
+	if _, err := create.Convert(ctx, hf, out, create.Options{Bits: 4, GroupSize: 64}); err != nil {
+		return "", err
+	}
+	os.RemoveAll(hf) // the bf16 checkpoint is three times the 4-bit one
+	fmt.Printf("  done in %s\n", time.Since(start).Round(time.Second))
+	return out, nil
+}
+
+// streamResult is one child run.
+type streamResult struct {
+	Mode        string    `json:"mode"`
+	Routing     string    `json:"routing"`
+	Load        float64   `json:"load_s"`
+	TTFT        float64   `json:"ttft_s"` // the prompt's pass
+	DecodeTPS   float64   `json:"decode_tps"`
+	StepMedian  float64   `json:"step_median_s"`
+	MBPerTok    float64   `json:"disk_mb_per_token"` // /proc/self/io read_bytes over the decode
+	CacheMBTok  float64   `json:"stream_mb_per_token"`
+	MajFltTok   float64   `json:"major_faults_per_token"`
+	HitRate25   float64   `json:"hit_rate_after_25"`
+	PrefetchAcc float64   `json:"prefetch_useful"`
+	GuessAcc    float64   `json:"route_guess_accuracy"`
+	PeakRSS     int64     `json:"peak_rss_bytes"`
+	Tokens      []int32   `json:"tokens"`
+	Steps       []float64 `json:"steps_s"`
+	Err         string    `json:"error,omitempty"`
+}
+
+func runStreamScenario(args []string) error {
+	home, _ := os.UserHomeDir()
+	fs := flag.NewFlagSet("stream", flag.ExitOnError)
+	var c streamCfg
+	capS := fs.String("cap", "2GiB", "memory cap of the capped runs")
+	marginS := fs.String("margin", "400MiB", "what the streaming run leaves of the cap for KV, activations and the runtime")
+	fs.IntVar(&c.Layers, "layers", 16, "decoder layers of the Qwen3-30B-A3B shape")
+	fs.Float64Var(&c.Uniform, "uniform-embed", 3, "embedding scale of the near-uniform model (registry/randmodel EmbeddingScale; the local one has the default 0.1)")
+	fs.IntVar(&c.Prompt, "prompt", 32, "prompt tokens")
+	fs.IntVar(&c.Decode, "decode", 40, "decoded tokens (sampled at temperature 1, fixed seed)")
+	fs.IntVar(&c.Threads, "threads", 2, "CPU threads")
+	fs.StringVar(&c.Policy, "policy", "frequency", "expert cache policy: frequency, lru or lfu")
+	fs.StringVar(&c.Cache, "cache", filepath.Join(home, ".cache", "mlxg-bench"), "directory for the models and results")
+	routings := fs.String("routing", "local,uniform", "routings to run: local and/or uniform")
+	modes := fs.String("modes", "uncapped,mmap-capped,stream-capped", "runs per routing")
+	fs.Parse(args)
+	capB, err := humanize.ParseBytes(*capS)
+	if err != nil {
+		return fmt.Errorf("--cap %q: %w", *capS, err)
+	}
+	marginB, err := humanize.ParseBytes(*marginS)
+	if err != nil {
+		return fmt.Errorf("--margin %q: %w", *marginS, err)
+	}
+	c.Cap, c.Margin = int64(capB), int64(marginB)
+	if c.Decode < 26 {
+		return fmt.Errorf("--decode %d: at least 26, for the hit rate after 25 tokens", c.Decode)
+	}
+	ctx := context.Background()
+	cg, cgErr := newBenchCgroup(c.Cap)
+	if cgErr != nil {
+		fmt.Printf("capped runs skipped: %v\n", cgErr)
+	} else {
+		defer cg.remove()
+		fmt.Printf("memory cap: %s in %s\n", humanize.IBytes(uint64(c.Cap)), cg.dir)
+	}
+	var all []streamResult
+	for _, routing := range strings.Split(*routings, ",") {
+		embed := 0.0
+		if routing == "uniform" {
+			embed = c.Uniform
+		} else if routing != "local" {
+			return fmt.Errorf("--routing %q: want local or uniform", routing)
+		}
+		dir, err := streamModel(ctx, c, embed)
+		if err != nil {
+			return err
+		}
+		if err := routingReport(dir, c); err != nil {
+			return err
+		}
+		for _, mode := range strings.Split(*modes, ",") {
+			if mode != "uncapped" && cg == nil {
+				continue
+			}
+			r, err := streamChild(c, dir, mode, cg)
+			if err != nil {
+				return err
+			}
+			r.Routing = routing
+			all = append(all, r)
+			printStreamResult(r)
+		}
+	}
+	printStreamTable(all)
+	out := filepath.Join(c.Cache, "results", "stream-"+time.Now().UTC().Format("20060102-150405")+".json")
+	os.MkdirAll(filepath.Dir(out), 0o755)
+	raw, _ := json.MarshalIndent(map[string]any{"config": c, "runs": all}, "", "  ")
+	fmt.Println("results:", out)
+	return os.WriteFile(out, raw, 0o644)
+}
+
+// routingReport runs the model uncapped in this process, records which experts each
+// token picks at each layer, and replays that trace through the cache policies.
+func routingReport(dir string, c streamCfg) error {
+	m, err := model.Load(dir, cpu.New(c.Threads))
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	n, ok := m.Network().(*qwen3moe.Network)
+	if !ok {
+		return fmt.Errorf("%s is not a qwen3_moe model", dir)
+	}
+	experts := 0
+	var picks [][][]int // layer, token, picks
+	for _, l := range n.Layers {
+		if l.MoE == nil {
+			continue
+		}
+		experts = l.MoE.Experts
+		s, idx := l.MoE, len(picks)
+		picks = append(picks, nil)
+		s.OnRoute = func(ctx compute.Context, logits compute.Tensor) {
+			v, err := ctx.Float32s(logits)
+			if err != nil {
+				return
+			}
+			rows, cols := logits.Dims()
+			for r := range rows {
+				es, _ := s.Routing.Select(v[r*cols : (r+1)*cols])
+				picks[idx] = append(picks[idx], es)
+			}
+		}
+	}
+	layers := len(picks)
+	caches, err := m.NewCaches(false)
+	if err != nil {
+		return err
+	}
+	toks := promptTokens(c.Prompt)
+	logits, err := m.Forward(context.Background(), toks, caches, false)
+	if err != nil {
+		return err
+	}
+	smp := &sampler{s: 42}
+	for range c.Decode {
+		t := smp.next(logits)
+		if logits, err = m.Forward(context.Background(), []int32{t}, caches, false); err != nil {
+			return err
+		}
+	}
+	// Decode tokens only (the prompt's pass reads every expert once anyway), in the
+	// order a pass uses them: token by token, layer by layer.
+	var trace []int
+	rep, tot := 0, 0
+	for t := c.Prompt; t < c.Prompt+c.Decode; t++ {
+		for l := range picks {
+			for _, e := range picks[l][t] {
+				trace = append(trace, l*experts+e)
+				if t > c.Prompt {
+					tot++
+					if slices.Contains(picks[l][t-1], e) {
+						rep++
+					}
+				}
+			}
+		}
+	}
+	fmt.Printf("routing of %s over %d decoded tokens: %.0f%% of the picks repeat at the next token\n", filepath.Base(filepath.Dir(dir)), c.Decode, 100*float64(rep)/float64(max(tot, 1)))
+	units := layers * experts
+	for _, share := range []float64{0.25, 0.38, 0.5} {
+		fmt.Printf("  cache of %2.0f%% of the experts, hit rate on this trace:", 100*share)
+		for _, p := range []residency.Policy{residency.LRU, residency.LFU, residency.Frequency} {
+			h := residency.Simulate(trace, units, int(share*float64(units)), p, 0)
+			fmt.Printf("  %s %.2f", p, float64(h)/float64(len(trace)))
+		}
+		fmt.Println()
+	}
+	return nil
+}
+
+func promptTokens(n int) []int32 {
+	p := make([]int32, n)
+	for i := range p {
+		p[i] = int32(1000 + (i*7919)%50000)
+	}
+	return p
+}
+
+// sampler draws tokens at temperature 1 from a fixed seed: the same logits give the same
+// tokens, and a random model's greedy decode would repeat one token.
+type sampler struct{ s uint64 }
+
+func (r *sampler) next(logits []float32) int32 {
+	r.s = r.s*6364136223846793005 + 1442695040888963407
+	u := float64(r.s>>11) / (1 << 53)
+	maxv := logits[0]
+	for _, x := range logits {
+		maxv = max(maxv, x)
+	}
+	var sum float64
+	for _, x := range logits {
+		sum += math.Exp(float64(x - maxv))
+	}
+	u *= sum
+	for i, x := range logits {
+		if u -= math.Exp(float64(x - maxv)); u <= 0 {
+			return int32(i)
+		}
+	}
+	return int32(len(logits) - 1)
+}
+
+// streamChild runs one mode in a child process (in the cgroup for the capped modes)
+// after dropping the checkpoint from the page cache.
+func streamChild(c streamCfg, dir, mode string, cg *benchCgroup) (streamResult, error) {
+	dropCache(dir)
+	self, err := os.Executable()
+	if err != nil {
+		return streamResult{}, err
+	}
+	args := []string{"stream-child", "--dir", dir, "--mode", mode, "--prompt", strconv.Itoa(c.Prompt), "--decode", strconv.Itoa(c.Decode),
+		"--threads", strconv.Itoa(c.Threads), "--policy", c.Policy, "--budget", strconv.FormatInt(c.Cap-c.Margin, 10)}
+	if mode != "uncapped" {
+		args = append(args, "--cgroup", cg.procs)
+	}
+	cmd := exec.Command(self, args...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	var r streamResult
+	if jerr := json.Unmarshal(lastLine(out), &r); jerr != nil {
+		if err == nil {
+			err = jerr
+		}
+		r = streamResult{Mode: mode, Err: fmt.Sprintf("%v (killed by the cap?)", err)}
+	}
+	return r, nil
+}
+
+func lastLine(b []byte) []byte {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return []byte(lines[len(lines)-1])
+}
+
+// runStreamChild is one measured run: load, the prompt's pass, sampled decode (temperature 1, fixed seed).
+func runStreamChild(args []string) error {
+	fs := flag.NewFlagSet("stream-child", flag.ExitOnError)
+	dir := fs.String("dir", "", "")
+	mode := fs.String("mode", "", "")
+	prompt := fs.Int("prompt", 32, "")
+	decode := fs.Int("decode", 40, "")
+	threads := fs.Int("threads", 2, "")
+	budget := fs.Int64("budget", 0, "")
+	policy := fs.String("policy", "frequency", "")
+	cgroup := fs.String("cgroup", "", "")
+	fs.Parse(args)
+	r := streamResult{Mode: *mode}
+	emit := func(err error) error {
+		if err != nil {
+			r.Err = err.Error()
+		}
+		raw, _ := json.Marshal(r)
+		fmt.Println(string(raw))
+		return nil
+	}
+	if *cgroup != "" {
+		if err := os.WriteFile(*cgroup, []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+			return emit(fmt.Errorf("joining the cgroup: %w", err))
+		}
+	}
+	start := time.Now()
+	var res *residency.Manager
+	var m *model.Model
+	var err error
+	if *mode == "stream-capped" {
+		p, perr := residency.ParsePolicy(*policy)
+		if perr != nil {
+			return emit(perr)
+		}
+		res = residency.New(residency.Options{Budget: *budget, Policy: p})
+		m, err = model.LoadWith(*dir, cpu.New(*threads), model.LoadConfig{Residency: res})
+	} else {
+		m, err = model.Load(*dir, cpu.New(*threads))
+	}
+	if err != nil {
+		return emit(err)
+	}
+	defer m.Close()
+	r.Load = time.Since(start).Seconds()
+	passes := 1
+	if *mode == "uncapped" {
+		passes = 2 // the second pass decodes from a warm page cache
+	}
+	for pass := range passes {
+		caches, err := m.NewCaches(false)
+		if err != nil {
+			return emit(err)
+		}
+		t0 := time.Now()
+		logits, err := m.Forward(context.Background(), promptTokens(*prompt), caches, false)
+		if err != nil {
+			return emit(err)
+		}
+		if pass == 0 {
+			r.TTFT = time.Since(t0).Seconds()
+		}
+		r.Tokens, r.Steps = nil, nil
+		io0, flt0 := procIO(), majFaults()
+		var s0, s25 residency.Stats
+		if res != nil {
+			s0 = res.Stats()
+		}
+		d0 := time.Now()
+		smp := &sampler{s: 42}
+		for i := range *decode {
+			tok := smp.next(logits)
+			r.Tokens = append(r.Tokens, tok)
+			if i == 25 && res != nil {
+				s25 = res.Stats()
+			}
+			ts := time.Now()
+			if logits, err = m.Forward(context.Background(), []int32{tok}, caches, false); err != nil {
+				return emit(err)
+			}
+			r.Steps = append(r.Steps, time.Since(ts).Seconds())
+		}
+		el := time.Since(d0).Seconds()
+		r.DecodeTPS = float64(*decode) / el
+		r.StepMedian = median(r.Steps)
+		r.MBPerTok = float64(procIO()-io0) / 1e6 / float64(*decode)
+		r.MajFltTok = float64(majFaults()-flt0) / float64(*decode)
+		if res != nil {
+			s := res.Stats()
+			r.CacheMBTok = float64(s.BytesRead-s0.BytesRead) / 1e6 / float64(*decode)
+			h, mi := s.Hits-s25.Hits, s.Misses-s25.Misses
+			r.HitRate25 = float64(h) / float64(max(h+mi, 1))
+			r.PrefetchAcc = float64(s.PrefetchUseful-s0.PrefetchUseful) / float64(max(s.PrefetchIssued-s0.PrefetchIssued, 1))
+			r.GuessAcc = float64(s.PredictedRight-s0.PredictedRight) / float64(max(s.Predicted-s0.Predicted, 1))
+		}
+	}
+	r.PeakRSS = peakRSS()
+	return emit(nil)
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}
+
+// procIO is this process's bytes read from storage (/proc/self/io read_bytes).
+func procIO() int64 {
+	f, err := os.Open("/proc/self/io")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "read_bytes: "); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+func majFaults() int64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return ru.Majflt
+}
+
+// dropCache drops the checkpoint's files from the page cache: all of it where
+// /proc/sys/vm/drop_caches may be written, else the files' pages (posix_fadvise).
+func dropCache(dir string) {
+	exec.Command("sync").Run()
+	if os.WriteFile("/proc/sys/vm/drop_caches", []byte("1"), 0o200) == nil {
+		return
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*.safetensors"))
+	for _, f := range files {
+		if st, err := os.Stat(f); err == nil {
+			residency.DropCache(f, 0, st.Size())
+		}
+	}
+}
+
+// benchCgroup is a memory cgroup under the bench's own.
+type benchCgroup struct {
+	dir   string
+	procs string // the file a process joins by writing its pid
+}
+
+// newBenchCgroup makes a child of this process's memory cgroup with a limit of limit
+// bytes: cgroup v1 (memory.limit_in_bytes) or v2 (memory.max).
+func newBenchCgroup(limit int64) (*benchCgroup, error) {
+	raw, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return nil, err
+	}
+	name := fmt.Sprintf("mlxg-bench-%d", os.Getpid())
+	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		var dir, limitFile string
+		switch {
+		case slices.Contains(strings.Split(parts[1], ","), "memory"):
+			dir, limitFile = filepath.Join("/sys/fs/cgroup/memory", parts[2], name), "memory.limit_in_bytes"
+		case parts[0] == "0" && parts[1] == "":
+			if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err != nil {
+				continue // a v1 host's empty v2 hierarchy
+			}
+			dir, limitFile = filepath.Join("/sys/fs/cgroup", parts[2], name), "memory.max"
+		default:
+			continue
+		}
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("creating a memory cgroup (%s): %w", dir, err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, limitFile), []byte(strconv.FormatInt(limit, 10)), 0o644); err != nil {
+			os.Remove(dir)
+			return nil, fmt.Errorf("setting %s: %w", filepath.Join(dir, limitFile), err)
+		}
+		return &benchCgroup{dir: dir, procs: filepath.Join(dir, "cgroup.procs")}, nil
+	}
+	return nil, errors.New("no memory cgroup found in /proc/self/cgroup")
+}
+
+// remove deletes the cgroup once its processes are gone.
+func (c *benchCgroup) remove() {
+	for range 50 {
+		if os.Remove(c.dir) == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	fmt.Fprintf(os.Stderr, "could not remove the cgroup %s\n", c.dir)
+}
+
+func printStreamResult(r streamResult) {
+	if r.Err != "" {
+		fmt.Printf("  %-8s %-14s error: %s\n", r.Routing, r.Mode, r.Err)
+		return
+	}
+	fmt.Printf("  %-8s %-14s load %.1fs TTFT %.2fs decode %.2f tok/s (median step %.3fs) disk %.1f MB/tok faults %.0f/tok",
+		r.Routing, r.Mode, r.Load, r.TTFT, r.DecodeTPS, r.StepMedian, r.MBPerTok, r.MajFltTok)
+	if r.Mode == "stream-capped" {
+		fmt.Printf(" streamed %.1f MB/tok hit rate after 25 tok %.2f read-ahead used %.2f guess %.2f", r.CacheMBTok, r.HitRate25, r.PrefetchAcc, r.GuessAcc)
+	}
+	fmt.Printf(" peak RSS %s\n", humanize.IBytes(uint64(r.PeakRSS)))
+}
+
+func printStreamTable(all []streamResult) {
+	fmt.Println("\nrouting   run             TTFT s  decode tok/s  vs uncapped  disk MB/tok  hit@25  same tokens")
+	var ref = map[string]streamResult{}
+	for _, r := range all {
+		if r.Mode == "uncapped" && r.Err == "" {
+			ref[r.Routing] = r
+		}
+	}
+	for _, r := range all {
+		u, ok := ref[r.Routing]
+		ratio, same := "-", "-"
+		if ok && r.Err == "" {
+			ratio = fmt.Sprintf("%.0f%%", 100*r.DecodeTPS/u.DecodeTPS)
+			same = strconv.FormatBool(slices.Equal(r.Tokens, u.Tokens))
+		}
+		if r.Err != "" {
+			fmt.Printf("%-9s %-15s error: %s\n", r.Routing, r.Mode, r.Err)
+			continue
+		}
+		hit := "-"
+		if r.Mode == "stream-capped" {
+			hit = fmt.Sprintf("%.2f", r.HitRate25)
+		}
+		fmt.Printf("%-9s %-15s %6.2f  %12.2f  %11s  %11.1f  %6s  %s\n", r.Routing, r.Mode, r.TTFT, r.DecodeTPS, ratio, r.MBPerTok, hit, same)
+	}
+}
+
+// peakRSS is VmHWM of /proc/self/status (getrusage's maxrss carries the parent's over exec).
+func peakRSS() int64 {
+	raw, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return n * 1024
+		}
+	}
+	return 0
+}
