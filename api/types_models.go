@@ -143,6 +143,7 @@ type ProcessModelResponse struct {
 	PeakSize      int64         `json:"size_peak,omitempty"` // the predicted peak the scheduler budgets
 	Batch         *ProcessBatch `json:"batch,omitempty"`     // the continuous batch, when the model batches
 	Ranks         []ProcessRank `json:"ranks,omitempty"`     // the machines a model split over several runs on
+	Draft         string        `json:"draft,omitempty"`     // the draft model loaded with it for speculative decoding
 }
 
 // ProcessRank is one rank of a model split over several machines, in /api/ps (an mlxg extension).

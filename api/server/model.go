@@ -33,7 +33,20 @@ type LoadPlan struct {
 	Peak    int64  // the predicted peak (Size plus activations and scratch): what the scheduler budgets
 	KVSpec  string // the KV cache layout, as mlxg ps prints it
 
-	kv *kvLoad // the KV policy's plan; nil without a policy
+	// Draft is the draft model loaded with it for speculative decoding (nil: none), and
+	// DraftKVSpec its KV cache layout; Size and Peak count its weights and KV cache.
+	Draft       *registry.LocalModel
+	DraftKVSpec string
+
+	kv      *kvLoad // the KV policy's plan; nil without a policy
+	draftKV *kvLoad // the draft's
+}
+
+// DraftLoader is a Loader that also loads a model with a draft model (a ServerConfig.DraftModel
+// or a Modelfile's draft_model): PlanDraft plans both, and Load loads both.
+type DraftLoader interface {
+	Loader
+	PlanDraft(m, draft *registry.LocalModel, numCtx int, freed int64) (*LoadPlan, error)
 }
 
 // Model is a loaded model as the server drives it.
@@ -94,6 +107,8 @@ type LoadedInfo struct {
 	// GPUSize is the part of Size in GPU-visible memory (all of it with Metal's unified memory; 0 on the CPU).
 	GPUSize int64
 	KVSpec  string // the KV cache layout, as mlxg ps prints it
+	// Draft is the name of the draft model loaded with it ("": none).
+	Draft string
 	// Batch is the model's continuous batch (nil when it runs requests side by side).
 	Batch *runner.BatchStats
 	// Ranks are the machines a model split over several holds its layers on (nil: one process).
