@@ -71,7 +71,18 @@ func printPs(out io.Writer, ps *api.ProcessResponse, now time.Time) error {
 	if err := w.Flush(); err != nil {
 		return err
 	}
+	printDraftModels(out, ps)
 	return printRanks(out, ps)
+}
+
+// printDraftModels names the draft models loaded with models, after the table (whose columns stay
+// Ollama's).
+func printDraftModels(out io.Writer, ps *api.ProcessResponse) {
+	for _, m := range ps.Models {
+		if m.Draft != "" {
+			fmt.Fprintf(out, "%s is drafted by %s\n", m.Name, m.Draft)
+		}
+	}
 }
 
 // printRanks lists the machines of the models split over several (mlxg serve --hostfile).
