@@ -235,7 +235,7 @@ func checkCreate(req *api.CreateRequest) (*registry.Modelfile, int, error) {
 	case len(req.Adapters) > 0:
 		return nil, 0, errors.New("ADAPTER is not supported: mlxg does not apply LoRA adapters; fuse the adapter into the weights (mlx_lm.fuse) and create FROM the result")
 	case len(req.DraftFiles) > 0 || req.DraftQuantize != "":
-		return nil, 0, errors.New("DRAFT models are not supported by mlxg")
+		return nil, 0, errors.New("DRAFT (a draft model's own files) is not supported: put the draft model in the store (pull or create it) and name it with PARAMETER draft_model")
 	case req.RemoteHost != "":
 		return nil, 0, errors.New("remote models (remote_host) are not supported by mlxg")
 	case req.Renderer != "" || req.Parser != "":
