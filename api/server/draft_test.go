@@ -121,19 +121,36 @@ func TestDraftModelParameter(t *testing.T) {
 }
 
 // The server's default draft model (mlxg serve --draft-model) drafts for every model without
-// a draft_model of its own, but not for itself.
+// a draft_model of its own, but not for itself; a model whose tokenizer it does not share
+// runs without it instead of failing.
 func TestDraftModelServerDefault(t *testing.T) {
 	ts := draftServer(t, "tiny-draft")
 	lm, err := ts.srv.resolve("qwen3-tiny")
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := ts.srv.draftFor(lm)
-	if err != nil || d == nil || !strings.HasPrefix(d.Name, "tiny-draft") {
-		t.Fatalf("qwen3-tiny's draft: %v, %v", d, err)
+	d, byDefault, err := ts.srv.draftFor(lm)
+	if err != nil || d == nil || !byDefault || !strings.HasPrefix(d.Name, "tiny-draft") {
+		t.Fatalf("qwen3-tiny's draft: %v, %v, %v", d, byDefault, err)
 	}
 	self, _ := ts.srv.resolve("tiny-draft")
-	if d, err := ts.srv.draftFor(self); err != nil || d != nil {
+	if d, _, err := ts.srv.draftFor(self); err != nil || d != nil {
 		t.Errorf("the default draft model's own draft: %v, %v; want none", d, err)
+	}
+
+	var r api.GenerateResponse
+	if ts.postJSON(t, "/api/generate", `{"model":"llama-scripted","prompt":"Hi","raw":true,"stream":false,"options":{"num_predict":8,"temperature":0}}`, &r) != 200 ||
+		r.Response != "Hello there." {
+		t.Fatalf("llama-scripted with the server's draft model (another tokenizer): %q", r.Response)
+	}
+	resp, err := http.Get(ts.URL + "/api/ps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ps api.ProcessResponse
+	err = json.NewDecoder(resp.Body).Decode(&ps)
+	resp.Body.Close()
+	if err != nil || len(ps.Models) != 1 || ps.Models[0].Draft != "" {
+		t.Errorf("/api/ps: %+v, %v; want llama-scripted without a draft", ps.Models, err)
 	}
 }

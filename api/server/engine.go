@@ -141,17 +141,17 @@ func (l *EngineLoader) PlanDraft(m, draft *registry.LocalModel, numCtx int, free
 		if err != nil {
 			return nil, fmt.Errorf("draft model %s: %w", draft.Name, err)
 		}
-		p.draftKV, p.DraftKVSpec = kv, kv.plan.Layout.String()
-		p.Size += kv.plan.Weights + kv.plan.KVBytes
-		p.Peak += kv.plan.Weights + kv.plan.KVBytes
+		p.draftKV, p.DraftKVSpec, p.draftBytes = kv, kv.plan.Layout.String(), kv.plan.Weights+kv.plan.KVBytes
+		p.Size += p.draftBytes
+		p.Peak += p.draftBytes
 		return p, nil
 	}
 	info, err := registry.ReadInfo(draft.Dir)
 	if err != nil {
 		return nil, err
 	}
-	size := draft.Size + fp16KV(info, p.Context)
-	p.Size, p.Peak, p.DraftKVSpec = p.Size+size, p.Peak+size, "fp16"
+	p.draftBytes = draft.Size + fp16KV(info, p.Context)
+	p.Size, p.Peak, p.DraftKVSpec = p.Size+p.draftBytes, p.Peak+p.draftBytes, "fp16"
 	return p, nil
 }
 
@@ -212,6 +212,14 @@ func (l *EngineLoader) loadDraft(em *engineModel, p *LoadPlan, be compute.Backen
 	}
 	if err := em.e.SetDraft(de); err != nil {
 		de.Close()
+		if p.DraftOptional {
+			l.logger().Warn("the server's draft model cannot draft for this model: it runs without one", "model", p.Model.Name, "draft_model", d.Name, "err", err)
+			em.size, em.peak = em.size-p.draftBytes, em.peak-p.draftBytes
+			if em.gpu > 0 {
+				em.gpu = em.size
+			}
+			return nil
+		}
 		return errorf(http.StatusBadRequest, "%s cannot draft for %s: %v", d.Name, p.Model.Name, err)
 	}
 	em.draft, em.draftName = de, d.Name

@@ -37,6 +37,10 @@ type LoadPlan struct {
 	// DraftKVSpec its KV cache layout; Size and Peak count its weights and KV cache.
 	Draft       *registry.LocalModel
 	DraftKVSpec string
+	// DraftOptional (the server's default draft model): a draft that cannot draft for the model
+	// is left out with a warning, and the model loads alone.
+	DraftOptional bool
+	draftBytes    int64 // what Size and Peak count for the draft
 
 	kv      *kvLoad // the KV policy's plan; nil without a policy
 	draftKV *kvLoad // the draft's

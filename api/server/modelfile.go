@@ -409,26 +409,25 @@ func linkOrCopy(src, dst string) error {
 
 // modelOptions applies the parameters a Modelfile gave the model (after the checkpoint's generation
 // defaults, before the request's own options).
-// draftFor resolves lm's draft model: its Modelfile's draft_model, else the server's default.
-// A model named as its own draft, or loaded as a draft for something else, gets none.
-func (s *Server) draftFor(lm *registry.LocalModel) (*registry.LocalModel, error) {
+// draftFor resolves lm's draft model: its Modelfile's draft_model, else the server's default
+// (byDefault). A model named as the server's default runs without a draft.
+func (s *Server) draftFor(lm *registry.LocalModel) (d *registry.LocalModel, byDefault bool, err error) {
 	name := s.cfg.DraftModel
-	if lm.Modelfile != nil {
-		if v, ok := lm.Modelfile.Parameters[api.DraftModelParameter].(string); ok && v != "" {
-			name = v
-		}
+	if v, ok := lm.Modelfile.Param(api.DraftModelParameter).(string); ok && v != "" {
+		name = v
+	} else {
+		byDefault = true
 	}
 	if name == "" {
-		return nil, nil
+		return nil, false, nil
 	}
-	d, err := s.resolve(name)
-	if err != nil {
-		return nil, errorf(http.StatusBadRequest, "model %s: its draft model %s: %v (pull it, or set another draft_model)", lm.Name, name, err)
+	if d, err = s.resolve(name); err != nil {
+		return nil, false, errorf(http.StatusBadRequest, "model %s: its draft model %s: %v (pull it, or set another draft_model)", lm.Name, name, err)
 	}
-	if d.Dir == lm.Dir && (lm.Modelfile == nil || lm.Modelfile.Parameters[api.DraftModelParameter] == nil) {
-		return nil, nil // the server's default draft model, asked for by name: it runs alone
+	if byDefault && d.Dir == lm.Dir {
+		return nil, false, nil // the server's default draft model, asked for itself: it runs alone
 	}
-	return d, nil
+	return d, byDefault, nil
 }
 
 // optionParameters are a Modelfile's parameters that are request options: all but draft_model.

@@ -30,12 +30,15 @@ type job struct {
 	// when the context is full instead of shifting it).
 	noTruncate, noShift bool
 
-	name      string // the model as the client named it
-	lm        *registry.LocalModel
-	draft     *registry.LocalModel // the model's draft model (draftFor); nil: none
-	info      *registry.ModelInfo
-	opts      api.Options
-	keepAlive *time.Duration
+	name  string // the model as the client named it
+	lm    *registry.LocalModel
+	draft *registry.LocalModel // the model's draft model (draftFor); nil: none
+	// draftByDefault: the draft is the server's default, not the model's own choice: a draft whose
+	// tokenizer does not match is left out (with a warning) instead of failing the request.
+	draftByDefault bool
+	info           *registry.ModelInfo
+	opts           api.Options
+	keepAlive      *time.Duration
 
 	chat     bool
 	messages []api.Message
@@ -103,7 +106,7 @@ func (s *Server) newJob(model string, options map[string]any, keepAlive *api.Dur
 	if err := modelOptions(&j.opts, lm); err != nil { // a Modelfile's PARAMETER lines (modelfile.go)
 		return nil, err
 	}
-	if j.draft, err = s.draftFor(lm); err != nil {
+	if j.draft, j.draftByDefault, err = s.draftFor(lm); err != nil {
 		return nil, err
 	}
 	if err := j.opts.FromMap(options); err != nil {
@@ -165,7 +168,11 @@ func (s *Server) schedRequest(j *job) (sched.Request, error) {
 		// Another draft is another load: the scheduler reloads the model when it changes.
 		fingerprint += " draft " + draft.Dir
 		planLoad = func(m *registry.LocalModel, numCtx int, freed int64) (*LoadPlan, error) {
-			return dl.PlanDraft(m, draft, numCtx, freed)
+			p, err := dl.PlanDraft(m, draft, numCtx, freed)
+			if p != nil {
+				p.DraftOptional = j.draftByDefault
+			}
+			return p, err
 		}
 	}
 	return sched.Request{Key: lm.Dir, Name: lm.Name, Fingerprint: fingerprint,
