@@ -97,6 +97,16 @@ func TestDraftModelParameter(t *testing.T) {
 	if draftedPs.Size <= plainPs.Size || draftedPs.PeakSize <= plainPs.PeakSize {
 		t.Errorf("/api/ps size %d, peak %d with a draft model; %d, %d without", draftedPs.Size, draftedPs.PeakSize, plainPs.Size, plainPs.PeakSize)
 	}
+	resp, err := http.Get(ts.URL + "/api/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st api.StatusResponse
+	err = json.NewDecoder(resp.Body).Decode(&st)
+	resp.Body.Close()
+	if err != nil || len(st.Models) != 1 || st.Models[0].Draft != draftedPs.Draft {
+		t.Errorf("/api/status models: %+v, %v; want the draft %q", st.Models, err, draftedPs.Draft)
+	}
 	var show api.ShowResponse
 	if ts.postJSON(t, "/api/show", `{"model":"tiny-drafted"}`, &show) != 200 || !strings.Contains(show.Parameters, "draft_model") ||
 		!strings.Contains(show.Modelfile, `PARAMETER draft_model "tiny-draft"`) {
