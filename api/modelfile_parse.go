@@ -193,10 +193,18 @@ func unquoteArg(s string) string {
 	return s
 }
 
+// DraftModelParameter is the PARAMETER naming a model's draft model (a model in the local
+// store with the same tokenizer) for speculative decoding. It is no request option: the
+// draft loads with the model.
+const DraftModelParameter = "draft_model"
+
 // parameterValue types a PARAMETER value by the option it sets (Options' field of that JSON name).
 func parameterValue(name, value string) (any, error) {
 	if value == "" {
 		return nil, fmt.Errorf("%s needs a value", name)
+	}
+	if name == DraftModelParameter {
+		return value, nil
 	}
 	for _, f := range reflect.VisibleFields(reflect.TypeFor[Options]()) {
 		if tag, _, _ := strings.Cut(f.Tag.Get("json"), ","); tag != name || f.Anonymous {

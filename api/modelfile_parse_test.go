@@ -19,6 +19,7 @@ PARAMETER stop "<|im_end|>"
 PARAMETER stop """User:"""
 PARAMETER use_mmap false
 PARAMETER	seed	42
+PARAMETER draft_model qwen3:0.6b
 SYSTEM """
 You are
 Mario."""
@@ -35,7 +36,7 @@ ADAPTER ./lora.safetensors
 		t.Fatal(err)
 	}
 	want := &CreateRequest{From: "qwen3:8b", Template: "{{ .Prompt }}", System: "\nYou are\nMario.",
-		Parameters: map[string]any{"num_ctx": 8192, "temperature": 0.7, "stop": []string{"<|im_end|>", "User:"}, "use_mmap": false, "seed": 42},
+		Parameters: map[string]any{"num_ctx": 8192, "temperature": 0.7, "stop": []string{"<|im_end|>", "User:"}, "use_mmap": false, "seed": 42, "draft_model": "qwen3:0.6b"},
 		Messages:   []Message{{Role: "user", Content: "Is it a tomato?"}, {Role: "assistant", Content: "Yes,\nit is."}},
 		License:    []any{"first", "second\nlicense"}, Adapters: map[string]string{"./lora.safetensors": ""}}
 	if !reflect.DeepEqual(req, want) || len(uploads) != 0 {

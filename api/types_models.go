@@ -146,6 +146,7 @@ type ProcessModelResponse struct {
 	// Streaming is the weight residency of a model loaded in streaming mode (experts read from
 	// the checkpoint through a RAM cache); nil when all its weights are mapped.
 	Streaming *ProcessStreaming `json:"streaming,omitempty"`
+	Draft     string            `json:"draft,omitempty"` // the draft model loaded with it for speculative decoding
 }
 
 // ProcessStreaming is a model's weight residency in /api/ps (an mlxg extension).

@@ -29,6 +29,7 @@ type StatusModel struct {
 	Forever       bool          `json:"forever,omitempty"`  // keep_alive < 0: it never expires
 	Batch         *ProcessBatch `json:"batch,omitempty"`
 	Plan          *KVPlan       `json:"kv_plan,omitempty"` // nil when the server runs without a KV policy
+	Draft         string        `json:"draft,omitempty"`   // the draft model loaded with it, as in /api/ps
 }
 
 // KVPlan is the KV-cache policy's plan a model loaded with.

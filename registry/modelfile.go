@@ -19,6 +19,14 @@ type Modelfile struct {
 	License    []string       `json:"license,omitempty"`
 }
 
+// Param is the parameter name's value; nil when mf is nil or has none.
+func (mf *Modelfile) Param(name string) any {
+	if mf == nil {
+		return nil
+	}
+	return mf.Parameters[name]
+}
+
 // Message is one message of a Modelfile's MESSAGE lines.
 type Message struct {
 	Role    string `json:"role"`

@@ -79,7 +79,9 @@ type draftModel struct {
 }
 
 func newDraftModel(d *Engine, o Options, numCtx int) (*draftModel, error) {
-	caches, err := d.Model.NewCaches(false)
+	// The draft's own cache maker (its LoadOptions.KVCache): a served draft model gets its
+	// caches from the KV policy, as its target does.
+	caches, err := d.kv(d.Model, numCtx)
 	if err != nil {
 		return nil, err
 	}

@@ -609,8 +609,11 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 		spec = newLookup(prompt, o.NumDraft)
 		ver = newVerifier(e.Model, caches)
 		if e.draft != nil {
+			// A draft that cannot start (its KV policy refusing caches under memory pressure)
+			// leaves the sequence to prompt lookup rather than failing it.
 			if dm, err = newDraftModel(e.draft, o, numCtx); err != nil {
-				return finish("", err)
+				e.log.Warn("the draft model cannot start: prompt lookup drafts instead", "draft_model", e.draft.Dir, "err", err)
+				dm, err = nil, nil
 			}
 		}
 	}

@@ -6,6 +6,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -149,7 +150,37 @@ func (l *EngineLoader) Plan(m *registry.LocalModel, numCtx int, freed int64) (*L
 	return &LoadPlan{Model: m, Context: numCtx, Size: size, Peak: size, KVSpec: "fp16"}, nil
 }
 
-// Load loads the checkpoint with its tokenizer and chat template.
+// PlanDraft plans m with draft as its draft model: m's plan, plus the draft's weights and its
+// KV cache at m's context. Under the KV policy the draft's layout is the policy's for the draft's
+// own shape at that context (planned as if it were alone: the scheduler budgets the sum); without
+// one, fp16 caches.
+func (l *EngineLoader) PlanDraft(m, draft *registry.LocalModel, numCtx int, freed int64) (*LoadPlan, error) {
+	p, err := l.Plan(m, numCtx, freed)
+	if err != nil || draft == nil {
+		return p, err
+	}
+	p.Draft = draft
+	if l.KV != nil {
+		kv, err := l.kvPlan(draft, p.Context, freed)
+		if err != nil {
+			return nil, fmt.Errorf("draft model %s: %w", draft.Name, err)
+		}
+		p.draftKV, p.DraftKVSpec, p.draftBytes = kv, kv.plan.Layout.String(), kv.plan.Weights+kv.plan.KVBytes
+		p.Size += p.draftBytes
+		p.Peak += p.draftBytes
+		return p, nil
+	}
+	info, err := registry.ReadInfo(draft.Dir)
+	if err != nil {
+		return nil, err
+	}
+	p.draftBytes = draft.Size + fp16KV(info, p.Context)
+	p.Size, p.Peak, p.DraftKVSpec = p.Size+p.draftBytes, p.Peak+p.draftBytes, "fp16"
+	return p, nil
+}
+
+// Load loads the checkpoint with its tokenizer and chat template, and its draft model when the
+// plan has one.
 func (l *EngineLoader) Load(ctx context.Context, p *LoadPlan) (Model, error) {
 	m := p.Model
 	info, err := registry.ReadInfo(m.Dir)
@@ -178,7 +209,45 @@ func (l *EngineLoader) Load(ctx context.Context, p *LoadPlan) (Model, error) {
 		return nil, err
 	}
 	em.release = release
+	if p.Draft != nil {
+		if err := l.loadDraft(em, p, be); err != nil {
+			em.Close()
+			return nil, err
+		}
+	}
 	return em, nil
+}
+
+// loadDraft loads p's draft model on the target's backend, its caches from the KV policy as the
+// target's, and makes it draft for em. It closes with em.
+func (l *EngineLoader) loadDraft(em *engineModel, p *LoadPlan, be compute.Backend) error {
+	d := p.Draft
+	opts := runner.LoadOptions{Backend: be, Logger: l.Logger, Context: p.Context}
+	if kv := p.draftKV; kv != nil {
+		seqs := l.KV.Sequences(d.Dir, kv.shape, kv.plan, nil)
+		opts.KVCache = func(_ *model.Model, n int) ([]kvstore.Layer, error) {
+			caches, _, err := seqs.Caches(n)
+			return caches, err
+		}
+	}
+	de, err := runner.Load(d.Dir, opts)
+	if err != nil {
+		return fmt.Errorf("loading the draft model %s of %s: %w", d.Name, p.Model.Name, err)
+	}
+	if err := em.e.SetDraft(de); err != nil {
+		de.Close()
+		if p.DraftOptional {
+			l.logger().Warn("the server's draft model cannot draft for this model: it runs without one", "model", p.Model.Name, "draft_model", d.Name, "err", err)
+			em.size, em.peak = em.size-p.draftBytes, em.peak-p.draftBytes
+			if em.gpu > 0 {
+				em.gpu = em.size
+			}
+			return nil
+		}
+		return errorf(http.StatusBadRequest, "%s cannot draft for %s: %v", d.Name, p.Model.Name, err)
+	}
+	em.draft, em.draftName = de, d.Name
+	return nil
 }
 
 func (l *EngineLoader) logger() *slog.Logger {
@@ -263,19 +332,21 @@ next:
 
 // engineModel is a runner.Engine as a Model.
 type engineModel struct {
-	e        *runner.Engine
-	cb       *captureBackend
-	numCtx   int
-	template string
-	fim      [3]string
-	kvSpec   string
-	size     int64 // resident: weights and KV at numCtx
-	peak     int64 // the policy's predicted peak
-	gpu      int64
-	seqPlan  atomic.Pointer[kvstore.Plan] // the newest sequence's KV plan; nil without a KV policy
-	loadPlan *kvLoad                      // the plan the model loaded with, for /api/status; nil without a KV policy
-	backend  string                       // the compute backend's name
-	release  func()                       // the model's own backend, released before the model closes
+	e         *runner.Engine
+	cb        *captureBackend
+	numCtx    int
+	template  string
+	fim       [3]string
+	kvSpec    string
+	size      int64 // resident: weights and KV at numCtx
+	peak      int64 // the policy's predicted peak
+	gpu       int64
+	seqPlan   atomic.Pointer[kvstore.Plan] // the newest sequence's KV plan; nil without a KV policy
+	loadPlan  *kvLoad                      // the plan the model loaded with, for /api/status; nil without a KV policy
+	backend   string                       // the compute backend's name
+	release   func()                       // the model's own backend, released before the model closes
+	draft     *runner.Engine               // the draft model (nil: none), closed with the model
+	draftName string
 	// mu: generations share the model (RLock); an embedding takes it alone (Lock), since it reads hidden
 	// states through the backend wrapper.
 	mu sync.RWMutex
@@ -296,11 +367,15 @@ func (m *engineModel) Close() error {
 	if m.release != nil {
 		m.release()
 	}
-	return m.e.Close()
+	err := m.e.Close()
+	if m.draft != nil {
+		err = errors.Join(err, m.draft.Close())
+	}
+	return err
 }
 
 func (m *engineModel) Info() LoadedInfo {
-	info := LoadedInfo{ContextLength: m.numCtx, ChatTemplate: m.template, FIM: m.fim, Size: m.size, Peak: m.peak, GPUSize: m.gpu, KVSpec: m.kvSpec}
+	info := LoadedInfo{ContextLength: m.numCtx, ChatTemplate: m.template, FIM: m.fim, Size: m.size, Peak: m.peak, GPUSize: m.gpu, KVSpec: m.kvSpec, Draft: m.draftName}
 	if st, ok := m.e.BatchStats(); ok {
 		info.Batch = &st
 	}

@@ -40,7 +40,24 @@ type LoadPlan struct {
 	WeightBudget     int64
 	Experts, Weights int64
 
-	kv *kvLoad // the KV policy's plan; nil without a policy
+	// Draft is the draft model loaded with it for speculative decoding (nil: none), and
+	// DraftKVSpec its KV cache layout; Size and Peak count its weights and KV cache.
+	Draft       *registry.LocalModel
+	DraftKVSpec string
+	// DraftOptional (the server's default draft model): a draft that cannot draft for the model
+	// is left out with a warning, and the model loads alone.
+	DraftOptional bool
+	draftBytes    int64 // what Size and Peak count for the draft
+
+	kv      *kvLoad // the KV policy's plan; nil without a policy
+	draftKV *kvLoad // the draft's
+}
+
+// DraftLoader is a Loader that also loads a model with a draft model (a ServerConfig.DraftModel
+// or a Modelfile's draft_model): PlanDraft plans both, and Load loads both.
+type DraftLoader interface {
+	Loader
+	PlanDraft(m, draft *registry.LocalModel, numCtx int, freed int64) (*LoadPlan, error)
 }
 
 // Model is a loaded model as the server drives it.
@@ -101,6 +118,8 @@ type LoadedInfo struct {
 	// GPUSize is the part of Size in GPU-visible memory (all of it with Metal's unified memory; 0 on the CPU).
 	GPUSize int64
 	KVSpec  string // the KV cache layout, as mlxg ps prints it
+	// Draft is the name of the draft model loaded with it ("": none).
+	Draft string
 	// Batch is the model's continuous batch (nil when it runs requests side by side).
 	Batch *runner.BatchStats
 	// Ranks are the machines a model split over several holds its layers on (nil: one process).

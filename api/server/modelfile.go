@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -234,7 +235,7 @@ func checkCreate(req *api.CreateRequest) (*registry.Modelfile, int, error) {
 	case len(req.Adapters) > 0:
 		return nil, 0, errors.New("ADAPTER is not supported: mlxg does not apply LoRA adapters; fuse the adapter into the weights (mlx_lm.fuse) and create FROM the result")
 	case len(req.DraftFiles) > 0 || req.DraftQuantize != "":
-		return nil, 0, errors.New("DRAFT models are not supported by mlxg")
+		return nil, 0, errors.New("DRAFT (a draft model's own files) is not supported: put the draft model in the store (pull or create it) and name it with PARAMETER draft_model")
 	case req.RemoteHost != "":
 		return nil, 0, errors.New("remote models (remote_host) are not supported by mlxg")
 	case req.Renderer != "" || req.Parser != "":
@@ -250,8 +251,11 @@ func checkCreate(req *api.CreateRequest) (*registry.Modelfile, int, error) {
 		if b, err := json.Marshal(req.Parameters); err != nil || json.Unmarshal(b, &params) != nil {
 			return nil, 0, fmt.Errorf("PARAMETER: values must be numbers, booleans, strings or lists of strings")
 		}
+		if err := checkDraftParameter(params[api.DraftModelParameter]); err != nil {
+			return nil, 0, err
+		}
 		o := api.DefaultOptions()
-		if err := o.FromMap(params); err != nil {
+		if err := o.FromMap(optionParameters(params)); err != nil {
 			var unknown *api.UnknownOptionError
 			if errors.As(err, &unknown) {
 				return nil, 0, fmt.Errorf("PARAMETER %s: unknown parameter (use Ollama's option names: num_ctx, temperature, top_k, top_p, min_p, stop, seed, num_predict, repeat_penalty, ...)", unknown.Key)
@@ -405,11 +409,58 @@ func linkOrCopy(src, dst string) error {
 
 // modelOptions applies the parameters a Modelfile gave the model (after the checkpoint's generation
 // defaults, before the request's own options).
+// draftFor resolves lm's draft model: its Modelfile's draft_model, else the server's default
+// (byDefault). A model named as the server's default runs without a draft.
+func (s *Server) draftFor(lm *registry.LocalModel) (d *registry.LocalModel, byDefault bool, err error) {
+	name := s.cfg.DraftModel
+	if v, ok := lm.Modelfile.Param(api.DraftModelParameter).(string); ok && v != "" {
+		name = v
+	} else {
+		byDefault = true
+	}
+	if name == "" {
+		return nil, false, nil
+	}
+	if d, err = s.resolve(name); err != nil {
+		return nil, false, errorf(http.StatusBadRequest, "model %s: its draft model %s: %v (pull it, or set another draft_model)", lm.Name, name, err)
+	}
+	if byDefault && d.Dir == lm.Dir {
+		return nil, false, nil // the server's default draft model, asked for itself: it runs alone
+	}
+	return d, byDefault, nil
+}
+
+// optionParameters are a Modelfile's parameters that are request options: all but draft_model.
+func optionParameters(params map[string]any) map[string]any {
+	if _, ok := params[api.DraftModelParameter]; !ok {
+		return params
+	}
+	out := maps.Clone(params)
+	delete(out, api.DraftModelParameter)
+	return out
+}
+
+// checkDraftParameter checks a PARAMETER draft_model value (nil: none): a model name. The model
+// need not be in the store yet; a request finds it missing.
+func checkDraftParameter(v any) error {
+	if v == nil {
+		return nil
+	}
+	name, ok := v.(string)
+	if !ok || strings.TrimSpace(name) == "" {
+		return fmt.Errorf("PARAMETER %s: want a model name, such as qwen3:0.6b", api.DraftModelParameter)
+	}
+	if _, err := registry.ParseName(name); err != nil {
+		return fmt.Errorf("PARAMETER %s: %w", api.DraftModelParameter, err)
+	}
+	return nil
+}
+
 func modelOptions(o *api.Options, lm *registry.LocalModel) error {
 	if lm.Modelfile == nil || len(lm.Modelfile.Parameters) == 0 {
 		return nil
 	}
-	if err := o.FromMap(lm.Modelfile.Parameters); err != nil {
+	if err := o.FromMap(optionParameters(lm.Modelfile.Parameters)); err != nil {
 		return errorf(http.StatusInternalServerError, "model %s: its parameters: %v (create it again)", lm.Name, err)
 	}
 	return nil

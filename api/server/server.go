@@ -44,6 +44,11 @@ type ServerConfig struct {
 	// NumDraft is the default num_draft, the most tokens speculative decoding drafts a step
 	// (MLXG_NUM_DRAFT): 0 means runner.DefaultNumDraft, negative turns it off.
 	NumDraft int
+	// DraftModel names the draft model of every model whose Modelfile names none (PARAMETER
+	// draft_model; MLXG_DRAFT_MODEL, mlxg serve --draft-model): a smaller model in the store with
+	// the same tokenizer, loaded with its target to draft tokens for speculative decoding. "": none.
+	// A model cannot draft for itself: a draft model loads without one.
+	DraftModel string
 	// Version is mlxg's version, which /api/version reports as "mlxg_version" ("version" is OllamaVersion).
 	Version string
 	Pull    registry.PullOptions

@@ -30,11 +30,15 @@ type job struct {
 	// when the context is full instead of shifting it).
 	noTruncate, noShift bool
 
-	name      string // the model as the client named it
-	lm        *registry.LocalModel
-	info      *registry.ModelInfo
-	opts      api.Options
-	keepAlive *time.Duration
+	name  string // the model as the client named it
+	lm    *registry.LocalModel
+	draft *registry.LocalModel // the model's draft model (draftFor); nil: none
+	// draftByDefault: the draft is the server's default, not the model's own choice: a draft whose
+	// tokenizer does not match is left out (with a warning) instead of failing the request.
+	draftByDefault bool
+	info           *registry.ModelInfo
+	opts           api.Options
+	keepAlive      *time.Duration
 
 	chat     bool
 	messages []api.Message
@@ -102,6 +106,9 @@ func (s *Server) newJob(model string, options map[string]any, keepAlive *api.Dur
 	if err := modelOptions(&j.opts, lm); err != nil { // a Modelfile's PARAMETER lines (modelfile.go)
 		return nil, err
 	}
+	if j.draft, j.draftByDefault, err = s.draftFor(lm); err != nil {
+		return nil, err
+	}
 	if err := j.opts.FromMap(options); err != nil {
 		var unknown *api.UnknownOptionError
 		if !errors.As(err, &unknown) || strings.Contains(err.Error(), "must be") {
@@ -152,9 +159,25 @@ func generationDefaults(o *api.Options, g map[string]any) {
 func (s *Server) schedRequest(j *job) (sched.Request, error) {
 	lm, numCtx, det := j.lm, j.opts.NumCtx, details(j.info)
 	var plan *LoadPlan
-	return sched.Request{Key: lm.Dir, Name: lm.Name, Fingerprint: strconv.Itoa(numCtx),
+	fingerprint, planLoad := strconv.Itoa(numCtx), s.cfg.Loader.Plan
+	if draft := j.draft; draft != nil {
+		dl, ok := s.cfg.Loader.(DraftLoader)
+		if !ok {
+			return sched.Request{}, errorf(http.StatusBadRequest, "model %s has a draft model (%s), which this server cannot load", lm.Name, draft.Name)
+		}
+		// Another draft is another load: the scheduler reloads the model when it changes.
+		fingerprint += " draft " + draft.Dir
+		planLoad = func(m *registry.LocalModel, numCtx int, freed int64) (*LoadPlan, error) {
+			p, err := dl.PlanDraft(m, draft, numCtx, freed)
+			if p != nil {
+				p.DraftOptional = j.draftByDefault
+			}
+			return p, err
+		}
+	}
+	return sched.Request{Key: lm.Dir, Name: lm.Name, Fingerprint: fingerprint,
 		EstimateFreeing: func(freed int64) (int64, error) {
-			p, err := s.cfg.Loader.Plan(lm, numCtx, freed)
+			p, err := planLoad(lm, numCtx, freed)
 			if err != nil {
 				return 0, err
 			}
@@ -163,7 +186,7 @@ func (s *Server) schedRequest(j *job) (sched.Request, error) {
 		},
 		KeepAlive: j.keepAlive, Load: func(ctx context.Context) (sched.Model, error) {
 			if plan == nil { // a scheduler that loads without asking the size first
-				p, err := s.cfg.Loader.Plan(lm, numCtx, 0)
+				p, err := planLoad(lm, numCtx, 0)
 				if err != nil {
 					return nil, err
 				}

@@ -213,7 +213,7 @@ func (s *Server) handlePs(c *gin.Context) {
 		resp.Models = append(resp.Models, api.ProcessModelResponse{Name: st.Name, Model: st.Name, Size: size,
 			Digest: l.lm.Commit, Details: l.details, ExpiresAt: exp, SizeVRAM: min(info.GPUSize, size),
 			ContextLength: info.ContextLength, KVCache: info.KVSpec, PeakSize: st.Size, Batch: processBatch(info), Ranks: processRanks(info),
-			Streaming: processStreaming(info)})
+			Streaming: processStreaming(info), Draft: info.Draft})
 	}
 	c.JSON(http.StatusOK, resp)
 }

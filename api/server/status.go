@@ -114,7 +114,8 @@ func (s *Server) Status() api.StatusResponse {
 			size = st.Size
 		}
 		m := api.StatusModel{Name: st.Name, Size: size, Peak: st.Size, SizeVRAM: min(info.GPUSize, size), ContextLength: info.ContextLength,
-			KVCache: info.KVSpec, Active: st.Active, ExpiresAt: st.ExpiresAt, Forever: st.Forever, Batch: processBatch(info)}
+			KVCache: info.KVSpec, Active: st.Active, ExpiresAt: st.ExpiresAt, Forever: st.Forever, Batch: processBatch(info),
+			Draft: info.Draft}
 		if m.ExpiresAt.IsZero() && !m.Forever {
 			m.ExpiresAt = now.Add(st.KeepAlive) // in use: it expires keep_alive after its requests end
 		}

@@ -98,7 +98,7 @@ func TestDistributedServeRankDies(t *testing.T) {
 	servelog := filepath.Join(tmp, "serve.log")
 	logf, _ := os.Create(servelog)
 	go func() {
-		served <- serve(ctx, logf, new(kvstore.Options), new(kvstore.PrefixOptions), 0, time.Second, hostfile, 0)
+		served <- serve(ctx, logf, new(kvstore.Options), new(kvstore.PrefixOptions), 0, time.Second, hostfile, 0, "")
 	}()
 	base := "http://" + addr
 	deadline := time.Now().Add(90 * time.Second)

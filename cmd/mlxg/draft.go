@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/mlxg/mlxg/registry"
 	"github.com/mlxg/mlxg/runner"
 )
 
@@ -53,4 +54,21 @@ func serveNumDraft(f *pflag.FlagSet, n int, getenv func(string) string) (int, er
 		return -1, nil
 	}
 	return n, nil
+}
+
+// serveDraftModel is the server's default draft model (server.ServerConfig.DraftModel) from
+// --draft-model, else MLXG_DRAFT_MODEL; "" is none. The name is checked here; whether the model
+// is in the store, when a request needs it.
+func serveDraftModel(f *pflag.FlagSet, name string, getenv func(string) string) (string, error) {
+	what := "--draft-model"
+	if !f.Changed("draft-model") {
+		name, what = strings.TrimSpace(getenv("MLXG_DRAFT_MODEL")), "MLXG_DRAFT_MODEL"
+	}
+	if name == "" {
+		return "", nil
+	}
+	if _, err := registry.ParseName(name); err != nil {
+		return "", fmt.Errorf("%s=%q: %w", what, name, err)
+	}
+	return name, nil
 }

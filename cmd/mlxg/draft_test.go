@@ -40,3 +40,35 @@ func TestServeNumDraft(t *testing.T) {
 		}
 	}
 }
+
+func TestServeDraftModel(t *testing.T) {
+	cases := []struct {
+		args []string
+		env  string
+		want string
+		bad  bool
+	}{
+		{nil, "", "", false},
+		{[]string{"--draft-model", "qwen3:0.6b"}, "", "qwen3:0.6b", false},
+		{nil, " qwen3:0.6b ", "qwen3:0.6b", false},
+		{[]string{"--draft-model", "small"}, "other", "small", false}, // the flag wins
+		{nil, "no spaces allowed", "", true},
+	}
+	for _, c := range cases {
+		f := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+		var name string
+		f.StringVar(&name, "draft-model", "", "")
+		if err := f.Parse(c.args); err != nil {
+			t.Fatal(err)
+		}
+		got, err := serveDraftModel(f, name, func(k string) string {
+			if k == "MLXG_DRAFT_MODEL" {
+				return c.env
+			}
+			return ""
+		})
+		if (err != nil) != c.bad || !c.bad && got != c.want {
+			t.Errorf("%v MLXG_DRAFT_MODEL=%q: %q, %v; want %q (error: %v)", c.args, c.env, got, err, c.want, c.bad)
+		}
+	}
+}

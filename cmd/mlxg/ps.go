@@ -76,6 +76,7 @@ func printPs(out io.Writer, ps *api.ProcessResponse, now time.Time) error {
 			fmt.Fprintf(out, "%s %s\n", m.Name, streamingLine(s))
 		}
 	}
+	printDraftModels(out, ps)
 	return printRanks(out, ps)
 }
 
@@ -87,6 +88,16 @@ func streamingLine(s *api.ProcessStreaming) string {
 		line += fmt.Sprintf(" (expert cache hit rate %.0f%%)", 100*s.HitRate)
 	}
 	return line
+}
+
+// printDraftModels names the draft models loaded with models, after the table (whose columns stay
+// Ollama's).
+func printDraftModels(out io.Writer, ps *api.ProcessResponse) {
+	for _, m := range ps.Models {
+		if m.Draft != "" {
+			fmt.Fprintf(out, "%s is drafted by %s\n", m.Name, m.Draft)
+		}
+	}
 }
 
 // printRanks lists the machines of the models split over several (mlxg serve --hostfile).

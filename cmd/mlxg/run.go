@@ -22,6 +22,7 @@ import (
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/runner"
 	"github.com/mlxg/mlxg/runner/backend"
+	"github.com/mlxg/mlxg/runner/compute"
 	"github.com/mlxg/mlxg/runner/constrain"
 	"github.com/mlxg/mlxg/runner/model"
 	"github.com/mlxg/mlxg/runner/parser"
@@ -49,6 +50,7 @@ func newRunCmd() *cobra.Command {
 		options                    []string
 		kv                         kvstore.Options
 		numDraft                   int
+		draftModel                 string
 	)
 	cmd := &cobra.Command{
 		Use:   "run MODEL [PROMPT]",
@@ -86,14 +88,19 @@ func newRunCmd() *cobra.Command {
 				}
 				options = append(options, "num_draft="+strconv.Itoa(numDraft))
 			}
-			if st, err := os.Stat(model); err == nil && st.IsDir() {
+			st, err := os.Stat(model)
+			dirModel := err == nil && st.IsDir()
+			if draftModel != "" && !dirModel {
+				return fmt.Errorf("--draft-model is for MODEL a directory run in this process; a served model gets its draft model from its Modelfile (PARAMETER draft_model) or mlxg serve --draft-model")
+			}
+			if dirModel {
 				if interactive {
 					return fmt.Errorf("%s is a directory: a chat needs the server; import it with mlxg create NAME --from %s, or give a prompt", model, model)
 				}
 				if err := kv.ApplyEnv(os.Getenv); err != nil {
 					return err
 				}
-				return runDirectory(cmd, model, prompt, options, raw, think, system, threads, verbose, kv, fmtJSON)
+				return runDirectory(cmd, model, draftModel, prompt, options, raw, think, system, threads, verbose, kv, fmtJSON)
 			}
 
 			s := &chatSession{model: model, options: map[string]any{}, system: system, hideThinking: hideThinking,
@@ -163,6 +170,7 @@ func newRunCmd() *cobra.Command {
 	f.IntVar(&threads, "threads", 0, "CPU threads when MODEL is a directory run in-process (0: all cores)")
 	f.StringArrayVarP(&options, "option", "o", nil, "a generation option NAME=VALUE (Ollama's names; repeatable)")
 	registerDraftFlags(f, &numDraft, "this session's num_draft")
+	f.StringVar(&draftModel, "draft-model", "", "MODEL a directory: a draft model's directory (same tokenizer) for speculative decoding")
 	// The server's KV settings, for a directory run in this process (a server has its own).
 	kvFlags := pflag.NewFlagSet("kv", pflag.ContinueOnError)
 	registerKVFlags(kvFlags, &kv)
@@ -195,7 +203,7 @@ func runRawPrompt(ctx context.Context, s *chatSession, prompt string) error {
 }
 
 // runDirectory answers one prompt with a checkpoint directory, in this process.
-func runDirectory(cmd *cobra.Command, dir, prompt string, options []string, raw bool, think, system string, threads int, verbose bool, kv kvstore.Options, format json.RawMessage) error {
+func runDirectory(cmd *cobra.Command, dir, draftDir, prompt string, options []string, raw bool, think, system string, threads int, verbose bool, kv kvstore.Options, format json.RawMessage) error {
 	opts, err := parseRunOptions(options)
 	if err != nil {
 		return err
@@ -260,10 +268,22 @@ func runDirectory(cmd *cobra.Command, dir, prompt string, options []string, raw 
 		_ = backend.Release(be)
 		return err
 	}
+	var draft *runner.Engine
 	defer func() {
-		_ = backend.Release(be) // before the model: Metal's arrays wrap its mmap
+		_ = backend.Release(be) // before the models: Metal's arrays wrap their mmaps
 		e.Close()
+		if draft != nil {
+			draft.Close()
+		}
 	}()
+	if draftDir != "" {
+		if draft, err = loadDraftDir(policy, draftDir, be, log, opts.NumCtx); err != nil {
+			return err
+		}
+		if err := e.SetDraft(draft); err != nil {
+			return fmt.Errorf("--draft-model %s cannot draft for %s: %w", draftDir, dir, err)
+		}
+	}
 	load := time.Since(start)
 	req := runner.Request{Options: opts}
 	switch {
@@ -318,6 +338,33 @@ func runDirectory(cmd *cobra.Command, dir, prompt string, options []string, raw 
 }
 
 // weightBytes adds the sizes of a checkpoint directory's safetensors files.
+// loadDraftDir loads a draft model's directory on the target's backend, its caches from the
+// KV policy for its own shape at numCtx.
+func loadDraftDir(policy *kvstore.Policy, dir string, be compute.Backend, log *slog.Logger, numCtx int) (*runner.Engine, error) {
+	config, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return nil, fmt.Errorf("--draft-model %s is not a checkpoint directory: %w", dir, err)
+	}
+	shape, err := kvstore.ShapeFromConfig(config, weightBytes(dir))
+	if err != nil {
+		return nil, fmt.Errorf("--draft-model %s: %w", dir, err)
+	}
+	plan, err := policy.Plan(dir, shape, numCtx, false)
+	if err != nil {
+		return nil, fmt.Errorf("--draft-model %s: %w", dir, err)
+	}
+	seqs := policy.Sequences(dir, shape, plan, nil)
+	d, err := runner.Load(dir, runner.LoadOptions{Backend: be, Logger: log, Context: numCtx,
+		KVCache: func(_ *model.Model, n int) ([]kvstore.Layer, error) {
+			caches, _, err := seqs.Caches(n)
+			return caches, err
+		}})
+	if err != nil {
+		return nil, fmt.Errorf("--draft-model %s: %w", dir, err)
+	}
+	return d, nil
+}
+
 func weightBytes(dir string) int64 {
 	var n int64
 	files, _ := filepath.Glob(filepath.Join(dir, "*.safetensors"))

@@ -38,3 +38,26 @@ func TestRunDirectoryKVPolicy(t *testing.T) {
 		t.Errorf("a group size that does not divide head_dim 64: %v\n%s", err, stderr)
 	}
 }
+
+// mlxg run DIR --draft-model DIR2 drafts with DIR2: the greedy text is the model's own, and
+// --verbose reports drafted tokens. A served model's draft is the server's business.
+func TestRunDirectoryDraftModel(t *testing.T) {
+	tiny := testdata.SharedModel(t, "qwen3-tiny")
+	t.Setenv("MLXG_BACKEND", "cpu")
+	t.Setenv("MLXG_HOST", "127.0.0.1:1") // no server
+	args := []string{"run", tiny, "--verbose", "--raw", "The capital of France is", "-o", "num_predict=12", "-o", "temperature=0"}
+	plain, _, err := runCLI(t, append(args, "--num-draft", "0")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	drafted, stderr, err := runCLI(t, append(args, "--draft-model", tiny, "--num-draft", "4")...)
+	if err != nil || drafted != plain || strings.TrimSpace(plain) == "" {
+		t.Fatalf("with a draft model: %v %q; without: %q\n%s", err, drafted, plain, stderr)
+	}
+	if !strings.Contains(stderr, "draft tokens:") {
+		t.Errorf("--verbose reports no drafted tokens:\n%s", stderr)
+	}
+	if _, _, err := runCLI(t, "run", "qwen3:0.6b", "--draft-model", "small", "Hi"); err == nil || !strings.Contains(err.Error(), "PARAMETER draft_model") {
+		t.Errorf("--draft-model with a served model: %v", err)
+	}
+}

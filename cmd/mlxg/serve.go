@@ -37,6 +37,7 @@ Environment variables:
   MLXG_MAX_QUEUE, OLLAMA_MAX_QUEUE    requests allowed to wait (default 512; more get 503)
   MLXG_CONTEXT_LENGTH, OLLAMA_CONTEXT_LENGTH  default num_ctx (default 4096)
   MLXG_NUM_DRAFT                      default num_draft, as --num-draft (0: no speculative decoding)
+  MLXG_DRAFT_MODEL                    default draft model, as --draft-model
   MLXG_MAX_MEMORY                     memory all loaded models may take (e.g. "24GiB"; default 90% of RAM)
   MLXG_LOG_FORMAT                     "text" (default) or "json"
   MLXG_DEBUG                          1 logs at debug level
@@ -55,6 +56,7 @@ func newServeCmd() *cobra.Command {
 	var grace time.Duration
 	var hostfile string
 	var numDraft int
+	var draftModel string
 	cmd := &cobra.Command{
 		Use:     "serve",
 		Aliases: []string{"start"},
@@ -66,7 +68,11 @@ func newServeCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return serve(cmd.Context(), cmd.ErrOrStderr(), &kv, &pc, threads, grace, hostfileFrom(hostfile), draft)
+			dm, err := serveDraftModel(cmd.Flags(), draftModel, os.Getenv)
+			if err != nil {
+				return err
+			}
+			return serve(cmd.Context(), cmd.ErrOrStderr(), &kv, &pc, threads, grace, hostfileFrom(hostfile), draft, dm)
 		},
 	}
 	registerKVFlags(cmd.Flags(), &kv)
@@ -74,6 +80,7 @@ func newServeCmd() *cobra.Command {
 	cmd.Flags().IntVar(&threads, "threads", 0, "CPU threads per model (0: all cores)")
 	cmd.Flags().DurationVar(&grace, "shutdown-grace", 10*time.Second, "time requests in flight get to finish on shutdown")
 	registerDraftFlags(cmd.Flags(), &numDraft, "default")
+	cmd.Flags().StringVar(&draftModel, "draft-model", "", "default draft model (a model in the store with the same tokenizer) for models whose Modelfile names none (PARAMETER draft_model)")
 	cmd.Flags().StringVar(&hostfile, "hostfile", "", "MLX hostfile: serve models split over these machines (rank 0 here, \"mlxg worker\" on the others)")
 	return cmd
 }
@@ -104,7 +111,7 @@ func envFirst(keys ...string) (string, string) {
 	return keys[0], ""
 }
 
-func serve(ctx context.Context, logw io.Writer, kv *kvstore.Options, pc *kvstore.PrefixOptions, threads int, grace time.Duration, hostfile string, numDraft int) error {
+func serve(ctx context.Context, logw io.Writer, kv *kvstore.Options, pc *kvstore.PrefixOptions, threads int, grace time.Duration, hostfile string, numDraft int, draftModel string) error {
 	log, err := newLogger(logw)
 	if err != nil {
 		return err
@@ -179,6 +186,7 @@ func serve(ctx context.Context, logw io.Writer, kv *kvstore.Options, pc *kvstore
 		Origins:       server.OriginsFromEnv(os.Getenv),
 		ContextLength: ctxLen,
 		NumDraft:      numDraft,
+		DraftModel:    draftModel,
 		Version:       version,
 		Logger:        log,
 		NoDashboard:   envOff("MLXG_DASHBOARD"),
