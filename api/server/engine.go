@@ -161,7 +161,7 @@ func (l *EngineLoader) PlanDraft(m, draft *registry.LocalModel, numCtx int, free
 	}
 	p.Draft = draft
 	if l.KV != nil {
-		kv, err := l.kvPlan(draft, p.Context, freed)
+		kv, err := l.kvPlan(draft, p.Context, freed, 0)
 		if err != nil {
 			return nil, fmt.Errorf("draft model %s: %w", draft.Name, err)
 		}
