@@ -38,17 +38,27 @@ func modeChoice(mode, field string) (toolChoice, error) {
 	return toolChoice{}, errorf(http.StatusBadRequest, "%s must be \"none\", \"auto\" or \"required\", not %q", field, mode)
 }
 
+// plainChoice reads the forms of tool_choice both OpenAI APIs share: absent or null ("auto") and a
+// mode string; done is false for an object, which each API reads its own way.
+func plainChoice(raw json.RawMessage) (tc toolChoice, done bool, err error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return toolChoice{mode: "auto"}, true, nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		tc, err = modeChoice(s, "tool_choice")
+		return tc, true, err
+	}
+	return toolChoice{}, false, nil
+}
+
 // oaiToolChoice reads Chat Completions' tool_choice: "none", "auto", "required",
 // {"type":"function","function":{"name":…}} or {"type":"allowed_tools","allowed_tools":{"mode":…}}.
 // Other object types (custom tools) choose tools no model here runs: they leave the choice to the model.
 func oaiToolChoice(raw json.RawMessage) (toolChoice, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
-		return toolChoice{mode: "auto"}, nil
-	}
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return modeChoice(s, "tool_choice")
+	if tc, done, err := plainChoice(raw); done {
+		return tc, err
 	}
 	var o struct {
 		Type     string `json:"type"`
@@ -79,13 +89,8 @@ func oaiToolChoice(raw json.RawMessage) (toolChoice, error) {
 // {"type":"allowed_tools","mode":…}. A hosted tool's type (web_search...) chooses a tool no model here
 // runs: it leaves the choice to the model.
 func responsesToolChoice(raw json.RawMessage) (toolChoice, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
-		return toolChoice{mode: "auto"}, nil
-	}
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return modeChoice(s, "tool_choice")
+	if tc, done, err := plainChoice(raw); done {
+		return tc, err
 	}
 	var o struct {
 		Type      string `json:"type"`
