@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/runner/sample"
@@ -51,22 +52,10 @@ func draftCompatible(e, d *Engine) error {
 		return fmt.Errorf("the draft model %s has a vocabulary of %d tokens, the model it drafts for %d: a draft model needs the same tokenizer", d.Dir, dv, tv)
 	}
 	probe := "Draft models share tokenizers: 12 + 34 = 46, naïve café, 東京, <tool_call>{\"a\": [1]}</tool_call>\n\tdone."
-	if a, b := e.Tokenizer.Encode(probe, true), d.Tokenizer.Encode(probe, true); !equalIDs(a, b) {
+	if a, b := e.Tokenizer.Encode(probe, true), d.Tokenizer.Encode(probe, true); !slices.Equal(a, b) {
 		return fmt.Errorf("the draft model %s tokenizes text differently from the model it drafts for (%v against %v): a draft model needs the same tokenizer", d.Dir, b, a)
 	}
 	return nil
-}
-
-func equalIDs(a, b []int32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // draftModel is a draft model's state for one sequence.
