@@ -17,6 +17,7 @@ import (
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/kvstore/sysmem"
 	"github.com/mlxg/mlxg/registry"
+	"github.com/mlxg/mlxg/runner/pipeline"
 	"github.com/mlxg/mlxg/runner/sched"
 )
 
@@ -147,6 +148,12 @@ func TestDraftModelServerDefault(t *testing.T) {
 	if d, _, err := ts.srv.draftFor(self); err != nil || d != nil {
 		t.Errorf("the default draft model's own draft: %v, %v; want none", d, err)
 	}
+	loader := ts.srv.cfg.Loader.(*EngineLoader)
+	loader.Pipeline = &pipeline.Leader{}
+	if d, _, err := ts.srv.draftFor(lm); err != nil || d != nil {
+		t.Errorf("a split model's draft: %v, %v; want none", d, err)
+	}
+	loader.Pipeline = nil
 
 	var r api.GenerateResponse
 	if ts.postJSON(t, "/api/generate", `{"model":"llama-scripted","prompt":"Hi","raw":true,"stream":false,"options":{"num_predict":8,"temperature":0}}`, &r) != 200 ||

@@ -410,8 +410,13 @@ func linkOrCopy(src, dst string) error {
 // modelOptions applies the parameters a Modelfile gave the model (after the checkpoint's generation
 // defaults, before the request's own options).
 // draftFor resolves lm's draft model: its Modelfile's draft_model, else the server's default
-// (byDefault). A model named as the server's default runs without a draft.
+// (byDefault). A model named as the server's default runs without a draft, and so does every
+// model of a server that splits its models over several machines: a split model does not
+// speculate, so its draft would only take memory.
 func (s *Server) draftFor(lm *registry.LocalModel) (d *registry.LocalModel, byDefault bool, err error) {
+	if l, ok := s.cfg.Loader.(*EngineLoader); ok && l.Pipeline != nil {
+		return nil, false, nil
+	}
 	name := s.cfg.DraftModel
 	if v, ok := lm.Modelfile.Param(api.DraftModelParameter).(string); ok && v != "" {
 		name = v
