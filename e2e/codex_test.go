@@ -94,10 +94,29 @@ func checkCodexOutcome(t *testing.T, stdout, stderr string, err error, rec *reco
 		t.Logf("codex answered: %q", clip(text, 200))
 	case failed != "" && strings.Contains(failed, "reason: max_output_tokens"):
 		t.Logf("codex stopped on the reply's token limit (the model did not stop within %d tokens)", tinyNumPredict)
+	case completed && err == nil && endedAtOnce(rec):
+		// A sampled reply may end on its first token: the turn is complete and empty, which
+		// Codex handles; what this test checks is that the exchange worked.
+		t.Logf("codex completed its turn; the model ended its last reply at once (0 output tokens)")
 	default:
 		t.Fatalf("codex: %v (turn completed %v, failed %q, text %q)\nstdout: %s\nstderr: %s\nexchanges:\n%s",
 			err, completed, failed, text, clip(stdout, 3000), clip(stderr, 2000), rec.summary())
 	}
+}
+
+// endedAtOnce reports whether mlxg's last /v1/responses reply completed with no output tokens.
+func endedAtOnce(rec *recorder) bool {
+	var last *exchange
+	for _, x := range rec.to("/v1/responses") {
+		if !x.Canned {
+			last = x
+		}
+	}
+	if last == nil || last.Status != http.StatusOK {
+		return false
+	}
+	r := string(last.Resp)
+	return strings.Contains(r, `"type":"response.completed"`) && strings.Contains(r, `"output_tokens":0,`)
 }
 
 // checkResponsesExchanges: every exchange succeeded, and every /v1/responses stream reached its end.
