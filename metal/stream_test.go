@@ -1,0 +1,160 @@
+package metal_test
+
+import (
+	"context"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/mlxg/mlxg/metal/mlxtest"
+	"github.com/mlxg/mlxg/registry/create"
+	"github.com/mlxg/mlxg/registry/randmodel"
+	"github.com/mlxg/mlxg/runner"
+	"github.com/mlxg/mlxg/runner/model"
+	"github.com/mlxg/mlxg/runner/model/modeltest"
+	"github.com/mlxg/mlxg/runner/residency"
+)
+
+// tinyMoE writes a 3-layer, 8-expert, top-2 Qwen3-MoE quantized to 4 bits in groups of
+// 32 and returns its folder.
+func tinyMoE(t *testing.T, seed uint64) string {
+	t.Helper()
+	dir := t.TempDir()
+	hf, out := filepath.Join(dir, "hf"), filepath.Join(dir, "mlx")
+	cfg := randmodel.TinyMoE(256)
+	cfg.NumLayers = 3
+	if err := randmodel.Generate(hf, cfg, randmodel.Options{Seed: seed}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := create.Convert(context.Background(), hf, out, create.Options{Bits: 4, GroupSize: 32}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestStreamedExpertsOnMLX: on MLX, a Qwen3-MoE whose experts are read through the
+// residency manager into per-layer slots gives the logits of the model with every
+// expert in MLX arrays (a prompt in chunks whose picks outnumber the slots, then decode
+// steps), at budgets from the top-k's slots alone up to every expert, under each
+// eviction policy, with the budget shrunk and grown back between steps (slots resized
+// with their experts kept); the manager counts the hits, misses and reads.
+func TestStreamedExpertsOnMLX(t *testing.T) {
+	mlx := mlxtest.Opener(t)
+	dir := tinyMoE(t, 4)
+	prompt, decode := modeltest.Tokens(3, 9), modeltest.Tokens(5, 12)
+	run := func(m *model.Model, between func(step int)) [][]float32 {
+		caches, err := m.NewCaches(false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var all [][]float32
+		all = append(all, modeltest.Forward(t, m, caches, prompt, 4))
+		for i, tok := range decode {
+			if between != nil {
+				between(i)
+			}
+			l, err := m.Forward(context.Background(), []int32{tok}, caches, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			all = append(all, l)
+		}
+		return all
+	}
+	load := func(res *residency.Manager) *model.Model {
+		b, err := mlx()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := model.LoadWith(dir, b, model.LoadConfig{Residency: res})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	plain := load(nil)
+	want := run(plain, nil)
+	plain.Close()
+	const units = 3 * 8
+	for _, p := range []residency.Policy{residency.Frequency, residency.LRU} {
+		for _, keep := range []float64{0, 0.6, 1, 2} {
+			res := residency.New(residency.Options{Budget: 1 << 40, Policy: p, Workers: 2})
+			m := load(res)
+			s := res.Stats()
+			if s.Units != units || s.Pinned <= 0 || s.Pinned+s.Streamed != m.WeightBytes() {
+				t.Fatalf("after load: %+v (weights %d)", s, m.WeightBytes())
+			}
+			budget := s.Pinned + int64(keep*float64(s.Total))
+			res.SetBudget(budget)
+			got := run(m, func(step int) {
+				switch step {
+				case 4: // the top-k's slots alone, then back
+					res.SetBudget(s.Pinned)
+				case 8:
+					res.SetBudget(budget)
+				}
+			})
+			// The same kernel over the same bytes: MLX's CPU gives identical logits; the
+			// tolerance is MLX's, for a GPU whose kernels may tile a stack of another size
+			// differently.
+			same := 0
+			for i := range want {
+				if rel := modeltest.MaxRel(got[i], want[i]); rel > 1e-5 {
+					t.Fatalf("%v, budget %.1f of the experts: step %d: logits differ (max rel %.3g)", p, keep, i, rel)
+				}
+				if slices.Equal(got[i], want[i]) {
+					same++
+				}
+			}
+			s = res.Stats()
+			t.Logf("%v, budget %.1f of the experts: %d of %d steps bit-identical; hits %d misses %d reads %d (%d bytes), predicted %d/%d",
+				p, keep, same, len(want), s.Hits, s.Misses, s.Reads, s.BytesRead, s.PredictedRight, s.Predicted)
+			if s.Misses == 0 || s.Reads == 0 || s.BytesRead == 0 || s.Predicted == 0 || s.Hits == 0 {
+				t.Errorf("%v, %.1f: counters %+v", p, keep, s)
+			}
+			if keep == 0 && s.Reads <= units {
+				t.Errorf("%v, %.1f: %d reads of %d units: nothing evicted and read again", p, keep, s.Reads, units)
+			}
+			if err := m.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// TestEngineWeightBudgetOnMLX: runner.LoadModel on MLX with a weight budget below the
+// pinned weights streams the experts and generates the tokens of the mapped model.
+func TestEngineWeightBudgetOnMLX(t *testing.T) {
+	mlx := mlxtest.Opener(t)
+	dir := tinyMoE(t, 6)
+	gen := func(budget int64) ([]int32, *runner.Engine) {
+		b, err := mlx()
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := runner.LoadModel(dir, runner.LoadOptions{Backend: b, WeightBudget: budget, StreamPolicy: residency.LRU})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := runner.DefaultOptions()
+		o.NumPredict, o.Temperature = 16, 0
+		res, err := e.GenerateTokens(context.Background(), modeltest.Tokens(2, 7), o, func(int32) (bool, error) { return false, nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Tokens, e
+	}
+	want, plain := gen(0)
+	defer plain.Close()
+	got, e := gen(1)
+	defer e.Close()
+	if e.Model.Residency() == nil {
+		t.Fatal("the model does not stream on MLX")
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("streamed tokens %v, mapped %v", got, want)
+	}
+	if s := e.Model.Residency().Stats(); s.Misses == 0 || s.Units != 24 {
+		t.Errorf("stats %+v", s)
+	}
+}
