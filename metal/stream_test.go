@@ -10,6 +10,7 @@ import (
 	"github.com/mlxg/mlxg/registry/create"
 	"github.com/mlxg/mlxg/registry/randmodel"
 	"github.com/mlxg/mlxg/runner"
+	"github.com/mlxg/mlxg/runner/compute"
 	"github.com/mlxg/mlxg/runner/model"
 	"github.com/mlxg/mlxg/runner/model/modeltest"
 	"github.com/mlxg/mlxg/runner/residency"
@@ -18,11 +19,16 @@ import (
 // tinyMoE writes a 3-layer, 8-expert, top-2 Qwen3-MoE quantized to 4 bits in groups of
 // 32 and returns its folder.
 func tinyMoE(t *testing.T, seed uint64) string {
+	cfg := randmodel.TinyMoE(256)
+	cfg.NumLayers = 3
+	return quantized(t, cfg, seed)
+}
+
+// quantized writes a random checkpoint of cfg quantized to 4 bits in groups of 32.
+func quantized(t *testing.T, cfg randmodel.Config, seed uint64) string {
 	t.Helper()
 	dir := t.TempDir()
 	hf, out := filepath.Join(dir, "hf"), filepath.Join(dir, "mlx")
-	cfg := randmodel.TinyMoE(256)
-	cfg.NumLayers = 3
 	if err := randmodel.Generate(hf, cfg, randmodel.Options{Seed: seed}); err != nil {
 		t.Fatal(err)
 	}
@@ -41,6 +47,18 @@ func tinyMoE(t *testing.T, seed uint64) string {
 func TestStreamedExpertsOnMLX(t *testing.T) {
 	mlx := mlxtest.Opener(t)
 	dir := tinyMoE(t, 4)
+	testStreamedOnMLX(t, mlx, dir, 3*8, []residency.Policy{residency.Frequency, residency.LRU}, []float64{0, 0.6, 1, 2})
+}
+
+// TestStreamedQwen3NextOnMLX: the same for Qwen3-Next, whose MoE layers (a shared
+// expert beside the streamed ones) alternate with recurrent layers.
+func TestStreamedQwen3NextOnMLX(t *testing.T) {
+	mlx := mlxtest.Opener(t)
+	dir := quantized(t, randmodel.TinyQwen3Next(256), 8)
+	testStreamedOnMLX(t, mlx, dir, 4*8, []residency.Policy{residency.Frequency}, []float64{0, 1})
+}
+
+func testStreamedOnMLX(t *testing.T, mlx func() (compute.Backend, error), dir string, units int, policies []residency.Policy, keeps []float64) {
 	prompt, decode := modeltest.Tokens(3, 9), modeltest.Tokens(5, 12)
 	run := func(m *model.Model, between func(step int)) [][]float32 {
 		caches, err := m.NewCaches(false)
@@ -75,9 +93,8 @@ func TestStreamedExpertsOnMLX(t *testing.T) {
 	plain := load(nil)
 	want := run(plain, nil)
 	plain.Close()
-	const units = 3 * 8
-	for _, p := range []residency.Policy{residency.Frequency, residency.LRU} {
-		for _, keep := range []float64{0, 0.6, 1, 2} {
+	for _, p := range policies {
+		for _, keep := range keeps {
 			res := residency.New(residency.Options{Budget: 1 << 40, Policy: p, Workers: 2})
 			m := load(res)
 			s := res.Stats()
@@ -112,7 +129,7 @@ func TestStreamedExpertsOnMLX(t *testing.T) {
 			if s.Misses == 0 || s.Reads == 0 || s.BytesRead == 0 || s.Predicted == 0 || s.Hits == 0 {
 				t.Errorf("%v, %.1f: counters %+v", p, keep, s)
 			}
-			if keep == 0 && s.Reads <= units {
+			if keep == 0 && s.Reads <= int64(units) {
 				t.Errorf("%v, %.1f: %d reads of %d units: nothing evicted and read again", p, keep, s.Reads, units)
 			}
 			if err := m.Close(); err != nil {
