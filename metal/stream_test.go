@@ -175,3 +175,16 @@ func TestEngineWeightBudgetOnMLX(t *testing.T) {
 		t.Errorf("stats %+v", s)
 	}
 }
+
+// TestSlotUpdateInPlace: MLX writes an expert into its slot in place once the slot
+// array's old handle is let go; a copy of every slot per expert read would cost a
+// layer's slots in memory traffic.
+func TestSlotUpdateInPlace(t *testing.T) {
+	in, err := mlxtest.Backend(t).SlotUpdateInPlace()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !in {
+		t.Error("slice_update copied the whole array")
+	}
+}
