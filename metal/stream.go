@@ -217,16 +217,16 @@ func dtSize(dt mlxDtype) int64 {
 }
 
 // capacity is how many slots each layer gets under the manager's current budget:
-// what the budget leaves beside the weights pinned for other reasons and a layer's
-// picks being read (the manager's own buffers), shared evenly by the layers; at
-// least k (a decode step's picks), at most every expert.
+// what the budget leaves beside the weights pinned for other reasons and the units
+// being read (the manager's own buffers: a layer's picks, or the read window), shared
+// evenly by the layers; at least k (a decode step's picks), at most every expert.
 func (grp *expertGroup) capacity(k int, wide bool) int {
 	st := grp.st
 	if budget := st.mgr.Budget(); budget != st.budget {
 		s := st.mgr.Stats()
 		st.budget, st.base = budget, s.Pinned-st.pinned
 		unitFile := s.Total / int64(max(s.Units, 1))
-		free := budget - st.base - int64(k)*unitFile
+		free := budget - st.base - int64(max(k, readWindow))*unitFile
 		st.perLayer = int(max(free, 0) / int64(max(len(st.groups), 1)) / max(grp.slotBytes(wide), 1))
 	}
 	return min(max(st.perLayer, k), grp.experts)
@@ -362,29 +362,36 @@ func (grp *expertGroup) begin(picked []int) {
 	st.mgr.Prefetch(ids...)
 }
 
-// acquire reads the units of experts through the manager, with the Lib's mutex
-// released while it waits (no MLX call is made meanwhile), and returns their handles.
-func (grp *expertGroup) acquire(l *Lib, experts []int) ([]residency.Handle, error) {
+// readWindow is how many of a prompt's missing experts are asked of the manager ahead
+// of the one being copied: enough to keep its readers busy, few enough that the pass
+// does not hold every expert it picked in the manager's buffers at once.
+const readWindow = 4
+
+// each reads the units of experts through the manager, in order with the next ones
+// (window in all) asked for ahead, and calls use with each (on the worker, the Lib's mutex held)
+// before releasing it. The mutex is released while a read is waited for (no MLX call
+// is made meanwhile), so that other models' passes go on.
+func (grp *expertGroup) each(l *Lib, experts []int, window int, use func(i int, h residency.Handle) error) error {
 	mgr := grp.st.mgr
 	ids := make([]int, len(experts))
 	for i, e := range experts {
 		ids[i] = grp.units[e]
 	}
-	l.mu.Unlock()
-	defer l.mu.Lock()
-	mgr.Want(ids...)
-	hs := make([]residency.Handle, 0, len(ids))
-	for _, id := range ids {
+	for i, id := range ids {
+		l.mu.Unlock()
+		mgr.Want(ids[i:min(i+window, len(ids))]...)
 		h, err := mgr.Acquire(id)
+		l.mu.Lock()
 		if err != nil {
-			for _, h := range hs {
-				h.Release()
-			}
-			return nil, err
+			return err
 		}
-		hs = append(hs, h)
+		err = use(i, h)
+		h.Release()
+		if err != nil {
+			return err
+		}
 	}
-	return hs, nil
+	return nil
 }
 
 // fromUnit is member m's part j of the expert in h, as a [1, rows, cols] array in the
@@ -438,39 +445,43 @@ func (grp *expertGroup) prepare(b *Backend, g *graph, picks []int, k int) ([][3]
 			missing = append(missing, e)
 		}
 	}
-	var hs []residency.Handle
-	if len(missing) > 0 {
-		var err error
-		if hs, err = grp.acquire(b.lib, missing); err != nil {
-			return nil, nil, err
-		}
-	}
-	defer func() {
-		for _, h := range hs {
-			h.Release()
-		}
-	}()
 	idx := make([]uint32, len(picks))
 	if len(order) > grp.slots {
 		// More experts than slots: a stack for this pass alone, in order's order.
-		read := map[int]residency.Handle{}
-		for i, e := range missing {
-			read[e] = hs[i]
+		parts := make([][3][]mlxArray, len(grp.members))
+		for m := range parts {
+			for j := range 3 {
+				parts[m][j] = make([]mlxArray, len(order))
+			}
+		}
+		for i, e := range order {
+			sl := grp.slotOf[e]
+			if sl < 0 {
+				continue
+			}
+			for m, w := range grp.members {
+				s := w.stream
+				for j := range 3 {
+					parts[m][j][i] = g.slice(grp.arrs[m][j], []int{sl, 0, 0}, []int{sl + 1, s.rows, s.cols[j]})
+				}
+			}
+		}
+		err := grp.each(b.lib, missing, readWindow, func(i int, h residency.Handle) error {
+			at := first[missing[i]] - 1
+			for m := range grp.members {
+				for j := range 3 {
+					parts[m][j][at] = grp.fromUnit(g, b.wide, h, m, j)
+				}
+			}
+			return g.err
+		})
+		if err != nil {
+			return nil, nil, err
 		}
 		stacks := make([][3]mlxArray, len(grp.members))
-		for m, w := range grp.members {
-			s := w.stream
+		for m := range grp.members {
 			for j := range 3 {
-				parts := make([]mlxArray, len(order))
-				for i, e := range order {
-					if h, ok := read[e]; ok {
-						parts[i] = grp.fromUnit(g, b.wide, h, m, j)
-					} else {
-						sl := grp.slotOf[e]
-						parts[i] = g.slice(grp.arrs[m][j], []int{sl, 0, 0}, []int{sl + 1, s.rows, s.cols[j]})
-					}
-				}
-				stacks[m][j] = g.concat(0, parts...)
+				stacks[m][j] = g.concat(0, parts[m][j]...)
 			}
 		}
 		for i, e := range picks {
@@ -478,7 +489,9 @@ func (grp *expertGroup) prepare(b *Backend, g *graph, picks []int, k int) ([][3]
 		}
 		return stacks, idx, g.err
 	}
-	for i, e := range missing {
+	// A decode step's misses (at most k) are asked for at once.
+	err := grp.each(b.lib, missing, max(k, readWindow), func(i int, h residency.Handle) error {
+		e := missing[i]
 		s := -1
 		var cands, candSlots []int
 		for sl, held := range grp.held {
@@ -499,11 +512,11 @@ func (grp *expertGroup) prepare(b *Backend, g *graph, picks []int, k int) ([][3]
 		for m, w := range grp.members {
 			sw := w.stream
 			for j := range 3 {
-				upd := grp.fromUnit(g, b.wide, hs[i], m, j)
+				upd := grp.fromUnit(g, b.wide, h, m, j)
 				old := grp.arrs[m][j]
 				nu := g.sliceUpdate(old, upd, []int{s, 0, 0}, []int{s + 1, sw.rows, sw.cols[j]})
 				if g.err != nil {
-					return nil, nil, g.err
+					return g.err
 				}
 				// The slot arrays outlive the pass: the update is kept and the old handle
 				// let go, so that the update may reuse its buffer.
@@ -513,6 +526,10 @@ func (grp *expertGroup) prepare(b *Backend, g *graph, picks []int, k int) ([][3]
 		}
 		grp.held[s], grp.slotOf[e] = e, s
 		inUse[s] = true
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
 	}
 	for i, e := range picks {
 		idx[i] = uint32(grp.slotOf[e])
