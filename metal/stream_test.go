@@ -2,10 +2,12 @@ package metal_test
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"slices"
 	"testing"
 
+	"github.com/mlxg/mlxg/metal"
 	"github.com/mlxg/mlxg/metal/mlxtest"
 	"github.com/mlxg/mlxg/registry/create"
 	"github.com/mlxg/mlxg/registry/randmodel"
@@ -186,5 +188,58 @@ func TestSlotUpdateInPlace(t *testing.T) {
 	}
 	if !in {
 		t.Error("slice_update copied the whole array")
+	}
+}
+
+// TestStreamedReadErrorOnMLX: an expert that cannot be read (the checkpoint cut short
+// after the load) fails the pass with the read's error instead of hanging or crashing,
+// and the backend still runs passes afterwards.
+func TestStreamedReadErrorOnMLX(t *testing.T) {
+	mlx := mlxtest.Opener(t)
+	dir := tinyMoE(t, 5)
+	b, err := mlx()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := b.(*metal.Backend).Device(); d != "cpu" {
+		// MLX's CPU copies the pinned weights at load; a GPU maps the file's pages,
+		// which cutting the file would take away under it.
+		t.Skipf("cutting a checkpoint mapped by MLX on %s", d)
+	}
+	res := residency.New(residency.Options{Budget: 1, Workers: 1})
+	m, err := model.LoadWith(dir, b, model.LoadConfig{Residency: res})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	files, err := filepath.Glob(filepath.Join(dir, "*.safetensors"))
+	if err != nil || len(files) == 0 {
+		t.Fatal(files, err)
+	}
+	for _, f := range files {
+		if err := os.Truncate(f, 4096); err != nil {
+			t.Fatal(err)
+		}
+	}
+	caches, err := m.NewCaches(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Forward(context.Background(), modeltest.Tokens(1, 3), caches, false); err == nil {
+		t.Fatal("a pass over a cut checkpoint succeeded")
+	} else {
+		t.Logf("error: %v", err)
+	}
+	// The backend itself is fine: another model runs on it.
+	other, err := model.Load(tinyMoE(t, 6), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if caches, err = other.NewCaches(false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Forward(context.Background(), modeltest.Tokens(1, 3), caches, false); err != nil {
+		t.Fatal(err)
 	}
 }
