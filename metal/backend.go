@@ -13,6 +13,7 @@ import (
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/registry/safetensors"
 	"github.com/mlxg/mlxg/runner/compute"
+	"github.com/mlxg/mlxg/runner/residency"
 )
 
 // Backend implements compute.Backend on MLX arrays, on the default stream of one MLX
@@ -51,6 +52,8 @@ type Backend struct {
 	closed bool
 	group  *Group    // the distributed group joined or used, if any (JoinGroup, UseGroup)
 	comm   mlxStream // the CPU stream its transfers run on
+
+	streams map[*residency.Manager]*streamState // streamed experts by model (stream.go)
 }
 
 // NewBackend starts the MLX worker thread on lib's best device: Metal (required on
@@ -173,13 +176,16 @@ func (b *Backend) Close() error {
 	b.stopped = true
 	b.mu.Lock()
 	b.closed = true
-	owned := b.owned
-	b.owned, b.freqs = nil, nil
+	owned, streams := b.owned, b.streams
+	b.owned, b.freqs, b.streams = nil, nil, nil
 	b.mu.Unlock()
 	err := b.run(func() error {
 		limErr := b.releasePlan()
 		for _, a := range owned {
 			b.lib.arrayFree(a)
+		}
+		for _, st := range streams {
+			st.free(b.lib)
 		}
 		return errors.Join(limErr, status("mlx_stream_free", b.lib.streamFree(b.gpu)))
 	})
@@ -194,8 +200,9 @@ type weight struct {
 	out, in           int
 	q                 compute.Quant
 	w, scales, biases mlxArray
-	bias              mlxArray // float32 [out], or null
-	dt                mlxDtype // the dtype activations are cast to for the product
+	bias              mlxArray  // float32 [out], or null
+	dt                mlxDtype  // the dtype activations are cast to for the product
+	stream            *streamed // experts read through a residency manager: no arrays (stream.go)
 }
 
 func (w *weight) Dims() (int, int)     { return w.out, w.in }
@@ -217,11 +224,12 @@ var dtypes = map[safetensors.DType]mlxDtype{
 const zeroCopyMin = 1 << 16
 
 // mapped reports whether src's tensors live in a checkpoint's read-only mmap, which
-// stays put until the checkpoint is closed. Other sources (Go memory, which the GC may
-// free) are always copied.
+// stays put until the checkpoint is closed: a checkpoint, or a streaming model's
+// (whose tensors are its checkpoint's, Locate saying where). Other sources (Go memory,
+// which the GC may free) are always copied.
 func mapped(src compute.Source) bool {
 	switch src.(type) {
-	case *safetensors.Checkpoint, *safetensors.File:
+	case *safetensors.Checkpoint, *safetensors.File, compute.StreamSource:
 		return true
 	}
 	return false
@@ -350,6 +358,15 @@ func (b *Backend) Weight(src compute.Source, prefix string, q compute.Quant) (co
 		}
 		bias = bt
 	}
+	if b.wide {
+		w.dt = dtFloat32
+	}
+	if ok, err := b.bindStream(src, t, scales, biases, bias, w); ok || err != nil {
+		if err != nil {
+			return nil, fmt.Errorf("binding %q on Metal: %w", prefix, err)
+		}
+		return w, nil
+	}
 	wrap := mapped(src)
 	err = b.graph(func(g *graph) error {
 		matrix := func(t *safetensors.Tensor) mlxArray {
@@ -383,9 +400,6 @@ func (b *Backend) Weight(src compute.Source, prefix string, q compute.Quant) (co
 		if biases != nil {
 			w.biases = widen(matrix(biases))
 			arrays = append(arrays, w.biases)
-		}
-		if b.wide {
-			w.dt = dtFloat32
 		}
 		if bias != nil {
 			w.bias = g.reshape(g.astype(b.tensor(g, bias, wrap), dtFloat32), w.out)

@@ -107,6 +107,9 @@ func (c *context) Embed(w compute.Weight, ids []int32) compute.Tensor {
 	if !ok {
 		return c.fail("Embed: weight is not a Metal weight")
 	}
+	if mw.stream != nil {
+		return c.fail("Embed: %q is a streamed expert stack, which only MoE reads", mw.name)
+	}
 	if len(ids) == 0 {
 		return c.fail("Embed of no tokens")
 	}
@@ -138,6 +141,9 @@ func (c *context) Linear(x compute.Tensor, w compute.Weight) compute.Tensor {
 	mw, ok := w.(*weight)
 	if !ok {
 		return c.fail("Linear: weight is not a Metal weight")
+	}
+	if mw.stream != nil {
+		return c.fail("Linear: %q is a streamed expert stack, which only MoE reads", mw.name)
 	}
 	if a[0].cols != mw.in {
 		return c.fail("Linear: input of %d columns for %q, which takes %d", a[0].cols, mw.name, mw.in)

@@ -1,7 +1,9 @@
 package metal
 
 import (
+	"fmt"
 	"math"
+	"unsafe"
 
 	"github.com/mlxg/mlxg/runner/compute"
 )
@@ -49,6 +51,10 @@ func (c *context) MoE(x, router compute.Tensor, gate, up, down compute.Weight, e
 		return c.fail("%v", err)
 	}
 	k := r.TopK
+	grp := streamGroup(gw, uw, dw)
+	if grp == nil && (gw.stream != nil || uw.stream != nil || dw.stream != nil) {
+		return c.fail("MoE: %q, %q and %q are not one layer's three streamed expert stacks", gw.name, uw.name, dw.name)
+	}
 	return c.record(T, hidden, func(g *graph) mlxArray {
 		probs := g.softmax(g.astype(rl.arr, dtFloat32), -1)
 		idx := g.argpartition(g.neg(probs), k-1, -1)
@@ -60,9 +66,27 @@ func (c *context) MoE(x, router compute.Tensor, gate, up, down compute.Weight, e
 			scores = g.div(scores, g.sum(scores, -1, true))
 		}
 		xe := g.reshape(g.astype(xs.arr, gw.dt), T, 1, 1, in)
-		h := g.silu(expertProduct(g, gw, xe, idx, experts))
-		h = g.mul(h, expertProduct(g, uw, xe, idx, experts))        // T × k × 1 × inter
-		y := expertProduct(g, dw, g.astype(h, dw.dt), idx, experts) // T × k × 1 × hidden
+		product := func(w *weight, x mlxArray) mlxArray { return expertProduct(g, w, x, idx, experts) }
+		if grp != nil {
+			// The picks come to the host: the experts not in the layer's slots are read
+			// into slots, and gather_qmm runs over the slots by slot index.
+			picks := g.readIndices(idx)
+			if g.err != nil {
+				return 0
+			}
+			stacks, slots, err := grp.prepare(c.b, g, picks, k)
+			if err != nil {
+				return g.fail(fmt.Errorf("MoE: %w", err))
+			}
+			sidx := g.fromData(unsafe.Pointer(&slots[0]), dtUint32, T, k)
+			product = func(w *weight, x mlxArray) mlxArray {
+				a := stacks[w.stream.pos]
+				return g.gatherQMM(x, a[0], a[1], a[2], sidx, w.q.GroupSize, w.q.Bits, string(w.q.Mode))
+			}
+		}
+		h := g.silu(product(gw, xe))
+		h = g.mul(h, product(uw, xe))        // T × k × 1 × inter
+		y := product(dw, g.astype(h, dw.dt)) // T × k × 1 × hidden
 		y = g.reshape(g.astype(y, dtFloat32), T, k, hidden)
 		return g.sum(g.mul(y, g.reshape(scores, T, k, 1)), 1, false)
 	})

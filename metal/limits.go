@@ -11,6 +11,13 @@ import (
 //   - cache: freed buffers kept for reuse are bounded by the plan's overhead, the room
 //     it set aside for activations, so they never eat into the KV budget;
 //   - memory: left to MLX (zero), whose default follows the GPU's working set.
+//
+// A model in streaming mode is planned with its weight budget as its weights, so the
+// wired limit is the budget plus the KV cache. Of its experts, only the slots are MLX
+// buffers (stream.go), so only they can be wired, beside the pinned non-expert weights;
+// the residency manager's read buffers are the process's own memory, which MLX never
+// wires. When the budget shrinks under pressure the slots shrink at their layer's next
+// pass, and the wired bytes with them, under the limit set at load.
 func LimitsFor(p kvstore.Plan) MemoryLimits {
 	var l MemoryLimits
 	if w := p.Weights + p.KVBytes; w > 0 {
