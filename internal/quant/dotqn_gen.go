@@ -26,6 +26,11 @@ type scaleType struct {
 	scale8             func(idx, y, x string) string
 	bias8, bias1       string
 	bstep8, bstep1     int
+	// AVX-512 (dotq512_amd64.s): a chunk's scales, masked by K1, into X (then spread);
+	// a run of 16 biases into Z3, and the masked (K2) rest.
+	zscale          func(x string) string
+	zbias16, zbiasR string
+	zbstep          int
 }
 
 var scaleTypes = []scaleType{
@@ -39,6 +44,10 @@ var scaleTypes = []scaleType{
 		bias8:    "VMOVUPS (R10), Y3",
 		bias1:    "VMOVSS (R10), X3",
 		bstep8:   32, bstep1: 4,
+		zscale:  func(x string) string { return fmt.Sprintf("VMOVUPS.Z (R13)(DX*4), K1, %s", x) },
+		zbias16: "VMOVUPS (R10), Z3",
+		zbiasR:  "VMOVUPS.Z (R10), K2, Z3",
+		zbstep:  64,
 	},
 	{
 		name:     "BF16",
@@ -52,6 +61,12 @@ var scaleTypes = []scaleType{
 		bias8:  "VPMOVZXWD (R10), Y3; VPSLLD $16, Y3, Y3",
 		bias1:  "MOVWLZX (R10), BX; SHLL $16, BX; VMOVD BX, X3",
 		bstep8: 16, bstep1: 2,
+		zscale: func(x string) string {
+			return fmt.Sprintf("VMOVDQU16.Z (R13)(DX*2), K1, %s; VPMOVZXWD %s, %s; VPSLLD $16, %s, %s", x, x, x, x, x)
+		},
+		zbias16: "VPMOVZXWD (R10), Z3; VPSLLD $16, Z3, Z3",
+		zbiasR:  "VMOVDQU16.Z (R10), K2, Y3; VPMOVZXWD Y3, Z3; VPSLLD $16, Z3, Z3",
+		zbstep:  32,
 	},
 	{
 		name:     "F16",
@@ -65,6 +80,12 @@ var scaleTypes = []scaleType{
 		bias8:  "VCVTPH2PS (R10), Y3",
 		bias1:  "MOVWLZX (R10), BX; VMOVD BX, X3; VCVTPH2PS X3, X3",
 		bstep8: 16, bstep1: 2,
+		zscale: func(x string) string {
+			return fmt.Sprintf("VMOVDQU16.Z (R13)(DX*2), K1, %s; VCVTPH2PS %s, %s", x, x, x)
+		},
+		zbias16: "VCVTPH2PS (R10), Z3",
+		zbiasR:  "VMOVDQU16.Z (R10), K2, Y3; VCVTPH2PS Y3, Z3",
+		zbstep:  32,
 	},
 }
 
@@ -88,6 +109,25 @@ func main() {
 			}
 		}
 	}
+	for _, bits := range []int{4, 8} {
+		for _, st := range scaleTypes {
+			for n := 2; n <= 4; n++ {
+				name := fmt.Sprintf("dotQ%dZx%d%s", bits, n, st.name)
+				kernelZ(name, bits, n, st)
+				fmt.Fprintf(&decls, "\n//go:noescape\nfunc %s(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, gshift int, idx *int32, nscales, stride int)\n", name)
+			}
+		}
+	}
+	decls.WriteString("\n// The AVX-512 kernels by bit width (0: 4, 1: 8), scale type and number of vectors (n-2).\n")
+	decls.WriteString("var dotQZxKernels = [2][3][3]func(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, gshift int, idx *int32, nscales, stride int){\n")
+	for _, bits := range []int{4, 8} {
+		decls.WriteString("\t{\n")
+		for _, st := range scaleTypes {
+			fmt.Fprintf(&decls, "\t\t{dotQ%dZx2%s, dotQ%dZx3%s, dotQ%dZx4%s},\n", bits, st.name, bits, st.name, bits, st.name)
+		}
+		decls.WriteString("\t},\n")
+	}
+	decls.WriteString("}\n")
 	decls.WriteString("\n// The kernels by bit width (0: 4, 1: 8), scale type, layout (0: groups of 64 or more,\n// 1: groups of 32) and number of vectors (index n-2).\n")
 	decls.WriteString("var dotQxKernels = [2][3][2][3]func(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep, stride int){\n")
 	for _, bits := range []int{4, 8} {
@@ -353,6 +393,169 @@ func kernel(name string, bits, n int, st scaleType, g32 bool) {
 		emit("VMOVSS X0, (DX)")
 		if k < n-1 {
 			emit("ADDQ CX, DX")
+		}
+	}
+	emit("ADDQ $4, R8")
+	emit("ADDQ srow+72(FP), R13")
+	emit("ADDQ srow+72(FP), R12")
+	emit("DECQ R14")
+	emit("JNZ row")
+	emit("VZEROUPPER")
+	emit("RET")
+}
+
+// zchunk is chunk for the AVX-512 kernels: codes at off(DI), inputs at xb(R11) onwards,
+// the code index of the chunk's first code at R9+first, the result into tot[p] of every
+// vector (Z24+k for p 0, Z28+k for p 1), with the scale vector spread into Zs.
+func zchunk(bits, n, off, xb, first, p int, st scaleType, s int) {
+	emit("VMOVDQU32 %d(DI), Z3", off)
+	codes, xstep := 8, 512
+	if bits == 8 {
+		codes, xstep = 4, 256
+	}
+	for j := 0; j < codes; j++ {
+		if j == codes-1 {
+			emit("VPSRLD $%d, Z3, Z2", 32-bits)
+		} else {
+			emit("VPANDD Z%d, Z3, Z2", 8+j)
+		}
+		emit("VCVTDQ2PS Z2, Z2")
+		for k := 0; k < n; k++ {
+			acc := 4 + k
+			if j%2 == 1 {
+				acc = 20 + k
+			}
+			op := "VFMADD231PS"
+			if j < 2 {
+				op = "VMULPS"
+			}
+			emit("%s %d(R11), Z2, Z%d", op, xb+k*xstep+64*j, acc)
+		}
+	}
+	if first == 0 {
+		emit("MOVQ R9, DX")
+	} else {
+		emit("LEAQ %d(R9), AX", first)
+		emit("MOVQ AX, DX")
+	}
+	emit("SHRQ CX, DX")
+	for _, i := range splitInstr(st.zscale(fmt.Sprintf("X%d", s))) {
+		emit("%s", i)
+	}
+	emit("VPERMPS Z%d, Z18, Z%d", s, s)
+	for k := 0; k < n; k++ {
+		emit("VADDPS Z%d, Z%d, Z%d", 20+k, 4+k, 4+k)
+		emit("VFMADD231PS Z%d, Z%d, Z%d", s, 4+k, 24+4*p+k)
+	}
+}
+
+// kernelZ writes the AVX-512 kernel of n vectors: dotq512_amd64.s's arithmetic per vector,
+// its tot0 and tot1 in Z24+k and Z28+k, e and o in Z4+k and Z20+k.
+func kernelZ(name string, bits, n int, st scaleType) {
+	fmt.Fprintf(&out, "\n// func %s(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, gshift int, idx *int32, nscales, stride int)\n", name)
+	fmt.Fprintf(&out, "TEXT ·%s(SB), NOSPLIT, $0-112\n", name)
+	emit("MOVQ x+0(FP), SI")
+	emit("MOVQ w+8(FP), DI")
+	emit("MOVQ scales+16(FP), R13")
+	emit("MOVQ biases+24(FP), R12")
+	emit("MOVQ out+40(FP), R8")
+	emit("MOVQ rows+48(FP), R14")
+	emit("MOVQ idx+88(FP), AX")
+	emit("VMOVDQU32 (AX), Z18")
+	emit("MOVQ nscales+96(FP), CX")
+	emit("MOVL $1, AX")
+	emit("SHLL CX, AX")
+	emit("DECL AX")
+	emit("KMOVW AX, K1")
+	masks := masks4
+	if bits == 8 {
+		masks = masks8
+	}
+	for j, m := range masks {
+		emit("MOVL $0x%x, AX", m)
+		emit("VPBROADCASTD AX, Z%d", 8+j)
+	}
+	label("row")
+	emit("MOVQ SI, R11")
+	emit("XORQ R9, R9")
+	emit("MOVQ gshift+80(FP), CX")
+	for k := 0; k < n; k++ {
+		emit("VPXORD Z%d, Z%d, Z%d", 24+k, 24+k, 24+k)
+		emit("VPXORD Z%d, Z%d, Z%d", 28+k, 28+k, 28+k)
+	}
+	emit("MOVQ chunks+56(FP), BX")
+	emit("SHRQ $1, BX")
+	emit("JZ tail")
+	label("pair")
+	// A chunk is 64 bytes: 128 4-bit codes (inputs 512 bytes a vector) or 64 8-bit ones (256).
+	xchunk, codes, pf := 512*n, 128, 512
+	if bits == 8 {
+		xchunk, codes, pf = 256*n, 64, 1024
+	}
+	emit("PREFETCHT0 %d(DI)", pf)
+	emit("PREFETCHT0 %d(DI)", pf+64)
+	zchunk(bits, n, 0, 0, 0, 0, st, 0)
+	zchunk(bits, n, 64, xchunk, codes, 1, st, 1)
+	emit("ADDQ $128, DI")
+	emit("ADDQ $%d, R11", 2*xchunk)
+	emit("ADDQ $%d, R9", 2*codes)
+	emit("DECQ BX")
+	emit("JNZ pair")
+	label("tail")
+	emit("TESTQ $1, chunks+56(FP)")
+	emit("JZ bias")
+	zchunk(bits, n, 0, 0, 0, 0, st, 0)
+	emit("ADDQ $64, DI")
+	label("bias")
+	emit("MOVQ R12, R10")
+	emit("MOVQ sums+32(FP), DX")
+	for k := 0; k < n; k++ {
+		emit("VPXORD Z%d, Z%d, Z%d", 4+k, 4+k, 4+k)
+	}
+	emit("MOVQ groups+64(FP), CX")
+	emit("SHRQ $4, CX")
+	emit("JZ brem")
+	label("bvec")
+	for _, i := range splitInstr(st.zbias16) {
+		emit("%s", i)
+	}
+	for k := 0; k < n; k++ {
+		emit("VFMADD231PS %d(DX), Z3, Z%d", 64*k, 4+k)
+	}
+	emit("ADDQ $%d, R10", st.zbstep)
+	emit("ADDQ $%d, DX", 64*n)
+	emit("DECQ CX")
+	emit("JNZ bvec")
+	label("brem")
+	emit("MOVQ groups+64(FP), CX")
+	emit("ANDQ $15, CX")
+	emit("JZ hsum")
+	emit("MOVL $1, AX")
+	emit("SHLL CX, AX")
+	emit("DECL AX")
+	emit("KMOVW AX, K2")
+	for _, i := range splitInstr(st.zbiasR) {
+		emit("%s", i)
+	}
+	// The rest's sums are zero-padded to a whole run, as the masked load makes them.
+	for k := 0; k < n; k++ {
+		emit("VFMADD231PS %d(DX), Z3, Z%d", 64*k, 4+k)
+	}
+	label("hsum")
+	emit("MOVQ stride+104(FP), AX")
+	emit("MOVQ R8, DX")
+	for k := 0; k < n; k++ {
+		emit("VADDPS Z%d, Z%d, Z16", 28+k, 24+k)
+		emit("VADDPS Z%d, Z16, Z16", 4+k)
+		emit("VEXTRACTF64X4 $1, Z16, Y0")
+		emit("VADDPS Y0, Y16, Y0")
+		emit("VEXTRACTF128 $1, Y0, X1")
+		emit("VADDPS X1, X0, X0")
+		emit("VHADDPS X0, X0, X0")
+		emit("VHADDPS X0, X0, X0")
+		emit("VMOVSS X0, (DX)")
+		if k < n-1 {
+			emit("ADDQ AX, DX")
 		}
 	}
 	emit("ADDQ $4, R8")

@@ -91,6 +91,74 @@ func dotQ8x3F16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out 
 //go:noescape
 func dotQ8x4F16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep, stride int)
 
+//go:noescape
+func dotQ4Zx2F32(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, gshift int, idx *int32, nscales, stride int)
+
+//go:noescape
+func dotQ4Zx3F32(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, gshift int, idx *int32, nscales, stride int)
+
+//go:noescape
+func dotQ4Zx4F32(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, gshift int, idx *int32, nscales, stride int)
+
+//go:noescape
+func dotQ4Zx2BF16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, gshift int, idx *int32, nscales, stride int)
+
+//go:noescape
+func dotQ4Zx3BF16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, gshift int, idx *int32, nscales, stride int)
+
+//go:noescape
+func dotQ4Zx4BF16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, gshift int, idx *int32, nscales, stride int)
+
+//go:noescape
+func dotQ4Zx2F16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, gshift int, idx *int32, nscales, stride int)
+
+//go:noescape
+func dotQ4Zx3F16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, gshift int, idx *int32, nscales, stride int)
+
+//go:noescape
+func dotQ4Zx4F16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, gshift int, idx *int32, nscales, stride int)
+
+//go:noescape
+func dotQ8Zx2F32(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, gshift int, idx *int32, nscales, stride int)
+
+//go:noescape
+func dotQ8Zx3F32(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, gshift int, idx *int32, nscales, stride int)
+
+//go:noescape
+func dotQ8Zx4F32(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, gshift int, idx *int32, nscales, stride int)
+
+//go:noescape
+func dotQ8Zx2BF16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, gshift int, idx *int32, nscales, stride int)
+
+//go:noescape
+func dotQ8Zx3BF16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, gshift int, idx *int32, nscales, stride int)
+
+//go:noescape
+func dotQ8Zx4BF16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, gshift int, idx *int32, nscales, stride int)
+
+//go:noescape
+func dotQ8Zx2F16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, gshift int, idx *int32, nscales, stride int)
+
+//go:noescape
+func dotQ8Zx3F16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, gshift int, idx *int32, nscales, stride int)
+
+//go:noescape
+func dotQ8Zx4F16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, gshift int, idx *int32, nscales, stride int)
+
+// The AVX-512 kernels by bit width (0: 4, 1: 8), scale type and number of vectors (n-2).
+var dotQZxKernels = [2][3][3]func(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, gshift int, idx *int32, nscales, stride int){
+	{
+		{dotQ4Zx2F32, dotQ4Zx3F32, dotQ4Zx4F32},
+		{dotQ4Zx2BF16, dotQ4Zx3BF16, dotQ4Zx4BF16},
+		{dotQ4Zx2F16, dotQ4Zx3F16, dotQ4Zx4F16},
+	},
+	{
+		{dotQ8Zx2F32, dotQ8Zx3F32, dotQ8Zx4F32},
+		{dotQ8Zx2BF16, dotQ8Zx3BF16, dotQ8Zx4BF16},
+		{dotQ8Zx2F16, dotQ8Zx3F16, dotQ8Zx4F16},
+	},
+}
+
 // The kernels by bit width (0: 4, 1: 8), scale type, layout (0: groups of 64 or more,
 // 1: groups of 32) and number of vectors (index n-2).
 var dotQxKernels = [2][3][2][3]func(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep, stride int){

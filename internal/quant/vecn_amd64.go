@@ -7,14 +7,20 @@ import (
 
 //go:generate go run dotqn_gen.go
 
-// multiKernel reports whether VecN's multi-vector kernels take rows of bits-bit codes
-// prepared for a decode kernel of lanes lanes: the AVX2 ones (an AVX-512 machine runs
-// each vector through Vec's kernel, whose result a multi-vector AVX2 kernel would not
-// reproduce).
-func multiKernel(b, lanes int) bool { return simd && lanes == 8 && (b == 4 || b == 8) }
+// multiKernel reports whether VecN's multi-vector kernels take rows of b-bit codes
+// prepared for a decode kernel of lanes lanes (AVX2's 8 or AVX-512's 16).
+func multiKernel(b, lanes int) bool {
+	return (b == 4 || b == 8) && (lanes == 8 && simd || lanes == 16 && avx512)
+}
 
-// sumRun is the run of groups the multi-vector kernels' bias term takes at once.
-func sumRun(int) int { return 8 }
+// sumRun is the run of groups the bias term of the multi-vector kernel of lanes lanes
+// takes at once.
+func sumRun(lanes int) int {
+	if lanes == 16 {
+		return 16
+	}
+	return 8
+}
 
 // dotMulti runs the multi-vector kernel for n vectors (2..VecsN) over rows rows of cols
 // codes; stride in floats.
@@ -25,6 +31,17 @@ func dotMulti(n int, x *float32, w *uint32, scales, biases unsafe.Pointer, sums,
 	}
 	groups := cols / group
 	srow := groups * elem
+	bi := 0
+	if b == 8 {
+		bi = 1
+	}
+	if lanes == 16 {
+		cpl := 32 / b
+		chunk := 16 * cpl
+		dotQZxKernels[bi][st][n-2](x, w, scales, biases, sums, out, rows, cols/chunk, groups, srow, bits.TrailingZeros(uint(group)),
+			&laneGroup[[2]int{cpl, group}][0], max(1, chunk/group), 4*stride)
+		return
+	}
 	if b == 8 {
 		dotQxKernels[1][st][0][n-2](x, w, scales, biases, sums, out, rows, cols/32, groups, srow, bits.TrailingZeros(uint(group)), 0, 4*stride)
 		return

@@ -1,6 +1,7 @@
 package quant
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
+	"time"
 )
 
 // TestVecN checks that VecN gives every vector, for every row, the bits Vec gives that
@@ -45,7 +47,7 @@ func testVecN(t *testing.T, on bool) {
 						if err := m.Prepare(x, n, bits, group); err != nil {
 							t.Fatal(err)
 						}
-						if want := on && decodeKernel() == "avx2" && n > 1 && (bits == 4 && cols%64 == 0 || bits == 8 && cols%32 == 0); m.multi != want {
+						if want := on && n > 1 && (bits == 4 && cols%64 == 0 || bits == 8 && cols%32 == 0); m.multi != want {
 							t.Fatalf("bits %d cols %d, %d vectors: multi-vector kernel %v, want %v", bits, cols, n, m.multi, want)
 						}
 						stride := rows + 3
@@ -112,5 +114,80 @@ func TestDotQNGenerated(t *testing.T) {
 		if string(have) != string(want) {
 			t.Errorf("%s is not what dotqn_gen.go writes: run go generate in internal/quant", f)
 		}
+	}
+}
+
+// BenchmarkVecNPass times the products of a verification pass (or a batch's decode rows)
+// of P rows with a qwen3-tiny-shaped 4-bit matrix (bf16 scales, group 64), one thread, as
+// runner/cpu's affineMatVecs runs them: each chunk of 64 rows multiplied with every token,
+// one Vec per token ("pertoken", each decoding the codes again) against VecN sets of up to
+// VecsN tokens ("sets", as even as can be), the two alternated and timed each round. It
+// reports the median time per token of each, over the time of a one-row product
+// (ratio/1row: 1 is as dear per token as a one-row pass):
+//
+//	go test -run '^$' -bench VecNPass -benchtime 200x ./internal/quant/
+func BenchmarkVecNPass(b *testing.B) {
+	const cols, group = 256, 64
+	for _, shape := range []struct {
+		name string
+		rows int
+	}{{"mlp768x256", 768}, {"head151936x256", 151936}} {
+		r := rand.New(rand.NewPCG(3, 3))
+		rows := shape.rows
+		p, s, bi, _ := Quantize(randMatrix(r, rows*cols), rows, cols, 4, group)
+		ss, bs, _, _ := storedScales(ScaleBF16, s, bi)
+		wpr, gpr := Words(cols, 4), cols/group
+		x := randMatrix(r, 9*cols)
+		out := make([]float32, 9*rows)
+		perToken := func(P int) {
+			var vecs [9]Vec
+			for t := range P {
+				vecs[t].Prepare(x[t*cols:(t+1)*cols], 4, group)
+			}
+			for c0 := 0; c0 < rows; c0 += 64 {
+				c1 := min(c0+64, rows)
+				for t := range P {
+					vecs[t].DotRowsStored(out[t*rows+c0:t*rows+c1], p[c0*wpr:c1*wpr], ss.Slice(c0*gpr, c1*gpr), bs.Slice(c0*gpr, c1*gpr))
+				}
+			}
+		}
+		var sets [3]VecN
+		inSets := func(P int) {
+			n := (P + VecsN - 1) / VecsN
+			for k := range n {
+				t0, t1 := k*P/n, (k+1)*P/n
+				sets[k].Prepare(x[t0*cols:t1*cols], t1-t0, 4, group)
+			}
+			for c0 := 0; c0 < rows; c0 += 64 {
+				c1 := min(c0+64, rows)
+				for k := range n {
+					sets[k].DotRowsStored(out[k*P/n*rows+c0:], rows, p[c0*wpr:c1*wpr], ss.Slice(c0*gpr, c1*gpr), bs.Slice(c0*gpr, c1*gpr))
+				}
+			}
+		}
+		passes := []int{1, 2, 4, 8, 9}
+		b.Run(shape.name, func(b *testing.B) {
+			times := map[string][]float64{}
+			for b.Loop() {
+				for _, P := range passes {
+					for _, side := range []struct {
+						name string
+						f    func(int)
+					}{{"pertoken", perToken}, {"sets", inSets}} {
+						t0 := time.Now()
+						side.f(P)
+						times[fmt.Sprintf("%s%d", side.name, P)] = append(times[fmt.Sprintf("%s%d", side.name, P)], float64(time.Since(t0).Nanoseconds())/float64(P))
+					}
+				}
+			}
+			one := median(times["pertoken1"])
+			for _, P := range passes {
+				for _, side := range []string{"pertoken", "sets"} {
+					m := median(times[fmt.Sprintf("%s%d", side, P)])
+					b.ReportMetric(m/1e3, fmt.Sprintf("us/token-%s%d", side, P))
+					b.ReportMetric(m/one, fmt.Sprintf("ratio/1row-%s%d", side, P))
+				}
+			}
+		})
 	}
 }
