@@ -4,7 +4,7 @@ package quant
 
 import "unsafe"
 
-// The multi-vector decode kernels of dotqn_amd64.s (AVX2): for rows consecutive packed rows
+// The multi-vector decode kernels of dotqn_amd64.s (AVX2, 2 to 6 vectors; AVX-512, 2 to 4): for rows consecutive packed rows
 // and n vectors, out[k·stride+r] = x_k · the dequantized row r (stride in bytes), the inputs
 // x' and group sums laid out as VecN.Prepare lays them out. chunks, groups, srow, boff and
 // pstep are dotq_amd64.s's (boff and pstep unused by the 8-bit ones, which take the log2 of
@@ -20,6 +20,12 @@ func dotQ4x3F32(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out 
 func dotQ4x4F32(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep, stride int)
 
 //go:noescape
+func dotQ4x5F32(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep, stride int)
+
+//go:noescape
+func dotQ4x6F32(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep, stride int)
+
+//go:noescape
 func dotQ4x2F32G32(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep, stride int)
 
 //go:noescape
@@ -27,6 +33,12 @@ func dotQ4x3F32G32(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, o
 
 //go:noescape
 func dotQ4x4F32G32(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep, stride int)
+
+//go:noescape
+func dotQ4x5F32G32(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep, stride int)
+
+//go:noescape
+func dotQ4x6F32G32(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep, stride int)
 
 //go:noescape
 func dotQ4x2BF16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep, stride int)
@@ -38,6 +50,12 @@ func dotQ4x3BF16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out
 func dotQ4x4BF16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep, stride int)
 
 //go:noescape
+func dotQ4x5BF16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep, stride int)
+
+//go:noescape
+func dotQ4x6BF16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep, stride int)
+
+//go:noescape
 func dotQ4x2BF16G32(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep, stride int)
 
 //go:noescape
@@ -45,6 +63,12 @@ func dotQ4x3BF16G32(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, 
 
 //go:noescape
 func dotQ4x4BF16G32(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep, stride int)
+
+//go:noescape
+func dotQ4x5BF16G32(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep, stride int)
+
+//go:noescape
+func dotQ4x6BF16G32(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep, stride int)
 
 //go:noescape
 func dotQ4x2F16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep, stride int)
@@ -56,6 +80,12 @@ func dotQ4x3F16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out 
 func dotQ4x4F16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep, stride int)
 
 //go:noescape
+func dotQ4x5F16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep, stride int)
+
+//go:noescape
+func dotQ4x6F16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep, stride int)
+
+//go:noescape
 func dotQ4x2F16G32(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep, stride int)
 
 //go:noescape
@@ -63,6 +93,12 @@ func dotQ4x3F16G32(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, o
 
 //go:noescape
 func dotQ4x4F16G32(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep, stride int)
+
+//go:noescape
+func dotQ4x5F16G32(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep, stride int)
+
+//go:noescape
+func dotQ4x6F16G32(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep, stride int)
 
 //go:noescape
 func dotQ8x2F32(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep, stride int)
@@ -74,6 +110,12 @@ func dotQ8x3F32(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out 
 func dotQ8x4F32(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep, stride int)
 
 //go:noescape
+func dotQ8x5F32(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep, stride int)
+
+//go:noescape
+func dotQ8x6F32(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep, stride int)
+
+//go:noescape
 func dotQ8x2BF16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep, stride int)
 
 //go:noescape
@@ -83,6 +125,12 @@ func dotQ8x3BF16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out
 func dotQ8x4BF16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep, stride int)
 
 //go:noescape
+func dotQ8x5BF16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep, stride int)
+
+//go:noescape
+func dotQ8x6BF16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep, stride int)
+
+//go:noescape
 func dotQ8x2F16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep, stride int)
 
 //go:noescape
@@ -90,6 +138,12 @@ func dotQ8x3F16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out 
 
 //go:noescape
 func dotQ8x4F16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep, stride int)
+
+//go:noescape
+func dotQ8x5F16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep, stride int)
+
+//go:noescape
+func dotQ8x6F16(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep, stride int)
 
 //go:noescape
 func dotQ4Zx2F32(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, gshift int, idx *int32, nscales, stride int)
@@ -159,34 +213,34 @@ var dotQZxKernels = [2][3][3]func(x *float32, w *uint32, scales, biases unsafe.P
 	},
 }
 
-// The kernels by bit width (0: 4, 1: 8), scale type, layout (0: groups of 64 or more,
+// The AVX2 kernels by bit width (0: 4, 1: 8), scale type, layout (0: groups of 64 or more,
 // 1: groups of 32) and number of vectors (index n-2).
-var dotQxKernels = [2][3][2][3]func(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep, stride int){
+var dotQxKernels = [2][3][2][5]func(x *float32, w *uint32, scales, biases unsafe.Pointer, sums, out *float32, rows, chunks, groups, srow, boff, pstep, stride int){
 	{
 		{
-			{dotQ4x2F32, dotQ4x3F32, dotQ4x4F32},
-			{dotQ4x2F32G32, dotQ4x3F32G32, dotQ4x4F32G32},
+			{dotQ4x2F32, dotQ4x3F32, dotQ4x4F32, dotQ4x5F32, dotQ4x6F32},
+			{dotQ4x2F32G32, dotQ4x3F32G32, dotQ4x4F32G32, dotQ4x5F32G32, dotQ4x6F32G32},
 		},
 		{
-			{dotQ4x2BF16, dotQ4x3BF16, dotQ4x4BF16},
-			{dotQ4x2BF16G32, dotQ4x3BF16G32, dotQ4x4BF16G32},
+			{dotQ4x2BF16, dotQ4x3BF16, dotQ4x4BF16, dotQ4x5BF16, dotQ4x6BF16},
+			{dotQ4x2BF16G32, dotQ4x3BF16G32, dotQ4x4BF16G32, dotQ4x5BF16G32, dotQ4x6BF16G32},
 		},
 		{
-			{dotQ4x2F16, dotQ4x3F16, dotQ4x4F16},
-			{dotQ4x2F16G32, dotQ4x3F16G32, dotQ4x4F16G32},
+			{dotQ4x2F16, dotQ4x3F16, dotQ4x4F16, dotQ4x5F16, dotQ4x6F16},
+			{dotQ4x2F16G32, dotQ4x3F16G32, dotQ4x4F16G32, dotQ4x5F16G32, dotQ4x6F16G32},
 		},
 	},
 	{
 		{
-			{dotQ8x2F32, dotQ8x3F32, dotQ8x4F32},
+			{dotQ8x2F32, dotQ8x3F32, dotQ8x4F32, dotQ8x5F32, dotQ8x6F32},
 			{},
 		},
 		{
-			{dotQ8x2BF16, dotQ8x3BF16, dotQ8x4BF16},
+			{dotQ8x2BF16, dotQ8x3BF16, dotQ8x4BF16, dotQ8x5BF16, dotQ8x6BF16},
 			{},
 		},
 		{
-			{dotQ8x2F16, dotQ8x3F16, dotQ8x4F16},
+			{dotQ8x2F16, dotQ8x3F16, dotQ8x4F16, dotQ8x5F16, dotQ8x6F16},
 			{},
 		},
 	},

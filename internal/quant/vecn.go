@@ -3,7 +3,7 @@ package quant
 import "fmt"
 
 // VecsN is the most input vectors one VecN holds.
-const VecsN = 4
+const VecsN = 6
 
 // VecN is up to VecsN input vectors prepared together for products with the same packed rows
 // (a speculative verification pass, a batch's decode rows): its kernels decode each chunk of
@@ -34,7 +34,7 @@ func (m *VecN) Prepare(x []float32, n, bits, group int) error {
 	}
 	m.n = n
 	lanes := m.v[0].lanes
-	m.multi = n > 1 && lanes > 0 && multiKernel(bits, lanes)
+	m.multi = n > 1 && lanes > 0 && multiKernel(bits, lanes, n)
 	if !m.multi {
 		return nil
 	}

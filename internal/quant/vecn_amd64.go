@@ -7,10 +7,21 @@ import (
 
 //go:generate go run dotqn_gen.go
 
-// multiKernel reports whether VecN's multi-vector kernels take rows of b-bit codes
-// prepared for a decode kernel of lanes lanes (AVX2's 8 or AVX-512's 16).
-func multiKernel(b, lanes int) bool {
-	return (b == 4 || b == 8) && (lanes == 8 && simd || lanes == 16 && avx512)
+// multiKernel reports whether a multi-vector kernel takes n vectors and rows of b-bit codes
+// prepared for a decode kernel of lanes lanes (AVX2's 8: up to 6 vectors; AVX-512's 16: up
+// to 4).
+func multiKernel(b, lanes, n int) bool {
+	return (b == 4 || b == 8) && (lanes == 8 && simd && n <= 6 || lanes == 16 && avx512 && n <= 4)
+}
+
+// VecsFor is the most vectors one VecN should hold for rows of cols codes of bits each: as
+// many as this machine's multi-vector kernel takes. (Sets of 4 to 6 cost about the same
+// per vector, sets of 3 more, so a pass of 9 rows takes 5 and 4 rather than 3 sets.)
+func VecsFor(cols, bits int) int {
+	if (bits == 4 || bits == 8) && decodeLanes(cols, 32/bits) == 8 {
+		return 6
+	}
+	return 4
 }
 
 // sumRun is the run of groups the bias term of the multi-vector kernel of lanes lanes

@@ -5,7 +5,10 @@ package quant
 import "unsafe"
 
 // multiKernel is false: VecN runs each vector through Vec's kernel on this architecture.
-func multiKernel(b, lanes int) bool { return false }
+func multiKernel(b, lanes, n int) bool { return false }
+
+// VecsFor is the most vectors one VecN should hold for rows of cols codes of bits each.
+func VecsFor(cols, bits int) int { return 4 }
 
 func sumRun(int) int { return 8 }
 

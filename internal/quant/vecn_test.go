@@ -47,7 +47,7 @@ func testVecN(t *testing.T, on bool) {
 						if err := m.Prepare(x, n, bits, group); err != nil {
 							t.Fatal(err)
 						}
-						if want := on && n > 1 && (bits == 4 && cols%64 == 0 || bits == 8 && cols%32 == 0); m.multi != want {
+						if want := on && n > 1 && n <= VecsFor(cols, bits) && (bits == 4 && cols%64 == 0 || bits == 8 && cols%32 == 0); m.multi != want {
 							t.Fatalf("bits %d cols %d, %d vectors: multi-vector kernel %v, want %v", bits, cols, n, m.multi, want)
 						}
 						stride := rows + 3
@@ -121,7 +121,7 @@ func TestDotQNGenerated(t *testing.T) {
 // of P rows with a qwen3-tiny-shaped 4-bit matrix (bf16 scales, group 64), one thread, as
 // runner/cpu's affineMatVecs runs them: each chunk of 64 rows multiplied with every token,
 // one Vec per token ("pertoken", each decoding the codes again) against VecN sets of up to
-// VecsN tokens ("sets", as even as can be), the two alternated and timed each round. It
+// VecsFor tokens ("sets", as even as can be), the two alternated and timed each round. It
 // reports the median time per token of each, over the time of a one-row product
 // (ratio/1row: 1 is as dear per token as a one-row pass):
 //
@@ -153,7 +153,8 @@ func BenchmarkVecNPass(b *testing.B) {
 		}
 		var sets [3]VecN
 		inSets := func(P int) {
-			n := (P + VecsN - 1) / VecsN
+			per := VecsFor(cols, 4)
+			n := (P + per - 1) / per
 			for k := range n {
 				t0, t1 := k*P/n, (k+1)*P/n
 				sets[k].Prepare(x[t0*cols:t1*cols], t1-t0, 4, group)
@@ -165,7 +166,7 @@ func BenchmarkVecNPass(b *testing.B) {
 				}
 			}
 		}
-		passes := []int{1, 2, 4, 8, 9}
+		passes := []int{1, 2, 4, 6, 8, 9}
 		b.Run(shape.name, func(b *testing.B) {
 			times := map[string][]float64{}
 			for b.Loop() {

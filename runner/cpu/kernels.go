@@ -114,7 +114,7 @@ func (b *Backend) quantMatVec(out, x []float32, T int, w *weight, int8 bool) {
 
 // affineMatVecs computes out[i] = x·ws[i]ᵀ (T rows of x, no bias) for the first n weights
 // of ws, affine-quantized with equal input size, bits and group: the inputs prepared once,
-// in sets of up to quant.VecsN tokens, then the rows of all the weights, in order, split
+// in sets of up to quant.VecsFor tokens, then the rows of all the weights, in order, split
 // over the threads (parallel's pieces: every row costs the same, so finer pieces would add
 // claims, not balance), each chunk of 64 rows reused from cache for every set. A set's
 // kernel decodes a chunk's codes once for all its tokens; a row's result depends on that
@@ -128,9 +128,10 @@ func (b *Backend) affineMatVecs(out [maxLinears][]float32, x []float32, T int, w
 		b.int8MatVecs(out, x, T, ws, n)
 		return
 	}
-	// Sets as even as can be (9 tokens: 3, 3, 3), so that none is left with one token and
-	// no decode to share.
-	sets := (T + quant.VecsN - 1) / quant.VecsN
+	// Sets as even as can be (9 tokens in sets of at most 6: 5 and 4), so that none is left
+	// with one token and no decode to share.
+	per := quant.VecsFor(in, q.Bits)
+	sets := (T + per - 1) / per
 	vp := getVecNs(sets)
 	defer vecNsPool.Put(vp)
 	vecs := (*vp)[:sets]
