@@ -633,6 +633,54 @@ func TestInt8BatchRows(t *testing.T) {
 	}
 }
 
+// TestBatchRows checks a batch's decode rows with float inputs (one row per sequence,
+// declared as segments, as a speculative verification pass declares them): each row's
+// products are bit for bit the row's alone, for 4- and 8-bit weights in each group size and
+// batches of 2 to 13 rows, i.e. one set of up to quant.VecsFor vectors per pass over the
+// weights and several sets.
+func TestBatchRows(t *testing.T) {
+	r := rand.New(rand.NewPCG(4, 2))
+	const out, in = 70, 512
+	b := New(2)
+	for _, bits := range []int{4, 8} {
+		for _, group := range []int{32, 64, 128} {
+			packed, scales, biases, err := quant.Quantize(randVec(r, out*in), out, in, bits, group)
+			if err != nil {
+				t.Fatal(err)
+			}
+			src := source{}
+			src.putU32("l.weight", []int{out, in * bits / 32}, packed)
+			src.putFloat("l.scales", safetensors.BF16, []int{out, in / group}, scales)
+			src.putFloat("l.biases", safetensors.BF16, []int{out, in / group}, biases)
+			w, err := b.Weight(src, "l", compute.Quant{Mode: quant.Affine, Bits: bits, GroupSize: group})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, T := range []int{2, 3, 5, 7, 9, 13} {
+				x := randVec(r, T*in)
+				ones := make([]int, T)
+				for i := range ones {
+					ones[i] = 1
+				}
+				got := run(t, b, func(c compute.Context) compute.Tensor {
+					c.(compute.BatchContext).Segments(ones)
+					return c.Linear(c.Embed(input(t, b, T, in, x), seq(T)), w)
+				})
+				for tok := 0; tok < T; tok++ {
+					alone := run(t, b, func(c compute.Context) compute.Tensor {
+						return c.Linear(c.Embed(input(t, b, 1, in, x[tok*in:(tok+1)*in]), seq(1)), w)
+					})
+					for o, v := range alone {
+						if math.Float32bits(got[tok*out+o]) != math.Float32bits(v) {
+							t.Fatalf("bits %d group %d, %d rows: row %d output %d is %v in the batch, %v alone", bits, group, T, tok, o, got[tok*out+o], v)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
 // TestInt8Batches checks UseInt8Batches: a batched pass's decode rows take 8-bit inputs
 // (bit for bit each row's product alone with UseInt8), and a product alone stays in float
 // (bit for bit the plain backend's).

@@ -113,13 +113,14 @@ func (b *Backend) quantMatVec(out, x []float32, T int, w *weight, int8 bool) {
 }
 
 // affineMatVecs computes out[i] = x·ws[i]ᵀ (T rows of x, no bias) for the first n weights
-// of ws, affine-quantized with equal input size, bits and group: the input prepared once,
-// then the rows of all the weights, in order, split over the threads (parallel's pieces:
-// every row costs the same, so finer pieces would add claims, not balance), each chunk
-// of 64 rows reused from cache for every token. With int8 (UseInt8) the inputs are 8-bit
-// (int8MatVecs). A row's result depends on that row and its token's input alone. The
-// arrays come by value so that the closure holds copies instead of moving them to the
-// heap.
+// of ws, affine-quantized with equal input size, bits and group: the inputs prepared once,
+// in sets of up to quant.VecsFor tokens, then the rows of all the weights, in order, split
+// over the threads (parallel's pieces: every row costs the same, so finer pieces would add
+// claims, not balance), each chunk of 64 rows reused from cache for every set. A set's
+// kernel decodes a chunk's codes once for all its tokens; a row's result depends on that
+// row and its token's input alone, the same in any set (quant.VecN's invariant). With int8
+// (UseInt8) the inputs are 8-bit (int8MatVecs). The arrays come by value so that the
+// closure holds copies instead of moving them to the heap.
 func (b *Backend) affineMatVecs(out [maxLinears][]float32, x []float32, T int, ws [maxLinears]*weight, n int, int8 bool) {
 	in, q := ws[0].in, ws[0].q
 	defer b.warmNext(ws[0])
@@ -127,17 +128,24 @@ func (b *Backend) affineMatVecs(out [maxLinears][]float32, x []float32, T int, w
 		b.int8MatVecs(out, x, T, ws, n)
 		return
 	}
-	vp := getVecs(T)
-	defer vecsPool.Put(vp)
-	vecs := (*vp)[:T]
-	for t := range vecs {
-		vecs[t].Prepare(x[t*in:(t+1)*in], q.Bits, q.GroupSize) // bits and group were validated at load
+	// Sets as even as can be (9 tokens in sets of at most 6: 5 and 4), so that none is left
+	// with one token and no decode to share.
+	per := quant.VecsFor(in, q.Bits)
+	sets := (T + per - 1) / per
+	vp := getVecNs(sets)
+	defer vecNsPool.Put(vp)
+	vecs := (*vp)[:sets]
+	for s := range vecs {
+		t0, t1 := s*T/sets, (s+1)*T/sets
+		vecs[s].Prepare(x[t0*in:t1*in], t1-t0, q.Bits, q.GroupSize) // bits and group were validated at load
 	}
 	gpr, wpr := in/q.GroupSize, quant.Words(in, q.Bits)
 	b.parallel(rowsOf(ws, n), 32, func(lo, hi int) {
 		eachChunk(ws, n, lo, hi, func(i int, w *weight, c0, c1 int) {
-			for t := range vecs {
-				vecs[t].DotRowsStored(out[i][t*w.out+c0:t*w.out+c1], w.packed[c0*wpr:c1*wpr], w.scales.Slice(c0*gpr, c1*gpr), w.biases.Slice(c0*gpr, c1*gpr))
+			for s := range vecs {
+				// the set's tokens' results for rows c0..c1-1, w.out apart
+				o := out[i][s*T/sets*w.out+c0:]
+				vecs[s].DotRowsStored(o, w.out, w.packed[c0*wpr:c1*wpr], w.scales.Slice(c0*gpr, c1*gpr), w.biases.Slice(c0*gpr, c1*gpr))
 			}
 		})
 	})
@@ -204,8 +212,8 @@ func rowsOf(ws [maxLinears]*weight, n int) int {
 	return rows
 }
 
-// vecsPool recycles quantMatVec's prepared input vectors.
-var vecsPool sync.Pool
+// vecNsPool recycles affineMatVecs's prepared input vectors.
+var vecNsPool sync.Pool
 
 var vec8sPool sync.Pool
 
@@ -217,11 +225,11 @@ func getVec8s(n int) *[]quant.Vec8 {
 	return &v
 }
 
-func getVecs(n int) *[]quant.Vec {
-	if p, ok := vecsPool.Get().(*[]quant.Vec); ok && len(*p) >= n {
+func getVecNs(n int) *[]quant.VecN {
+	if p, ok := vecNsPool.Get().(*[]quant.VecN); ok && len(*p) >= n {
 		return p
 	}
-	v := make([]quant.Vec, max(n, 8))
+	v := make([]quant.VecN, max(n, 4))
 	return &v
 }
 
