@@ -261,3 +261,12 @@ type BatchContext interface {
 	// tensors whose rows do not add up to the segments ignore them.
 	Segments(rows []int)
 }
+
+// VerifyContext runs a pass over one sequence's next positions whose every row computes
+// what a one-token step at that position computes (speculative decoding's verification):
+// VerifyRows(n) is Segments of n rows of one each, except that what a backend does only
+// for the rows of several sequences (the CPU backend's 8-bit inputs for a batch's decode
+// rows) does not apply, since a step of that sequence alone would not do it either.
+type VerifyContext interface {
+	VerifyRows(n int)
+}

@@ -20,7 +20,21 @@ import (
 // through the plain product alone.
 
 // Segments implements compute.BatchContext.
-func (c *context) Segments(rows []int) { c.segs = slices.Clone(rows) }
+func (c *context) Segments(rows []int) { c.segs, c.verify = slices.Clone(rows), false }
+
+// VerifyRows implements compute.VerifyContext: segments of one row each, with 8-bit inputs
+// only where a one-token step takes them (UseInt8), not as a batch's rows (UseInt8Batches).
+func (c *context) VerifyRows(n int) {
+	c.segs, c.verify = make([]int, n), true
+	for i := range c.segs {
+		c.segs[i] = 1
+	}
+}
+
+// batchInt8 reports whether the decode rows of this context's segments take 8-bit inputs.
+func (c *context) batchInt8() bool {
+	return c.b.int8 == int8All || c.b.int8 == int8Batches && !c.verify
+}
 
 // ConcatRows implements compute.BatchContext.
 func (c *context) ConcatRows(xs ...compute.Tensor) compute.Tensor {
@@ -55,7 +69,7 @@ func (c *context) linear(out, x []float32, T int, w *weight) {
 		c.b.linear(out, x, T, w)
 		return
 	}
-	c.b.linearSegments(out, x, c.segs, w)
+	c.b.linearSegments(out, x, c.segs, w, c.batchInt8())
 }
 
 func sum(xs []int) int {
@@ -75,8 +89,9 @@ func vectorPath(n int, w *weight) bool {
 }
 
 // linearSegments computes out = x·wᵀ (+ bias) for x's rows split into segments of segs
-// rows, each row's sums ordered as in a product of its segment alone.
-func (b *Backend) linearSegments(out, x []float32, segs []int, w *weight) {
+// rows, each row's sums ordered as in a product of its segment alone; int8 gives the vector
+// rows 8-bit inputs.
+func (b *Backend) linearSegments(out, x []float32, segs []int, w *weight, int8 bool) {
 	in := w.in
 	var vec []int // first rows of the vector segments' rows, one entry per row
 	r := 0
@@ -108,7 +123,7 @@ func (b *Backend) linearSegments(out, x []float32, segs []int, w *weight) {
 	if !exactBatches() {
 		b.linear(ys, xs, len(vec), w) // one product of every vector row: tiled from 4 rows
 	} else {
-		b.vectorRows(ys, xs, len(vec), w)
+		b.vectorRows(ys, xs, len(vec), w, int8)
 	}
 	if w.bias != nil && exactBatches() {
 		for t := range vec {
@@ -133,7 +148,7 @@ var exactBatches = sync.OnceValue(func() bool { return os.Getenv("MLXG_BATCH_EXA
 // product of that row alone, reading each weight chunk once for all N rows: quantized, it
 // is quantMatVec itself, whose rows never depend on each other; float, it follows gemm's
 // one-token path step for step (the same split over the threads, tiles and kernel).
-func (b *Backend) vectorRows(out, x []float32, N int, w *weight) {
+func (b *Backend) vectorRows(out, x []float32, N int, w *weight, int8 bool) {
 	in := w.in
 	if !w.q.Quantized() {
 		b.parallel(w.out, rowTile, func(lo, hi int) {
@@ -147,7 +162,7 @@ func (b *Backend) vectorRows(out, x []float32, N int, w *weight) {
 		})
 		return
 	}
-	b.quantMatVec(out, x, N, w, b.int8 != int8Off) // reads each 64-row chunk once for every row
+	b.quantMatVec(out, x, N, w, int8) // reads each 64-row chunk once for every row
 }
 
 // moeLinear is a product of an expert's n picked rows, grouped by the sequence they come
@@ -158,7 +173,7 @@ func (c *context) moeLinear(out, x []float32, n int, w *weight, picksBySeg []int
 		c.b.linear(out, x, n, w)
 		return
 	}
-	c.b.linearSegments(out, x, picksBySeg, w)
+	c.b.linearSegments(out, x, picksBySeg, w, c.batchInt8())
 }
 
 // segmentOf returns, for a pass over T rows, each row's segment, or nil when the

@@ -26,6 +26,7 @@ type context struct {
 	bufs   [][]float32
 	serial uint64
 	segs   []int // a batched pass's rows per sequence (batch.go)
+	verify bool  // segs are one sequence's next positions (VerifyRows)
 	slab   *slab // where this context's tensor headers come from
 }
 

@@ -223,7 +223,9 @@ func (m *Model) forward(ctx context.Context, tokens []int32, caches []kvstore.La
 	c := m.backend.NewContext()
 	defer c.Close()
 	if exact {
-		if bc, ok := compute.Ext[compute.BatchContext](c); ok {
+		if vc, ok := compute.Ext[compute.VerifyContext](c); ok {
+			vc.VerifyRows(len(tokens))
+		} else if bc, ok := compute.Ext[compute.BatchContext](c); ok {
 			ones := make([]int, len(tokens))
 			for i := range ones {
 				ones[i] = 1
