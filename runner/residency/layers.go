@@ -1,0 +1,208 @@
+package residency
+
+import "errors"
+
+// Dense layers. A dense model's pass reads every layer once, in the same order, every
+// token: a cyclic pattern, on which a recency or frequency cache of fewer units than
+// the cycle misses every time (each unit is evicted just before it comes round again).
+// The optimal cache for a cycle keeps a fixed set of units and streams the others
+// through a small window, so the manager keeps the layers that fit in the budget
+// (kept: never evicted while the budget holds them) and leaves room for two more, the
+// one being computed and the one being read behind it. The streamed layers are
+// spread evenly over the pass rather than bunched at its end: each is then read while
+// the kept layers before it compute, so the reads overlap the whole pass instead of a
+// part of it. Among streamed layers the one evicted is the one needed furthest ahead
+// in the cycle (Belady's choice for a cycle), and a read-ahead evicts only layers
+// needed later than the one it reads.
+
+// layerWindow is how many streamed layers the budget leaves room for beside the kept
+// ones: the layer being computed and the next one being read.
+const layerWindow = 2
+
+// AddLayers registers a dense model's layers, in the order a pass uses them, one unit
+// per layer (its tensors' file ranges), and returns their ids. Call it once, before
+// any use.
+func (m *Manager) AddLayers(layers [][]Segment) ([]int, error) {
+	if len(layers) == 0 {
+		return nil, errors.New("residency: no layers")
+	}
+	m.mu.Lock()
+	done := m.layers != nil
+	m.mu.Unlock()
+	if done {
+		return nil, errors.New("residency: layers added twice")
+	}
+	ids := make([]int, len(layers))
+	for i, segs := range layers {
+		id, err := m.Add(segs)
+		if err != nil {
+			return nil, err
+		}
+		ids[i] = id
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i, id := range ids {
+		u := m.units[id]
+		u.layer, u.pos = true, i
+	}
+	m.layers = ids
+	m.keepLocked()
+	m.evictLocked(0)
+	return ids, nil
+}
+
+// Dense reports whether the manager's units are a dense model's layers.
+func (m *Manager) Dense() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.layers != nil
+}
+
+// KeptLayers is how many layers the budget keeps in memory now, of all.
+func (m *Manager) KeptLayers() (kept, layers int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, id := range m.layers {
+		if m.units[id].keep {
+			kept++
+		}
+	}
+	return kept, len(m.layers)
+}
+
+// KeepLayers chooses which of layers of the given sizes (in pass order) a budget of
+// avail bytes keeps in memory: all when they fit, else as many as fit beside room for
+// layerWindow of the largest, with the others spread evenly over the pass. keep[i]
+// says layer i stays.
+func KeepLayers(sizes []int64, avail int64) (keep []bool) {
+	n := len(sizes)
+	keep = make([]bool, n)
+	var total, largest int64
+	for _, s := range sizes {
+		total += s
+		largest = max(largest, s)
+	}
+	if total <= avail {
+		for i := range keep {
+			keep[i] = true
+		}
+		return keep
+	}
+	room := avail - layerWindow*largest
+	for streamed := 1; streamed <= n; streamed++ {
+		// Layer floor((k+1/2)·n/streamed) streams, for k < streamed: evenly spread.
+		for i := range keep {
+			keep[i] = true
+		}
+		for k := range streamed {
+			keep[(2*k+1)*n/(2*streamed)] = false
+		}
+		var held int64
+		for i, s := range sizes {
+			if keep[i] {
+				held += s
+			}
+		}
+		if held <= room {
+			return keep
+		}
+	}
+	return keep
+}
+
+// keepLocked marks the layers the budget keeps, for the budget and pinned bytes now.
+func (m *Manager) keepLocked() {
+	if m.layers == nil {
+		return
+	}
+	sizes := make([]int64, len(m.layers))
+	for i, id := range m.layers {
+		sizes[i] = int64(m.units[id].size)
+	}
+	for i, k := range KeepLayers(sizes, m.budget-m.pinned) {
+		m.units[m.layers[i]].keep = k
+	}
+}
+
+// distLocked is how many layers ahead of the pass's current one (the last given to
+// EnterLayer) u is needed: 1 for the next, len(layers) for the current one itself.
+func (m *Manager) distLocked(u *unit) int {
+	n := len(m.layers)
+	d := ((u.pos-m.cursor)%n + n) % n
+	if d == 0 {
+		d = n
+	}
+	return d
+}
+
+// EnterLayer tells the manager that a pass is at layer i (its place in pass order), about
+// to acquire it: it starts reading layer i if it is not in memory, then, behind that
+// read, the layers after it (wrapping round to the next pass's first ones) that are not
+// in memory, as long as each fits the budget by evicting only streamed layers needed
+// later than it.
+func (m *Manager) EnterLayer(i int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := len(m.layers)
+	if m.closed || n == 0 || i < 0 || i >= n {
+		return
+	}
+	m.cursor = i
+	if u := m.units[m.layers[i]]; u.state == absent {
+		u.wanted = true
+		m.startLocked(u, false)
+	} else if u.state == loading {
+		m.promoteLocked(u)
+	}
+	for k := 1; k < n; k++ {
+		u := m.units[m.layers[(i+k)%n]]
+		if u.state != absent {
+			continue
+		}
+		if !m.layerRoomLocked(u) {
+			return
+		}
+		m.stats.PrefetchIssued++
+		u.prefetched = true
+		m.startLocked(u, true)
+	}
+}
+
+// layerRoomLocked reports whether layer u fits by evicting only streamed layers, not in
+// use nor read ahead unused, that are needed later than u, and evicts them (furthest
+// first).
+func (m *Manager) layerRoomLocked(u *unit) bool {
+	need := m.pinned + m.resident + int64(u.size) - m.budget
+	if need <= 0 {
+		return true
+	}
+	du := m.distLocked(u)
+	var victims []*unit
+	var freed int64
+	for freed < need {
+		var best *unit
+		for _, id := range m.layers {
+			v := m.units[id]
+			if v.state != ready || v.refs > 0 || v.keep || v.prefetched || m.distLocked(v) <= du {
+				continue
+			}
+			dup := false
+			for _, x := range victims {
+				dup = dup || x == v
+			}
+			if !dup && (best == nil || m.distLocked(v) > m.distLocked(best)) {
+				best = v
+			}
+		}
+		if best == nil {
+			return false
+		}
+		victims = append(victims, best)
+		freed += int64(best.size)
+	}
+	for _, v := range victims {
+		m.dropLocked(v)
+	}
+	return true
+}
