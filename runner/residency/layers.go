@@ -1,6 +1,12 @@
 package residency
 
-import "errors"
+import (
+	"errors"
+	"strconv"
+	"strings"
+
+	"github.com/mlxg/mlxg/registry/safetensors"
+)
 
 // Dense layers. A dense model's pass reads every layer once, in the same order, every
 // token: a cyclic pattern, on which a recency or frequency cache of fewer units than
@@ -205,4 +211,76 @@ func (m *Manager) layerRoomLocked(u *unit) bool {
 		m.dropLocked(v)
 	}
 	return true
+}
+
+// LayerBytes is, for a dense model's checkpoint in dir, the file bytes of each decoder
+// layer that a backend streams (its affine-quantized matrices: packed U32 codes of two
+// dimensions with their scales and biases, under "<prefix>.layers.<i>."), in the
+// layers' order. It is nil for a model with stacked experts (those stream instead) or
+// without quantized layers.
+func LayerBytes(dir string) ([]int64, error) {
+	if n, err := ExpertBytes(dir); err != nil || n > 0 {
+		return nil, err
+	}
+	hs, err := safetensors.ReadDirHeaders(dir)
+	if err != nil {
+		return nil, err
+	}
+	type tensor struct {
+		dtype safetensors.DType
+		dims  int
+		bytes int64
+	}
+	all := map[string]tensor{}
+	for _, h := range hs {
+		for _, t := range h.Tensors {
+			all[t.Name] = tensor{t.DType, len(t.Shape), t.End - t.Begin}
+		}
+	}
+	byLayer := map[int]int64{}
+	last := -1
+	for name, t := range all {
+		p, ok := strings.CutSuffix(name, ".weight")
+		if !ok || t.dims != 2 || t.dtype != safetensors.U32 {
+			continue
+		}
+		s, ok1 := all[p+".scales"]
+		b, ok2 := all[p+".biases"]
+		i := strings.LastIndex(p, ".layers.")
+		if !ok1 || !ok2 || i < 0 {
+			continue
+		}
+		rest := p[i+len(".layers."):]
+		j := strings.IndexByte(rest, '.')
+		if j <= 0 {
+			continue
+		}
+		idx, err := strconv.Atoi(rest[:j])
+		if err != nil || idx < 0 {
+			continue
+		}
+		byLayer[idx] += t.bytes + s.bytes + b.bytes
+		last = max(last, idx)
+	}
+	if last < 0 {
+		return nil, nil
+	}
+	out := make([]int64, last+1)
+	for i, n := range byLayer {
+		out[i] = n
+	}
+	return out, nil
+}
+
+// StreamedBytes is the file bytes of the checkpoint in dir that a backend streams: its
+// experts, or, for a dense model, its layers' quantized matrices (dense is then true).
+func StreamedBytes(dir string) (n int64, dense bool, err error) {
+	if n, err = ExpertBytes(dir); err != nil || n > 0 {
+		return n, false, err
+	}
+	layers, err := LayerBytes(dir)
+	for _, b := range layers {
+		n += b
+	}
+	return n, n > 0, err
 }
