@@ -2,8 +2,10 @@ package residency
 
 import (
 	"errors"
+	"os"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/mlxg/mlxg/registry/safetensors"
 )
@@ -283,4 +285,49 @@ func StreamedBytes(dir string) (n int64, dense bool, err error) {
 		n += b
 	}
 	return n, n > 0, err
+}
+
+// layerReaders is how many of a layer unit's segments are read at once: a layer is tens
+// to hundreds of MB in a few large ranges, and one pread at a time leaves most of a
+// disk's queue idle.
+const layerReaders = 4
+
+// readSegs reads u's segments into buf, a layer's several at once, and returns the bytes
+// read.
+func readSegs(u *unit, files []*os.File, buf []byte) (int64, error) {
+	var n int64
+	if !u.layer || len(u.segs) < 2 {
+		for i, s := range u.segs {
+			if err := readRange(files[i], buf[u.offs[i]:u.offs[i]+int(s.Len)], s.Off); err != nil {
+				return n, err
+			}
+			n += s.Len
+		}
+		return n, nil
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(u.segs))
+	next := make(chan int, len(u.segs))
+	for i := range u.segs {
+		next <- i
+	}
+	close(next)
+	for range min(layerReaders, len(u.segs)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				s := u.segs[i]
+				errs[i] = readRange(files[i], buf[u.offs[i]:u.offs[i]+int(s.Len)], s.Off)
+			}
+		}()
+	}
+	wg.Wait()
+	for i, s := range u.segs {
+		if errs[i] != nil {
+			return n, errs[i]
+		}
+		n += s.Len
+	}
+	return n, nil
 }

@@ -545,12 +545,8 @@ func (m *Manager) worker() {
 			buf, err = allocBuf(u.size)
 		}
 		var n int64
-		for i, s := range u.segs {
-			if err != nil {
-				break
-			}
-			err = readRange(files[i], buf[u.offs[i]:u.offs[i]+int(s.Len)], s.Off)
-			n += s.Len
+		if err == nil {
+			n, err = readSegs(u, files, buf)
 		}
 		m.mu.Lock()
 		u.buf = buf
