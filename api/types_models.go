@@ -143,8 +143,9 @@ type ProcessModelResponse struct {
 	PeakSize      int64         `json:"size_peak,omitempty"` // the predicted peak the scheduler budgets
 	Batch         *ProcessBatch `json:"batch,omitempty"`     // the continuous batch, when the model batches
 	Ranks         []ProcessRank `json:"ranks,omitempty"`     // the machines a model split over several runs on
-	// Streaming is the weight residency of a model loaded in streaming mode (experts read from
-	// the checkpoint through a RAM cache); nil when all its weights are mapped.
+	// Streaming is the weight residency of a model loaded in streaming mode (experts, or a
+	// dense model's layers, read from the checkpoint through a RAM cache); nil when all its
+	// weights are mapped.
 	Streaming *ProcessStreaming `json:"streaming,omitempty"`
 	Draft     string            `json:"draft,omitempty"` // the draft model loaded with it for speculative decoding
 }
@@ -158,6 +159,10 @@ type ProcessStreaming struct {
 	Misses    int64   `json:"misses"`     // expert reads from the checkpoint
 	BytesRead int64   `json:"bytes_read"` // bytes read from the checkpoint since the load
 	HitRate   float64 `json:"hit_rate"`
+	// Layers and KeptLayers: a dense model streams its decoder layers (Hits and Misses
+	// count layers then), of which the budget keeps KeptLayers in memory.
+	Layers     int `json:"layers,omitempty"`
+	KeptLayers int `json:"kept_layers,omitempty"`
 }
 
 // ProcessRank is one rank of a model split over several machines, in /api/ps (an mlxg extension).

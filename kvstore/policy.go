@@ -11,7 +11,9 @@ import (
 
 // The policy, in short (all sizes in bytes):
 //
-//	reserve  = max(2 GiB, total/8), doubled under warn pressure   kept for the OS and other apps
+//	reserve  = max(2 GiB, total/8), doubled under warn pressure   kept for the OS and other apps;
+//	           under a memory cgroup's limit (total is that limit): max(total/8, min(2 GiB, total/4)),
+//	           since the system's own memory lies outside the limit
 //	overhead = 512 MiB + weights/50                                activations, logits, scratch
 //	free     = available − reserve − overhead − weights            (weights not counted again once loaded)
 //	spec     = the loosest rung of the ladder whose KV for num_ctx fits in free,
@@ -159,13 +161,26 @@ func (o *Options) rungLayout(m ModelShape, r rung) (Layout, error) {
 	return l, err
 }
 
+// reserveFor is the memory the policy keeps free: an eighth of the machine's, at least
+// minReserve (the OS and other applications). Under a memory cgroup's limit the system's
+// own memory lies outside the limit, so the reserve scales with the limit down to an
+// eighth of it (a quarter, at most minReserve, above that): a cap of a few GiB still
+// leaves room for a model that streams its weights.
+func reserveFor(mem sysmem.Info) int64 {
+	total := int64(mem.Total)
+	if mem.Limited {
+		return max(total/reserveShare, min(minReserve, total/4))
+	}
+	return max(minReserve, total/reserveShare)
+}
+
 // Choose applies the policy. It errors when the model cannot be loaded: critical
 // pressure, or not even minLoadContext tokens fit; the error says how much memory is missing.
 func Choose(in PolicyInput) (Plan, error) {
 	mem := in.Memory
 	p := Plan{Memory: mem, Weights: in.Model.WeightBytes}
 	p.Overhead = baseOverhead + in.Model.WeightBytes/overheadShare
-	p.Reserve = max(minReserve, int64(mem.Total)/reserveShare)
+	p.Reserve = reserveFor(mem)
 	if mem.Pressure >= sysmem.Warn {
 		p.Reserve *= 2
 	}

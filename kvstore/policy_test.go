@@ -230,3 +230,42 @@ func TestPolicyHybridAndSliding(t *testing.T) {
 		t.Errorf("sliding: %d bytes per token; only the 2 full layers grow", p.KVTokenBytes)
 	}
 }
+
+// TestReserveUnderCgroup: the reserve is an eighth of the machine's memory, at least
+// 2 GiB; under a memory cgroup's limit it scales with the limit, so a model that fits a
+// 2 GiB cap beside its overhead and a small KV cache loads instead of being refused.
+func TestReserveUnderCgroup(t *testing.T) {
+	for _, c := range []struct {
+		total   int64
+		limited bool
+		want    int64
+	}{
+		{64 * gib, false, 8 * gib},
+		{4 * gib, false, 2 * gib},
+		{64 * gib, true, 8 * gib},
+		{16 * gib, true, 2 * gib},
+		{6 * gib, true, 3 * gib / 2},
+		{2 * gib, true, gib / 2},
+		{512 << 20, true, 128 << 20},
+	} {
+		m := mem(c.total, c.total, sysmem.Normal)
+		m.Limited = c.limited
+		if got := reserveFor(m); got != c.want {
+			t.Errorf("total %d limited %v: reserve %d, want %d", c.total, c.limited, got, c.want)
+		}
+	}
+	m := qwen3_8b()
+	m.WeightBytes = 768 << 20
+	capped := mem(2*gib, 2*gib-100<<20, sysmem.Normal)
+	if _, err := Choose(PolicyInput{Model: m, NumCtx: 4096, Memory: capped}); err == nil {
+		t.Error("768 MiB of weights planned in 2 GiB of a machine without a limit (2 GiB reserve)")
+	}
+	capped.Limited = true
+	p, err := Choose(PolicyInput{Model: m, NumCtx: 4096, Memory: capped})
+	if err != nil {
+		t.Fatalf("768 MiB of weights under a 2 GiB cgroup: %v", err)
+	}
+	if p.Reserve != gib/2 || p.Context < minLoadContext {
+		t.Errorf("under a 2 GiB cgroup: reserve %d context %d", p.Reserve, p.Context)
+	}
+}

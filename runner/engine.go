@@ -48,10 +48,11 @@ type LoadOptions struct {
 	// Pipeline, when set, loads the model split over the leader's machines: this
 	// process runs rank 0's layers and the generation loop. Nil: the whole model here.
 	Pipeline *pipeline.Leader
-	// WeightBudget, when positive, streams the model's mixture-of-experts weights through
-	// a residency manager (runner/residency) holding at most this many bytes of weights
-	// in memory, the non-expert weights counted first; the rest is read from the
-	// checkpoint's files as the router picks it. StreamPolicy is its eviction policy.
+	// WeightBudget, when positive, streams the model's mixture-of-experts weights (or a
+	// dense model's decoder layers) through a residency manager (runner/residency)
+	// holding at most this many bytes of weights in memory, the other weights counted
+	// first; the rest is read from the checkpoint's files as the router picks it (or as
+	// the pass reaches it). StreamPolicy is the expert cache's eviction policy.
 	// Ignored with Pipeline.
 	WeightBudget int64
 	StreamPolicy residency.Policy
@@ -144,8 +145,14 @@ func LoadModel(dir string, o LoadOptions) (*Engine, error) {
 				"dir", dir, "backend", backend.Name())
 		} else {
 			st := res.Stats()
-			log.Info("streaming experts", "dir", dir, "budget", o.WeightBudget, "pinned", st.Pinned, "streamed", st.Streamed,
-				"units", st.Units, "policy", o.StreamPolicy)
+			if res.Dense() {
+				kept, layers := res.KeptLayers()
+				log.Info("streaming layers", "dir", dir, "budget", o.WeightBudget, "pinned", st.Pinned, "streamed", st.Streamed,
+					"layers", layers, "kept", kept)
+			} else {
+				log.Info("streaming experts", "dir", dir, "budget", o.WeightBudget, "pinned", st.Pinned, "streamed", st.Streamed,
+					"units", st.Units, "policy", o.StreamPolicy)
+			}
 		}
 	default:
 		m, err = model.Load(dir, backend)

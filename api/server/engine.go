@@ -58,7 +58,7 @@ type EngineLoader struct {
 	// Pipeline, when set, loads every model split over the leader's machines
 	// (runner.LoadOptions.Pipeline).
 	Pipeline *pipeline.Leader
-	// WeightBudget, when positive, loads every mixture-of-experts model in streaming mode
+	// WeightBudget, when positive, loads every model with quantized experts or layers in streaming mode
 	// with at most this many bytes of weights in memory (MLXG_WEIGHT_BUDGET); 0: only a
 	// model whose weights do not fit streams, with the budget the KV policy leaves.
 	// StreamPolicy is the expert cache's eviction policy.
@@ -126,7 +126,7 @@ func (l *EngineLoader) Plan(m *registry.LocalModel, numCtx int, freed int64) (*L
 	if l.KV != nil {
 		kv, err := l.kvPlan(m, numCtx, freed, 0)
 		if err != nil && l.Pipeline == nil {
-			// The weights do not fit: a mixture-of-experts model streams its experts instead.
+			// The weights do not fit: the model streams its experts (or its dense layers) instead.
 			if p, ok, serr := l.planStreaming(m, numCtx, freed); ok && serr == nil {
 				l.logger().Info("the weights do not fit in memory: loading in streaming mode", "model", m.Dir,
 					"weights", m.Size, "budget", p.WeightBudget, "why", err)
@@ -383,6 +383,9 @@ func (m *engineModel) Info() LoadedInfo {
 	if res := m.residency(); res != nil {
 		st := res.Stats()
 		info.Stream, info.Weights = &st, m.weights
+		if res.Dense() {
+			info.KeptLayers, info.Layers = res.KeptLayers()
+		}
 	}
 	return info
 }
@@ -464,7 +467,7 @@ func (m *engineModel) Generate(ctx context.Context, in GenerateInput, emit func(
 		st.Perf = append(st.Perf, res.Prefix.Perf()...)
 	}
 	if rm != nil {
-		st.Perf = append(st.Perf, streamPerf(before, rm.Stats(), res.EvalCount)...)
+		st.Perf = append(st.Perf, streamPerf(before, rm.Stats(), res.EvalCount, rm.Dense())...)
 	}
 	return st, err
 }

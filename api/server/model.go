@@ -35,10 +35,12 @@ type LoadPlan struct {
 	KVSpec  string // the KV cache layout, as mlxg ps prints it
 	// WeightBudget, when positive, loads the model in streaming mode: its experts are read
 	// from the checkpoint through a RAM cache, and at most this many bytes of weights stay
-	// in memory (runner.LoadOptions.WeightBudget). Experts is the bytes of the experts,
-	// Weights of all the weights.
+	// in memory (runner.LoadOptions.WeightBudget). Experts is the bytes of the experts
+	// (Dense: of the decoder layers' matrices, which stream instead), Weights of all the
+	// weights.
 	WeightBudget     int64
 	Experts, Weights int64
+	Dense            bool
 
 	// Draft is the draft model loaded with it for speculative decoding (nil: none), and
 	// DraftKVSpec its KV cache layout; Size and Peak count its weights and KV cache.
@@ -128,6 +130,9 @@ type LoadedInfo struct {
 	// Weights the bytes of all its weights.
 	Stream  *residency.Stats
 	Weights int64
+	// Layers and KeptLayers: a dense model's decoder layers streamed, and how many of
+	// them the budget keeps in memory (0, 0 for experts).
+	Layers, KeptLayers int
 }
 
 // GenerateStats are a generation's counts and durations.

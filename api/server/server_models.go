@@ -233,5 +233,5 @@ func processStreaming(info LoadedInfo) *api.ProcessStreaming {
 		return nil
 	}
 	return &api.ProcessStreaming{Resident: s.Pinned + s.Resident, Weights: info.Weights, Budget: s.Budget,
-		Hits: s.Hits, Misses: s.Misses, BytesRead: s.BytesRead, HitRate: s.HitRate()}
+		Hits: s.Hits, Misses: s.Misses, BytesRead: s.BytesRead, HitRate: s.HitRate(), Layers: info.Layers, KeptLayers: info.KeptLayers}
 }

@@ -1,8 +1,9 @@
 package server
 
-// Streaming mode: a mixture-of-experts model whose weights do not fit the memory the KV
-// policy finds loads with its experts read from the checkpoint through a RAM cache
-// (runner/residency) instead of failing or thrashing the page cache.
+// Streaming mode: a model whose weights do not fit the memory the KV policy finds loads
+// with its experts (a mixture-of-experts model) or its decoder layers (a dense model)
+// read from the checkpoint through a RAM cache (runner/residency) instead of failing or
+// thrashing the page cache.
 
 import (
 	"fmt"
@@ -13,12 +14,16 @@ import (
 )
 
 // planStreaming plans m in streaming mode: with the user's budget (l.WeightBudget), or
-// else the largest expert cache that fits beside the KV plan. ok is false when the model
-// has no experts to stream.
+// else the largest cache of experts (or layers) that fits beside the KV plan. ok is
+// false when the model has nothing to stream.
 func (l *EngineLoader) planStreaming(m *registry.LocalModel, numCtx int, freed int64) (p *LoadPlan, ok bool, err error) {
-	experts, err := residency.ExpertBytes(m.Dir)
+	experts, dense, err := residency.StreamedBytes(m.Dir)
 	if err != nil || experts == 0 {
 		return nil, false, err
+	}
+	what := "experts"
+	if dense {
+		what = "layers"
 	}
 	pinned := m.Size - experts
 	budget := l.WeightBudget
@@ -32,8 +37,8 @@ func (l *EngineLoader) planStreaming(m *registry.LocalModel, numCtx int, freed i
 			return nil, true, err
 		}
 		if budget = residency.AutoBudget(pinned, experts, kv.plan.Free-kv.plan.KVBytes); budget <= 0 {
-			return nil, true, fmt.Errorf("%s: its %s of non-expert weights and the KV cache leave no memory for an expert cache (%s available)",
-				m.Dir, gb(pinned), gb(int64(kv.plan.Memory.Available)))
+			return nil, true, fmt.Errorf("%s: its %s of weights that stay in memory and the KV cache leave no memory for streamed %s (%s available)",
+				m.Dir, gb(pinned), what, gb(int64(kv.plan.Memory.Available)))
 		}
 	}
 	budget = min(budget, m.Size)
@@ -43,7 +48,7 @@ func (l *EngineLoader) planStreaming(m *registry.LocalModel, numCtx int, freed i
 			return nil, true, err
 		}
 	}
-	p = &LoadPlan{Model: m, WeightBudget: budget, Experts: experts, Weights: m.Size}
+	p = &LoadPlan{Model: m, WeightBudget: budget, Experts: experts, Weights: m.Size, Dense: dense}
 	if kv != nil {
 		p.Context, p.Size, p.Peak, p.KVSpec, p.kv = kv.plan.Context, kv.plan.Weights+kv.plan.KVBytes, kv.plan.Peak(), kv.plan.Layout.String(), kv
 		return p, true, nil
@@ -78,15 +83,19 @@ func budgetUnderPressure(load int64, pinned int64, pressure sysmem.Pressure) int
 func gb(n int64) string { return fmt.Sprintf("%.2f GB", float64(n)/1e9) }
 
 // streamPerf is the PERF keys of a request's weight streaming: the expert cache's hits
-// and misses, the MB read per generated token (the prompt's reads included), and how
-// many of the experts read ahead were used.
-func streamPerf(before, after residency.Stats, genTokens int) []any {
+// and misses (a dense model's: layer_hits and layer_misses), the MB read per generated
+// token (the prompt's reads included), and how many of the units read ahead were used.
+func streamPerf(before, after residency.Stats, genTokens int, dense bool) []any {
 	hits, misses := after.Hits-before.Hits, after.Misses-before.Misses
 	read := after.BytesRead - before.BytesRead
 	issued, useful := after.PrefetchIssued-before.PrefetchIssued, after.PrefetchUseful-before.PrefetchUseful
 	pred, right := after.Predicted-before.Predicted, after.PredictedRight-before.PredictedRight
 	perTok := float64(read) / 1e6 / float64(max(genTokens, 1))
-	out := []any{"expert_hits", hits, "expert_misses", misses, "read_mb_tok", fmt.Sprintf("%.1f", perTok),
+	unit := "expert"
+	if dense {
+		unit = "layer"
+	}
+	out := []any{unit + "_hits", hits, unit + "_misses", misses, "read_mb_tok", fmt.Sprintf("%.1f", perTok),
 		"resident_gb", fmt.Sprintf("%.2f", float64(after.Pinned+after.Resident)/1e9)}
 	if issued > 0 {
 		out = append(out, "prefetch_useful", fmt.Sprintf("%d/%d", useful, issued))

@@ -55,6 +55,50 @@ func TestPlanStreaming(t *testing.T) {
 	}
 }
 
+// TestPlanStreamingDense: a dense model whose weights do not fit the memory the policy
+// finds plans in streaming mode (its layers streamed) instead of being refused, with a
+// budget below its weights; with no memory left beside its pinned weights it is refused.
+func TestPlanStreamingDense(t *testing.T) {
+	dir := t.TempDir()
+	hf, out := filepath.Join(dir, "hf"), filepath.Join(dir, "mlx")
+	cfg := randmodel.Tiny("llama", 256)
+	cfg.NumLayers = 8
+	if err := randmodel.Generate(hf, cfg, randmodel.Options{Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := create.Convert(context.Background(), hf, out, create.Options{Bits: 4, GroupSize: 32}); err != nil {
+		t.Fatal(err)
+	}
+	var size int64
+	entries, _ := os.ReadDir(out)
+	for _, e := range entries {
+		if fi, err := e.Info(); err == nil {
+			size += fi.Size()
+		}
+	}
+	layers, dense, err := residency.StreamedBytes(out)
+	if err != nil || !dense || layers <= 0 || layers >= size {
+		t.Fatalf("streamed bytes %d of %d, dense %v: %v", layers, size, dense, err)
+	}
+	m := &registry.LocalModel{Name: "dense", Dir: out, Size: size}
+	const gib = 1 << 30
+	// The reserve (2 GiB) and overhead (512 MiB and a fiftieth of the weights) leave
+	// room for three quarters of the layers and no KV cache.
+	avail := uint64(2*gib + 512<<20 + size/50 + size - layers/4)
+	l := &EngineLoader{KV: &kvstore.Policy{Sensor: sysmem.Fixed{Total: 16 * gib, Available: avail}}}
+	p, err := l.Plan(m, 512, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.Dense || p.Experts != layers || p.WeightBudget <= size-layers || p.WeightBudget >= size || p.kv == nil {
+		t.Errorf("plan %+v, want a dense streaming plan of a budget between %d and %d", p, size-layers, size)
+	}
+	l.KV = &kvstore.Policy{Sensor: sysmem.Fixed{Total: 16 * gib, Available: 2 * gib}}
+	if _, err := l.Plan(m, 512, 0); err == nil {
+		t.Error("planned with no memory beside the reserve")
+	}
+}
+
 func TestBudgetUnderPressure(t *testing.T) {
 	for _, c := range []struct {
 		p    sysmem.Pressure

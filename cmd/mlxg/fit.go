@@ -282,9 +282,13 @@ func printFit(w io.Writer, dir string, m kvstore.ModelShape, mem sysmem.Info, ct
 // memory policy leaves beside the KV plan; and the expert cache's expected hit rate,
 // simulated on synthetic routing traces. It reports whether the model would stream.
 func printStreaming(w io.Writer, dir string, m kvstore.ModelShape, mem sysmem.Info, ctx int, opts kvstore.Options, needed bool) (bool, error) {
-	experts, err := residency.ExpertBytes(dir)
+	experts, dense, err := residency.StreamedBytes(dir)
 	if err != nil || experts == 0 {
 		return false, err
+	}
+	what := "experts"
+	if dense {
+		what = "layers"
 	}
 	forced, policy, err := weightStreaming()
 	if err != nil {
@@ -294,24 +298,27 @@ func printStreaming(w io.Writer, dir string, m kvstore.ModelShape, mem sysmem.In
 	budget, why := forced, "MLXG_WEIGHT_BUDGET"
 	if budget <= 0 {
 		if !needed {
-			fmt.Fprintf(w, "Streaming experts are %s of the %s of weights; they fit in memory, so they are mapped (MLXG_WEIGHT_BUDGET forces streaming)\n\n",
-				ibytes(experts), ibytes(m.WeightBytes))
+			fmt.Fprintf(w, "Streaming %s are %s of the %s of weights; they fit in memory, so they are mapped (MLXG_WEIGHT_BUDGET forces streaming)\n\n",
+				what, ibytes(experts), ibytes(m.WeightBytes))
 			return false, nil
 		}
 		at := m
 		at.WeightBytes = pinned
 		p0, err := kvstore.Choose(kvstore.PolicyInput{Model: at, NumCtx: ctx, Memory: mem, Options: opts})
 		if err != nil {
-			fmt.Fprintf(w, "Streaming not possible: even without the experts in memory: %v\n\n", err)
+			fmt.Fprintf(w, "Streaming not possible: even without the %s in memory: %v\n\n", what, err)
 			return false, nil
 		}
 		if budget = residency.AutoBudget(pinned, experts, p0.Free-p0.KVBytes); budget <= 0 {
-			fmt.Fprintf(w, "Streaming not possible: the non-expert weights and the KV cache leave no memory for an expert cache\n\n")
+			fmt.Fprintf(w, "Streaming not possible: the weights that stay in memory and the KV cache leave no memory for streamed %s\n\n", what)
 			return false, nil
 		}
 		why = "the weights do not fit"
 	}
 	budget = min(budget, m.WeightBytes)
+	if dense {
+		return true, printDenseStreaming(w, dir, why, budget, pinned, m.WeightBytes)
+	}
 	share := float64(budget-pinned) / float64(experts)
 	fmt.Fprintf(w, "Streaming (%s): %s of %s of weights resident (%.0f%%): the %s of non-expert weights and %.0f%% of the %s of experts\n",
 		why, ibytes(max(budget, pinned)), ibytes(m.WeightBytes), 100*float64(max(budget, pinned))/float64(m.WeightBytes), ibytes(pinned), 100*max(share, 0), ibytes(experts))
@@ -339,4 +346,31 @@ func moeShape(dir string) (layers, experts, topK int, ok bool) {
 		return 0, 0, 0, false
 	}
 	return c.Layers, c.Experts, c.TopK, true
+}
+
+// printDenseStreaming prints what streaming mode keeps of a dense model under budget: the
+// weights outside the decoder layers (pinned), the layers the budget keeps, and the
+// bytes of the others, read from the checkpoint once per token.
+func printDenseStreaming(w io.Writer, dir, why string, budget, pinned, weights int64) error {
+	sizes, err := residency.LayerBytes(dir)
+	if err != nil {
+		return err
+	}
+	keep := residency.KeepLayers(sizes, budget-pinned)
+	kept, read := 0, int64(0)
+	for i, k := range keep {
+		if k {
+			kept++
+		} else {
+			read += sizes[i]
+		}
+	}
+	resident := min(weights, max(budget, pinned))
+	fmt.Fprintf(w, "Streaming layers (%s): %s of %s of weights resident (%.0f%%): the %s outside the layers and %d of %d layers kept\n",
+		why, ibytes(resident), ibytes(weights), 100*float64(resident)/float64(weights), ibytes(pinned), kept, len(sizes))
+	if kept < len(sizes) {
+		fmt.Fprintf(w, "          %d layers (%s) read from disk per token, while the layers before them compute\n", len(sizes)-kept, ibytes(read))
+	}
+	fmt.Fprintln(w)
+	return nil
 }

@@ -84,6 +84,13 @@ func printPs(out io.Writer, ps *api.ProcessResponse, now time.Time) error {
 // hit rate 91%)".
 func streamingLine(s *api.ProcessStreaming) string {
 	line := fmt.Sprintf("streaming: %.1f of %.1f GB resident", float64(s.Resident)/1e9, float64(s.Weights)/1e9)
+	if s.Layers > 0 {
+		line += fmt.Sprintf(", %d of %d layers kept", s.KeptLayers, s.Layers)
+		if s.Hits+s.Misses > 0 {
+			line += fmt.Sprintf(" (layer hit rate %.0f%%)", 100*s.HitRate)
+		}
+		return line
+	}
 	if s.Hits+s.Misses > 0 {
 		line += fmt.Sprintf(" (expert cache hit rate %.0f%%)", 100*s.HitRate)
 	}

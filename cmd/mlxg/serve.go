@@ -42,8 +42,8 @@ Environment variables:
   MLXG_LOG_FORMAT                     "text" (default) or "json"
   MLXG_DEBUG                          1 logs at debug level
   MLXG_BACKEND                        cpu, metal or mlx (default: metal on a Mac when libmlxc loads, else cpu)
-  MLXG_WEIGHT_BUDGET                  load mixture-of-experts models in streaming mode, at most this much of their
-                                      weights in memory (e.g. "2GiB"; default: only a model that does not fit streams)
+  MLXG_WEIGHT_BUDGET                  load models in streaming mode (experts, or a dense model's layers, read from
+                                      disk), at most this much of their weights in memory (e.g. "2GiB"; default: only a model that does not fit streams)
   MLXG_WEIGHT_POLICY                  the expert cache's eviction policy: frequency (default), lru or lfu
   MLXG_KV_*, OLLAMA_KV_CACHE_TYPE     the KV cache, as the --kv-* flags
   MLXG_PREFIX_DIR, MLXG_PREFIX_MAX_SIZE, MLXG_PROMPT_CACHE_HOT  the prefix cache, as --block-ssd-cache-dir,

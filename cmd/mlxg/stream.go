@@ -10,8 +10,9 @@ import (
 	"github.com/mlxg/mlxg/runner/residency"
 )
 
-// weightStreaming reads MLXG_WEIGHT_BUDGET (a size: load mixture-of-experts models in
-// streaming mode with at most that much of their weights in memory; unset: only models
+// weightStreaming reads MLXG_WEIGHT_BUDGET (a size: load models in streaming mode, their
+// experts or dense layers read from disk, with at most that much of their weights in
+// memory; unset: only models
 // whose weights do not fit stream) and MLXG_WEIGHT_POLICY (the expert cache's eviction
 // policy: frequency, lru or lfu).
 func weightStreaming() (budget int64, policy residency.Policy, err error) {

@@ -100,6 +100,7 @@ func (l Linux) applyCgroup(info *Info) {
 			continue
 		}
 		info.Total = min(info.Total, limit)
+		info.Limited = info.Total < machine
 		info.Available = min(info.Available, avail)
 		info.Source += "+cgroup " + c.name
 	}

@@ -57,7 +57,9 @@ func ParsePressure(s string) (Pressure, error) {
 // Info is one reading. Byte counts are of the whole machine, or of the cgroup limit
 // the process runs under when that is smaller.
 type Info struct {
-	Total      uint64 // physical memory (or the cgroup limit)
+	Total uint64 // physical memory (or the cgroup limit)
+	// Limited: Total is a memory cgroup's limit, below the machine's memory (Linux).
+	Limited    bool
 	Available  uint64 // memory a new allocation can take without swapping: free + reclaimable
 	Wired      uint64 // darwin only: pages the kernel cannot page out
 	Compressed uint64 // darwin only: memory held by the compressor

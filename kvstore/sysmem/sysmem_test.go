@@ -257,6 +257,9 @@ func TestLinuxCgroups(t *testing.T) {
 				t.Errorf("got total %d available %d pressure %v; want %d %d %v (%s)",
 					info.Total, info.Available, info.Pressure, c.total, c.available, c.pressure, info.Source)
 			}
+			if info.Limited != (c.total < 24*gib) {
+				t.Errorf("limited %v with total %d of the machine's 24 GiB", info.Limited, info.Total)
+			}
 		})
 	}
 }

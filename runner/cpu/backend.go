@@ -118,6 +118,7 @@ type weight struct {
 	next    atomic.Pointer[weight]        // the weight whose product followed this one's (warmNext)
 	warm    atomic.Pointer[crew.WarmTask] // the start of this weight's memory, to warm before its product
 	stream  *streamed                     // a stacked expert matrix read through a residency manager (stream.go)
+	dense   *denseRef                     // a dense layer's matrix read through a residency manager (dense.go)
 	// transient: a view of a buffer that outlives no product (a streamed expert's);
 	// warmNext neither learns it nor warms it.
 	transient bool
@@ -154,6 +155,9 @@ func (b *Backend) Weight(src compute.Source, prefix string, q compute.Quant) (co
 		if len(w.bias) != w.out {
 			return nil, fmt.Errorf("tensor %q has %d values for a layer with %d outputs", prefix+".bias", len(w.bias), w.out)
 		}
+	}
+	if q.Quantized() {
+		b.bindLayer(src, t, w)
 	}
 	return w, nil
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/mlxg/mlxg/internal/quant"
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/runner/compute"
+	"github.com/mlxg/mlxg/runner/residency"
 )
 
 // tensor is a row-major float32 activation; data may be a view into buf, the
@@ -28,6 +29,9 @@ type context struct {
 	segs   []int // a batched pass's rows per sequence (batch.go)
 	verify bool  // segs are one sequence's next positions (VerifyRows)
 	slab   *slab // where this context's tensor headers come from
+	// layer is the streamed dense layer whose unit the pass holds (dense.go).
+	layer     *layerGroup
+	layerHeld residency.Handle
 }
 
 // slab holds a context's tensor headers, reused by the next context once Closed: a decode
@@ -86,6 +90,7 @@ func (c *context) Free(keep ...compute.Tensor) {
 }
 
 func (c *context) Close() {
+	c.releaseLayer()
 	c.b.release(c.bufs)
 	clear(c.bufs)
 	if c.slab != nil {
@@ -208,6 +213,10 @@ func (c *context) Linear(x compute.Tensor, w compute.Weight) compute.Tensor {
 	cw, ok := w.(*weight)
 	if !ok {
 		return c.fail("Linear: weight is not a CPU weight")
+	}
+	cw, err := c.resolve(cw)
+	if err != nil {
+		return c.fail("Linear: %v", err)
 	}
 	if a[0].cols != cw.in {
 		return c.fail("Linear %q: input has %d columns, the layer takes %d", cw.name, a[0].cols, cw.in)

@@ -37,6 +37,12 @@ func (c *context) fusable(x *tensor, ws []compute.Weight, cw *[maxLinears]*weigh
 		if !ok || v.in != x.cols || v.q.Mode != quant.Affine {
 			return false
 		}
+		if v.dense != nil {
+			var err error
+			if v, err = c.resolve(v); err != nil {
+				return false // Linear reports it
+			}
+		}
 		if i > 0 && (v.q.Bits != cw[0].q.Bits || v.q.GroupSize != cw[0].q.GroupSize) {
 			return false
 		}

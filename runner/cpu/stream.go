@@ -47,6 +47,7 @@ type streamState struct {
 	mu     sync.Mutex
 	groups map[string]*expertGroup
 	prev   *expertGroup
+	layers map[string]*layerGroup // a dense model's streamed layers, by prefix (dense.go)
 }
 
 // streamFor returns the state of src's manager.

@@ -67,15 +67,12 @@ func TestStreamedOrders(t *testing.T) {
 	}
 }
 
-// TestStreamDense: a dense model given a residency manager has nothing to stream and
-// runs from the mapping, without the manager.
-func TestStreamDense(t *testing.T) {
+// TestStreamUnquantized: a model given a residency manager with no quantized matrices
+// to stream (a float dense model) runs from the mapping, without the manager.
+func TestStreamUnquantized(t *testing.T) {
 	dir := t.TempDir()
-	hf, out := filepath.Join(dir, "hf"), filepath.Join(dir, "mlx")
-	if err := randmodel.Generate(hf, randmodel.Tiny("qwen3", 256), randmodel.Options{Seed: 2}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := create.Convert(stdctx.Background(), hf, out, create.Options{Bits: 4, GroupSize: 32}); err != nil {
+	out := filepath.Join(dir, "hf")
+	if err := randmodel.Generate(out, randmodel.Tiny("qwen3", 256), randmodel.Options{Seed: 2}); err != nil {
 		t.Fatal(err)
 	}
 	res := residency.New(residency.Options{Budget: 1})
@@ -85,7 +82,7 @@ func TestStreamDense(t *testing.T) {
 	}
 	defer m.Close()
 	if m.Residency() != nil {
-		t.Fatal("a dense model kept its residency manager")
+		t.Fatal("a float model kept its residency manager")
 	}
 	if _, err := res.Acquire(0); err == nil {
 		t.Fatal("the unused manager was not closed")

@@ -102,12 +102,23 @@ func load(dir string, backend compute.Backend, skip func(*Loader, string) bool, 
 		return nil, err
 	}
 	l := &Loader{Config: cfg, Backend: backend, ckpt: ckpt, src: ckpt, skip: skip}
+	var ss streamSource
 	if res != nil {
-		l.src = streamSource{ckpt, res}
+		// A model with no stacked experts streams its decoder layers instead.
+		experts, eerr := residency.ExpertBytes(dir)
+		if eerr != nil {
+			ckpt.Close()
+			return nil, eerr
+		}
+		ss = streamSource{ckpt, res, experts == 0}
+		l.src = ss
 	}
 	net, err := build(l)
 	if err == nil {
 		err = l.err
+	}
+	if f, ok := backend.(compute.StreamFinisher); ok && err == nil && res != nil {
+		err = f.FinishStream(ss)
 	}
 	if err != nil {
 		ckpt.Close()
@@ -118,8 +129,8 @@ func load(dir string, backend compute.Backend, skip func(*Loader, string) bool, 
 	}
 	m := &Model{Config: cfg, Dir: dir, backend: backend, ckpt: ckpt, net: net, bytes: boundBytes(l, skip), res: res}
 	if res != nil && res.Stats().Units == 0 {
-		// Nothing to stream (a dense model, or a backend that maps every weight): the
-		// model runs from the mapping.
+		// Nothing to stream (no quantized matrices, or a backend that maps every
+		// weight): the model runs from the mapping.
 		forgetStream(backend, res)
 		res.Close()
 		m.res = nil
@@ -131,14 +142,16 @@ func load(dir string, backend compute.Backend, skip func(*Loader, string) bool, 
 	return m, nil
 }
 
-// streamSource is a checkpoint whose experts a backend may read through a residency
-// manager (compute.StreamSource).
+// streamSource is a checkpoint whose experts, or a dense model's layers, a backend may
+// read through a residency manager (compute.StreamSource, compute.LayerStreamSource).
 type streamSource struct {
 	*safetensors.Checkpoint
-	res *residency.Manager
+	res    *residency.Manager
+	layers bool // a dense model: its decoder layers stream (compute.LayerStreamSource)
 }
 
 func (s streamSource) Residency() *residency.Manager { return s.res }
+func (s streamSource) StreamsLayers() bool           { return s.layers }
 
 func forgetStream(b compute.Backend, res *residency.Manager) {
 	if f, ok := b.(interface{ ForgetStream(*residency.Manager) }); ok {

@@ -117,6 +117,10 @@ type unit struct {
 	// wanted: read for a pass that asked for it (Want) and has not acquired it yet; its
 	// Acquire is a miss even when the read is over by then.
 	wanted bool
+	// layer: a dense model's layer, pos its place in the pass (layers.go); keep: one of
+	// the layers the budget keeps in memory.
+	layer, keep bool
+	pos         int
 }
 
 // Manager is a weight residency manager. Its methods are safe for concurrent use.
@@ -133,6 +137,8 @@ type Manager struct {
 	ahead    []*unit // queued read-aheads
 	files    map[string]*os.File
 	free     map[int][][]byte // evicted buffers kept for the next read of their size
+	layers   []int            // a dense model's layer units in pass order (layers.go)
+	cursor   int              // the layer a dense pass is at
 	closed   bool
 	stats    Stats
 	wg       sync.WaitGroup
@@ -198,6 +204,7 @@ func (m *Manager) Pin(n int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.pinned += n
+	m.keepLocked()
 	m.evictLocked(0)
 }
 
@@ -207,6 +214,7 @@ func (m *Manager) SetBudget(b int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.budget = b
+	m.keepLocked()
 	m.evictLocked(0)
 	if m.pinned+m.resident > b {
 		m.free = map[int][][]byte{}
@@ -419,7 +427,7 @@ func (m *Manager) victimLocked(skip []*unit) *unit {
 	var best *unit
 outer:
 	for _, u := range m.units {
-		if u.state != ready || u.refs > 0 {
+		if u.state != ready || u.refs > 0 || u.keep {
 			continue
 		}
 		for _, s := range skip {
@@ -435,7 +443,11 @@ outer:
 }
 
 // worseLocked: a prefetched unit nobody used goes before any used one.
+// Of two streamed layers, the one needed further ahead goes first (layers.go).
 func (m *Manager) worseLocked(a, b *unit) bool {
+	if a.layer && b.layer {
+		return m.distLocked(a) > m.distLocked(b)
+	}
 	if a.prefetched != b.prefetched {
 		return a.prefetched
 	}
@@ -533,12 +545,8 @@ func (m *Manager) worker() {
 			buf, err = allocBuf(u.size)
 		}
 		var n int64
-		for i, s := range u.segs {
-			if err != nil {
-				break
-			}
-			err = readRange(files[i], buf[u.offs[i]:u.offs[i]+int(s.Len)], s.Off)
-			n += s.Len
+		if err == nil {
+			n, err = readSegs(u, files, buf)
 		}
 		m.mu.Lock()
 		u.buf = buf

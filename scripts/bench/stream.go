@@ -23,6 +23,7 @@ package main
 import (
 	"bufio"
 	"context"
+	_ "embed"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -50,15 +51,20 @@ import (
 )
 
 type streamCfg struct {
-	Layers  int     `json:"layers"`
-	Cap     int64   `json:"cap_bytes"`
-	Margin  int64   `json:"margin_bytes"`
-	Uniform float64 `json:"uniform_embedding_scale"`
-	Prompt  int     `json:"prompt"`
-	Decode  int     `json:"decode"`
-	Threads int     `json:"threads"`
-	Cache   string  `json:"cache"`
-	Policy  string  `json:"policy"`
+	Layers      int     `json:"layers"`
+	DenseLayers int     `json:"dense_layers"`
+	Cap         int64   `json:"cap_bytes"`
+	Margin      int64   `json:"margin_bytes"`
+	Uniform     float64 `json:"uniform_embedding_scale"`
+	Prompt      int     `json:"prompt"`
+	Decode      int     `json:"decode"`
+	Threads     int     `json:"threads"`
+	Cache       string  `json:"cache"`
+	Policy      string  `json:"policy"`
+	// Tokenizer is a Qwen checkpoint whose tokenizer.json the llama.cpp runs' GGUF gets.
+	Tokenizer string `json:"tokenizer"`
+	// Timeout stops a run that takes longer (a thrashing mapped model under the cap).
+	Timeout time.Duration `json:"timeout_ns"`
 }
 
 // streamShape is Qwen3-30B-A3B cut to layers layers.
@@ -70,9 +76,25 @@ func streamShape(layers int, embed float64) randmodel.Config {
 	}
 }
 
-// streamModel generates (once, cached) the MLX 4-bit checkpoint.
-func streamModel(ctx context.Context, c streamCfg, embed float64) (string, error) {
+// denseShape is Qwen3-8B (hidden 4096, MLP 12288, 32 query and 8 KV heads, Qwen's
+// vocabulary) cut to layers layers, with tied embeddings so that most of the weights
+// are layers: at 26 layers its MLX 4-bit weights are 2.95 GiB, 1.5 times a 2 GiB cap.
+func denseShape(layers int) randmodel.Config {
+	return randmodel.Config{
+		Arch: "qwen3", VocabSize: 151936, HiddenSize: 4096, IntermediateSize: 12288, NumLayers: layers,
+		NumHeads: 32, NumKVHeads: 8, HeadDim: 128, MaxPositions: 40960, RopeTheta: 1e6, RMSNormEps: 1e-6,
+		DType: "bfloat16", TieWordEmbeddings: true,
+	}
+}
+
+// streamModel generates (once, cached) the MLX 4-bit checkpoint of a case: the MoE with
+// embeddings of scale embed, or, with dense, the dense model.
+func streamModel(ctx context.Context, c streamCfg, embed float64, dense bool) (string, error) {
 	dir := filepath.Join(c.Cache, fmt.Sprintf("stream-moe-%dl-embed%g", c.Layers, embed))
+	shape := streamShape(c.Layers, embed)
+	if dense {
+		dir, shape = filepath.Join(c.Cache, fmt.Sprintf("stream-dense-%dl", c.DenseLayers)), denseShape(c.DenseLayers)
+	}
 	out := filepath.Join(dir, "mlx4")
 	if _, err := os.Stat(filepath.Join(out, "config.json")); err == nil {
 		return out, nil
@@ -80,7 +102,7 @@ func streamModel(ctx context.Context, c streamCfg, embed float64) (string, error
 	hf := filepath.Join(dir, "hf")
 	fmt.Printf("generating %s...\n", dir)
 	start := time.Now()
-	if err := randmodel.Generate(hf, streamShape(c.Layers, embed), randmodel.Options{Seed: 1}); err != nil {
+	if err := randmodel.Generate(hf, shape, randmodel.Options{Seed: 1}); err != nil {
 		return "", err
 	}
 	if _, err := create.Convert(ctx, hf, out, create.Options{Bits: 4, GroupSize: 64}); err != nil {
@@ -118,14 +140,21 @@ func runStreamScenario(args []string) error {
 	capS := fs.String("cap", "2GiB", "memory cap of the capped runs")
 	marginS := fs.String("margin", "400MiB", "what the streaming run leaves of the cap for KV, activations and the runtime")
 	fs.IntVar(&c.Layers, "layers", 16, "decoder layers of the Qwen3-30B-A3B shape")
+	fs.IntVar(&c.DenseLayers, "dense-layers", 26, "decoder layers of the dense case's Qwen3-8B shape")
 	fs.Float64Var(&c.Uniform, "uniform-embed", 3, "embedding scale of the near-uniform model (registry/randmodel EmbeddingScale; the local one has the default 0.1)")
 	fs.IntVar(&c.Prompt, "prompt", 32, "prompt tokens")
 	fs.IntVar(&c.Decode, "decode", 40, "decoded tokens (sampled at temperature 1, fixed seed)")
 	fs.IntVar(&c.Threads, "threads", 2, "CPU threads")
+	fs.DurationVar(&c.Timeout, "timeout", 15*time.Minute, "stop a run that takes longer (reported as stopped)")
 	fs.StringVar(&c.Policy, "policy", "frequency", "expert cache policy: frequency, lru or lfu")
 	fs.StringVar(&c.Cache, "cache", filepath.Join(home, ".cache", "mlxg-bench"), "directory for the models and results")
-	routings := fs.String("routing", "local,uniform", "routings to run: local and/or uniform")
-	modes := fs.String("modes", "uncapped,mmap-capped,stream-capped", "runs per routing")
+	defTok := ""
+	if s := os.Getenv("MLXG_SHARED"); s != "" {
+		defTok = filepath.Join(s, "models", "qwen3-tiny")
+	}
+	fs.StringVar(&c.Tokenizer, "tokenizer", defTok, "a Qwen checkpoint whose tokenizer.json goes into the GGUF of the llama.cpp modes (default $MLXG_SHARED/models/qwen3-tiny)")
+	routings := fs.String("routing", "local,uniform", "cases to run: the MoE with local and/or uniform routing, and dense (a dense model)")
+	modes := fs.String("modes", "uncapped,mmap-capped,stream-capped", "runs per case: uncapped, mmap-capped, stream-capped, llamacpp-capped (llama.cpp on the same weights as Q4_1 GGUF, under the cap) and llamacpp (uncapped)")
 	fs.Parse(args)
 	capB, err := humanize.ParseBytes(*capS)
 	if err != nil {
@@ -152,21 +181,28 @@ func runStreamScenario(args []string) error {
 		embed := 0.0
 		if routing == "uniform" {
 			embed = c.Uniform
-		} else if routing != "local" {
-			return fmt.Errorf("--routing %q: want local or uniform", routing)
+		} else if routing != "local" && routing != "dense" {
+			return fmt.Errorf("--routing %q: want local, uniform or dense", routing)
 		}
-		dir, err := streamModel(ctx, c, embed)
+		dir, err := streamModel(ctx, c, embed, routing == "dense")
 		if err != nil {
 			return err
 		}
-		if err := routingReport(dir, c); err != nil {
-			return err
+		if routing != "dense" {
+			if err := routingReport(dir, c); err != nil {
+				return err
+			}
 		}
 		for _, mode := range strings.Split(*modes, ",") {
-			if mode != "uncapped" && cg == nil {
+			if strings.HasSuffix(mode, "-capped") && cg == nil {
 				continue
 			}
-			r, err := streamChild(c, dir, mode, cg)
+			var r streamResult
+			if strings.HasPrefix(mode, "llamacpp") {
+				r, err = llamacppChild(ctx, c, dir, mode, cg)
+			} else {
+				r, err = streamChild(c, dir, mode, cg)
+			}
 			if err != nil {
 				return err
 			}
@@ -308,7 +344,9 @@ func streamChild(c streamCfg, dir, mode string, cg *benchCgroup) (streamResult, 
 	if mode != "uncapped" {
 		args = append(args, "--cgroup", cg.procs)
 	}
-	cmd := exec.Command(self, args...)
+	ctx, cancel := context.WithTimeout(context.Background(), c.Timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, self, args...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	var r streamResult
@@ -317,6 +355,9 @@ func streamChild(c streamCfg, dir, mode string, cg *benchCgroup) (streamResult, 
 			err = jerr
 		}
 		r = streamResult{Mode: mode, Err: fmt.Sprintf("%v (killed by the cap?)", err)}
+		if ctx.Err() != nil {
+			r.Err = fmt.Sprintf("stopped after %s (--timeout)", c.Timeout)
+		}
 	}
 	return r, nil
 }
@@ -555,7 +596,9 @@ func printStreamTable(all []streamResult) {
 		ratio, same := "-", "-"
 		if ok && r.Err == "" {
 			ratio = fmt.Sprintf("%.0f%%", 100*r.DecodeTPS/u.DecodeTPS)
-			same = strconv.FormatBool(slices.Equal(r.Tokens, u.Tokens))
+			if !strings.HasPrefix(r.Mode, "llamacpp") { // llama.cpp samples with its own sampler
+				same = strconv.FormatBool(slices.Equal(r.Tokens, u.Tokens))
+			}
 		}
 		if r.Err != "" {
 			fmt.Printf("%-9s %-15s error: %s\n", r.Routing, r.Mode, r.Err)
@@ -566,6 +609,21 @@ func printStreamTable(all []streamResult) {
 			hit = fmt.Sprintf("%.2f", r.HitRate25)
 		}
 		fmt.Printf("%-9s %-15s %6.2f  %12.2f  %11s  %11.1f  %6s  %s\n", r.Routing, r.Mode, r.TTFT, r.DecodeTPS, ratio, r.MBPerTok, hit, same)
+	}
+	// mlxg streaming against llama.cpp under the same cap, per case.
+	byMode := map[[2]string]streamResult{}
+	for _, r := range all {
+		if r.Err == "" {
+			byMode[[2]string{r.Routing, r.Mode}] = r
+		}
+	}
+	for _, r := range all {
+		if r.Mode != "stream-capped" || r.Err != "" {
+			continue
+		}
+		if l, ok := byMode[[2]string{r.Routing, "llamacpp-capped"}]; ok && l.DecodeTPS > 0 {
+			fmt.Printf("%s: mlxg streaming decodes %.1fx llama.cpp under the same cap (%.2f against %.2f tok/s)\n", r.Routing, r.DecodeTPS/l.DecodeTPS, r.DecodeTPS, l.DecodeTPS)
+		}
 	}
 }
 
@@ -582,4 +640,64 @@ func peakRSS() int64 {
 		}
 	}
 	return 0
+}
+
+//go:embed llamacpp-stream.mjs
+var llamacppStream []byte
+
+// llamacppChild runs one mode in llama.cpp (node-llama-cpp): the checkpoint converted to
+// a Q4_1 GGUF of the same weights (gguf.go), from a cold page cache, in the cgroup for
+// llamacpp-capped.
+func llamacppChild(ctx context.Context, c streamCfg, dir, mode string, cg *benchCgroup) (streamResult, error) {
+	r := streamResult{Mode: mode}
+	if c.Tokenizer == "" {
+		r.Err = "no tokenizer for the GGUF: pass --tokenizer DIR (a Qwen checkpoint) or set MLXG_SHARED"
+		return r, nil
+	}
+	gguf := filepath.Join(filepath.Dir(dir), "q4_1.gguf")
+	if _, err := os.Stat(gguf); err != nil {
+		fmt.Printf("writing %s...\n", gguf)
+	}
+	if err := writeGGUF(dir, c.Tokenizer, gguf); err != nil {
+		return r, err
+	}
+	server, err := ensureLlamaCpp(ctx, c.Cache, func(f string, a ...any) { fmt.Printf(f+"\n", a...) })
+	if err != nil {
+		r.Err = err.Error()
+		return r, nil
+	}
+	script := filepath.Join(filepath.Dir(server), "llamacpp-stream.mjs")
+	if err := os.WriteFile(script, llamacppStream, 0o644); err != nil {
+		return r, err
+	}
+	dropCache(dir)
+	dropCache(filepath.Dir(gguf))
+	arg, _ := json.Marshal(map[string]any{"prompt": promptTokens(c.Prompt), "decode": c.Decode, "threads": c.Threads})
+	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
+	defer cancel()
+	var cmd *exec.Cmd
+	if mode == "llamacpp-capped" {
+		cmd = exec.CommandContext(ctx, "sh", "-c", `echo $$ > "$1" && shift && exec node "$@"`, "sh", cg.procs, script, gguf, string(arg))
+	} else {
+		cmd = exec.CommandContext(ctx, "node", script, gguf, string(arg))
+	}
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	var res struct {
+		Load       float64 `json:"load_s"`
+		TTFT       float64 `json:"ttft_s"`
+		DecodeTPS  float64 `json:"decode_tps"`
+		StepMedian float64 `json:"step_median_s"`
+		Tokens     []int32 `json:"tokens"`
+		Error      string  `json:"error"`
+	}
+	if jerr := json.Unmarshal(lastLine(out), &res); jerr != nil {
+		r.Err = fmt.Sprintf("llama.cpp: %v %v (killed by the cap?)", err, jerr)
+		if ctx.Err() != nil {
+			r.Err = fmt.Sprintf("llama.cpp stopped after %s (--timeout)", c.Timeout)
+		}
+		return r, nil
+	}
+	r.Load, r.TTFT, r.DecodeTPS, r.StepMedian, r.Tokens, r.Err = res.Load, res.TTFT, res.DecodeTPS, res.StepMedian, res.Tokens, res.Error
+	return r, nil
 }
