@@ -27,6 +27,9 @@ type context struct {
 	serial uint64
 	segs   []int // a batched pass's rows per sequence (batch.go)
 	slab   *slab // where this context's tensor headers come from
+	// guessed: units GuessExperts expects, handed to their manager by the next MoE
+	// after its own reads (stream.go).
+	guessed []guessedUnit
 }
 
 // slab holds a context's tensor headers, reused by the next context once Closed: a decode

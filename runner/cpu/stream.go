@@ -2,8 +2,10 @@ package cpu
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/mlxg/mlxg/internal/quant"
 	"github.com/mlxg/mlxg/registry/safetensors"
@@ -39,6 +41,7 @@ type expertGroup struct {
 	mu        sync.Mutex
 	next      *expertGroup // the group whose MoE followed this one's last time
 	lastPicks []int        // the experts the last token picked here
+	guess     []int        // the experts the model's guess (GuessExperts) expects next here
 }
 
 // streamState is a manager's groups (per model), by prefix, and the last group run.
@@ -47,6 +50,9 @@ type streamState struct {
 	mu     sync.Mutex
 	groups map[string]*expertGroup
 	prev   *expertGroup
+	// guided: the model guesses each block's experts from the hidden state
+	// (GuessExperts), so the previous token's picks are no longer read ahead.
+	guided atomic.Bool
 }
 
 // streamFor returns the state of src's manager.
@@ -176,9 +182,10 @@ func streamGroup(g, u, d *weight) *expertGroup {
 }
 
 // begin records that grp's MoE runs now, after the previous group's (the order of a
-// pass's layers), and reads ahead the experts the next group's last token picked:
-// they are read while this layer computes. picked are this call's experts, in the
-// order they will be acquired; it returns the previous token's guess for them.
+// pass's layers), and counts how well the guesses of its picks did: the model's guess
+// from the hidden state, when it made one, and the previous token's picks. Without the
+// model's guesses it reads ahead the experts the next group's last token picked, while
+// this layer computes. picked are this call's experts.
 func (grp *expertGroup) begin(picked []int) {
 	st := grp.st
 	st.mu.Lock()
@@ -191,21 +198,27 @@ func (grp *expertGroup) begin(picked []int) {
 	st.mu.Unlock()
 
 	grp.mu.Lock()
-	guess, next := grp.lastPicks, grp.next
+	repeat, guess, next := grp.lastPicks, grp.guess, grp.next
 	grp.mu.Unlock()
-	if guess != nil {
-		right := 0
+	right := func(g []int) int {
+		n := 0
 		for _, e := range picked {
-			for _, x := range guess {
-				if x == e {
-					right++
-					break
-				}
+			if slices.Contains(g, e) {
+				n++
 			}
 		}
-		st.mgr.NotePrediction(len(guess), right)
+		return n
 	}
-	if next == nil {
+	guided := st.guided.Load()
+	if repeat != nil {
+		st.mgr.NoteRepeat(len(repeat), right(repeat))
+	}
+	if guess != nil {
+		st.mgr.NotePrediction(len(guess), right(guess))
+	} else if repeat != nil && !guided {
+		st.mgr.NotePrediction(len(repeat), right(repeat))
+	}
+	if next == nil || guided {
 		return
 	}
 	next.mu.Lock()
@@ -217,9 +230,75 @@ func (grp *expertGroup) begin(picked []int) {
 	st.mgr.Prefetch(ids...)
 }
 
-// end keeps the last token's picks, the guess for the next token at this layer.
+// end keeps the last token's picks, the guess for the next token at this layer, and
+// settles the model's guess: the guessed units the layer did not use go first from now.
 func (grp *expertGroup) end(last []int) {
 	grp.mu.Lock()
 	grp.lastPicks = append(grp.lastPicks[:0], last...)
+	guess := grp.guess
+	grp.guess = nil
 	grp.mu.Unlock()
+	if guess != nil {
+		ids := make([]int, len(guess))
+		for i, e := range guess {
+			ids[i] = grp.units[e]
+		}
+		grp.st.mgr.Settle(ids...)
+	}
+}
+
+// WantsExpertGuess implements compute.ExpertGuesser: a guess is made for passes whose
+// picks leave at least half of a layer's experts unread (the decode steps of a few
+// sequences); a prompt's pass reads most experts, in order.
+func (c *context) WantsExpertGuess(gate compute.Weight, rows int, r compute.Routing) bool {
+	w, ok := gate.(*weight)
+	return ok && w.stream != nil && w.stream.group.units != nil && 2*rows*r.TopK <= w.stream.group.experts
+}
+
+// GuessExperts implements compute.ExpertGuesser: the guessed experts are read behind
+// the next MoE's own reads (MoE issues c.guessed after its Want), kept until their
+// block runs, and compared there with its picks.
+func (c *context) GuessExperts(logits compute.Tensor, gate compute.Weight, experts int, r compute.Routing) {
+	w, ok := gate.(*weight)
+	if !ok || w.stream == nil || w.stream.group.units == nil || w.stream.group.experts != experts {
+		return
+	}
+	a, ok := c.args(logits)
+	if !ok || a[0].cols != experts {
+		return
+	}
+	l, grp := a[0], w.stream.group
+	var es []int
+	for t := range l.rows {
+		picks, _ := r.Select(l.data[t*experts : (t+1)*experts])
+		for _, e := range picks {
+			if !slices.Contains(es, e) {
+				es = append(es, e)
+			}
+		}
+	}
+	grp.st.guided.Store(true)
+	grp.mu.Lock()
+	grp.guess = es
+	grp.mu.Unlock()
+	for _, e := range es {
+		c.guessed = append(c.guessed, guessedUnit{grp, grp.units[e]})
+	}
+}
+
+// guessedUnit is a unit GuessExperts expects, not yet handed to its manager.
+type guessedUnit struct {
+	grp *expertGroup
+	id  int
+}
+
+// expectGuessed hands the guessed units to their managers; those of grp, whose MoE
+// runs now and knows its picks, are dropped.
+func (c *context) expectGuessed(grp *expertGroup) {
+	for _, g := range c.guessed {
+		if g.grp != grp {
+			g.grp.st.mgr.Expect(g.id)
+		}
+	}
+	c.guessed = c.guessed[:0]
 }

@@ -58,16 +58,23 @@ type Stats struct {
 	Units    int
 	InMemory int // units resident
 
-	Hits, Misses   int64 // Acquire of a unit already in memory, or not
+	// Hits and Misses count Acquires of a unit already in memory, or not; a unit read
+	// ahead on a guess counts as a miss at its first use (and as PrefetchUseful), so that
+	// the hit rate is what the cache kept, not what the guesses read.
+	Hits, Misses   int64
 	Reads          int64 // units read
 	BytesRead      int64
 	Evictions      int64
 	PrefetchIssued int64 // units read ahead of a use
 	PrefetchUseful int64 // of those, units acquired before being evicted
-	// Predicted and PredictedRight count the guesses of what a pass would use (the
-	// previous token's experts at a layer) and those it did use, read ahead or not.
+	// Predicted and PredictedRight count the read-ahead's guesses of what a pass would
+	// use and those it did use, read ahead or not.
 	Predicted, PredictedRight int64
-	Streamed                  int64 // file bytes of every unit
+	// RepeatGuessed and RepeatRight count the previous token's picks at a layer as a
+	// guess of the next token's there, and the right ones, whether or not the read-ahead
+	// used them: the routing's locality, beside the read-ahead's own guesses.
+	RepeatGuessed, RepeatRight int64
+	Streamed                   int64 // file bytes of every unit
 }
 
 // HitRate is Hits / (Hits + Misses), 0 with no use.
@@ -117,6 +124,9 @@ type unit struct {
 	// wanted: read for a pass that asked for it (Want) and has not acquired it yet; its
 	// Acquire is a miss even when the read is over by then.
 	wanted bool
+	// expected: a confident guess of a pass about to run (Expect) until Settle; evicted
+	// only when nothing else can go.
+	expected bool
 }
 
 // Manager is a weight residency manager. Its methods are safe for concurrent use.
@@ -268,7 +278,7 @@ func (m *Manager) Acquire(id int) (Handle, error) {
 	u := m.units[id]
 	m.tick++
 	m.scorer.touch(&u.score, m.tick)
-	if u.state == ready && !u.wanted {
+	if u.state == ready && !u.wanted && !u.prefetched {
 		m.stats.Hits++
 	} else {
 		m.stats.Misses++
@@ -306,12 +316,21 @@ func (m *Manager) Resident(id int) bool {
 	return m.units[id].state == ready
 }
 
-// NotePrediction counts guesses of the units a pass would use, and the right ones.
+// NotePrediction counts the read-ahead's guesses of the units a pass would use, and
+// the right ones.
 func (m *Manager) NotePrediction(guessed, right int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.stats.Predicted += int64(guessed)
 	m.stats.PredictedRight += int64(right)
+}
+
+// NoteRepeat counts the previous token's picks as a guess (Stats.RepeatGuessed).
+func (m *Manager) NoteRepeat(guessed, right int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.stats.RepeatGuessed += int64(guessed)
+	m.stats.RepeatRight += int64(right)
 }
 
 // Want starts reading the units not in memory that a pass is about to acquire, in
@@ -359,6 +378,50 @@ func (m *Manager) Prefetch(ids ...int) {
 	}
 }
 
+// Expect starts reading units that a pass will probably acquire soon (a confident
+// guess: the next layer's experts picked by its router from the current hidden
+// state), behind the reads a pass waits for. Unlike Prefetch, a guess may evict as a
+// read a pass asked for would (the policy's victim), except units in use, being read
+// or expected themselves; it is skipped only when it does not fit without exceeding
+// the budget. Expected units, read or already in memory, are kept until Settle.
+func (m *Manager) Expect(ids ...int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return
+	}
+	for _, id := range ids {
+		u := m.units[id]
+		if u.state != absent {
+			u.expected = true
+			continue
+		}
+		for m.pinned+m.resident+int64(u.size) > m.budget {
+			v := m.victimLocked(nil)
+			if v == nil || v.expected {
+				break
+			}
+			m.dropLocked(v)
+		}
+		if m.pinned+m.resident+int64(u.size) > m.budget {
+			continue
+		}
+		m.stats.PrefetchIssued++
+		u.prefetched, u.expected = true, true
+		m.startLocked(u, true)
+	}
+}
+
+// Settle ends the expectation of units (their pass has come): from then on a guessed
+// unit the pass did not use is the first to go.
+func (m *Manager) Settle(ids ...int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, id := range ids {
+		m.units[id].expected = false
+	}
+}
+
 // Close stops the workers and frees every buffer; handles must have been released.
 func (m *Manager) Close() error {
 	m.mu.Lock()
@@ -401,7 +464,7 @@ func (m *Manager) roomForLocked(u *unit) bool {
 	var freed int64
 	for freed < need {
 		v := m.victimLocked(victims)
-		if v == nil || v.score.last >= u.score.last && !v.prefetched {
+		if v == nil || v.expected || v.score.last >= u.score.last && !v.prefetched {
 			return false
 		}
 		victims = append(victims, v)
@@ -434,8 +497,12 @@ outer:
 	return best
 }
 
-// worseLocked: a prefetched unit nobody used goes before any used one.
+// worseLocked: an expected unit goes last; a prefetched unit nobody used goes before
+// any used one.
 func (m *Manager) worseLocked(a, b *unit) bool {
+	if a.expected != b.expected {
+		return b.expected
+	}
 	if a.prefetched != b.prefetched {
 		return a.prefetched
 	}
@@ -456,7 +523,7 @@ func (m *Manager) evictLocked(extra int64) {
 func (m *Manager) dropLocked(v *unit) {
 	m.stats.Evictions++
 	m.resident -= int64(v.size)
-	v.wanted = false
+	v.wanted, v.expected = false, false
 	if v.prefetched {
 		v.prefetched = false
 	}
@@ -555,7 +622,7 @@ func (m *Manager) finishLocked(u *unit, err error, n int64) {
 	} else {
 		u.err = fmt.Errorf("residency: reading %s: %w", u.segs[0].Path, err)
 		u.state = absent
-		u.prefetched = false
+		u.prefetched, u.expected = false, false
 		m.resident -= int64(u.size)
 		if u.buf != nil {
 			freeBuf(u.buf)

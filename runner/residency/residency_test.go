@@ -210,3 +210,58 @@ func TestWantIsAMiss(t *testing.T) {
 		t.Errorf("stats %+v, want one miss then one hit", s)
 	}
 }
+
+// TestExpect: a confident guess evicts the policy's victim (not a unit in use), is kept
+// against reads a pass waits for until Settle, counts as a miss and as useful at its
+// first use, and a settled guess nobody used is the first to go.
+func TestExpect(t *testing.T) {
+	path, data := testFile(t, 1<<16)
+	m := New(Options{Budget: 3 * 1024, Policy: LRU})
+	defer m.Close()
+	for u := range 6 {
+		m.Add([]Segment{{path, int64(u * 1024), 1024}})
+	}
+	use := func(u int) {
+		t.Helper()
+		h, err := m.Acquire(u)
+		if err != nil || !bytes.Equal(h.Seg(0), data[u*1024:(u+1)*1024]) {
+			t.Fatalf("unit %d: %v", u, err)
+		}
+		h.Release()
+	}
+	use(0)
+	use(1)
+	use(2)
+	held, _ := m.Acquire(2)
+	// The cache is full: guessing 3 and 4 evicts 0 and 1 (LRU), never the held 2.
+	m.Expect(3, 4)
+	for !m.Resident(3) || !m.Resident(4) {
+		time.Sleep(time.Millisecond)
+	}
+	if m.Resident(0) || m.Resident(1) || !m.Resident(2) {
+		t.Fatal("the guesses evicted the wrong units")
+	}
+	held.Release()
+	// A read a pass waits for evicts 2, the only unit not expected.
+	use(5)
+	if !m.Resident(3) || !m.Resident(4) || m.Resident(2) {
+		t.Fatal("a demand read evicted an expected unit")
+	}
+	s := m.Stats()
+	use(3)
+	if d := m.Stats(); d.Misses != s.Misses+1 || d.PrefetchUseful != s.PrefetchUseful+1 || d.PrefetchIssued != 2 {
+		t.Fatalf("first use of a guessed unit: %+v then %+v", s, d)
+	}
+	m.Settle(3, 4)
+	// 4 was guessed and not used: the next read evicts it before 5 and 3.
+	use(0)
+	if m.Resident(4) || !m.Resident(3) || !m.Resident(5) {
+		t.Fatal("a settled, unused guess was not the first to go")
+	}
+	// With every resident unit expected, a guess that does not fit is skipped.
+	m.Expect(3, 5, 0)
+	m.Expect(1)
+	if s := m.Stats(); s.PrefetchIssued != 2 || s.Pinned+s.Resident > s.Budget || m.Resident(1) {
+		t.Fatalf("a guess that did not fit: %+v", s)
+	}
+}
