@@ -41,7 +41,9 @@ type expertGroup struct {
 	mu        sync.Mutex
 	next      *expertGroup // the group whose MoE followed this one's last time
 	lastPicks []int        // the experts the last token picked here
-	guess     []int        // the experts the model's guess (GuessExperts) expects next here
+	guess     []int        // the experts the model's guess (GuessExperts) expects next here, by rank
+	guessRank []int        // the rank of each in a row's picks (its best, over rows)
+	guessCold []int        // the indices in guess of those that were not in memory
 }
 
 // streamState is a manager's groups (per model), by prefix, and the last group run.
@@ -53,6 +55,24 @@ type streamState struct {
 	// guided: the model guesses each block's experts from the hidden state
 	// (GuessExperts), so the previous token's picks are no longer read ahead.
 	guided atomic.Bool
+	// coldGuessed and coldRight count, per rank in the guess and with a decay per
+	// layer, the guessed experts that were not in memory and those the layer then
+	// picked (readGuess).
+	coldGuessed, coldRight []float64
+}
+
+// coldDecay weighs down the counts of guesses of experts not in memory at each layer:
+// they follow about the last fifty layers.
+const coldDecay = 0.98
+
+// readGuess reports whether a guessed expert of rank r (0: the guess's best) that is
+// not in memory is read ahead: while at least two in three of that rank were right. A
+// wrong read costs as much disk time as a read a pass waits for and evicts an expert
+// that may be used, while a right one only starts earlier a read the pass would make.
+func (st *streamState) readGuess(r int) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return r >= len(st.coldGuessed) || st.coldGuessed[r] == 0 || 3*st.coldRight[r] >= 2*st.coldGuessed[r]
 }
 
 // streamFor returns the state of src's manager.
@@ -199,6 +219,8 @@ func (grp *expertGroup) begin(picked []int) {
 
 	grp.mu.Lock()
 	repeat, guess, next := grp.lastPicks, grp.guess, grp.next
+	cold, ranks := grp.guessCold, grp.guessRank
+	grp.guessCold = nil
 	grp.mu.Unlock()
 	right := func(g []int) int {
 		n := 0
@@ -215,6 +237,22 @@ func (grp *expertGroup) begin(picked []int) {
 	}
 	if guess != nil {
 		st.mgr.NotePrediction(len(guess), right(guess))
+		st.mu.Lock()
+		for r := range st.coldGuessed {
+			st.coldGuessed[r] *= coldDecay
+			st.coldRight[r] *= coldDecay
+		}
+		for _, i := range cold {
+			r := ranks[i]
+			for len(st.coldGuessed) <= r {
+				st.coldGuessed, st.coldRight = append(st.coldGuessed, 0), append(st.coldRight, 0)
+			}
+			st.coldGuessed[r]++
+			if slices.Contains(picked, guess[i]) {
+				st.coldRight[r]++
+			}
+		}
+		st.mu.Unlock()
 	} else if repeat != nil && !guided {
 		st.mgr.NotePrediction(len(repeat), right(repeat))
 	}
@@ -268,37 +306,55 @@ func (c *context) GuessExperts(logits compute.Tensor, gate compute.Weight, exper
 		return
 	}
 	l, grp := a[0], w.stream.group
-	var es []int
+	// es: the guessed experts, each with its best rank in a row's picks, in order.
+	var es, ranks []int
 	for t := range l.rows {
 		picks, _ := r.Select(l.data[t*experts : (t+1)*experts])
-		for _, e := range picks {
-			if !slices.Contains(es, e) {
-				es = append(es, e)
+		for k, e := range picks {
+			if i := slices.Index(es, e); i >= 0 {
+				ranks[i] = min(ranks[i], k)
+			} else {
+				es, ranks = append(es, e), append(ranks, k)
 			}
 		}
 	}
 	grp.st.guided.Store(true)
 	grp.mu.Lock()
-	grp.guess = es
+	grp.guess, grp.guessRank = es, ranks
+	grp.guessCold = grp.guessCold[:0]
 	grp.mu.Unlock()
-	for _, e := range es {
-		c.guessed = append(c.guessed, guessedUnit{grp, grp.units[e]})
+	for i, e := range es {
+		c.guessed = append(c.guessed, guessedUnit{grp, i, ranks[i], grp.units[e]})
 	}
 }
 
-// guessedUnit is a unit GuessExperts expects, not yet handed to its manager.
+// guessedUnit is an expert GuessExperts expects, not yet handed to its manager.
 type guessedUnit struct {
-	grp *expertGroup
-	id  int
+	grp   *expertGroup
+	index int // in grp.guess
+	rank  int // its best rank in a row's picks
+	id    int // its unit
 }
 
-// expectGuessed hands the guessed units to their managers; those of grp, whose MoE
-// runs now and knows its picks, are dropped.
+// expectGuessed hands the guessed units to their managers: those in memory are kept
+// until their layer runs, those not are read while guesses of their rank have been
+// right often enough (streamState.readGuess). Those of grp, whose MoE runs now and
+// knows its picks, are dropped.
 func (c *context) expectGuessed(grp *expertGroup) {
 	for _, g := range c.guessed {
-		if g.grp != grp {
-			g.grp.st.mgr.Expect(g.id)
+		if g.grp == grp {
+			continue
 		}
+		mgr := g.grp.st.mgr
+		if !mgr.Resident(g.id) {
+			g.grp.mu.Lock()
+			g.grp.guessCold = append(g.grp.guessCold, g.index)
+			g.grp.mu.Unlock()
+			if !g.grp.st.readGuess(g.rank) {
+				continue
+			}
+		}
+		mgr.Expect(g.id)
 	}
 	c.guessed = c.guessed[:0]
 }
