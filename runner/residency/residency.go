@@ -46,6 +46,9 @@ type Options struct {
 	HalfLife float64
 	// Workers is the number of reading goroutines (0: 4).
 	Workers int
+	// Buffered reads through the page cache even where the files can be read directly
+	// (O_DIRECT on Linux).
+	Buffered bool
 }
 
 // Stats are the manager's counters since it was made.
@@ -110,15 +113,20 @@ const (
 )
 
 type unit struct {
-	segs  []Segment
-	offs  []int // where each segment starts in buf
-	size  int   // bytes of buf
-	state unitState
-	buf   []byte
-	done  chan struct{} // closed when a read ends
-	err   error
-	refs  int
-	score score
+	segs []Segment
+	offs []int // where each segment starts in buf
+	// direct: the segments are read with O_DIRECT, each as the aligned range from
+	// alignDown(Off) to alignUp(Off+Len) into buf at slots[i], so that its data starts
+	// at offs[i], as aligned as the file offset (as a mapping of the file would be).
+	direct bool
+	slots  []int
+	size   int // bytes of buf
+	state  unitState
+	buf    []byte
+	done   chan struct{} // closed when a read ends
+	err    error
+	refs   int
+	score  score
 	// prefetched: read ahead and not acquired since.
 	prefetched bool
 	// wanted: read for a pass that asked for it (Want) and has not acquired it yet; its
@@ -142,6 +150,8 @@ type Manager struct {
 	demand   []*unit // queued reads, taken first
 	ahead    []*unit // queued read-aheads
 	files    map[string]*os.File
+	direct   map[string]*os.File // opened for direct reads; nil where they failed
+	buffered bool
 	free     map[int][][]byte // evicted buffers kept for the next read of their size
 	closed   bool
 	stats    Stats
@@ -157,7 +167,7 @@ func New(o Options) *Manager {
 		o.Workers = 4
 	}
 	m := &Manager{scorer: scorer{policy: o.Policy, halfLife: o.HalfLife}, budget: o.Budget,
-		files: map[string]*os.File{}, free: map[int][][]byte{}}
+		files: map[string]*os.File{}, direct: map[string]*os.File{}, free: map[int][][]byte{}, buffered: o.Buffered || directAlign == 0}
 	m.work = sync.NewCond(&m.mu)
 	for range o.Workers {
 		m.wg.Add(1)
@@ -169,21 +179,24 @@ func New(o Options) *Manager {
 // segAlign aligns each segment in a unit's buffer for any element type.
 const segAlign = 64
 
+// alignDown and alignUp round a file offset to directAlign.
+func alignDown(off int64) int64 { return off &^ (directAlign - 1) }
+func alignUp(off int64) int64   { return (off + directAlign - 1) &^ (directAlign - 1) }
+
 // Add registers a unit and returns its id; nothing is read until it is used.
 func (m *Manager) Add(segs []Segment) (int, error) {
 	if len(segs) == 0 {
 		return 0, errors.New("residency: a unit of no segments")
 	}
 	u := &unit{segs: append([]Segment(nil), segs...), offs: make([]int, len(segs))}
-	for i, s := range segs {
+	for _, s := range segs {
 		if s.Len < 0 || s.Off < 0 || s.Path == "" {
 			return 0, fmt.Errorf("residency: bad segment %+v", s)
 		}
-		u.offs[i] = u.size
-		u.size += (int(s.Len) + segAlign - 1) &^ (segAlign - 1)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	u.direct = !m.buffered
 	for _, s := range segs {
 		if _, ok := m.files[s.Path]; !ok {
 			f, err := openUncached(s.Path)
@@ -191,6 +204,30 @@ func (m *Manager) Add(segs []Segment) (int, error) {
 				return 0, fmt.Errorf("residency: %w", err)
 			}
 			m.files[s.Path] = f
+		}
+		if u.direct {
+			f, ok := m.direct[s.Path]
+			if !ok {
+				f, _ = openDirect(s.Path) // nil: read through the page cache
+				m.direct[s.Path] = f
+			}
+			u.direct = f != nil
+		}
+	}
+	if u.direct {
+		u.slots = make([]int, len(segs))
+		for i, s := range segs {
+			lo, hi := alignDown(s.Off), alignUp(s.Off+s.Len)
+			if s.Len == 0 {
+				lo, hi = s.Off, s.Off
+			}
+			u.slots[i], u.offs[i] = u.size, u.size+int(s.Off-lo)
+			u.size += int(hi - lo)
+		}
+	} else {
+		for i, s := range segs {
+			u.offs[i] = u.size
+			u.size += (int(s.Len) + segAlign - 1) &^ (segAlign - 1)
 		}
 	}
 	m.units = append(m.units, u)
@@ -449,7 +486,12 @@ func (m *Manager) Close() error {
 			first = err
 		}
 	}
-	m.files = nil
+	for _, f := range m.direct {
+		if f != nil {
+			f.Close()
+		}
+	}
+	m.files, m.direct = nil, nil
 	return first
 }
 
@@ -590,9 +632,12 @@ func (m *Manager) worker() {
 			u, m.ahead = m.ahead[0], m.ahead[1:]
 		}
 		buf := u.buf
-		files := make([]*os.File, len(u.segs))
+		files, direct := make([]*os.File, len(u.segs)), make([]*os.File, len(u.segs))
 		for i, s := range u.segs {
 			files[i] = m.files[s.Path]
+			if u.direct {
+				direct[i] = m.direct[s.Path]
+			}
 		}
 		m.mu.Unlock()
 		var err error
@@ -603,6 +648,20 @@ func (m *Manager) worker() {
 		for i, s := range u.segs {
 			if err != nil {
 				break
+			}
+			if u.direct && s.Len > 0 {
+				lo := alignDown(s.Off)
+				span := int(alignUp(s.Off+s.Len) - lo)
+				var got int
+				if got, err = readDirect(direct[i], buf[u.slots[i]:u.slots[i]+span], lo, int(s.Off+s.Len-lo)); got > 0 {
+					n += int64(got)
+					continue
+				}
+				if err != nil {
+					break
+				}
+				// The file system refused this direct read: read it through the
+				// page cache, into the same place.
 			}
 			err = readRange(files[i], buf[u.offs[i]:u.offs[i]+int(s.Len)], s.Off)
 			n += s.Len
