@@ -32,6 +32,9 @@ type context struct {
 	// layer is the streamed dense layer whose unit the pass holds (dense.go).
 	layer     *layerGroup
 	layerHeld residency.Handle
+	// guessed: units GuessExperts expects, handed to their manager by the next MoE
+	// after its own reads (stream.go).
+	guessed []guessedUnit
 }
 
 // slab holds a context's tensor headers, reused by the next context once Closed: a decode

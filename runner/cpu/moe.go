@@ -110,12 +110,14 @@ func (c *context) MoE(x, router compute.Tensor, gate, up, down compute.Weight, e
 			}
 			order = append(hot, cold...)
 			mgr.Want(missing...)
+			c.expectGuessed(grp)
 		} else {
 			ids := make([]int, 0, streamWindow)
 			for _, e := range order[:min(streamWindow, len(order))] {
 				ids = append(ids, grp.units[e])
 			}
 			mgr.Want(ids...)
+			c.expectGuessed(grp)
 		}
 	}
 	var kept [][]float32 // the deferred outputs' buffers

@@ -2,8 +2,10 @@ package cpu
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/mlxg/mlxg/internal/quant"
 	"github.com/mlxg/mlxg/registry/safetensors"
@@ -39,6 +41,9 @@ type expertGroup struct {
 	mu        sync.Mutex
 	next      *expertGroup // the group whose MoE followed this one's last time
 	lastPicks []int        // the experts the last token picked here
+	guess     []int        // the experts the model's guess (GuessExperts) expects next here, by rank
+	guessRank []int        // the rank of each in a row's picks (its best, over rows)
+	guessCold []int        // the indices in guess of those that were not in memory
 }
 
 // streamState is a manager's groups (per model), by prefix, and the last group run.
@@ -48,6 +53,27 @@ type streamState struct {
 	groups map[string]*expertGroup
 	prev   *expertGroup
 	layers map[string]*layerGroup // a dense model's streamed layers, by prefix (dense.go)
+	// guided: the model guesses each block's experts from the hidden state
+	// (GuessExperts), so the previous token's picks are no longer read ahead.
+	guided atomic.Bool
+	// coldGuessed and coldRight count, per rank in the guess and with a decay per
+	// layer, the guessed experts that were not in memory and those the layer then
+	// picked (readGuess).
+	coldGuessed, coldRight []float64
+}
+
+// coldDecay weighs down the counts of guesses of experts not in memory at each layer:
+// they follow about the last fifty layers.
+const coldDecay = 0.98
+
+// readGuess reports whether a guessed expert of rank r (0: the guess's best) that is
+// not in memory is read ahead: while at least two in three of that rank were right. A
+// wrong read costs as much disk time as a read a pass waits for and evicts an expert
+// that may be used, while a right one only starts earlier a read the pass would make.
+func (st *streamState) readGuess(r int) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return r >= len(st.coldGuessed) || st.coldGuessed[r] == 0 || 3*st.coldRight[r] >= 2*st.coldGuessed[r]
 }
 
 // streamFor returns the state of src's manager.
@@ -177,9 +203,10 @@ func streamGroup(g, u, d *weight) *expertGroup {
 }
 
 // begin records that grp's MoE runs now, after the previous group's (the order of a
-// pass's layers), and reads ahead the experts the next group's last token picked:
-// they are read while this layer computes. picked are this call's experts, in the
-// order they will be acquired; it returns the previous token's guess for them.
+// pass's layers), and counts how well the guesses of its picks did: the model's guess
+// from the hidden state, when it made one, and the previous token's picks. Without the
+// model's guesses it reads ahead the experts the next group's last token picked, while
+// this layer computes. picked are this call's experts.
 func (grp *expertGroup) begin(picked []int) {
 	st := grp.st
 	st.mu.Lock()
@@ -192,21 +219,45 @@ func (grp *expertGroup) begin(picked []int) {
 	st.mu.Unlock()
 
 	grp.mu.Lock()
-	guess, next := grp.lastPicks, grp.next
+	repeat, guess, next := grp.lastPicks, grp.guess, grp.next
+	cold, ranks := grp.guessCold, grp.guessRank
+	grp.guessCold = nil
 	grp.mu.Unlock()
-	if guess != nil {
-		right := 0
+	right := func(g []int) int {
+		n := 0
 		for _, e := range picked {
-			for _, x := range guess {
-				if x == e {
-					right++
-					break
-				}
+			if slices.Contains(g, e) {
+				n++
 			}
 		}
-		st.mgr.NotePrediction(len(guess), right)
+		return n
 	}
-	if next == nil {
+	guided := st.guided.Load()
+	if repeat != nil {
+		st.mgr.NoteRepeat(len(repeat), right(repeat))
+	}
+	if guess != nil {
+		st.mgr.NotePrediction(len(guess), right(guess))
+		st.mu.Lock()
+		for r := range st.coldGuessed {
+			st.coldGuessed[r] *= coldDecay
+			st.coldRight[r] *= coldDecay
+		}
+		for _, i := range cold {
+			r := ranks[i]
+			for len(st.coldGuessed) <= r {
+				st.coldGuessed, st.coldRight = append(st.coldGuessed, 0), append(st.coldRight, 0)
+			}
+			st.coldGuessed[r]++
+			if slices.Contains(picked, guess[i]) {
+				st.coldRight[r]++
+			}
+		}
+		st.mu.Unlock()
+	} else if repeat != nil && !guided {
+		st.mgr.NotePrediction(len(repeat), right(repeat))
+	}
+	if next == nil || guided {
 		return
 	}
 	next.mu.Lock()
@@ -218,9 +269,93 @@ func (grp *expertGroup) begin(picked []int) {
 	st.mgr.Prefetch(ids...)
 }
 
-// end keeps the last token's picks, the guess for the next token at this layer.
+// end keeps the last token's picks, the guess for the next token at this layer, and
+// settles the model's guess: the guessed units the layer did not use go first from now.
 func (grp *expertGroup) end(last []int) {
 	grp.mu.Lock()
 	grp.lastPicks = append(grp.lastPicks[:0], last...)
+	guess := grp.guess
+	grp.guess = nil
 	grp.mu.Unlock()
+	if guess != nil {
+		ids := make([]int, len(guess))
+		for i, e := range guess {
+			ids[i] = grp.units[e]
+		}
+		grp.st.mgr.Settle(ids...)
+	}
+}
+
+// WantsExpertGuess implements compute.ExpertGuesser: a guess is made for passes whose
+// picks leave at least half of a layer's experts unread (the decode steps of a few
+// sequences); a prompt's pass reads most experts, in order.
+func (c *context) WantsExpertGuess(gate compute.Weight, rows int, r compute.Routing) bool {
+	w, ok := gate.(*weight)
+	return ok && w.stream != nil && w.stream.group.units != nil && 2*rows*r.TopK <= w.stream.group.experts
+}
+
+// GuessExperts implements compute.ExpertGuesser: the guessed experts are read behind
+// the next MoE's own reads (MoE issues c.guessed after its Want), kept until their
+// block runs, and compared there with its picks.
+func (c *context) GuessExperts(logits compute.Tensor, gate compute.Weight, experts int, r compute.Routing) {
+	w, ok := gate.(*weight)
+	if !ok || w.stream == nil || w.stream.group.units == nil || w.stream.group.experts != experts {
+		return
+	}
+	a, ok := c.args(logits)
+	if !ok || a[0].cols != experts {
+		return
+	}
+	l, grp := a[0], w.stream.group
+	// es: the guessed experts, each with its best rank in a row's picks, in order.
+	var es, ranks []int
+	for t := range l.rows {
+		picks, _ := r.Select(l.data[t*experts : (t+1)*experts])
+		for k, e := range picks {
+			if i := slices.Index(es, e); i >= 0 {
+				ranks[i] = min(ranks[i], k)
+			} else {
+				es, ranks = append(es, e), append(ranks, k)
+			}
+		}
+	}
+	grp.st.guided.Store(true)
+	grp.mu.Lock()
+	grp.guess, grp.guessRank = es, ranks
+	grp.guessCold = grp.guessCold[:0]
+	grp.mu.Unlock()
+	for i, e := range es {
+		c.guessed = append(c.guessed, guessedUnit{grp, i, ranks[i], grp.units[e]})
+	}
+}
+
+// guessedUnit is an expert GuessExperts expects, not yet handed to its manager.
+type guessedUnit struct {
+	grp   *expertGroup
+	index int // in grp.guess
+	rank  int // its best rank in a row's picks
+	id    int // its unit
+}
+
+// expectGuessed hands the guessed units to their managers: those in memory are kept
+// until their layer runs, those not are read while guesses of their rank have been
+// right often enough (streamState.readGuess). Those of grp, whose MoE runs now and
+// knows its picks, are dropped.
+func (c *context) expectGuessed(grp *expertGroup) {
+	for _, g := range c.guessed {
+		if g.grp == grp {
+			continue
+		}
+		mgr := g.grp.st.mgr
+		if !mgr.Resident(g.id) {
+			g.grp.mu.Lock()
+			g.grp.guessCold = append(g.grp.guessCold, g.index)
+			g.grp.mu.Unlock()
+			if !g.grp.st.readGuess(g.rank) {
+				continue
+			}
+		}
+		mgr.Expect(g.id)
+	}
+	c.guessed = c.guessed[:0]
 }

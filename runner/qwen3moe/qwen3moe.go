@@ -140,9 +140,13 @@ func (n *Network) Forward(c compute.Context, tokens []int32, caches []kvstore.La
 // to the experts together.
 func (n *Network) ForwardBatch(c compute.Context, b *model.Batch) compute.Tensor {
 	h := c.Embed(n.Embed, b.Tokens())
+	guesser, guess := compute.Ext[compute.ExpertGuesser](c)
 	for i, layer := range n.Layers {
 		h = c.Add(h, layer.Attn.Forward(c, c.RMSNorm(h, layer.InputNorm, n.Eps), b, i))
 		x := c.RMSNorm(h, layer.PostNorm, n.Eps)
+		if guess {
+			n.guessNext(c, guesser, h, i)
+		}
 		if layer.MoE != nil {
 			h = c.Add(h, layer.MoE.Forward(c, x))
 		} else {
@@ -151,6 +155,19 @@ func (n *Network) ForwardBatch(c compute.Context, b *model.Batch) compute.Tensor
 		compute.Free(c, h)
 	}
 	return c.Linear(c.RMSNorm(b.Last(c, h), n.Norm, n.Eps), n.Head)
+}
+
+// guessNext lets a backend that streams experts start reading those the next sparse
+// layer after layer i will probably pick: the residual stream h, before layer i's
+// expert block adds to it, through that layer's norm and router. It changes what is
+// read, never a result.
+func (n *Network) guessNext(c compute.Context, g compute.ExpertGuesser, h compute.Tensor, i int) {
+	for j := i + 1; j < len(n.Layers); j++ {
+		if l := n.Layers[j]; l.MoE != nil {
+			l.MoE.Guess(c, g, h, func() compute.Tensor { return c.RMSNorm(h, l.PostNorm, n.Eps) })
+			return
+		}
+	}
 }
 
 // Sparse is the expert block: a router and the stacked SwiGLU experts.
@@ -175,6 +192,16 @@ func NewSparse(l *model.Loader, prefix string, experts, inter int, r compute.Rou
 		Experts: experts,
 		Routing: r,
 	}
+}
+
+// Guess hands g the router's logits on norm() (the block's input norm of a residual
+// stream h that has not reached the block yet) as a guess of the experts the block will
+// pick, when g streams the block's experts and wants a guess for h's rows.
+func (s *Sparse) Guess(c compute.Context, g compute.ExpertGuesser, h compute.Tensor, norm func() compute.Tensor) {
+	if rows, _ := h.Dims(); !g.WantsExpertGuess(s.Gate, rows, s.Routing) {
+		return
+	}
+	g.GuessExperts(c.Linear(norm(), s.Router), s.Gate, s.Experts, s.Routing)
 }
 
 // Forward computes the block.

@@ -88,11 +88,16 @@ func TestStreamedExpertsExact(t *testing.T) {
 				}
 			}
 			s = res.Stats()
-			if s.Misses == 0 || s.Reads == 0 || s.BytesRead == 0 || s.Predicted == 0 {
+			// Predicted counts the guesses from the hidden state (GuessExperts),
+			// RepeatGuessed the previous token's picks.
+			if s.Misses == 0 || s.Reads == 0 || s.BytesRead == 0 || s.Predicted == 0 || s.RepeatGuessed == 0 {
 				t.Errorf("%v, %d kept: counters %+v", p, keep, s)
 			}
 			if keep < units && s.Evictions == 0 {
 				t.Errorf("%v, %d kept: no eviction", p, keep)
+			}
+			if keep >= 3 && keep < units && s.PrefetchIssued == 0 {
+				t.Errorf("%v, %d kept: no guessed expert was read ahead: %+v", p, keep, s)
 			}
 			if keep == units && s.Hits == 0 {
 				t.Errorf("all kept: no hit: %+v", s)

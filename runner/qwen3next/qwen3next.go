@@ -234,6 +234,7 @@ func (n *Network) Forward(c compute.Context, tokens []int32, caches []kvstore.La
 // advance its own recurrent state.
 func (n *Network) ForwardBatch(c compute.Context, b *model.Batch) compute.Tensor {
 	h := c.Embed(n.Embed, b.Tokens())
+	guesser, guess := compute.Ext[compute.ExpertGuesser](c)
 	for i, layer := range n.Layers {
 		x := c.RMSNorm(h, layer.InputNorm, n.Eps)
 		var a compute.Tensor
@@ -249,6 +250,9 @@ func (n *Network) ForwardBatch(c compute.Context, b *model.Batch) compute.Tensor
 		}
 		h = c.Add(h, a)
 		x = c.RMSNorm(h, layer.PostNorm, n.Eps)
+		if guess {
+			n.guessNext(c, guesser, h, i)
+		}
 		if layer.MoE != nil {
 			h = c.Add(h, layer.MoE.Forward(c, x))
 		} else {
@@ -257,6 +261,17 @@ func (n *Network) ForwardBatch(c compute.Context, b *model.Batch) compute.Tensor
 		compute.Free(c, h)
 	}
 	return c.Linear(c.RMSNorm(b.Last(c, h), n.Norm, n.Eps), n.Head)
+}
+
+// guessNext lets a backend that streams experts start reading those the next sparse
+// layer after layer i will probably pick (qwen3moe.Network's guessNext).
+func (n *Network) guessNext(c compute.Context, g compute.ExpertGuesser, h compute.Tensor, i int) {
+	for j := i + 1; j < len(n.Layers); j++ {
+		if l := n.Layers[j]; l.MoE != nil {
+			l.MoE.Guess(c, g, h, func() compute.Tensor { return c.RMSNorm(h, l.PostNorm, n.Eps) })
+			return
+		}
+	}
 }
 
 // Sparse is the expert block with its shared expert.

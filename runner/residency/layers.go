@@ -292,21 +292,22 @@ func StreamedBytes(dir string) (n int64, dense bool, err error) {
 // disk's queue idle.
 const layerReaders = 4
 
-// readSegs reads u's segments into buf, a layer's several at once, and returns the bytes
-// read.
-func readSegs(u *unit, files []*os.File, buf []byte) (int64, error) {
-	var n int64
+// readSegs reads u's segments into buf: a dense layer's (a few large ranges)
+// layerReaders at a time, an expert's (nine small ones) one after the other.
+func readSegs(u *unit, files, direct []*os.File, buf []byte) (int64, error) {
 	if !u.layer || len(u.segs) < 2 {
-		for i, s := range u.segs {
-			if err := readRange(files[i], buf[u.offs[i]:u.offs[i]+int(s.Len)], s.Off); err != nil {
+		var n int64
+		for i := range u.segs {
+			got, err := readSeg(u, i, files[i], direct[i], buf)
+			n += got
+			if err != nil {
 				return n, err
 			}
-			n += s.Len
 		}
 		return n, nil
 	}
 	var wg sync.WaitGroup
-	errs := make([]error, len(u.segs))
+	errs, got := make([]error, len(u.segs)), make([]int64, len(u.segs))
 	next := make(chan int, len(u.segs))
 	for i := range u.segs {
 		next <- i
@@ -317,17 +318,32 @@ func readSegs(u *unit, files []*os.File, buf []byte) (int64, error) {
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				s := u.segs[i]
-				errs[i] = readRange(files[i], buf[u.offs[i]:u.offs[i]+int(s.Len)], s.Off)
+				got[i], errs[i] = readSeg(u, i, files[i], direct[i], buf)
 			}
 		}()
 	}
 	wg.Wait()
-	for i, s := range u.segs {
+	var n int64
+	for i := range u.segs {
 		if errs[i] != nil {
 			return n, errs[i]
 		}
-		n += s.Len
+		n += got[i]
 	}
 	return n, nil
+}
+
+// readSeg reads u's segment i into its place in buf: directly (O_DIRECT) as its aligned
+// span where u is read so, else, or where the file system refuses, through the page cache.
+func readSeg(u *unit, i int, file, direct *os.File, buf []byte) (int64, error) {
+	s := u.segs[i]
+	if u.direct && s.Len > 0 {
+		lo := alignDown(s.Off)
+		span := int(alignUp(s.Off+s.Len) - lo)
+		got, err := readDirect(direct, buf[u.slots[i]:u.slots[i]+span], lo, int(s.Off+s.Len-lo))
+		if got > 0 || err != nil {
+			return int64(got), err
+		}
+	}
+	return s.Len, readRange(file, buf[u.offs[i]:u.offs[i]+int(s.Len)], s.Off)
 }

@@ -47,7 +47,7 @@ func TestKeepLayers(t *testing.T) {
 func TestLayerCycle(t *testing.T) {
 	path, data := testFile(t, 1<<16)
 	const unit = 1024 + 64 // the segments, each aligned
-	m := New(Options{Budget: 6 * unit, Workers: 2})
+	m := New(Options{Budget: 6 * unit, Workers: 2, Buffered: true})
 	defer m.Close()
 	var layers [][]Segment
 	for i := range 10 {

@@ -3,6 +3,7 @@
 package residency
 
 import (
+	"errors"
 	"io"
 	"os"
 )
@@ -17,6 +18,13 @@ func openUncached(path string) (*os.File, error) {
 	setNoCache(f)
 	return f, nil
 }
+
+// directAlign 0: no direct reads here (macOS reads with F_NOCACHE instead).
+const directAlign = 0
+
+func openDirect(string) (*os.File, error) { return nil, errors.ErrUnsupported }
+
+func readDirect(*os.File, []byte, int64, int) (int, error) { return 0, nil }
 
 func readRange(f *os.File, buf []byte, off int64) error {
 	if len(buf) == 0 {

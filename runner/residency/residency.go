@@ -46,6 +46,9 @@ type Options struct {
 	HalfLife float64
 	// Workers is the number of reading goroutines (0: 4).
 	Workers int
+	// Buffered reads through the page cache even where the files can be read directly
+	// (O_DIRECT on Linux).
+	Buffered bool
 }
 
 // Stats are the manager's counters since it was made.
@@ -58,16 +61,23 @@ type Stats struct {
 	Units    int
 	InMemory int // units resident
 
-	Hits, Misses   int64 // Acquire of a unit already in memory, or not
+	// Hits and Misses count Acquires of a unit already in memory, or not; a unit read
+	// ahead on a guess counts as a miss at its first use (and as PrefetchUseful), so that
+	// the hit rate is what the cache kept, not what the guesses read.
+	Hits, Misses   int64
 	Reads          int64 // units read
 	BytesRead      int64
 	Evictions      int64
 	PrefetchIssued int64 // units read ahead of a use
 	PrefetchUseful int64 // of those, units acquired before being evicted
-	// Predicted and PredictedRight count the guesses of what a pass would use (the
-	// previous token's experts at a layer) and those it did use, read ahead or not.
+	// Predicted and PredictedRight count the read-ahead's guesses of what a pass would
+	// use and those it did use, read ahead or not.
 	Predicted, PredictedRight int64
-	Streamed                  int64 // file bytes of every unit
+	// RepeatGuessed and RepeatRight count the previous token's picks at a layer as a
+	// guess of the next token's there, and the right ones, whether or not the read-ahead
+	// used them: the routing's locality, beside the read-ahead's own guesses.
+	RepeatGuessed, RepeatRight int64
+	Streamed                   int64 // file bytes of every unit
 }
 
 // HitRate is Hits / (Hits + Misses), 0 with no use.
@@ -103,15 +113,20 @@ const (
 )
 
 type unit struct {
-	segs  []Segment
-	offs  []int // where each segment starts in buf
-	size  int   // bytes of buf
-	state unitState
-	buf   []byte
-	done  chan struct{} // closed when a read ends
-	err   error
-	refs  int
-	score score
+	segs []Segment
+	offs []int // where each segment starts in buf
+	// direct: the segments are read with O_DIRECT, each as the aligned range from
+	// alignDown(Off) to alignUp(Off+Len) into buf at slots[i], so that its data starts
+	// at offs[i], as aligned as the file offset (as a mapping of the file would be).
+	direct bool
+	slots  []int
+	size   int // bytes of buf
+	state  unitState
+	buf    []byte
+	done   chan struct{} // closed when a read ends
+	err    error
+	refs   int
+	score  score
 	// prefetched: read ahead and not acquired since.
 	prefetched bool
 	// wanted: read for a pass that asked for it (Want) and has not acquired it yet; its
@@ -121,6 +136,9 @@ type unit struct {
 	// the layers the budget keeps in memory.
 	layer, keep bool
 	pos         int
+	// expected: a confident guess of a pass about to run (Expect) until Settle; evicted
+	// only when nothing else can go.
+	expected bool
 }
 
 // Manager is a weight residency manager. Its methods are safe for concurrent use.
@@ -136,6 +154,8 @@ type Manager struct {
 	demand   []*unit // queued reads, taken first
 	ahead    []*unit // queued read-aheads
 	files    map[string]*os.File
+	direct   map[string]*os.File // opened for direct reads; nil where they failed
+	buffered bool
 	free     map[int][][]byte // evicted buffers kept for the next read of their size
 	layers   []int            // a dense model's layer units in pass order (layers.go)
 	cursor   int              // the layer a dense pass is at
@@ -153,7 +173,7 @@ func New(o Options) *Manager {
 		o.Workers = 4
 	}
 	m := &Manager{scorer: scorer{policy: o.Policy, halfLife: o.HalfLife}, budget: o.Budget,
-		files: map[string]*os.File{}, free: map[int][][]byte{}}
+		files: map[string]*os.File{}, direct: map[string]*os.File{}, free: map[int][][]byte{}, buffered: o.Buffered || directAlign == 0}
 	m.work = sync.NewCond(&m.mu)
 	for range o.Workers {
 		m.wg.Add(1)
@@ -165,21 +185,24 @@ func New(o Options) *Manager {
 // segAlign aligns each segment in a unit's buffer for any element type.
 const segAlign = 64
 
+// alignDown and alignUp round a file offset to directAlign.
+func alignDown(off int64) int64 { return off &^ (directAlign - 1) }
+func alignUp(off int64) int64   { return (off + directAlign - 1) &^ (directAlign - 1) }
+
 // Add registers a unit and returns its id; nothing is read until it is used.
 func (m *Manager) Add(segs []Segment) (int, error) {
 	if len(segs) == 0 {
 		return 0, errors.New("residency: a unit of no segments")
 	}
 	u := &unit{segs: append([]Segment(nil), segs...), offs: make([]int, len(segs))}
-	for i, s := range segs {
+	for _, s := range segs {
 		if s.Len < 0 || s.Off < 0 || s.Path == "" {
 			return 0, fmt.Errorf("residency: bad segment %+v", s)
 		}
-		u.offs[i] = u.size
-		u.size += (int(s.Len) + segAlign - 1) &^ (segAlign - 1)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	u.direct = !m.buffered
 	for _, s := range segs {
 		if _, ok := m.files[s.Path]; !ok {
 			f, err := openUncached(s.Path)
@@ -187,6 +210,30 @@ func (m *Manager) Add(segs []Segment) (int, error) {
 				return 0, fmt.Errorf("residency: %w", err)
 			}
 			m.files[s.Path] = f
+		}
+		if u.direct {
+			f, ok := m.direct[s.Path]
+			if !ok {
+				f, _ = openDirect(s.Path) // nil: read through the page cache
+				m.direct[s.Path] = f
+			}
+			u.direct = f != nil
+		}
+	}
+	if u.direct {
+		u.slots = make([]int, len(segs))
+		for i, s := range segs {
+			lo, hi := alignDown(s.Off), alignUp(s.Off+s.Len)
+			if s.Len == 0 {
+				lo, hi = s.Off, s.Off
+			}
+			u.slots[i], u.offs[i] = u.size, u.size+int(s.Off-lo)
+			u.size += int(hi - lo)
+		}
+	} else {
+		for i, s := range segs {
+			u.offs[i] = u.size
+			u.size += (int(s.Len) + segAlign - 1) &^ (segAlign - 1)
 		}
 	}
 	m.units = append(m.units, u)
@@ -276,7 +323,7 @@ func (m *Manager) Acquire(id int) (Handle, error) {
 	u := m.units[id]
 	m.tick++
 	m.scorer.touch(&u.score, m.tick)
-	if u.state == ready && !u.wanted {
+	if u.state == ready && !u.wanted && !u.prefetched {
 		m.stats.Hits++
 	} else {
 		m.stats.Misses++
@@ -314,12 +361,21 @@ func (m *Manager) Resident(id int) bool {
 	return m.units[id].state == ready
 }
 
-// NotePrediction counts guesses of the units a pass would use, and the right ones.
+// NotePrediction counts the read-ahead's guesses of the units a pass would use, and
+// the right ones.
 func (m *Manager) NotePrediction(guessed, right int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.stats.Predicted += int64(guessed)
 	m.stats.PredictedRight += int64(right)
+}
+
+// NoteRepeat counts the previous token's picks as a guess (Stats.RepeatGuessed).
+func (m *Manager) NoteRepeat(guessed, right int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.stats.RepeatGuessed += int64(guessed)
+	m.stats.RepeatRight += int64(right)
 }
 
 // Want starts reading the units not in memory that a pass is about to acquire, in
@@ -367,6 +423,50 @@ func (m *Manager) Prefetch(ids ...int) {
 	}
 }
 
+// Expect starts reading units that a pass will probably acquire soon (a confident
+// guess: the next layer's experts picked by its router from the current hidden
+// state), behind the reads a pass waits for. Unlike Prefetch, a guess may evict as a
+// read a pass asked for would (the policy's victim), except units in use, being read
+// or expected themselves; it is skipped only when it does not fit without exceeding
+// the budget. Expected units, read or already in memory, are kept until Settle.
+func (m *Manager) Expect(ids ...int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return
+	}
+	for _, id := range ids {
+		u := m.units[id]
+		if u.state != absent {
+			u.expected = true
+			continue
+		}
+		for m.pinned+m.resident+int64(u.size) > m.budget {
+			v := m.victimLocked(nil)
+			if v == nil || v.expected {
+				break
+			}
+			m.dropLocked(v)
+		}
+		if m.pinned+m.resident+int64(u.size) > m.budget {
+			continue
+		}
+		m.stats.PrefetchIssued++
+		u.prefetched, u.expected = true, true
+		m.startLocked(u, true)
+	}
+}
+
+// Settle ends the expectation of units (their pass has come): from then on a guessed
+// unit the pass did not use is the first to go.
+func (m *Manager) Settle(ids ...int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, id := range ids {
+		m.units[id].expected = false
+	}
+}
+
 // Close stops the workers and frees every buffer; handles must have been released.
 func (m *Manager) Close() error {
 	m.mu.Lock()
@@ -394,7 +494,12 @@ func (m *Manager) Close() error {
 			first = err
 		}
 	}
-	m.files = nil
+	for _, f := range m.direct {
+		if f != nil {
+			f.Close()
+		}
+	}
+	m.files, m.direct = nil, nil
 	return first
 }
 
@@ -409,7 +514,7 @@ func (m *Manager) roomForLocked(u *unit) bool {
 	var freed int64
 	for freed < need {
 		v := m.victimLocked(victims)
-		if v == nil || v.score.last >= u.score.last && !v.prefetched {
+		if v == nil || v.expected || v.score.last >= u.score.last && !v.prefetched {
 			return false
 		}
 		victims = append(victims, v)
@@ -442,9 +547,13 @@ outer:
 	return best
 }
 
-// worseLocked: a prefetched unit nobody used goes before any used one.
-// Of two streamed layers, the one needed further ahead goes first (layers.go).
+// worseLocked: an expected unit goes last; a prefetched unit nobody used goes before
+// any used one. Of two streamed layers, the one needed further ahead goes first
+// (layers.go).
 func (m *Manager) worseLocked(a, b *unit) bool {
+	if a.expected != b.expected {
+		return b.expected
+	}
 	if a.layer && b.layer {
 		return m.distLocked(a) > m.distLocked(b)
 	}
@@ -468,7 +577,7 @@ func (m *Manager) evictLocked(extra int64) {
 func (m *Manager) dropLocked(v *unit) {
 	m.stats.Evictions++
 	m.resident -= int64(v.size)
-	v.wanted = false
+	v.wanted, v.expected = false, false
 	if v.prefetched {
 		v.prefetched = false
 	}
@@ -535,9 +644,12 @@ func (m *Manager) worker() {
 			u, m.ahead = m.ahead[0], m.ahead[1:]
 		}
 		buf := u.buf
-		files := make([]*os.File, len(u.segs))
+		files, direct := make([]*os.File, len(u.segs)), make([]*os.File, len(u.segs))
 		for i, s := range u.segs {
 			files[i] = m.files[s.Path]
+			if u.direct {
+				direct[i] = m.direct[s.Path]
+			}
 		}
 		m.mu.Unlock()
 		var err error
@@ -546,7 +658,7 @@ func (m *Manager) worker() {
 		}
 		var n int64
 		if err == nil {
-			n, err = readSegs(u, files, buf)
+			n, err = readSegs(u, files, direct, buf)
 		}
 		m.mu.Lock()
 		u.buf = buf
@@ -563,7 +675,7 @@ func (m *Manager) finishLocked(u *unit, err error, n int64) {
 	} else {
 		u.err = fmt.Errorf("residency: reading %s: %w", u.segs[0].Path, err)
 		u.state = absent
-		u.prefetched = false
+		u.prefetched, u.expected = false, false
 		m.resident -= int64(u.size)
 		if u.buf != nil {
 			freeBuf(u.buf)

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // testFile writes n random bytes and returns the path and the bytes.
@@ -28,9 +29,15 @@ func testFile(t *testing.T, n int) (string, []byte) {
 // TestReadEvictReload: under a budget of two units out of eight, every unit read back
 // after eviction has its file's bytes, segments in place; counters add up.
 func TestReadEvictReload(t *testing.T) {
+	for _, buffered := range []bool{true, false} {
+		readEvictReload(t, buffered)
+	}
+}
+
+func readEvictReload(t *testing.T, buffered bool) {
 	path, data := testFile(t, 1<<16)
 	const units = 8
-	m := New(Options{Budget: 2 * 1024, Workers: 3})
+	m := New(Options{Budget: 1 << 30, Workers: 3, Buffered: buffered})
 	defer m.Close()
 	var ids []int
 	for u := range units {
@@ -41,6 +48,9 @@ func TestReadEvictReload(t *testing.T) {
 			t.Fatal(err)
 		}
 		ids = append(ids, id)
+	}
+	if st := m.Stats(); true {
+		m.SetBudget(2 * st.Total / units)
 	}
 	r := rand.New(rand.NewPCG(3, 4))
 	for i := 0; i < 200; i++ {
@@ -69,7 +79,7 @@ func TestReadEvictReload(t *testing.T) {
 // larger budget lets the cache grow back.
 func TestBudgetChanges(t *testing.T) {
 	path, _ := testFile(t, 1<<16)
-	m := New(Options{Budget: 1 << 20})
+	m := New(Options{Budget: 1 << 20, Buffered: true})
 	defer m.Close()
 	for u := range 10 {
 		if _, err := m.Add([]Segment{{path, int64(u * 1024), 1024}}); err != nil {
@@ -114,7 +124,7 @@ func TestBudgetChanges(t *testing.T) {
 // evicts a unit used after the one it reads was last used.
 func TestPrefetch(t *testing.T) {
 	path, data := testFile(t, 1<<16)
-	m := New(Options{Budget: 2 * 1024, Policy: LRU})
+	m := New(Options{Budget: 2 * 1024, Policy: LRU, Buffered: true})
 	defer m.Close()
 	for u := range 4 {
 		m.Add([]Segment{{path, int64(u * 1024), 1024}})
@@ -143,7 +153,7 @@ func TestPrefetch(t *testing.T) {
 // (run with -race).
 func TestConcurrent(t *testing.T) {
 	path, data := testFile(t, 1<<16)
-	m := New(Options{Budget: 3 * 512, Workers: 2})
+	m := New(Options{Budget: 3 * 512, Workers: 2, Buffered: true})
 	defer m.Close()
 	for u := range 16 {
 		m.Add([]Segment{{path, int64(u * 512), 512}})
@@ -208,5 +218,105 @@ func TestWantIsAMiss(t *testing.T) {
 	h.Release()
 	if s := m.Stats(); s.Misses != 1 || s.Hits != 1 {
 		t.Errorf("stats %+v, want one miss then one hit", s)
+	}
+}
+
+// TestExpect: a confident guess evicts the policy's victim (not a unit in use), is kept
+// against reads a pass waits for until Settle, counts as a miss and as useful at its
+// first use, and a settled guess nobody used is the first to go.
+func TestExpect(t *testing.T) {
+	path, data := testFile(t, 1<<16)
+	m := New(Options{Budget: 3 * 1024, Policy: LRU, Buffered: true})
+	defer m.Close()
+	for u := range 6 {
+		m.Add([]Segment{{path, int64(u * 1024), 1024}})
+	}
+	use := func(u int) {
+		t.Helper()
+		h, err := m.Acquire(u)
+		if err != nil || !bytes.Equal(h.Seg(0), data[u*1024:(u+1)*1024]) {
+			t.Fatalf("unit %d: %v", u, err)
+		}
+		h.Release()
+	}
+	use(0)
+	use(1)
+	use(2)
+	held, _ := m.Acquire(2)
+	// The cache is full: guessing 3 and 4 evicts 0 and 1 (LRU), never the held 2.
+	m.Expect(3, 4)
+	for !m.Resident(3) || !m.Resident(4) {
+		time.Sleep(time.Millisecond)
+	}
+	if m.Resident(0) || m.Resident(1) || !m.Resident(2) {
+		t.Fatal("the guesses evicted the wrong units")
+	}
+	held.Release()
+	// A read a pass waits for evicts 2, the only unit not expected.
+	use(5)
+	if !m.Resident(3) || !m.Resident(4) || m.Resident(2) {
+		t.Fatal("a demand read evicted an expected unit")
+	}
+	s := m.Stats()
+	use(3)
+	if d := m.Stats(); d.Misses != s.Misses+1 || d.PrefetchUseful != s.PrefetchUseful+1 || d.PrefetchIssued != 2 {
+		t.Fatalf("first use of a guessed unit: %+v then %+v", s, d)
+	}
+	m.Settle(3, 4)
+	// 4 was guessed and not used: the next read evicts it before 5 and 3.
+	use(0)
+	if m.Resident(4) || !m.Resident(3) || !m.Resident(5) {
+		t.Fatal("a settled, unused guess was not the first to go")
+	}
+	// With every resident unit expected, a guess that does not fit is skipped.
+	m.Expect(3, 5, 0)
+	m.Expect(1)
+	if s := m.Stats(); s.PrefetchIssued != 2 || s.Pinned+s.Resident > s.Budget || m.Resident(1) {
+		t.Fatalf("a guess that did not fit: %+v", s)
+	}
+}
+
+// TestDirectReads: where the file system allows O_DIRECT, units are read directly as
+// aligned ranges, their data as aligned in the buffer as in the file, up to a file's
+// end that is not aligned; the bytes are the file's.
+func TestDirectReads(t *testing.T) {
+	if directAlign == 0 {
+		t.Skip("no direct reads on this system")
+	}
+	path, data := testFile(t, 3*directAlign+1000)
+	m := New(Options{Budget: 1 << 30})
+	defer m.Close()
+	segs := []Segment{{path, 10, 100}, {path, directAlign - 8, 30}, {path, 2 * directAlign, directAlign}, {path, 3*directAlign + 900, 100}, {path, 5, 0}}
+	id, err := m.Add(segs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.units[id].direct {
+		t.Skip("the file system refused O_DIRECT")
+	}
+	for range 2 {
+		h, err := m.Acquire(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, s := range segs {
+			if !bytes.Equal(h.Seg(i), data[s.Off:s.Off+s.Len]) {
+				t.Fatalf("segment %d differs from the file", i)
+			}
+			if s.Len > 0 && int(uintptr(unsafe.Pointer(&h.Seg(i)[0])))%directAlign != int(s.Off%directAlign) {
+				t.Fatalf("segment %d is not aligned as in the file", i)
+			}
+		}
+		h.Release()
+		m.SetBudget(0)
+		m.SetBudget(1 << 30)
+	}
+	if s := m.Stats(); s.Reads != 2 || s.BytesRead != 2*(4*directAlign+1000) {
+		t.Errorf("stats %+v, want two reads of the aligned ranges", s)
+	}
+	// A read past the end of the file fails, directly too.
+	bad, _ := m.Add([]Segment{{path, 3 * directAlign, 2000}})
+	if _, err := m.Acquire(bad); err == nil {
+		t.Fatal("reading past the end succeeded")
 	}
 }

@@ -127,6 +127,7 @@ type streamResult struct {
 	HitRate25   float64   `json:"hit_rate_after_25"`
 	PrefetchAcc float64   `json:"prefetch_useful"`
 	GuessAcc    float64   `json:"route_guess_accuracy"`
+	RepeatAcc   float64   `json:"repeat_guess_accuracy"` // the previous token's picks as the guess
 	PeakRSS     int64     `json:"peak_rss_bytes"`
 	Tokens      []int32   `json:"tokens"`
 	Steps       []float64 `json:"steps_s"`
@@ -461,6 +462,7 @@ func runStreamChild(args []string) error {
 			r.HitRate25 = float64(h) / float64(max(h+mi, 1))
 			r.PrefetchAcc = float64(s.PrefetchUseful-s0.PrefetchUseful) / float64(max(s.PrefetchIssued-s0.PrefetchIssued, 1))
 			r.GuessAcc = float64(s.PredictedRight-s0.PredictedRight) / float64(max(s.Predicted-s0.Predicted, 1))
+			r.RepeatAcc = float64(s.RepeatRight-s0.RepeatRight) / float64(max(s.RepeatGuessed-s0.RepeatGuessed, 1))
 		}
 	}
 	r.PeakRSS = peakRSS()
@@ -578,7 +580,7 @@ func printStreamResult(r streamResult) {
 	fmt.Printf("  %-8s %-14s load %.1fs TTFT %.2fs decode %.2f tok/s (median step %.3fs) disk %.1f MB/tok faults %.0f/tok",
 		r.Routing, r.Mode, r.Load, r.TTFT, r.DecodeTPS, r.StepMedian, r.MBPerTok, r.MajFltTok)
 	if r.Mode == "stream-capped" {
-		fmt.Printf(" streamed %.1f MB/tok hit rate after 25 tok %.2f read-ahead used %.2f guess %.2f", r.CacheMBTok, r.HitRate25, r.PrefetchAcc, r.GuessAcc)
+		fmt.Printf(" streamed %.1f MB/tok hit rate after 25 tok %.2f read-ahead used %.2f guess %.2f (previous token's %.2f)", r.CacheMBTok, r.HitRate25, r.PrefetchAcc, r.GuessAcc, r.RepeatAcc)
 	}
 	fmt.Printf(" peak RSS %s\n", humanize.IBytes(uint64(r.PeakRSS)))
 }
