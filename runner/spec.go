@@ -101,7 +101,6 @@ func newLookup(prompt []int32, numDraft int) *lookup {
 // which need drafts on a machine however busy).
 var untimedDrafts = false
 
-
 // push appends a generated token to the history.
 func (l *lookup) push(id int32) { l.hist = append(l.hist, id) }
 
