@@ -36,7 +36,9 @@ import (
 // it cost; while the ledger is in debt nothing is drafted, and each plain step pays back a
 // small share of a step (probeShare). A pass that loses time therefore buys a pause as long
 // as the loss over that share, and the time lost to passes that do not pay stays within
-// that share of the decoding time, wherever passes fall between free and dear. Time saved
+// that share of the decoding time, wherever passes fall between free and dear. A draft kept
+// whole but shorter than num_draft puts the ledger into no debt (the next, longer one is
+// judged instead: a short pass bears its fixed cost over fewer tokens). Time saved
 // is banked up to a few steps only, so that a run of good drafts does not excuse a long
 // run of bad ones.
 
@@ -200,7 +202,13 @@ func (l *lookup) record(n, kept int, d time.Duration) {
 	l.passes++
 	l.sinceStep++
 	if l.stepSec > 0 {
+		before := l.ledger
 		l.ledger = min(l.ledger+float64(kept+1)*l.stepSec-d.Seconds(), bankSteps*l.stepSec)
+		if kept == n && n < l.max && l.ledger < 0 {
+			// A draft kept whole but short of num_draft: the next one is longer and
+			// spreads the pass's fixed cost over more tokens; judge that one.
+			l.ledger = min(before, 0)
+		}
 	}
 	switch {
 	case kept == n:

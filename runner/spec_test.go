@@ -141,6 +141,17 @@ func TestLookupLedger(t *testing.T) {
 	if d := l.draft(8); d != nil {
 		t.Fatalf("drafted %v with the ledger in debt (%v)", d, l.ledger)
 	}
+	// A short draft kept whole puts the ledger into no debt; one of num_draft does.
+	l.ledger, l.pause, l.k = 0, 0, 2
+	l.step(step)
+	l.record(2, 2, 10*step)
+	if l.ledger != 0 || l.k != 4 {
+		t.Fatalf("a dear pass keeping a short draft whole: ledger %v, k %d", l.ledger, l.k)
+	}
+	l.record(8, 8, 20*step)
+	if l.ledger >= 0 {
+		t.Fatalf("a dear pass keeping a draft of num_draft whole: ledger %v", l.ledger)
+	}
 	// A plain step is timed again after refreshSteps passes.
 	l.ledger, l.pause, l.sinceStep = 0, 0, refreshSteps
 	if d := l.draft(8); d != nil {
