@@ -727,6 +727,9 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 			var draft []int32
 			var qs [][]sample.TokenProb
 			drafted := 0 // the history's length when drafting (the draft model's caches follow it)
+			// The pass's cost as the ledger counts it: drafting, verifying and cutting back,
+			// not the sampling that each token costs whether it was drafted or not.
+			t0 := time.Now()
 			if spec != nil && (e.batch == nil || e.batch.alone()) {
 				n := spec.allow(draftRoom(o, len(res.Tokens), caches, numCtx))
 				drafted = len(spec.hist)
@@ -737,7 +740,7 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 				}
 			}
 			if len(draft) == 0 {
-				t0 := time.Now()
+				t0 = time.Now()
 				if logits, err = e.forward(ctx, []int32{id}, caches, done); err != nil {
 					return finish("", err)
 				}
@@ -748,11 +751,11 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 				seq = append(seq, id)
 				break
 			}
-			t0 := time.Now()
 			rows, err := ver.pass(ctx, append([]int32{id}, draft...), caches)
 			if err != nil {
 				return finish("", err)
 			}
+			cost := time.Since(t0)
 			if done != nil {
 				e.Model.Recycle(done)
 			}
@@ -767,7 +770,7 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 				}
 				tok, ok, end := take(rows[j*vocab:(j+1)*vocab], d, q)
 				if end != nil {
-					spec.record(len(draft), kept, time.Since(t0))
+					spec.record(len(draft), kept, cost)
 					if err := ver.cut(ctx, caches, len(seq), seq); err != nil && end.err == nil {
 						end.err = err
 					}
@@ -780,6 +783,7 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 				seq = append(seq, d)
 				kept++
 			}
+			t1 := time.Now()
 			if err := ver.cut(ctx, caches, len(seq), seq); err != nil {
 				return finish("", err)
 			}
@@ -788,7 +792,7 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 					return finish("", err)
 				}
 			}
-			spec.record(len(draft), kept, time.Since(t0))
+			spec.record(len(draft), kept, cost+time.Since(t1))
 			if next < 0 {
 				logits = rows[len(draft)*vocab:]
 				break

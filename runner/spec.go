@@ -20,21 +20,43 @@ import (
 // kept. Decoding is bound by reading the weights, which a pass of a few rows reads once,
 // so every kept draft is a token for almost nothing.
 //
-// The draft length adapts: it doubles (up to num_draft) while drafts are kept whole,
-// shrinks to what was kept after a rejection, and after drafts that keep nothing drafting
-// pauses for a number of tokens that doubles each time; with no match there is no draft
-// and the step is a plain one, so free writing costs nearly nothing. Drafting also pauses
-// (the same growing pause) while a verification pass costs more per token it yields than a
-// plain step does, both timed as they run: where a pass of several rows costs nearly one
-// step (a GPU, or a CPU bound by memory bandwidth) drafts pay from a low acceptance on,
-// where each row costs nearly a step (a CPU short of cores) only from a high one.
+// The draft length adapts: it starts short (two tokens), doubles (up to num_draft) while
+// drafts are kept whole, and shrinks to what was kept after a rejection; after drafts that
+// keep nothing drafting pauses for a number of tokens that doubles each time, and until a
+// draft has been kept (again) only a match of three tokens or more drafts, since two-token
+// matches are common by chance in free text. With no match there is no draft and the step
+// is a plain one.
+//
+// Drafting must also not cost where it does not pay, and what a pass costs against a step
+// depends on the machine: where decoding is bound by memory bandwidth (a GPU, a CPU with
+// many cores) a pass of several rows costs little more than one step, where each row costs
+// nearly a step (a CPU short of cores, weights that stay in cache) only passes that keep
+// nearly everything pay. So the loop keeps a ledger of the time drafting saved: each pass
+// adds what its tokens would have cost as plain steps (both timed as they run) minus what
+// it cost; while the ledger is in debt nothing is drafted, and each plain step pays back a
+// small share of a step (probeShare). A pass that loses time therefore buys a pause as long
+// as the loss over that share, and the time lost to passes that do not pay stays within
+// that share of the decoding time, wherever passes fall between free and dear. A draft kept
+// whole but shorter than num_draft puts the ledger into no debt (the next, longer one is
+// judged instead: a short pass bears its fixed cost over fewer tokens). Time saved
+// is banked up to a few steps only, so that a run of good drafts does not excuse a long
+// run of bad ones.
 
 // Lookup n-gram sizes: the longest match is tried first. One token matches too often by
-// chance in free text to be worth a pass.
+// chance in free text to be worth a pass, and two tokens do too until drafts have been kept.
 const (
 	lookupMaxN = 4
 	lookupMinN = 2
+	coldMinN   = 3
+	startDraft = 2 // the first draft length, at most num_draft
 	maxPause   = 64
+)
+
+// The ledger: plain steps pay back probeShare of a step each while it is in debt; it
+// banks at most bankSteps steps of saved time.
+const (
+	probeShare = 1.0 / 32
+	bankSteps  = 16
 )
 
 // DefaultNumDraft is num_draft when neither the request, the model nor the server sets
@@ -60,12 +82,13 @@ type lookup struct {
 	pause   int           // steps left without drafting
 	backoff int           // the next pause
 	zeros   int           // drafts in a row that kept nothing
+	warm    bool          // the last draft kept tokens: two-token matches draft too
 
-	// Timings, as moving averages: a plain step, and a verification pass per token it
-	// yields (the kept drafts and the token after them); passes since the last plain step.
-	stepSec, passSec float64
-	sinceStep        int
-	untimed          bool // drafts regardless of the timings (tests that need drafts)
+	// A plain step's time (a moving average), the ledger (seconds saved by drafting; below
+	// zero, lost and not yet paid back), and the passes since the last plain step.
+	stepSec, ledger float64
+	sinceStep       int
+	untimed         bool // drafts regardless of the timings (tests that need drafts)
 
 	drafted, accepted, passes int
 }
@@ -73,7 +96,7 @@ type lookup struct {
 func newLookup(prompt []int32, numDraft int) *lookup {
 	h := make([]int32, len(prompt), len(prompt)+256)
 	copy(h, prompt)
-	return &lookup{hist: h, idx: map[ngram]int{}, max: numDraft, k: numDraft, backoff: 1, untimed: untimedDrafts}
+	return &lookup{hist: h, idx: map[ngram]int{}, max: numDraft, k: min(numDraft, startDraft), backoff: 1, untimed: untimedDrafts}
 }
 
 // untimedDrafts makes every lookup draft whatever the timings say (tests of exactness,
@@ -105,15 +128,10 @@ func (l *lookup) allow(limit int) int {
 	if limit <= 0 {
 		return 0
 	}
-	if !l.untimed {
-		if l.stepSec == 0 && l.sinceStep >= 2 || l.sinceStep >= refreshSteps {
-			return 0 // a plain step now and then, to time one
-		}
-		if l.stepSec > 0 && l.passSec > l.stepSec {
-			l.passSec = 0 // judged again after the pause
-			l.pauseMore()
-			return 0
-		}
+	if !l.untimed && (l.stepSec == 0 || l.sinceStep >= refreshSteps || l.ledger < 0) {
+		// A plain step first and now and then, to time one; and none while drafting has
+		// lost time it has not paid back.
+		return 0
 	}
 	return limit
 }
@@ -132,7 +150,11 @@ func (l *lookup) lookup(limit int) []int32 {
 		}
 		l.indexed = end
 	}
-	for n := min(lookupMaxN, L-1); n >= lookupMinN; n-- {
+	lo := coldMinN
+	if l.warm {
+		lo = lookupMinN
+	}
+	for n := min(lookupMaxN, L-1); n >= lo; n-- {
 		end, ok := l.idx[key(l.hist[L-n:])]
 		if !ok {
 			continue
@@ -149,20 +171,20 @@ func (l *lookup) lookup(limit int) []int32 {
 // plain step's time is measured again at least this often.
 const refreshSteps = 64
 
-// ema is the weight of the newest timing in the moving averages.
+// ema is the weight of the newest timing in the step's moving average.
 const ema = 0.25
 
-func average(avg, x float64) float64 {
-	if avg == 0 {
-		return x
-	}
-	return avg + ema*(x-avg)
-}
-
-// step records a plain decode step's time.
+// step records a plain decode step's time; a ledger in debt is paid back a little.
 func (l *lookup) step(d time.Duration) {
-	l.stepSec = average(l.stepSec, d.Seconds())
+	if l.stepSec == 0 {
+		l.stepSec = d.Seconds()
+	} else {
+		l.stepSec += ema * (d.Seconds() - l.stepSec)
+	}
 	l.sinceStep = 0
+	if l.ledger < 0 {
+		l.ledger = min(0, l.ledger+probeShare*l.stepSec)
+	}
 }
 
 // pauseMore pauses drafting for the next pause length and doubles it.
@@ -172,29 +194,36 @@ func (l *lookup) pauseMore() {
 }
 
 // record adapts the draft length to a verified draft of n tokens of which kept were kept,
-// checked in d.
+// and the ledger to the pass's cost d (drafting and verifying, not the sampling that every
+// token costs either way).
 func (l *lookup) record(n, kept int, d time.Duration) {
 	l.drafted += n
 	l.accepted += kept
 	l.passes++
 	l.sinceStep++
-	l.passSec = average(l.passSec, d.Seconds()/float64(kept+1))
-	if kept > 0 && (l.stepSec == 0 || l.passSec <= l.stepSec) {
-		l.backoff = 1 // drafting pays: the next pause starts short
+	if l.stepSec > 0 {
+		before := l.ledger
+		l.ledger = min(l.ledger+float64(kept+1)*l.stepSec-d.Seconds(), bankSteps*l.stepSec)
+		if kept == n && n < l.max && l.ledger < 0 {
+			// A draft kept whole but short of num_draft: the next one is longer and
+			// spreads the pass's fixed cost over more tokens; judge that one.
+			l.ledger = min(before, 0)
+		}
 	}
 	switch {
 	case kept == n:
 		l.k = min(l.max, 2*l.k)
-		l.zeros = 0
 	case kept > 0:
-		l.k = max(1, kept)
-		l.zeros = 0
+		l.k = kept
 	default:
 		l.k = max(1, l.k/2)
+		l.warm = false
 		if l.zeros++; l.zeros >= 2 {
 			l.pauseMore()
 		}
+		return
 	}
+	l.warm, l.zeros, l.backoff = true, 0, 1
 }
 
 // verifier runs verification passes over a sequence's caches and cuts them back,

@@ -21,6 +21,8 @@ import (
 
 func TestLookupDraft(t *testing.T) {
 	l := newLookup([]int32{1, 2, 3, 4, 5, 9, 1, 2, 3}, 4)
+	l.step(time.Second)
+	l.k = 4
 	// The longest suffix that occurred before: 1 2 3 (at 0..2), followed by 4 5 9 1.
 	if d := l.draft(8); !slices.Equal(d, []int32{4, 5, 9, 1}) {
 		t.Fatalf("draft %v", d)
@@ -34,17 +36,47 @@ func TestLookupDraft(t *testing.T) {
 	}
 	// The most recent occurrence wins, and a continuation may run into the suffix itself.
 	l = newLookup([]int32{5, 6, 1, 5, 6, 2, 8, 5, 6}, 8)
+	l.step(time.Second)
+	l.k, l.warm = 8, true
 	if d := l.draft(8); !slices.Equal(d, []int32{2, 8, 5, 6}) {
 		t.Fatalf("draft %v", d)
+	}
+}
+
+// Until a draft has been kept only a match of 3 tokens or more drafts; after a draft that
+// keeps nothing, again.
+func TestLookupColdStart(t *testing.T) {
+	l := newLookup([]int32{7, 1, 2, 9, 9, 4, 1, 2}, 8)
+	l.step(time.Second)
+	if d := l.draft(8); d != nil {
+		t.Fatalf("a 2-token match drafted %v from a cold start", d)
+	}
+	l = newLookup([]int32{7, 3, 1, 2, 9, 9, 4, 3, 1, 2}, 8)
+	l.step(time.Second)
+	if d := l.draft(8); !slices.Equal(d, []int32{9, 9}) {
+		t.Fatalf("a 3-token match from a cold start: draft %v, want the first 2 tokens after it", d)
+	}
+	l.record(2, 1, time.Millisecond)
+	l.push(8)
+	l.push(2)
+	l.push(9) // "2 9" occurred before, "8 2 9" did not
+	if d := l.draft(8); !slices.Equal(d, []int32{9}) {
+		t.Fatalf("a 2-token match after a kept draft: %v", d)
+	}
+	l.record(1, 0, time.Millisecond)
+	if d := l.draft(8); d != nil {
+		t.Fatalf("a 2-token match after a draft that kept nothing drafted %v", d)
 	}
 }
 
 func TestLookupAdapts(t *testing.T) {
 	l := newLookup(nil, 8)
 	l.step(time.Second) // a plain step costs far more than these passes
-	l.record(8, 8, time.Millisecond)
-	if l.k != 8 {
-		t.Fatalf("k %d after a whole draft kept", l.k)
+	for i, want := range []int{2, 4, 8, 8} {
+		if l.k != want {
+			t.Fatalf("k %d after %d whole drafts kept, want %d", l.k, i, want)
+		}
+		l.record(l.k, l.k, time.Millisecond)
 	}
 	l.record(8, 3, time.Millisecond)
 	if l.k != 3 {
@@ -59,7 +91,7 @@ func TestLookupAdapts(t *testing.T) {
 	if l.pause != 1 || l.k != 1 {
 		t.Fatalf("after two drafts keeping nothing: pause %d, k %d", l.pause, l.k)
 	}
-	l.hist = []int32{1, 2, 1, 2}
+	l.hist = []int32{1, 2, 3, 1, 2, 3}
 	if d := l.draft(8); d != nil {
 		t.Fatal("drafted while paused")
 	}
@@ -67,40 +99,61 @@ func TestLookupAdapts(t *testing.T) {
 	if l.pause != 2 {
 		t.Fatalf("the pause did not grow: %d", l.pause)
 	}
-	if l.drafted != 8+8+3+6+3+1 || l.accepted != 8+3+3 || l.passes != 6 {
+	if l.drafted != 2+4+8+8+8+3+6+3+1 || l.accepted != 2+4+8+8+3+3 || l.passes != 9 {
 		t.Fatalf("counts %d drafted, %d kept, %d passes", l.drafted, l.accepted, l.passes)
 	}
 }
 
-// Drafting pauses while a verification pass costs more per token it yields than a plain
-// step, for longer each time, and resumes when passes pay again.
-func TestLookupPausesWhenPassesCostMore(t *testing.T) {
-	l := newLookup([]int32{1, 2, 3, 4, 1, 2, 3, 4, 1, 2}, 8)
-	l.step(10 * time.Millisecond)
-	if d := l.draft(8); len(d) == 0 {
-		t.Fatal("no draft")
+// The ledger: nothing is drafted before a plain step was timed; a pass that loses time
+// stops drafting until plain steps have paid it back, probeShare of a step each; saved
+// time is banked up to bankSteps steps, so that one bad pass after good ones does not stop
+// drafting, and a run of them does.
+func TestLookupLedger(t *testing.T) {
+	const step = 10 * time.Millisecond
+	l := newLookup([]int32{1, 2, 3, 4, 1, 2, 3}, 8)
+	if d := l.draft(8); d != nil {
+		t.Fatalf("drafted %v before a plain step was timed", d)
 	}
-	l.record(8, 1, 80*time.Millisecond) // 40 ms a token against 10 for a step
-	if d := l.draft(8); d != nil || l.pause != 1 || l.backoff != 2 {
-		t.Fatalf("a pass dearer than steps: draft %v, pause %d, next %d", d, l.pause, l.backoff)
+	l.step(step)
+	if d := l.draft(8); !slices.Equal(d, []int32{4, 1}) {
+		t.Fatalf("draft %v, want the first 2 tokens", d)
 	}
-	for l.pause > 0 {
-		l.draft(8)
+	l.record(2, 0, 5*step) // 40 ms lost: a pass of 50 yielding one token
+	steps := 0
+	for ; l.draft(8) == nil && steps < 1000; steps++ {
+		l.step(step)
 	}
-	l.step(10 * time.Millisecond)
-	l.record(2, 0, 30*time.Millisecond)
-	if l.draft(8); l.pause != 2 || l.backoff != 4 {
-		t.Fatalf("dearer again: pause %d, next %d", l.pause, l.backoff)
+	if want := int(4 / probeShare); steps < want-1 || steps > want+1 {
+		t.Fatalf("drafting resumed after %d plain steps, want %d (a loss of 4 steps at %v of a step each)", steps, want, probeShare)
 	}
-	for l.pause > 0 {
-		l.draft(8)
+	for range 100 {
+		l.record(8, 8, step) // 80 ms saved each
 	}
-	l.record(8, 8, 18*time.Millisecond) // 2 ms a token
-	if d := l.draft(8); len(d) == 0 || l.backoff != 1 {
-		t.Fatalf("passes pay again: draft %v, next pause %d", d, l.backoff)
+	l.step(step)
+	if math.Abs(l.ledger-bankSteps*step.Seconds()) > 1e-9 {
+		t.Fatalf("ledger %v, want %v banked at most", l.ledger, bankSteps*step.Seconds())
+	}
+	l.record(8, 0, 10*step) // 90 ms lost
+	if d := l.draft(8); d == nil {
+		t.Fatal("one bad pass after good ones stopped drafting")
+	}
+	l.record(8, 0, 10*step)
+	if d := l.draft(8); d != nil {
+		t.Fatalf("drafted %v with the ledger in debt (%v)", d, l.ledger)
+	}
+	// A short draft kept whole puts the ledger into no debt; one of num_draft does.
+	l.ledger, l.pause, l.k = 0, 0, 2
+	l.step(step)
+	l.record(2, 2, 10*step)
+	if l.ledger != 0 || l.k != 4 {
+		t.Fatalf("a dear pass keeping a short draft whole: ledger %v, k %d", l.ledger, l.k)
+	}
+	l.record(8, 8, 20*step)
+	if l.ledger >= 0 {
+		t.Fatalf("a dear pass keeping a draft of num_draft whole: ledger %v", l.ledger)
 	}
 	// A plain step is timed again after refreshSteps passes.
-	l.sinceStep = refreshSteps
+	l.ledger, l.pause, l.sinceStep = 0, 0, refreshSteps
 	if d := l.draft(8); d != nil {
 		t.Fatal("drafted instead of timing a plain step")
 	}
@@ -297,11 +350,12 @@ func TestSpeculativeSamplingDistribution(t *testing.T) {
 	}
 	defer e.Close()
 	untimed(t)
-	// "9 x y" for every token x, y the model's likeliest token there, then 9: whatever the
-	// first token x, "9 x" occurred and lookup drafts "y 9 ..." after it, a draft often kept.
+	// "8 9 x y" for every token x, y the model's likeliest token there, then 8 9: whatever
+	// the first token x, "8 9 x" occurred (a match of 3 tokens, which drafts from a cold
+	// start) and lookup drafts "y 8 ..." after it, a draft often kept.
 	var prompt []int32
 	for x := range int32(24) {
-		prompt = append(prompt, 9, x)
+		prompt = append(prompt, 8, 9, x)
 		o := Greedy()
 		o.NumPredict, o.NumCtx, o.NumDraft = 1, 128, 0
 		res, err := e.GenerateTokens(context.Background(), prompt, o, func(int32) (bool, error) { return false, nil })
@@ -310,7 +364,7 @@ func TestSpeculativeSamplingDistribution(t *testing.T) {
 		}
 		prompt = append(prompt, res.Tokens[0])
 	}
-	prompt = append(prompt, 9)
+	prompt = append(prompt, 8, 9)
 	const runs = 500
 	counts := func(numDraft, seed0 int) (pos [2][24]int, drafted, kept int) {
 		for i := range runs {

@@ -36,6 +36,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/mlxg/mlxg/internal/files"
@@ -77,6 +78,15 @@ type Config struct {
 	// a trained one (about half of a token's picks repeat at the next token). Large
 	// embeddings (a few units) make each token's routing its own: near-uniform routing.
 	EmbeddingScale float64 `json:"-"`
+	// TailScale, when above 0, scales the output projections (o_proj, out_proj,
+	// down_proj and the experts') of the layers from TailFrom on. Every tensor's values
+	// come from its name and the seed only, so a model of TailFrom layers with the same
+	// seed holds this one's embeddings, first layers, final norm and head exactly; with a
+	// small TailScale the later layers only perturb the residual stream, and that short
+	// model agrees with this one on most greedy tokens: a random draft model and its
+	// target (the 0.5B shape drafted by its first 2 layers, for instance). 0: unscaled.
+	TailScale float64 `json:"-"`
+	TailFrom  int     `json:"-"`
 
 	// Sliding-window and global layers (gemma3_text).
 	SlidingWindow         int     `json:"sliding_window,omitempty"`
@@ -407,6 +417,7 @@ func (c Config) Tensors() []TensorSpec {
 	ts := []TensorSpec{{"model.embed_tokens.weight", []int{c.VocabSize, h}, 0, embed}}
 	for i := range c.NumLayers {
 		p := fmt.Sprintf("model.layers.%d.", i)
+		first := len(ts)
 		ts = append(ts, norm(p+"input_layernorm.weight", h))
 		switch {
 		case c.linear(i):
@@ -463,6 +474,13 @@ func (c Config) Tensors() []TensorSpec {
 		}
 		if c.Arch == "gemma3_text" {
 			ts = append(ts, norm(p+"post_feedforward_layernorm.weight", h))
+		}
+		if c.TailScale > 0 && i >= c.TailFrom {
+			for j := first; j < len(ts); j++ {
+				if n := ts[j].Name; strings.HasSuffix(n, "o_proj.weight") || strings.HasSuffix(n, "out_proj.weight") || strings.HasSuffix(n, "down_proj.weight") {
+					ts[j].scale *= float32(c.TailScale)
+				}
+			}
 		}
 	}
 	ts = append(ts, norm("model.norm.weight", h))

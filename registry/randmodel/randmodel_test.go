@@ -252,3 +252,53 @@ func BenchmarkQwen2_0_5B(b *testing.B) {
 		}
 	}
 }
+
+// A model whose later layers are scaled (TailScale) holds its first layers, embeddings,
+// final norm and head exactly as the model of those first layers alone with the same seed
+// does, and its later output projections are the unscaled model's times the scale.
+func TestTailScale(t *testing.T) {
+	cfg := Tiny("qwen3", 300)
+	cfg.NumLayers = 4
+	full, short, plain := t.TempDir(), t.TempDir(), t.TempDir()
+	scaled := cfg
+	scaled.TailFrom, scaled.TailScale = 2, 0.25
+	head := cfg
+	head.NumLayers = 2
+	for dir, c := range map[string]Config{full: scaled, short: head, plain: cfg} {
+		if err := Generate(dir, c, Options{Seed: 5}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(dir, name string) []float32 {
+		ck, err := safetensors.OpenDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ck.Close()
+		tn, ok := ck.Tensor(name)
+		if !ok {
+			t.Fatalf("%s: no %s", dir, name)
+		}
+		v, err := tn.Float32s()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.Clone(v)
+	}
+	for _, name := range []string{"model.embed_tokens.weight", "model.layers.1.self_attn.o_proj.weight", "model.layers.1.mlp.down_proj.weight", "model.norm.weight", "lm_head.weight"} {
+		if !slices.Equal(read(full, name), read(short, name)) {
+			t.Errorf("%s differs between the scaled model and its first 2 layers alone", name)
+		}
+	}
+	for _, name := range []string{"model.layers.2.self_attn.o_proj.weight", "model.layers.3.mlp.down_proj.weight"} {
+		s, p := read(full, name), read(plain, name)
+		for i := range s {
+			if math.Abs(float64(s[i]-0.25*p[i])) > 1e-6 {
+				t.Fatalf("%s[%d] = %v, want 0.25 × %v", name, i, s[i], p[i])
+			}
+		}
+	}
+	if a, b := read(full, "model.layers.3.mlp.up_proj.weight"), read(plain, "model.layers.3.mlp.up_proj.weight"); !slices.Equal(a, b) {
+		t.Error("an input projection of a scaled layer was scaled")
+	}
+}

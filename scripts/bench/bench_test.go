@@ -297,3 +297,22 @@ func TestLlamaCppScriptParses(t *testing.T) {
 		t.Fatalf("node --check llamacpp-server.mjs: %v\n%s", err, out)
 	}
 }
+
+// The spec table pairs each round's speculative run with the plain run of the same round.
+func TestSpecTable(t *testing.T) {
+	var samples []SpecSample
+	for r, tps := range [][2]float64{{10, 40}, {20, 25}, {5, 20}} {
+		for m, mode := range []string{"plain", "spec"} {
+			samples = append(samples, SpecSample{Backend: "cpu", Target: "m", Drafter: "lookup", Workload: "edit", Mode: mode,
+				Repeat: r, Tokens: 100, TPS: tps[m], Drafted: 50, Kept: 40, Passes: 10, Same: true})
+		}
+	}
+	samples[5].Same = false
+	out := specTable(samples)
+	// Rounds' ratios 4, 1.25 and 4: the median is 4 (a ratio of the medians would be 25/10).
+	for _, want := range []string{" 4.00x ", " 80.0% ", " 0.40 ", " NO "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in\n%s", want, out)
+		}
+	}
+}

@@ -23,6 +23,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -115,8 +116,11 @@ func run() error {
 		spec      = flag.Bool("spec", false, "instead of the usual scenarios, the speculative decoding one (spec.go): prompt lookup against plain decoding, in this process")
 		specModel = flag.String("spec-model", "", "with --spec: the checkpoint (default $MLXG_SHARED/models/qwen3-tiny)")
 		specBack  = flag.String("spec-backends", "", "with --spec: backends, e.g. cpu,mlx (default cpu, and mlx when MLXG_MLXC_PATH is set)")
-		numDraft  = flag.Int("num-draft", 8, "with --spec: num_draft of the lookup runs")
-		specBits  = flag.String("spec-bits", "0,4", "with --spec: weights, 0 as stored and/or MLX 4 or 8 bits (converted into the cache)")
+		numDraft  = flag.Int("num-draft", 8, "with --spec: num_draft of the speculative runs")
+		specBits  = flag.String("spec-bits", "0,4", "with --spec: the prompt-lookup targets' weights, 0 as stored and/or MLX 4 or 8 bits (converted into the cache); none for no prompt-lookup target")
+		specPairs = flag.String("spec-pairs", "", "with --spec: draft-model targets too: tiny-q4 (the model as stored drafted by itself at MLX 4-bit) and/or rand-0.5b (the random 0.5B shape, its layers after the second scaled down, drafted by its first 2 layers; --seed)")
+		specWork  = flag.String("spec-workloads", "edit,free", "with --spec: the workloads, edit and/or free")
+		specEdit  = flag.Int("spec-edit-tokens", 128, "with --spec: the edit workload's text, in tokens the model writes before it is asked to write it again (qwen3-tiny, trained on 512-token texts, ends at once when the prompt is much longer)")
 	)
 	flag.Var(&layouts, "layout", `with --quality: one more KV layout, as KV settings named like the flags, e.g. "kv-bits=8/6" or "kv-bits=8/4 kv-group-size=64/16 kv-boundary-layers=0" (repeatable)`)
 	flag.StringVar(&cfg.Cache, "cache", filepath.Join(home, ".cache", "mlxg-bench"), "directory for the peer build, models and results")
@@ -240,13 +244,32 @@ func run() error {
 		return runQuality(ctx, qc, *repo, *out)
 	}
 	if *spec {
-		c := SpecConfig{Model: *specModel, Cache: cfg.Cache, Threads: cfg.Threads, Repeats: 3, Decode: 128, NumDraft: *numDraft, Int8: *int8}
+		c := SpecConfig{Model: *specModel, Cache: cfg.Cache, Threads: cfg.Threads, Repeats: 3, Decode: 128, NumDraft: *numDraft, Int8: *int8,
+			EditTokens: *specEdit, Seed: cfg.Seed}
 		for f := range strings.SplitSeq(*specBits, ",") {
+			if f == "none" {
+				break
+			}
 			n, err := strconv.Atoi(strings.TrimSpace(f))
 			if err != nil || n != 0 && n != 4 && n != 8 {
-				return fmt.Errorf("--spec-bits %q: want 0, 4 or 8, comma-separated", *specBits)
+				return fmt.Errorf("--spec-bits %q: want 0, 4 or 8, comma-separated, or none", *specBits)
 			}
 			c.Bits = append(c.Bits, n)
+		}
+		if *specPairs != "" {
+			c.Pairs = strings.Split(*specPairs, ",")
+		}
+		for w := range strings.SplitSeq(*specWork, ",") {
+			if w != "edit" && w != "free" {
+				return fmt.Errorf("--spec-workloads %q: want edit and/or free, comma-separated", *specWork)
+			}
+			c.Workloads = append(c.Workloads, w)
+		}
+		if *specEdit < 1 {
+			return fmt.Errorf("--spec-edit-tokens %d: want at least 1", *specEdit)
+		}
+		if len(c.Bits)+len(c.Pairs) == 0 {
+			return errors.New("--spec: no target: --spec-bits none and no --spec-pairs")
 		}
 		if set["repeats"] {
 			c.Repeats = cfg.Repeats
