@@ -82,94 +82,12 @@ func (m *VecN) DotRowsStored(out []float32, stride int, packed []uint32, scales,
 	case m.multi:
 		checkLen(scales, biases, rows*groups)
 		dotMulti(m.n, &m.xi[0], &packed[0], scales.ptr(), biases.ptr(), &m.si[0], &out[0], rows, len(v.x), v.group, v.bits, v.lanes, scales.Type, stride)
-	case decodeOn() && v.lanes > 0 || m.n == 1:
+	default:
+		// Each vector through Vec's own kernel, assembly or Go: a Go loop over several
+		// vectors would be compiled differently from Vec's (where the compiler fuses
+		// multiply-adds, as on arm64), and its results would differ in the last bit.
 		for k := range m.n {
 			m.v[k].DotRowsStored(out[k*stride:k*stride+rows], packed[:rows*wpr], scales, biases)
-		}
-	default:
-		m.dotRowsGo(out, stride, packed[:rows*wpr], scales, biases)
-	}
-}
-
-// dotRowsGo is the plain Go kernel for several vectors: each row's codes decoded once, then
-// every vector's sums exactly as DotRow forms them.
-func (m *VecN) dotRowsGo(out []float32, stride int, packed []uint32, scales, biases Scales) {
-	v0 := &m.v[0]
-	bits, group := v0.bits, v0.group
-	wpr, groups := Words(len(v0.x), bits), len(v0.x)/group
-	checkLen(scales, biases, len(packed)/wpr*groups)
-	var buf [512]float32
-	sb := buf[:]
-	if 2*groups > len(buf) {
-		sb = make([]float32, 2*groups)
-	}
-	s, b := sb[:groups], sb[groups:2*groups]
-	for r := 0; r < len(packed)/wpr; r++ {
-		scales.widen(s, r*groups)
-		biases.widen(b, r*groups)
-		var tot [VecsN]float32
-		m.dotRowGo(&tot, packed[r*wpr:(r+1)*wpr], s, b)
-		for k := range m.n {
-			out[k*stride+r] = tot[k]
-		}
-	}
-}
-
-// dotRowGo is DotRow for every vector of m with one row (scales and biases widened).
-func (m *VecN) dotRowGo(tot *[VecsN]float32, packed []uint32, scales, biases []float32) {
-	v0 := &m.v[0]
-	bits, group, n := v0.bits, v0.group, m.n
-	switch bits {
-	case 4:
-		wpg := group / 8
-		for g := range scales {
-			ws := packed[g*wpg : (g+1)*wpg]
-			var acc [VecsN]float32
-			for i, w := range ws {
-				c0, c1, c2, c3 := float32(w&15), float32(w>>4&15), float32(w>>8&15), float32(w>>12&15)
-				c4, c5, c6, c7 := float32(w>>16&15), float32(w>>20&15), float32(w>>24&15), float32(w>>28)
-				for k := range n {
-					xs := m.v[k].x[g*group+i*8 : g*group+i*8+8 : g*group+i*8+8]
-					acc[k] += xs[0]*c0 + xs[1]*c1 +
-						xs[2]*c2 + xs[3]*c3 +
-						xs[4]*c4 + xs[5]*c5 +
-						xs[6]*c6 + xs[7]*c7
-				}
-			}
-			for k := range n {
-				tot[k] += scales[g]*acc[k] + biases[g]*m.v[k].sums[g]
-			}
-		}
-	case 8:
-		wpg := group / 4
-		for g := range scales {
-			ws := packed[g*wpg : (g+1)*wpg]
-			var acc [VecsN]float32
-			for i, w := range ws {
-				c0, c1, c2, c3 := float32(w&255), float32(w>>8&255), float32(w>>16&255), float32(w>>24)
-				for k := range n {
-					xs := m.v[k].x[g*group+i*4 : g*group+i*4+4 : g*group+i*4+4]
-					acc[k] += xs[0]*c0 + xs[1]*c1 +
-						xs[2]*c2 + xs[3]*c3
-				}
-			}
-			for k := range n {
-				tot[k] += scales[g]*acc[k] + biases[g]*m.v[k].sums[g]
-			}
-		}
-	default:
-		var codes [128]float32
-		for g := range scales {
-			c := codes[:group]
-			Codes(c, packed, g*group, bits)
-			for k := range n {
-				xg := m.v[k].x[g*group : (g+1)*group]
-				var acc float32
-				for j, q := range c {
-					acc += xg[j] * q
-				}
-				tot[k] += scales[g]*acc + biases[g]*m.v[k].sums[g]
-			}
 		}
 	}
 }
