@@ -163,8 +163,7 @@ func (b *Backend) bindStream(src compute.Source, t, scales, biases, bias *safete
 		var segs []residency.Segment
 		for _, m := range g.members {
 			for _, all := range m.stream.segs {
-				n := all.Len / int64(experts)
-				segs = append(segs, residency.Segment{Path: all.Path, Off: all.Off + int64(e)*n, Len: n})
+				segs = append(segs, all.Part(e, experts))
 			}
 		}
 		id, err := st.mgr.Add(segs)

@@ -164,11 +164,8 @@ func (b *Backend) bindStream(src compute.Source, t *safetensors.Tensor, w *weigh
 
 // expertSegs are expert e's packed rows, scales and biases in their files.
 func (s *streamed) expertSegs(e int) []residency.Segment {
-	part := func(all residency.Segment) residency.Segment {
-		n := all.Len / int64(s.group.experts)
-		return residency.Segment{Path: all.Path, Off: all.Off + int64(e)*n, Len: n}
-	}
-	return []residency.Segment{part(s.packed), part(s.scales), part(s.biases)}
+	n := s.group.experts
+	return []residency.Segment{s.packed.Part(e, n), s.scales.Part(e, n), s.biases.Part(e, n)}
 }
 
 // fromUnit is a view of w's expert rows in unit h; transient, since h's buffer goes

@@ -36,6 +36,13 @@ type Segment struct {
 	Len  int64
 }
 
+// Part is the i-th of n equal consecutive parts of s: one expert's rows of a stacked
+// [experts, rows, cols] tensor.
+func (s Segment) Part(i, n int) Segment {
+	l := s.Len / int64(n)
+	return Segment{Path: s.Path, Off: s.Off + int64(i)*l, Len: l}
+}
+
 // Options configure a Manager.
 type Options struct {
 	// Budget is the RAM, in bytes, for the pinned bytes and the resident units.
