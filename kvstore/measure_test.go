@@ -26,7 +26,7 @@ import (
 	"github.com/mlxg/mlxg/runner/cpu"
 	"github.com/mlxg/mlxg/runner/model"
 	_ "github.com/mlxg/mlxg/runner/model/all"
-	"github.com/mlxg/mlxg/runner/tokenizer"
+	"github.com/mlxg/mlxg/text/tokenizer"
 )
 
 // measured is one layout TestMeasureKV compares: a base spec and its boundary layers.

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/mlxg/mlxg/internal/testdata"
-	"github.com/mlxg/mlxg/runner/template"
+	"github.com/mlxg/mlxg/text/template"
 )
 
 // batchRequests are distinct greedy chat requests, with stop strings, a JSON format and

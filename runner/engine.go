@@ -21,8 +21,8 @@ import (
 	"github.com/mlxg/mlxg/runner/pipeline"
 	"github.com/mlxg/mlxg/runner/residency"
 	"github.com/mlxg/mlxg/runner/sample"
-	"github.com/mlxg/mlxg/runner/template"
-	"github.com/mlxg/mlxg/runner/tokenizer"
+	"github.com/mlxg/mlxg/text/template"
+	"github.com/mlxg/mlxg/text/tokenizer"
 )
 
 // LoadOptions say how to load a model.

@@ -16,7 +16,7 @@ import (
 
 	"github.com/mlxg/mlxg/internal/testdata"
 	"github.com/mlxg/mlxg/registry/randmodel"
-	"github.com/mlxg/mlxg/runner/template"
+	"github.com/mlxg/mlxg/text/template"
 )
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

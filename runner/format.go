@@ -6,12 +6,12 @@ import (
 	"math"
 	"sync"
 
-	"github.com/mlxg/mlxg/runner/constrain"
-	"github.com/mlxg/mlxg/runner/tokenizer"
+	"github.com/mlxg/mlxg/text/constrain"
+	"github.com/mlxg/mlxg/text/tokenizer"
 )
 
 // Format is a request's structured output: the answer is constrained to a JSON value of
-// Schema (runner/constrain), token by token.
+// Schema (text/constrain), token by token.
 type Format struct {
 	Schema *constrain.Schema
 	// ThinkOpen and ThinkClose delimit a thinking block that is left unconstrained, as

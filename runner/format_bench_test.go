@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/mlxg/mlxg/internal/testdata"
-	"github.com/mlxg/mlxg/runner/constrain"
-	"github.com/mlxg/mlxg/runner/constrain/constraintest"
-	"github.com/mlxg/mlxg/runner/tokenizer"
+	"github.com/mlxg/mlxg/text/constrain"
+	"github.com/mlxg/mlxg/text/constrain/constraintest"
+	"github.com/mlxg/mlxg/text/tokenizer"
 )
 
 // BenchmarkFormatOverhead sets the per-token cost of constrained decoding at Qwen's 151,936

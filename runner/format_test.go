@@ -11,9 +11,9 @@ import (
 
 	"github.com/mlxg/mlxg/internal/testdata"
 	"github.com/mlxg/mlxg/registry/randmodel"
-	"github.com/mlxg/mlxg/runner/constrain"
-	"github.com/mlxg/mlxg/runner/constrain/constraintest"
-	"github.com/mlxg/mlxg/runner/template"
+	"github.com/mlxg/mlxg/text/constrain"
+	"github.com/mlxg/mlxg/text/constrain/constraintest"
+	"github.com/mlxg/mlxg/text/template"
 )
 
 func mustSchema(t *testing.T, s string) *constrain.Schema {

@@ -12,7 +12,7 @@ import (
 	"github.com/mlxg/mlxg/registry/create"
 	"github.com/mlxg/mlxg/runner/cpu"
 	"github.com/mlxg/mlxg/runner/model/modeltest"
-	"github.com/mlxg/mlxg/runner/tokenizer"
+	"github.com/mlxg/mlxg/text/tokenizer"
 )
 
 // TestInt8Qwen3Tiny measures what 8-bit inputs (cpu.Backend.UseInt8) cost on the trained

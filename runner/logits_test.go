@@ -13,7 +13,7 @@ import (
 	"github.com/mlxg/mlxg/internal/testdata"
 	"github.com/mlxg/mlxg/registry/create"
 	"github.com/mlxg/mlxg/registry/randmodel"
-	"github.com/mlxg/mlxg/runner/tokenizer"
+	"github.com/mlxg/mlxg/text/tokenizer"
 )
 
 // refCase is one case of testdata/refs.json, written by scripts/refs (reference.py

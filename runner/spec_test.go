@@ -16,7 +16,7 @@ import (
 	"github.com/mlxg/mlxg/registry/create"
 	"github.com/mlxg/mlxg/registry/randmodel"
 	"github.com/mlxg/mlxg/runner/model"
-	"github.com/mlxg/mlxg/runner/template"
+	"github.com/mlxg/mlxg/text/template"
 )
 
 func TestLookupDraft(t *testing.T) {

@@ -19,7 +19,7 @@ import (
 
 	"github.com/mlxg/mlxg/internal/half"
 	"github.com/mlxg/mlxg/registry/safetensors"
-	"github.com/mlxg/mlxg/runner/tokenizer"
+	"github.com/mlxg/mlxg/text/tokenizer"
 )
 
 // Script is one reply: when the prompt's last token is After (a token's exact text), the model writes Reply

@@ -6,6 +6,6 @@
 // The server speaks Ollama's /api/* (generate, chat, embed, embeddings, tags, show, pull, create, delete,
 // copy, ps, version, HEAD and GET /) with NDJSON streaming, OpenAI's /v1/* (chat/completions, completions,
 // models, embeddings, responses) with SSE and Anthropic's /v1/messages, over the model store (registry)
-// and the scheduler (runner/sched). Output goes through runner/parser, which splits thinking and tool
+// and the scheduler (runner/sched). Output goes through text/parser, which splits thinking and tool
 // calls. Images are refused with a 400 that says so (every model mlxg runs reads text only).
 package server

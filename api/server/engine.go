@@ -28,7 +28,7 @@ import (
 	"github.com/mlxg/mlxg/runner/model"
 	"github.com/mlxg/mlxg/runner/pipeline"
 	"github.com/mlxg/mlxg/runner/residency"
-	"github.com/mlxg/mlxg/runner/template"
+	"github.com/mlxg/mlxg/text/template"
 )
 
 // EngineLoader loads models with the runner engine.

@@ -6,7 +6,7 @@ import (
 	"net/http"
 
 	"github.com/mlxg/mlxg/api/openai"
-	"github.com/mlxg/mlxg/runner/constrain"
+	"github.com/mlxg/mlxg/text/constrain"
 )
 
 // oaiFormat turns OpenAI's response_format into Ollama's format: nothing for "text", "json"

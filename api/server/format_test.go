@@ -7,8 +7,8 @@ import (
 
 	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/api/apitest"
-	"github.com/mlxg/mlxg/runner/constrain/constraintest"
 	"github.com/mlxg/mlxg/runner/sched"
+	"github.com/mlxg/mlxg/text/constrain/constraintest"
 )
 
 const citySchema = `{"type":"object","properties":{"city":{"enum":["Paris","Rome"]},"sunny":{"type":"boolean"}},"required":["city","sunny"],"additionalProperties":false}`

@@ -20,7 +20,7 @@ import (
 	"github.com/mlxg/mlxg/registry"
 	"github.com/mlxg/mlxg/registry/randmodel"
 	"github.com/mlxg/mlxg/runner/sched"
-	"github.com/mlxg/mlxg/runner/tokenizer"
+	"github.com/mlxg/mlxg/text/tokenizer"
 )
 
 // TestGenerateContext: /api/generate returns the conversation as tokens in its final reply (not for

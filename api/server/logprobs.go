@@ -12,7 +12,7 @@ import (
 	"github.com/mlxg/mlxg/api/openai"
 	"github.com/mlxg/mlxg/runner"
 	"github.com/mlxg/mlxg/runner/sample"
-	"github.com/mlxg/mlxg/runner/tokenizer"
+	"github.com/mlxg/mlxg/text/tokenizer"
 )
 
 // minLogprob stands for a token of probability 0 (a logit of -Inf), which JSON cannot

@@ -13,7 +13,7 @@ import (
 
 	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/registry"
-	"github.com/mlxg/mlxg/runner/parser"
+	"github.com/mlxg/mlxg/text/parser"
 )
 
 // Models runs the model-management endpoints over a local store: the server's handlers call it, and so
@@ -214,7 +214,7 @@ func ShowModel(lm *registry.LocalModel, info *registry.ModelInfo, verbose bool) 
 
 // capabilities follow Ollama's names. An embedding model (embeddingModel) has "embedding" alone, as
 // Ollama lists it for a model with a pooling type; any other model has completion, tools and thinking
-// when the chat template teaches a tool-call or thinking syntax the server parses (runner/parser.Detect,
+// when the chat template teaches a tool-call or thinking syntax the server parses (text/parser.Detect,
 // the same test the server uses), and insert when its tokenizer has fill-in-the-middle tokens. The ollama
 // CLI reads the list: with "embedding" in it, `ollama run` prints an embedding instead of chatting.
 // /api/embed serves every model either way (last-token pooling).

@@ -19,9 +19,9 @@ import (
 	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/registry"
 	"github.com/mlxg/mlxg/runner"
-	"github.com/mlxg/mlxg/runner/constrain"
-	"github.com/mlxg/mlxg/runner/parser"
 	"github.com/mlxg/mlxg/runner/sched"
+	"github.com/mlxg/mlxg/text/constrain"
+	"github.com/mlxg/mlxg/text/parser"
 )
 
 // job is one generation request, from Ollama's or OpenAI's API, in one form.

@@ -13,8 +13,8 @@ import (
 	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/api/apitest"
 	"github.com/mlxg/mlxg/api/openai"
-	"github.com/mlxg/mlxg/runner/constrain/constraintest"
 	"github.com/mlxg/mlxg/runner/sched"
+	"github.com/mlxg/mlxg/text/constrain/constraintest"
 )
 
 const respWeatherTool = `{"type":"function","name":"get_weather","description":"Current weather","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}`

@@ -2,9 +2,9 @@ package server
 
 // tool_choice, enforced: "auto" leaves the choice to the model, "none" takes the tools away, and
 // "required" (Anthropic's "any") or a named function forces a tool call. A forced call is constrained
-// decoding (runner/constrain, as structured outputs are): the answer, after any thinking block, is the
+// decoding (text/constrain, as structured outputs are): the answer, after any thinking block, is the
 // model's tool-call syntax around a JSON object {"name": one of the tools, "arguments": a value valid
-// against that tool's parameter schema}, so the tool-call parser (runner/parser) reads one call from it.
+// against that tool's parameter schema}, so the tool-call parser (text/parser) reads one call from it.
 
 import (
 	"bytes"
@@ -16,8 +16,8 @@ import (
 	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/api/anthropic"
 	"github.com/mlxg/mlxg/runner"
-	"github.com/mlxg/mlxg/runner/constrain"
-	"github.com/mlxg/mlxg/runner/parser"
+	"github.com/mlxg/mlxg/text/constrain"
+	"github.com/mlxg/mlxg/text/parser"
 )
 
 // toolChoice is a request's tool_choice in one form.

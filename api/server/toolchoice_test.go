@@ -8,8 +8,8 @@ import (
 
 	"github.com/mlxg/mlxg/internal/testdata"
 	"github.com/mlxg/mlxg/registry"
-	"github.com/mlxg/mlxg/runner/constrain/constraintest"
 	"github.com/mlxg/mlxg/runner/sched"
+	"github.com/mlxg/mlxg/text/constrain/constraintest"
 )
 
 // The tools of TestToolChoiceEnforced, with $defs and a $ref, which the tool-call schema rebases.

@@ -6,7 +6,7 @@ import (
 
 	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/api/openai"
-	"github.com/mlxg/mlxg/runner/template"
+	"github.com/mlxg/mlxg/text/template"
 )
 
 // A tool schema and tool-call arguments reach the chat template with the client's key order

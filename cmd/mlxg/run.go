@@ -23,10 +23,10 @@ import (
 	"github.com/mlxg/mlxg/runner"
 	"github.com/mlxg/mlxg/runner/backend"
 	"github.com/mlxg/mlxg/runner/compute"
-	"github.com/mlxg/mlxg/runner/constrain"
 	"github.com/mlxg/mlxg/runner/model"
-	"github.com/mlxg/mlxg/runner/parser"
-	"github.com/mlxg/mlxg/runner/template"
+	"github.com/mlxg/mlxg/text/constrain"
+	"github.com/mlxg/mlxg/text/parser"
+	"github.com/mlxg/mlxg/text/template"
 )
 
 const runHelp = `Run a model: chat with it in the terminal, or answer one prompt.

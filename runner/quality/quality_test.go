@@ -13,7 +13,7 @@ import (
 	_ "github.com/mlxg/mlxg/runner/model/all"
 	"github.com/mlxg/mlxg/runner/model/modeltest"
 	"github.com/mlxg/mlxg/runner/quality"
-	"github.com/mlxg/mlxg/runner/tokenizer"
+	"github.com/mlxg/mlxg/text/tokenizer"
 )
 
 const vocab = 512

@@ -5,7 +5,7 @@ import (
 	"math/rand/v2"
 	"strings"
 
-	"github.com/mlxg/mlxg/runner/tokenizer"
+	"github.com/mlxg/mlxg/text/tokenizer"
 )
 
 // commonWords are candidates for prompt words; those the tokenizer encodes as one token

@@ -16,7 +16,7 @@ import (
 	"github.com/mlxg/mlxg/runner/model"
 	_ "github.com/mlxg/mlxg/runner/model/all"
 	"github.com/mlxg/mlxg/runner/quality"
-	"github.com/mlxg/mlxg/runner/tokenizer"
+	"github.com/mlxg/mlxg/text/tokenizer"
 )
 
 // The --quality scenario: what each KV layout costs in the model's answers, in process

@@ -29,7 +29,7 @@ import (
 
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/runner"
-	"github.com/mlxg/mlxg/runner/template"
+	"github.com/mlxg/mlxg/text/template"
 )
 
 var (

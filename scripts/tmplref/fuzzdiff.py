@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Differential fuzzing of runner/template against Jinja2 (a development tool).
+"""Differential fuzzing of text/template against Jinja2 (a development tool).
 
 Generates random templates from a grammar of the Jinja2 features chat templates use,
 renders each with Jinja2 in transformers' environment (render.py's emulation) and with
-runner/template (scripts/tmplref/gorender), and reports every case where the outputs
+text/template (scripts/tmplref/gorender), and reports every case where the outputs
 differ, or where only one side fails. Needs python3 with jinja2 and Go.
 
 Usage: fuzzdiff.py [N] [SEED]      (from the repository root; default 2000 templates)

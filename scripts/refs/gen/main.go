@@ -7,8 +7,8 @@
 // and for the quantized cases that checkpoint converted by registry/create.
 // The qwen3-tiny case is the trained model of ../shared/models converted to 8 bits
 // (its float16 weights, 87 MB, are too large to carry to the GPU machine; the 8-bit
-// form is under 50 MB), with prompts encoded by runner/tokenizer and
-// runner/template. reference.py runs transformers on each (on the dequantized
+// form is under 50 MB), with prompts encoded by text/tokenizer and
+// text/template. reference.py runs transformers on each (on the dequantized
 // weights for quantized cases). The Go test rebuilds every checkpoint from the
 // fixture's description and checks weights_digest (randmodel.Digest: tensor names,
 // dtypes, shapes and bytes) first, so a change in the generator or the converter is
@@ -27,8 +27,8 @@ import (
 
 	"github.com/mlxg/mlxg/registry/create"
 	"github.com/mlxg/mlxg/registry/randmodel"
-	"github.com/mlxg/mlxg/runner/template"
-	"github.com/mlxg/mlxg/runner/tokenizer"
+	"github.com/mlxg/mlxg/text/template"
+	"github.com/mlxg/mlxg/text/tokenizer"
 )
 
 // Case is one reference case, as cases.json and the fixture describe it.

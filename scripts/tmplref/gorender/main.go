@@ -1,4 +1,4 @@
-// Command gorender renders templates with runner/template for scripts/tmplref/fuzzdiff.py:
+// Command gorender renders templates with text/template for scripts/tmplref/fuzzdiff.py:
 // it reads a JSON array of {"name", "template", "vars"} on stdin and writes a JSON array
 // of {"name", "output"} or {"name", "error"} to stdout.
 package main
@@ -9,7 +9,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/mlxg/mlxg/runner/template"
+	"github.com/mlxg/mlxg/text/template"
 )
 
 type job struct {

@@ -1,4 +1,4 @@
-// Command unitables writes runner/tokenizer/unicode_tables.go: the code points where the
+// Command unitables writes text/tokenizer/unicode_tables.go: the code points where the
 // character classes of HF's regex engine (Oniguruma, read by scripts/tokref/unicode.js from
 // standard input as JSON) differ from Go's unicode tables, so that the tokenizer's scanners
 // classify characters as HF does. gen.sh runs it.

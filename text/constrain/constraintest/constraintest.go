@@ -1,5 +1,5 @@
 // Package constraintest has test helpers for structured outputs: random JSON schemas of the
-// keywords runner/constrain supports, and a validator from an independent library.
+// keywords text/constrain supports, and a validator from an independent library.
 package constraintest
 
 import (

@@ -39,6 +39,6 @@
 // slow-tokenizer files (no tokenizer.json), Replace with a regex pattern,
 // and more than one TemplateProcessing. Not offered at all: pairs of
 // sequences (the pair template is not read) and offsets into the input.
-// Chat templates are not the tokenizer's: runner/template renders them to
+// Chat templates are not the tokenizer's: text/template renders them to
 // text, which Encode then reads.
 package tokenizer

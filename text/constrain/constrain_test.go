@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mlxg/mlxg/runner/constrain/constraintest"
+	"github.com/mlxg/mlxg/text/constrain/constraintest"
 )
 
 // testVocab is a byte-level vocabulary: every single byte, JSON-ish pieces, words with and

@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/mlxg/mlxg/internal/testdata"
-	"github.com/mlxg/mlxg/runner/constrain"
-	"github.com/mlxg/mlxg/runner/constrain/constraintest"
-	"github.com/mlxg/mlxg/runner/tokenizer"
+	"github.com/mlxg/mlxg/text/constrain"
+	"github.com/mlxg/mlxg/text/constrain/constraintest"
+	"github.com/mlxg/mlxg/text/tokenizer"
 )
 
 // qwen3Vocab loads the real Qwen3 tokenizer (151,669 tokens) and its vocabulary.
@@ -84,7 +84,7 @@ func isEOS(tok *tokenizer.Tokenizer, id int32) bool {
 // logits: each target replayed through a fresh constraint (a cold mask cache, as in a new
 // request), the mask written into the logits and the token accepted.
 //
-//	go test -run TestQwen3MaskOverhead -v ./runner/constrain/
+//	go test -run TestQwen3MaskOverhead -v ./text/constrain/
 func TestQwen3MaskOverhead(t *testing.T) {
 	tok, v, _ := qwen3Vocab(t)
 	eos := tok.EOS()[0]

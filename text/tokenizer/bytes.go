@@ -7,7 +7,7 @@ import "strings"
 // part of a UTF-8 character), a <0xXX> byte token's byte, or a token's decoded text. It
 // reports false for special tokens (they are control tokens, not text), for ids outside
 // the vocabulary, and for tokens that decode to nothing. A constrained decoder
-// (runner/constrain's Vocab) reads every token through it.
+// (text/constrain's Vocab) reads every token through it.
 func (t *Tokenizer) TokenBytes(id int32) ([]byte, bool) {
 	tok, ok := t.token(id)
 	if !ok || t.special[tok] {
