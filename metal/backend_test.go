@@ -18,7 +18,7 @@ import (
 	_ "github.com/mlxg/mlxg/runner/model/all"
 )
 
-// These tests run the MLX backend on MLX itself (metal/mlxtest: scripts/mlx/build.sh's
+// These tests run the MLX backend on MLX itself (metal/mlxtest: an installed
 // libmlxc; on Linux MLX's CPU backend), against the CPU backend and the plain
 // references of `mlxg doctor`.
 

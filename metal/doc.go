@@ -1,8 +1,8 @@
 // Package metal is the MLX backend: Apple's MLX through its C API (libmlxc, mlx-c 0.5.x
 // or 0.6.x), bound at run time with purego so that the binary still builds with
 // CGO_ENABLED=0. On a Mac it runs on the GPU (Metal); on Linux amd64/arm64 it loads
-// the same library built by scripts/mlx/build.sh and runs on MLX's CPU backend (or on
-// CUDA where MLX was built with it), chosen only by MLXG_BACKEND=mlx.
+// the same library where the user installed MLX and mlx-c (docs/backends.md) and runs on
+// MLX's CPU backend (or on CUDA where MLX was built with it), chosen only by MLXG_BACKEND=mlx.
 //
 // Open finds and loads libmlxc ($MLXG_MLXC_PATH, next to the executable, then the
 // system's lib directories), binds every function of its signature table (capi.go:
@@ -33,9 +33,10 @@
 // name and never imports this package, which keeps libmlxc's bindings out of every
 // program that does not ask for them.
 //
-// Verification: the tests run on Linux against the MLX and mlx-c that
-// scripts/mlx/build.sh pins, on MLX's CPU backend (MLXG_MLXC_PATH): every operation of
-// `mlxg doctor`, every architecture's logits and greedy tokens against transformers and
-// the CPU backend, quantized KV specs, prefix-cache restores and the API clients through
-// `mlxg serve`. The Metal GPU path itself can run only on a Mac (`mlxg doctor` there).
+// Verification: where a libmlxc is installed (MLXG_MLXC_PATH, or Homebrew's on a Mac) the
+// tests run against it: every operation of `mlxg doctor`, every architecture's logits and
+// greedy tokens against transformers and the CPU backend, quantized KV specs, prefix-cache
+// restores and the API clients through `mlxg serve`; elsewhere they skip, saying why.
+// `mlxg doctor` is the MLX backend's test where CI cannot reach it: the Homebrew
+// formula's test runs it, so an install on a Mac checks the GPU path.
 package metal

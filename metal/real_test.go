@@ -8,7 +8,7 @@ import (
 	"github.com/mlxg/mlxg/runner/cpu"
 )
 
-// The doctor's checks on MLX itself (scripts/mlx/build.sh's libmlxc; on Linux MLX's CPU).
+// The doctor's checks on MLX itself (an installed libmlxc (Homebrew's mlx-c on a Mac; docs/backends.md on Linux); on Linux MLX's CPU).
 
 func TestEveryOpOnRealMLX(t *testing.T) {
 	b := mlxtest.Backend(t)

@@ -54,7 +54,7 @@ func (e *UnavailableError) Error() string {
 		if runtime.GOOS == "darwin" {
 			fmt.Fprintf(&b, "\n  install mlx-c with `brew install mlx-c`, or set %s to the libmlxc.dylib to use", EnvPath)
 		} else {
-			fmt.Fprintf(&b, "\n  build MLX and mlx-c with scripts/mlx/build.sh, then set %s to the directory it prints", EnvPath)
+			fmt.Fprintf(&b, "\n  install MLX and mlx-c (docs/backends.md, \"MLX on Linux\"), then set %s to the directory holding libmlxc.so", EnvPath)
 		}
 	}
 	return b.String()

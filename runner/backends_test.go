@@ -21,7 +21,7 @@ type testBackend struct {
 	exact     bool // results are bit-reproducible whatever the batch (the CPU backend)
 }
 
-// testBackends is the CPU backend and, where scripts/mlx/build.sh's libmlxc is set
+// testBackends is the CPU backend and, where an installed libmlxc (Homebrew's mlx-c on a Mac; docs/backends.md on Linux) is set
 // (metal/mlxtest), the MLX backend on it.
 func testBackends() []testBackend {
 	out := []testBackend{{name: "cpu", tol: 1e-3, qtol: 1e-3, exact: true}}

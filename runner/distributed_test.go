@@ -70,7 +70,7 @@ func TestDistributedPipeline(t *testing.T) {
 	rank, isRank := mlxtest.Rank()
 	if !isRank {
 		if !mlxtest.Enabled() {
-			t.Skip("MLXG_MLXC_PATH is not set: the tests on real MLX need scripts/mlx/build.sh's libmlxc")
+			t.Skip("MLXG_MLXC_PATH is not set: the tests on real MLX need an installed libmlxc (Homebrew's mlx-c on a Mac; docs/backends.md on Linux)")
 		}
 		open := mlxtest.Opener(t)
 		var dirs []string
@@ -343,7 +343,7 @@ func TestDistributedPrefixCache(t *testing.T) {
 		return
 	}
 	if !mlxtest.Enabled() {
-		t.Skip("MLXG_MLXC_PATH is not set: the tests on real MLX need scripts/mlx/build.sh's libmlxc")
+		t.Skip("MLXG_MLXC_PATH is not set: the tests on real MLX need an installed libmlxc (Homebrew's mlx-c on a Mac; docs/backends.md on Linux)")
 	}
 	open := mlxtest.Opener(t)
 	var dirs []string
@@ -471,7 +471,7 @@ func TestDistributedBatch(t *testing.T) {
 		return
 	}
 	if !mlxtest.Enabled() {
-		t.Skip("MLXG_MLXC_PATH is not set: the tests on real MLX need scripts/mlx/build.sh's libmlxc")
+		t.Skip("MLXG_MLXC_PATH is not set: the tests on real MLX need an installed libmlxc (Homebrew's mlx-c on a Mac; docs/backends.md on Linux)")
 	}
 	open := mlxtest.Opener(t)
 	var dirs []string

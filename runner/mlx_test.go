@@ -28,7 +28,7 @@ import (
 // the other backend), and greedy tokens are identical.
 func TestMLXMatchesCPU(t *testing.T) {
 	if !mlxtest.Enabled() {
-		t.Skip("MLXG_MLXC_PATH is not set: the tests on real MLX need scripts/mlx/build.sh's libmlxc")
+		t.Skip("MLXG_MLXC_PATH is not set: the tests on real MLX need an installed libmlxc (Homebrew's mlx-c on a Mac; docs/backends.md on Linux)")
 	}
 	a := kvstore.AffineFormat
 	type kv struct {

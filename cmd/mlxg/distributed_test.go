@@ -39,7 +39,7 @@ func TestDistributedServeRankDies(t *testing.T) {
 		return
 	}
 	if !mlxtest.Enabled() {
-		t.Skip("MLXG_MLXC_PATH is not set: the tests on real MLX need scripts/mlx/build.sh's libmlxc")
+		t.Skip("MLXG_MLXC_PATH is not set: the tests on real MLX need an installed libmlxc (Homebrew's mlx-c on a Mac; docs/backends.md on Linux)")
 	}
 	if os.Getenv(envDistServer) == "" {
 		// Rank 0 runs in a child process too: its transfer to the dead rank stays stuck in

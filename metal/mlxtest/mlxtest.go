@@ -1,5 +1,5 @@
 // Package mlxtest opens the real libmlxc for tests that run the MLX backend on MLX itself
-// (on Linux, MLX's CPU backend built by scripts/mlx/build.sh). MLXG_MLXC_PATH names the
+// (on Linux, an MLX the user installed, e.g. with its CPU backend). MLXG_MLXC_PATH names the
 // library; without it such tests skip, unless MLXG_REQUIRE_MLX=1 (scripts/test sets it),
 // where a missing library fails them.
 package mlxtest
@@ -20,9 +20,9 @@ func Lib(t testing.TB) *metal.Lib {
 	t.Helper()
 	if os.Getenv(metal.EnvPath) == "" {
 		if Required() {
-			t.Fatalf("MLXG_REQUIRE_MLX=1 but %s is not set: run scripts/mlx/build.sh and point it at the directory printed", metal.EnvPath)
+			t.Fatalf("MLXG_REQUIRE_MLX=1 but %s is not set: point it at an installed libmlxc (docs/backends.md)", metal.EnvPath)
 		}
-		t.Skipf("%s is not set: the tests on real MLX need scripts/mlx/build.sh's libmlxc", metal.EnvPath)
+		t.Skipf("%s is not set: the tests on real MLX need an installed libmlxc (Homebrew's mlx-c on a Mac; docs/backends.md on Linux)", metal.EnvPath)
 	}
 	l, err := metal.Open()
 	if err != nil {

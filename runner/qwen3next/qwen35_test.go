@@ -120,7 +120,7 @@ func TestQwen35Layout(t *testing.T) {
 	if !mlxtest.Enabled() {
 		return
 	}
-	// The same on MLX (scripts/mlx/build.sh's libmlxc), against the CPU backend.
+	// The same on MLX (an installed libmlxc (Homebrew's mlx-c on a Mac; docs/backends.md on Linux)), against the CPU backend.
 	mm, err := model.Load(dst, mlxtest.Backend(t))
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,7 @@
 // Command mlxmem measures what a model holds resident on each backend: the process's
 // resident memory after loading a checkpoint and after a prefill of -tokens tokens into
 // the KV policy's default caches (keys 8-bit, values 4-bit, the first and last two KV
-// layers 8/8), on the CPU backend and on MLX (MLXG_MLXC_PATH: scripts/mlx/build.sh's
+// layers 8/8), on the CPU backend and on MLX (MLXG_MLXC_PATH: an installed
 // libmlxc). Each backend runs in a process of its own; the table gives MLX / CPU, and
 // the prefill and decode speeds seen on the way (informational: MLX's CPU backend is not
 // MLX's target, the GPU is).
