@@ -71,3 +71,13 @@ func SharedModel(t testing.TB, name string) string {
 	}
 	return dir
 }
+
+// DebianFile returns a file that a Debian package installs (scripts/test installs the
+// package when it runs as root), e.g. DebianFile(t, "sqlite3-doc", "/usr/share/doc/sqlite3/whentouse.html").
+func DebianFile(t testing.TB, pkg, path string) string {
+	t.Helper()
+	if _, err := os.Stat(path); err != nil {
+		missing(t, "Debian package "+pkg, path)
+	}
+	return path
+}

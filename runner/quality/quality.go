@@ -10,7 +10,6 @@ package quality
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
 	"math"
 	"runtime"
@@ -20,13 +19,6 @@ import (
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/runner/model"
 )
-
-// HeldOut is English text that the trained test model (qwen3-tiny) never saw: two pages
-// of the SQLite documentation (public domain), about 9,000 of its tokens. Its source is
-// in testdata/README.md.
-//
-//go:embed testdata/heldout.txt
-var HeldOut string
 
 // Side is one of the two things compared: a model and the caches it runs with.
 type Side struct {

@@ -3,6 +3,7 @@ package quality_test
 import (
 	"context"
 	"math"
+	"path/filepath"
 	"testing"
 
 	"github.com/mlxg/mlxg/internal/testdata"
@@ -202,7 +203,12 @@ func TestQwen3TinyK8V8(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tokens := tok.Encode(quality.HeldOut, false)
+	testdata.DebianFile(t, "sqlite3-doc", filepath.Join(quality.HeldOutDir, quality.HeldOutPages[0]))
+	text, err := quality.LoadHeldOut("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens := tok.Encode(text, false)
 	if len(tokens) < 4097 {
 		t.Fatalf("the held-out text is %d tokens, less than the 4K context the scenario measures", len(tokens))
 	}

@@ -20,7 +20,7 @@ import (
 )
 
 // The --quality scenario: what each KV layout costs in the model's answers, in process
-// on the CPU backend (runner/quality). The held-out text (quality.HeldOut, English the
+// on the CPU backend (runner/quality). The held-out text (quality.LoadHeldOut: English the
 // trained model never saw) is fed teacher-forced to the model with an fp16 cache and
 // with each layout's, in chunks of 64; at every position, the full-vocabulary KL
 // divergence KL(fp16 || layout) of the next-token distributions, whether the greedy
@@ -116,7 +116,11 @@ func runQuality(ctx context.Context, c QualityConfig, repo, out string) (err err
 	if err != nil {
 		return err
 	}
-	text := tok.Encode(quality.HeldOut, false)
+	heldOut, err := quality.LoadHeldOut("")
+	if err != nil {
+		return err
+	}
+	text := tok.Encode(heldOut, false)
 	longest := slices.Max(c.Contexts)
 	if c.Int8 {
 		longest = c.Int8Ctx
