@@ -2,11 +2,13 @@ package pipeline_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/mlxg/mlxg/kvstore"
@@ -301,6 +303,100 @@ func TestPipelineCPU(t *testing.T) {
 				if d := bitDiffs(bad.Logits, want["fp32"].Logits[:len(bad.Logits)]); d == 0 {
 					t.Errorf("a changed hand-over left every logit as it was: the comparison cannot see the transfers")
 				}
+			})
+		}
+	}
+}
+
+// batchRun runs three sequences of 20, 7 and 13 prompt tokens through batched passes
+// (ForwardBatch, continuous batching's pass): their prompts together, then steps greedy
+// steps together. It returns every pass's logits (each sequence's last row) and tokens.
+func batchRun(t *testing.T, m *model.Model, steps int) pipeRun {
+	t.Helper()
+	var seqs []model.Sequence
+	for i, n := range []int{20, 7, 13} {
+		caches, err := m.NewCaches(false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, model.Sequence{Tokens: modeltest.Tokens(uint64(30+i), n), Caches: caches})
+	}
+	var r pipeRun
+	for step := 0; step <= steps; step++ {
+		res := m.ForwardBatch(context.Background(), seqs)
+		r.Passes++
+		for i := range seqs {
+			if res[i].Err != nil {
+				t.Fatal(res[i].Err)
+			}
+			r.Fed += len(seqs[i].Tokens)
+			r.Logits = append(r.Logits, res[i].Logits...)
+			id := int32(argmax(res[i].Logits))
+			r.Tokens = append(r.Tokens, id)
+			seqs[i].Tokens = []int32{id}
+		}
+	}
+	return r
+}
+
+// TestPipelineBatchCPU runs batched passes of three sequences over two and three CPU
+// ranks, for a dense and a hybrid model: each pass is one batched pass on every rank,
+// whose logits are bit-identical to the unsplit model's batched pass. Before, a model
+// that a worker refuses fails its load, naming the rank, and the pipeline goes on.
+func TestPipelineBatchCPU(t *testing.T) {
+	const steps = 4
+	for i, a := range pipeArchs() {
+		if a.name == "qwen3_moe" {
+			continue
+		}
+		dir := random4Bit(t, a.cfg, uint64(6+i))
+		ref, err := model.Load(dir, cpu.New(cpuThreads))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := batchRun(t, ref, steps)
+		ref.Close()
+		if err := os.Symlink(dir, dir+"-refused"); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range []int{2, 3} {
+			t.Run(fmt.Sprintf("%s/%d_ranks", a.name, n), func(t *testing.T) {
+				p := pipelinetest.Start(t, pipelinetest.Config{
+					Ranks:   n,
+					Backend: func(int) compute.Backend { return cpu.New(cpuThreads) },
+					Open: func(dir string, s pipeline.Stage, b *pipelinetest.Backend) (*model.Model, error) {
+						if strings.HasSuffix(dir, "-refused") && b.Rank() == n-1 {
+							return nil, fmt.Errorf("refused (the test's)")
+						}
+						return pipeline.LoadStage(dir, b, s)
+					},
+				})
+				_, err := p.Leader.Load(dir+"-refused", p.Backends[0])
+				if !errors.Is(err, pipeline.ErrRankFailed) || !strings.Contains(err.Error(), fmt.Sprintf("rank %d could not load", n-1)) {
+					t.Fatalf("loading a model rank %d refuses: %v", n-1, err)
+				}
+				m, err := p.Leader.Load(dir, p.Backends[0])
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer m.Close()
+				if !m.Batched() {
+					t.Fatal("the stage does not batch")
+				}
+				stages, err := pipeline.Split(m.Config.NumLayers, n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				before := snapshot(p.Net)
+				got := batchRun(t, m, steps)
+				if d := bitDiffs(got.Logits, want.Logits); d > 0 {
+					t.Errorf("%d of %d logits differ from the unsplit batched pass's (largest relative difference %.3g)", d, len(want.Logits), modeltest.MaxRel(got.Logits, want.Logits))
+				}
+				if !slices.Equal(got.Tokens, want.Tokens) {
+					t.Errorf("greedy tokens %v, the unsplit model's %v", got.Tokens, want.Tokens)
+				}
+				checkSplit(t, p, stages, got, before, m.Config.HiddenSize)
+				t.Logf("%v: %d batched passes of 3 sequences, logits bit-identical to one process's, tokens %v", stages, got.Passes, got.Tokens)
 			})
 		}
 	}

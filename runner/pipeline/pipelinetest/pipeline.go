@@ -21,6 +21,9 @@ type Config struct {
 	Backend func(rank int) compute.Backend
 	// Prefix, when set, gives a worker rank its own prefix cache (pipeline.Worker.Prefix).
 	Prefix func(rank int) *kvstore.PrefixCache
+	// Open, when set, loads a worker's stage in place of pipeline.LoadStage on its
+	// backend b (a test makes a rank refuse a model with it).
+	Open func(dir string, s pipeline.Stage, b *Backend) (*model.Model, error)
 }
 
 // Pipeline is a pipeline whose ranks are goroutines of this process: rank 0's Leader,
@@ -50,9 +53,15 @@ func Start(t testing.TB, c Config) *Pipeline {
 	p.Leader = leader
 	for r := 1; r < c.Ranks; r++ {
 		b := p.Backends[r]
+		open := c.Open
+		if open == nil {
+			open = func(dir string, s pipeline.Stage, b *Backend) (*model.Model, error) {
+				return pipeline.LoadStage(dir, b, s)
+			}
+		}
 		w := &pipeline.Worker{
 			Wire: n.Wire(r),
-			Open: func(dir string, s pipeline.Stage) (*model.Model, error) { return pipeline.LoadStage(dir, b, s) },
+			Open: func(dir string, s pipeline.Stage) (*model.Model, error) { return open(dir, s, b) },
 			Log:  slog.New(slog.DiscardHandler),
 		}
 		if c.Prefix != nil {
