@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/registry/create"
@@ -400,4 +401,100 @@ func TestPipelineBatchCPU(t *testing.T) {
 			})
 		}
 	}
+}
+
+// rankStates is each rank's State in m.Ranks().
+func rankStates(m *model.Model) []string {
+	var s []string
+	for _, r := range m.Ranks() {
+		s = append(s, r.State)
+	}
+	return s
+}
+
+// TestPipelineRankGoneCPU makes a worker rank go away mid-pipeline as a dead machine
+// does on MLX's ring (its transfers never complete): a request in flight fails once
+// rank 0 learns it (the liveness connection's notice, Leader.RankGone) or once the
+// exchange's timeout passes, with ErrRankFailed naming the cause; later requests fail
+// at once, and Ranks shows the rank gone and the others stalled. (The MLX test of the
+// whole server is cmd/mlxg's TestDistributedServeRankDies.)
+func TestPipelineRankGoneCPU(t *testing.T) {
+	dir := random4Bit(t, pipeArchs()[0].cfg, 11)
+	prompt := modeltest.Tokens(5, 12)
+	start := func(t *testing.T) (*pipelinetest.Pipeline, *model.Model, []kvstore.Layer) {
+		p := pipelinetest.Start(t, pipelinetest.Config{Ranks: 3, Backend: func(int) compute.Backend { return cpu.New(cpuThreads) }})
+		m, err := p.Leader.Load(dir, p.Backends[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close() })
+		caches, err := m.NewCaches(true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Forward(context.Background(), prompt, caches, false); err != nil {
+			t.Fatal(err)
+		}
+		if s := rankStates(m); !slices.Equal(s, []string{"ready", "ready", "ready"}) {
+			t.Fatalf("ranks before: %v", s)
+		}
+		return p, m, caches
+	}
+	// fails runs a decode step and returns its error, failing t when it took longer
+	// than within.
+	fails := func(t *testing.T, m *model.Model, caches []kvstore.Layer, within time.Duration, during func()) error {
+		t.Helper()
+		began := time.Now()
+		done := make(chan error, 1)
+		go func() {
+			_, err := m.Forward(context.Background(), []int32{7}, caches, false)
+			done <- err
+		}()
+		if during != nil {
+			during()
+		}
+		select {
+		case err := <-done:
+			if !errors.Is(err, pipeline.ErrRankFailed) {
+				t.Fatalf("a pass with a rank gone: %v, want ErrRankFailed", err)
+			}
+			return err
+		case <-time.After(within + 10*time.Second):
+			t.Fatalf("a pass with a rank gone still runs after %v", time.Since(began))
+		}
+		return nil
+	}
+
+	t.Run("notice", func(t *testing.T) {
+		p, m, caches := start(t)
+		p.Leader.Timeout = 0 // none: only the notice ends the pass
+		p.Net.Cut(1)
+		err := fails(t, m, caches, 0, func() {
+			time.Sleep(200 * time.Millisecond) // the pass is blocked on the dead rank by now
+			p.Leader.RankGone(1, errors.New("rank 1 (test) is gone"))
+		})
+		if !strings.Contains(err.Error(), "rank 1 (test) is gone") {
+			t.Errorf("the pass's error %q does not say which rank went", err)
+		}
+		began := time.Now()
+		fails(t, m, caches, 0, nil)
+		if d := time.Since(began); d > time.Second {
+			t.Errorf("a later pass took %v to fail", d)
+		}
+		if s := rankStates(m); !slices.Equal(s, []string{"stalled", "gone", "stalled"}) {
+			t.Errorf("ranks after rank 1 went: %v", s)
+		}
+	})
+	t.Run("timeout", func(t *testing.T) {
+		p, m, caches := start(t)
+		p.Leader.Timeout = 300 * time.Millisecond
+		p.Net.Cut(2)
+		err := fails(t, m, caches, p.Leader.Timeout, nil)
+		if !strings.Contains(err.Error(), "did not answer within") {
+			t.Errorf("the pass's error %q does not say the workers timed out", err)
+		}
+		if s := rankStates(m); !slices.Equal(s, []string{"stalled", "stalled", "stalled"}) {
+			t.Errorf("ranks after the timeout: %v", s)
+		}
+	})
 }

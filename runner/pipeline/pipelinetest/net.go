@@ -32,6 +32,7 @@ type Net struct {
 
 	mu      sync.Mutex
 	traffic map[[2]int]Traffic
+	cut     map[int]bool // ranks that went away (Cut)
 }
 
 // Traffic is what one link carried.
@@ -77,6 +78,24 @@ func (n *Net) Size() int { return n.size }
 // Close fails every transfer waiting or to come, so that no rank is left blocked.
 func (n *Net) Close() { n.once.Do(func() { close(n.done) }) }
 
+// Cut makes rank go away as a dead machine does on MLX's ring: what is sent to it or
+// by it is lost, and a receive from it or by it waits until the net closes, since the
+// ring has no timeout and no notice of a dead peer.
+func (n *Net) Cut(rank int) {
+	n.mu.Lock()
+	if n.cut == nil {
+		n.cut = map[int]bool{}
+	}
+	n.cut[rank] = true
+	n.mu.Unlock()
+}
+
+func (n *Net) isCut(src, dst int) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.cut[src] || n.cut[dst]
+}
+
 // Traffic is what the link from src to dst carried so far.
 func (n *Net) Traffic(src, dst int) Traffic {
 	n.mu.Lock()
@@ -101,6 +120,9 @@ func (n *Net) check(src, dst int) error {
 func (n *Net) send(src, dst int, p packet) error {
 	if err := n.check(src, dst); err != nil {
 		return err
+	}
+	if n.isCut(src, dst) {
+		return nil
 	}
 	if p.isFloat && n.Tamper != nil {
 		n.Tamper(src, dst, p.floats)
@@ -132,6 +154,10 @@ func (n *Net) send(src, dst int, p packet) error {
 func (n *Net) recv(src, dst int, want packet) (packet, error) {
 	if err := n.check(src, dst); err != nil {
 		return packet{}, err
+	}
+	if n.isCut(src, dst) {
+		<-n.done
+		return packet{}, fmt.Errorf("pipelinetest: rank %d receiving from rank %d: the net is closed", dst, src)
 	}
 	t := time.NewTimer(n.timeout())
 	defer t.Stop()
