@@ -39,6 +39,11 @@
 // and reports its failure in the status round: the request fails, the pipeline stays
 // usable.
 //
+// Both channels are interfaces: Wire for the control messages, Comm (on a backend's
+// contexts) for the activations. MLX's distributed layer is the only implementation
+// between machines; the tests run the ranks as goroutines of one process over
+// pipelinetest's in-memory one, on the CPU backend.
+//
 // MLX's ring has no timeout and no notice of a peer that died: a transfer to it blocks
 // forever. So each worker also keeps a TCP connection to rank 0 (Cluster, RunWorker):
 // its end tells rank 0 that the rank is gone (the pipeline then fails every request,

@@ -379,6 +379,9 @@ func (m *stageModel) Forward(ctx context.Context, tokens []int32, caches []kvsto
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if err := l.Broken(); err != nil {
+		return nil, err // before touching the caches, which an abandoned pass may hold
+	}
 	seq, layout := p.seqID(caches) // as the policy made them: nil for the layers it left to other ranks
 	if err := m.checkStage(tokens, caches); err != nil {
 		return nil, err
@@ -403,9 +406,10 @@ func (m *stageModel) Forward(ctx context.Context, tokens []int32, caches []kvsto
 	_, msg.Hidden = inner.(model.HiddenSink)
 	logits, passErr, failed, err := l.pass(msg, func() ([]float32, error, error) { return m.runStage(inner, msg, caches) })
 	if err != nil {
+		// The pass is left blocked on a transfer that will not complete: it keeps its
+		// context and the caches it is writing (the pipeline never runs again).
 		abandoned = true
 		l.Fail(err)
-		m.rewind(caches, start)
 		return nil, l.Broken()
 	}
 	if passErr != nil {
@@ -557,6 +561,9 @@ func (m *stageModel) PrefixRestore(caches []kvstore.Layer, tokens []int32, n int
 	l := p.leader
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if err := l.Broken(); err != nil {
+		return 0, err
+	}
 	seq, layout := p.seqID(caches)
 	if layout == nil {
 		layout = p.layout[seq] // the workers may not know the sequence yet
@@ -600,6 +607,9 @@ func (m *stageModel) prefixMessage(caches []kvstore.Layer, msg Message) {
 	l := p.leader
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.Broken() != nil {
+		return
+	}
 	msg.Model = p.id
 	msg.Seq, _ = p.seqID(caches)
 	err := l.exchange(func() error {
@@ -655,6 +665,12 @@ func (m *stageModel) ForwardBatch(ctx context.Context, seqs []model.Sequence) []
 	l := p.leader
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if err := l.Broken(); err != nil {
+		for i := range out {
+			out[i].Err = err
+		}
+		return out
+	}
 	var run []int
 	var part []model.Sequence
 	var payload []int32
@@ -710,7 +726,9 @@ func (m *stageModel) ForwardBatch(ctx context.Context, seqs []model.Sequence) []
 	}
 	for j, i := range run {
 		if err != nil {
-			m.rewind(seqs[i].Caches, starts[i])
+			if !abandoned { // an abandoned pass keeps the caches (Forward)
+				m.rewind(seqs[i].Caches, starts[i])
+			}
 			out[i].Err = err
 			continue
 		}
