@@ -54,7 +54,7 @@ var ModelFormats = []ModelFormat{
 // TinyModel is the tiny checkpoint of one registered architecture in one format.
 type TinyModel struct {
 	ModelType string // config.json's model_type, as registered
-	Format    ModelFormat
+	Format    ModelFormat // zero when Uncovered
 	Dir       string
 	// Uncovered says why there is no checkpoint: randmodel cannot write this
 	// architecture yet.
@@ -63,10 +63,16 @@ type TinyModel struct {
 }
 
 // Name is how the report names the model's checks.
-func (m TinyModel) Name() string { return "tiny " + m.ModelType + " " + m.Format.Name }
+func (m TinyModel) Name() string {
+	if m.Format.Name == "" {
+		return "tiny " + m.ModelType
+	}
+	return "tiny " + m.ModelType + " " + m.Format.Name
+}
 
 // TinyModels writes the tiny checkpoints of every registered architecture
 // (model.Supported) under dir, in every format; the same seed writes the same weights.
+// An architecture randmodel cannot write gets one TinyModel saying so (Uncovered).
 func TinyModels(dir string, seed uint64) []TinyModel {
 	var out []TinyModel
 	for _, mt := range model.Supported() {
@@ -75,11 +81,13 @@ func TinyModels(dir string, seed uint64) []TinyModel {
 		if err == nil {
 			err = randmodel.Generate(hf, cfg, randmodel.Options{Seed: seed})
 		}
+		if cfg.Arch == "" {
+			out = append(out, TinyModel{ModelType: mt, Uncovered: err.Error()})
+			continue
+		}
 		for _, f := range ModelFormats {
 			m := TinyModel{ModelType: mt, Format: f, Dir: filepath.Join(dir, mt, f.Name)}
 			switch {
-			case cfg.Arch == "":
-				m.Uncovered, m.Dir = err.Error(), ""
 			case err != nil:
 				m.Err = err
 			default:
