@@ -39,13 +39,15 @@ type ModelFormat struct {
 }
 
 // ModelFormats are the forms every architecture is checked in: float32, and 4-bit
-// with float32 scales. The products of both run in float32 on every backend (MLX casts
-// a product's input to the type of the weight or its scales), so that the logits of a
-// reduced-precision backend stay close to the reference's: a product's input rounded
-// to 16 or 8 bits moves a router's logits enough to pick another expert now and then,
-// which changes a mixture-of-experts model's output by far more than the rounding. The
-// fp16 and bf16 products are the op table's. What remains between backends is the
-// order of sums and the fp16 KV cache, whose rounding a tiny difference can tip.
+// with float32 scales, both over float32 KV caches. Their products and attention run
+// in float32 on every backend (MLX casts a product's input to the type of the weight
+// or its scales, and attends in fp16 over an fp16 cache), so that the logits of a
+// reduced-precision backend stay close to the reference's: an input rounded to 16 or 8
+// bits moves a router's logits enough to pick another expert now and then, which
+// changes a mixture-of-experts model's output by far more than the rounding. The fp16
+// and bf16 arithmetic is the op table's to check; here what remains between backends
+// is the order of sums, and what is checked is how each architecture composes the
+// operations.
 var ModelFormats = []ModelFormat{
 	{"float32", create.Options{}, Tol{1e-3, 1e-2}},
 	{"4-bit", create.Options{Bits: 4, GroupSize: 64}, Tol{1e-3, 1e-2}},
@@ -53,7 +55,7 @@ var ModelFormats = []ModelFormat{
 
 // TinyModel is the tiny checkpoint of one registered architecture in one format.
 type TinyModel struct {
-	ModelType string // config.json's model_type, as registered
+	ModelType string      // config.json's model_type, as registered
 	Format    ModelFormat // zero when Uncovered
 	Dir       string
 	// Uncovered says why there is no checkpoint: randmodel cannot write this
@@ -163,7 +165,7 @@ func forward(dir string, open Opener, tokens []int32, res *residency.Manager) (r
 		streamed = true
 	}
 	ctx := context.Background()
-	caches, err := m.NewCaches(false)
+	caches, err := m.NewCaches(true)
 	if err != nil {
 		return r, streamed, err
 	}
@@ -184,7 +186,7 @@ func forward(dir string, open Opener, tokens []int32, res *residency.Manager) (r
 		r.tokens = append(r.tokens, t)
 		next = []int32{t}
 	}
-	fresh, err := m.NewCaches(false)
+	fresh, err := m.NewCaches(true)
 	if err != nil {
 		return r, streamed, err
 	}
