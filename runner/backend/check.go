@@ -78,13 +78,16 @@ func (t Tol) For(p Precision) float64 {
 // The tolerances of the op table. A product's reduced tolerance follows the float type
 // its input is cast to (fp16's 11 bits of mantissa, bf16's 8); the others are float32
 // rounding, with room for a GPU's fast exp and tanh. Copies and gathers are exact
-// everywhere.
+// everywhere (1e-6 is the reference's own rounding from float64).
 var (
 	tolCopy  = Tol{1e-6, 1e-6}
 	tolArith = Tol{1e-4, 1e-3}
 	tolF32   = Tol{1e-4, 1e-3}
 	tolF16   = Tol{1e-4, 1e-2}
 	tolBF16  = Tol{1e-4, 3e-2}
+	// An affine 4-bit product in groups of 64 is also what the CPU backend's 8-bit
+	// input path rounds to 8 bits: up to 9e-3 over 40 seeds.
+	tolInt8 = Tol{1e-4, 2e-2}
 )
 
 func relErr(got, want []float32) (float64, error) {
@@ -264,7 +267,7 @@ func opCases(seed uint64) ([]opCase, error) {
 		{"f32", safetensors.F32, compute.Quant{}, tolF32},
 		{"f16", safetensors.F16, compute.Quant{}, tolF16},
 		{"bf16", safetensors.BF16, compute.Quant{}, tolBF16},
-		{"affine 4-bit g64", safetensors.F16, compute.Quant{Mode: quant.Affine, Bits: 4, GroupSize: 64}, tolF16},
+		{"affine 4-bit g64", safetensors.F16, compute.Quant{Mode: quant.Affine, Bits: 4, GroupSize: 64}, tolInt8},
 		{"affine 8-bit g32", safetensors.BF16, compute.Quant{Mode: quant.Affine, Bits: 8, GroupSize: 32}, tolBF16},
 		{"affine 3-bit g32", safetensors.F16, compute.Quant{Mode: quant.Affine, Bits: 3, GroupSize: 32}, tolF16},
 		{"affine 6-bit g128", safetensors.F16, compute.Quant{Mode: quant.Affine, Bits: 6, GroupSize: 128}, tolF16},
