@@ -12,6 +12,7 @@ import (
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/registry/safetensors"
 	"github.com/mlxg/mlxg/runner/compute"
+	"github.com/mlxg/mlxg/runner/residency"
 )
 
 // Result is one check of one backend: the largest absolute difference from the
@@ -28,6 +29,8 @@ type Result struct {
 	Uncovered string
 	// Note adds what the reader needs to weigh the result (a fallback path taken).
 	Note string
+	// Stream is the residency manager's counters at the end of a streaming check.
+	Stream *residency.Stats
 }
 
 // OK reports whether the check ran and stayed within its tolerance.

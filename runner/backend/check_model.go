@@ -138,11 +138,12 @@ func greedy(logits []float32) int32 {
 // forward loads m on a backend from open and runs the prompt, then tinySteps decode
 // steps: of the given tokens, or when tokens is nil of its own greedy picks. With
 // res, the model streams its weights through it under a budget of its pinned weights
-// and one unit (streamed reports whether any were).
-func forward(dir string, open Opener, tokens []int32, res *residency.Manager) (r modelRun, streamed bool, err error) {
+// and one unit; streamed is the manager's counters at the end, nil when the backend
+// streamed nothing.
+func forward(dir string, open Opener, tokens []int32, res *residency.Manager) (r modelRun, streamed *residency.Stats, err error) {
 	b, err := open()
 	if err != nil {
-		return r, false, err
+		return r, nil, err
 	}
 	r.backend = b.Name()
 	var m *model.Model
@@ -153,16 +154,20 @@ func forward(dir string, open Opener, tokens []int32, res *residency.Manager) (r
 	}
 	if err != nil {
 		closeBackend(b)
-		return r, false, err
+		return r, nil, err
 	}
+	res = m.Residency()
 	defer func() {
+		if res != nil {
+			s := res.Stats()
+			streamed = &s
+		}
 		closeBackend(b)
 		m.Close()
 	}()
-	if res := m.Residency(); res != nil {
+	if res != nil {
 		s := res.Stats()
 		res.SetBudget(s.Pinned + s.Total/int64(s.Units))
-		streamed = true
 	}
 	ctx := context.Background()
 	caches, err := m.NewCaches(true)
@@ -281,10 +286,12 @@ func CheckStreaming(m TinyModel, open Opener, p Precision) Result {
 	switch {
 	case err != nil:
 		res.Err = err
-	case !streamed:
+	case streamed == nil:
 		res.Uncovered = "this backend maps every weight of this model (it streams none)"
 	default:
 		res.RelErr, res.Err = relErr(slices.Concat(got.passes...), slices.Concat(mapped.passes...))
+		res.Note = fmt.Sprintf("%d units, %d reads, %d evictions, %d guessed ahead", streamed.Units, streamed.Reads, streamed.Evictions, streamed.Predicted)
+		res.Stream = streamed
 	}
 	return res
 }

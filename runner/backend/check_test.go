@@ -245,7 +245,10 @@ func TestDoctorModelsOnCPU(t *testing.T) {
 		res = append(res, CheckModel(m, openInt8, openCPU, Reduced)...)
 		if m.Format.Name == "4-bit" {
 			s := CheckStreaming(m, openCPU, Float32)
-			streamed[m.ModelType] = s.Uncovered == ""
+			// Under its budget of one unit the model evicts, and a mixture of experts
+			// guesses the next layer's experts (compute.ExpertGuesser).
+			moe := m.ModelType == "qwen3_moe" || m.ModelType == "qwen3_next"
+			streamed[m.ModelType] = s.Stream != nil && s.Stream.Evictions > 0 && (!moe || s.Stream.Predicted > 0)
 			res = append(res, s)
 		}
 		for _, r := range res {
@@ -269,5 +272,18 @@ func TestDoctorModelsOnCPU(t *testing.T) {
 	res := CheckModel(qwen3, func() (compute.Backend, error) { return skewed{cpu.New(2)}, nil }, openCPU, Reduced)
 	if len(res) != 2 || res[1].OK() {
 		t.Fatalf("a wrong SwiGLU passed the logits check: %+v", res)
+	}
+}
+
+// A greedy token may differ from the reference's only where the reference's logits of
+// the two are within what the tolerance allows.
+func TestDoctorSameGreedy(t *testing.T) {
+	want := [][]float32{{0, 1, 4}, {2, 1.99, 0}}
+	if n, err := sameGreedy([][]float32{{0, 1, 4}, {1.99, 2, 0}}, want, 1e-2); n != 1 || err != nil {
+		t.Errorf("a near tie: %d agree, %v", n, err)
+	}
+	if n, err := sameGreedy([][]float32{{0, 5, 4}, {2, 1.99, 0}}, want, 1e-2); n != 0 || err == nil ||
+		!strings.Contains(err.Error(), "greedy token 1 of 2 is 1, the reference's 2") {
+		t.Errorf("a clear difference: %d agree, %v", n, err)
 	}
 }
