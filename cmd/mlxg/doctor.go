@@ -115,8 +115,11 @@ func runDoctor(out io.Writer, seed uint64) int {
 	if quant.Int8Kernel() {
 		int8All := cpubackend.New(0)
 		int8All.UseInt8(true)
-		// As serve starts it: 8-bit inputs for a batch's decode rows only, so a
-		// sequence alone takes the float path (the whole models run one sequence).
+		// The 8-bit path is checked op by op. The models run on the backend as serve
+		// starts it, 8-bit inputs for a batch's decode rows only, so that a sequence
+		// alone takes the float path: 8-bit inputs everywhere move a mixture of
+		// experts' router logits enough to pick another expert now and then (the tiny
+		// qwen3_next's logits then move by up to a third), beyond any tolerance.
 		openServe := func() (compute.Backend, error) {
 			b := cpubackend.New(0)
 			b.UseInt8Batches(true)
