@@ -78,26 +78,29 @@ func (m TinyModel) Name() string {
 func TinyModels(dir string, seed uint64) []TinyModel {
 	var out []TinyModel
 	for _, mt := range model.Supported() {
-		cfg, err := randmodel.TinyOf(mt, tinyVocab)
-		hf := filepath.Join(dir, mt, "hf")
+		out = append(out, TinyModelsOf(filepath.Join(dir, mt), mt, seed, ModelFormats...)...)
+	}
+	return out
+}
+
+// TinyModelsOf writes the tiny checkpoint of the architecture registered as
+// modelType under dir, in the formats given (ModelFormats' entries): one TinyModel per
+// format, or a single one that is Uncovered.
+func TinyModelsOf(dir, modelType string, seed uint64, formats ...ModelFormat) []TinyModel {
+	cfg, err := randmodel.TinyOf(modelType, tinyVocab)
+	if err != nil {
+		return []TinyModel{{ModelType: modelType, Uncovered: err.Error()}}
+	}
+	hf := filepath.Join(dir, "hf")
+	defer os.RemoveAll(hf)
+	err = randmodel.Generate(hf, cfg, randmodel.Options{Seed: seed})
+	var out []TinyModel
+	for _, f := range formats {
+		m := TinyModel{ModelType: modelType, Format: f, Dir: filepath.Join(dir, f.Name), Err: err}
 		if err == nil {
-			err = randmodel.Generate(hf, cfg, randmodel.Options{Seed: seed})
+			_, m.Err = create.Convert(context.Background(), hf, m.Dir, f.opts)
 		}
-		if cfg.Arch == "" {
-			out = append(out, TinyModel{ModelType: mt, Uncovered: err.Error()})
-			continue
-		}
-		for _, f := range ModelFormats {
-			m := TinyModel{ModelType: mt, Format: f, Dir: filepath.Join(dir, mt, f.Name)}
-			switch {
-			case err != nil:
-				m.Err = err
-			default:
-				_, m.Err = create.Convert(context.Background(), hf, m.Dir, f.opts)
-			}
-			out = append(out, m)
-		}
-		os.RemoveAll(hf)
+		out = append(out, m)
 	}
 	return out
 }
