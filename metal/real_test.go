@@ -3,6 +3,7 @@ package metal_test
 import (
 	"testing"
 
+	"github.com/mlxg/mlxg/metal"
 	"github.com/mlxg/mlxg/metal/mlxtest"
 	"github.com/mlxg/mlxg/runner/backend"
 	"github.com/mlxg/mlxg/runner/cpu"
@@ -13,13 +14,7 @@ import (
 func TestEveryOpOnRealMLX(t *testing.T) {
 	b := mlxtest.Backend(t)
 	t.Logf("backend %s", b.Name())
-	// MLX's CPU computes in float32 here (Backend.wide), so it is held to the CPU's
-	// tolerance; a GPU runs products with fp16/bf16 activations.
-	tol := backend.TolGPU
-	if b.Device() == "cpu" {
-		tol = backend.TolCPU
-	}
-	res, err := backend.CheckOps(b, cpu.New(2), tol, 7)
+	res, err := backend.CheckOps(b, cpu.New(2), precision(b), 7)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,4 +25,13 @@ func TestEveryOpOnRealMLX(t *testing.T) {
 			t.Logf("%-40s %.2e", r.Check, r.RelErr)
 		}
 	}
+}
+
+// precision is how b computes: MLX's CPU in float32 (Backend.wide), held to the CPU
+// backend's tolerances; a GPU runs products with fp16/bf16 activations.
+func precision(b *metal.Backend) backend.Precision {
+	if b.Device() == "cpu" {
+		return backend.Float32
+	}
+	return backend.Reduced
 }

@@ -13,41 +13,75 @@ import (
 	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
 
+	"github.com/mlxg/mlxg/internal/quant"
 	"github.com/mlxg/mlxg/kvstore/sysmem"
 	"github.com/mlxg/mlxg/metal"
 	"github.com/mlxg/mlxg/runner/backend"
 	"github.com/mlxg/mlxg/runner/compute"
 	cpubackend "github.com/mlxg/mlxg/runner/cpu"
-	_ "github.com/mlxg/mlxg/runner/model/all" // the tiny model check loads a qwen3
+	_ "github.com/mlxg/mlxg/runner/model/all" // the model checks run every architecture
 )
 
 func newDoctorCmd() *cobra.Command {
 	var seed uint64
+	var reportPath string
 	cmd := &cobra.Command{
 		Use:   "doctor",
-		Short: "Check this machine: system, memory, compute backends and their results",
+		Short: "Check this machine and the compute backends: the MLX backend's self-test",
 		Long: `doctor reports the OS, chip, memory and memory pressure, which compute backends
-can run here and why not, then runs every compute operation on every available
-backend with random inputs and compares it with plain reference kernels (and a GPU
-backend with the CPU backend), and finally runs a tiny randomly generated model.
-It exits with a non-zero status when any check fails.`,
+can run here and why not, then checks them: every compute operation on random inputs
+against plain reference kernels and against the CPU backend, each within its own
+tolerance; then a tiny random checkpoint of every supported architecture, float32 and
+4-bit, whose logits and greedy tokens must match the CPU backend's. On a Mac this is
+the test of the MLX (Metal) backend. One line per check, PASS or FAIL with the
+measured error; an architecture without a tiny checkpoint is listed as NOT COVERED.
+It exits with a non-zero status when any check fails. Attach the report (--report
+writes it to a file as well) to a bug report.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			failed := runDoctor(cmd.OutOrStdout(), seed)
+			out := cmd.OutOrStdout()
+			var file *os.File
+			if reportPath != "" {
+				f, err := os.Create(reportPath)
+				if err != nil {
+					return err
+				}
+				file = f
+				out = io.MultiWriter(out, f)
+			}
+			failed := runDoctor(out, seed)
+			if file != nil {
+				if err := file.Close(); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "report written to %s\n", reportPath)
+			}
 			if failed > 0 {
 				return fmt.Errorf("doctor: %d check(s) failed", failed)
 			}
 			return nil
 		},
 	}
-	cmd.Flags().Uint64Var(&seed, "seed", 1, "seed of the random inputs")
+	cmd.Flags().Uint64Var(&seed, "seed", 1, "seed of the random inputs and weights")
+	cmd.Flags().StringVar(&reportPath, "report", "", "also write the report to this file (for a bug report)")
 	return cmd
+}
+
+// underTest is a backend doctor checks against the CPU backend's float path.
+type underTest struct {
+	name      string // for the Operations section's header
+	backend   compute.Backend
+	open      backend.Opener // another one of its kind, for a model of its own
+	precision backend.Precision
+	ops       bool // checked op by op
+	models    bool // checked on the tiny models
+	streams   bool // the streaming checks too (the CPU reference runs them anyway)
 }
 
 // runDoctor prints the report and returns the number of failed checks.
 func runDoctor(out io.Writer, seed uint64) int {
 	w := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	failed := 0
+	failed, passed, uncovered := 0, 0, 0
 	section := func(name string) { w.Flush(); fmt.Fprintf(out, "\n%s\n", name) }
 	row := func(cols ...any) {
 		parts := make([]string, len(cols))
@@ -57,7 +91,7 @@ func runDoctor(out io.Writer, seed uint64) int {
 		fmt.Fprintf(w, "  %s\n", strings.Join(parts, "\t"))
 	}
 
-	fmt.Fprintf(out, "mlxg %s doctor\n", version)
+	fmt.Fprintf(out, "mlxg %s doctor (seed %d)\n", version, seed)
 	section("System")
 	row("OS", osDescription())
 	chip := chipName()
@@ -72,11 +106,35 @@ func runDoctor(out io.Writer, seed uint64) int {
 	}
 
 	section("Backends")
+	// The reference: the CPU backend's float path. Every other backend, and the CPU
+	// backend's own 8-bit input path, is checked against it.
 	ref := cpubackend.New(0)
-	backends := []compute.Backend{ref}
-	openCPU := func() (compute.Backend, error) { return cpubackend.New(0), nil }
-	openers := []backend.Opener{openCPU}
-	row("cpu", "available: "+ref.Name())
+	openRef := func() (compute.Backend, error) { return ref, nil }
+	row("cpu", "available: "+ref.Name()+" (the reference)")
+	var tested []underTest
+	if quant.Int8Kernel() {
+		int8All := cpubackend.New(0)
+		int8All.UseInt8(true)
+		// The 8-bit path is checked op by op. The models run on the backend as serve
+		// starts it, 8-bit inputs for a batch's decode rows only, so that a sequence
+		// alone takes the float path: 8-bit inputs everywhere move a mixture of
+		// experts' router logits enough to pick another expert now and then (the tiny
+		// qwen3_next's logits then move by up to a third), beyond any tolerance.
+		openServe := func() (compute.Backend, error) {
+			b := cpubackend.New(0)
+			b.UseInt8Batches(true)
+			return b, nil
+		}
+		serve, _ := openServe()
+		tested = append(tested,
+			underTest{name: int8All.Name(), backend: int8All, precision: backend.Reduced, ops: true},
+			underTest{name: serve.Name(), backend: serve, open: openServe, precision: backend.Float32, models: true})
+	} else {
+		// No 8-bit path here: the models' comparisons run on one thread against many.
+		openOne := func() (compute.Backend, error) { return cpubackend.New(1), nil }
+		one, _ := openOne()
+		tested = append(tested, underTest{name: one.Name(), backend: one, open: openOne, precision: backend.Float32, models: true})
+	}
 	// MLX: Metal on a Mac; on Linux MLX's CPU (or CUDA) backend where libmlxc is found,
 	// chosen only by MLXG_BACKEND=mlx.
 	mlxRow := "metal"
@@ -88,8 +146,11 @@ func runDoctor(out io.Writer, seed uint64) int {
 		row(mlxRow, strings.ReplaceAll(gpuErr.Error(), "\n", "\n  \t"))
 	} else {
 		defer gpu.(interface{ Close() error }).Close()
-		backends = append(backends, gpu)
-		openers = append(openers, backend.OpenMetal)
+		p := backend.Reduced
+		if d, ok := gpu.(interface{ Device() string }); ok && d.Device() == "cpu" {
+			p = backend.Float32 // MLX's CPU computes in float32 like the CPU backend
+		}
+		tested = append(tested, underTest{name: gpu.Name(), backend: gpu, open: backend.OpenMetal, precision: p, ops: true, models: true, streams: true})
 		desc := "available: " + gpu.Name()
 		if mb, ok := gpu.(*metal.Backend); ok {
 			lib := mb.Lib()
@@ -113,7 +174,7 @@ func runDoctor(out io.Writer, seed uint64) int {
 			}
 			return backend.OpenMetal()
 		},
-		CPU:    func(int) compute.Backend { return ref },
+		CPU:    func(n int) compute.Backend { return cpubackend.New(n) }, // Select sets its 8-bit inputs
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
@@ -121,61 +182,91 @@ func runDoctor(out io.Writer, seed uint64) int {
 		failed++
 	} else {
 		row("selected", fmt.Sprintf("%s (%s; %s=cpu, metal or mlx forces one)", choice.Backend.Name(), choice.Reason, backend.Env))
-		if choice.Backend != ref {
-			backend.Release(choice.Backend)
-		}
+		backend.Release(choice.Backend)
 	}
 
-	report := func(res []backend.Result) {
+	// One line per check: status, check, what it is compared with, the error and its
+	// tolerance (or why it failed or was not covered), a note. sub heads the lines of
+	// one backend.
+	sub := func(title string) { w.Flush(); fmt.Fprintf(out, "  %s\n", title) }
+	report := func(res ...backend.Result) {
 		for _, r := range res {
-			status := "ok"
 			detail := fmt.Sprintf("%.2e (tolerance %.0e)", r.RelErr, r.Tol)
 			switch {
+			case r.Uncovered != "":
+				detail = r.Uncovered
+				uncovered++
 			case r.Err != nil:
-				status, detail = "FAIL", r.Err.Error()
+				detail = r.Err.Error()
 				failed++
 			case !r.OK():
-				status = "FAIL"
 				failed++
+			default:
+				passed++
 			}
-			row(status, r.Backend, r.Check, "vs "+r.Against, detail)
+			against := ""
+			if r.Against != "" {
+				against = "vs " + r.Against
+			}
+			row(" ", r.Status(), r.Check, against, detail, r.Note)
 		}
 	}
-	section("Operations (random inputs; error = max|got-want| / max|want|)")
-	for _, b := range backends {
-		tol := backend.TolGPU
-		if d, ok := b.(interface{ Device() string }); b == ref || ok && d.Device() == "cpu" {
-			tol = backend.TolCPU // MLX's CPU computes in float32 like the CPU backend
-		}
-		res, err := backend.CheckOps(b, ref, tol, seed)
+	ops := func(b compute.Backend, p backend.Precision) {
+		res, err := backend.CheckOps(b, ref, p, seed)
 		if err != nil {
-			row("FAIL", b.Name(), "setting up the checks: "+err.Error())
+			row(" ", "FAIL", "setting up the checks: "+err.Error())
 			failed++
-			continue
 		}
-		report(res)
+		report(res...)
 	}
 
-	section("Tiny model (random qwen3, 2 layers: prefill and decode)")
-	dir, err := os.MkdirTemp("", "mlxg-doctor-")
-	if err == nil {
-		defer os.RemoveAll(dir)
-		err = backend.TinyModel(dir, seed)
+	section("Operations (random inputs; error = max|got-want| / max|want|, tolerance per operation)")
+	sub(ref.Name() + ", the reference, against plain Go kernels:")
+	ops(ref, backend.Float32)
+	for _, t := range tested {
+		if t.ops {
+			sub(fmt.Sprintf("%s (%s):", t.name, t.precision))
+			ops(t.backend, t.precision)
+		}
 	}
+
+	section("Models (a tiny random checkpoint of every supported architecture, float32 and 4-bit; error of the logits)")
+	dir, err := os.MkdirTemp("", "mlxg-doctor-")
 	if err != nil {
-		row("FAIL", "generating the model: "+err.Error())
+		row("FAIL", "a folder for the models: "+err.Error())
 		failed++
 	} else {
-		report(backend.CheckModel(dir, openCPU, nil, backend.TolCPU))
-		for _, open := range openers[1:] {
-			report(backend.CheckModel(dir, open, openCPU, backend.TolGPU))
+		defer os.RemoveAll(dir)
+		models := backend.TinyModels(dir, seed)
+		sub(ref.Name() + ", the reference:")
+		for _, m := range models {
+			report(backend.CheckModel(m, openRef, nil, backend.Float32)...)
+			if m.Format.Name == "4-bit" {
+				report(backend.CheckStreaming(m, openRef, backend.Float32))
+			}
+		}
+		for _, t := range tested {
+			if !t.models {
+				continue
+			}
+			sub(fmt.Sprintf("%s (%s), fed the reference's greedy tokens:", t.name, t.precision))
+			for _, m := range models {
+				if m.Uncovered != "" {
+					continue // said once, above
+				}
+				report(backend.CheckModel(m, t.open, openRef, t.precision)...)
+				if t.streams && m.Format.Name == "4-bit" {
+					report(backend.CheckStreaming(m, t.open, t.precision))
+				}
+			}
 		}
 	}
 	w.Flush()
+	fmt.Fprintf(out, "\nSummary: %d passed, %d failed, %d not covered.\n", passed, failed, uncovered)
 	if failed == 0 {
-		fmt.Fprintln(out, "\nAll checks passed.")
+		fmt.Fprintln(out, "All checks passed.")
 	} else {
-		fmt.Fprintf(out, "\n%d check(s) FAILED.\n", failed)
+		fmt.Fprintf(out, "%d check(s) FAILED. Attach this report to a bug report.\n", failed)
 	}
 	return failed
 }

@@ -2,11 +2,15 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/mlxg/mlxg/metal/mlxtest"
+	"github.com/mlxg/mlxg/runner/backend"
+	"github.com/mlxg/mlxg/runner/model"
 )
 
 func TestDoctorReport(t *testing.T) {
@@ -18,7 +22,9 @@ func TestDoctorReport(t *testing.T) {
 		t.Fatalf("%d checks failed:\n%s", failed, report)
 	}
 	want := []string{"System", "OS", runtime.GOOS + "/" + runtime.GOARCH, "Memory", "Pressure", "Backends", "cpu (",
-		"Linear affine 4-bit g64", "Attention affine k8/v4 cache", "RoPE yarn", "tiny qwen3: decode steps vs one prefill", "All checks passed."}
+		"Linear affine 4-bit g64", "Attention affine k8/v4 cache", "RoPE yarn", "VerifyRows", "Free (buffers reused",
+		"tiny qwen3 float32: decode steps vs one prefill", "tiny qwen3_moe 4-bit: streamed vs mapped", "tiny qwen3_next 4-bit: logits",
+		"Summary: ", "All checks passed."}
 	switch {
 	case runtime.GOOS == "linux" && mlxtest.Enabled(): // an installed libmlxc (Homebrew's mlx-c on a Mac; docs/backends.md on Linux): MLX on the CPU
 		want = append(want, "mlx       available: mlx-cpu", "GatedDelta (prefill, then a step)", "MoE affine 4-bit")
@@ -32,8 +38,40 @@ func TestDoctorReport(t *testing.T) {
 			t.Errorf("the report lacks %q:\n%s", w, report)
 		}
 	}
-	if strings.Count(report, "  ok  ") < 32 {
-		t.Errorf("fewer checks than expected ran:\n%s", report)
+	if strings.Count(report, " PASS  ") < 150 || strings.Contains(report, "FAIL") {
+		t.Errorf("fewer checks than expected passed:\n%s", report)
+	}
+	// Every registered architecture has a line: its checks, or NOT COVERED.
+	uncovered := backend.Uncovered()
+	for _, mt := range model.Supported() {
+		want := "tiny " + mt + " float32: decode steps vs one prefill"
+		if _, ok := uncovered[mt]; ok {
+			want = "NOT COVERED  tiny " + mt + " "
+		}
+		if !strings.Contains(report, want) {
+			t.Errorf("the report lacks %q:\n%s", want, report)
+		}
+	}
+}
+
+// --report writes the same report to a file, for a bug report.
+func TestDoctorReportFile(t *testing.T) {
+	t.Setenv("MLXG_BACKEND", "")
+	path := filepath.Join(t.TempDir(), "doctor.txt")
+	var out, errOut bytes.Buffer
+	cmd := newDoctorCmd()
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	cmd.SetArgs([]string{"--report", path, "--seed", "2"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(data) != out.String() || !strings.Contains(out.String(), "doctor (seed 2)") || !strings.Contains(errOut.String(), "report written to "+path) {
+		t.Errorf("the file holds %d bytes, the output %d; stderr %q", len(data), out.Len(), errOut.String())
 	}
 }
 

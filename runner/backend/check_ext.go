@@ -47,11 +47,11 @@ func extCases(r *rand.Rand, src source, f feeder) ([]opCase, error) {
 	T, in := f.T, f.in
 	var cases []opCase
 	act := func(name string, want []float32, op func(c compute.Context, e compute.ActivationContext, x, y compute.Tensor) compute.Tensor) {
-		cases = append(cases, opCase{name, func(b compute.Backend) ([]float32, error) {
+		cases = append(cases, opCase{name, []string{"ActivationContext." + name}, tolArith, func(b compute.Backend) ([]float32, error) {
 			return extOp(f, b, func(c compute.Context, e compute.ActivationContext) compute.Tensor {
 				return op(c, e, f.rowsOf(b, c, 0, T), f.rowsOf(b, c, T, T))
 			})
-		}, want})
+		}, want, nil})
 	}
 
 	// Elementwise activations.
@@ -82,7 +82,7 @@ func extCases(r *rand.Rand, src source, f feeder) ([]opCase, error) {
 			gated[t*in+j] = float32(float64(f.x[t*in+j]) * sigmoid64(float64(f.y[t*in+j/group])))
 		}
 	}
-	cases = append(cases, opCase{"SigmoidMul per group", func(b compute.Backend) ([]float32, error) {
+	cases = append(cases, opCase{"SigmoidMul per group", []string{"ActivationContext.SigmoidMul", "LinearAttentionContext.Cols"}, tolArith, func(b compute.Backend) ([]float32, error) {
 		return extOp(f, b, func(c compute.Context, e compute.ActivationContext) compute.Tensor {
 			l, ok := compute.Ext[compute.LinearAttentionContext](c)
 			if !ok {
@@ -90,7 +90,7 @@ func extCases(r *rand.Rand, src source, f feeder) ([]opCase, error) {
 			}
 			return e.SigmoidMul(f.rowsOf(b, c, 0, T), l.Cols(f.rowsOf(b, c, T, T), 0, gcols))
 		})
-	}, gated})
+	}, gated, nil})
 
 	// RMSNormOffset: weights stored around 0, scaled by 1 + w.
 	nw := stored(randn(r, in, 0.2), safetensors.BF16)
@@ -107,7 +107,7 @@ func extCases(r *rand.Rand, src source, f feeder) ([]opCase, error) {
 			normOff[t*in+j] = float32(float64(v) * inv * (1 + float64(nw[j])))
 		}
 	}
-	cases = append(cases, opCase{"RMSNormOffset", func(b compute.Backend) ([]float32, error) {
+	cases = append(cases, opCase{"RMSNormOffset", []string{"ActivationContext.RMSNormOffset"}, tolArith, func(b compute.Backend) ([]float32, error) {
 		v, err := b.Vector(src, "normoff")
 		if err != nil {
 			return nil, err
@@ -115,7 +115,7 @@ func extCases(r *rand.Rand, src source, f feeder) ([]opCase, error) {
 		return extOp(f, b, func(c compute.Context, e compute.ActivationContext) compute.Tensor {
 			return e.RMSNormOffset(f.rowsOf(b, c, 0, T), v, 1, eps)
 		})
-	}, normOff})
+	}, normOff, nil})
 
 	// Linear-attention helpers: L2NormScale over heads of 32, Cols + ConcatCols.
 	const hd = 32
@@ -130,14 +130,14 @@ func extCases(r *rand.Rand, src source, f feeder) ([]opCase, error) {
 			l2[row*hd+j] = float32(float64(v) * inv)
 		}
 	}
-	lin := func(name string, want []float32, op func(c compute.Context, l compute.LinearAttentionContext, x, y compute.Tensor) compute.Tensor) {
-		cases = append(cases, opCase{name, func(b compute.Backend) ([]float32, error) {
+	lin := func(name string, ops []string, tol Tol, want []float32, op func(c compute.Context, l compute.LinearAttentionContext, x, y compute.Tensor) compute.Tensor) {
+		cases = append(cases, opCase{name, ops, tol, func(b compute.Backend) ([]float32, error) {
 			return extOp(f, b, func(c compute.Context, l compute.LinearAttentionContext) compute.Tensor {
 				return op(c, l, f.rowsOf(b, c, 0, T), f.rowsOf(b, c, T, T))
 			})
-		}, want})
+		}, want, nil})
 	}
-	lin("L2NormScale", l2, func(c compute.Context, l compute.LinearAttentionContext, x, _ compute.Tensor) compute.Tensor {
+	lin("L2NormScale", []string{"LinearAttentionContext.L2NormScale"}, tolArith, l2, func(c compute.Context, l compute.LinearAttentionContext, x, _ compute.Tensor) compute.Tensor {
 		return c.Reshape(l.L2NormScale(c.Reshape(x, T*in/hd, hd), 1e-6, 0.5), T, in)
 	})
 	var joined []float32
@@ -145,7 +145,7 @@ func extCases(r *rand.Rand, src source, f feeder) ([]opCase, error) {
 		joined = append(joined, f.y[t*in+5:t*in+45]...)
 		joined = append(joined, f.x[t*in:t*in+16]...)
 	}
-	lin("Cols+ConcatCols", joined, func(_ compute.Context, l compute.LinearAttentionContext, x, y compute.Tensor) compute.Tensor {
+	lin("Cols+ConcatCols", []string{"LinearAttentionContext.Cols", "LinearAttentionContext.ConcatCols"}, tolCopy, joined, func(_ compute.Context, l compute.LinearAttentionContext, x, y compute.Tensor) compute.Tensor {
 		return l.ConcatCols(l.Cols(y, 5, 40), l.Cols(x, 0, 16))
 	})
 
@@ -167,7 +167,7 @@ func extCases(r *rand.Rand, src source, f feeder) ([]opCase, error) {
 			}
 		}
 	}
-	cases = append(cases, opCase{"DeltaGates", func(b compute.Backend) ([]float32, error) {
+	cases = append(cases, opCase{"DeltaGates", []string{"LinearAttentionContext.DeltaGates"}, tolArith, func(b compute.Backend) ([]float32, error) {
 		al, err := b.Vector(src, "alog")
 		if err != nil {
 			return nil, err
@@ -180,7 +180,7 @@ func extCases(r *rand.Rand, src source, f feeder) ([]opCase, error) {
 			g, beta := l.DeltaGates(l.Cols(f.rowsOf(b, c, 0, T), 0, H), l.Cols(f.rowsOf(b, c, T, T), 0, H), al, db)
 			return c.Reshape(l.ConcatCols(c.Reshape(g, 1, T*H), c.Reshape(beta, 1, T*H)), 2*T, H)
 		})
-	}, gates})
+	}, gates, nil})
 
 	cs, err := convCase(r, src, f)
 	if err != nil {
@@ -247,7 +247,7 @@ func convCase(r *rand.Rand, src source, f feeder) (opCase, error) {
 		}
 	}
 	want = append(want, xp[len(xp)-(K-1)*C:]...)
-	return opCase{"CausalConv1D (state carried over)", func(b compute.Backend) ([]float32, error) {
+	return opCase{"CausalConv1D (state carried over)", []string{"LinearAttentionContext.CausalConv1D"}, tolArith, func(b compute.Backend) ([]float32, error) {
 		ws, err := weights(b, src, "conv", "conv.x")
 		if err != nil {
 			return nil, err
@@ -264,7 +264,7 @@ func convCase(r *rand.Rand, src source, f feeder) (opCase, error) {
 			out = append(out, got...)
 		}
 		return append(out, state...), nil
-	}, want}, nil
+	}, want, nil}, nil
 }
 
 // deltaCase checks GatedDelta for 4 value heads over 2 key heads (dk = dv = 16): a
@@ -317,7 +317,7 @@ func deltaCase(r *rand.Rand, src source) opCase {
 		}
 	}
 	want = append(want, S...)
-	return opCase{"GatedDelta (prefill, then a step)", func(b compute.Backend) ([]float32, error) {
+	return opCase{"GatedDelta (prefill, then a step)", []string{"LinearAttentionContext.GatedDelta"}, tolArith, func(b compute.Backend) ([]float32, error) {
 		ws, err := weights(b, src, "dq", "dk", "dv", "dg", "dbeta")
 		if err != nil {
 			return nil, err
@@ -335,7 +335,7 @@ func deltaCase(r *rand.Rand, src source) opCase {
 			out = append(out, got...)
 		}
 		return append(out, state...), nil
-	}, want}
+	}, want, nil}
 }
 
 // moeCase checks MoE: 6 experts (stacked [experts, rows, in] tensors, as mlx-lm's
@@ -344,7 +344,7 @@ func deltaCase(r *rand.Rand, src source) opCase {
 func moeCase(r *rand.Rand, src source, f feeder, q compute.Quant) (opCase, error) {
 	const E, inter, topK = 6, 32, 2
 	T, in := f.T, f.in
-	name := "MoE float"
+	name, tol := "MoE float", tolF16 // fp16 weights, fp16 scales when quantized
 	if q.Quantized() {
 		name = "MoE affine 4-bit"
 	}
@@ -392,7 +392,7 @@ func moeCase(r *rand.Rand, src source, f feeder, q compute.Quant) (opCase, error
 			}
 		}
 	}
-	return opCase{name, func(b compute.Backend) ([]float32, error) {
+	return opCase{name, []string{"MoEContext.MoE"}, tol, func(b compute.Backend) ([]float32, error) {
 		var ws [3]compute.Weight
 		for i, m := range []string{"gate", "up", "down"} {
 			w, err := b.Weight(src, prefix+"."+m, q)
@@ -408,5 +408,5 @@ func moeCase(r *rand.Rand, src source, f feeder, q compute.Quant) (opCase, error
 		return extOp(f, b, func(c compute.Context, m compute.MoEContext) compute.Tensor {
 			return m.MoE(f.rowsOf(b, c, 0, T), rowsIn(c, router, 0, T), ws[0], ws[1], ws[2], E, routing)
 		})
-	}, want}, nil
+	}, want, nil}, nil
 }

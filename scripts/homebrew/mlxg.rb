@@ -6,7 +6,7 @@
 #   brew tap-new mlxg/local
 #   cp scripts/homebrew/mlxg.rb "$(brew --repository mlxg/local)/Formula/"
 #   brew install --HEAD mlxg/local/mlxg
-#   brew test mlxg/local/mlxg      # runs `mlxg --version` and `mlxg doctor`
+#   brew test mlxg/local/mlxg      # runs `mlxg --version` and `mlxg doctor` on the GPU
 #
 # When a release is tagged, add its `url` and `sha256` above `head`.
 class Mlxg < Formula
@@ -36,14 +36,25 @@ class Mlxg < Formula
       mlxg looks for libmlxc.dylib in $MLXG_MLXC_PATH, next to its executable,
       /opt/homebrew/lib and /usr/local/lib. With a Homebrew prefix elsewhere, set
         export MLXG_MLXC_PATH=#{HOMEBREW_PREFIX}/lib/libmlxc.dylib
-      `mlxg doctor` says which backend runs and checks every operation against the CPU.
+      `mlxg doctor` says which backend runs and checks the MLX backend against the CPU:
+      every operation and a tiny model of every architecture. `mlxg doctor --report FILE`
+      writes its report to FILE, to attach to a bug report.
     EOS
   end
 
   test do
     assert_match "mlxg version is", shell_output("#{bin}/mlxg --version")
-    ENV["MLXG_MLXC_PATH"] = "#{HOMEBREW_PREFIX}/lib/libmlxc.dylib" if OS.mac? && Hardware::CPU.arm?
+    # `mlxg doctor` is the MLX backend's self-test: every compute operation, and a tiny
+    # random model of every architecture, on the GPU against the CPU backend. On Apple
+    # Silicon it must check the GPU: MLXG_BACKEND=metal makes it fail when Metal cannot
+    # run, rather than pass on the CPU alone. shell_output fails on its non-zero exit.
+    if OS.mac? && Hardware::CPU.arm?
+      ENV["MLXG_MLXC_PATH"] = "#{HOMEBREW_PREFIX}/lib/libmlxc.dylib"
+      ENV["MLXG_BACKEND"] = "metal"
+    end
     output = shell_output("#{bin}/mlxg doctor")
+    assert_match(/Summary: \d+ passed, 0 failed/, output)
     assert_match "All checks passed.", output
+    assert_match(/^  metal +available: /, output) if OS.mac? && Hardware::CPU.arm?
   end
 end

@@ -1,0 +1,29 @@
+package randmodel
+
+import "fmt"
+
+// tinyPresets are the tiny shapes of the architectures whose defaults (Tiny) do not
+// make a valid model, by config.json's model_type. An architecture this package writes
+// with Tiny's shape needs no entry.
+var tinyPresets = map[string]func(vocab int) Config{
+	"qwen3_moe":   TinyMoE,
+	"gemma3_text": TinyGemma3,
+	"qwen3_next":  TinyQwen3Next,
+}
+
+// TinyOf is the tiny float32 model of the architecture registered under modelType,
+// for checks that run every architecture (`mlxg doctor`): its preset, or Tiny's shape.
+// It fails for an architecture this package cannot write yet.
+func TinyOf(modelType string, vocab int) (Config, error) {
+	c := Tiny(modelType, vocab)
+	if preset, ok := tinyPresets[modelType]; ok {
+		c = preset(vocab)
+	}
+	if _, ok := archNames[c.Arch]; !ok {
+		return Config{}, fmt.Errorf("registry/randmodel does not write %s checkpoints yet", modelType)
+	}
+	if err := c.Validate(); err != nil {
+		return Config{}, fmt.Errorf("%v (add a tiny preset for %s in registry/randmodel/tiny.go)", err, modelType)
+	}
+	return c, nil
+}
