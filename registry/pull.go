@@ -95,7 +95,8 @@ func wantedFile(name string) bool {
 // Pull downloads a model into the store, as huggingface_hub would: it resolves the revision to a commit,
 // downloads the files a checkpoint needs (several at once) into blobs/, each resumed from a .incomplete file
 // with a Range request, retried with backoff after a network failure (the count starting again whenever
-// bytes arrived), and verified (sha256 for LFS files, size and git blob id for the rest) before an atomic
+// bytes arrived; config.json first, and a model_type this program does not run, CheckArchitecture, ends
+// the pull there with an error wrapping ErrUnsupported), and verified (sha256 for LFS files, size and git blob id for the rest) before an atomic
 // rename; it checks that every shard a model.safetensors.index.json names is there, then links
 // snapshots/<commit>/ and writes refs/<revision>. A 429 is waited out as long as the Hub asks (up to 5
 // minutes). The token is sent to the Hub's own scheme, host and port only, never to a CDN it redirects
@@ -168,8 +169,16 @@ func (s *Store) Pull(ctx context.Context, n Name, opts PullOptions, progress fun
 	if err := dl.fetch(ctx, files[0]); err != nil {
 		return nil, err
 	}
-	if w := quantizationWarning(filepath.Join(repoDir, "blobs", files[0].etag())); w != "" {
+	configPath := filepath.Join(repoDir, "blobs", files[0].etag())
+	if w := quantizationWarning(configPath); w != "" {
 		emit(Progress{Status: "warning: " + w})
+	}
+	// An architecture this program does not run fails the pull here, before gigabytes of weights it
+	// could not load download.
+	if config, err := os.ReadFile(configPath); err != nil {
+		return nil, err
+	} else if err := CheckArchitecture(config); err != nil {
+		return nil, fmt.Errorf("pulling %s: %w", target.Repo, err)
 	}
 	rest := files[1:]
 	// A sharded checkpoint's index next, alone too: a shard it names that the Hub does not list fails

@@ -99,6 +99,20 @@ func (l *EngineLoader) kvPlan(m *registry.LocalModel, numCtx int, freed, weights
 	return &kvLoad{shape: shape, plan: plan}, nil
 }
 
+// checkArchitecture refuses, before any memory is planned, a model whose architecture none registered runs
+// (one another tool downloaded, or pulled before mlxg ran it): an unknown architecture's shape is no guide
+// to its memory, and its error is the 400 that names the model_type (registry.ErrUnsupported).
+func checkArchitecture(m *registry.LocalModel) error {
+	data, err := os.ReadFile(filepath.Join(m.Dir, "config.json"))
+	if err != nil {
+		return fmt.Errorf("%s: %w", m.Dir, err)
+	}
+	if err := model.CheckConfig(data); err != nil {
+		return fmt.Errorf("model %s: %w", m.Name, err)
+	}
+	return nil
+}
+
 // fp16KV is the size of fp16 keys and values for numCtx tokens on every KV layer.
 func fp16KV(info *registry.ModelInfo, numCtx int) int64 {
 	return int64(len(info.KVLayers())) * int64(info.KVHeads) * int64(info.HeadDim) * 2 * 2 * int64(numCtx)
@@ -118,6 +132,9 @@ func batchCap(parallel int, plan kvstore.Plan) int {
 // model's maximum. The peak is weights, overhead and the KV cache of one sequence. Under critical
 // memory pressure the KV policy refuses, and so does Plan.
 func (l *EngineLoader) Plan(m *registry.LocalModel, numCtx int, freed int64) (*LoadPlan, error) {
+	if err := checkArchitecture(m); err != nil {
+		return nil, err
+	}
 	if l.WeightBudget > 0 && l.Pipeline == nil {
 		if p, ok, err := l.planStreaming(m, numCtx, freed); ok || err != nil {
 			return p, err

@@ -376,6 +376,9 @@ func (m *Models) createFromFiles(ctx context.Context, dst registry.Name, files m
 	if err := json.Unmarshal(cfgData, &cfg); err != nil {
 		return nil, badRequest(fmt.Errorf("config.json: %v", err))
 	}
+	if err := registry.CheckArchitecture(cfgData); err != nil {
+		return nil, badRequest(err)
+	}
 	if _, quantized := cfg["quantization"]; quantized {
 		if bits > 0 {
 			return nil, badRequest(errors.New("quantize: the checkpoint is already MLX-quantized (config.json has a quantization block); leave quantize out"))

@@ -250,6 +250,9 @@ func statusOf(err error) (int, string) {
 		return http.StatusRequestEntityTooLarge, fmt.Sprintf("request body too large: the limit is %d bytes", mbe.Limit)
 	case errors.Is(err, context.Canceled):
 		return 499, "request cancelled"
+	case errors.Is(err, registry.ErrUnsupported):
+		// A model whose architecture mlxg does not run: no retry helps, the request must name another.
+		return http.StatusBadRequest, err.Error()
 	}
 	return http.StatusInternalServerError, err.Error()
 }

@@ -515,8 +515,8 @@ func TestGenerationDefaults(t *testing.T) {
 	}
 }
 
-// TestLoadError: a model that cannot load fails every request waiting for it with the loader's reason,
-// and the server goes on serving.
+// TestLoadError: a model that cannot load fails every request waiting for it with the loader's reason
+// (an unknown model_type: a 400 naming it, not a 500), and the server goes on serving.
 func TestLoadError(t *testing.T) {
 	ts := newTestServer(t, sched.Config{NumParallel: 4})
 	bad := t.TempDir()
@@ -543,7 +543,7 @@ func TestLoadError(t *testing.T) {
 	for range 3 {
 		wg.Go(func() {
 			resp, body := ts.post(t, "/api/chat", `{"model":"broken","messages":[{"role":"user","content":"hi"}]}`)
-			if resp.StatusCode != 500 || !strings.Contains(string(body), `model_type \"nosuch\"`) || !strings.Contains(string(body), "supported model types") {
+			if resp.StatusCode != 400 || !strings.Contains(string(body), `model_type \"nosuch\"`) || !strings.Contains(string(body), "supported model types") {
 				t.Errorf("%d %s", resp.StatusCode, body)
 			}
 		})

@@ -27,7 +27,8 @@
 //   - the tokenizer files and generation_config.json copied.
 //
 // Input that is already quantized, not safetensors, or holds non-float weights is
-// refused with an error naming the file or tensor.
+// refused with an error naming the file or tensor; a model_type this program does not
+// run (registry.CheckArchitecture) is refused before any tensor is read.
 package create
 
 import (
@@ -147,6 +148,10 @@ func Convert(ctx context.Context, src, dst string, opts Options) (*Summary, erro
 	var cfg map[string]any
 	if err := json.Unmarshal(raw, &cfg); err != nil {
 		return nil, fmt.Errorf("create: %s: %w", cfgPath, err)
+	}
+	// Converting gigabytes only to find at the first load that no architecture runs them helps no one.
+	if err := registry.CheckArchitecture(raw); err != nil {
+		return nil, fmt.Errorf("create: %s: %w", src, err)
 	}
 	if _, ok := cfg["quantization"]; ok {
 		return nil, fmt.Errorf("create: %s is already an MLX quantized checkpoint (config.json has a quantization block): start from the unquantized Hugging Face weights", src)

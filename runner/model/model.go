@@ -8,6 +8,7 @@ package model
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/mlxg/mlxg/internal/crew"
 	"github.com/mlxg/mlxg/kvstore"
+	"github.com/mlxg/mlxg/registry"
 	"github.com/mlxg/mlxg/registry/safetensors"
 	"github.com/mlxg/mlxg/runner/compute"
 	"github.com/mlxg/mlxg/runner/residency"
@@ -63,10 +65,78 @@ func lookup(c *Config) (Builder, error) {
 	b, ok := builders[c.ModelType]
 	regMu.Unlock()
 	if !ok {
-		return nil, fmt.Errorf("model_type %q (architectures %v) is not supported; supported model types: %s",
-			c.ModelType, c.Architectures, strings.Join(Supported(), ", "))
+		return nil, &UnsupportedError{ModelType: c.ModelType, Architectures: c.Architectures, Supported: Supported()}
 	}
 	return b, nil
+}
+
+// UnsupportedError is a checkpoint whose model_type no registered architecture has. It is
+// registry.ErrUnsupported (errors.Is), which the server answers with a 400.
+type UnsupportedError struct {
+	ModelType     string   // the model_type Load looks up ("" when config.json names none)
+	TextModelType string   // text_config's own model_type, when a multimodal wrapper's differs
+	Architectures []string // config.json's architectures
+	Supported     []string // the registered model types, sorted
+}
+
+func (e *UnsupportedError) Error() string {
+	var about []string
+	if e.TextModelType != "" && e.TextModelType != e.ModelType {
+		about = append(about, fmt.Sprintf("text_config's model_type %q", e.TextModelType))
+	}
+	if len(e.Architectures) > 0 {
+		about = append(about, "architectures "+strings.Join(e.Architectures, ", "))
+	}
+	what := fmt.Sprintf("model_type %q", e.ModelType)
+	if e.ModelType == "" {
+		what = "a config.json that names no model_type"
+	}
+	if len(about) > 0 {
+		what += " (" + strings.Join(about, "; ") + ")"
+	}
+	return fmt.Sprintf("%s is not supported; supported model types: %s", what, strings.Join(e.Supported, ", "))
+}
+
+// Is makes errors.Is(err, registry.ErrUnsupported) true.
+func (e *UnsupportedError) Is(target error) bool { return target == registry.ErrUnsupported }
+
+// CheckConfig reports whether the bytes of a config.json name an architecture registered here: nil, or an
+// *UnsupportedError naming its model_type and listing the supported ones. It reads the model_type as Load
+// does (ParseConfig): the top level's, else, for a multimodal wrapper whose language model is its
+// text_config, text_config's. Pull and create ask it through registry.SetArchitectureCheck before any
+// weight is downloaded or converted.
+func CheckConfig(data []byte) error {
+	var c struct {
+		ModelType     string          `json:"model_type"`
+		Architectures []string        `json:"architectures"`
+		NumLayers     json.RawMessage `json:"num_hidden_layers"`
+		TextConfig    *struct {
+			ModelType     string   `json:"model_type"`
+			Architectures []string `json:"architectures"`
+		} `json:"text_config"`
+	}
+	if err := json.Unmarshal(data, &c); err != nil {
+		return fmt.Errorf("config.json is not valid JSON: %w", err)
+	}
+	e := &UnsupportedError{ModelType: c.ModelType, Architectures: c.Architectures}
+	if t := c.TextConfig; t != nil {
+		e.TextModelType = t.ModelType
+		if c.NumLayers == nil && c.ModelType == "" {
+			// ParseConfig reads text_config as the model, keeping only the keys the top level sets.
+			e.ModelType = t.ModelType
+			if len(e.Architectures) == 0 {
+				e.Architectures = t.Architectures
+			}
+		}
+	}
+	regMu.Lock()
+	_, ok := builders[e.ModelType]
+	regMu.Unlock()
+	if ok && e.ModelType != "" {
+		return nil
+	}
+	e.Supported = Supported()
+	return e
 }
 
 // Model is a loaded checkpoint ready to run.
