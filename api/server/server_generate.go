@@ -393,7 +393,7 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 		}
 	}
 	if len(tools) > 0 {
-		pcfg.Tools, pcfg.ToolNames = caps.Tools, names
+		pcfg.Tools, pcfg.ToolNames, pcfg.ToolTypes = caps.Tools, names, parser.ParamTypes(tools)
 	}
 	switch {
 	case j.forceTool != nil && len(tools) > 0:

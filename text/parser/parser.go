@@ -5,7 +5,9 @@
 // Supported formats, chosen from the chat template (Detect):
 //   - thinking: <think>…</think> goes to the thinking field, also when the prompt already opened <think>
 //     (templates that start the assistant turn inside a thinking block);
-//   - tool calls in the Hermes/Qwen format: <tool_call>{"name": …, "arguments": {…}}</tool_call>, any number;
+//   - tool calls in the Hermes/Qwen format: <tool_call>{"name": …, "arguments": {…}}</tool_call>, any number,
+//     or inside the same tags the XML form of Qwen3-Coder and Qwen3.5/3.6 (<function=…><parameter=…>…),
+//     whose values become JSON as the offered tool's schema types them (ParamTypes);
 //   - tool calls in Llama 3's JSON format: the whole reply is {"name": …, "parameters": {…}} (optionally after
 //     <|python_tag|>, several separated by ';' or newlines), recognized only for the tools the request gave.
 //
@@ -23,7 +25,7 @@ type ToolFormat int
 
 const (
 	ToolsNone   ToolFormat = iota // the template has no tool-call syntax mlxg knows
-	ToolsHermes                   // <tool_call>{json}</tool_call> (Qwen2.5, Qwen3, Hermes)
+	ToolsHermes                   // <tool_call>{json}</tool_call> (Qwen2.5, Qwen3, Hermes), or its XML form (Qwen3-Coder, Qwen3.5/3.6)
 	ToolsLlama3                   // a bare JSON object {"name":…, "parameters":…} (Llama 3.1+)
 )
 
@@ -97,6 +99,8 @@ type Config struct {
 	// ToolNames, when not empty, is the set of tools the request offered: a Llama 3 JSON reply naming another
 	// function is content. Hermes calls are tagged explicitly and are not filtered.
 	ToolNames []string
+	// ToolTypes is the offered tools' parameter types (ParamTypes): what the text values of an XML call become.
+	ToolTypes map[string]map[string]string
 }
 
 // Parser is the incremental splitter. Not safe for concurrent use.
@@ -121,7 +125,7 @@ func New(cfg Config) *Parser {
 	}
 	switch cfg.Tools {
 	case ToolsHermes:
-		p.tools = &hermesStage{}
+		p.tools = &hermesStage{types: cfg.ToolTypes}
 	case ToolsLlama3:
 		p.tools = &llamaStage{names: cfg.ToolNames}
 	}

@@ -85,7 +85,33 @@ var cases = []parseCase{
 	{name: "llama3 prose", cfg: Config{Tools: ToolsLlama3}, in: "\nSure: {\"name\": 1}", content: "\nSure: {\"name\": 1}"},
 	{name: "unicode", cfg: Config{Thinking: true, Tools: ToolsHermes}, in: "<think>日本語 🙂</think>€ <tool_call>x",
 		thinking: "日本語 🙂", content: "€ <tool_call>x"},
+	// The XML form Qwen3-Coder's and Qwen3.5/3.6's templates teach, laid out as their templates show it.
+	{name: "xml call typed by the schema", cfg: Config{Tools: ToolsHermes, ToolTypes: weatherTypes},
+		in:      "I'll check.\n<tool_call>\n<function=get_weather>\n<parameter=city>\n1984\n</parameter>\n<parameter=days>\n3\n</parameter>\n<parameter=metric>\nTrue\n</parameter>\n<parameter=at>\n{\"lat\": 48.9, \"lon\": 2.3}\n</parameter>\n</function>\n</tool_call>",
+		content: "I'll check.", calls: []ToolCall{call("get_weather", `{"city":"1984","days":3,"metric":true,"at":{"lat":48.9,"lon":2.3}}`)}},
+	{name: "xml values without a schema", cfg: Config{Tools: ToolsHermes},
+		in:    "<tool_call>\n<function=note>\n<parameter=n>\n42\n</parameter>\n<parameter=tags>\n[\"a\", \"b\"]\n</parameter>\n<parameter=text>\nline one\n  line two\n</parameter>\n</function>\n</tool_call>",
+		calls: []ToolCall{call("note", `{"n":42,"tags":["a","b"],"text":"line one\n  line two"}`)}},
+	{name: "xml value that does not fit its type stays text", cfg: Config{Tools: ToolsHermes, ToolTypes: weatherTypes},
+		in:    "<tool_call><function=get_weather><parameter=days>three</parameter><parameter=metric>yes</parameter></function></tool_call>",
+		calls: []ToolCall{call("get_weather", `{"days":"three","metric":"yes"}`)}},
+	{name: "think then two xml calls", cfg: Config{Thinking: true, Tools: ToolsHermes},
+		in:       "<think>\nboth cities\n</think>\n\n<tool_call>\n<function=w>\n<parameter=c>\nOslo\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=w>\n</function>\n</tool_call>",
+		thinking: "both cities", calls: []ToolCall{call("w", `{"c":"Oslo"}`), call("w", `{}`)}},
+	{name: "xml unclosed parameter is text", cfg: Config{Tools: ToolsHermes},
+		in:      "<tool_call>\n<function=w>\n<parameter=c>\nOslo\n</function>\n</tool_call>",
+		content: "<tool_call>\n<function=w>\n<parameter=c>\nOslo\n</function>\n</tool_call>"},
+	{name: "xml text after function is text", cfg: Config{Tools: ToolsHermes},
+		in:      "<tool_call><function=w></function> and more</tool_call>",
+		content: "<tool_call><function=w></function> and more</tool_call>"},
+	{name: "glm arg_key form is not taken for xml", cfg: Config{Tools: ToolsHermes},
+		in:      "<tool_call>w\n<arg_key>c</arg_key>\n<arg_value>Oslo</arg_value>\n</tool_call>",
+		content: "<tool_call>w\n<arg_key>c</arg_key>\n<arg_value>Oslo</arg_value>\n</tool_call>"},
 }
+
+var weatherTypes = ParamTypes([]json.RawMessage{json.RawMessage(`{"type": "function", "function": {"name": "get_weather",
+	"parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
+	"metric": {"type": ["boolean", "null"]}, "at": {"type": "object"}}}}}`)})
 
 // feed runs p over pieces and collects everything it yields.
 func feed(cfg Config, pieces []string) Result {

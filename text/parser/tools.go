@@ -7,9 +7,11 @@ import (
 	"strings"
 )
 
-// hermesStage finds <tool_call>{json}</tool_call> in the content. Whitespace next to a parsed call is layout and
-// is dropped; a call that does not parse is given back as content together with the whitespace before it.
+// hermesStage finds <tool_call>{json}</tool_call> in the content, and the XML form of the call inside the same
+// tags (xmlcall.go). Whitespace next to a parsed call is layout and is dropped; a call that does not parse is
+// given back as content together with the whitespace before it.
 type hermesStage struct {
+	types    map[string]map[string]string // the offered tools' parameter types (ParamTypes), for XML values
 	inCall   bool
 	eatSpace bool   // just after a parsed call
 	pending  string // whitespace held before the current call's tag
@@ -30,7 +32,11 @@ func (h *hermesStage) add(s string, done bool, r *Result) {
 			if i >= 0 {
 				body, rest, raw = h.buf[:i], h.buf[i+len(toolClose):], toolOpen+h.buf[:i+len(toolClose)]
 			}
-			if call, ok := parseCall(body, nil); ok {
+			call, ok := parseCall(body, nil)
+			if !ok {
+				call, ok = parseXMLCall(body, h.types)
+			}
+			if ok {
 				r.Calls = append(r.Calls, call)
 				h.eatSpace = true
 			} else {
