@@ -49,8 +49,8 @@ var Library = []LibraryModel{
 	{"qwen3.6:27b", "mlx-community/Qwen3.6-27B-4bit", false},
 	{"qwen3.6:35b", "mlx-community/Qwen3.6-35B-A3B-4bit", true},
 	{"qwen3.6:35b-a3b", "mlx-community/Qwen3.6-35B-A3B-4bit", false},
-	// Qwen3-Next (qwen3_next). Ollama's 80b (latest) is the thinking model; its instruct tag is
-	// 80b-a3b-instruct (seen only with a quantization suffix, e.g. -q4_K_M: the bare tag is assumed).
+	// Qwen3-Next (qwen3_next). Ollama's 80b (latest) is the thinking model, served as reasoning; the
+	// instruct model has its own tag.
 	{"qwen3-next:80b", "mlx-community/Qwen3-Next-80B-A3B-Thinking-4bit", true},
 	{"qwen3-next:80b-a3b-thinking", "mlx-community/Qwen3-Next-80B-A3B-Thinking-4bit", false},
 	{"qwen3-next:80b-a3b-instruct", "mlx-community/Qwen3-Next-80B-A3B-Instruct-4bit", false},
@@ -84,7 +84,8 @@ var Library = []LibraryModel{
 	{"gemma3:12b", "mlx-community/gemma-3-12b-it-4bit", false},
 	{"gemma3:27b", "mlx-community/gemma-3-27b-it-4bit", false},
 	// Gemma 4 (gemma4; the 12B, released after the others, is gemma4_unified). latest is the E4B
-	// (9.6 GB on Ollama). The 12b tag is assumed: Ollama's library page seen lists e2b, e4b, 26b, 31b.
+	// (9.6 GB on Ollama). The 12b tag is in use with Ollama, though the library page seen (from before
+	// the 12B's release) lists e2b, e4b, 26b and 31b only.
 	{"gemma4:e2b", "mlx-community/gemma-4-e2b-it-4bit", false},
 	{"gemma4:e4b", "mlx-community/gemma-4-e4b-it-4bit", true},
 	{"gemma4:12b", "mlx-community/gemma-4-12B-it-4bit", false},
