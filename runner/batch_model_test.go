@@ -160,6 +160,7 @@ func TestBatchedMatchesAlone(t *testing.T) {
 		{"qwen3_moe", randmodel.TinyMoE(512)},
 		{"gemma3", randmodel.TinyGemma3(512)},
 		{"qwen3_next", randmodel.TinyQwen3Next(512)},
+		{"gpt_oss", randmodel.TinyGptOss(512)},
 	}
 	a := kvstore.AffineFormat
 	kvs := []struct {
