@@ -133,3 +133,66 @@ func TestHarmonyThroughServer(t *testing.T) {
 		t.Errorf("/api/show capabilities %v, want thinking and tools", show.Capabilities)
 	}
 }
+
+// TestHarmonyConstrained: structured outputs and a forced tool call on a harmony model leave
+// the analysis message free and constrain what follows it, under the header the constraint
+// forces (the final channel's, or the call's). The scripted model only reasons; the rest is
+// the constraint's doing.
+func TestHarmonyConstrained(t *testing.T) {
+	tokDir := testdata.Tokenizer(t, "gptoss")
+	dir := filepath.Join(t.TempDir(), "harmony-think")
+	if err := apitest.WriteScripted(dir, tokDir, []apitest.Script{{After: "assistant", Reply: "<|channel|>analysis<|message|>Think.<|end|>"}}); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
+	var cfg map[string]any
+	json.Unmarshal(raw, &cfg)
+	cfg["chat_template"] = harmonyTemplate
+	raw, _ = json.Marshal(cfg)
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ts := newTestServer(t, sched.Config{})
+	n, _ := registry.ParseName("harmony-think")
+	if _, err := ts.srv.cfg.Store.ImportDir(context.Background(), n, dir); err != nil {
+		t.Fatal(err)
+	}
+	var cr api.ChatResponse
+	format := `{"type":"object","properties":{"ok":{"const":true}},"required":["ok"],"additionalProperties":false}`
+	if ts.postJSON(t, "/api/chat", `{"model":"harmony-think","stream":false,"format":`+format+`,"options":{"num_predict":40},"messages":[{"role":"user","content":"Ok?"}]}`, &cr) != 200 {
+		t.Fatal("/api/chat with format failed")
+	}
+	var v map[string]any
+	if cr.Message.Thinking != "Think." || json.Unmarshal([]byte(cr.Message.Content), &v) != nil || v["ok"] != true {
+		t.Errorf("format: thinking %q, content %q; want the analysis as thinking and {\"ok\":true}", cr.Message.Thinking, cr.Message.Content)
+	}
+
+	tools := `"tools":[{"type":"function","function":{"name":"get_weather","description":"Gets the weather","parameters":{"type":"object","properties":{"city":{"const":"Paris"}},"required":["city"],"additionalProperties":false}}},` +
+		`{"type":"function","function":{"name":"get_time","description":"Gets the time","parameters":{"type":"object","properties":{}}}}]`
+	resp, body := ts.post(t, "/v1/chat/completions", `{"model":"harmony-think","max_tokens":60,"tool_choice":{"type":"function","function":{"name":"get_weather"}},`+tools+`,"messages":[{"role":"user","content":"Weather?"}]}`)
+	var out struct {
+		Choices []struct {
+			Message struct {
+				Content   string `json:"content"`
+				Reasoning string `json:"reasoning"`
+				ToolCalls []struct {
+					Function struct {
+						Name      string `json:"name"`
+						Arguments string `json:"arguments"`
+					} `json:"function"`
+				} `json:"tool_calls"`
+			} `json:"message"`
+		} `json:"choices"`
+	}
+	if resp.StatusCode != 200 || json.Unmarshal(body, &out) != nil || len(out.Choices) != 1 {
+		t.Fatalf("forced tool: %d %s", resp.StatusCode, body)
+	}
+	m := out.Choices[0].Message
+	if len(m.ToolCalls) != 1 || m.ToolCalls[0].Function.Name != "get_weather" || m.ToolCalls[0].Function.Arguments != `{"city":"Paris"}` || m.Content != "" {
+		t.Errorf("forced tool: %s", body)
+	}
+	resp, body = ts.post(t, "/v1/chat/completions", `{"model":"harmony-think","tool_choice":"required",`+tools+`,"messages":[{"role":"user","content":"Weather?"}]}`)
+	if resp.StatusCode != 400 || !strings.Contains(string(body), "one named tool") {
+		t.Errorf("tool_choice required among two tools: %d %s", resp.StatusCode, body)
+	}
+}

@@ -409,6 +409,9 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 	case j.format != nil:
 		in.Format = &runner.Format{Schema: j.format}
 	}
+	if in.Format != nil && pcfg.Harmony {
+		harmonyFormat(in.Format)
+	}
 	if in.Format != nil && pcfg.Thinking && !pcfg.Harmony {
 		// The constraint applies to the answer, after the thinking block (as Ollama does).
 		in.Format.ThinkOpen, in.Format.ThinkClose, in.Format.InThinking = parser.ThinkOpen, parser.ThinkClose, pcfg.InThinking
