@@ -34,6 +34,8 @@ func attendTiles(t tiler, length int, a Attention) error {
 	case len(a.Q) != a.N*a.Heads*kDim || len(a.Out) != a.N*a.Heads*vDim:
 		return fmt.Errorf("kvstore: Attend needs %d query and %d output floats for %d rows of %d heads, got %d and %d",
 			a.N*a.Heads*kDim, a.N*a.Heads*vDim, a.N, a.Heads, len(a.Q), len(a.Out))
+	case a.Sinks != nil && len(a.Sinks) != a.Heads:
+		return fmt.Errorf("kvstore: Attend with %d sink logits for %d query heads", len(a.Sinks), a.Heads)
 	}
 	threads := max(a.Threads, 1)
 	chunks := min(a.N, max(1, (2*threads+kvHeads-1)/kvHeads))
@@ -153,13 +155,24 @@ func (st *state) merge(o state, vDim int) {
 	}
 }
 
-// write normalises the state of rows r0..r1-1 of KV head h into a.Out.
+// write normalises the state of rows r0..r1-1 of KV head h into a.Out. A head's sink
+// logit (a.Sinks) joins the denominator only: e^(sink-m) next to the running sum l of
+// e^(s-m), with the max taken over the sink too, so that neither side overflows.
 func (st *state) write(a Attention, h, group, r0, r1, vDim int) {
 	for i := r0; i < r1; i++ {
 		for g := 0; g < group; g++ {
 			k := (i-r0)*group + g
 			out := a.Out[(i*a.Heads+h*group+g)*vDim:][:vDim]
 			inv := 1 / st.l[k]
+			if a.Sinks != nil {
+				sink, m := a.Sinks[h*group+g], st.m[k]
+				if mx := max(m, sink); mx > m {
+					c := expNeg(m - mx) // rescale the sum and the values to the sink's max
+					inv = c / (st.l[k]*c + 1)
+				} else {
+					inv = 1 / (st.l[k] + expNeg(sink-m))
+				}
+			}
 			for d, x := range st.acc[k*vDim : (k+1)*vDim] {
 				out[d] = x * inv
 			}

@@ -41,6 +41,11 @@ type Attention struct {
 	Heads   int       // query heads, a multiple of the KV heads (grouped-query attention)
 	Scale   float32   // usually 1/sqrt(kHeadDim)
 	Threads int       // goroutines Attend may use; values below 1 mean 1
+	// Sinks, when set, holds one learned logit per query head (gpt-oss's attention
+	// sinks): each head's softmax runs over its scores and that logit, whose share of
+	// the probability is dropped, so the head's output is the plain attention scaled by
+	// Σe^s / (Σe^s + e^sink). Every kind applies it where it normalises (state.write).
+	Sinks []float32
 }
 
 // Full is the unquantized full-attention cache kind: it grows by blocks of BlockTokens
@@ -52,8 +57,27 @@ type Full struct {
 	k16, v16            [][]uint16 // blocks of BlockTokens×kvHeads×dim, when !fp32
 	k32, v32            [][]float32
 	shared              int // leading blocks handed to the prefix cache by reference: copied before a write
+	window              int // NewFullWindow: each query sees its last window positions; 0: all
 	rowMode
 }
+
+// NewFullWindow is NewFull for a sliding-window layer whose positions are all kept
+// (exact float32 references, where kvstore.Rotating would round to fp16): each query
+// row attends over the last window positions up to its own, as a Rotating cache does.
+func NewFullWindow(kvHeads, kHeadDim, vHeadDim int, fp32 bool, window int) (*Full, error) {
+	if window <= 0 {
+		return nil, fmt.Errorf("kvstore: a sliding-window cache needs a positive window, got %d", window)
+	}
+	c, err := NewFull(kvHeads, kHeadDim, vHeadDim, fp32)
+	if err != nil {
+		return nil, err
+	}
+	c.window = window
+	return c, nil
+}
+
+// Window is the number of positions each query sees, 0 for all (NewFull).
+func (c *Full) Window() int { return c.window }
 
 // NewFull makes an empty full-attention cache, fp16 unless fp32 is set.
 func NewFull(kvHeads, kHeadDim, vHeadDim int, fp32 bool) (*Full, error) {
@@ -130,6 +154,9 @@ func (c *Full) Truncate(n int) error {
 
 // Attend implements Layer.
 func (c *Full) Attend(a Attention) error {
+	if c.window > 0 {
+		return c.attendWindow(a)
+	}
 	if c.exactRows && a.N > 1 {
 		return attendRows(c, c.n, a)
 	}
@@ -158,5 +185,58 @@ func (c *Full) tile(k, v []float32, head, from, to int) {
 		}
 		quant.WidenF16(kd, c.k16[b][ko:ko+c.kDim])
 		quant.WidenF16(vd, c.v16[b][vo:vo+c.vDim])
+	}
+}
+
+// attendWindow is Attend for NewFullWindow: the rows whose window starts at position 0
+// attend together (one by one in exact-row mode), each later row alone over a view of
+// its own window.
+func (c *Full) attendWindow(a Attention) error {
+	if a.N <= 0 || a.N > c.n {
+		return fmt.Errorf("kvstore: Attend for %d query rows over a cache of %d positions", a.N, c.n)
+	}
+	qw, ow := a.Heads*c.kDim, a.Heads*c.vDim
+	if len(a.Q) != a.N*qw || len(a.Out) != a.N*ow {
+		return fmt.Errorf("kvstore: Attend needs %d query and %d output floats for %d rows of %d heads, got %d and %d",
+			a.N*qw, a.N*ow, a.N, a.Heads, len(a.Q), len(a.Out))
+	}
+	first := c.n - a.N
+	head := min(a.N, max(0, c.window-first))
+	if head > 0 {
+		b := a
+		b.N, b.Q, b.Out = head, a.Q[:head*qw], a.Out[:head*ow]
+		attend := attendTiles
+		if c.exactRows {
+			attend = attendRows
+		}
+		if err := attend(c, first+head, b); err != nil {
+			return err
+		}
+	}
+	for i := head; i < a.N; i++ {
+		b := a
+		b.N, b.Q, b.Out = 1, a.Q[i*qw:(i+1)*qw], a.Out[i*ow:(i+1)*ow]
+		if err := attendTiles(fullWindow{c, first + i - (c.window - 1)}, c.window, b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fullWindow presents a Full cache's positions base, base+1, ... as 0, 1, ... to
+// attendTiles, splitting each tile where the cache's blocks end.
+type fullWindow struct {
+	c    *Full
+	base int
+}
+
+func (w fullWindow) Dims() (int, int, int) { return w.c.Dims() }
+
+func (w fullWindow) tile(k, v []float32, head, from, to int) {
+	for p := from; p < to; {
+		abs := w.base + p
+		end := min(to, p+BlockTokens-abs%BlockTokens)
+		w.c.tile(k[(p-from)*w.c.kDim:], v[(p-from)*w.c.vDim:], head, abs, w.base+end)
+		p = end
 	}
 }

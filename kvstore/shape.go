@@ -44,7 +44,8 @@ type configFields struct {
 // sliding_attention and linear_attention layers; Gemma's sliding_window_pattern
 // (every Nth layer full); Qwen3-Next's full_attention_interval (every Nth layer full,
 // the others linear attention, Gated DeltaNet state); Mistral's all-sliding window;
-// DeepSeek's latent attention (cached decompressed, as mlx-lm does).
+// gpt-oss's alternation (even layers sliding) without layer_types; DeepSeek's latent
+// attention (cached decompressed, as mlx-lm does).
 func ShapeFromConfig(data []byte, weightBytes int64) (ModelShape, error) {
 	var c configFields
 	if err := json.Unmarshal(data, &c); err != nil {
@@ -95,6 +96,8 @@ func ShapeFromConfig(data []byte, weightBytes int64) (ModelShape, error) {
 			case c.SlidingWindowPattern > 1 && window > 0 && (i+1)%c.SlidingWindowPattern != 0:
 				types[i] = "sliding_attention"
 			case c.ModelType == "mistral" && window > 0 && (c.UseSlidingWindow == nil || *c.UseSlidingWindow):
+				types[i] = "sliding_attention"
+			case c.ModelType == "gpt_oss" && window > 0 && i%2 == 0: // sliding, full, sliding, ...
 				types[i] = "sliding_attention"
 			default:
 				types[i] = "full_attention"

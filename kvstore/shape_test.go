@@ -106,3 +106,23 @@ func TestShapeErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestShapeGptOss: without layer_types, gpt-oss's even layers slide (transformers'
+// default), as gpt-oss-20b's config describes them.
+func TestShapeGptOss(t *testing.T) {
+	cfg := `{"model_type":"gpt_oss","num_hidden_layers":24,"num_attention_heads":64,"num_key_value_heads":8,"head_dim":64,
+		"hidden_size":2880,"sliding_window":128,"max_position_embeddings":131072}`
+	m, err := ShapeFromConfig([]byte(cfg), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range m.Layers {
+		want := LayerShape{Kind: LayerFull, KVHeads: 8, KHeadDim: 64, VHeadDim: 64}
+		if i%2 == 0 {
+			want.Kind, want.Window = LayerSliding, 128
+		}
+		if l != want {
+			t.Fatalf("layer %d: %+v, want %+v", i, l, want)
+		}
+	}
+}

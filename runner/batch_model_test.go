@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/mlxg/mlxg/internal/quant"
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/registry/create"
 	"github.com/mlxg/mlxg/registry/randmodel"
@@ -144,7 +145,7 @@ func batchScripts() []batchScript {
 }
 
 // TestBatchedMatchesAlone runs sequences of every architecture family (random weights,
-// float32 and MLX 4-bit; fp16 KV caches, and K8/V4 with boundary layers) as a continuous
+// float32 and MLX 4-bit, and gpt-oss's mxfp4 experts; fp16 KV caches, and K8/V4 with boundary layers) as a continuous
 // batch and each alone: on the CPU backend (also with 8-bit inputs) every logit of every step
 // is identical, on MLX
 // within 1e-4 relative over fp16 caches (1e-3 over quantized ones), and greedy tokens are
@@ -160,6 +161,7 @@ func TestBatchedMatchesAlone(t *testing.T) {
 		{"qwen3_moe", randmodel.TinyMoE(512)},
 		{"gemma3", randmodel.TinyGemma3(512)},
 		{"qwen3_next", randmodel.TinyQwen3Next(512)},
+		{"gpt_oss", randmodel.TinyGptOss(512)},
 	}
 	a := kvstore.AffineFormat
 	kvs := []struct {
@@ -173,13 +175,21 @@ func TestBatchedMatchesAlone(t *testing.T) {
 			if err := randmodel.Generate(hf, arch.cfg, randmodel.Options{Seed: 31}); err != nil {
 				t.Fatal(err)
 			}
-			for _, bits := range []int{0, 4} {
+			variants := []int{0, 4}
+			if arch.name == "gpt_oss" {
+				variants = append(variants, -4) // -4: mxfp4 experts, the rest 8-bit (mlx-community's MXFP4-Q8)
+			}
+			for _, bits := range variants {
 				group := 32
 				if be.name == "cpu-int8" {
 					group = 64 // the integer kernels' smallest 4-bit group
 				}
+				opts := create.Options{Bits: bits, GroupSize: group}
+				if bits < 0 {
+					opts = create.Options{Bits: 8, GroupSize: 64, Experts: quant.MXFP4}
+				}
 				dir := filepath.Join(t.TempDir(), "mlx")
-				if _, err := create.Convert(context.Background(), hf, dir, create.Options{Bits: bits, GroupSize: group}); err != nil {
+				if _, err := create.Convert(context.Background(), hf, dir, opts); err != nil {
 					t.Fatal(err)
 				}
 				e, err := be.load(t, dir, LoadOptions{Logger: quietLog(), Threads: 2})
@@ -191,7 +201,11 @@ func TestBatchedMatchesAlone(t *testing.T) {
 					t.Fatalf("%s on %s: the model does not run batched passes", arch.name, be.name)
 				}
 				for _, kv := range kvs {
-					name := fmt.Sprintf("%s/%s/q%d/%s", be.name, arch.name, bits, kv.name)
+					weights := fmt.Sprintf("q%d", bits)
+					if bits < 0 {
+						weights = "mxfp4-q8"
+					}
+					name := fmt.Sprintf("%s/%s/%s/%s", be.name, arch.name, weights, kv.name)
 					mk := func() []kvstore.Layer { return kvCaches(t, m, dir, kv.spec, 1) }
 					got := runBatched(t, m, scripts, mk)
 					worst := 0.0

@@ -255,6 +255,10 @@ type Request struct {
 	// template's turn markers (a model that opens another turn has ended its own). A text
 	// that is not one token of the vocabulary is ignored.
 	EndTokens []string
+	// SpecialTokens passes the text of special tokens on with the rest (they are dropped
+	// otherwise): the markers of OpenAI's harmony format are special tokens, and its
+	// parser reads them (text/parser).
+	SpecialTokens bool
 	// Logprobs asks for each generated token's log-probability (Result.Logprobs), with
 	// the TopLogprobs (0 to sample.MaxTopLogprobs) most likely tokens at its position.
 	// OnLogprobs, when set, receives them while streaming: just before fn is given text,
@@ -359,7 +363,7 @@ func (e *Engine) Generate(ctx context.Context, req Request, fn func(text string)
 		return nil, errors.New("generate: the prompt is empty")
 	}
 
-	dec := e.Tokenizer.NewStreamDecoder(true)
+	dec := e.Tokenizer.NewStreamDecoder(!req.SpecialTokens)
 	stops := &stopFilter{stops: o.Stop}
 	var text []byte
 	var failed error                  // fn's error: fn is not called again after one

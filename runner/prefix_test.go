@@ -118,7 +118,8 @@ func prefixCacheGreedyIdentical(t *testing.T, be testBackend) {
 
 // TestPrefixCacheHybridAndSliding: the same for a hybrid model (Qwen3-Next: recurrent
 // states in linear-attention layers, resumed only where a prompt ended) and a model with
-// sliding-window layers (Gemma 3, window 8), both random, with the KV policy's caches
+// sliding-window layers (Gemma 3, window 8), and gpt-oss (sliding and full layers with
+// attention sinks), all random, with the KV policy's caches
 // (nil for linear-attention layers, filled by the model) and the model's own.
 func TestPrefixCacheHybridAndSliding(t *testing.T) {
 	for _, be := range testBackends() {
@@ -130,7 +131,7 @@ func prefixCacheHybridAndSliding(t *testing.T, be testBackend) {
 	for _, arch := range []struct {
 		name string
 		cfg  randmodel.Config
-	}{{"qwen3_next", randmodel.TinyQwen3Next(256)}, {"gemma3", randmodel.TinyGemma3(256)}} {
+	}{{"qwen3_next", randmodel.TinyQwen3Next(256)}, {"gemma3", randmodel.TinyGemma3(256)}, {"gpt_oss", randmodel.TinyGptOss(256)}} {
 		t.Run(arch.name, func(t *testing.T) {
 			dir := t.TempDir()
 			hf, mlx := filepath.Join(dir, "hf"), filepath.Join(dir, "mlx")

@@ -439,6 +439,7 @@ func (m *engineModel) Generate(ctx context.Context, in GenerateInput, emit func(
 	req := runner.Request{Messages: msgs, Tools: ts, TemplateKwargs: in.Kwargs, Prompt: in.Prompt,
 		Options: o, Format: in.Format, Logprobs: in.Logprobs, TopLogprobs: in.TopLogprobs, WantContext: in.WantContext}
 	req.NoTruncate, req.NoShift, req.EndTokens = in.NoTruncate, in.NoShift, in.EndTokens
+	req.SpecialTokens = in.SpecialTokens
 	if in.OnLogprobs != nil {
 		req.OnLogprobs = func(lps []runner.Logprob) { in.OnLogprobs(toLogprobs(m.e.Tokenizer, lps)) }
 	}

@@ -96,6 +96,9 @@ type GenerateInput struct {
 	// EndTokens end generation as the end-of-sequence tokens do (runner.Request.EndTokens): the chat
 	// template's turn markers.
 	EndTokens []string
+	// SpecialTokens passes special tokens' text on (runner.Request.SpecialTokens): the harmony format's
+	// markers, which its parser reads.
+	SpecialTokens bool
 	// Logprobs asks for the generated tokens' log-probabilities with TopLogprobs alternatives: OnLogprobs
 	// receives them just before emit is given the text they complete.
 	Logprobs    bool

@@ -347,6 +347,11 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 	in := GenerateInput{Options: j.opts, Context: j.context, WantContext: j.wantContext}
 	in.Options.NumPredict = boundNumPredict(j.opts.NumPredict, info.ContextLength)
 	in.EndTokens = turnMarkers(info.ChatTemplate)
+	if caps.Harmony {
+		// gpt-oss: <|end|> closes one message of a reply that goes on (analysis, then final), <|return|>
+		// and <|call|> end it; the markers are special tokens its parser reads.
+		in.EndTokens, in.SpecialTokens = []string{"<|return|>", "<|call|>"}, !j.raw
+	}
 	var pendingLP []api.Logprob // of text the parser has not yielded yet
 	if j.logprobs {
 		in.Logprobs, in.TopLogprobs = true, j.topLogprobs
@@ -384,8 +389,8 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 		in.Messages, in.Kwargs = templateMessages(append(msgs, api.Message{Role: "user", Content: j.prompt})), kwargs
 	}
 
-	pcfg := parser.Config{Thinking: thinkOn && caps.Thinking && !j.raw}
-	if len(in.Messages) > 0 && pcfg.Thinking {
+	pcfg := parser.Config{Thinking: thinkOn && caps.Thinking && !j.raw, Harmony: caps.Harmony && !j.raw}
+	if len(in.Messages) > 0 && pcfg.Thinking && !pcfg.Harmony {
 		if p, err := m.RenderChat(in.Messages, in.Tools, in.Kwargs); err == nil {
 			pcfg.InThinking = parser.PromptOpensThinking(p)
 		} else {
@@ -404,7 +409,10 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 	case j.format != nil:
 		in.Format = &runner.Format{Schema: j.format}
 	}
-	if in.Format != nil && pcfg.Thinking {
+	if in.Format != nil && pcfg.Harmony {
+		harmonyFormat(in.Format)
+	}
+	if in.Format != nil && pcfg.Thinking && !pcfg.Harmony {
 		// The constraint applies to the answer, after the thinking block (as Ollama does).
 		in.Format.ThinkOpen, in.Format.ThinkClose, in.Format.InThinking = parser.ThinkOpen, parser.ThinkClose, pcfg.InThinking
 	}

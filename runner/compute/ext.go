@@ -3,6 +3,8 @@ package compute
 import (
 	"fmt"
 	"math"
+
+	"github.com/mlxg/mlxg/kvstore"
 )
 
 // Optional operations of the hybrid and mixture-of-experts architectures (qwen3_moe,
@@ -13,10 +15,13 @@ import (
 
 // Routing is how a mixture-of-experts router's logits pick the experts of a token:
 // softmax over all experts (in float32), the TopK largest probabilities, renormalised
-// to sum to 1 when NormTopK (config.json's norm_topk_prob).
+// to sum to 1 when NormTopK (config.json's norm_topk_prob). With SoftmaxTopK the TopK
+// largest logits are picked first and the softmax runs over those alone (gpt-oss):
+// the same weights as NormTopK in exact arithmetic, rounded as that model computes them.
 type Routing struct {
-	TopK     int
-	NormTopK bool
+	TopK        int
+	NormTopK    bool
+	SoftmaxTopK bool
 }
 
 // Select returns the experts picked by one token's router logits, best first, and
@@ -51,6 +56,12 @@ func (r Routing) Select(logits []float32) (experts []int, weights []float32) {
 		experts[j] = i
 	}
 	weights = make([]float32, k)
+	if r.SoftmaxTopK {
+		sum = 0
+		for _, e := range experts {
+			sum += math.Exp(float64(logits[e] - maxv))
+		}
+	}
 	var top float32
 	for i, e := range experts {
 		weights[i] = float32(math.Exp(float64(logits[e]-maxv)) / sum)
@@ -72,6 +83,41 @@ type MoEContext interface {
 	// experts·inter × in, down of experts·out × inter (mlx-lm's switch_mlp tensors,
 	// [experts, out, in], bound as one matrix); only the picked experts' rows are read.
 	MoE(x, router Tensor, gate, up, down Weight, experts int, r Routing) Tensor
+}
+
+// ClampedSwiGLU is gpt-oss's expert activation (swiglu_alpha, swiglu_limit): the gate
+// clamped from above and the up projection on both sides at Limit, then
+// gate·sigmoid(Alpha·gate)·(up + 1).
+type ClampedSwiGLU struct {
+	Alpha, Limit float32
+}
+
+// Apply writes the activation of gate and up into out (len(gate) values; out may be
+// gate or up).
+func (a ClampedSwiGLU) Apply(out, gate, up []float32) {
+	up, out = up[:len(gate)], out[:len(gate)]
+	for i, g := range gate {
+		g = min(g, a.Limit)
+		u := min(max(up[i], -a.Limit), a.Limit)
+		out[i] = g / (1 + float32(math.Exp(float64(-a.Alpha*g)))) * (u + 1)
+	}
+}
+
+// ClampedMoEContext runs gpt-oss's expert blocks.
+type ClampedMoEContext interface {
+	// ClampedMoE is MoE with act in place of silu(gate)·up, and each expert's biases
+	// added to its gate, up and down projections: the stacked weights' biases
+	// ([experts, out] tensors beside them, bound with them by Backend.Weight), of which
+	// each picked expert adds its own row.
+	ClampedMoE(x, router Tensor, gate, up, down Weight, experts int, r Routing, act ClampedSwiGLU) Tensor
+}
+
+// SinkAttentionContext runs attention with learned sinks (gpt-oss).
+type SinkAttentionContext interface {
+	// AttentionSinks is Context.Attention with one sink logit per query head (sinks, of
+	// heads values) joining each head's softmax denominator and dropped from its
+	// output: Σ_j e^(s_j)·v_j / (Σ_j e^(s_j) + e^sink) (kvstore.Attention.Sinks).
+	AttentionSinks(q, k, v Tensor, cache kvstore.Layer, heads int, scale float32, sinks Vector) Tensor
 }
 
 // ActivationContext holds the elementwise and normalisation variants of Gemma and

@@ -291,6 +291,20 @@ func ropeRows(x *tensor, tab *ropeTable, headDim, half, offset, lo, hi int) {
 }
 
 func (c *context) Attention(q, k, v compute.Tensor, cache kvstore.Layer, heads int, scale float32) compute.Tensor {
+	return c.attention(q, k, v, cache, heads, scale, nil)
+}
+
+// AttentionSinks implements compute.SinkAttentionContext: kvstore applies the sinks
+// where each kind normalises its softmax.
+func (c *context) AttentionSinks(q, k, v compute.Tensor, cache kvstore.Layer, heads int, scale float32, sinks compute.Vector) compute.Tensor {
+	s, ok := sinks.(vector)
+	if !ok || len(s) != heads {
+		return c.fail("AttentionSinks: want %d sink logits as a CPU vector, got %T of %d", heads, sinks, sinks.Len())
+	}
+	return c.attention(q, k, v, cache, heads, scale, s)
+}
+
+func (c *context) attention(q, k, v compute.Tensor, cache kvstore.Layer, heads int, scale float32, sinks []float32) compute.Tensor {
 	a, ok := c.args(q, k, v)
 	if !ok {
 		return nilTensor
@@ -305,7 +319,7 @@ func (c *context) Attention(q, k, v compute.Tensor, cache kvstore.Layer, heads i
 		return c.fail("Attention: %v", err)
 	}
 	out := c.newTensor(T, heads*vDim)
-	err := cache.Attend(kvstore.Attention{Q: a[0].data, Out: out.data, N: T, Heads: heads, Scale: scale, Threads: c.b.threads})
+	err := cache.Attend(kvstore.Attention{Q: a[0].data, Out: out.data, N: T, Heads: heads, Scale: scale, Threads: c.b.threads, Sinks: sinks})
 	if err != nil {
 		return c.fail("Attention: %v", err)
 	}

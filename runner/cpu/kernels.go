@@ -100,6 +100,17 @@ func (b *Backend) quantMatVec(out, x []float32, T int, w *weight, int8 bool) {
 	}
 	in, g := w.in, w.q.GroupSize
 	gpr, wpr := in/g, quant.Words(in, w.q.Bits)
+	if w.q.Mode == quant.MXFP4 { // straight from the codes (gpt-oss's experts)
+		b.parallel(w.out, 32, func(lo, hi int) {
+			for o := lo; o < hi; o++ {
+				packed, scales := w.packed[o*wpr:(o+1)*wpr], w.scales.F32[o*gpr:(o+1)*gpr]
+				for t := 0; t < T; t++ {
+					out[t*w.out+o] = quant.DotMXFP4Row(x[t*in:(t+1)*in], packed, scales)
+				}
+			}
+		})
+		return
+	}
 	b.parallel(w.out, 32, func(lo, hi int) {
 		row := b.alloc(in)
 		defer b.release([][]float32{row})

@@ -13,6 +13,7 @@ import (
 func (w *weight) expert(e, rows int) *weight {
 	v := &weight{name: w.name, out: rows, in: w.in, q: w.q}
 	lo, hi := e*rows, (e+1)*rows
+	v.bias = w.expertBias(e, rows)
 	if !w.q.Quantized() {
 		v.f = w.f[lo*w.in : hi*w.in]
 		return v
@@ -24,6 +25,15 @@ func (w *weight) expert(e, rows int) *weight {
 		v.biases = w.biases.Slice(lo*gpr, hi*gpr)
 	}
 	return v
+}
+
+// expertBias is expert e's row of a stacked matrix's biases ([experts, rows], gpt-oss),
+// nil when it has none.
+func (w *weight) expertBias(e, rows int) []float32 {
+	if w.bias == nil {
+		return nil
+	}
+	return w.bias[e*rows : (e+1)*rows]
 }
 
 // deferLimit bounds the outputs a streamed MoE keeps to add up in order (floats): a
@@ -43,6 +53,17 @@ const streamWindow = 4
 // MoE implements compute.MoEContext. Tokens are grouped by expert, so each picked
 // expert's weights are read once per call, and experts nobody picked are not read.
 func (c *context) MoE(x, router compute.Tensor, gate, up, down compute.Weight, experts int, r compute.Routing) compute.Tensor {
+	return c.moe(x, router, gate, up, down, experts, r, nil)
+}
+
+// ClampedMoE implements compute.ClampedMoEContext: MoE with gpt-oss's activation; the
+// experts' biases are their weights' (expert, fromUnit).
+func (c *context) ClampedMoE(x, router compute.Tensor, gate, up, down compute.Weight, experts int, r compute.Routing, act compute.ClampedSwiGLU) compute.Tensor {
+	return c.moe(x, router, gate, up, down, experts, r, &act)
+}
+
+// moe is MoE with act, when set, in place of SwiGLU.
+func (c *context) moe(x, router compute.Tensor, gate, up, down compute.Weight, experts int, r compute.Routing, act *compute.ClampedSwiGLU) compute.Tensor {
 	a, ok := c.args(x, router)
 	if !ok {
 		return nilTensor
@@ -136,6 +157,7 @@ func (c *context) MoE(x, router compute.Tensor, gate, up, down compute.Weight, e
 				return c.fail("MoE: %v", err)
 			}
 			ge, ue, de = g.fromUnit(held), u.fromUnit(held), d.fromUnit(held)
+			ge.bias, ue.bias, de.bias = g.expertBias(e, inter), u.expertBias(e, inter), d.expertBias(e, hidden)
 		} else {
 			ge, ue, de = g.expert(e, inter), u.expert(e, inter), d.expert(e, hidden)
 		}
@@ -161,7 +183,11 @@ func (c *context) MoE(x, router compute.Tensor, gate, up, down compute.Weight, e
 		}
 		c.moeLinear(h, xe, n, ge, bySeg)
 		c.moeLinear(hu, xe, n, ue, bySeg)
-		quant.SwiGLU(h, h, hu)
+		if act != nil {
+			act.Apply(h, h, hu)
+		} else {
+			quant.SwiGLU(h, h, hu)
+		}
 		c.moeLinear(y, h, n, de, bySeg)
 		if grp != nil {
 			held.Release()

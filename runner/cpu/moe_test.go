@@ -224,3 +224,115 @@ func TestActivations(t *testing.T) {
 		closeTo(t, name, run(t, b, op), want[name], 1e-5)
 	}
 }
+
+// TestClampedMoE checks gpt-oss's expert block (ClampedMoE): biases on every expert's
+// gate, up and down rows, the clamped SwiGLU with gates and ups beyond the limit, and
+// the softmax over the top k logits, with float and mxfp4 experts, for a decode row and
+// a prefill, against a float64 reference over the decoded experts.
+func TestClampedMoE(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 9))
+	const E, k, hidden, inter = 4, 2, 64, 32
+	act := compute.ClampedSwiGLU{Alpha: 1.702, Limit: 7}
+	routing := compute.Routing{TopK: k, SoftmaxTopK: true}
+	for _, mxfp4 := range []bool{false, true} {
+		for _, T := range []int{1, 5} {
+			x, router := randVec(r, T*hidden), randVec(r, T*E)
+			src, mats, biases := source{}, map[string][]float32{}, map[string][]float32{}
+			for _, m := range []struct {
+				name    string
+				out, in int
+				scale   float32
+			}{{"gate", inter, hidden, 1.5}, {"up", inter, hidden, 1.5}, {"down", hidden, inter, 0.2}} {
+				w := randVec(r, E*m.out*m.in)
+				for i := range w {
+					w[i] *= m.scale // gates and ups of several units: the clamp at 7 matters
+				}
+				bias := randVec(r, E*m.out)
+				src.putFloat(m.name+".bias", safetensors.F32, []int{E, m.out}, bias)
+				biases[m.name] = bias
+				if !mxfp4 {
+					src.putFloat(m.name+".weight", safetensors.F32, []int{E, m.out, m.in}, w)
+					mats[m.name] = w
+					continue
+				}
+				packed, sc := make([]uint32, E*m.out*m.in/8), make([]uint8, E*m.out*m.in/32)
+				for row := 0; row < E*m.out; row++ {
+					quant.QuantizeMXFP4Row(packed[row*m.in/8:(row+1)*m.in/8], sc[row*m.in/32:(row+1)*m.in/32], w[row*m.in:(row+1)*m.in])
+				}
+				src.putU32(m.name+".weight", []int{E, m.out, m.in / 8}, packed)
+				src[m.name+".scales"] = &safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: m.name + ".scales", DType: safetensors.U8,
+					Shape: []int{E, m.out, m.in / 32}, End: int64(len(sc))}, Data: sc}
+				var err error
+				if mats[m.name], err = quant.DequantizeFP(quant.MXFP4, packed, sc, E*m.out, m.in); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want := make([]float64, T*hidden)
+			clamped := 0
+			for t := 0; t < T; t++ {
+				xt, lt := x[t*hidden:(t+1)*hidden], router[t*E:(t+1)*E]
+				es, _ := refSelect(lt, k, true)
+				var z float64
+				for _, e := range es {
+					z += math.Exp(float64(lt[e]))
+				}
+				for _, e := range es {
+					g := refLinear(xt, mats["gate"][e*inter*hidden:], biases["gate"][e*inter:], 1, inter, hidden)
+					u := refLinear(xt, mats["up"][e*inter*hidden:], biases["up"][e*inter:], 1, inter, hidden)
+					h := make([]float32, inter)
+					for j := range h {
+						gj, uj := math.Min(g[j], 7), math.Max(math.Min(u[j], 7), -7)
+						if gj != g[j] || uj != u[j] {
+							clamped++
+						}
+						h[j] = float32(gj / (1 + math.Exp(-1.702*gj)) * (uj + 1))
+					}
+					y := refLinear(h, mats["down"][e*hidden*inter:], biases["down"][e*hidden:], 1, hidden, inter)
+					for j := range y {
+						want[t*hidden+j] += math.Exp(float64(lt[e])) / z * y[j]
+					}
+				}
+			}
+			if clamped == 0 {
+				t.Fatal("no gate or up value reached the clamp: the test does not exercise it")
+			}
+			q := compute.Quant{}
+			if mxfp4 {
+				q = compute.Quant{Mode: quant.MXFP4, Bits: 4, GroupSize: 32}
+			}
+			b := New(3)
+			bind := func(name string) compute.Weight {
+				w, err := b.Weight(src, name, q)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return w
+			}
+			gate, up, down := bind("gate"), bind("up"), bind("down")
+			xw, rw := input(t, b, T, hidden, x), input(t, b, T, E, router)
+			got := run(t, b, func(c compute.Context) compute.Tensor {
+				m, ok := compute.Ext[compute.ClampedMoEContext](c)
+				if !ok {
+					t.Fatal("the CPU context is not a ClampedMoEContext")
+				}
+				return m.ClampedMoE(c.Embed(xw, seq(T)), c.Embed(rw, seq(T)), gate, up, down, E, routing, act)
+			})
+			closeTo(t, "ClampedMoE", got, want, 1e-4)
+		}
+	}
+}
+
+// TestSoftmaxTopK: the softmax over the top k logits gives the renormalised weights.
+func TestSoftmaxTopK(t *testing.T) {
+	r := rand.New(rand.NewPCG(10, 10))
+	for range 50 {
+		logits := randVec(r, 32)
+		es, ws := compute.Routing{TopK: 4, SoftmaxTopK: true}.Select(logits)
+		wantE, wantW := refSelect(logits, 4, true)
+		for i := range wantE {
+			if es[i] != wantE[i] || math.Abs(float64(ws[i])-wantW[i]) > 1e-6 {
+				t.Fatalf("picked %v %v, reference %v %v", es, ws, wantE, wantW)
+			}
+		}
+	}
+}

@@ -97,6 +97,34 @@ func (b *Batch) Attention(c compute.Context, q, k, v compute.Tensor, i, heads in
 	})
 }
 
+// AttentionSinks is Attention with learned sinks (compute.SinkAttentionContext), per
+// sequence over its own cache of layer i.
+func (b *Batch) AttentionSinks(c compute.Context, q, k, v compute.Tensor, i, heads int, scale float32, sinks compute.Vector) compute.Tensor {
+	sc, ok := compute.Ext[compute.SinkAttentionContext](c)
+	if !ok {
+		return compute.Unsupported(c, "attention sinks")
+	}
+	return b.Each(c, func(s int) compute.Tensor {
+		return sc.AttentionSinks(b.Rows(c, q, s), b.Rows(c, k, s), b.Rows(c, v, s), b.Cache(s, i), heads, scale, sinks)
+	})
+}
+
+// CheckWindow reports an error when a sequence of b reaches past window positions
+// while its cache of sliding-window layer i keeps every position and attends over all
+// of them: a cache that keeps the window is made by kvstore.NewCaches
+// (kvstore.Rotating) or the network's own NewCaches.
+func (b *Batch) CheckWindow(i, window int) error {
+	for s := range b.Seqs {
+		if b.Offset(s)+b.Len(s) <= window {
+			continue
+		}
+		if w, ok := b.Cache(s, i).(interface{ Window() int }); !ok || w.Window() != window {
+			return fmt.Errorf("layer %d is a sliding-window layer of %d positions, but its cache (%T) attends over every position: make its cache with kvstore.NewCaches or the model's NewCaches", i, window, b.Cache(s, i))
+		}
+	}
+	return nil
+}
+
 // Last is what the output layer reads of the final hidden states h: with LastOnly each
 // sequence's last row (one row per sequence, declared to the backend as segments of one
 // row), else h.

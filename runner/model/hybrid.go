@@ -13,6 +13,18 @@ import (
 // operations (mixture of experts, linear attention) it implements.
 func (c *cancellable) Unwrap() compute.Context { return c.Context }
 
+// AttentionSinks stops a pass once ctx is done, as Attention does.
+func (c *cancellable) AttentionSinks(q, k, v compute.Tensor, cache kvstore.Layer, heads int, scale float32, sinks compute.Vector) compute.Tensor {
+	if c.ctx.Err() != nil {
+		return stopped{}
+	}
+	sc, ok := compute.Ext[compute.SinkAttentionContext](c.Context)
+	if !ok {
+		return compute.Unsupported(c.Context, "attention sinks")
+	}
+	return sc.AttentionSinks(q, k, v, cache, heads, scale, sinks)
+}
+
 // CacheMaker is implemented by networks whose layers need caches of their own kinds
 // (sliding-window layers, the recurrent state of linear-attention layers); NewCaches
 // asks them instead of making a full-attention cache per layer.

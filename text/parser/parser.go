@@ -8,6 +8,8 @@
 //   - tool calls in the Hermes/Qwen format: <tool_call>{"name": …, "arguments": {…}}</tool_call>, any number,
 //     or inside the same tags the XML form of Qwen3-Coder and Qwen3.5/3.6 (<function=…><parameter=…>…),
 //     whose values become JSON as the offered tool's schema types them (ParamTypes);
+//   - OpenAI's harmony format (gpt-oss, harmony.go): the analysis channel is thinking, final and commentary
+//     preambles content, and commentary to=functions.NAME a tool call;
 //   - tool calls in Llama 3's JSON format: the whole reply is {"name": …, "parameters": {…}} (optionally after
 //     <|python_tag|>, several separated by ';' or newlines), recognized only for the tools the request gave.
 //
@@ -24,9 +26,10 @@ import (
 type ToolFormat int
 
 const (
-	ToolsNone   ToolFormat = iota // the template has no tool-call syntax mlxg knows
-	ToolsHermes                   // <tool_call>{json}</tool_call> (Qwen2.5, Qwen3, Hermes), or its XML form (Qwen3-Coder, Qwen3.5/3.6)
-	ToolsLlama3                   // a bare JSON object {"name":…, "parameters":…} (Llama 3.1+)
+	ToolsNone    ToolFormat = iota // the template has no tool-call syntax mlxg knows
+	ToolsHermes                    // <tool_call>{json}</tool_call> (Qwen2.5, Qwen3, Hermes), or its XML form (Qwen3-Coder, Qwen3.5/3.6)
+	ToolsLlama3                    // a bare JSON object {"name":…, "parameters":…} (Llama 3.1+)
+	ToolsHarmony                   // <|channel|>commentary to=functions.NAME …<|message|>{json} (gpt-oss)
 )
 
 func (f ToolFormat) String() string {
@@ -35,19 +38,25 @@ func (f ToolFormat) String() string {
 		return "hermes"
 	case ToolsLlama3:
 		return "llama3-json"
+	case ToolsHarmony:
+		return "harmony"
 	}
 	return "none"
 }
 
 // Capabilities is what a chat template says about the model's output syntax.
 type Capabilities struct {
-	Thinking bool       // the template knows <think>…</think>
+	Thinking bool       // the template knows <think>…</think>, or the harmony format's analysis channel
 	Tools    ToolFormat // the tool-call syntax the template teaches
+	Harmony  bool       // the template writes OpenAI's harmony format (gpt-oss): see harmony.go
 }
 
 // Detect reads a chat template's source for the syntax its model writes.
 func Detect(chatTemplate string) Capabilities {
 	var c Capabilities
+	if IsHarmony(chatTemplate) {
+		return Capabilities{Thinking: true, Tools: ToolsHarmony, Harmony: true}
+	}
 	c.Thinking = strings.Contains(chatTemplate, ThinkOpen) || strings.Contains(chatTemplate, ThinkClose)
 	switch {
 	case strings.Contains(chatTemplate, "<tool_call>"):
@@ -96,6 +105,10 @@ type Config struct {
 	InThinking bool
 	// Tools is the tool-call format to recognize; ToolsNone when the request gave no tools.
 	Tools ToolFormat
+	// Harmony: the output is in OpenAI's harmony format (Capabilities.Harmony). Its analysis channel goes to
+	// Result.Thinking whatever Thinking says (gpt-oss always reasons; its text is never returned as content),
+	// and tool calls are recognised when Tools is ToolsHarmony.
+	Harmony bool
 	// ToolNames, when not empty, is the set of tools the request offered: a Llama 3 JSON reply naming another
 	// function is content. Hermes calls are tagged explicitly and are not filtered.
 	ToolNames []string
@@ -105,8 +118,9 @@ type Config struct {
 
 // Parser is the incremental splitter. Not safe for concurrent use.
 type Parser struct {
-	think *thinkStage // nil when thinking is not separated
-	tools toolStage   // nil when tool calls are not recognized
+	harmony *harmonyStage // the harmony format, which does the work of both stages below
+	think   *thinkStage   // nil when thinking is not separated
+	tools   toolStage     // nil when tool calls are not recognized
 }
 
 // toolStage consumes content (after thinking was taken out).
@@ -117,6 +131,10 @@ type toolStage interface {
 // New makes a Parser.
 func New(cfg Config) *Parser {
 	p := &Parser{}
+	if cfg.Harmony {
+		p.harmony = newHarmonyStage(cfg.Tools == ToolsHarmony)
+		return p
+	}
 	if cfg.Thinking {
 		p.think = &thinkStage{}
 		if cfg.InThinking {
@@ -136,6 +154,10 @@ func New(cfg Config) *Parser {
 // released. Calling Add after done is not allowed.
 func (p *Parser) Add(s string, done bool) Result {
 	var r Result
+	if p.harmony != nil {
+		p.harmony.add(s, done, &r)
+		return r
+	}
 	content := s
 	if p.think != nil {
 		var thinking string
