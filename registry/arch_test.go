@@ -47,8 +47,8 @@ func TestCheckArchitecture(t *testing.T) {
 	if err := CheckArchitecture([]byte(`{"model_type":"qwen3"}`)); err != nil {
 		t.Fatal(err)
 	}
-	err := CheckArchitecture([]byte(`{"model_type":"gpt_oss"}`))
-	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), `model_type "gpt_oss"`) || strings.Contains(err.Error(), ErrUnsupported.Error()) {
+	err := CheckArchitecture([]byte(`{"model_type":"falcon_mamba"}`))
+	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), `model_type "falcon_mamba"`) || strings.Contains(err.Error(), ErrUnsupported.Error()) {
 		t.Fatalf("err = %v: want the check's own message, wrapping ErrUnsupported", err)
 	}
 }
@@ -57,7 +57,7 @@ func TestCheckArchitecture(t *testing.T) {
 // top-level model_type or one nested in text_config: no weight is downloaded and no snapshot is written.
 func TestPullUnsupportedArchitecture(t *testing.T) {
 	for _, config := range []string{
-		`{"model_type":"gpt_oss","architectures":["GptOssForCausalLM"]}`,
+		`{"model_type":"falcon_mamba","architectures":["FalconMambaForCausalLM"]}`,
 		`{"text_config":{"model_type":"gemma4_text"},"vision_config":{}}`,
 	} {
 		e := newPullEnv(t)

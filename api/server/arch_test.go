@@ -23,7 +23,7 @@ func TestUnsupportedArchitecture(t *testing.T) {
 	supported := "supported model types: " + strings.Join(model.Supported(), ", ")
 	weights := []byte("not read: the architecture is refused first")
 	for _, tc := range []struct{ config, named string }{
-		{`{"model_type":"gpt_oss","architectures":["GptOssForCausalLM"]}`, `model_type "gpt_oss"`},
+		{`{"model_type":"falcon_mamba","architectures":["FalconMambaForCausalLM"]}`, `model_type "falcon_mamba"`},
 		{`{"architectures":["Gemma4ForConditionalGeneration"],"text_config":{"model_type":"gemma4_fake_text"}}`, `model_type "gemma4_fake_text"`},
 	} {
 		files := map[string]string{"config.json": blobDigest([]byte(tc.config)), "model.safetensors": blobDigest(weights)}
@@ -47,7 +47,7 @@ func TestUnsupportedArchitecture(t *testing.T) {
 	if err := os.MkdirAll(repo, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(filepath.Join(repo, "config.json"), []byte(`{"model_type":"gpt_oss","quantization":{"group_size":32,"bits":4,"mode":"mxfp4"}}`), 0o644)
+	os.WriteFile(filepath.Join(repo, "config.json"), []byte(`{"model_type":"falcon_mamba","quantization":{"group_size":32,"bits":4,"mode":"mxfp4"}}`), 0o644)
 	os.WriteFile(filepath.Join(repo, "model.safetensors"), make([]byte, 1<<16), 0o644)
 	hub := hubtest.New(root)
 	srv := httptest.NewServer(hub)
@@ -56,7 +56,7 @@ func TestUnsupportedArchitecture(t *testing.T) {
 	t.Setenv("HF_TOKEN_PATH", filepath.Join(root, "no-token"))
 	ts.srv.models.PullOptions = registry.PullOptions{Endpoint: srv.URL, Retries: -1, Backoff: time.Millisecond}
 	status, msg := ts.errorOf(t, "/api/pull", `{"model":"org/gpt-oss-tiny","stream":false}`)
-	if status != 400 || !strings.Contains(msg, `model_type "gpt_oss"`) || !strings.HasSuffix(msg, supported) {
+	if status != 400 || !strings.Contains(msg, `model_type "falcon_mamba"`) || !strings.HasSuffix(msg, supported) {
 		t.Errorf("pull: %d %q", status, msg)
 	}
 	if n := hub.Served("model.safetensors"); n != 0 {

@@ -9,6 +9,7 @@ var tinyPresets = map[string]func(vocab int) Config{
 	"qwen3_moe":   TinyMoE,
 	"gemma3_text": TinyGemma3,
 	"qwen3_next":  TinyQwen3Next,
+	"gpt_oss":     TinyGptOss,
 }
 
 // TinyOf is the tiny float32 model of the architecture registered under modelType,

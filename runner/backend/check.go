@@ -488,6 +488,46 @@ func opCases(seed uint64) ([]opCase, error) {
 			return out, nil
 		}, want, nil})
 	}
+	sinks := randn(r, heads, 1)
+	src.floats("att.sinks", safetensors.F32, []int{heads}, sinks)
+	sinkWant := attentionSinks(qs, roundTrip(ks, kvstore.SpecF16.K, headDim), roundTrip(vs, kvstore.SpecF16.V, headDim), total, heads, kvHeads, headDim, scale, sinks)
+	cases = append(cases, opCase{"AttentionSinks fp16 cache", []string{"SinkAttentionContext.AttentionSinks"}, tolF16, func(b compute.Backend) ([]float32, error) {
+		if err := compute.Supports[compute.SinkAttentionContext](b, "attention with sinks"); err != nil {
+			return nil, err
+		}
+		cache, err := kvstore.NewFull(kvHeads, headDim, headDim, false)
+		if err != nil {
+			return nil, err
+		}
+		var w [3]compute.Weight
+		for i, name := range []string{"att.q", "att.k", "att.v"} {
+			if w[i], err = b.Weight(src, name, compute.Quant{}); err != nil {
+				return nil, err
+			}
+		}
+		sv, err := b.Vector(src, "att.sinks")
+		if err != nil {
+			return nil, err
+		}
+		var out []float32
+		pos := 0
+		for _, n := range steps {
+			ids := make([]int32, n)
+			for i := range ids {
+				ids[i] = int32(pos + i)
+			}
+			got, err := run(b, func(c compute.Context) compute.Tensor {
+				sc, _ := compute.Ext[compute.SinkAttentionContext](c)
+				return sc.AttentionSinks(c.Embed(w[0], ids), c.Embed(w[1], ids), c.Embed(w[2], ids), cache, heads, scale, sv)
+			})
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, got...)
+			pos += n
+		}
+		return out, nil
+	}, sinkWant, nil})
 	f := feeder{prep: prep, rowsOf: rowsOf, x: x, y: y, T: T, in: in}
 	ext, err := extCases(r, src, f)
 	if err != nil {
@@ -548,6 +588,12 @@ func roundTrip(x []float32, f kvstore.Format, dim int) []float32 {
 // attention is the plain causal grouped-query attention of each step's queries over
 // every position appended so far.
 func attention(q, k, v []float32, total int, steps []int, heads, kvHeads, dim int, scale float32) []float32 {
+	return attentionSinks(q, k, v, total, heads, kvHeads, dim, scale, nil)
+}
+
+// attentionSinks is attention with one sink logit per query head joining each softmax's
+// denominator (gpt-oss), or none when sinks is nil.
+func attentionSinks(q, k, v []float32, total, heads, kvHeads, dim int, scale float32, sinks []float32) []float32 {
 	out := make([]float32, total*heads*dim)
 	rep := heads / kvHeads
 	for p := 0; p < total; p++ {
@@ -564,10 +610,16 @@ func attention(q, k, v []float32, total int, steps []int, heads, kvHeads, dim in
 				scores[j] = s * float64(scale)
 				m = max(m, scores[j])
 			}
+			if sinks != nil {
+				m = max(m, float64(sinks[h]))
+			}
 			var sum float64
 			for j := range scores {
 				scores[j] = math.Exp(scores[j] - m)
 				sum += scores[j]
+			}
+			if sinks != nil {
+				sum += math.Exp(float64(sinks[h]) - m)
 			}
 			o := out[(p*heads+h)*dim : (p*heads+h+1)*dim]
 			for j, s := range scores {

@@ -194,7 +194,92 @@ func extCases(r *rand.Rand, src source, f feeder) ([]opCase, error) {
 		}
 		cases = append(cases, c)
 	}
+	for _, q := range []compute.Quant{{}, {Mode: quant.MXFP4, Bits: 4, GroupSize: 32}} {
+		c, err := clampedMoECase(r, src, f, q)
+		if err != nil {
+			return nil, err
+		}
+		cases = append(cases, c)
+	}
 	return cases, nil
+}
+
+// clampedMoECase checks gpt-oss's experts (ClampedMoE): 4 experts with [experts, out]
+// biases beside each stacked matrix, top-2 softmaxed among themselves, the clamped
+// SwiGLU (alpha 1.702, limit 7), float or mxfp4 weights.
+func clampedMoECase(r *rand.Rand, src source, f feeder, q compute.Quant) (opCase, error) {
+	const E, inter, topK = 4, 32, 2
+	T, in := f.T, f.in
+	name, tol := "ClampedMoE float", tolF16
+	if q.Quantized() {
+		name = "ClampedMoE mxfp4"
+	}
+	prefix := "cmoe." + name
+	mats, biases := map[string][]float32{}, map[string][]float32{}
+	for _, m := range []struct {
+		name     string
+		out, cin int
+	}{{"gate", inter, in}, {"up", inter, in}, {"down", in, inter}} {
+		p := prefix + "." + m.name
+		w, err := src.matrix(r, p, E*m.out, m.cin, safetensors.F16, q)
+		if err != nil {
+			return opCase{}, err
+		}
+		for _, suffix := range []string{".weight", ".scales", ".biases"} {
+			if t, ok := src[p+suffix]; ok {
+				t.Shape = []int{E, m.out, t.Shape[1]}
+			}
+		}
+		b := randn(r, E*m.out, 1)
+		src.floats(p+".bias", safetensors.F32, []int{E, m.out}, b)
+		mats[m.name], biases[m.name] = w, b
+	}
+	logits := randn(r, T*E, 1)
+	embedded(src, prefix+".router", logits, T, E)
+	routing := compute.Routing{TopK: topK, SoftmaxTopK: true}
+	act := compute.ClampedSwiGLU{Alpha: 1.702, Limit: 7}
+	want := make([]float32, T*in)
+	for t := 0; t < T; t++ {
+		experts, weights := routing.Select(logits[t*E : (t+1)*E])
+		x := f.x[t*in : (t+1)*in]
+		for i, e := range experts {
+			h := make([]float64, inter)
+			for j := range h {
+				gs, us := float64(biases["gate"][e*inter+j]), float64(biases["up"][e*inter+j])
+				for c := 0; c < in; c++ {
+					gs += float64(mats["gate"][(e*inter+j)*in+c]) * float64(x[c])
+					us += float64(mats["up"][(e*inter+j)*in+c]) * float64(x[c])
+				}
+				gs = math.Min(gs, float64(act.Limit))
+				us = math.Min(math.Max(us, -float64(act.Limit)), float64(act.Limit))
+				h[j] = gs * sigmoid64(float64(act.Alpha)*gs) * (us + 1)
+			}
+			for o := 0; o < in; o++ {
+				y := float64(biases["down"][e*in+o])
+				for j := range h {
+					y += float64(mats["down"][(e*in+o)*inter+j]) * h[j]
+				}
+				want[t*in+o] += float32(float64(weights[i]) * y)
+			}
+		}
+	}
+	return opCase{name, []string{"ClampedMoEContext.ClampedMoE"}, tol, func(b compute.Backend) ([]float32, error) {
+		var ws [3]compute.Weight
+		for i, m := range []string{"gate", "up", "down"} {
+			w, err := b.Weight(src, prefix+"."+m, q)
+			if err != nil {
+				return nil, err
+			}
+			ws[i] = w
+		}
+		router, err := b.Weight(src, prefix+".router", compute.Quant{})
+		if err != nil {
+			return nil, err
+		}
+		return extOp(f, b, func(c compute.Context, m compute.ClampedMoEContext) compute.Tensor {
+			return m.ClampedMoE(f.rowsOf(b, c, 0, T), rowsIn(c, router, 0, T), ws[0], ws[1], ws[2], E, routing, act)
+		})
+	}, want, nil}, nil
 }
 
 // embedded adds x (rows × cols, float32) as a matrix to feed ops through Embed, which

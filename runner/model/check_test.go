@@ -27,8 +27,8 @@ func TestCheckConfig(t *testing.T) {
 		{`{"model_type":"qwen3","num_hidden_layers":2}`, true, ""},
 		// A multimodal wrapper with no model_type of its own runs as its text model.
 		{`{"text_config":{"model_type":"qwen3"}}`, true, ""},
-		{`{"model_type":"gpt_oss","architectures":["GptOssForCausalLM"]}`, false,
-			`model_type "gpt_oss" (architectures GptOssForCausalLM) is not supported`},
+		{`{"model_type":"falcon_mamba","architectures":["FalconMambaForCausalLM"]}`, false,
+			`model_type "falcon_mamba" (architectures FalconMambaForCausalLM) is not supported`},
 		{`{"model_type":"gemma4_fake","architectures":["Gemma4ForConditionalGeneration"],"text_config":{"model_type":"gemma4_fake_text"}}`, false,
 			`model_type "gemma4_fake" (text_config's model_type "gemma4_fake_text"; architectures Gemma4ForConditionalGeneration) is not supported`},
 		{`{"text_config":{"model_type":"gemma4_fake_text","architectures":["Gemma4ForCausalLM"]}}`, false,
@@ -57,9 +57,9 @@ func TestCheckConfig(t *testing.T) {
 // failures by registry.ErrUnsupported.
 func TestLoadUnsupported(t *testing.T) {
 	dir := generate(t, randmodel.Tiny("qwen3", 64))
-	rewriteModelType(t, dir, "qwen3", "gpt_oss")
+	rewriteModelType(t, dir, "qwen3", "falcon_mamba")
 	_, err := model.Load(dir, cpu.New(1))
-	if !errors.Is(err, registry.ErrUnsupported) || !strings.Contains(err.Error(), `model_type "gpt_oss"`) {
+	if !errors.Is(err, registry.ErrUnsupported) || !strings.Contains(err.Error(), `model_type "falcon_mamba"`) {
 		t.Fatalf("Load: %v", err)
 	}
 }
@@ -70,7 +70,7 @@ func TestCreateUnsupported(t *testing.T) {
 	registry.SetArchitectureCheck(model.CheckConfig)
 	t.Cleanup(func() { registry.SetArchitectureCheck(nil) })
 	for _, tc := range []struct{ from, to string }{
-		{`"model_type": "qwen3"`, `"model_type": "gpt_oss"`},
+		{`"model_type": "qwen3"`, `"model_type": "falcon_mamba"`},
 		{`"model_type": "qwen3"`, `"text_config": {"model_type": "gemma4_fake_text"}`},
 	} {
 		src := generate(t, randmodel.Tiny("qwen3", 64))
