@@ -155,6 +155,9 @@ func TestOrientationMatchesPillow(t *testing.T) {
 // Gemma 3's, on images needing upscaling, downscaling and an extreme aspect ratio.
 func TestProcessorsMatchTransformers(t *testing.T) {
 	ref := loadReference(t)
+	if ref.Transformers == "" {
+		t.Skip("testdata/reference.json was made without transformers (scripts/visionref on the GPU device adds it)")
+	}
 	n := 0
 	for _, c := range ref.Processors {
 		if c.Error != "" {
