@@ -162,6 +162,8 @@ func TestBatchedMatchesAlone(t *testing.T) {
 		{"gemma3", randmodel.TinyGemma3(512)},
 		{"qwen3_next", randmodel.TinyQwen3Next(512)},
 		{"gpt_oss", randmodel.TinyGptOss(512)},
+		{"gemma4", randmodel.TinyGemma4(512)},
+		{"gemma4_moe", randmodel.TinyGemma4MoE(512)},
 	}
 	a := kvstore.AffineFormat
 	kvs := []struct {

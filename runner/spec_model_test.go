@@ -34,6 +34,7 @@ func TestVerificationPassesMatchSteps(t *testing.T) {
 		{"qwen3_moe", randmodel.TinyMoE(512)},
 		{"gemma3", randmodel.TinyGemma3(512)},
 		{"qwen3_next", randmodel.TinyQwen3Next(512)},
+		{"gemma4", randmodel.TinyGemma4(512)},
 	}
 	a := kvstore.AffineFormat
 	kvs := []struct {

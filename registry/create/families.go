@@ -40,17 +40,38 @@ import (
 //     kept as they are, with "mode": "mxfp4" for those modules; the router (mlp.router)
 //     is quantized at 8 bits in groups of 64.
 //
+//   - gemma4, gemma4_unified, gemma4_text (mlx_lm/models/gemma4.py, gemma4_text.py):
+//     the multimodal types' language model moves from model.language_model.* to
+//     language_model.model.* (lm_head to language_model.lm_head), the vision and audio
+//     towers and their embedders are dropped; fused experts (experts.gate_up_proj
+//     [experts, 2·inter, hidden], the gate first; experts.down_proj) become
+//     experts.switch_glu.{gate,up,down}_proj; with experts the router (router.proj) and
+//     the dense MLP beside them are quantized at 8 bits in groups of 64.
+//
 // Other model types (gemma3_text among them) convert as they are.
 type family struct {
 	modelType string
+	experts   bool // a Gemma 4 with experts (enable_moe_block)
 }
 
 func newFamily(cfg map[string]any) family {
 	t, _ := cfg["model_type"].(string)
-	return family{modelType: t}
+	text := cfg
+	if tc, ok := cfg["text_config"].(map[string]any); ok {
+		text = tc
+	}
+	moe, _ := text["enable_moe_block"].(bool)
+	return family{modelType: t, experts: moe}
 }
 
 func (f family) gptoss() bool { return f.modelType == "gpt_oss" }
+
+func (f family) gemma4() bool {
+	return f.modelType == "gemma4" || f.modelType == "gemma4_unified" || f.modelType == "gemma4_text"
+}
+
+// gemma4Wrapped: a Gemma 4 type whose language model is one part of a multimodal model.
+func (f family) gemma4Wrapped() bool { return f.gemma4() && f.modelType != "gemma4_text" }
 
 func (f family) qwen35() bool { return f.modelType == "qwen3_5" || f.modelType == "qwen3_5_moe" }
 
@@ -63,6 +84,13 @@ func (f family) moe() bool {
 
 // drop reports a tensor the MLX layout leaves out.
 func (f family) drop(name string) bool {
+	if f.gemma4Wrapped() {
+		for _, tower := range []string{"vision_tower.", "audio_tower.", "embed_vision.", "embed_audio.", "multi_modal_projector."} {
+			if strings.HasPrefix(name, "model."+tower) || strings.HasPrefix(name, tower) {
+				return true
+			}
+		}
+	}
 	if f.qwen35() && (strings.HasPrefix(name, "model.visual.") || strings.HasPrefix(name, "vision_tower.")) {
 		return true
 	}
@@ -71,7 +99,7 @@ func (f family) drop(name string) bool {
 
 // rename is a tensor's MLX name.
 func (f family) rename(name string) string {
-	if !f.qwen35() {
+	if !f.qwen35() && !f.gemma4Wrapped() {
 		return name
 	}
 	if rest, ok := strings.CutPrefix(name, "model.language_model."); ok {
@@ -118,33 +146,43 @@ func (f family) jobs(ck *safetensors.Checkpoint, n string, t *safetensors.Tensor
 				}
 			}}}
 	}
-	if f.moe() && len(t.Shape) == 3 {
-		if base, ok := strings.CutSuffix(n, ".mlp.experts.down_proj"); ok {
-			return []job{{out: f.rename(base + ".mlp.switch_mlp.down_proj.weight"), shape: slices.Clone(t.Shape), stacked: true, rows: all}}
+	fused, stacked := ".mlp.experts.", ".mlp.switch_mlp." // qwen3.5's
+	if f.gemma4() {
+		fused, stacked = ".experts.", ".experts.switch_glu."
+	}
+	if (f.moe() || f.gemma4()) && len(t.Shape) == 3 {
+		if base, ok := strings.CutSuffix(n, fused+"down_proj"); ok {
+			return []job{{out: f.rename(base + stacked + "down_proj.weight"), shape: slices.Clone(t.Shape), stacked: true, rows: all}}
 		}
-		if base, ok := strings.CutSuffix(n, ".mlp.experts.gate_up_proj"); ok && t.Shape[1]%2 == 0 {
-			E, two, in := t.Shape[0], t.Shape[1], t.Shape[2]
-			mid := two / 2
-			half := func(second bool) func(rows, cols int, fn func(r0 int, vals []float32)) {
-				return func(_, cols int, fn func(r0 int, vals []float32)) {
-					forRows(t, E*two, in, dt, func(r0 int, vals []float32) {
-						for i := range len(vals) / cols {
-							r := r0 + i
-							e, local := r/two, r%two
-							if (local >= mid) == second {
-								fn(e*mid+local%mid, vals[i*cols:(i+1)*cols])
-							}
-						}
-					})
-				}
-			}
-			return []job{
-				{out: f.rename(base + ".mlp.switch_mlp.gate_proj.weight"), shape: []int{E, mid, in}, stacked: true, rows: half(false)},
-				{out: f.rename(base + ".mlp.switch_mlp.up_proj.weight"), shape: []int{E, mid, in}, stacked: true, rows: half(true)},
-			}
+		if base, ok := strings.CutSuffix(n, fused+"gate_up_proj"); ok && t.Shape[1]%2 == 0 {
+			return splitFused(t, dt, f.rename(base+stacked+"gate_proj.weight"), f.rename(base+stacked+"up_proj.weight"))
 		}
 	}
 	return []job{{out: f.rename(n), shape: f.shape(n, t.Shape), rows: all}}
+}
+
+// splitFused writes a fused [experts, 2·inter, in] gate_up_proj, the gate first, as the
+// stacked gate and up matrices.
+func splitFused(t *safetensors.Tensor, dt safetensors.DType, gate, up string) []job {
+	E, two, in := t.Shape[0], t.Shape[1], t.Shape[2]
+	mid := two / 2
+	half := func(second bool) func(rows, cols int, fn func(r0 int, vals []float32)) {
+		return func(_, cols int, fn func(r0 int, vals []float32)) {
+			forRows(t, E*two, in, dt, func(r0 int, vals []float32) {
+				for i := range len(vals) / cols {
+					r := r0 + i
+					e, local := r/two, r%two
+					if (local >= mid) == second {
+						fn(e*mid+local%mid, vals[i*cols:(i+1)*cols])
+					}
+				}
+			})
+		}
+	}
+	return []job{
+		{out: gate, shape: []int{E, mid, in}, stacked: true, rows: half(false)},
+		{out: up, shape: []int{E, mid, in}, stacked: true, rows: half(true)},
+	}
 }
 
 // expert splits model.layers.N.mlp.experts.E.P.weight into the stacked name
@@ -220,6 +258,13 @@ func (f family) plusOne(name string, shape []int) bool {
 
 // override returns the bits and group of a module quantized apart from the rest.
 func (f family) override(module string) (bits, group int, ok bool) {
+	if f.gemma4() && f.experts {
+		for _, sfx := range []string{".router.proj", ".mlp.gate_proj", ".mlp.up_proj", ".mlp.down_proj"} {
+			if strings.HasSuffix(module, sfx) {
+				return 8, 64, true
+			}
+		}
+	}
 	if f.gptoss() && strings.HasSuffix(module, "mlp.router") {
 		return 8, 64, true
 	}

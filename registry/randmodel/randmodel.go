@@ -103,6 +103,17 @@ type Config struct {
 	ConvKernel            int     `json:"linear_conv_kernel_dim,omitempty"`
 	FullAttentionInterval int     `json:"full_attention_interval,omitempty"`
 	PartialRotary         float64 `json:"partial_rotary_factor,omitempty"`
+
+	// Gemma 4 (gemma4_text; gemma4 and gemma4_unified write the same text model in the
+	// multimodal layout: text_config nested, weights under model.language_model.). The
+	// full layers' RoPE is proportional over PartialRotary of the head, the sliding
+	// layers' of base RopeLocalBaseFreq; every layer has experts when NumExperts is set.
+	GlobalHeadDim  int  `json:"global_head_dim,omitempty"`
+	GlobalKVHeads  int  `json:"num_global_key_value_heads,omitempty"`
+	AttentionKEqV  bool `json:"attention_k_eq_v,omitempty"`
+	KVSharedLayers int  `json:"num_kv_shared_layers,omitempty"`
+	PerLayerInput  int  `json:"hidden_size_per_layer_input,omitempty"`
+	DoubleWideMLP  bool `json:"use_double_wide_mlp,omitempty"`
 }
 
 // Options control how a checkpoint is written.
@@ -151,13 +162,21 @@ func Tiny(arch string, vocab int) Config {
 }
 
 var archNames = map[string]string{
-	"llama":       "LlamaForCausalLM",
-	"qwen2":       "Qwen2ForCausalLM",
-	"qwen3":       "Qwen3ForCausalLM",
-	"qwen3_moe":   "Qwen3MoeForCausalLM",
-	"gemma3_text": "Gemma3ForCausalLM",
-	"qwen3_next":  "Qwen3NextForCausalLM",
-	"gpt_oss":     "GptOssForCausalLM",
+	"llama":          "LlamaForCausalLM",
+	"qwen2":          "Qwen2ForCausalLM",
+	"qwen3":          "Qwen3ForCausalLM",
+	"qwen3_moe":      "Qwen3MoeForCausalLM",
+	"gemma3_text":    "Gemma3ForCausalLM",
+	"qwen3_next":     "Qwen3NextForCausalLM",
+	"gpt_oss":        "GptOssForCausalLM",
+	"gemma4_text":    "Gemma4ForCausalLM",
+	"gemma4":         "Gemma4ForConditionalGeneration",
+	"gemma4_unified": "Gemma4ForConditionalGeneration",
+}
+
+// gemma4 reports the Gemma 4 architectures.
+func (c Config) gemma4() bool {
+	return c.Arch == "gemma4_text" || c.Arch == "gemma4" || c.Arch == "gemma4_unified"
 }
 
 // TinyMoE returns a small float32 Qwen3-MoE: 2 layers, 8 experts of which 2 are
@@ -202,7 +221,7 @@ func TinyGptOss(vocab int) Config {
 
 // moe reports whether layer i has the expert block (transformers' rule).
 func (c Config) moe(i int) bool {
-	if c.NumExperts == 0 || c.Arch == "gpt_oss" || slices.Contains(c.MLPOnlyLayers, i) {
+	if c.NumExperts == 0 || c.Arch == "gpt_oss" || c.gemma4() || slices.Contains(c.MLPOnlyLayers, i) {
 		return false
 	}
 	step := max(c.DecoderSparseStep, 1)
@@ -219,6 +238,9 @@ func (c Config) linear(i int) bool {
 func (c Config) sliding(i int) bool {
 	if c.Arch == "gpt_oss" {
 		return i%2 == 0
+	}
+	if c.gemma4() {
+		return c.SlidingWindowPattern > 1 && (i+1)%c.SlidingWindowPattern != 0 && i != c.NumLayers-1
 	}
 	return c.Arch == "gemma3_text" && c.SlidingWindowPattern > 1 && (i+1)%c.SlidingWindowPattern != 0
 }
@@ -245,7 +267,7 @@ func (c Config) hasBias() bool { return c.Arch == "qwen2" || c.AttentionBias }
 // Validate reports a shape that no architecture could load.
 func (c Config) Validate() error {
 	if _, ok := archNames[c.Arch]; !ok {
-		return fmt.Errorf("randmodel: unknown arch %q: use llama, qwen2, qwen3, qwen3_moe, gemma3_text, qwen3_next or gpt_oss", c.Arch)
+		return fmt.Errorf("randmodel: unknown arch %q: use llama, qwen2, qwen3, qwen3_moe, gemma3_text, gemma4_text, gemma4, gemma4_unified, qwen3_next or gpt_oss", c.Arch)
 	}
 	if _, ok := dtypes[c.DType]; !ok {
 		return fmt.Errorf("randmodel: unknown dtype %q: use float32, float16 or bfloat16", c.DType)
@@ -281,6 +303,19 @@ func (c Config) Validate() error {
 		if c.NumExperts <= 0 || c.TopK <= 0 || c.TopK > c.NumExperts || c.MoEIntermediate <= 0 {
 			return errors.New("randmodel: num_experts, num_experts_per_tok (at most num_experts) and moe_intermediate_size must be positive")
 		}
+	case "gemma4_text", "gemma4", "gemma4_unified":
+		if c.SlidingWindow <= 0 || c.SlidingWindowPattern <= 0 || c.RopeLocalBaseFreq <= 0 || c.PartialRotary <= 0 || c.PartialRotary > 1 {
+			return errors.New("randmodel: gemma4 needs sliding_window, sliding_window_pattern, rope_local_base_freq and partial_rotary_factor in (0, 1]")
+		}
+		if c.KVSharedLayers < 0 || c.KVSharedLayers >= c.NumLayers-c.SlidingWindowPattern {
+			return errors.New("randmodel: gemma4's num_kv_shared_layers must leave a full and a sliding layer before them")
+		}
+		if c.NumExperts > 0 && (c.TopK <= 0 || c.TopK > c.NumExperts || c.MoEIntermediate <= 0) {
+			return errors.New("randmodel: gemma4's experts need num_experts_per_tok (at most num_experts) and moe_intermediate_size")
+		}
+		if c.AttentionKEqV && (c.GlobalKVHeads <= 0 || c.NumHeads%c.GlobalKVHeads != 0) {
+			return errors.New("randmodel: gemma4's attention_k_eq_v needs num_global_key_value_heads dividing the heads")
+		}
 	case "gemma3_text":
 		if c.SlidingWindow <= 0 || c.SlidingWindowPattern <= 0 || c.RopeLocalBaseFreq <= 0 || c.QueryPreAttnScalar <= 0 {
 			return errors.New("randmodel: gemma3_text needs sliding_window, sliding_window_pattern, rope_local_base_freq and query_pre_attn_scalar")
@@ -295,6 +330,9 @@ func (c Config) Validate() error {
 
 // HFConfig returns the config.json contents transformers and mlx-lm read.
 func (c Config) HFConfig() map[string]any {
+	if c.gemma4() {
+		return c.gemma4Config()
+	}
 	m := map[string]any{
 		"architectures":           []string{archNames[c.Arch]},
 		"model_type":              c.Arch,
@@ -432,6 +470,9 @@ type TensorSpec struct {
 
 // Tensors lists the model's weights in the order they are written.
 func (c Config) Tensors() []TensorSpec {
+	if c.gemma4() {
+		return c.gemma4Tensors()
+	}
 	h, hd := c.HiddenSize, c.headDim()
 	q, kv := c.NumHeads*hd, c.NumKVHeads*hd
 	lin := func(name string, out, in int) TensorSpec {

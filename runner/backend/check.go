@@ -528,6 +528,47 @@ func opCases(seed uint64) ([]opCase, error) {
 		}
 		return out, nil
 	}, sinkWant, nil})
+	// AttentionShared: each step's queries over the cache the step's Attention filled
+	// (a KV-shared layer's reading of its source), the same as that attention.
+	sharedWant := attention(qs, roundTrip(ks, kvstore.SpecF16.K, headDim), roundTrip(vs, kvstore.SpecF16.V, headDim), total, steps, heads, kvHeads, headDim, scale)
+	cases = append(cases, opCase{"AttentionShared fp16 cache", []string{"SharedKVContext.AttentionShared"}, tolF16, func(b compute.Backend) ([]float32, error) {
+		if err := compute.Supports[compute.SharedKVContext](b, "attention over another layer's KV"); err != nil {
+			return nil, err
+		}
+		cache, err := kvstore.NewFull(kvHeads, headDim, headDim, false)
+		if err != nil {
+			return nil, err
+		}
+		var w [3]compute.Weight
+		for i, name := range []string{"att.q", "att.k", "att.v"} {
+			if w[i], err = b.Weight(src, name, compute.Quant{}); err != nil {
+				return nil, err
+			}
+		}
+		var out []float32
+		pos := 0
+		for _, n := range steps {
+			ids := make([]int32, n)
+			for i := range ids {
+				ids[i] = int32(pos + i)
+			}
+			if _, err := run(b, func(c compute.Context) compute.Tensor {
+				return c.Attention(c.Embed(w[0], ids), c.Embed(w[1], ids), c.Embed(w[2], ids), cache, heads, scale)
+			}); err != nil {
+				return nil, err
+			}
+			got, err := run(b, func(c compute.Context) compute.Tensor {
+				sc, _ := compute.Ext[compute.SharedKVContext](c)
+				return sc.AttentionShared(c.Embed(w[0], ids), cache, heads, scale)
+			})
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, got...)
+			pos += n
+		}
+		return out, nil
+	}, sharedWant, nil})
 	f := feeder{prep: prep, rowsOf: rowsOf, x: x, y: y, T: T, in: in}
 	ext, err := extCases(r, src, f)
 	if err != nil {

@@ -187,12 +187,14 @@ func extCases(r *rand.Rand, src source, f feeder) ([]opCase, error) {
 		return nil, err
 	}
 	cases = append(cases, cs, deltaCase(r, src))
-	for _, q := range []compute.Quant{{}, {Mode: quant.Affine, Bits: 4, GroupSize: 32}} {
-		c, err := moeCase(r, src, f, q)
-		if err != nil {
-			return nil, err
+	for _, geglu := range []bool{false, true} {
+		for _, q := range []compute.Quant{{}, {Mode: quant.Affine, Bits: 4, GroupSize: 32}} {
+			c, err := moeCase(r, src, f, q, geglu)
+			if err != nil {
+				return nil, err
+			}
+			cases = append(cases, c)
 		}
-		cases = append(cases, c)
 	}
 	for _, q := range []compute.Quant{{}, {Mode: quant.MXFP4, Bits: 4, GroupSize: 32}} {
 		c, err := clampedMoECase(r, src, f, q)
@@ -425,13 +427,18 @@ func deltaCase(r *rand.Rand, src source) opCase {
 
 // moeCase checks MoE: 6 experts (stacked [experts, rows, in] tensors, as mlx-lm's
 // switch_mlp stores them) in float or quantized q, top-2 with renormalised weights, for
-// the feed's T rows with random router logits.
-func moeCase(r *rand.Rand, src source, f feeder, q compute.Quant) (opCase, error) {
+// the feed's T rows with random router logits. With geglu it checks Gemma 4's GeGLUMoE:
+// GELU-gated experts and per-expert scales of the routing weights.
+func moeCase(r *rand.Rand, src source, f feeder, q compute.Quant, geglu bool) (opCase, error) {
 	const E, inter, topK = 6, 32, 2
 	T, in := f.T, f.in
-	name, tol := "MoE float", tolF16 // fp16 weights, fp16 scales when quantized
+	op, ops := "MoE", "MoEContext.MoE"
+	if geglu {
+		op, ops = "GeGLUMoE", "GeGLUMoEContext.GeGLUMoE"
+	}
+	name, tol := op+" float", tolF16 // fp16 weights, fp16 scales when quantized
 	if q.Quantized() {
-		name = "MoE affine 4-bit"
+		name = op + " affine 4-bit"
 	}
 	prefix := "moe." + name
 	mats := map[string][]float32{}
@@ -454,6 +461,12 @@ func moeCase(r *rand.Rand, src source, f feeder, q compute.Quant) (opCase, error
 	logits := randn(r, T*E, 1)
 	embedded(src, prefix+".router", logits, T, E)
 	routing := compute.Routing{TopK: topK, NormTopK: true}
+	if geglu {
+		routing.Scales = make([]float32, E)
+		for e := range routing.Scales {
+			routing.Scales[e] = 0.5 + float32(e)/4
+		}
+	}
 	want := make([]float32, T*in)
 	for t := 0; t < T; t++ {
 		experts, weights := routing.Select(logits[t*E : (t+1)*E])
@@ -466,7 +479,11 @@ func moeCase(r *rand.Rand, src source, f feeder, q compute.Quant) (opCase, error
 					gs += float64(mats["gate"][(e*inter+j)*in+c]) * float64(x[c])
 					us += float64(mats["up"][(e*inter+j)*in+c]) * float64(x[c])
 				}
-				h[j] = gs * sigmoid64(gs) * us
+				if geglu {
+					h[j] = geluTanh(gs) * us
+				} else {
+					h[j] = gs * sigmoid64(gs) * us
+				}
 			}
 			for o := 0; o < in; o++ {
 				var y float64
@@ -477,7 +494,7 @@ func moeCase(r *rand.Rand, src source, f feeder, q compute.Quant) (opCase, error
 			}
 		}
 	}
-	return opCase{name, []string{"MoEContext.MoE"}, tol, func(b compute.Backend) ([]float32, error) {
+	return opCase{name, []string{ops}, tol, func(b compute.Backend) ([]float32, error) {
 		var ws [3]compute.Weight
 		for i, m := range []string{"gate", "up", "down"} {
 			w, err := b.Weight(src, prefix+"."+m, q)
@@ -489,6 +506,11 @@ func moeCase(r *rand.Rand, src source, f feeder, q compute.Quant) (opCase, error
 		router, err := b.Weight(src, prefix+".router", compute.Quant{})
 		if err != nil {
 			return nil, err
+		}
+		if geglu {
+			return extOp(f, b, func(c compute.Context, m compute.GeGLUMoEContext) compute.Tensor {
+				return m.GeGLUMoE(f.rowsOf(b, c, 0, T), rowsIn(c, router, 0, T), ws[0], ws[1], ws[2], E, routing)
+			})
 		}
 		return extOp(f, b, func(c compute.Context, m compute.MoEContext) compute.Tensor {
 			return m.MoE(f.rowsOf(b, c, 0, T), rowsIn(c, router, 0, T), ws[0], ws[1], ws[2], E, routing)

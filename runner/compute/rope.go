@@ -26,10 +26,14 @@ type RoPEScaling struct {
 	AttentionFactor      float64 // yarn; 0 means derived from Factor and the mscales
 	MScale, MScaleAllDim float64 // yarn (DeepSeek style); 0 means unset
 	NoTruncate           bool    // yarn's "truncate": false
+	// Proportion is proportional RoPE's partial_rotary_factor (Gemma 4's full-attention
+	// layers): over a head of dims columns, the first Proportion·dims/2 frequency pairs
+	// rotate, with frequencies base^(-2i/dims), and the others keep frequency 0.
+	Proportion float64
 }
 
 // SupportedRoPE lists the scaling types NewRoPE accepts.
-const SupportedRoPE = "default, linear, llama3, yarn"
+const SupportedRoPE = "default, linear, llama3, yarn, proportional"
 
 // NewRoPE computes the inverse frequencies for dims rotated columns with base theta.
 func NewRoPE(dims int, theta float64, s RoPEScaling, maxPositions int) (*RoPE, error) {
@@ -79,6 +83,25 @@ func NewRoPE(dims int, theta float64, s RoPEScaling, maxPositions int) (*RoPE, e
 				smooth := (orig/wave - s.LowFreqFactor) / (s.HighFreqFactor - s.LowFreqFactor)
 				r.InvFreq[i] = float32((1-smooth)*f/s.Factor + smooth*f)
 			}
+		}
+	case "proportional":
+		// transformers' _compute_proportional_rope_parameters: the rotated pairs keep
+		// their places in the whole head (rotate-half pairs j and j+dims/2), so a
+		// partial rotation is frequencies of 0 rather than fewer rotated columns.
+		p := s.Proportion
+		if p == 0 {
+			p = 1
+		}
+		if p < 0 || p > 1 {
+			return nil, fmt.Errorf("compute: proportional RoPE needs partial_rotary_factor in (0, 1], got %v", p)
+		}
+		factor := s.Factor
+		if factor == 0 {
+			factor = 1
+		}
+		angles := int(math.Floor(p * float64(dims) / 2))
+		for i := 0; i < angles; i++ {
+			r.InvFreq[i] = float32(base[i] / factor)
 		}
 	case "yarn":
 		if s.Factor <= 0 || orig <= 0 {

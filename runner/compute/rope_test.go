@@ -62,3 +62,30 @@ func TestRoPEErrors(t *testing.T) {
 		t.Error("odd dims accepted")
 	}
 }
+
+// Proportional RoPE (Gemma 4's full layers): over a head of 64 columns with
+// partial_rotary_factor 0.25, 8 frequencies base^(-2i/64) then 24 zeros.
+func TestRoPEProportional(t *testing.T) {
+	r, err := NewRoPE(64, 1e6, RoPEScaling{Type: "proportional", Proportion: 0.25}, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Dims != 64 || len(r.InvFreq) != 32 {
+		t.Fatalf("dims %d, %d frequencies", r.Dims, len(r.InvFreq))
+	}
+	for i, f := range r.InvFreq {
+		want := 0.0
+		if i < 8 {
+			want = math.Pow(1e6, -float64(2*i)/64)
+		}
+		if want == 0 && f != 0 || want != 0 && !near(f, want) {
+			t.Fatalf("proportional inv_freq[%d] = %v, want %v", i, f, want)
+		}
+	}
+	if c, s := r.CosSin(1000, 20); c != 1 || s != 0 {
+		t.Errorf("a zero frequency rotates: cos %v sin %v", c, s)
+	}
+	if _, err := NewRoPE(64, 1e6, RoPEScaling{Type: "proportional", Proportion: 1.5}, 4096); err == nil {
+		t.Error("partial_rotary_factor 1.5 accepted")
+	}
+}

@@ -109,6 +109,19 @@ func (b *Batch) AttentionSinks(c compute.Context, q, k, v compute.Tensor, i, hea
 	})
 }
 
+// AttentionShared runs attention for each sequence over its own cache of layer src,
+// which this pass already appended to (compute.SharedKVContext): a layer that reads
+// another layer's keys and values.
+func (b *Batch) AttentionShared(c compute.Context, q compute.Tensor, src, heads int, scale float32) compute.Tensor {
+	sc, ok := compute.Ext[compute.SharedKVContext](c)
+	if !ok {
+		return compute.Unsupported(c, "attention over another layer's KV")
+	}
+	return b.Each(c, func(s int) compute.Tensor {
+		return sc.AttentionShared(b.Rows(c, q, s), b.Cache(s, src), heads, scale)
+	})
+}
+
 // CheckWindow reports an error when a sequence of b reaches past window positions
 // while its cache of sliding-window layer i keeps every position and attends over all
 // of them: a cache that keeps the window is made by kvstore.NewCaches

@@ -185,10 +185,35 @@ func ParseConfig(data []byte) (*Config, error) {
 	return c, nil
 }
 
-// RoPE builds the rotary embedding the config describes.
+// RoPE builds the rotary embedding the config describes. Proportional RoPE spans the
+// whole head, partial_rotary_factor saying how many of its frequencies are not zero.
 func (c *Config) RoPE() (*compute.RoPE, error) {
+	if c.RopeScaling.Type == "proportional" {
+		s := c.RopeScaling
+		s.Proportion = c.PartialRotary
+		return compute.NewRoPE(c.HeadDim, c.RopeTheta, s, c.MaxPositions)
+	}
 	dims := int(float64(c.HeadDim) * c.PartialRotary)
 	return compute.NewRoPE(dims, c.RopeTheta, c.RopeScaling, c.MaxPositions)
+}
+
+// LayerRoPE builds the rotary embedding of one kind of layer from its own
+// rope_parameters block (transformers 5 keeps one per layer type: Gemma 3 and 4) over
+// heads of headDim columns, theta unless the block sets rope_theta, read as
+// ParseConfig reads a model-wide block.
+func LayerRoPE(params map[string]any, headDim, maxPositions int, theta float64) (*compute.RoPE, error) {
+	c := &Config{HeadDim: headDim, MaxPositions: maxPositions, RopeTheta: theta, PartialRotary: 1}
+	if v, ok := params["rope_theta"].(float64); ok {
+		c.RopeTheta = v
+	}
+	if v, ok := params["partial_rotary_factor"].(float64); ok {
+		c.PartialRotary = v
+	}
+	var err error
+	if c.RopeScaling, err = parseRoPE(params); err != nil {
+		return nil, err
+	}
+	return c.RoPE()
 }
 
 func parseRoPE(m map[string]any) (compute.RoPEScaling, error) {
@@ -202,7 +227,7 @@ func parseRoPE(m map[string]any) (compute.RoPEScaling, error) {
 		s.Type, _ = m["type"].(string)
 	}
 	switch s.Type {
-	case "", "default", "linear", "llama3", "yarn":
+	case "", "default", "linear", "llama3", "yarn", "proportional":
 	default:
 		return s, fmt.Errorf("rope scaling type %q is not supported (supported: %s)", s.Type, compute.SupportedRoPE)
 	}

@@ -8,8 +8,10 @@ package model
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"sync"
@@ -440,6 +442,64 @@ func (l *Loader) Vector(name string, n int) compute.Vector {
 		return nil
 	}
 	return v
+}
+
+// Floats reads the n values of a small float tensor on the host: a scalar such as
+// Gemma 4's layer_scalar, or factors the routing applies on the host. A weight another
+// process binds (a part of a split model) reads as ones.
+func (l *Loader) Floats(name string, n int) []float32 {
+	if l.err != nil {
+		return nil
+	}
+	if l.skip != nil && l.skip(l, name) {
+		out := make([]float32, n)
+		for i := range out {
+			out[i] = 1
+		}
+		return out
+	}
+	t, ok := l.ckpt.Tensor(name)
+	if !ok {
+		l.Fail(fmt.Errorf("checkpoint has no tensor %q", name))
+		return nil
+	}
+	v, err := t.Float32s()
+	if err != nil {
+		l.Fail(fmt.Errorf("%s: %w", name, err))
+		return nil
+	}
+	if len(v) != n {
+		l.Fail(fmt.Errorf("%s has %d values, the config implies %d", name, len(v), n))
+		return nil
+	}
+	return v
+}
+
+// Ones binds a vector of n ones, for a norm without a learned scale (Gemma 4's value
+// norm and router norm), which RMSNorm then computes exactly.
+func (l *Loader) Ones(n int) compute.Vector {
+	if l.err != nil {
+		return nil
+	}
+	data := make([]byte, 4*n)
+	for i := 0; i < n; i++ {
+		binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(1))
+	}
+	name := fmt.Sprintf("ones.%d", n)
+	t := &safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: name, DType: safetensors.F32, Shape: []int{n}}, Data: data}
+	v, err := l.Backend.Vector(oneTensor{t}, name)
+	if err != nil {
+		l.Fail(err)
+		return nil
+	}
+	return v
+}
+
+// oneTensor is a Source of one tensor made in memory.
+type oneTensor struct{ t *safetensors.Tensor }
+
+func (o oneTensor) Tensor(name string) (*safetensors.Tensor, bool) {
+	return o.t, name == o.t.Name
 }
 
 // Head binds the output projection: lm_head, or the embedding table when the
