@@ -220,6 +220,9 @@ func (c *context) RoPE(x compute.Tensor, r *compute.RoPE, headDim, offset int) c
 	if r == nil || headDim <= 0 || t.cols%headDim != 0 || r.Dims > headDim || r.Dims%2 != 0 || len(r.InvFreq) != r.Dims/2 || offset < 0 {
 		return c.fail("RoPE over %d columns with head size %d, offset %d", t.cols, headDim, offset)
 	}
+	if r.Interleaved {
+		return c.fail("RoPE: interleaved pairs (rope_interleave) do not run on the MLX backend yet")
+	}
 	h := t.cols / headDim
 	return c.record(t.rows, t.cols, func(g *graph) mlxArray {
 		x4 := heads(g, t.arr, t.rows, h, headDim)
