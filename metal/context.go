@@ -220,9 +220,6 @@ func (c *context) RoPE(x compute.Tensor, r *compute.RoPE, headDim, offset int) c
 	if r == nil || headDim <= 0 || t.cols%headDim != 0 || r.Dims > headDim || r.Dims%2 != 0 || len(r.InvFreq) != r.Dims/2 || offset < 0 {
 		return c.fail("RoPE over %d columns with head size %d, offset %d", t.cols, headDim, offset)
 	}
-	if r.Interleaved {
-		return c.fail("RoPE: interleaved pairs (rope_interleave) do not run on the MLX backend yet")
-	}
 	h := t.cols / headDim
 	return c.record(t.rows, t.cols, func(g *graph) mlxArray {
 		x4 := heads(g, t.arr, t.rows, h, headDim)
@@ -237,7 +234,7 @@ func (c *context) RoPE(x compute.Tensor, r *compute.RoPE, headDim, offset int) c
 			}
 			x4 = g.mul(x4, g.fromFloat32s(s, headDim))
 		}
-		y := g.rope(x4, r.Dims, offset, c.b.ropeFreqs(g, r))
+		y := g.rope(x4, r.Dims, offset, c.b.ropeFreqs(g, r), r.Interleaved)
 		return rows(g, y, t.rows, h, headDim)
 	})
 }

@@ -188,12 +188,19 @@ func extCases(r *rand.Rand, src source, f feeder) ([]opCase, error) {
 	}
 	cases = append(cases, cs, deltaCase(r, src))
 	for _, q := range []compute.Quant{{}, {Mode: quant.Affine, Bits: 4, GroupSize: 32}} {
-		c, err := moeCase(r, src, f, q)
-		if err != nil {
-			return nil, err
+		for _, sigmoid := range []bool{false, true} {
+			c, err := moeCase(r, src, f, q, sigmoid)
+			if err != nil {
+				return nil, err
+			}
+			cases = append(cases, c)
 		}
-		cases = append(cases, c)
 	}
+	lc, err := latentCases(r, src)
+	if err != nil {
+		return nil, err
+	}
+	cases = append(cases, lc...)
 	for _, q := range []compute.Quant{{}, {Mode: quant.MXFP4, Bits: 4, GroupSize: 32}} {
 		c, err := clampedMoECase(r, src, f, q)
 		if err != nil {
@@ -426,12 +433,22 @@ func deltaCase(r *rand.Rand, src source) opCase {
 // moeCase checks MoE: 6 experts (stacked [experts, rows, in] tensors, as mlx-lm's
 // switch_mlp stores them) in float or quantized q, top-2 with renormalised weights, for
 // the feed's T rows with random router logits.
-func moeCase(r *rand.Rand, src source, f feeder, q compute.Quant) (opCase, error) {
+//
+// With sigmoid it checks SigmoidMoE instead: DeepSeek-V3's router over the same experts
+// (sigmoid scores, correction biases, 3 groups of which the best 2 are eligible,
+// renormalised and scaled weights).
+func moeCase(r *rand.Rand, src source, f feeder, q compute.Quant, sigmoid bool) (opCase, error) {
 	const E, inter, topK = 6, 32, 2
 	T, in := f.T, f.in
 	name, tol := "MoE float", tolF16 // fp16 weights, fp16 scales when quantized
 	if q.Quantized() {
 		name = "MoE affine 4-bit"
+	}
+	routing, op := compute.Routing{TopK: topK, NormTopK: true}, "MoEContext.MoE"
+	if sigmoid {
+		name = "Sigmoid" + name
+		routing = compute.Routing{TopK: topK, NormTopK: true, Sigmoid: true, Bias: randn(r, E, 0.5), Groups: 3, TopKGroups: 2, Scale: 1.8}
+		op = "SigmoidMoEContext.SigmoidMoE"
 	}
 	prefix := "moe." + name
 	mats := map[string][]float32{}
@@ -453,7 +470,6 @@ func moeCase(r *rand.Rand, src source, f feeder, q compute.Quant) (opCase, error
 	}
 	logits := randn(r, T*E, 1)
 	embedded(src, prefix+".router", logits, T, E)
-	routing := compute.Routing{TopK: topK, NormTopK: true}
 	want := make([]float32, T*in)
 	for t := 0; t < T; t++ {
 		experts, weights := routing.Select(logits[t*E : (t+1)*E])
@@ -477,7 +493,7 @@ func moeCase(r *rand.Rand, src source, f feeder, q compute.Quant) (opCase, error
 			}
 		}
 	}
-	return opCase{name, []string{"MoEContext.MoE"}, tol, func(b compute.Backend) ([]float32, error) {
+	return opCase{name, []string{op}, tol, func(b compute.Backend) ([]float32, error) {
 		var ws [3]compute.Weight
 		for i, m := range []string{"gate", "up", "down"} {
 			w, err := b.Weight(src, prefix+"."+m, q)
@@ -489,6 +505,11 @@ func moeCase(r *rand.Rand, src source, f feeder, q compute.Quant) (opCase, error
 		router, err := b.Weight(src, prefix+".router", compute.Quant{})
 		if err != nil {
 			return nil, err
+		}
+		if sigmoid {
+			return extOp(f, b, func(c compute.Context, m compute.SigmoidMoEContext) compute.Tensor {
+				return m.SigmoidMoE(f.rowsOf(b, c, 0, T), rowsIn(c, router, 0, T), ws[0], ws[1], ws[2], E, routing)
+			})
 		}
 		return extOp(f, b, func(c compute.Context, m compute.MoEContext) compute.Tensor {
 			return m.MoE(f.rowsOf(b, c, 0, T), rowsIn(c, router, 0, T), ws[0], ws[1], ws[2], E, routing)
