@@ -12,7 +12,7 @@ import (
 // qr, and kv_b_proj's per-head halves wk (nope × rank) and wv (vdim × rank).
 type latentCase struct {
 	n, heads, nope, rope, rank, vdim int
-	c, kr, qn, qr, wk, wv           []float32
+	c, kr, qn, qr, wk, wv            []float32
 }
 
 func newLatentCase(r *rand.Rand, n, heads, nope, rope, rank, vdim int) latentCase {

@@ -162,6 +162,8 @@ func TestBatchedMatchesAlone(t *testing.T) {
 		{"gemma3", randmodel.TinyGemma3(512)},
 		{"qwen3_next", randmodel.TinyQwen3Next(512)},
 		{"gpt_oss", randmodel.TinyGptOss(512)},
+		{"glm4_moe", randmodel.TinyGlm4Moe(512)},
+		{"glm4_moe_lite", randmodel.TinyGlm4MoeLite(512)},
 	}
 	a := kvstore.AffineFormat
 	kvs := []struct {

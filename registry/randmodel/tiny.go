@@ -6,10 +6,12 @@ import "fmt"
 // make a valid model, by config.json's model_type. An architecture this package writes
 // with Tiny's shape needs no entry.
 var tinyPresets = map[string]func(vocab int) Config{
-	"qwen3_moe":   TinyMoE,
-	"gemma3_text": TinyGemma3,
-	"qwen3_next":  TinyQwen3Next,
-	"gpt_oss":     TinyGptOss,
+	"qwen3_moe":     TinyMoE,
+	"gemma3_text":   TinyGemma3,
+	"qwen3_next":    TinyQwen3Next,
+	"gpt_oss":       TinyGptOss,
+	"glm4_moe":      TinyGlm4Moe,
+	"glm4_moe_lite": TinyGlm4MoeLite,
 }
 
 // TinyOf is the tiny float32 model of the architecture registered under modelType,

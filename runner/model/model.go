@@ -442,6 +442,33 @@ func (l *Loader) Vector(name string, n int) compute.Vector {
 	return v
 }
 
+// Floats reads the 1-D tensor name (n values) as float32 on the host, for a value the
+// architecture uses outside the backend's ops (a router's correction bias). A weight
+// another process binds reads as zeros.
+func (l *Loader) Floats(name string, n int) []float32 {
+	if l.err != nil {
+		return nil
+	}
+	if l.skip != nil && l.skip(l, name) {
+		return make([]float32, n)
+	}
+	t, err := compute.VectorTensor(l.src, name)
+	if err != nil {
+		l.Fail(err)
+		return nil
+	}
+	v, err := t.Float32s()
+	if err != nil {
+		l.Fail(fmt.Errorf("%s: %w", name, err))
+		return nil
+	}
+	if len(v) != n {
+		l.Fail(fmt.Errorf("%s has %d values, the config implies %d", name, len(v), n))
+		return nil
+	}
+	return v
+}
+
 // Head binds the output projection: lm_head, or the embedding table when the
 // embeddings are tied (tie_word_embeddings, or no lm_head.weight when config.json is
 // silent, as mlx-lm saves tied models).
