@@ -28,6 +28,13 @@ func NewCaches(m ModelShape, l Layout) ([]Layer, error) {
 			} else {
 				c, err = NewQuantized(ls.KVHeads, ls.KHeadDim, ls.VHeadDim, spec, l.QuantizedKVStart)
 			}
+		case LayerLatent:
+			// MaxKVSize does not apply: latent attention runs over every position.
+			if spec == SpecF16 {
+				c, err = NewFull(ls.KVHeads, ls.KHeadDim, ls.VHeadDim, false)
+			} else {
+				c, err = NewQuantized(ls.KVHeads, ls.KHeadDim, ls.VHeadDim, spec, l.QuantizedKVStart)
+			}
 		case LayerSliding:
 			if l.MaxKVSize > 0 {
 				window = min(window, l.MaxKVSize)

@@ -61,6 +61,11 @@ func (c *kvCodecs) rotatedAttend(a Attention, attend func(Attention) error) erro
 		return attend(a) // attend reports the mismatch
 	}
 	a.Q = rotateIn(&c.qbuf, a.Q, c.kDim, kr)
+	if a.QV != nil {
+		// Latent queries score the values: rotated like them (an orthogonal rotation
+		// keeps the dot product).
+		a.QV = rotateIn(&c.qvbuf, a.QV, c.vDim, vr)
+	}
 	if err := attend(a); err != nil {
 		return err
 	}

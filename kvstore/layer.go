@@ -46,6 +46,9 @@ type Attention struct {
 	// the probability is dropped, so the head's output is the plain attention scaled by
 	// Σe^s / (Σe^s + e^sink). Every kind applies it where it normalises (state.write).
 	Sinks []float32
+	// QV, when set, makes the call multi-head latent attention (latent.go): N×Heads×
+	// vHeadDim queries against the values, each score being scale·(q·k + qv·v).
+	QV []float32
 }
 
 // Full is the unquantized full-attention cache kind: it grows by blocks of BlockTokens
@@ -154,6 +157,12 @@ func (c *Full) Truncate(n int) error {
 
 // Attend implements Layer.
 func (c *Full) Attend(a Attention) error {
+	if a.QV != nil {
+		if c.window > 0 {
+			return fmt.Errorf("kvstore: latent attention over a sliding window is not supported")
+		}
+		return attendLatent(c, c.n, a)
+	}
 	if c.window > 0 {
 		return c.attendWindow(a)
 	}

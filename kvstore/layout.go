@@ -21,6 +21,11 @@ const (
 	// LayerRecurrent is a linear-attention or state-space layer of a hybrid model: a
 	// fixed-size state, no per-token KV.
 	LayerRecurrent
+	// LayerLatent is multi-head latent attention (DeepSeek-V2/V3, GLM-4.7-Flash): per token
+	// the compressed latent and the shared rotary key, stored as one KV head whose keys are
+	// the rotary part (KHeadDim) and whose values are the latent (VHeadDim); growing, and
+	// kept whole under MaxKVSize (latent.go).
+	LayerLatent
 )
 
 func (k LayerKind) String() string {
@@ -33,12 +38,14 @@ func (k LayerKind) String() string {
 		return "sliding"
 	case LayerRecurrent:
 		return "recurrent"
+	case LayerLatent:
+		return "latent"
 	}
 	return fmt.Sprintf("LayerKind(%d)", uint8(k))
 }
 
 // HasKV reports whether the layer keeps per-token keys and values.
-func (k LayerKind) HasKV() bool { return k == LayerFull || k == LayerSliding }
+func (k LayerKind) HasKV() bool { return k == LayerFull || k == LayerSliding || k == LayerLatent }
 
 // LayerShape is the cache-relevant shape of one layer.
 type LayerShape struct {
@@ -172,7 +179,7 @@ func looser(a, b Format) Format {
 func (l Layout) TokenBytes(m ModelShape) int64 {
 	var n int64
 	for i, ls := range m.Layers {
-		if ls.Kind == LayerFull {
+		if ls.Kind == LayerFull || ls.Kind == LayerLatent {
 			n += int64(l.Specs[i].TokenBytes(ls.KVHeads, ls.KHeadDim, ls.VHeadDim))
 		}
 	}
@@ -180,7 +187,7 @@ func (l Layout) TokenBytes(m ModelShape) int64 {
 }
 
 // Bytes is the cache storage of one sequence of ctx tokens: full layers hold ctx
-// tokens (at most MaxKVSize), sliding layers at most their window, recurrent layers
+// tokens (at most MaxKVSize), latent layers ctx tokens, sliding layers at most their window, recurrent layers
 // their state. Below QuantizedKVStart every layer is fp16.
 func (l Layout) Bytes(m ModelShape, ctx int) int64 {
 	var n int64
@@ -197,6 +204,7 @@ func (l Layout) Bytes(m ModelShape, ctx int) int64 {
 			}
 		case LayerSliding:
 			tokens = min(tokens, ls.Window)
+		case LayerLatent:
 		case LayerRecurrent:
 			n += ls.State
 			continue

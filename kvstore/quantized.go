@@ -10,6 +10,7 @@ type kvCodecs struct {
 	start               int
 	kc, vc              rowCodec
 	kbuf, vbuf, qbuf    []float32 // rotated copies of a step's keys, values and queries
+	qvbuf               []float32 // and of a latent attention's value queries
 	rowMode
 }
 
@@ -162,6 +163,9 @@ func (c *Quantized) Truncate(n int) error {
 // Attend implements Layer.
 func (c *Quantized) Attend(a Attention) error {
 	return c.rotatedAttend(a, func(a Attention) error {
+		if a.QV != nil {
+			return attendLatent(c, c.n, a)
+		}
 		if c.exactRows && a.N > 1 {
 			return attendRows(c, c.n, a)
 		}

@@ -97,6 +97,9 @@ func (c *Rotating) Truncate(n int) error {
 // each later row attends over its own window, through a view that renumbers the ring
 // from the window's first position.
 func (c *Rotating) Attend(a Attention) error {
+	if a.QV != nil {
+		return fmt.Errorf("kvstore: latent attention over a sliding window is not supported")
+	}
 	return c.rotatedAttend(a, c.attend)
 }
 

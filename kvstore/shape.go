@@ -23,7 +23,7 @@ type configFields struct {
 	SlidingWindowPattern  int      `json:"sliding_window_pattern"`
 	UseSlidingWindow      *bool    `json:"use_sliding_window"`
 	FullAttentionInterval int      `json:"full_attention_interval"`
-	// Multi-head latent attention (DeepSeek V2/V3): mlx-lm caches decompressed heads.
+	// Multi-head latent attention (DeepSeek V2/V3, GLM-4.7-Flash): the latent is cached.
 	KVLoraRank     int `json:"kv_lora_rank"`
 	QKNopeHeadDim  int `json:"qk_nope_head_dim"`
 	QKRopeHeadDim  int `json:"qk_rope_head_dim"`
@@ -50,11 +50,11 @@ type configFields struct {
 // sliding_attention and linear_attention layers; Gemma's sliding_window_pattern
 // (every Nth layer full); Qwen3-Next's full_attention_interval (every Nth layer full,
 // the others linear attention, Gated DeltaNet state); Mistral's all-sliding window;
-// gpt-oss's alternation (even layers sliding) without layer_types; DeepSeek's latent
-// attention (cached decompressed, as mlx-lm does); Gemma 4's full-attention layers of
-// global_head_dim (and num_global_key_value_heads with attention_k_eq_v) and its last
-// num_kv_shared_layers layers, which read an earlier layer's KV and keep none
-// (LayerNone).
+// gpt-oss's alternation (even layers sliding) without layer_types; DeepSeek's and
+// GLM-4.7-Flash's latent attention (kv_lora_rank: LayerLatent, the latent cached);
+// Gemma 4's full-attention layers of global_head_dim (and num_global_key_value_heads
+// with attention_k_eq_v) and its last num_kv_shared_layers layers, which read an
+// earlier layer's KV and keep none (LayerNone).
 func ShapeFromConfig(data []byte, weightBytes int64) (ModelShape, error) {
 	var c configFields
 	if err := json.Unmarshal(data, &c); err != nil {
@@ -85,8 +85,9 @@ func ShapeFromConfig(data []byte, weightBytes int64) (ModelShape, error) {
 		headDim = *c.HeadDim
 	}
 	kDim, vDim := headDim, headDim
-	if c.KVLoraRank > 0 {
-		kvHeads, kDim, vDim = c.NumHeads, c.QKNopeHeadDim+c.QKRopeHeadDim, c.VHeadDim
+	latent := c.KVLoraRank > 0
+	if latent {
+		kvHeads, kDim, vDim = 1, c.QKRopeHeadDim, c.KVLoraRank
 	}
 	if kvHeads <= 0 || kDim <= 0 || vDim <= 0 {
 		return ModelShape{}, fmt.Errorf("config.json: KV heads (%d) and head dims (%d, %d) must be positive: set num_key_value_heads and head_dim", kvHeads, kDim, vDim)
@@ -139,6 +140,9 @@ func ShapeFromConfig(data []byte, weightBytes int64) (ModelShape, error) {
 				if c.AttentionKEqV && c.GlobalKVHeads != nil && *c.GlobalKVHeads > 0 {
 					ls.KVHeads = *c.GlobalKVHeads
 				}
+			}
+			if latent {
+				ls.Kind = LayerLatent
 			}
 		case "sliding_attention":
 			if window <= 0 {

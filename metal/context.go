@@ -234,7 +234,7 @@ func (c *context) RoPE(x compute.Tensor, r *compute.RoPE, headDim, offset int) c
 			}
 			x4 = g.mul(x4, g.fromFloat32s(s, headDim))
 		}
-		y := g.rope(x4, r.Dims, offset, c.b.ropeFreqs(g, r))
+		y := g.rope(x4, r.Dims, offset, c.b.ropeFreqs(g, r), r.Interleaved)
 		return rows(g, y, t.rows, h, headDim)
 	})
 }

@@ -50,6 +50,9 @@ func (c *context) MoE(x, router compute.Tensor, gate, up, down compute.Weight, e
 	if err != nil {
 		return c.fail("%v", err)
 	}
+	if r.Sigmoid {
+		return c.fail("MoE: the sigmoid router (DeepSeek-V3, GLM) does not run on the MLX backend yet")
+	}
 	k := r.TopK
 	grp := streamGroup(gw, uw, dw)
 	if grp == nil && (gw.stream != nil || uw.stream != nil || dw.stream != nil) {

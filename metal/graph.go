@@ -234,9 +234,10 @@ func (g *graph) rmsNorm(x, w mlxArray, eps float32) mlxArray {
 
 // rope rotates the first dims columns of the last axis, "rotate half" layout, at
 // positions offset.. along axis -2, with per-frequency periods freqs (1/inv_freq).
-func (g *graph) rope(x mlxArray, dims, offset int, freqs mlxArray) mlxArray {
+// rope is MLX's fast RoPE; traditional rotates the pairs (2j, 2j+1) (compute.RoPE.Interleaved).
+func (g *graph) rope(x mlxArray, dims, offset int, freqs mlxArray, traditional bool) mlxArray {
 	return g.call("mlx_fast_rope", func(r *mlxArray) int32 {
-		return g.l.rope(r, x, int32(dims), false, 0, 1, int32(offset), freqs, g.s)
+		return g.l.rope(r, x, int32(dims), traditional, 0, 1, int32(offset), freqs, g.s)
 	})
 }
 

@@ -119,7 +119,7 @@ func (st *streamState) free(l *Lib) {
 // did, in which case w has no arrays.
 func (b *Backend) bindStream(src compute.Source, t, scales, biases, bias *safetensors.Tensor, w *weight) (bool, error) {
 	ss, ok := src.(compute.StreamSource)
-	if !ok || ss.Residency() == nil || len(t.Shape) != 3 || t.Shape[0] < 2 || w.q.Mode != quant.Affine ||
+	if !ok || ss.Residency() == nil || len(t.Shape) != 3 || t.Shape[0] < 2 || w.q.Mode != quant.Affine || residency.PerHeadStack(w.name) ||
 		scales == nil || biases == nil || bias != nil || len(scales.Shape) != 3 || len(biases.Shape) != 3 {
 		return false, nil
 	}

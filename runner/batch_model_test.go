@@ -164,6 +164,8 @@ func TestBatchedMatchesAlone(t *testing.T) {
 		{"gpt_oss", randmodel.TinyGptOss(512)},
 		{"gemma4", randmodel.TinyGemma4(512)},
 		{"gemma4_moe", randmodel.TinyGemma4MoE(512)},
+		{"glm4_moe", randmodel.TinyGlm4Moe(512)},
+		{"glm4_moe_lite", randmodel.TinyGlm4MoeLite(512)},
 	}
 	a := kvstore.AffineFormat
 	kvs := []struct {

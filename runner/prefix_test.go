@@ -26,7 +26,26 @@ func TestPrefixCacheGreedyIdentical(t *testing.T) {
 }
 
 func prefixCacheGreedyIdentical(t *testing.T, be testBackend) {
-	dir := testdata.SharedModel(t, "qwen3-tiny")
+	prefixGreedyOn(t, be, testdata.SharedModel(t, "qwen3-tiny"))
+}
+
+// TestPrefixCacheLatent is TestPrefixCacheGreedyIdentical on a random GLM-4.7-Flash
+// (glm4_moe_lite, 4-bit): its latent layers' blocks (the rotary key and the latent, fp16
+// and quantized) restored from RAM and from SSD give the tokens of no cache.
+func TestPrefixCacheLatent(t *testing.T) {
+	hf, dir := filepath.Join(t.TempDir(), "hf"), filepath.Join(t.TempDir(), "mlx")
+	if err := randmodel.Generate(hf, randmodel.TinyGlm4MoeLite(20000), randmodel.Options{Seed: 8}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := create.Convert(context.Background(), hf, dir, create.Options{Bits: 4, GroupSize: 32}); err != nil {
+		t.Fatal(err)
+	}
+	for _, be := range testBackends() {
+		t.Run(be.name, func(t *testing.T) { prefixGreedyOn(t, be, dir) })
+	}
+}
+
+func prefixGreedyOn(t *testing.T, be testBackend, dir string) {
 	base, err := be.load(t, dir, LoadOptions{Logger: quietLog(), Threads: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +61,7 @@ func prefixCacheGreedyIdentical(t *testing.T, be testBackend) {
 	}
 	a := kvstore.AffineFormat
 	layout := func(spec kvstore.Spec, boundary, maxKV int) func(*model.Model, int) ([]kvstore.Layer, error) {
-		l, err := kvstore.NewLayout(shape, spec, boundary, kvstore.Spec{K: a(8, 64), V: a(8, 32)})
+		l, err := kvstore.NewLayout(shape, spec, boundary, kvstore.Spec{K: a(8, 32), V: a(8, 32)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -54,9 +73,9 @@ func prefixCacheGreedyIdentical(t *testing.T, be testBackend) {
 		kv   func(*model.Model, int) ([]kvstore.Layer, error)
 	}{
 		{"fp16", base.kv},
-		{"K8/V4 boundary 2", layout(kvstore.Spec{K: a(8, 64), V: a(4, 32)}, 2, 0)},
+		{"K8/V4 boundary 2", layout(kvstore.Spec{K: a(8, 32), V: a(4, 32)}, 2, 0)},
 		{"q4_0", layout(kvstore.Spec{K: kvstore.FormatQ4_0, V: kvstore.FormatQ4_0}, 0, 0)},
-		{"rotating 350", layout(kvstore.Spec{K: a(8, 64), V: a(8, 32)}, 0, 350)},
+		{"rotating 350", layout(kvstore.Spec{K: a(8, 32), V: a(8, 32)}, 0, 350)},
 	}
 	r := rand.New(rand.NewPCG(3, 4))
 	words := func(n int) []int32 {

@@ -142,6 +142,7 @@ var kindLabels = map[kvstore.LayerKind]string{
 	kvstore.LayerFull:      "full attention",
 	kvstore.LayerSliding:   "sliding window",
 	kvstore.LayerRecurrent: "recurrent",
+	kvstore.LayerLatent:    "latent attention",
 	kvstore.LayerNone:      "without cache",
 }
 
@@ -156,7 +157,7 @@ func describeShape(m kvstore.ModelShape) string {
 		}
 	}
 	var parts []string
-	for _, k := range []kvstore.LayerKind{kvstore.LayerFull, kvstore.LayerSliding, kvstore.LayerRecurrent, kvstore.LayerNone} {
+	for _, k := range []kvstore.LayerKind{kvstore.LayerFull, kvstore.LayerLatent, kvstore.LayerSliding, kvstore.LayerRecurrent, kvstore.LayerNone} {
 		if counts[k] > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", counts[k], kindLabels[k]))
 		}

@@ -275,7 +275,7 @@ func Convert(ctx context.Context, src, dst string, opts Options) (*Summary, erro
 				safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: base + ".scales", DType: safetensors.U8, Shape: append(slices.Clone(lead), in/32)}, Data: scales})
 		}
 		if b, g, ok := fam.override(base); ok && bits > 0 {
-			bits, groupSize = b, g
+			bits, groupSize = b, g // 0 bits: kept in float
 		}
 		var err error
 		elems := 1
@@ -318,7 +318,11 @@ func Convert(ctx context.Context, src, dst string, opts Options) (*Summary, erro
 			for _, d := range shape {
 				n *= d
 			}
-			data := make([]byte, n*dt.Size())
+			tdt := dt
+			if j.f32 {
+				tdt = safetensors.F32
+			}
+			data := make([]byte, n*tdt.Size())
 			one := fam.plusOne(out, shape)
 			if cols > 0 {
 				rows(n/cols, cols, func(r0 int, vals []float32) {
@@ -327,10 +331,10 @@ func Convert(ctx context.Context, src, dst string, opts Options) (*Summary, erro
 							vals[i]++
 						}
 					}
-					encodeInto(data[r0*cols*dt.Size():], vals, dt)
+					encodeInto(data[r0*cols*tdt.Size():], vals, tdt)
 				})
 			}
-			err = w.add(safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: out, DType: dt, Shape: shape}, Data: data})
+			err = w.add(safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: out, DType: tdt, Shape: shape}, Data: data})
 			sum.Kept++
 		}
 		return err

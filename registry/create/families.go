@@ -48,10 +48,22 @@ import (
 //     experts.switch_glu.{gate,up,down}_proj; with experts the router (router.proj) and
 //     the dense MLP beside them are quantized at 8 bits in groups of 64.
 //
+//   - glm4_moe, glm4_moe_lite (mlx_lm/models/glm4_moe.py, glm4_moe_lite.py): experts
+//     stacked as qwen3_moe's; the router (mlp.gate, not a linear layer in mlx-lm) kept in
+//     float and its e_score_correction_bias in float32; the multi-token prediction layers
+//     after the last (model.layers.N for N >= num_hidden_layers) dropped; for
+//     glm4_moe_lite, kv_b_proj ([heads·(nope+v), kv_lora_rank]) split per head into
+//     self_attn.embed_q ([heads, kv_lora_rank, nope]: the key half, transposed) and
+//     self_attn.unembed_out ([heads, v, kv_lora_rank]: the value half), each quantized
+//     along its last axis, which is what multi-head latent attention reads.
+//
 // Other model types (gemma3_text among them) convert as they are.
 type family struct {
 	modelType string
 	experts   bool // a Gemma 4 with experts (enable_moe_block)
+	layers    int  // num_hidden_layers
+	// glm4_moe_lite's attention: heads, qk_nope_head_dim, v_head_dim.
+	heads, nope, vdim int
 }
 
 func newFamily(cfg map[string]any) family {
@@ -61,8 +73,12 @@ func newFamily(cfg map[string]any) family {
 		text = tc
 	}
 	moe, _ := text["enable_moe_block"].(bool)
-	return family{modelType: t, experts: moe}
+	num := func(k string) int { v, _ := cfg[k].(float64); return int(v) }
+	return family{modelType: t, experts: moe, layers: num("num_hidden_layers"), heads: num("num_attention_heads"),
+		nope: num("qk_nope_head_dim"), vdim: num("v_head_dim")}
 }
+
+func (f family) glm() bool { return f.modelType == "glm4_moe" || f.modelType == "glm4_moe_lite" }
 
 func (f family) gptoss() bool { return f.modelType == "gpt_oss" }
 
@@ -79,7 +95,7 @@ func (f family) qwen35() bool { return f.modelType == "qwen3_5" || f.modelType =
 func (f family) hybrid() bool { return f.modelType == "qwen3_next" || f.qwen35() }
 
 func (f family) moe() bool {
-	return f.modelType == "qwen3_moe" || f.modelType == "qwen3_next" || f.qwen35()
+	return f.modelType == "qwen3_moe" || f.modelType == "qwen3_next" || f.qwen35() || f.glm()
 }
 
 // drop reports a tensor the MLX layout leaves out.
@@ -93,6 +109,14 @@ func (f family) drop(name string) bool {
 	}
 	if f.qwen35() && (strings.HasPrefix(name, "model.visual.") || strings.HasPrefix(name, "vision_tower.")) {
 		return true
+	}
+	if f.glm() && f.layers > 0 {
+		if rest, ok := strings.CutPrefix(name, "model.layers."); ok {
+			num, _, _ := strings.Cut(rest, ".")
+			if i, err := strconv.Atoi(num); err == nil && i >= f.layers {
+				return true // a multi-token prediction layer
+			}
+		}
 	}
 	return f.hybrid() && (strings.HasPrefix(name, "mtp.") || strings.Contains(name, ".mtp."))
 }
@@ -118,6 +142,8 @@ type job struct {
 	shape   []int
 	stacked bool // a stack of expert matrices, quantized per row
 	rows    func(rows, cols int, fn func(r0 int, vals []float32))
+	// f32 keeps an unquantized tensor in float32 whatever the model dtype.
+	f32 bool
 	// mxfp4, when set, gives the tensor already in mxfp4 (OpenAI's checkpoints): the
 	// packed codes ([.., out, in/8] words) and the scales ([.., out, in/32] bytes).
 	mxfp4 func() (packed, scales []byte)
@@ -131,6 +157,17 @@ func (f family) jobs(ck *safetensors.Checkpoint, n string, t *safetensors.Tensor
 	if f.gptoss() {
 		if js, ok := f.gptossJobs(ck, n, t, dt); ok {
 			return js
+		}
+	}
+	if f.glm() {
+		if strings.HasSuffix(n, ".mlp.gate.e_score_correction_bias") {
+			exact := func(rows, cols int, fn func(r0 int, vals []float32)) { forRows(t, rows, cols, safetensors.F32, fn) }
+			return []job{{out: n, shape: slices.Clone(t.Shape), rows: exact, f32: true}}
+		}
+		if base, ok := strings.CutSuffix(n, ".self_attn.kv_b_proj.weight"); ok && f.modelType == "glm4_moe_lite" {
+			if js, ok := f.splitKVB(base, t, dt); ok {
+				return js
+			}
 		}
 	}
 	if stacked, e, ok := f.expert(n); ok {
@@ -183,6 +220,45 @@ func splitFused(t *safetensors.Tensor, dt safetensors.DType, gate, up string) []
 		{out: gate, shape: []int{E, mid, in}, stacked: true, rows: half(false)},
 		{out: up, shape: []int{E, mid, in}, stacked: true, rows: half(true)},
 	}
+}
+
+// splitKVB is glm4_moe_lite's kv_b_proj (t) split per head into embed_q and
+// unembed_out (see family); ok is false when its shape does not fit the config.
+func (f family) splitKVB(base string, t *safetensors.Tensor, dt safetensors.DType) ([]job, bool) {
+	H, nope, v := f.heads, f.nope, f.vdim
+	if H <= 0 || nope <= 0 || v <= 0 || len(t.Shape) != 2 || t.Shape[0] != H*(nope+v) {
+		return nil, false
+	}
+	rank := t.Shape[1]
+	load := func() []float32 {
+		w := make([]float32, t.Shape[0]*rank)
+		forRows(t, t.Shape[0], rank, dt, func(r0 int, vals []float32) { copy(w[r0*rank:], vals) })
+		return w
+	}
+	embedQ := func(_, _ int, fn func(r0 int, vals []float32)) {
+		w := load()
+		row := make([]float32, nope)
+		for h := 0; h < H; h++ {
+			for x := 0; x < rank; x++ { // row x of head h: column x of its key half
+				for d := 0; d < nope; d++ {
+					row[d] = w[(h*(nope+v)+d)*rank+x]
+				}
+				fn(h*rank+x, row)
+			}
+		}
+	}
+	unembed := func(_, _ int, fn func(r0 int, vals []float32)) {
+		w := load()
+		for h := 0; h < H; h++ {
+			for d := 0; d < v; d++ {
+				fn(h*v+d, w[(h*(nope+v)+nope+d)*rank:][:rank])
+			}
+		}
+	}
+	return []job{
+		{out: base + ".self_attn.embed_q.weight", shape: []int{H, rank, nope}, stacked: true, rows: embedQ},
+		{out: base + ".self_attn.unembed_out.weight", shape: []int{H, v, rank}, stacked: true, rows: unembed},
+	}, true
 }
 
 // expert splits model.layers.N.mlp.experts.E.P.weight into the stacked name
@@ -267,6 +343,9 @@ func (f family) override(module string) (bits, group int, ok bool) {
 	}
 	if f.gptoss() && strings.HasSuffix(module, "mlp.router") {
 		return 8, 64, true
+	}
+	if f.glm() && strings.HasSuffix(module, "mlp.gate") {
+		return 0, 0, true // mlx-lm's MoEGate is no linear layer: kept in float
 	}
 	if f.moe() && (strings.HasSuffix(module, "mlp.gate") || (f.hybrid() && strings.HasSuffix(module, "shared_expert_gate"))) {
 		return 8, 64, true

@@ -114,6 +114,22 @@ type Config struct {
 	KVSharedLayers int  `json:"num_kv_shared_layers,omitempty"`
 	PerLayerInput  int  `json:"hidden_size_per_layer_input,omitempty"`
 	DoubleWideMLP  bool `json:"use_double_wide_mlp,omitempty"`
+	// DeepSeek-style experts (glm4_moe, glm4_moe_lite): the sigmoid router with its
+	// correction bias, groups, scaling, shared experts and dense first layers; GLM's
+	// multi-token prediction layers after the last (MTPLayers, skipped by loaders).
+	SharedExperts  int     `json:"n_shared_experts,omitempty"`
+	RoutedScaling  float64 `json:"routed_scaling_factor,omitempty"`
+	NGroup         int     `json:"n_group,omitempty"`
+	TopKGroup      int     `json:"topk_group,omitempty"`
+	FirstDense     int     `json:"first_k_dense_replace,omitempty"`
+	UseQKNorm      bool    `json:"use_qk_norm,omitempty"`
+	MTPLayers      int     `json:"num_nextn_predict_layers,omitempty"`
+	QLoraRank      int     `json:"q_lora_rank,omitempty"` // glm4_moe_lite; 0: q_proj
+	KVLoraRank     int     `json:"kv_lora_rank,omitempty"`
+	QKNopeHeadDim  int     `json:"qk_nope_head_dim,omitempty"`
+	QKRopeHeadDim  int     `json:"qk_rope_head_dim,omitempty"`
+	VHeadDim       int     `json:"v_head_dim,omitempty"`
+	RopeInterleave bool    `json:"rope_interleave,omitempty"`
 }
 
 // Options control how a checkpoint is written.
@@ -172,6 +188,8 @@ var archNames = map[string]string{
 	"gemma4_text":    "Gemma4ForCausalLM",
 	"gemma4":         "Gemma4ForConditionalGeneration",
 	"gemma4_unified": "Gemma4ForConditionalGeneration",
+	"glm4_moe":       "Glm4MoeForCausalLM",
+	"glm4_moe_lite":  "Glm4MoeLiteForCausalLM",
 }
 
 // gemma4 reports the Gemma 4 architectures.
@@ -219,8 +237,39 @@ func TinyGptOss(vocab int) Config {
 	return c
 }
 
+// TinyGlm4Moe returns a small float32 GLM-4.5: 3 layers, the first dense, attention
+// with biases, q/k norms and RoPE over half of each head, 8 experts in 2 groups of which
+// 2 are picked from the best group, a shared expert, and a multi-token prediction layer.
+func TinyGlm4Moe(vocab int) Config {
+	c := Tiny("glm4_moe", vocab)
+	c.NumLayers, c.PartialRotary, c.AttentionBias, c.UseQKNorm, c.RMSNormEps = 3, 0.5, true, true, 1e-5
+	c.NumExperts, c.TopK, c.MoEIntermediate, c.NormTopK, c.SharedExperts = 8, 2, 64, true, 1
+	c.RoutedScaling, c.NGroup, c.TopKGroup, c.FirstDense, c.MTPLayers = 2.5, 2, 1, 1, 1
+	return c
+}
+
+// TinyGlm4MoeLite returns a small float32 GLM-4.7-Flash: 3 layers, the first dense,
+// multi-head latent attention (q through a rank-64 bottleneck, no-rope heads of 64, a
+// latent of 64, a rotary key of 32 in interleaved pairs), 8 experts of which 2 are picked, a shared expert, and
+// a multi-token prediction layer.
+func TinyGlm4MoeLite(vocab int) Config {
+	c := Tiny("glm4_moe_lite", vocab)
+	c.NumLayers, c.NumKVHeads, c.RMSNormEps = 3, 4, 1e-5
+	c.QLoraRank, c.KVLoraRank, c.QKNopeHeadDim, c.QKRopeHeadDim, c.VHeadDim, c.RopeInterleave = 64, 64, 64, 32, 32, true
+	c.HeadDim = c.QKRopeHeadDim
+	c.NumExperts, c.TopK, c.MoEIntermediate, c.NormTopK, c.SharedExperts = 8, 2, 64, true, 1
+	c.RoutedScaling, c.NGroup, c.TopKGroup, c.FirstDense, c.MTPLayers = 1.8, 1, 1, 1, 1
+	return c
+}
+
+// glm reports whether the architecture is one of GLM's mixtures of experts.
+func (c Config) glm() bool { return c.Arch == "glm4_moe" || c.Arch == "glm4_moe_lite" }
+
 // moe reports whether layer i has the expert block (transformers' rule).
 func (c Config) moe(i int) bool {
+	if c.glm() {
+		return c.NumExperts > 0 && i >= c.FirstDense
+	}
 	if c.NumExperts == 0 || c.Arch == "gpt_oss" || c.gemma4() || slices.Contains(c.MLPOnlyLayers, i) {
 		return false
 	}
@@ -267,7 +316,7 @@ func (c Config) hasBias() bool { return c.Arch == "qwen2" || c.AttentionBias }
 // Validate reports a shape that no architecture could load.
 func (c Config) Validate() error {
 	if _, ok := archNames[c.Arch]; !ok {
-		return fmt.Errorf("randmodel: unknown arch %q: use llama, qwen2, qwen3, qwen3_moe, gemma3_text, gemma4_text, gemma4, gemma4_unified, qwen3_next or gpt_oss", c.Arch)
+		return fmt.Errorf("randmodel: unknown arch %q: use llama, qwen2, qwen3, qwen3_moe, gemma3_text, gemma4_text, gemma4, gemma4_unified, qwen3_next, gpt_oss, glm4_moe or glm4_moe_lite", c.Arch)
 	}
 	if _, ok := dtypes[c.DType]; !ok {
 		return fmt.Errorf("randmodel: unknown dtype %q: use float32, float16 or bfloat16", c.DType)
@@ -298,6 +347,16 @@ func (c Config) Validate() error {
 	case "gpt_oss":
 		if c.NumExperts <= 0 || c.TopK <= 0 || c.TopK > c.NumExperts || c.SlidingWindow <= 0 {
 			return errors.New("randmodel: gpt_oss needs num_experts, num_experts_per_tok (at most num_experts) and sliding_window")
+		}
+	case "glm4_moe", "glm4_moe_lite":
+		if c.NumExperts <= 0 || c.TopK <= 0 || c.TopK > c.NumExperts || c.MoEIntermediate <= 0 {
+			return errors.New("randmodel: num_experts, num_experts_per_tok (at most num_experts) and moe_intermediate_size must be positive")
+		}
+		if g := max(c.NGroup, 1); c.NumExperts%g != 0 || max(c.TopKGroup, 1) > g {
+			return errors.New("randmodel: n_group must divide num_experts, with topk_group at most n_group")
+		}
+		if c.Arch == "glm4_moe_lite" && (c.KVLoraRank <= 0 || c.QKNopeHeadDim <= 0 || c.QKRopeHeadDim <= 0 || c.VHeadDim <= 0) {
+			return errors.New("randmodel: glm4_moe_lite needs kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim and v_head_dim")
 		}
 	case "qwen3_moe", "qwen3_next":
 		if c.NumExperts <= 0 || c.TopK <= 0 || c.TopK > c.NumExperts || c.MoEIntermediate <= 0 {
@@ -441,7 +500,47 @@ func (c Config) HFConfig() map[string]any {
 			m[k] = v
 		}
 	}
-	if c.NumExperts > 0 && c.Arch != "gpt_oss" {
+	if c.glm() {
+		m["n_routed_experts"] = c.NumExperts
+		m["num_experts_per_tok"] = c.TopK
+		m["moe_intermediate_size"] = c.MoEIntermediate
+		m["norm_topk_prob"] = c.NormTopK
+		m["n_shared_experts"] = c.SharedExperts
+		m["routed_scaling_factor"] = c.RoutedScaling
+		m["n_group"] = max(c.NGroup, 1)
+		m["topk_group"] = max(c.TopKGroup, 1)
+		m["first_k_dense_replace"] = c.FirstDense
+		m["num_nextn_predict_layers"] = c.MTPLayers
+		m["attention_bias"] = c.AttentionBias
+		m["topk_method"] = "noaux_tc"
+		m["scoring_func"] = "sigmoid"
+		types := make([]string, c.NumLayers)
+		for i := range types {
+			types[i] = "dense"
+			if c.moe(i) {
+				types[i] = "sparse"
+			}
+		}
+		if c.Arch == "glm4_moe" {
+			m["use_qk_norm"] = c.UseQKNorm
+			m["partial_rotary_factor"] = c.PartialRotary
+			rp["partial_rotary_factor"] = c.PartialRotary
+		} else {
+			m["mlp_layer_types"] = types
+			if c.QLoraRank > 0 {
+				m["q_lora_rank"] = c.QLoraRank
+			} else {
+				m["q_lora_rank"] = nil
+			}
+			m["kv_lora_rank"] = c.KVLoraRank
+			m["qk_nope_head_dim"] = c.QKNopeHeadDim
+			m["qk_rope_head_dim"] = c.QKRopeHeadDim
+			m["v_head_dim"] = c.VHeadDim
+			m["rope_interleave"] = c.RopeInterleave
+			m["head_dim"] = c.QKRopeHeadDim // transformers maps head_dim to qk_rope_head_dim
+		}
+	}
+	if c.NumExperts > 0 && c.Arch != "gpt_oss" && !c.glm() {
 		m["num_experts"] = c.NumExperts
 		m["num_experts_per_tok"] = c.TopK
 		m["moe_intermediate_size"] = c.MoEIntermediate
@@ -509,6 +608,18 @@ func (c Config) Tensors() []TensorSpec {
 				TensorSpec{p + "linear_attn.dt_bias", []int{c.LinearVHeads}, 1, 0.5},
 				TensorSpec{p + "linear_attn.norm.weight", []int{c.LinearVHeadDim}, 1, 0.2}, // the gated norm scales by w
 				lin(p+"linear_attn.out_proj.weight", h, vd))
+		case c.Arch == "glm4_moe_lite":
+			qk := c.QKNopeHeadDim + c.QKRopeHeadDim
+			if c.QLoraRank > 0 {
+				ts = append(ts, lin(p+"self_attn.q_a_proj.weight", c.QLoraRank, h), norm(p+"self_attn.q_a_layernorm.weight", c.QLoraRank),
+					lin(p+"self_attn.q_b_proj.weight", c.NumHeads*qk, c.QLoraRank))
+			} else {
+				ts = append(ts, lin(p+"self_attn.q_proj.weight", c.NumHeads*qk, h))
+			}
+			ts = append(ts, lin(p+"self_attn.kv_a_proj_with_mqa.weight", c.KVLoraRank+c.QKRopeHeadDim, h),
+				norm(p+"self_attn.kv_a_layernorm.weight", c.KVLoraRank),
+				lin(p+"self_attn.kv_b_proj.weight", c.NumHeads*(c.QKNopeHeadDim+c.VHeadDim), c.KVLoraRank),
+				lin(p+"self_attn.o_proj.weight", h, c.NumHeads*c.VHeadDim))
 		default:
 			qo := q
 			if c.Arch == "qwen3_next" {
@@ -533,7 +644,7 @@ func (c Config) Tensors() []TensorSpec {
 			if c.Arch == "gpt_oss" {
 				ts = append(ts, TensorSpec{p + "self_attn.sinks", []int{c.NumHeads}, 0, 1})
 			}
-			if c.Arch != "llama" && c.Arch != "qwen2" && c.Arch != "gpt_oss" {
+			if c.Arch != "llama" && c.Arch != "qwen2" && c.Arch != "gpt_oss" && (c.Arch != "glm4_moe" || c.UseQKNorm) {
 				ts = append(ts, norm(p+"self_attn.q_norm.weight", hd), norm(p+"self_attn.k_norm.weight", hd))
 			}
 		}
@@ -548,6 +659,14 @@ func (c Config) Tensors() []TensorSpec {
 				TensorSpec{p + "mlp.experts.gate_up_proj_bias", []int{E, 2 * I}, 0, 0.1},
 				TensorSpec{p + "mlp.experts.down_proj", []int{E, I, h}, 0, float32(math.Sqrt(3 / float64(I)))},
 				TensorSpec{p + "mlp.experts.down_proj_bias", []int{E, h}, 0, 0.1})
+		} else if c.moe(i) && c.glm() {
+			ts = append(ts, lin(p+"mlp.gate.weight", c.NumExperts, h), bias(p+"mlp.gate.e_score_correction_bias", c.NumExperts))
+			for e := range c.NumExperts {
+				ts = append(ts, mlp(fmt.Sprintf("%smlp.experts.%d.", p, e), c.MoEIntermediate)...)
+			}
+			if c.SharedExperts > 0 {
+				ts = append(ts, mlp(p+"mlp.shared_experts.", c.SharedExperts*c.MoEIntermediate)...)
+			}
 		} else if c.moe(i) {
 			ts = append(ts, lin(p+"mlp.gate.weight", c.NumExperts, h))
 			for e := range c.NumExperts {
@@ -570,6 +689,12 @@ func (c Config) Tensors() []TensorSpec {
 				}
 			}
 		}
+	}
+	for i := c.NumLayers; i < c.NumLayers+c.MTPLayers; i++ {
+		// GLM's multi-token prediction layer: what a checkpoint carries, never loaded.
+		p := fmt.Sprintf("model.layers.%d.", i)
+		ts = append(ts, norm(p+"enorm.weight", h), norm(p+"hnorm.weight", h), lin(p+"eh_proj.weight", h, 2*h),
+			norm(p+"shared_head.norm.weight", h))
 	}
 	ts = append(ts, norm("model.norm.weight", h))
 	if !c.TieWordEmbeddings {

@@ -13,6 +13,8 @@ var tinyPresets = map[string]func(vocab int) Config{
 	"gemma4_text":    TinyGemma4,
 	"gemma4":         TinyGemma4MoE,
 	"gemma4_unified": TinyGemma4Unified,
+	"glm4_moe":       TinyGlm4Moe,
+	"glm4_moe_lite":  TinyGlm4MoeLite,
 }
 
 // TinyOf is the tiny float32 model of the architecture registered under modelType,

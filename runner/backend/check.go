@@ -356,21 +356,25 @@ func opCases(seed uint64) ([]opCase, error) {
 		return run(b, func(c compute.Context) compute.Tensor { return c.RMSNorm(rowsOf(b, c, 0, T), v, eps) })
 	}, wantNorm, nil})
 
-	// RoPE: plain, partial rotary, yarn (which scales cos and sin).
+	// RoPE: plain, partial rotary, yarn (which scales cos and sin), interleaved pairs
+	// (DeepSeek's layout) over part of the head.
 	const headDim, offset = 32, 7
 	for _, rc := range []struct {
-		name string
-		dims int
-		s    compute.RoPEScaling
+		name        string
+		dims        int
+		s           compute.RoPEScaling
+		interleaved bool
 	}{
-		{"RoPE", headDim, compute.RoPEScaling{}},
-		{"RoPE partial", headDim / 2, compute.RoPEScaling{}},
-		{"RoPE yarn", headDim, compute.RoPEScaling{Type: "yarn", Factor: 4, OriginalMaxPositions: 64}},
+		{"RoPE", headDim, compute.RoPEScaling{}, false},
+		{"RoPE partial", headDim / 2, compute.RoPEScaling{}, false},
+		{"RoPE yarn", headDim, compute.RoPEScaling{Type: "yarn", Factor: 4, OriginalMaxPositions: 64}, false},
+		{"RoPE interleaved partial", headDim / 2, compute.RoPEScaling{}, true},
 	} {
 		rope, err := compute.NewRoPE(rc.dims, 10000, rc.s, 256)
 		if err != nil {
 			return nil, err
 		}
+		rope.Interleaved = rc.interleaved
 		want := slices.Clone(x)
 		half := rc.dims / 2
 		for t := 0; t < T; t++ {
@@ -379,8 +383,12 @@ func opCases(seed uint64) ([]opCase, error) {
 				orig := slices.Clone(row)
 				for j := 0; j < half; j++ {
 					cos, sin := rope.CosSin(offset+t, j)
-					row[j] = orig[j]*cos - orig[j+half]*sin
-					row[j+half] = orig[j+half]*cos + orig[j]*sin
+					a, b := j, j+half
+					if rc.interleaved {
+						a, b = 2*j, 2*j+1
+					}
+					row[a] = orig[a]*cos - orig[b]*sin
+					row[b] = orig[b]*cos + orig[a]*sin
 				}
 			}
 		}

@@ -187,15 +187,20 @@ func extCases(r *rand.Rand, src source, f feeder) ([]opCase, error) {
 		return nil, err
 	}
 	cases = append(cases, cs, deltaCase(r, src))
-	for _, geglu := range []bool{false, true} {
+	for _, kind := range []string{"", "geglu", "sigmoid"} {
 		for _, q := range []compute.Quant{{}, {Mode: quant.Affine, Bits: 4, GroupSize: 32}} {
-			c, err := moeCase(r, src, f, q, geglu)
+			c, err := moeCase(r, src, f, q, kind)
 			if err != nil {
 				return nil, err
 			}
 			cases = append(cases, c)
 		}
 	}
+	lc, err := latentCases(r, src)
+	if err != nil {
+		return nil, err
+	}
+	cases = append(cases, lc...)
 	for _, q := range []compute.Quant{{}, {Mode: quant.MXFP4, Bits: 4, GroupSize: 32}} {
 		c, err := clampedMoECase(r, src, f, q)
 		if err != nil {
@@ -427,18 +432,31 @@ func deltaCase(r *rand.Rand, src source) opCase {
 
 // moeCase checks MoE: 6 experts (stacked [experts, rows, in] tensors, as mlx-lm's
 // switch_mlp stores them) in float or quantized q, top-2 with renormalised weights, for
-// the feed's T rows with random router logits. With geglu it checks Gemma 4's GeGLUMoE:
-// GELU-gated experts and per-expert scales of the routing weights.
-func moeCase(r *rand.Rand, src source, f feeder, q compute.Quant, geglu bool) (opCase, error) {
+// the feed's T rows with random router logits.
+//
+// kind "geglu" checks Gemma 4's GeGLUMoE instead: GELU-gated experts and per-expert
+// scales of the routing weights; kind "sigmoid" checks SigmoidMoE: DeepSeek-V3's router
+// over the same experts (sigmoid scores, correction biases, 3 groups of which the best 2
+// are eligible, renormalised and scaled weights).
+func moeCase(r *rand.Rand, src source, f feeder, q compute.Quant, kind string) (opCase, error) {
 	const E, inter, topK = 6, 32, 2
 	T, in := f.T, f.in
-	op, ops := "MoE", "MoEContext.MoE"
-	if geglu {
-		op, ops = "GeGLUMoE", "GeGLUMoEContext.GeGLUMoE"
+	short, op := "MoE", "MoEContext.MoE"
+	routing := compute.Routing{TopK: topK, NormTopK: true}
+	switch kind {
+	case "geglu":
+		short, op = "GeGLUMoE", "GeGLUMoEContext.GeGLUMoE"
+		routing.Scales = make([]float32, E)
+		for e := range routing.Scales {
+			routing.Scales[e] = 0.5 + float32(e)/4
+		}
+	case "sigmoid":
+		short, op = "SigmoidMoE", "SigmoidMoEContext.SigmoidMoE"
+		routing = compute.Routing{TopK: topK, NormTopK: true, Sigmoid: true, Bias: randn(r, E, 0.5), Groups: 3, TopKGroups: 2, Scale: 1.8}
 	}
-	name, tol := op+" float", tolF16 // fp16 weights, fp16 scales when quantized
+	name, tol := short+" float", tolF16 // fp16 weights, fp16 scales when quantized
 	if q.Quantized() {
-		name = op + " affine 4-bit"
+		name = short + " affine 4-bit"
 	}
 	prefix := "moe." + name
 	mats := map[string][]float32{}
@@ -460,13 +478,6 @@ func moeCase(r *rand.Rand, src source, f feeder, q compute.Quant, geglu bool) (o
 	}
 	logits := randn(r, T*E, 1)
 	embedded(src, prefix+".router", logits, T, E)
-	routing := compute.Routing{TopK: topK, NormTopK: true}
-	if geglu {
-		routing.Scales = make([]float32, E)
-		for e := range routing.Scales {
-			routing.Scales[e] = 0.5 + float32(e)/4
-		}
-	}
 	want := make([]float32, T*in)
 	for t := 0; t < T; t++ {
 		experts, weights := routing.Select(logits[t*E : (t+1)*E])
@@ -479,7 +490,7 @@ func moeCase(r *rand.Rand, src source, f feeder, q compute.Quant, geglu bool) (o
 					gs += float64(mats["gate"][(e*inter+j)*in+c]) * float64(x[c])
 					us += float64(mats["up"][(e*inter+j)*in+c]) * float64(x[c])
 				}
-				if geglu {
+				if kind == "geglu" {
 					h[j] = geluTanh(gs) * us
 				} else {
 					h[j] = gs * sigmoid64(gs) * us
@@ -494,7 +505,7 @@ func moeCase(r *rand.Rand, src source, f feeder, q compute.Quant, geglu bool) (o
 			}
 		}
 	}
-	return opCase{name, []string{ops}, tol, func(b compute.Backend) ([]float32, error) {
+	return opCase{name, []string{op}, tol, func(b compute.Backend) ([]float32, error) {
 		var ws [3]compute.Weight
 		for i, m := range []string{"gate", "up", "down"} {
 			w, err := b.Weight(src, prefix+"."+m, q)
@@ -507,9 +518,14 @@ func moeCase(r *rand.Rand, src source, f feeder, q compute.Quant, geglu bool) (o
 		if err != nil {
 			return nil, err
 		}
-		if geglu {
+		switch kind {
+		case "geglu":
 			return extOp(f, b, func(c compute.Context, m compute.GeGLUMoEContext) compute.Tensor {
 				return m.GeGLUMoE(f.rowsOf(b, c, 0, T), rowsIn(c, router, 0, T), ws[0], ws[1], ws[2], E, routing)
+			})
+		case "sigmoid":
+			return extOp(f, b, func(c compute.Context, m compute.SigmoidMoEContext) compute.Tensor {
+				return m.SigmoidMoE(f.rowsOf(b, c, 0, T), rowsIn(c, router, 0, T), ws[0], ws[1], ws[2], E, routing)
 			})
 		}
 		return extOp(f, b, func(c compute.Context, m compute.MoEContext) compute.Tensor {

@@ -120,7 +120,7 @@ type Context interface {
 	Reshape(x Tensor, rows, cols int) Tensor
 	// RoPE rotates each head of x (T × H·headDim), row i at position offset+i, in the
 	// "rotate half" layout of Hugging Face models: pairs (j, j+dims/2) of the first
-	// r.Dims columns of a head.
+	// r.Dims columns of a head; pairs (2j, 2j+1) when r.Interleaved.
 	RoPE(x Tensor, r *RoPE, headDim, offset int) Tensor
 	// Attention appends k and v (T × kvHeads·headDim, RoPE'd) to cache, then returns
 	// causal grouped-query attention of q (T × heads·headDim) over it: T × heads·vHeadDim.

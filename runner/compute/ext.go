@@ -20,11 +20,40 @@ import (
 // the same weights as NormTopK in exact arithmetic, rounded as that model computes them.
 // Scales, when set, holds one factor per expert that multiplies a picked expert's
 // weight last (Gemma 4's per_expert_scale).
+//
+// With Sigmoid the router is DeepSeek-V3's (and GLM-4.5's, "noaux_tc"): each expert's
+// score is sigmoid(logit) in float32; the experts are chosen by score + Bias
+// (e_score_correction_bias) among the TopKGroups groups (of Groups equal groups, n_group
+// and topk_group) whose two best biased scores sum highest; a picked expert's weight is
+// its unbiased score, divided by the picked scores' sum (+1e-20) when NormTopK, times
+// Scale (routed_scaling_factor; 0 means 1).
 type Routing struct {
 	TopK        int
 	NormTopK    bool
 	SoftmaxTopK bool
 	Scales      []float32
+
+	Sigmoid            bool
+	Bias               []float32 // one per expert, or nil
+	Groups, TopKGroups int       // 0 or 1 group: no group restriction
+	Scale              float32
+}
+
+// Check reports an error when r cannot route experts experts.
+func (r Routing) Check(experts int) error {
+	if r.TopK <= 0 || r.TopK > experts {
+		return fmt.Errorf("routing: top-%d of %d experts", r.TopK, experts)
+	}
+	if !r.Sigmoid {
+		return nil
+	}
+	if r.Bias != nil && len(r.Bias) != experts {
+		return fmt.Errorf("routing: %d correction biases for %d experts", len(r.Bias), experts)
+	}
+	if r.Groups > 1 && (experts%r.Groups != 0 || r.TopKGroups <= 0 || r.TopKGroups > r.Groups || experts/r.Groups < 2 || r.TopK > r.TopKGroups*(experts/r.Groups)) {
+		return fmt.Errorf("routing: %d experts in n_group %d with topk_group %d cannot pick %d", experts, r.Groups, r.TopKGroups, r.TopK)
+	}
+	return nil
 }
 
 // Select returns the experts picked by one token's router logits, best first, and
@@ -34,6 +63,9 @@ func (r Routing) Select(logits []float32) (experts []int, weights []float32) {
 	k := min(r.TopK, len(logits))
 	if k <= 0 {
 		return nil, nil
+	}
+	if r.Sigmoid {
+		return r.selectSigmoid(logits, k)
 	}
 	maxv := float32(math.Inf(-1))
 	for _, v := range logits {
@@ -83,6 +115,86 @@ func (r Routing) Select(logits []float32) (experts []int, weights []float32) {
 	return experts, weights
 }
 
+// selectSigmoid is Select for a sigmoid router.
+func (r Routing) selectSigmoid(logits []float32, k int) (experts []int, weights []float32) {
+	n := len(logits)
+	scores := make([]float32, n)
+	choice := make([]float32, n)
+	for i, v := range logits {
+		scores[i] = float32(1 / (1 + math.Exp(-float64(v))))
+		choice[i] = scores[i]
+		if i < len(r.Bias) {
+			choice[i] += r.Bias[i]
+		}
+	}
+	allowed := func(int) bool { return true }
+	if g := r.Groups; g > 1 && n%g == 0 && r.TopKGroups < g {
+		size := n / g
+		// A group's score is the sum of its two best biased scores; the best
+		// TopKGroups groups (the lower index first on ties) stay eligible.
+		gs := make([]float32, g)
+		for j := range g {
+			a, b := float32(math.Inf(-1)), float32(math.Inf(-1))
+			for _, v := range choice[j*size : (j+1)*size] {
+				if v > a {
+					a, b = v, a
+				} else if v > b {
+					b = v
+				}
+			}
+			gs[j] = a + b
+		}
+		keep := make([]bool, g)
+		for _, j := range topIndices(gs, r.TopKGroups, nil) {
+			keep[j] = true
+		}
+		allowed = func(i int) bool { return keep[i/size] }
+	}
+	experts = topIndices(choice, k, allowed)
+	weights = make([]float32, len(experts))
+	var sum float32
+	for i, e := range experts {
+		weights[i] = scores[e]
+		sum += weights[i]
+	}
+	scale := r.Scale
+	if scale == 0 {
+		scale = 1
+	}
+	for i := range weights {
+		if r.NormTopK {
+			weights[i] /= sum + 1e-20
+		}
+		weights[i] *= scale
+	}
+	return experts, weights
+}
+
+// topIndices returns the indices of the k largest values of v among those ok accepts
+// (all when ok is nil), largest first, the lower index first on ties.
+func topIndices(v []float32, k int, ok func(int) bool) []int {
+	top := make([]int, 0, k)
+	for i, x := range v {
+		if ok != nil && !ok(i) {
+			continue
+		}
+		if len(top) == k && x <= v[top[k-1]] {
+			continue
+		}
+		j := len(top)
+		if j < k {
+			top = append(top, i)
+		} else {
+			j--
+		}
+		for ; j > 0 && x > v[top[j-1]]; j-- {
+			top[j] = top[j-1]
+		}
+		top[j] = i
+	}
+	return top
+}
+
 // MoEContext runs mixture-of-experts blocks.
 type MoEContext interface {
 	// MoE is the SwiGLU mixture of experts: for row t of x (T × in) with router logits
@@ -91,6 +203,30 @@ type MoEContext interface {
 	// experts·inter × in, down of experts·out × inter (mlx-lm's switch_mlp tensors,
 	// [experts, out, in], bound as one matrix); only the picked experts' rows are read.
 	MoE(x, router Tensor, gate, up, down Weight, experts int, r Routing) Tensor
+}
+
+// SigmoidMoEContext runs mixture-of-experts blocks with a sigmoid router (DeepSeek-V3,
+// GLM-4.5, GLM-4.7-Flash). A backend implements it only where its MoE applies every
+// field of Routing; MoE with Routing.Sigmoid fails elsewhere.
+type SigmoidMoEContext interface {
+	// SigmoidMoE is MoE for a Routing whose Sigmoid is set.
+	SigmoidMoE(x, router Tensor, gate, up, down Weight, experts int, r Routing) Tensor
+}
+
+// LatentAttentionContext runs multi-head latent attention (DeepSeek-V2/V3's MLA, GLM-4.7-
+// Flash) with kv_b_proj absorbed: the cache (a kvstore latent layer: one KV head whose
+// keys are the rotary part, ropeDim wide, and whose values are the normalised latent,
+// rank wide) holds the compressed latent, never per-head keys and values.
+type LatentAttentionContext interface {
+	// LatentAttention appends kRope (T × ropeDim, RoPE'd) and latent (T × rank) to cache,
+	// then returns, per query head h, softmax(scale·(qRope_h·kRopeᵀ + qLatent_h·latentᵀ))·
+	// latent over the cached positions, causally: T × heads·rank. qRope is T × heads·ropeDim
+	// and qLatent T × heads·rank (the no-rope query through kv_b_proj's key half).
+	LatentAttention(qRope, qLatent, kRope, latent Tensor, cache kvstore.Layer, heads int, scale float32) Tensor
+	// MultiLinear is one product per head: head h's columns of x (T × heads·in) times
+	// matrix h of w (a stack [heads, out, in] bound as heads·out × in, mlx-lm's
+	// MultiLinear), giving head h's columns of the result (T × heads·out).
+	MultiLinear(x Tensor, w Weight, heads int) Tensor
 }
 
 // ClampedSwiGLU is gpt-oss's expert activation (swiglu_alpha, swiglu_limit): the gate
@@ -306,6 +442,9 @@ func MoEShape(x, router, gate, up, down [2]int, experts int, r Routing) (inter, 
 		gate[1] != in || up[1] != in || gate[0] != up[0] || gate[0]%experts != 0 || down[0]%experts != 0 || down[1] != gate[0]/experts {
 		return 0, 0, fmt.Errorf("MoE: x %d×%d, router %d×%d, top-%d of %d experts do not fit gate %d×%d, up %d×%d, down %d×%d",
 			T, in, router[0], router[1], r.TopK, experts, gate[0], gate[1], up[0], up[1], down[0], down[1])
+	}
+	if err := r.Check(experts); err != nil {
+		return 0, 0, fmt.Errorf("MoE: %w", err)
 	}
 	if r.Scales != nil && len(r.Scales) != experts {
 		return 0, 0, fmt.Errorf("MoE: %d per-expert scales for %d experts", len(r.Scales), experts)

@@ -11,6 +11,9 @@ type RoPE struct {
 	Dims    int       // rotated columns per head (the head size unless partial rotary)
 	InvFreq []float32 // Dims/2 inverse frequencies
 	Scale   float32   // multiplies cos and sin: yarn's attention factor, 1 otherwise
+	// Interleaved rotates the pairs (2j, 2j+1) of the first Dims columns instead of
+	// (j, j+Dims/2): DeepSeek's layout (rope_interleave, mlx's traditional RoPE).
+	Interleaved bool
 }
 
 // RoPEScaling is config.json's rope_scaling (or rope_parameters) block.

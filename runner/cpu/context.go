@@ -275,18 +275,22 @@ func (c *context) RoPE(x compute.Tensor, r *compute.RoPE, headDim, offset int) c
 	copy(out.data, t.data)
 	half := r.Dims / 2
 	if c.b.single(t.rows, 4) {
-		ropeRows(out, tab, headDim, half, offset, 0, t.rows)
+		ropeRows(out, tab, headDim, half, offset, 0, t.rows, r.Interleaved)
 		return out
 	}
-	c.b.parallel(t.rows, 4, func(lo, hi int) { ropeRows(out, tab, headDim, half, offset, lo, hi) })
+	c.b.parallel(t.rows, 4, func(lo, hi int) { ropeRows(out, tab, headDim, half, offset, lo, hi, r.Interleaved) })
 	return out
 }
 
 // ropeRows rotates rows [lo, hi) of x in place, row i at position offset+i.
-func ropeRows(x *tensor, tab *ropeTable, headDim, half, offset, lo, hi int) {
+func ropeRows(x *tensor, tab *ropeTable, headDim, half, offset, lo, hi int, interleaved bool) {
+	rot := ropeRow
+	if interleaved {
+		rot = ropeRowInterleaved
+	}
 	for i := lo; i < hi; i++ {
 		p := offset + i
-		ropeRow(x.data[i*x.cols:(i+1)*x.cols], headDim, tab.cos[p*half:(p+1)*half], tab.sin[p*half:(p+1)*half])
+		rot(x.data[i*x.cols:(i+1)*x.cols], headDim, tab.cos[p*half:(p+1)*half], tab.sin[p*half:(p+1)*half])
 	}
 }
 

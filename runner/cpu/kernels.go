@@ -305,6 +305,18 @@ func ropeRow(row []float32, headDim int, cos, sin []float32) {
 	}
 }
 
+// ropeRowInterleaved is ropeRow over the pairs (2j, 2j+1) of each head's first
+// 2·len(cos) columns (compute.RoPE.Interleaved).
+func ropeRowInterleaved(row []float32, headDim int, cos, sin []float32) {
+	for h := 0; h+headDim <= len(row); h += headDim {
+		for j := range cos {
+			x1, x2 := row[h+2*j], row[h+2*j+1]
+			row[h+2*j] = x1*cos[j] - x2*sin[j]
+			row[h+2*j+1] = x2*cos[j] + x1*sin[j]
+		}
+	}
+}
+
 // warmNext learns which product follows which (the order of a decode step's products is
 // the same every step) and, once w's is done, has the crew's idle workers read the first
 // warmBytes of the next one's weights into the caches while the caller does the serial

@@ -102,7 +102,7 @@ func (b *Backend) ForgetStream(m *residency.Manager) {
 // src streams and w is one.
 func (b *Backend) bindStream(src compute.Source, t *safetensors.Tensor, w *weight) error {
 	ss, ok := src.(compute.StreamSource)
-	if !ok || ss.Residency() == nil || len(t.Shape) != 3 || t.Shape[0] < 2 || w.q.Mode != quant.Affine || w.out%t.Shape[0] != 0 {
+	if !ok || ss.Residency() == nil || len(t.Shape) != 3 || t.Shape[0] < 2 || w.q.Mode != quant.Affine || w.out%t.Shape[0] != 0 || residency.PerHeadStack(w.name) {
 		return nil
 	}
 	if w.scales.Type != w.biases.Type || w.scales.Len() == 0 {

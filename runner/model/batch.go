@@ -122,6 +122,18 @@ func (b *Batch) AttentionShared(c compute.Context, q compute.Tensor, src, heads 
 	})
 }
 
+// LatentAttention is multi-head latent attention (compute.LatentAttentionContext), per
+// sequence over its own latent cache of layer i.
+func (b *Batch) LatentAttention(c compute.Context, qRope, qLatent, kRope, latent compute.Tensor, i, heads int, scale float32) compute.Tensor {
+	lc, ok := compute.Ext[compute.LatentAttentionContext](c)
+	if !ok {
+		return compute.Unsupported(c, "latent attention")
+	}
+	return b.Each(c, func(s int) compute.Tensor {
+		return lc.LatentAttention(b.Rows(c, qRope, s), b.Rows(c, qLatent, s), b.Rows(c, kRope, s), b.Rows(c, latent, s), b.Cache(s, i), heads, scale)
+	})
+}
+
 // CheckWindow reports an error when a sequence of b reaches past window positions
 // while its cache of sliding-window layer i keeps every position and attends over all
 // of them: a cache that keeps the window is made by kvstore.NewCaches

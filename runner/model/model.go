@@ -444,9 +444,10 @@ func (l *Loader) Vector(name string, n int) compute.Vector {
 	return v
 }
 
-// Floats reads the n values of a small float tensor on the host: a scalar such as
-// Gemma 4's layer_scalar, or factors the routing applies on the host. A weight another
-// process binds (a part of a split model) reads as ones.
+// Floats reads the 1-D tensor name (n values) as float32 on the host, for a value the
+// architecture uses outside the backend's ops: a scalar such as Gemma 4's layer_scalar,
+// a router's correction bias or per-expert scales. A weight another process binds (a
+// part of a split model) reads as ones: this process never runs the layer it belongs to.
 func (l *Loader) Floats(name string, n int) []float32 {
 	if l.err != nil {
 		return nil
@@ -458,9 +459,9 @@ func (l *Loader) Floats(name string, n int) []float32 {
 		}
 		return out
 	}
-	t, ok := l.ckpt.Tensor(name)
-	if !ok {
-		l.Fail(fmt.Errorf("checkpoint has no tensor %q", name))
+	t, err := compute.VectorTensor(l.src, name)
+	if err != nil {
+		l.Fail(err)
 		return nil
 	}
 	v, err := t.Float32s()

@@ -17,7 +17,7 @@ func ExpertBytes(dir string) (int64, error) {
 	stacked := map[string]bool{}
 	for _, h := range hs {
 		for _, t := range h.Tensors {
-			if p, ok := strings.CutSuffix(t.Name, ".weight"); ok && len(t.Shape) == 3 && t.Shape[0] > 1 && t.DType == safetensors.U32 {
+			if p, ok := strings.CutSuffix(t.Name, ".weight"); ok && len(t.Shape) == 3 && t.Shape[0] > 1 && t.DType == safetensors.U32 && !PerHeadStack(p) {
 				stacked[p] = true
 			}
 		}
@@ -32,6 +32,14 @@ func ExpertBytes(dir string) (int64, error) {
 		}
 	}
 	return n, nil
+}
+
+// PerHeadStack reports whether the stacked matrices under prefix are one per attention
+// head rather than one per expert: multi-head latent attention's kv_b_proj halves as
+// mlx-lm stores them (self_attn.embed_q, self_attn.unembed_out), read whole by every
+// token and so never streamed.
+func PerHeadStack(prefix string) bool {
+	return strings.HasSuffix(prefix, ".embed_q") || strings.HasSuffix(prefix, ".unembed_out")
 }
 
 // CacheShare is the part of the memory left after the KV plan that the expert cache

@@ -4,6 +4,7 @@ package all
 import (
 	_ "github.com/mlxg/mlxg/runner/gemma3"
 	_ "github.com/mlxg/mlxg/runner/gemma4"
+	_ "github.com/mlxg/mlxg/runner/glm4moe"
 	_ "github.com/mlxg/mlxg/runner/gptoss"
 	_ "github.com/mlxg/mlxg/runner/llama"
 	_ "github.com/mlxg/mlxg/runner/qwen2"
