@@ -356,18 +356,30 @@ func opCases(seed uint64) ([]opCase, error) {
 		return run(b, func(c compute.Context) compute.Tensor { return c.RMSNorm(rowsOf(b, c, 0, T), v, eps) })
 	}, wantNorm, nil})
 
-	// RoPE: plain, partial rotary, yarn (which scales cos and sin).
+	// RoPE: plain, partial rotary, yarn (which scales cos and sin), longrope switching
+	// from its short to its long factors inside the pass (partial, as Phi-4-mini), and a
+	// query scale that changes with the position (Ministral 3).
 	const headDim, offset = 32, 7
+	short, long := make([]float64, headDim/4), make([]float64, headDim/4)
+	for i := range short {
+		short[i], long[i] = 1+float64(i)/8, 1+float64(i)
+	}
 	for _, rc := range []struct {
 		name string
 		dims int
 		s    compute.RoPEScaling
+		pos  *compute.PosScale
 	}{
-		{"RoPE", headDim, compute.RoPEScaling{}},
-		{"RoPE partial", headDim / 2, compute.RoPEScaling{}},
-		{"RoPE yarn", headDim, compute.RoPEScaling{Type: "yarn", Factor: 4, OriginalMaxPositions: 64}},
+		{"RoPE", headDim, compute.RoPEScaling{}, nil},
+		{"RoPE partial", headDim / 2, compute.RoPEScaling{}, nil},
+		{"RoPE yarn", headDim, compute.RoPEScaling{Type: "yarn", Factor: 4, OriginalMaxPositions: 64}, nil},
+		{"RoPE longrope", headDim / 2, compute.RoPEScaling{Type: "longrope", OriginalMaxPositions: offset + 2, ShortFactor: short, LongFactor: long}, nil},
+		{"RoPE position scale", headDim, compute.RoPEScaling{Type: "yarn", Factor: 4, OriginalMaxPositions: 64}, &compute.PosScale{Beta: 0.1, Period: 3}},
 	} {
 		rope, err := compute.NewRoPE(rc.dims, 10000, rc.s, 256)
+		if err == nil && rc.pos != nil {
+			rope, err = rope.WithPosScale(*rc.pos)
+		}
 		if err != nil {
 			return nil, err
 		}
