@@ -40,7 +40,13 @@ import (
 //     kept as they are, with "mode": "mxfp4" for those modules; the router (mlp.router)
 //     is quantized at 8 bits in groups of 64.
 //
-// Other model types (gemma3_text among them) convert as they are.
+//   - mistral3 (Mistral Small 3.1/3.2, Magistral, Devstral Small 2, Ministral 3;
+//     mlx_lm/models/mistral3.py): the language model stays under language_model.*
+//     (transformers 5's model.language_model.* and lm_head move there), the vision
+//     tower and the multimodal projector are dropped.
+//
+// Other model types (gemma3_text, mistral, ministral3 and phi3 among them, Phi-3's
+// fused qkv_proj and gate_up_proj kept fused as mlx-lm keeps them) convert as they are.
 type family struct {
 	modelType string
 }
@@ -51,6 +57,8 @@ func newFamily(cfg map[string]any) family {
 }
 
 func (f family) gptoss() bool { return f.modelType == "gpt_oss" }
+
+func (f family) mistral3() bool { return f.modelType == "mistral3" }
 
 func (f family) qwen35() bool { return f.modelType == "qwen3_5" || f.modelType == "qwen3_5_moe" }
 
@@ -66,12 +74,19 @@ func (f family) drop(name string) bool {
 	if f.qwen35() && (strings.HasPrefix(name, "model.visual.") || strings.HasPrefix(name, "vision_tower.")) {
 		return true
 	}
+	if f.mistral3() {
+		for _, p := range []string{"vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector."} {
+			if strings.HasPrefix(name, p) {
+				return true
+			}
+		}
+	}
 	return f.hybrid() && (strings.HasPrefix(name, "mtp.") || strings.Contains(name, ".mtp."))
 }
 
 // rename is a tensor's MLX name.
 func (f family) rename(name string) string {
-	if !f.qwen35() {
+	if !f.qwen35() && !f.mistral3() {
 		return name
 	}
 	if rest, ok := strings.CutPrefix(name, "model.language_model."); ok {

@@ -10,6 +10,10 @@ var tinyPresets = map[string]func(vocab int) Config{
 	"gemma3_text": TinyGemma3,
 	"qwen3_next":  TinyQwen3Next,
 	"gpt_oss":     TinyGptOss,
+	"mistral":     TinyMistral,
+	"ministral3":  TinyMinistral3,
+	"mistral3":    TinyMistral3,
+	"phi3":        TinyPhi3,
 }
 
 // TinyOf is the tiny float32 model of the architecture registered under modelType,
