@@ -227,7 +227,7 @@ func TinyMistral(vocab int) Config {
 // length) is 16 positions, so that tests cross a few of its steps.
 func TinyMinistral3(vocab int) Config {
 	c := Tiny("ministral3", vocab)
-	c.RMSNormEps, c.RopeTheta, c.MaxPositions, c.OrigMaxPositions, c.Llama4Beta = 1e-5, 1e6, 256, 16, 0.1
+	c.RMSNormEps, c.RopeTheta, c.MaxPositions, c.OrigMaxPositions, c.Llama4Beta = 1e-5, 1e6, 4096, 16, 0.1
 	c.RopeScaling = map[string]any{"rope_type": "yarn", "factor": 16.0, "original_max_position_embeddings": 16,
 		"beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}
 	return c
