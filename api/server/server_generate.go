@@ -392,6 +392,9 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 		in.Messages, in.Kwargs = templateMessages(append(msgs, api.Message{Role: "user", Content: j.prompt})), kwargs
 	}
 
+	if caps.Tools == parser.ToolsMistral {
+		parser.MistralCallIDs(in.Messages) // its templates require ids of nine letters and digits
+	}
 	pcfg := parser.Config{Thinking: thinkOn && caps.Thinking && !j.raw, Harmony: caps.Harmony && !j.raw,
 		ThinkOpen: caps.ThinkOpen, ThinkClose: caps.ThinkClose}
 	if len(in.Messages) > 0 && pcfg.Thinking && !pcfg.Harmony {

@@ -2,7 +2,10 @@ package parser
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
+	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -133,4 +136,53 @@ func parseMistralCalls(body string) ([]ToolCall, bool) {
 		s = strings.TrimSpace(args[dec.InputOffset():])
 	}
 	return calls, len(calls) > 0
+}
+
+// MistralCallIDs rewrites the tool-call ids of messages (the maps a chat template reads) into what
+// Mistral's templates require: nine letters and digits, raising otherwise (Mistral 7B v0.3, NeMo, Small 3.1
+// write them into the prompt beside each call and its result). An id becomes a hash of itself, so a
+// conversation renders the same way on every turn (the prefix cache keeps hitting) whatever form the client
+// gave its ids in; a call without one gets one from its place in the conversation, and a tool result
+// without a tool_call_id takes the id of the next unanswered call before it.
+func MistralCallIDs(messages []map[string]any) {
+	var open []string // the latest assistant turn's calls not yet answered
+	for i, m := range messages {
+		if calls, ok := m["tool_calls"].([]any); ok {
+			open = open[:0]
+			for j, c := range calls {
+				call, ok := c.(map[string]any)
+				if !ok {
+					continue
+				}
+				id, _ := call["id"].(string)
+				if id == "" {
+					id = fmt.Sprintf("message %d call %d", i, j)
+				}
+				call["id"] = mistralID(id)
+				open = append(open, call["id"].(string))
+			}
+		}
+		if m["role"] != "tool" && m["role"] != "tool_results" {
+			continue
+		}
+		if id, _ := m["tool_call_id"].(string); id != "" {
+			m["tool_call_id"] = mistralID(id)
+			if k := slices.Index(open, m["tool_call_id"].(string)); k >= 0 {
+				open = slices.Delete(open, k, k+1)
+			}
+		} else if len(open) > 0 {
+			m["tool_call_id"], open = open[0], open[1:]
+		}
+	}
+}
+
+// mistralID is nine base-62 digits of the SHA-256 of id.
+func mistralID(id string) string {
+	const digits = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+	sum := sha256.Sum256([]byte(id))
+	out := make([]byte, 9)
+	for i := range out {
+		out[i] = digits[int(sum[i])%len(digits)]
+	}
+	return string(out)
 }

@@ -1,6 +1,9 @@
 package parser
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // Mistral's transcripts, written from Mistral's documentation of its tokenizer versions (function calling
 // with v3/v7's JSON list and v11's name[ARGS]arguments form) and of Magistral's reasoning ([THINK] blocks).
@@ -57,5 +60,31 @@ func TestDetectMistral(t *testing.T) {
 	}
 	if !PromptOpens("[INST]hi[/INST][THINK]\n", MistralThinkOpen) || PromptOpens("[INST]hi[/INST]", MistralThinkOpen) {
 		t.Error("PromptOpens with Mistral's tag")
+	}
+}
+
+func TestMistralCallIDs(t *testing.T) {
+	msgs := []map[string]any{
+		{"role": "user", "content": "weather in Paris and Oslo?"},
+		{"role": "assistant", "tool_calls": []any{
+			map[string]any{"id": "call_0123abcd", "function": map[string]any{"name": "w"}},
+			map[string]any{"function": map[string]any{"name": "w"}},
+		}},
+		{"role": "tool", "content": "20C", "tool_call_id": "call_0123abcd"},
+		{"role": "tool", "content": "5C"},
+	}
+	MistralCallIDs(msgs)
+	calls := msgs[1]["tool_calls"].([]any)
+	a, b := calls[0].(map[string]any)["id"].(string), calls[1].(map[string]any)["id"].(string)
+	for _, id := range []string{a, b} {
+		if len(id) != 9 || strings.Trim(id, "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ") != "" {
+			t.Fatalf("id %q is not nine letters and digits", id)
+		}
+	}
+	if a == b || msgs[2]["tool_call_id"] != a || msgs[3]["tool_call_id"] != b {
+		t.Fatalf("ids %q %q, results %v %v", a, b, msgs[2]["tool_call_id"], msgs[3]["tool_call_id"])
+	}
+	if mistralID("call_0123abcd") != a {
+		t.Fatal("the same id maps to another on a later turn")
 	}
 }
