@@ -230,6 +230,9 @@ func parseRoPE(m map[string]any) (compute.RoPEScaling, error) {
 	if s.Type == "" {
 		s.Type, _ = m["type"].(string)
 	}
+	if s.Type == "su" {
+		s.Type = "longrope" // early Phi-3 configs' name for it
+	}
 	switch s.Type {
 	case "", "default", "linear", "llama3", "yarn", "longrope":
 	default:
