@@ -99,7 +99,7 @@ def build(case):
     torch.manual_seed(case["seed"])
     if case["kind"] == "mistral3":
         vision = PixtralVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                                     head_dim=16, image_size=64, patch_size=16)
+                                     image_size=64, patch_size=16)
         cfg = Mistral3Config(text_config=text_config(case["text"], case).to_dict(), vision_config=vision.to_dict(),
                              image_token_index=10, spatial_merge_size=2, tie_word_embeddings=False)
         cls = Mistral3ForConditionalGeneration
