@@ -153,6 +153,29 @@ func TestMistralThroughServer(t *testing.T) {
 		t.Errorf("/v1/chat/completions streamed: %d %s", resp.StatusCode, body)
 	}
 
+	// A forced call: after the thinking, the constraint writes [TOOL_CALLS] and one {"name", "arguments"} object.
+	forced := `"tools":[{"type":"function","function":{"name":"get_weather","description":"Gets the weather","parameters":{"type":"object","properties":{"city":{"const":"Rome"}},"required":["city"],"additionalProperties":false}}}]`
+	resp, body = ts.post(t, "/v1/chat/completions", `{"model":"mistral","max_tokens":80,"tool_choice":{"type":"function","function":{"name":"get_weather"}},`+forced+`,"messages":[{"role":"user","content":"Weather?"}]}`)
+	var out struct {
+		Choices []struct {
+			Message struct {
+				Content   string `json:"content"`
+				ToolCalls []struct {
+					Function struct {
+						Name      string `json:"name"`
+						Arguments string `json:"arguments"`
+					} `json:"function"`
+				} `json:"tool_calls"`
+			} `json:"message"`
+		} `json:"choices"`
+	}
+	if resp.StatusCode != 200 || json.Unmarshal(body, &out) != nil || len(out.Choices) != 1 {
+		t.Fatalf("forced tool: %d %s", resp.StatusCode, body)
+	}
+	if m := out.Choices[0].Message; len(m.ToolCalls) != 1 || m.ToolCalls[0].Function.Name != "get_weather" || m.ToolCalls[0].Function.Arguments != `{"city":"Rome"}` || m.Content != "" {
+		t.Errorf("forced tool: %s", body)
+	}
+
 	var show api.ShowResponse
 	if ts.postJSON(t, "/api/show", `{"model":"mistral"}`, &show) != 200 {
 		t.Fatal("/api/show failed")
