@@ -43,6 +43,10 @@ type configFields struct {
 	TextConfig json.RawMessage `json:"text_config"`
 }
 
+// allSliding are the model types whose sliding_window, when set, applies to every
+// layer (runner/mistral, runner/phi3).
+var allSliding = map[string]bool{"mistral": true, "mistral3": true, "ministral3": true, "phi3": true}
+
 // ShapeFromConfig reads the per-layer cache shape from a config.json (a multimodal
 // model's text_config when it has one). weightBytes is the checkpoint's tensor bytes.
 //
@@ -105,7 +109,8 @@ func ShapeFromConfig(data []byte, weightBytes int64) (ModelShape, error) {
 				types[i] = "linear_attention"
 			case c.SlidingWindowPattern > 1 && window > 0 && (i+1)%c.SlidingWindowPattern != 0:
 				types[i] = "sliding_attention"
-			case c.ModelType == "mistral" && window > 0 && (c.UseSlidingWindow == nil || *c.UseSlidingWindow):
+			case allSliding[c.ModelType] && window > 0 && (c.MaxPositions <= 0 || window < c.MaxPositions):
+				// Every layer slides; a window as long as the context is no window.
 				types[i] = "sliding_attention"
 			case gemma4(c.ModelType) && window > 0 && (i+1)%6 != 0 && i != c.NumLayers-1: // 5:1, the last layer full
 				types[i] = "sliding_attention"

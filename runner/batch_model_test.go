@@ -166,6 +166,9 @@ func TestBatchedMatchesAlone(t *testing.T) {
 		{"gemma4_moe", randmodel.TinyGemma4MoE(512)},
 		{"glm4_moe", randmodel.TinyGlm4Moe(512)},
 		{"glm4_moe_lite", randmodel.TinyGlm4MoeLite(512)},
+		{"mistral", randmodel.TinyMistral(512)},
+		{"mistral3", randmodel.TinyMistral3(512)},
+		{"phi3", randmodel.TinyPhi3(512)},
 	}
 	a := kvstore.AffineFormat
 	kvs := []struct {

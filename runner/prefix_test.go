@@ -153,7 +153,8 @@ func prefixCacheHybridAndSliding(t *testing.T, be testBackend) {
 		name string
 		cfg  randmodel.Config
 	}{{"qwen3_next", randmodel.TinyQwen3Next(256)}, {"gemma3", randmodel.TinyGemma3(256)}, {"gpt_oss", randmodel.TinyGptOss(256)},
-		{"gemma4", randmodel.TinyGemma4(256)}, {"gemma4_moe", randmodel.TinyGemma4MoE(256)}} {
+		{"gemma4", randmodel.TinyGemma4(256)}, {"gemma4_moe", randmodel.TinyGemma4MoE(256)},
+		{"mistral", randmodel.TinyMistral(256)}, {"mistral3", randmodel.TinyMistral3(256)}, {"phi3", randmodel.TinyPhi3(256)}} {
 		t.Run(arch.name, func(t *testing.T) {
 			dir := t.TempDir()
 			hf, mlx := filepath.Join(dir, "hf"), filepath.Join(dir, "mlx")

@@ -35,6 +35,8 @@ func TestVerificationPassesMatchSteps(t *testing.T) {
 		{"gemma3", randmodel.TinyGemma3(512)},
 		{"qwen3_next", randmodel.TinyQwen3Next(512)},
 		{"gemma4", randmodel.TinyGemma4(512)},
+		{"mistral", randmodel.TinyMistral(512)},
+		{"phi3", randmodel.TinyPhi3(512)},
 	}
 	a := kvstore.AffineFormat
 	kvs := []struct {

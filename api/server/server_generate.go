@@ -352,6 +352,9 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 		// and <|call|> end it; the markers are special tokens its parser reads.
 		in.EndTokens, in.SpecialTokens = []string{"<|return|>", "<|call|>"}, !j.raw
 	}
+	if caps.SpecialTags && !j.raw {
+		in.SpecialTokens = true // Mistral's [TOOL_CALLS], [ARGS] and [THINK] are special tokens its parser reads
+	}
 	var pendingLP []api.Logprob // of text the parser has not yielded yet
 	if j.logprobs {
 		in.Logprobs, in.TopLogprobs = true, j.topLogprobs
@@ -389,10 +392,14 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 		in.Messages, in.Kwargs = templateMessages(append(msgs, api.Message{Role: "user", Content: j.prompt})), kwargs
 	}
 
-	pcfg := parser.Config{Thinking: thinkOn && caps.Thinking && !j.raw, Harmony: caps.Harmony && !j.raw}
+	if caps.Tools == parser.ToolsMistral {
+		parser.MistralCallIDs(in.Messages) // its templates require ids of nine letters and digits
+	}
+	pcfg := parser.Config{Thinking: thinkOn && caps.Thinking && !j.raw, Harmony: caps.Harmony && !j.raw,
+		ThinkOpen: caps.ThinkOpen, ThinkClose: caps.ThinkClose}
 	if len(in.Messages) > 0 && pcfg.Thinking && !pcfg.Harmony {
 		if p, err := m.RenderChat(in.Messages, in.Tools, in.Kwargs); err == nil {
-			pcfg.InThinking = parser.PromptOpensThinking(p)
+			pcfg.InThinking = parser.PromptOpens(p, caps.ThinkOpen)
 		} else {
 			return nil, errorf(http.StatusBadRequest, "rendering the chat template: %v", err)
 		}
@@ -414,7 +421,7 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 	}
 	if in.Format != nil && pcfg.Thinking && !pcfg.Harmony {
 		// The constraint applies to the answer, after the thinking block (as Ollama does).
-		in.Format.ThinkOpen, in.Format.ThinkClose, in.Format.InThinking = parser.ThinkOpen, parser.ThinkClose, pcfg.InThinking
+		in.Format.ThinkOpen, in.Format.ThinkClose, in.Format.InThinking = caps.ThinkOpen, caps.ThinkClose, pcfg.InThinking
 	}
 	p := parser.New(pcfg)
 	out := &outcome{load: lease.LoadDuration, ready: time.Since(j.start)}

@@ -57,7 +57,13 @@ import (
 //     self_attn.unembed_out ([heads, v, kv_lora_rank]: the value half), each quantized
 //     along its last axis, which is what multi-head latent attention reads.
 //
-// Other model types (gemma3_text among them) convert as they are.
+//   - mistral3 (Mistral Small 3.1/3.2, Magistral, Devstral Small 2, Ministral 3;
+//     mlx_lm/models/mistral3.py): the language model stays under language_model.*
+//     (transformers 5's model.language_model.* and lm_head move there), the vision
+//     tower and the multimodal projector are dropped.
+//
+// Other model types (gemma3_text, mistral, ministral3 and phi3 among them, Phi-3's
+// fused qkv_proj and gate_up_proj kept fused as mlx-lm keeps them) convert as they are.
 type family struct {
 	modelType string
 	experts   bool // a Gemma 4 with experts (enable_moe_block)
@@ -88,6 +94,7 @@ func (f family) gemma4() bool {
 
 // gemma4Wrapped: a Gemma 4 type whose language model is one part of a multimodal model.
 func (f family) gemma4Wrapped() bool { return f.gemma4() && f.modelType != "gemma4_text" }
+func (f family) mistral3() bool      { return f.modelType == "mistral3" }
 
 func (f family) qwen35() bool { return f.modelType == "qwen3_5" || f.modelType == "qwen3_5_moe" }
 
@@ -118,12 +125,19 @@ func (f family) drop(name string) bool {
 			}
 		}
 	}
+	if f.mistral3() {
+		for _, p := range []string{"vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector."} {
+			if strings.HasPrefix(name, p) {
+				return true
+			}
+		}
+	}
 	return f.hybrid() && (strings.HasPrefix(name, "mtp.") || strings.Contains(name, ".mtp."))
 }
 
 // rename is a tensor's MLX name.
 func (f family) rename(name string) string {
-	if !f.qwen35() && !f.gemma4Wrapped() {
+	if !f.qwen35() && !f.gemma4Wrapped() && !f.mistral3() {
 		return name
 	}
 	if rest, ok := strings.CutPrefix(name, "model.language_model."); ok {

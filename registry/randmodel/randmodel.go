@@ -6,7 +6,12 @@
 // (Qwen3MoeForCausalLM: per-expert tensors as Hugging Face stores them), gemma3_text
 // (Gemma3ForCausalLM: sliding and global layers, four norms per layer) and qwen3_next
 // (Qwen3NextForCausalLM: Gated DeltaNet and gated attention layers, experts and a
-// shared expert; norms of the 1 + w kind drawn around 0), any shape,
+// shared expert; norms of the 1 + w kind drawn around 0), gpt_oss, mistral
+// (MistralForCausalLM, sliding_window on every layer when set), ministral3
+// (Ministral3ForCausalLM: YaRN and llama_4_scaling_beta), mistral3
+// (Mistral3ForConditionalGeneration: a mistral or ministral3 text_config, the language
+// model under language_model.*, a token vision tower and projector beside it) and phi3
+// (Phi3ForCausalLM: fused qkv_proj and gate_up_proj, partial rotary, longrope), any shape,
 // any vocabulary size, float32, float16 or bfloat16 weights, tied or separate
 // lm_head, optional RoPE scaling. A fixed seed gives byte-identical files whatever
 // the number of CPUs: every tensor is filled in fixed-size chunks, each from its own
@@ -130,6 +135,10 @@ type Config struct {
 	QKRopeHeadDim  int     `json:"qk_rope_head_dim,omitempty"`
 	VHeadDim       int     `json:"v_head_dim,omitempty"`
 	RopeInterleave bool    `json:"rope_interleave,omitempty"`
+	// Mistral and Phi-3.
+	TextArch         string  `json:"text_arch,omitempty"`                        // mistral3: its text_config's model_type, "mistral" or "ministral3"
+	Llama4Beta       float64 `json:"llama_4_scaling_beta,omitempty"`             // ministral3
+	OrigMaxPositions int     `json:"original_max_position_embeddings,omitempty"` // phi3 (longrope), ministral3 (yarn)
 }
 
 // Options control how a checkpoint is written.
@@ -190,6 +199,10 @@ var archNames = map[string]string{
 	"gemma4_unified": "Gemma4ForConditionalGeneration",
 	"glm4_moe":       "Glm4MoeForCausalLM",
 	"glm4_moe_lite":  "Glm4MoeLiteForCausalLM",
+	"mistral":        "MistralForCausalLM",
+	"ministral3":     "Ministral3ForCausalLM",
+	"mistral3":       "Mistral3ForConditionalGeneration",
+	"phi3":           "Phi3ForCausalLM",
 }
 
 // gemma4 reports the Gemma 4 architectures.
@@ -265,6 +278,48 @@ func TinyGlm4MoeLite(vocab int) Config {
 // glm reports whether the architecture is one of GLM's mixtures of experts.
 func (c Config) glm() bool { return c.Arch == "glm4_moe" || c.Arch == "glm4_moe_lite" }
 
+// TinyMistral returns a small float32 Mistral: 2 layers, both over a sliding window of
+// 8 positions.
+func TinyMistral(vocab int) Config {
+	c := Tiny("mistral", vocab)
+	c.SlidingWindow, c.RMSNormEps, c.RopeTheta = 8, 1e-5, 1e6
+	return c
+}
+
+// TinyMinistral3 returns a small float32 Ministral 3 text model: YaRN as Ministral 3
+// configures it (factor 16, mscale 1), and a query scale whose period (the original
+// length) is 16 positions, so that tests cross a few of its steps.
+func TinyMinistral3(vocab int) Config {
+	c := Tiny("ministral3", vocab)
+	c.RMSNormEps, c.RopeTheta, c.MaxPositions, c.OrigMaxPositions, c.Llama4Beta = 1e-5, 1e6, 4096, 16, 0.1
+	c.RopeScaling = map[string]any{"rope_type": "yarn", "factor": 16.0, "original_max_position_embeddings": 16,
+		"beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}
+	return c
+}
+
+// TinyMistral3 returns a small float32 Mistral 3 (Devstral Small 2, Ministral 3): a
+// ministral3 text_config under the multimodal wrapper, tied embeddings as the 3B.
+func TinyMistral3(vocab int) Config {
+	c := TinyMinistral3(vocab)
+	c.Arch, c.TextArch, c.TieWordEmbeddings = "mistral3", "ministral3", true
+	return c
+}
+
+// TinyPhi3 returns a small float32 Phi-4-mini: 2 layers, 3/4 of each head rotated,
+// longrope with an original length of 32 positions (the switch to the long factors
+// inside a test's prompt), tied embeddings.
+func TinyPhi3(vocab int) Config {
+	c := Tiny("phi3", vocab)
+	c.PartialRotary, c.MaxPositions, c.OrigMaxPositions, c.RMSNormEps, c.TieWordEmbeddings = 0.75, 1024, 32, 1e-5, true
+	dims := c.headDim() * 3 / 4
+	short, long := make([]float64, dims/2), make([]float64, dims/2)
+	for i := range short {
+		short[i], long[i] = 1+float64(i)*0.05, 1+float64(i)*0.9
+	}
+	c.RopeScaling = map[string]any{"type": "longrope", "short_factor": short, "long_factor": long}
+	return c
+}
+
 // moe reports whether layer i has the expert block (transformers' rule).
 func (c Config) moe(i int) bool {
 	if c.glm() {
@@ -316,7 +371,7 @@ func (c Config) hasBias() bool { return c.Arch == "qwen2" || c.AttentionBias }
 // Validate reports a shape that no architecture could load.
 func (c Config) Validate() error {
 	if _, ok := archNames[c.Arch]; !ok {
-		return fmt.Errorf("randmodel: unknown arch %q: use llama, qwen2, qwen3, qwen3_moe, gemma3_text, gemma4_text, gemma4, gemma4_unified, qwen3_next, gpt_oss, glm4_moe or glm4_moe_lite", c.Arch)
+		return fmt.Errorf("randmodel: unknown arch %q: use llama, qwen2, qwen3, qwen3_moe, gemma3_text, gemma4_text, gemma4, gemma4_unified, qwen3_next, gpt_oss, glm4_moe, glm4_moe_lite, mistral, ministral3, mistral3 or phi3", c.Arch)
 	}
 	if _, ok := dtypes[c.DType]; !ok {
 		return fmt.Errorf("randmodel: unknown dtype %q: use float32, float16 or bfloat16", c.DType)
@@ -375,6 +430,21 @@ func (c Config) Validate() error {
 		if c.AttentionKEqV && (c.GlobalKVHeads <= 0 || c.NumHeads%c.GlobalKVHeads != 0) {
 			return errors.New("randmodel: gemma4's attention_k_eq_v needs num_global_key_value_heads dividing the heads")
 		}
+	case "mistral3":
+		if c.TextArch != "mistral" && c.TextArch != "ministral3" {
+			return fmt.Errorf("randmodel: mistral3 needs text_arch mistral or ministral3, got %q", c.TextArch)
+		}
+		t := c
+		t.Arch = c.TextArch
+		return t.Validate()
+	case "ministral3":
+		if c.Llama4Beta <= 0 || c.OrigMaxPositions <= 0 {
+			return errors.New("randmodel: ministral3 needs llama_4_scaling_beta and original_max_position_embeddings")
+		}
+	case "phi3":
+		if c.PartialRotary <= 0 || c.PartialRotary > 1 {
+			return errors.New("randmodel: phi3 needs partial_rotary_factor in (0, 1]")
+		}
 	case "gemma3_text":
 		if c.SlidingWindow <= 0 || c.SlidingWindowPattern <= 0 || c.RopeLocalBaseFreq <= 0 || c.QueryPreAttnScalar <= 0 {
 			return errors.New("randmodel: gemma3_text needs sliding_window, sliding_window_pattern, rope_local_base_freq and query_pre_attn_scalar")
@@ -431,6 +501,52 @@ func (c Config) HFConfig() map[string]any {
 		m["attention_bias"] = c.AttentionBias
 		m["mlp_bias"] = false
 		m["pretraining_tp"] = 1
+	case "mistral", "ministral3":
+		m["sliding_window"] = nil
+		if c.SlidingWindow > 0 {
+			m["sliding_window"] = c.SlidingWindow
+		}
+		if c.Arch == "ministral3" {
+			// transformers 5 reads rope_parameters only; the yarn block, with Llama 4's
+			// query scale, as Ministral 3 ships it.
+			rp["llama_4_scaling_beta"] = c.Llama4Beta
+			rp["original_max_position_embeddings"] = c.OrigMaxPositions
+			delete(m, "rope_scaling")
+			delete(m, "rope_theta")
+		}
+	case "phi3":
+		m["sliding_window"] = nil
+		if c.SlidingWindow > 0 {
+			m["sliding_window"] = c.SlidingWindow
+		}
+		m["partial_rotary_factor"] = c.PartialRotary
+		if c.OrigMaxPositions > 0 {
+			m["original_max_position_embeddings"] = c.OrigMaxPositions
+		}
+		m["attention_bias"] = false
+		m["resid_pdrop"], m["embd_pdrop"] = 0.0, 0.0
+		m["pad_token_id"] = 0 // transformers' default (32000) is outside a small vocabulary
+	case "mistral3":
+		t := c
+		t.Arch = c.TextArch
+		text := t.HFConfig()
+		delete(text, "architectures")
+		delete(text, "torch_dtype")
+		return map[string]any{
+			"architectures": []string{archNames[c.Arch]},
+			"model_type":    "mistral3",
+			"text_config":   text,
+			"vision_config": map[string]any{"model_type": "pixtral", "hidden_size": 32, "intermediate_size": 64,
+				"num_hidden_layers": 1, "num_attention_heads": 2, "head_dim": 16, "num_channels": 3, "image_size": 64,
+				"patch_size": 16, "rope_theta": 10000.0, "hidden_act": "silu"},
+			"image_token_index":         10,
+			"projector_hidden_act":      "gelu",
+			"spatial_merge_size":        2,
+			"multimodal_projector_bias": false,
+			"vision_feature_layer":      -1,
+			"torch_dtype":               c.DType,
+			"tie_word_embeddings":       c.TieWordEmbeddings,
+		}
 	case "qwen2":
 		m["use_sliding_window"] = false
 		m["max_window_layers"] = c.NumLayers
@@ -591,6 +707,9 @@ func (c Config) Tensors() []TensorSpec {
 	if c.EmbeddingScale > 0 {
 		embed = float32(c.EmbeddingScale)
 	}
+	if c.Arch == "mistral3" {
+		return c.mistral3Tensors()
+	}
 	ts := []TensorSpec{{"model.embed_tokens.weight", []int{c.VocabSize, h}, 0, embed}}
 	for i := range c.NumLayers {
 		p := fmt.Sprintf("model.layers.%d.", i)
@@ -620,6 +739,8 @@ func (c Config) Tensors() []TensorSpec {
 				norm(p+"self_attn.kv_a_layernorm.weight", c.KVLoraRank),
 				lin(p+"self_attn.kv_b_proj.weight", c.NumHeads*(c.QKNopeHeadDim+c.VHeadDim), c.KVLoraRank),
 				lin(p+"self_attn.o_proj.weight", h, c.NumHeads*c.VHeadDim))
+		case c.Arch == "phi3":
+			ts = append(ts, lin(p+"self_attn.qkv_proj.weight", q+2*kv, h), lin(p+"self_attn.o_proj.weight", h, q))
 		default:
 			qo := q
 			if c.Arch == "qwen3_next" {
@@ -644,7 +765,7 @@ func (c Config) Tensors() []TensorSpec {
 			if c.Arch == "gpt_oss" {
 				ts = append(ts, TensorSpec{p + "self_attn.sinks", []int{c.NumHeads}, 0, 1})
 			}
-			if c.Arch != "llama" && c.Arch != "qwen2" && c.Arch != "gpt_oss" && (c.Arch != "glm4_moe" || c.UseQKNorm) {
+			if c.Arch == "qwen3" || c.Arch == "qwen3_moe" || c.Arch == "qwen3_next" || c.Arch == "gemma3_text" || (c.Arch == "glm4_moe" && c.UseQKNorm) {
 				ts = append(ts, norm(p+"self_attn.q_norm.weight", hd), norm(p+"self_attn.k_norm.weight", hd))
 			}
 		}
@@ -667,6 +788,8 @@ func (c Config) Tensors() []TensorSpec {
 			if c.SharedExperts > 0 {
 				ts = append(ts, mlp(p+"mlp.shared_experts.", c.SharedExperts*c.MoEIntermediate)...)
 			}
+		} else if c.Arch == "phi3" {
+			ts = append(ts, lin(p+"mlp.gate_up_proj.weight", 2*c.IntermediateSize, h), lin(p+"mlp.down_proj.weight", h, c.IntermediateSize))
 		} else if c.moe(i) {
 			ts = append(ts, lin(p+"mlp.gate.weight", c.NumExperts, h))
 			for e := range c.NumExperts {
@@ -701,6 +824,25 @@ func (c Config) Tensors() []TensorSpec {
 		ts = append(ts, lin("lm_head.weight", c.VocabSize, h))
 	}
 	return ts
+}
+
+// mistral3Tensors is the text model's tensors under language_model.* (mlx-lm's layout,
+// and transformers 4's), then a token vision tower and projector that a text-only
+// loader leaves unbound.
+func (c Config) mistral3Tensors() []TensorSpec {
+	t := c
+	t.Arch = c.TextArch
+	var ts []TensorSpec
+	for _, s := range t.Tensors() {
+		s.Name = "language_model." + s.Name
+		ts = append(ts, s)
+	}
+	return append(ts,
+		TensorSpec{"vision_tower.patch_conv.weight", []int{32, 3, 16, 16}, 0, 0.05},
+		TensorSpec{"vision_tower.ln_pre.weight", []int{32}, 1, 0.2},
+		TensorSpec{"multi_modal_projector.norm.weight", []int{32}, 1, 0.2},
+		TensorSpec{"multi_modal_projector.linear_1.weight", []int{c.HiddenSize, 32 * 4}, 0, 0.1},
+		TensorSpec{"multi_modal_projector.linear_2.weight", []int{c.HiddenSize, c.HiddenSize}, 0, 0.1})
 }
 
 // NumParams counts the model's parameters.

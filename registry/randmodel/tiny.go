@@ -15,6 +15,10 @@ var tinyPresets = map[string]func(vocab int) Config{
 	"gemma4_unified": TinyGemma4Unified,
 	"glm4_moe":       TinyGlm4Moe,
 	"glm4_moe_lite":  TinyGlm4MoeLite,
+	"mistral":        TinyMistral,
+	"ministral3":     TinyMinistral3,
+	"mistral3":       TinyMistral3,
+	"phi3":           TinyPhi3,
 }
 
 // TinyOf is the tiny float32 model of the architecture registered under modelType,

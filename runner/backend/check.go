@@ -357,20 +357,32 @@ func opCases(seed uint64) ([]opCase, error) {
 	}, wantNorm, nil})
 
 	// RoPE: plain, partial rotary, yarn (which scales cos and sin), interleaved pairs
-	// (DeepSeek's layout) over part of the head.
+	// (DeepSeek's layout) over part of the head, longrope switching from its short to
+	// its long factors inside the pass (partial, as Phi-4-mini), and a query scale that
+	// changes with the position (Ministral 3).
 	const headDim, offset = 32, 7
+	short, long := make([]float64, headDim/4), make([]float64, headDim/4)
+	for i := range short {
+		short[i], long[i] = 1+float64(i)/8, 1+float64(i)
+	}
 	for _, rc := range []struct {
 		name        string
 		dims        int
 		s           compute.RoPEScaling
+		pos         *compute.PosScale
 		interleaved bool
 	}{
-		{"RoPE", headDim, compute.RoPEScaling{}, false},
-		{"RoPE partial", headDim / 2, compute.RoPEScaling{}, false},
-		{"RoPE yarn", headDim, compute.RoPEScaling{Type: "yarn", Factor: 4, OriginalMaxPositions: 64}, false},
-		{"RoPE interleaved partial", headDim / 2, compute.RoPEScaling{}, true},
+		{"RoPE", headDim, compute.RoPEScaling{}, nil, false},
+		{"RoPE partial", headDim / 2, compute.RoPEScaling{}, nil, false},
+		{"RoPE yarn", headDim, compute.RoPEScaling{Type: "yarn", Factor: 4, OriginalMaxPositions: 64}, nil, false},
+		{"RoPE interleaved partial", headDim / 2, compute.RoPEScaling{}, nil, true},
+		{"RoPE longrope", headDim / 2, compute.RoPEScaling{Type: "longrope", OriginalMaxPositions: offset + 2, ShortFactor: short, LongFactor: long}, nil, false},
+		{"RoPE position scale", headDim, compute.RoPEScaling{Type: "yarn", Factor: 4, OriginalMaxPositions: 64}, &compute.PosScale{Beta: 0.1, Period: 3}, false},
 	} {
 		rope, err := compute.NewRoPE(rc.dims, 10000, rc.s, 256)
+		if err == nil && rc.pos != nil {
+			rope, err = rope.WithPosScale(*rc.pos)
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -89,3 +89,56 @@ func TestRoPEProportional(t *testing.T) {
 		t.Error("partial_rotary_factor 1.5 accepted")
 	}
 }
+
+func TestRoPELongrope(t *testing.T) {
+	short, long := []float64{1, 1.5, 2, 4}, []float64{2, 3, 8, 16}
+	r, err := NewRoPE(8, 10000, RoPEScaling{Type: "longrope", OriginalMaxPositions: 4096, ShortFactor: short, LongFactor: long}, 131072)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range short {
+		base := math.Pow(10000, float64(2*i)/8)
+		if !near(r.InvFreq[i], 1/(short[i]*base)) || !near(r.LongInvFreq[i], 1/(long[i]*base)) {
+			t.Errorf("inv_freq[%d] = %v / %v", i, r.InvFreq[i], r.LongInvFreq[i])
+		}
+	}
+	// transformers: factor 131072/4096 = 32, attention factor sqrt(1 + ln 32 / ln 4096).
+	if !near(r.Scale, math.Sqrt(1+math.Log(32)/math.Log(4096))) || r.Switch != 4096 {
+		t.Errorf("scale %v, switch %d", r.Scale, r.Switch)
+	}
+	for _, p := range []int{4095, 4096} {
+		f := r.InvFreq
+		if p >= 4096 {
+			f = r.LongInvFreq
+		}
+		c, _ := r.CosSin(p, 2)
+		if want := math.Cos(float64(float32(p)*f[2])) * float64(r.Scale); !near(c, want) {
+			t.Errorf("cos at %d = %v, want %v", p, c, want)
+		}
+	}
+	if _, err := NewRoPE(8, 10000, RoPEScaling{Type: "longrope", OriginalMaxPositions: 4096, ShortFactor: short}, 131072); err == nil {
+		t.Error("longrope without long_factor accepted")
+	}
+}
+
+func TestRoPEPosScale(t *testing.T) {
+	r, _ := NewRoPE(8, 10000, RoPEScaling{}, 1024)
+	q, err := r.WithPosScale(PosScale{Beta: 0.1, Period: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []int{0, 15, 16, 47, 48, 1000} {
+		c0, s0 := r.CosSin(p, 1)
+		c, s := q.CosSin(p, 1)
+		f := 1 + 0.1*math.Log(1+math.Floor(float64(p)/16))
+		if !near(c, float64(c0)*f) || !near(s, float64(s0)*f) {
+			t.Errorf("position %d: %v %v, want ×%v of %v %v", p, c, s, f, c0, s0)
+		}
+	}
+	if r.PosScale != nil || q.Plain() || !r.Plain() {
+		t.Error("WithPosScale changed the original")
+	}
+	if _, err := r.WithPosScale(PosScale{Beta: 0.1}); err == nil {
+		t.Error("a zero period accepted")
+	}
+}

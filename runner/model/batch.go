@@ -143,6 +143,9 @@ func (b *Batch) CheckWindow(i, window int) error {
 		if b.Offset(s)+b.Len(s) <= window {
 			continue
 		}
+		if e, ok := b.Cache(s, i).(interface{ Elsewhere() bool }); ok && e.Elsewhere() {
+			continue // a layer another process of a split model runs: nothing attends here
+		}
 		if w, ok := b.Cache(s, i).(interface{ Window() int }); !ok || w.Window() != window {
 			return fmt.Errorf("layer %d is a sliding-window layer of %d positions, but its cache (%T) attends over every position: make its cache with kvstore.NewCaches or the model's NewCaches", i, window, b.Cache(s, i))
 		}

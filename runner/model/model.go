@@ -424,6 +424,74 @@ func (l *Loader) Linear(prefix string, out, in int) compute.Weight {
 	return w
 }
 
+// LinearRows binds rows start .. start+n-1 of the matrix prefix.weight (with the same
+// rows of its scales, biases and bias) as an n × in matrix named prefix+"#"+part: one
+// part of a fused projection (Phi-3's qkv_proj and gate_up_proj), so that each part is
+// an ordinary weight (decode steps still read the parts together: compute.Linears).
+// Rows are independent in every storage format, quantization groups running along the
+// input, so a part is its rows' bytes where they lie. The parts are bound from the
+// mapping, not through a residency manager: a streamed model keeps them resident.
+func (l *Loader) LinearRows(prefix, part string, start, n, in int) compute.Weight {
+	if l.err != nil {
+		return nil
+	}
+	q := l.Config.Quantization.For(prefix, l.Has)
+	if l.skip != nil && l.skip(l, prefix+".weight") {
+		return &Unbound{Out: n, In: in, Q: q}
+	}
+	t, ok := l.ckpt.Tensor(prefix + ".weight")
+	if !ok {
+		l.Fail(fmt.Errorf("checkpoint has no tensor %q", prefix+".weight"))
+		return nil
+	}
+	if len(t.Shape) != 2 || start < 0 || n <= 0 || start+n > t.Shape[0] {
+		l.Fail(fmt.Errorf("%s.weight has shape %v: it has no rows %d to %d", prefix, t.Shape, start, start+n-1))
+		return nil
+	}
+	name := prefix + "#" + part
+	w, err := l.Backend.Weight(rowSource{Source: l.ckpt, from: prefix, as: name, start: start, n: n}, name, q)
+	if err != nil {
+		l.Fail(err)
+		return nil
+	}
+	if o, i := w.Dims(); o != n || i != in {
+		l.Fail(fmt.Errorf("%s.weight rows %d to %d are %d×%d, the config implies %d×%d", prefix, start, start+n-1, o, i, n, in))
+		return nil
+	}
+	return w
+}
+
+// rowSource serves the tensors of as (as.weight, as.scales, ...) as rows start ..
+// start+n-1 of from's.
+type rowSource struct {
+	compute.Source
+	from, as string
+	start, n int
+}
+
+// MappedSource tells a backend that the tensors it serves lie in the checkpoint's
+// mapping (the MLX backend then wraps their pages rather than copying them).
+func (s rowSource) MappedSource() bool { return true }
+
+func (s rowSource) Tensor(name string) (*safetensors.Tensor, bool) {
+	suffix, ok := strings.CutPrefix(name, s.as)
+	if !ok {
+		return s.Source.Tensor(name)
+	}
+	t, ok := s.Source.Tensor(s.from + suffix)
+	if !ok || len(t.Shape) == 0 || t.Shape[0] < s.start+s.n {
+		return nil, false
+	}
+	row := len(t.Data) / t.Shape[0]
+	c := *t
+	c.Name = name
+	c.Shape = append([]int{s.n}, t.Shape[1:]...)
+	c.Data = t.Data[s.start*row : (s.start+s.n)*row : (s.start+s.n)*row]
+	c.Begin += int64(s.start * row)
+	c.End = c.Begin + int64(len(c.Data))
+	return &c, true
+}
+
 // Vector binds a 1-D weight of n values.
 func (l *Loader) Vector(name string, n int) compute.Vector {
 	if l.err != nil {
