@@ -273,6 +273,16 @@ type Request struct {
 	Context []int32
 	// WantContext fills Result.Context.
 	WantContext bool
+	// OnPrompt, when set, is told how the prompt fits the context once that is settled and before
+	// any of it is computed (nothing is cut with NoTruncate: a prompt that does not fit is a
+	// *ContextError instead), so that a server can say so in its response's headers.
+	OnPrompt func(PromptFit)
+}
+
+// PromptFit is how a prompt fits the context: the tokens evaluated, the context, and what was
+// cut to fit (prompt tokens dropped, and chat messages dropped before them).
+type PromptFit struct {
+	Tokens, NumCtx, Truncated, MessagesDropped int
 }
 
 // Logprob is a generated token's log-probability and its position's most likely tokens.
@@ -387,6 +397,12 @@ func (e *Engine) Generate(ctx context.Context, req Request, fn func(text string)
 	}
 	hit := false
 	f := flags{noTruncate: req.NoTruncate, noShift: req.NoShift, format: req.Format}
+	if req.OnPrompt != nil {
+		f.onPrompt = func(fit PromptFit) {
+			fit.MessagesDropped = dropped
+			req.OnPrompt(fit)
+		}
+	}
 	for _, t := range req.EndTokens {
 		if id, ok := e.Tokenizer.TokenID(t); ok {
 			f.end = append(f.end, id)
@@ -529,6 +545,7 @@ type flags struct {
 	topLogprobs         int
 	format              *Format // structured output (format.go)
 	end                 []int32 // more tokens that end generation as EOS does
+	onPrompt            func(PromptFit)
 }
 
 func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int, f flags, emit func(id int32) (bool, error)) (*Result, error) {
@@ -543,6 +560,9 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 		prompt = p
 	}
 	res.PromptTokens = len(prompt)
+	if f.onPrompt != nil {
+		f.onPrompt(PromptFit{Tokens: len(prompt), NumCtx: numCtx, Truncated: res.PromptTruncated})
+	}
 	sampler, err := sample.New(o.sampling(numCtx))
 	if err != nil {
 		return nil, err
