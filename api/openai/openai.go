@@ -231,8 +231,8 @@ type CompletionRequest struct {
 	FrequencyPenalty *float64        `json:"frequency_penalty"`
 	PresencePenalty  *float64        `json:"presence_penalty"`
 	Echo             bool            `json:"echo"`
-	Logprobs         *int            `json:"logprobs"`  // how many alternatives per token (0 to 20); null: no logprobs
-	NumDraft         *int            `json:"num_draft"` // mlxg's extension: options.num_draft
+	Logprobs         *int            `json:"logprobs"`           // how many alternatives per token (0 to 20); null: no logprobs
+	NumDraft         *int            `json:"num_draft"`          // mlxg's extension: options.num_draft
 	Truncate         *bool           `json:"truncate,omitempty"` // mlxg's extension, as on chat completions
 }
 

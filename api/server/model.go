@@ -34,8 +34,8 @@ type LoadPlan struct {
 	// the model's maximum, or the num_ctx asked.
 	ContextReason string
 	Size          int64  // resident once loaded: weights and one sequence's KV cache at Context
-	Peak    int64  // the predicted peak (Size plus activations and scratch): what the scheduler budgets
-	KVSpec  string // the KV cache layout, as mlxg ps prints it
+	Peak          int64  // the predicted peak (Size plus activations and scratch): what the scheduler budgets
+	KVSpec        string // the KV cache layout, as mlxg ps prints it
 	// WeightBudget, when positive, loads the model in streaming mode: its experts are read
 	// from the checkpoint through a RAM cache, and at most this many bytes of weights stay
 	// in memory (runner.LoadOptions.WeightBudget). Experts is the bytes of the experts
@@ -121,8 +121,8 @@ type LoadedInfo struct {
 	ContextLength int    // the num_ctx it was loaded with
 	ContextReason string // why: sized from memory, the model's maximum, or the num_ctx asked
 	// Used is what its latest finished request held (nil before one).
-	Used *ContextUse
-	ChatTemplate  string // the template's source ("" when the checkpoint has none)
+	Used         *ContextUse
+	ChatTemplate string // the template's source ("" when the checkpoint has none)
 	// FIM holds the fill-in-the-middle tokens (prefix, suffix, middle) when the tokenizer has them, for suffix.
 	FIM  [3]string
 	Size int64 // bytes resident, as Ollama's ps reports them: weights and the KV cache at ContextLength
