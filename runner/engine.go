@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"slices"
+	"sync/atomic"
 	"sync"
 	"time"
 
@@ -77,6 +78,44 @@ type Engine struct {
 	batch     *batcher     // continuous batching (batch.go); nil: each request runs its own passes
 	coal      *coalescer   // prompts being prefilled (coalesce.go); nil: no waiting for them
 	draft     *Engine      // the draft model (draft.go); nil: prompt lookup
+	kvHeld    *atomic.Int64 // the KV bytes its running sequences hold (KVHeld); nil: not counted
+}
+
+// KVHeld is the bytes the KV caches of the engine's running sequences hold, as of their latest
+// prefill or 64 generated tokens (blocks a sequence shares with the prefix cache count here too).
+func (e *Engine) KVHeld() int64 {
+	if e.kvHeld == nil {
+		return 0
+	}
+	return e.kvHeld.Load()
+}
+
+// kvMeter counts one sequence's KV bytes into its engine's KVHeld.
+type kvMeter struct {
+	e *Engine
+	n int64
+}
+
+func (m *kvMeter) update(caches []kvstore.Layer) {
+	if m.e.kvHeld == nil {
+		return
+	}
+	var b int64
+	for _, c := range caches {
+		if c != nil {
+			b += c.Bytes()
+		}
+	}
+	m.e.kvHeld.Add(b - m.n)
+	m.n = b
+}
+
+func (m *kvMeter) done() {
+	if m.e.kvHeld == nil {
+		return
+	}
+	m.e.kvHeld.Add(-m.n)
+	m.n = 0
 }
 
 // Load loads the checkpoint in dir: weights, tokenizer and (when present) chat template.
@@ -166,7 +205,7 @@ func LoadModel(dir string, o LoadOptions) (*Engine, error) {
 	}
 	log.Info("model loaded", "dir", dir, "type", m.Config.ModelType, "layers", m.Config.NumLayers,
 		"backend", backend.Name(), "weights", m.WeightBytes(), "took", time.Since(start).Round(time.Millisecond))
-	e := &Engine{Dir: dir, Model: m, eos: m.Config.EOS, kv: kv, log: log, prefix: newPrefixEngine(o.Prefix, dir, log)}
+	e := &Engine{Dir: dir, Model: m, eos: m.Config.EOS, kv: kv, log: log, prefix: newPrefixEngine(o.Prefix, dir, log), kvHeld: new(atomic.Int64)}
 	if e.maxCtx = o.Context; e.maxCtx <= 0 {
 		e.maxCtx = m.Config.MaxPositions
 	}
@@ -609,6 +648,9 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 		return res, err
 	}
 	seq := slices.Clone(prompt) // what the caches hold
+	meter := &kvMeter{e: e}
+	meter.update(caches)
+	defer meter.done()
 	decodeStart := time.Now()
 	res.PromptDuration = decodeStart.Sub(start)
 	finish := func(reason string, err error) (*Result, error) {
@@ -700,6 +742,9 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 		}
 		sampler.Accept(id)
 		res.Tokens = append(res.Tokens, id)
+		if len(res.Tokens)%64 == 0 {
+			meter.update(caches)
+		}
 		if spec != nil {
 			spec.push(id)
 		}

@@ -93,6 +93,15 @@ func TestAutoContextFromMemory(t *testing.T) {
 	if info := ks.show(t); info["mlxg.context_length"] != float64(8192) || info["mlxg.context_loaded"] != true {
 		t.Errorf("/api/show after the load: %v %v", info["mlxg.context_length"], info["mlxg.context_loaded"])
 	}
+	_, sb := ks.do(t, "GET", "/api/status", "")
+	var st api.StatusResponse
+	if err := json.Unmarshal(sb, &st); err != nil || len(st.Models) != 1 {
+		t.Fatalf("/api/status: %v %s", err, sb)
+	}
+	if sm := st.Models[0]; sm.ContextReason != m.ContextReason || sm.ContextUsed == nil || sm.ContextUsed.Tokens <= 0 ||
+		sm.ContextUsed.KVBytes <= 0 || sm.KVHeld != 0 || sm.Plan == nil || sm.Plan.ContextReason != m.ContextReason {
+		t.Errorf("/api/status: %+v used %+v", sm, sm.ContextUsed)
+	}
 	if !strings.Contains(ks.logs.String(), "num_ctx=8192") {
 		t.Errorf("no num_ctx in the PERF line:\n%s", ks.logs.String())
 	}
