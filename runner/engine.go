@@ -10,8 +10,8 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"slices"
-	"sync/atomic"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mlxg/mlxg/kvstore"
@@ -74,10 +74,10 @@ type Engine struct {
 	maxCtx    int // LoadOptions.Context, else max_position_embeddings; 0: no limit
 	log       *slog.Logger
 	prefix    *prefixEngine
-	format    *formatVocab // constrained decoding's vocabulary (format.go), set by Load
-	batch     *batcher     // continuous batching (batch.go); nil: each request runs its own passes
-	coal      *coalescer   // prompts being prefilled (coalesce.go); nil: no waiting for them
-	draft     *Engine      // the draft model (draft.go); nil: prompt lookup
+	format    *formatVocab  // constrained decoding's vocabulary (format.go), set by Load
+	batch     *batcher      // continuous batching (batch.go); nil: each request runs its own passes
+	coal      *coalescer    // prompts being prefilled (coalesce.go); nil: no waiting for them
+	draft     *Engine       // the draft model (draft.go); nil: prompt lookup
 	kvHeld    *atomic.Int64 // the KV bytes its running sequences hold (KVHeld); nil: not counted
 }
 
