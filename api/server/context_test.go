@@ -244,3 +244,45 @@ func TestPromptOverContext(t *testing.T) {
 		t.Errorf("/v1/messages truncate true: %d %s", resp.StatusCode, b)
 	}
 }
+
+// A model keeps the context it loaded with when memory tightens afterwards: a later sequence's plan, read
+// under warn pressure with little memory left, may choose a tighter layout, but the context every sequence
+// may fill is the load's, and a prompt longer than what the later plan would fit is taken whole.
+func TestContextKeptUnderLaterPressure(t *testing.T) {
+	shape := scriptedShape(t)
+	base, err := kvstore.Choose(kvstore.PolicyInput{Model: shape, NumCtx: 1024, Memory: sysmem.Info{Total: 16 << 30, Available: 12 << 30}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ks := startKVServer(t)
+	ks.sensor.info = sysmem.Info{Total: 16 << 30, Available: uint64(12<<30 - base.Free + 2*6000*base.KVTokenBytes), Source: "test"}
+	ks.chat(t, "Weather?")
+	loaded := ks.ps(t).ContextLength
+	if loaded < 5000 {
+		t.Fatalf("loaded with context %d", loaded)
+	}
+	// Now warn, and memory for ~600 tokens beside the loaded weights: a fresh plan would hold fewer
+	// tokens than the prompt below.
+	loadedFree := base.Free + base.Weights // free memory of a loaded model counts no weights again
+	ks.sensor.mu.Lock()
+	ks.sensor.info = sysmem.Info{Total: 16 << 30, Available: uint64(12<<30 + 2<<30 - loadedFree + 600*base.KVTokenBytes), Pressure: sysmem.Warn, Source: "test"}
+	ks.sensor.mu.Unlock()
+	later, err := kvstore.Choose(kvstore.PolicyInput{Model: shape, NumCtx: loaded, Memory: ks.sensor.info, Loaded: true})
+	if err != nil || later.Context >= 1500 {
+		t.Fatalf("the later plan: context %d, %v", later.Context, err)
+	}
+	prompt, _ := json.Marshal(strings.Repeat("Rain and wind over the hills tonight. ", 200))
+	resp, b := ks.do(t, "POST", "/api/generate", `{"model":"scripted","stream":false,"raw":true,"options":{"num_predict":2},"prompt":`+string(prompt)+`}`)
+	if resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, b)
+	}
+	var gr api.GenerateResponse
+	_ = json.Unmarshal(b, &gr)
+	if gr.PromptEvalCount < 1500 || resp.Header.Get(headerPromptTruncated) != "" || resp.Header.Get(headerNumCtx) != strconv.Itoa(loaded) {
+		t.Errorf("prompt_eval_count %d, truncated %q, num_ctx %q (loaded %d, the later plan %d)", gr.PromptEvalCount,
+			resp.Header.Get(headerPromptTruncated), resp.Header.Get(headerNumCtx), loaded, later.Context)
+	}
+	if m := ks.ps(t); m.ContextLength != loaded {
+		t.Errorf("/api/ps context %d after the pressure rose, loaded with %d", m.ContextLength, loaded)
+	}
+}

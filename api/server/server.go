@@ -494,6 +494,8 @@ func (s *Server) cors(c *gin.Context) {
 		"X-Stainless-Poll-Helper, X-Stainless-Custom-Poll-Interval, X-Stainless-Timeout, "+
 		"X-Api-Key, Anthropic-Version, Anthropic-Beta, Anthropic-Dangerous-Direct-Browser-Access")
 	h.Set("Access-Control-Max-Age", "43200")
+	// A page may read how its prompt fit the context (server_generate.go's headers).
+	h.Set("Access-Control-Expose-Headers", strings.Join([]string{headerNumCtx, headerPromptTokens, headerPromptTruncated, headerMessagesDropped}, ", "))
 	if c.Request.Method == http.MethodOptions {
 		c.AbortWithStatus(http.StatusNoContent)
 		return
