@@ -82,16 +82,26 @@ func TestPlanStreamingDense(t *testing.T) {
 	}
 	m := &registry.LocalModel{Name: "dense", Dir: out, Size: size}
 	const gib = 1 << 30
-	// The reserve (2 GiB) and overhead (512 MiB and a fiftieth of the weights) leave
-	// room for three quarters of the layers and no KV cache.
-	avail := uint64(2*gib + 512<<20 + size/50 + size - layers/4)
+	// The memory available is the reserve (2 GiB on a machine of 16 GiB), a pass's
+	// activations, the pinned weights and half the layers: too little for the mapped
+	// model (the policy counts 512 MiB of overhead), and the layers get the half, less
+	// the KV cache.
+	info, err := registry.ReadInfo(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pinned := size - layers
+	avail := uint64(2*gib + streamOverhead(info) + pinned + layers/2)
 	l := &EngineLoader{KV: &kvstore.Policy{Sensor: sysmem.Fixed{Total: 16 * gib, Available: avail}}}
 	p, err := l.Plan(m, 512, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !p.Dense || p.Experts != layers || p.WeightBudget <= size-layers || p.WeightBudget >= size || p.kv == nil {
-		t.Errorf("plan %+v, want a dense streaming plan of a budget between %d and %d", p, size-layers, size)
+	if !p.Dense || p.Experts != layers || p.kv == nil || p.WeightBudget != pinned+layers/2-p.kv.plan.KVBytes {
+		t.Errorf("plan %+v, want a dense streaming plan of a budget of %d", p, pinned+layers/2-p.kv.plan.KVBytes)
+	}
+	if p.kv.plan.Weights != p.WeightBudget || p.kv.plan.Overhead != streamOverhead(info) || p.kv.plan.Reserve != 2*gib || p.kv.plan.Free != p.kv.plan.KVBytes || p.kv.plan.PrefixBudget != 0 {
+		t.Errorf("the load's KV plan: weights %d overhead %d reserve %d", p.kv.plan.Weights, p.kv.plan.Overhead, p.kv.plan.Reserve)
 	}
 	l.KV = &kvstore.Policy{Sensor: sysmem.Fixed{Total: 16 * gib, Available: 2 * gib}}
 	if _, err := l.Plan(m, 512, 0); err == nil {
@@ -108,10 +118,13 @@ func TestBudgetUnderPressure(t *testing.T) {
 			t.Errorf("%v: %d, want %d", c.p, got, c.want)
 		}
 	}
-	if got := residency.AutoBudget(100, 1000, 400); got != 400 {
-		t.Errorf("AutoBudget: %d", got)
+	if got := residency.Budget(100, 1000, 400); got != 500 {
+		t.Errorf("Budget: %d", got)
 	}
-	if got := residency.AutoBudget(100, 1000, -5); got != 0 {
-		t.Errorf("AutoBudget with nothing free: %d", got)
+	if got := residency.Budget(100, 1000, 4000); got != 1100 {
+		t.Errorf("Budget with room for every expert: %d", got)
+	}
+	if got := residency.Budget(100, 1000, -5); got != 0 {
+		t.Errorf("Budget with nothing spare: %d", got)
 	}
 }
