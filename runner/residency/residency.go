@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"time"
 )
 
 // Segment is a byte range of a file.
@@ -85,6 +86,9 @@ type Stats struct {
 	// used them: the routing's locality, beside the read-ahead's own guesses.
 	RepeatGuessed, RepeatRight int64
 	Streamed                   int64 // file bytes of every unit
+	// Wait is the time Acquires spent waiting for reads, and ReadTime the time the reading
+	// goroutines spent reading (both in nanoseconds): where a streamed pass's time goes.
+	Wait, ReadTime int64
 }
 
 // HitRate is Hits / (Hits + Misses), 0 with no use.
@@ -348,8 +352,16 @@ func (m *Manager) Acquire(id int) (Handle, error) {
 	}
 	done := u.done
 	m.mu.Unlock()
-	<-done
+	var waited time.Duration
+	select {
+	case <-done:
+	default:
+		t := time.Now()
+		<-done
+		waited = time.Since(t)
+	}
 	m.mu.Lock()
+	m.stats.Wait += int64(waited)
 	err := u.err
 	if err != nil {
 		u.refs--
@@ -664,10 +676,13 @@ func (m *Manager) worker() {
 			buf, err = allocBuf(u.size)
 		}
 		var n int64
+		t := time.Now()
 		if err == nil {
 			n, err = readSegs(u, files, direct, buf)
 		}
+		took := time.Since(t)
 		m.mu.Lock()
+		m.stats.ReadTime += int64(took)
 		u.buf = buf
 		m.finishLocked(u, err, n)
 	}
