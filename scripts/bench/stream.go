@@ -15,9 +15,9 @@ package main
 // decode rate, MB read from disk per token, major faults, the expert cache's hit rate after 25
 // tokens and the read-ahead's accuracy, and checks that every run produced the same tokens.
 //
-// The cap is a memory cgroup the bench creates under its own (cgroup v1 memory.limit_in_bytes, or
-// v2 memory.max) and removes at the end; where that is not permitted the capped runs are skipped
-// with a message. The page cache is dropped with /proc/sys/vm/drop_caches where permitted, else
+// The cap is a memory cgroup the bench creates under its own for each capped run
+// (internal/memcgroup: cgroup v1 or v2) and removes after it, reading the run's peak use; where
+// that is not permitted the capped runs are skipped with a message. The page cache is dropped with /proc/sys/vm/drop_caches where permitted, else
 // with posix_fadvise(DONTNEED) on the checkpoint's files.
 
 import (
@@ -25,7 +25,6 @@ import (
 	"context"
 	_ "embed"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -43,6 +42,7 @@ import (
 	"github.com/dustin/go-humanize"
 
 	"github.com/mlxg/mlxg/api/server"
+	"github.com/mlxg/mlxg/internal/memcgroup"
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/registry/create"
 	"github.com/mlxg/mlxg/registry/randmodel"
@@ -188,12 +188,12 @@ func runStreamScenario(args []string) error {
 	ctx := context.Background()
 	// Each capped run gets a cgroup of its own, for its peak memory.
 	capped := true
-	if cg, err := newBenchCgroup(c.Cap); err != nil {
+	if cg, err := memcgroup.New(c.Cap); err != nil {
 		fmt.Printf("capped runs skipped: %v\n", err)
 		capped = false
 	} else {
-		cg.remove()
-		fmt.Printf("memory cap: %s, a cgroup under %s for each capped run\n", humanize.IBytes(uint64(c.Cap)), filepath.Dir(cg.dir))
+		cg.Remove()
+		fmt.Printf("memory cap: %s, a cgroup under %s for each capped run\n", humanize.IBytes(uint64(c.Cap)), filepath.Dir(cg.Dir))
 	}
 	var all []streamResult
 	for _, routing := range strings.Split(*routings, ",") {
@@ -221,12 +221,12 @@ func runStreamScenario(args []string) error {
 			if mode == "" {
 				continue // --modes "": generate the models and report their routing only
 			}
-			var cg *benchCgroup
+			var cg *memcgroup.Cgroup
 			if strings.HasSuffix(mode, "-capped") {
 				if !capped {
 					continue
 				}
-				if cg, err = newBenchCgroup(c.Cap); err != nil {
+				if cg, err = memcgroup.New(c.Cap); err != nil {
 					return err
 				}
 			}
@@ -237,8 +237,8 @@ func runStreamScenario(args []string) error {
 				r, err = streamChild(c, dir, mode, cg)
 			}
 			if cg != nil {
-				r.CgroupPeak = cg.peak()
-				cg.remove()
+				r.CgroupPeak = cg.Peak()
+				cg.Remove()
 			}
 			if err != nil {
 				return err
@@ -371,7 +371,7 @@ func (r *sampler) next(logits []float32) int32 {
 
 // streamChild runs one mode in a child process (in the cgroup for the capped modes)
 // after dropping the checkpoint from the page cache.
-func streamChild(c streamCfg, dir, mode string, cg *benchCgroup) (streamResult, error) {
+func streamChild(c streamCfg, dir, mode string, cg *memcgroup.Cgroup) (streamResult, error) {
 	dropCache(dir)
 	self, err := os.Executable()
 	if err != nil {
@@ -383,7 +383,7 @@ func streamChild(c streamCfg, dir, mode string, cg *benchCgroup) (streamResult, 
 		args = append(args, "--budget", strconv.FormatInt(c.Cap-c.Margin, 10))
 	}
 	if mode != "uncapped" {
-		args = append(args, "--cgroup", cg.procs)
+		args = append(args, "--cgroup", cg.Procs)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.Timeout)
 	defer cancel()
@@ -591,75 +591,6 @@ func dropCache(dir string) {
 	}
 }
 
-// benchCgroups counts the cgroups made, for their names.
-var benchCgroups int
-
-// benchCgroup is a memory cgroup under the bench's own.
-type benchCgroup struct {
-	dir   string
-	procs string // the file a process joins by writing its pid
-	peakF string // its peak use: memory.max_usage_in_bytes (v1) or memory.peak (v2)
-}
-
-// peak is the most memory the cgroup used, 0 where that cannot be read.
-func (c *benchCgroup) peak() int64 {
-	raw, err := os.ReadFile(c.peakF)
-	if err != nil {
-		return 0
-	}
-	n, _ := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
-	return n
-}
-
-// newBenchCgroup makes a child of this process's memory cgroup with a limit of limit
-// bytes: cgroup v1 (memory.limit_in_bytes) or v2 (memory.max).
-func newBenchCgroup(limit int64) (*benchCgroup, error) {
-	raw, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		return nil, err
-	}
-	benchCgroups++
-	name := fmt.Sprintf("mlxg-bench-%d-%d", os.Getpid(), benchCgroups)
-	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
-		parts := strings.SplitN(line, ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
-		var dir, limitFile, peakFile string
-		switch {
-		case slices.Contains(strings.Split(parts[1], ","), "memory"):
-			dir, limitFile, peakFile = filepath.Join("/sys/fs/cgroup/memory", parts[2], name), "memory.limit_in_bytes", "memory.max_usage_in_bytes"
-		case parts[0] == "0" && parts[1] == "":
-			if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err != nil {
-				continue // a v1 host's empty v2 hierarchy
-			}
-			dir, limitFile, peakFile = filepath.Join("/sys/fs/cgroup", parts[2], name), "memory.max", "memory.peak"
-		default:
-			continue
-		}
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			return nil, fmt.Errorf("creating a memory cgroup (%s): %w", dir, err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, limitFile), []byte(strconv.FormatInt(limit, 10)), 0o644); err != nil {
-			os.Remove(dir)
-			return nil, fmt.Errorf("setting %s: %w", filepath.Join(dir, limitFile), err)
-		}
-		return &benchCgroup{dir: dir, procs: filepath.Join(dir, "cgroup.procs"), peakF: filepath.Join(dir, peakFile)}, nil
-	}
-	return nil, errors.New("no memory cgroup found in /proc/self/cgroup")
-}
-
-// remove deletes the cgroup once its processes are gone.
-func (c *benchCgroup) remove() {
-	for range 50 {
-		if os.Remove(c.dir) == nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	fmt.Fprintf(os.Stderr, "could not remove the cgroup %s\n", c.dir)
-}
-
 func printStreamResult(r streamResult) {
 	if r.Err != "" {
 		fmt.Printf("  %-8s %-14s error: %s\n", r.Routing, r.Mode, r.Err)
@@ -751,7 +682,7 @@ var llamacppStream []byte
 // llamacppChild runs one mode in llama.cpp (node-llama-cpp): the checkpoint converted to
 // a Q4_1 GGUF of the same weights (gguf.go), from a cold page cache, in the cgroup for
 // llamacpp-capped.
-func llamacppChild(ctx context.Context, c streamCfg, dir, mode string, cg *benchCgroup) (streamResult, error) {
+func llamacppChild(ctx context.Context, c streamCfg, dir, mode string, cg *memcgroup.Cgroup) (streamResult, error) {
 	r := streamResult{Mode: mode}
 	if c.Tokenizer == "" {
 		r.Err = "no tokenizer for the GGUF: pass --tokenizer DIR (a Qwen checkpoint) or set MLXG_SHARED"
@@ -780,7 +711,7 @@ func llamacppChild(ctx context.Context, c streamCfg, dir, mode string, cg *bench
 	defer cancel()
 	var cmd *exec.Cmd
 	if mode == "llamacpp-capped" {
-		cmd = exec.CommandContext(ctx, "sh", "-c", `echo $$ > "$1" && shift && exec node "$@"`, "sh", cg.procs, script, gguf, string(arg))
+		cmd = exec.CommandContext(ctx, "sh", "-c", `echo $$ > "$1" && shift && exec node "$@"`, "sh", cg.Procs, script, gguf, string(arg))
 	} else {
 		cmd = exec.CommandContext(ctx, "node", script, gguf, string(arg))
 	}
