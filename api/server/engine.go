@@ -287,7 +287,8 @@ func (l *EngineLoader) load(p *LoadPlan, info *registry.ModelInfo, be compute.Ba
 	em := &engineModel{cb: cb, numCtx: p.Context, template: info.ChatTemplate, kvSpec: p.KVSpec, size: p.Size, peak: p.Peak,
 		loadPlan: p.kv, backend: be.Name()}
 	opts := runner.LoadOptions{Backend: cb, Logger: l.Logger, Prefix: l.Prefix, Parallel: l.Parallel, Context: p.Context,
-		Pipeline: l.Pipeline, WeightBudget: p.WeightBudget, StreamPolicy: l.StreamPolicy}
+		Pipeline: l.Pipeline, WeightBudget: p.WeightBudget, StreamPolicy: l.StreamPolicy,
+		MaxBatch: p.MaxBatch}
 	em.weights = p.Weights
 	if kv := p.kv; kv != nil {
 		opts.Parallel = batchCap(l.Parallel, kv.plan)
@@ -324,6 +325,7 @@ func (l *EngineLoader) load(p *LoadPlan, info *registry.ModelInfo, be compute.Ba
 		return nil, err
 	}
 	em.e = e
+	limitHeap(p)
 	if n := be.Name(); n != "" && !strings.HasPrefix(n, "cpu") && !strings.HasPrefix(n, "mlx-cpu") {
 		em.gpu = p.Size // Metal: unified memory, all of it GPU-visible (MLX's CPU backend: none)
 	}

@@ -7,6 +7,8 @@ package server
 
 import (
 	"fmt"
+	"os"
+	"runtime/debug"
 
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/kvstore/sysmem"
@@ -49,15 +51,22 @@ func (l *EngineLoader) planStreaming(m *registry.LocalModel, numCtx int, freed i
 	// The KV plan with nothing of the experts resident, with a streamed load's overhead
 	// and reserve, settles the layout and the context; the streamed weights take what is
 	// left beside it.
+	rows := streamRowBytes(info)
 	kv, err := l.kvPlanWith(m, numCtx, freed, func(s *kvstore.ModelShape) {
 		s.WeightBytes = min(s.WeightBytes, pinned)
-		s.Streamed, s.Overhead = true, streamOverhead(info)
+		s.Streamed, s.Overhead = true, streamFixed(info)
 	})
 	if err != nil {
 		return nil, true, err
 	}
+	// The prompt's passes take rows at a time, their activations planned beside the cache.
+	spare := kv.plan.Free - kv.plan.KVBytes
+	p.MaxBatch = streamBatchFor(rows, spare)
+	act := int64(p.MaxBatch) * rows
+	kv.plan.Overhead += act
+	kv.plan.Free -= act
 	if budget <= 0 {
-		if budget = residency.Budget(pinned, experts, kv.plan.Free-kv.plan.KVBytes); budget <= 0 {
+		if budget = residency.Budget(pinned, experts, spare-act); budget <= 0 {
 			return nil, true, fmt.Errorf("%s: its %s of weights that stay in memory, the KV cache (%s), a pass's activations (%s) and the reserve (%s) leave no memory for streamed %s (%s available)",
 				m.Dir, gb(pinned), gb(kv.plan.KVBytes), gb(kv.plan.Overhead), gb(kv.plan.Reserve), what, gb(int64(kv.plan.Memory.Available)))
 		}
@@ -80,6 +89,24 @@ func (kv *kvLoad) withWeights(budget int64) {
 		kv.plan.PrefixBudget = max(kv.plan.Free-kv.plan.KVBytes, 0) / 2
 	case sysmem.Warn:
 		kv.plan.PrefixBudget = max(kv.plan.Free-kv.plan.KVBytes, 0) / 4
+	}
+}
+
+// limitHeap gives the Go collector a soft memory limit for a model streamed under a memory
+// cgroup's limit: what the limit leaves beside the weight budget and the reserve, so that the
+// collector runs more often rather than let dead memory push the process over the limit,
+// where the kernel would kill it. A user's GOMEMLIMIT wins; with several models the lowest
+// limit stays.
+func limitHeap(p *LoadPlan) {
+	if p.WeightBudget <= 0 || p.kv == nil || !p.kv.plan.Memory.Limited || os.Getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	limit := int64(p.kv.plan.Memory.Total) - p.WeightBudget - p.kv.plan.Reserve
+	if limit < 64<<20 {
+		return
+	}
+	if cur := debug.SetMemoryLimit(-1); limit < cur {
+		debug.SetMemoryLimit(limit)
 	}
 }
 

@@ -82,26 +82,35 @@ func TestPlanStreamingDense(t *testing.T) {
 	}
 	m := &registry.LocalModel{Name: "dense", Dir: out, Size: size}
 	const gib = 1 << 30
-	// The memory available is the reserve (2 GiB on a machine of 16 GiB), a pass's
-	// activations, the pinned weights and half the layers: too little for the mapped
-	// model (the policy counts 512 MiB of overhead), and the layers get the half, less
-	// the KV cache.
+	// The memory available is the reserve (2 GiB on a machine of 16 GiB), the runtime,
+	// the pinned weights and extra: too little for the mapped model (the policy counts
+	// 512 MiB of overhead); the layers get extra less the KV cache and a prompt pass's
+	// activations.
 	info, err := registry.ReadInfo(out)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pinned := size - layers
-	avail := uint64(2*gib + streamOverhead(info) + pinned + layers/2)
+	extra := layers/2 + 16*streamRowBytes(info) + 600_000 // the KV cache at 512 tokens: 576 KiB
+	avail := uint64(2*gib + streamFixed(info) + pinned + extra)
 	l := &EngineLoader{KV: &kvstore.Policy{Sensor: sysmem.Fixed{Total: 16 * gib, Available: avail}}}
 	p, err := l.Plan(m, 512, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !p.Dense || p.Experts != layers || p.kv == nil || p.WeightBudget != pinned+layers/2-p.kv.plan.KVBytes {
-		t.Errorf("plan %+v, want a dense streaming plan of a budget of %d", p, pinned+layers/2-p.kv.plan.KVBytes)
+	if !p.Dense || p.Experts != layers || p.kv == nil || p.MaxBatch < streamMinBatch {
+		t.Fatalf("plan %+v, want a dense streaming plan", p)
 	}
-	if p.kv.plan.Weights != p.WeightBudget || p.kv.plan.Overhead != streamOverhead(info) || p.kv.plan.Reserve != 2*gib || p.kv.plan.Free != p.kv.plan.KVBytes || p.kv.plan.PrefixBudget != 0 {
-		t.Errorf("the load's KV plan: weights %d overhead %d reserve %d", p.kv.plan.Weights, p.kv.plan.Overhead, p.kv.plan.Reserve)
+	act := int64(p.MaxBatch) * streamRowBytes(info)
+	if want := pinned + extra - p.kv.plan.KVBytes - act; p.WeightBudget != want || want >= size {
+		t.Errorf("budget %d, want %d (pinned %d, left %d, KV %d, activations of %d rows %d)", p.WeightBudget, want, pinned, extra, p.kv.plan.KVBytes, p.MaxBatch, act)
+	}
+	if p.kv.plan.Weights != p.WeightBudget || p.kv.plan.Overhead != streamFixed(info)+act || p.kv.plan.Reserve != 2*gib ||
+		p.kv.plan.Free != p.kv.plan.KVBytes || p.kv.plan.PrefixBudget != 0 {
+		t.Errorf("the load's KV plan: %+v", p.kv.plan)
+	}
+	if streamBatchFor(1000, 4*512*1000) != 512 || streamBatchFor(1000, 4*100*1000) != 64 || streamBatchFor(1000, 0) != streamMinBatch {
+		t.Error("streamBatchFor")
 	}
 	l.KV = &kvstore.Policy{Sensor: sysmem.Fixed{Total: 16 * gib, Available: 2 * gib}}
 	if _, err := l.Plan(m, 512, 0); err == nil {

@@ -52,7 +52,9 @@ type Options struct {
 	Policy Policy
 	// HalfLife is the Frequency policy's half-life, in uses (0: DefaultHalfLife).
 	HalfLife float64
-	// Workers is the number of reading goroutines (0: 4).
+	// Workers is the number of reading goroutines (0: 8): reads in flight, which a disk
+	// serves faster together than one at a time (random expert reads of a virtual disk:
+	// 41, 200 and 324 MB/s with 1, 4 and 8 in flight, no more with 16).
 	Workers int
 	// Buffered reads through the page cache even where the files can be read directly
 	// (O_DIRECT on Linux).
@@ -181,7 +183,7 @@ func New(o Options) *Manager {
 		o.HalfLife = DefaultHalfLife
 	}
 	if o.Workers <= 0 {
-		o.Workers = 4
+		o.Workers = 8
 	}
 	m := &Manager{scorer: scorer{policy: o.Policy, halfLife: o.HalfLife}, budget: o.Budget,
 		files: map[string]*os.File{}, direct: map[string]*os.File{}, free: map[int][][]byte{}, buffered: o.Buffered || directAlign == 0}
