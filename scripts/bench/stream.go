@@ -101,7 +101,7 @@ func streamModel(ctx context.Context, c streamCfg, embed float64, dense bool) (s
 	}
 	out := filepath.Join(dir, "mlx4")
 	if _, err := os.Stat(filepath.Join(out, "config.json")); err == nil {
-		return out, nil
+		return out, addTokenizer(out, c.Tokenizer)
 	}
 	hf := filepath.Join(dir, "hf")
 	fmt.Printf("generating %s...\n", dir)
@@ -114,7 +114,30 @@ func streamModel(ctx context.Context, c streamCfg, embed float64, dense bool) (s
 	}
 	os.RemoveAll(hf) // the bf16 checkpoint is three times the 4-bit one
 	fmt.Printf("  done in %s\n", time.Since(start).Round(time.Second))
-	return out, nil
+	return out, addTokenizer(out, c.Tokenizer)
+}
+
+// addTokenizer copies a Qwen tokenizer (tokenizer.json and tokenizer_config.json of the
+// checkpoint in from) into the model dir when it has none, so that the server's loader,
+// mlxg run and mlxg serve can load it (a random model's vocabulary is Qwen's). Without
+// from the model stays without one: the streamed run then fails to load it.
+func addTokenizer(dir, from string) error {
+	if from == "" {
+		return nil
+	}
+	for _, f := range []string{"tokenizer.json", "tokenizer_config.json"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join(from, f))
+		if err != nil {
+			return fmt.Errorf("--tokenizer: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), raw, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // streamResult is one child run.
@@ -438,6 +461,7 @@ func runStreamChild(args []string) error {
 	var res *residency.Manager
 	var m *model.Model
 	var err error
+	chunk := *prompt // prompt tokens per pass
 	if *mode == "stream-capped" {
 		p, perr := residency.ParsePolicy(*policy)
 		if perr != nil {
@@ -469,6 +493,9 @@ func runStreamChild(args []string) error {
 				return emit(fmt.Errorf("the loader did not stream %s under the cap", *dir))
 			}
 			r.Budget = plan.WeightBudget
+			if plan.MaxBatch > 0 {
+				chunk = plan.MaxBatch // as the engine caps num_batch
+			}
 		}
 	} else {
 		m, err = model.Load(*dir, cpu.New(*threads))
@@ -493,9 +520,12 @@ func runStreamChild(args []string) error {
 			return emit(err)
 		}
 		t0 := time.Now()
-		logits, err := m.Forward(context.Background(), promptTokens(*prompt), caches, false)
-		if err != nil {
-			return emit(err)
+		var logits []float32
+		toks := promptTokens(*prompt)
+		for i := 0; i < len(toks); i += chunk {
+			if logits, err = m.Forward(context.Background(), toks[i:min(i+chunk, len(toks))], caches, false); err != nil {
+				return emit(err)
+			}
 		}
 		if pass == 0 {
 			r.TTFT = time.Since(t0).Seconds()
