@@ -191,6 +191,7 @@ func runStreamScenario(args []string) error {
 	}
 	fs.StringVar(&c.Tokenizer, "tokenizer", defTok, "a Qwen checkpoint whose tokenizer.json goes into the GGUF of the llama.cpp modes (default $MLXG_SHARED/models/qwen3-tiny)")
 	routings := fs.String("routing", "local,qwen,uniform", "cases to run: the MoE with local, Qwen-like (qwen) and/or near-uniform (uniform) routing, and dense (a dense model)")
+	report := fs.Bool("report", true, "record each model's routing uncapped and replay it through the cache policies")
 	modes := fs.String("modes", "uncapped,mmap-capped,stream-capped", "runs per case: uncapped, mmap-capped, stream-capped, llamacpp-capped (llama.cpp on the same weights as Q4_1 GGUF, under the cap) and llamacpp (uncapped)")
 	fs.Parse(args)
 	capB, err := humanize.ParseBytes(*capS)
@@ -235,7 +236,7 @@ func runStreamScenario(args []string) error {
 			return err
 		}
 		repeat := 0.0
-		if routing != "dense" {
+		if routing != "dense" && *report {
 			if repeat, err = routingReport(dir, c); err != nil {
 				return err
 			}
