@@ -66,6 +66,13 @@ type ModelShape struct {
 	// it is one machine's share of a model split over several (its other layers LayerNone):
 	// boundary layers are the whole model's first and last, wherever they live.
 	KVBefore, KVAfter int
+	// Streamed: the weights are a model's in streaming mode (WeightBytes its pinned weights,
+	// or its budget), which take whatever memory the plan leaves. Overhead, when positive,
+	// is a pass's activations and scratch measured for it, in place of the policy's estimate,
+	// and under a memory cgroup's limit the reserve is the small one of a process that has
+	// the limit to itself (streamReserve).
+	Streamed bool
+	Overhead int64
 }
 
 // KVLayers returns the indices of the layers that keep per-token KV.

@@ -13,8 +13,10 @@ import (
 //
 //	reserve  = max(2 GiB, total/8), doubled under warn pressure   kept for the OS and other apps;
 //	           under a memory cgroup's limit (total is that limit): max(total/8, min(2 GiB, total/4)),
-//	           since the system's own memory lies outside the limit
+//	           since the system's own memory lies outside the limit; a model in streaming
+//	           mode under a limit: max(total/32, 64 MiB)
 //	overhead = 512 MiB + weights/50                                activations, logits, scratch
+//	           (a model in streaming mode: its own measured estimate, ModelShape.Overhead)
 //	free     = available − reserve − overhead − weights            (weights not counted again once loaded)
 //	spec     = the loosest rung of the ladder whose KV for num_ctx fits in free,
 //	           starting one rung down under warn pressure:
@@ -44,6 +46,13 @@ const (
 	// model, and for the pressure to rise before the policy steps down. KV is paged, so the
 	// context costs nothing until a conversation fills it.
 	autoShare = 2
+	// A model in streaming mode under a memory cgroup's limit keeps free only what the
+	// kernel charges beside the process's own pages (page tables, the files it reads) and a
+	// margin for a reading that comes a little late: a 32nd of the limit, at least 64 MiB.
+	// Its weights take the rest, which the system's own memory, outside the limit, does not
+	// need.
+	streamMinReserve   = 64 << 20
+	streamReserveShare = 32
 )
 
 // AutoFloor is the context a model loads with when memory affords less at the default
@@ -187,8 +196,11 @@ func (o *Options) rungLayout(m ModelShape, r rung) (Layout, error) {
 // own memory lies outside the limit, so the reserve scales with the limit down to an
 // eighth of it (a quarter, at most minReserve, above that): a cap of a few GiB still
 // leaves room for a model that streams its weights.
-func reserveFor(mem sysmem.Info) int64 {
+func reserveFor(mem sysmem.Info, streamed bool) int64 {
 	total := int64(mem.Total)
+	if mem.Limited && streamed {
+		return max(streamMinReserve, total/streamReserveShare)
+	}
 	if mem.Limited {
 		return max(total/reserveShare, min(minReserve, total/4))
 	}
@@ -201,7 +213,10 @@ func Choose(in PolicyInput) (Plan, error) {
 	mem := in.Memory
 	p := Plan{Memory: mem, Weights: in.Model.WeightBytes}
 	p.Overhead = baseOverhead + in.Model.WeightBytes/overheadShare
-	p.Reserve = reserveFor(mem)
+	if in.Model.Overhead > 0 {
+		p.Overhead = in.Model.Overhead
+	}
+	p.Reserve = reserveFor(mem, in.Model.Streamed)
 	if mem.Pressure >= sysmem.Warn {
 		p.Reserve *= 2
 	}

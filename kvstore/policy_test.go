@@ -250,7 +250,7 @@ func TestReserveUnderCgroup(t *testing.T) {
 	} {
 		m := mem(c.total, c.total, sysmem.Normal)
 		m.Limited = c.limited
-		if got := reserveFor(m); got != c.want {
+		if got := reserveFor(m, false); got != c.want {
 			t.Errorf("total %d limited %v: reserve %d, want %d", c.total, c.limited, got, c.want)
 		}
 	}
@@ -267,6 +267,23 @@ func TestReserveUnderCgroup(t *testing.T) {
 	}
 	if p.Reserve != gib/2 || p.Context < minLoadContext {
 		t.Errorf("under a 2 GiB cgroup: reserve %d context %d", p.Reserve, p.Context)
+	}
+	// A model in streaming mode has the limit to itself: a small reserve, its own overhead.
+	m.Streamed, m.Overhead = true, 100<<20
+	s, err := Choose(PolicyInput{Model: m, NumCtx: 4096, Memory: capped})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Reserve != 64<<20 || s.Overhead != 100<<20 || s.Free != int64(capped.Available)-64<<20-100<<20-m.WeightBytes {
+		t.Errorf("streamed under a 2 GiB cgroup: reserve %d overhead %d free %d", s.Reserve, s.Overhead, s.Free)
+	}
+	capped.Total, capped.Available = uint64(8*gib), uint64(8*gib)
+	if got := reserveFor(capped, true); got != gib/4 {
+		t.Errorf("streamed under an 8 GiB cgroup: reserve %d", got)
+	}
+	capped.Limited = false
+	if got := reserveFor(capped, true); got != 2*gib {
+		t.Errorf("streamed without a limit: reserve %d, want the machine's", got)
 	}
 }
 

@@ -71,7 +71,12 @@ func (p *Policy) plan(key string, m ModelShape, numCtx int, loaded bool, freed i
 
 // Caches plans for a new sequence of a loaded model and makes its caches.
 func (p *Policy) Caches(key string, m ModelShape, numCtx int) ([]Layer, Plan, error) {
-	plan, err := p.Plan(key, m, numCtx, true)
+	return p.caches(key, m, numCtx, 0)
+}
+
+// caches is Caches with freed bytes counted as available (Sequences.Freeing).
+func (p *Policy) caches(key string, m ModelShape, numCtx int, freed int64) ([]Layer, Plan, error) {
+	plan, err := p.plan(key, m, numCtx, true, freed)
 	if err != nil {
 		return nil, Plan{}, err
 	}

@@ -13,7 +13,14 @@ type Sequences struct {
 	shape  ModelShape
 	onPlan func(Plan)
 	load   atomic.Pointer[Plan] // the load's plan, until a sequence takes it
+	freed  atomic.Pointer[func() int64]
 }
+
+// Freeing makes each later sequence's reading count freed() more bytes as available
+// (sysmem.Info.Freed): memory the model holds that it gives back under pressure, such as
+// the expert cache of a model in streaming mode, which would otherwise read as pressure
+// that the model itself causes.
+func (s *Sequences) Freeing(freed func() int64) { s.freed.Store(&freed) }
 
 // Sequences is the caches of the model known as key, of shape m, loaded with the plan load
 // (this policy's Plan with loaded false). onPlan, when not nil, is given each sequence's plan
@@ -33,7 +40,11 @@ func (s *Sequences) Caches(numCtx int) ([]Layer, Plan, error) {
 		caches, err := NewCaches(s.shape, plan.Layout)
 		return caches, *plan, err
 	}
-	caches, plan, err := s.policy.Caches(s.key, s.shape, numCtx)
+	var freed int64
+	if f := s.freed.Load(); f != nil {
+		freed = (*f)()
+	}
+	caches, plan, err := s.policy.caches(s.key, s.shape, numCtx, freed)
 	if err == nil && s.onPlan != nil {
 		s.onPlan(plan)
 	}

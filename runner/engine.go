@@ -57,6 +57,11 @@ type LoadOptions struct {
 	// Ignored with Pipeline.
 	WeightBudget int64
 	StreamPolicy residency.Policy
+	// MaxBatch, when positive, is the most prompt tokens a pass takes, below a request's
+	// num_batch: a pass's activations grow with its rows (the CPU backend keeps every
+	// intermediate tensor until the pass ends), and a model in streaming mode gives its
+	// weights the memory they would take.
+	MaxBatch int
 }
 
 // FP32Cache is a KVCache that keeps keys and values in float32 (reference tests).
@@ -72,6 +77,7 @@ type Engine struct {
 	eos       []int32
 	kv        func(m *model.Model, numCtx int) ([]kvstore.Layer, error)
 	maxCtx    int // LoadOptions.Context, else max_position_embeddings; 0: no limit
+	maxBatch  int // LoadOptions.MaxBatch; 0: no limit
 	log       *slog.Logger
 	prefix    *prefixEngine
 	format    *formatVocab  // constrained decoding's vocabulary (format.go), set by Load
@@ -206,6 +212,7 @@ func LoadModel(dir string, o LoadOptions) (*Engine, error) {
 	log.Info("model loaded", "dir", dir, "type", m.Config.ModelType, "layers", m.Config.NumLayers,
 		"backend", backend.Name(), "weights", m.WeightBytes(), "took", time.Since(start).Round(time.Millisecond))
 	e := &Engine{Dir: dir, Model: m, eos: m.Config.EOS, kv: kv, log: log, prefix: newPrefixEngine(o.Prefix, dir, log), kvHeld: new(atomic.Int64)}
+	e.maxBatch = o.MaxBatch
 	if e.maxCtx = o.Context; e.maxCtx <= 0 {
 		e.maxCtx = m.Config.MaxPositions
 	}
@@ -590,6 +597,9 @@ type flags struct {
 func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int, f flags, emit func(id int32) (bool, error)) (*Result, error) {
 	start := time.Now()
 	res := &Result{}
+	if e.maxBatch > 0 && o.NumBatch > e.maxBatch {
+		o.NumBatch = e.maxBatch
+	}
 	if f.noTruncate && len(prompt) >= numCtx {
 		return nil, &ContextError{PromptTokens: len(prompt), NumCtx: numCtx}
 	}

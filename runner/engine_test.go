@@ -138,6 +138,16 @@ func TestGenerateChat(t *testing.T) {
 	if !slices.Equal(again.Tokens, res.Tokens) {
 		t.Fatalf("num_batch 3 gave %v, num_batch 512 gave %v", again.Tokens, res.Tokens)
 	}
+	// A load's MaxBatch (a streamed model's) caps num_batch: the same tokens.
+	e.maxBatch, o.NumBatch = 2, 512
+	capped, err := e.Generate(context.Background(), Request{Messages: hello, Options: o}, nil)
+	e.maxBatch = 0
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(capped.Tokens, res.Tokens) {
+		t.Fatalf("max_batch 2 gave %v, num_batch 512 gave %v", capped.Tokens, res.Tokens)
+	}
 }
 
 func TestStopStrings(t *testing.T) {

@@ -76,6 +76,15 @@ type kvLoad struct {
 // bytes (models the scheduler would unload first) as available; weights, when positive, is what
 // the weights take in memory (a model in streaming mode: its budget).
 func (l *EngineLoader) kvPlan(m *registry.LocalModel, numCtx int, freed, weights int64) (*kvLoad, error) {
+	return l.kvPlanWith(m, numCtx, freed, func(s *kvstore.ModelShape) {
+		if weights > 0 {
+			s.WeightBytes = min(s.WeightBytes, weights)
+		}
+	})
+}
+
+// kvPlanWith is kvPlan with the shape changed by adjust before the policy plans.
+func (l *EngineLoader) kvPlanWith(m *registry.LocalModel, numCtx int, freed int64, adjust func(*kvstore.ModelShape)) (*kvLoad, error) {
 	data, err := os.ReadFile(filepath.Join(m.Dir, "config.json"))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", m.Dir, err)
@@ -89,9 +98,7 @@ func (l *EngineLoader) kvPlan(m *registry.LocalModel, numCtx int, freed, weights
 			return nil, fmt.Errorf("%s: %w", m.Dir, err)
 		}
 	}
-	if weights > 0 {
-		shape.WeightBytes = min(shape.WeightBytes, weights)
-	}
+	adjust(&shape)
 	plan, err := l.KV.PlanFreeing(m.Dir, shape, numCtx, freed)
 	if err != nil {
 		return nil, err
@@ -294,7 +301,8 @@ func (l *EngineLoader) load(p *LoadPlan, info *registry.ModelInfo, be compute.Ba
 	em := &engineModel{cb: cb, numCtx: p.Context, ctxReason: p.ContextReason, template: info.ChatTemplate, kvSpec: p.KVSpec, size: p.Size, peak: p.Peak,
 		loadPlan: p.kv, backend: be.Name()}
 	opts := runner.LoadOptions{Backend: cb, Logger: l.Logger, Prefix: l.Prefix, Parallel: l.Parallel, Context: p.Context,
-		Pipeline: l.Pipeline, WeightBudget: p.WeightBudget, StreamPolicy: l.StreamPolicy}
+		Pipeline: l.Pipeline, WeightBudget: p.WeightBudget, StreamPolicy: l.StreamPolicy,
+		MaxBatch: p.MaxBatch}
 	em.weights = p.Weights
 	if kv := p.kv; kv != nil {
 		opts.Parallel = batchCap(l.Parallel, kv.plan)
@@ -310,17 +318,17 @@ func (l *EngineLoader) load(p *LoadPlan, info *registry.ModelInfo, be compute.Ba
 		}
 		seqs := l.KV.Sequences(dir, kv.shape, kv.plan, func(plan kvstore.Plan) {
 			em.seqPlan.Store(&plan) // for the PERF line
-			if res := em.residency(); res != nil {
-				// The expert cache shrinks under pressure and grows back when it falls.
-				st := res.Stats()
-				res.SetBudget(budgetUnderPressure(p.WeightBudget, st.Pinned, plan.Memory.Pressure))
-			}
+			// A streamed model's expert cache follows the pressure.
+			followPressure(em.residency(), p, &plan)
 			if l.Prefix != nil {
 				// The budget follows the pressure read for this request: it shrinks under
 				// warn, and critical (budget 0) drops the RAM blocks no sequence holds.
 				l.Prefix.SetBudget(plan.PrefixBudget)
 			}
 		})
+		if p.WeightBudget > 0 {
+			seqs.Freeing(em.cacheBytes)
+		}
 		opts.KVCache = func(_ *model.Model, n int) ([]kvstore.Layer, error) {
 			caches, _, err := seqs.Caches(n)
 			return caches, err
@@ -331,6 +339,7 @@ func (l *EngineLoader) load(p *LoadPlan, info *registry.ModelInfo, be compute.Ba
 		return nil, err
 	}
 	em.e = e
+	limitHeap(p)
 	if n := be.Name(); n != "" && !strings.HasPrefix(n, "cpu") && !strings.HasPrefix(n, "mlx-cpu") {
 		em.gpu = p.Size // Metal: unified memory, all of it GPU-visible (MLX's CPU backend: none)
 	}

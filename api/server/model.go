@@ -44,6 +44,9 @@ type LoadPlan struct {
 	WeightBudget     int64
 	Experts, Weights int64
 	Dense            bool
+	// MaxBatch, when positive, caps the prompt tokens of a pass (runner.LoadOptions.MaxBatch):
+	// a streamed model's activations are planned for that many rows.
+	MaxBatch int
 
 	// Draft is the draft model loaded with it for speculative decoding (nil: none), and
 	// DraftKVSpec its KV cache layout; Size and Peak count its weights and KV cache.

@@ -7,15 +7,18 @@ package server
 
 import (
 	"fmt"
+	"os"
+	"runtime/debug"
 
+	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/kvstore/sysmem"
 	"github.com/mlxg/mlxg/registry"
 	"github.com/mlxg/mlxg/runner/residency"
 )
 
 // planStreaming plans m in streaming mode: with the user's budget (l.WeightBudget), or
-// else the largest cache of experts (or layers) that fits beside the KV plan. ok is
-// false when the model has nothing to stream.
+// else with every byte the memory allows (streamBudget). ok is false when the model has
+// nothing to stream.
 func (l *EngineLoader) planStreaming(m *registry.LocalModel, numCtx int, freed int64) (p *LoadPlan, ok bool, err error) {
 	experts, dense, err := residency.StreamedBytes(m.Dir)
 	if err != nil || experts == 0 {
@@ -27,54 +30,109 @@ func (l *EngineLoader) planStreaming(m *registry.LocalModel, numCtx int, freed i
 	}
 	pinned := m.Size - experts
 	budget := l.WeightBudget
-	autoReason := "" // the first plan's, when it sized the context from memory
 	if budget <= 0 && l.KV == nil {
 		return nil, false, nil
-	}
-	if budget <= 0 {
-		// The KV plan with nothing of the experts resident says what is left for them.
-		kv, err := l.kvPlan(m, numCtx, freed, pinned)
-		if err != nil {
-			return nil, true, err
-		}
-		if numCtx <= 0 {
-			// Sized from memory once, before the experts take their share: planning it again
-			// with the budget counted would shrink the context the budget was made beside.
-			numCtx, autoReason = kv.plan.Context, kv.plan.ContextReason
-		}
-		if budget = residency.AutoBudget(pinned, experts, kv.plan.Free-kv.plan.KVBytes); budget <= 0 {
-			return nil, true, fmt.Errorf("%s: its %s of weights that stay in memory and the KV cache leave no memory for streamed %s (%s available)",
-				m.Dir, gb(pinned), what, gb(int64(kv.plan.Memory.Available)))
-		}
-	}
-	budget = min(budget, m.Size)
-	var kv *kvLoad
-	if l.KV != nil {
-		if kv, err = l.kvPlan(m, numCtx, freed, budget); err != nil {
-			return nil, true, err
-		}
-	}
-	p = &LoadPlan{Model: m, WeightBudget: budget, Experts: experts, Weights: m.Size, Dense: dense}
-	if kv != nil {
-		p.Context, p.Size, p.Peak, p.KVSpec, p.kv = kv.plan.Context, kv.plan.Weights+kv.plan.KVBytes, kv.plan.Peak(), kv.plan.Layout.String(), kv
-		p.ContextReason = kv.plan.ContextReason
-		if autoReason != "" {
-			p.ContextReason = autoReason
-		}
-		return p, true, nil
 	}
 	info, err := registry.ReadInfo(m.Dir)
 	if err != nil {
 		return nil, true, err
 	}
-	p.Context = numCtx
-	if info.ContextLength > 0 {
-		p.Context = min(numCtx, info.ContextLength)
+	p = &LoadPlan{Model: m, Experts: experts, Weights: m.Size, Dense: dense}
+	if l.KV == nil {
+		p.WeightBudget = min(budget, m.Size)
+		p.Context = numCtx
+		if info.ContextLength > 0 {
+			p.Context = min(numCtx, info.ContextLength)
+		}
+		p.ContextReason = fixedContextReason(p.Context, info.ContextLength)
+		p.Size = p.WeightBudget + fp16KV(info, p.Context)
+		p.Peak, p.KVSpec = p.Size, "fp16"
+		return p, true, nil
 	}
-	p.ContextReason = fixedContextReason(p.Context, info.ContextLength)
-	p.Size = budget + fp16KV(info, p.Context)
-	p.Peak, p.KVSpec = p.Size, "fp16"
+	// The KV plan with nothing of the experts resident, with a streamed load's overhead
+	// and reserve, settles the layout and the context; the streamed weights take what is
+	// left beside it.
+	rows := streamRowBytes(info)
+	kv, err := l.kvPlanWith(m, numCtx, freed, func(s *kvstore.ModelShape) {
+		s.WeightBytes = min(s.WeightBytes, pinned)
+		s.Streamed, s.Overhead = true, streamFixed(info)
+	})
+	if err != nil {
+		return nil, true, err
+	}
+	// The prompt's passes take rows at a time, their activations planned beside the cache.
+	spare := kv.plan.Free - kv.plan.KVBytes
+	p.MaxBatch = streamBatchFor(rows, spare)
+	act := int64(p.MaxBatch) * rows
+	kv.plan.Overhead += act
+	kv.plan.Free -= act
+	if budget <= 0 {
+		if budget = residency.Budget(pinned, experts, spare-act); budget <= 0 {
+			return nil, true, fmt.Errorf("%s: its %s of weights that stay in memory, the KV cache (%s), a pass's activations (%s) and the reserve (%s) leave no memory for streamed %s (%s available)",
+				m.Dir, gb(pinned), gb(kv.plan.KVBytes), gb(kv.plan.Overhead), gb(kv.plan.Reserve), what, gb(int64(kv.plan.Memory.Available)))
+		}
+	}
+	budget = min(budget, m.Size)
+	p.WeightBudget = budget
+	kv.withWeights(budget)
+	p.Context, p.Size, p.Peak, p.KVSpec, p.kv = kv.plan.Context, kv.plan.Weights+kv.plan.KVBytes, kv.plan.Peak(), kv.plan.Layout.String(), kv
+	p.ContextReason = kv.plan.ContextReason
 	return p, true, nil
+}
+
+// withWeights makes the plan, made with the pinned weights alone, the plan of a load with
+// budget bytes of weights: they take what was free, and the prefix cache's budget shrinks.
+func (kv *kvLoad) withWeights(budget int64) {
+	kv.plan.Free -= budget - kv.shape.WeightBytes
+	kv.plan.Weights, kv.shape.WeightBytes = budget, budget
+	kv.plan.PrefixBudget = 0
+	switch kv.plan.Memory.Pressure {
+	case sysmem.Normal:
+		kv.plan.PrefixBudget = max(kv.plan.Free-kv.plan.KVBytes, 0) / 2
+	case sysmem.Warn:
+		kv.plan.PrefixBudget = max(kv.plan.Free-kv.plan.KVBytes, 0) / 4
+	}
+}
+
+// limitHeap gives the Go collector a soft memory limit for a model streamed under a memory
+// cgroup's limit: what the limit leaves beside the weight budget and the reserve, so that the
+// collector runs more often rather than let dead memory push the process over the limit,
+// where the kernel would kill it. A user's GOMEMLIMIT wins; with several models the lowest
+// limit stays.
+func limitHeap(p *LoadPlan) {
+	if p.WeightBudget <= 0 || p.kv == nil || !p.kv.plan.Memory.Limited || os.Getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	limit := int64(p.kv.plan.Memory.Total) - p.WeightBudget - p.kv.plan.Reserve
+	if limit < 64<<20 {
+		return
+	}
+	if cur := debug.SetMemoryLimit(-1); limit < cur {
+		debug.SetMemoryLimit(limit)
+	}
+}
+
+// followPressure sets a streamed model's weight budget (res; nil: the model does not
+// stream) for the pressure of a new sequence's plan, and keeps that plan's prefix budget
+// within the load's: the reading counts the expert cache as available (cacheBytes), which
+// the expert cache is planned to fill.
+func followPressure(res *residency.Manager, p *LoadPlan, plan *kvstore.Plan) {
+	if res == nil {
+		return
+	}
+	res.SetBudget(budgetUnderPressure(p.WeightBudget, res.Stats().Pinned, plan.Memory.Pressure))
+	if p.kv != nil {
+		plan.PrefixBudget = min(plan.PrefixBudget, p.kv.plan.PrefixBudget)
+	}
+}
+
+// cacheBytes is the memory of a streamed model's expert cache (its units in memory): what
+// it gives back under pressure.
+func (m *engineModel) cacheBytes() int64 {
+	if res := m.residency(); res != nil {
+		return res.Stats().Resident
+	}
+	return 0
 }
 
 // budgetUnderPressure is the expert cache's budget for the pressure of a request's plan: the

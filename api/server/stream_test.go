@@ -82,16 +82,35 @@ func TestPlanStreamingDense(t *testing.T) {
 	}
 	m := &registry.LocalModel{Name: "dense", Dir: out, Size: size}
 	const gib = 1 << 30
-	// The reserve (2 GiB) and overhead (512 MiB and a fiftieth of the weights) leave
-	// room for three quarters of the layers and no KV cache.
-	avail := uint64(2*gib + 512<<20 + size/50 + size - layers/4)
+	// The memory available is the reserve (2 GiB on a machine of 16 GiB), the runtime,
+	// the pinned weights and extra: too little for the mapped model (the policy counts
+	// 512 MiB of overhead); the layers get extra less the KV cache and a prompt pass's
+	// activations.
+	info, err := registry.ReadInfo(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pinned := size - layers
+	extra := layers/2 + 16*streamRowBytes(info) + 600_000 // the KV cache at 512 tokens: 576 KiB
+	avail := uint64(2*gib + streamFixed(info) + pinned + extra)
 	l := &EngineLoader{KV: &kvstore.Policy{Sensor: sysmem.Fixed{Total: 16 * gib, Available: avail}}}
 	p, err := l.Plan(m, 512, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !p.Dense || p.Experts != layers || p.WeightBudget <= size-layers || p.WeightBudget >= size || p.kv == nil {
-		t.Errorf("plan %+v, want a dense streaming plan of a budget between %d and %d", p, size-layers, size)
+	if !p.Dense || p.Experts != layers || p.kv == nil || p.MaxBatch < streamMinBatch {
+		t.Fatalf("plan %+v, want a dense streaming plan", p)
+	}
+	act := int64(p.MaxBatch) * streamRowBytes(info)
+	if want := pinned + extra - p.kv.plan.KVBytes - act; p.WeightBudget != want || want >= size {
+		t.Errorf("budget %d, want %d (pinned %d, left %d, KV %d, activations of %d rows %d)", p.WeightBudget, want, pinned, extra, p.kv.plan.KVBytes, p.MaxBatch, act)
+	}
+	if p.kv.plan.Weights != p.WeightBudget || p.kv.plan.Overhead != streamFixed(info)+act || p.kv.plan.Reserve != 2*gib ||
+		p.kv.plan.Free != p.kv.plan.KVBytes || p.kv.plan.PrefixBudget != 0 {
+		t.Errorf("the load's KV plan: %+v", p.kv.plan)
+	}
+	if streamBatchFor(1000, 4*512*1000) != 512 || streamBatchFor(1000, 4*100*1000) != 64 || streamBatchFor(1000, 0) != streamMinBatch {
+		t.Error("streamBatchFor")
 	}
 	l.KV = &kvstore.Policy{Sensor: sysmem.Fixed{Total: 16 * gib, Available: 2 * gib}}
 	if _, err := l.Plan(m, 512, 0); err == nil {
@@ -108,10 +127,13 @@ func TestBudgetUnderPressure(t *testing.T) {
 			t.Errorf("%v: %d, want %d", c.p, got, c.want)
 		}
 	}
-	if got := residency.AutoBudget(100, 1000, 400); got != 400 {
-		t.Errorf("AutoBudget: %d", got)
+	if got := residency.Budget(100, 1000, 400); got != 500 {
+		t.Errorf("Budget: %d", got)
 	}
-	if got := residency.AutoBudget(100, 1000, -5); got != 0 {
-		t.Errorf("AutoBudget with nothing free: %d", got)
+	if got := residency.Budget(100, 1000, 4000); got != 1100 {
+		t.Errorf("Budget with room for every expert: %d", got)
+	}
+	if got := residency.Budget(100, 1000, -5); got != 0 {
+		t.Errorf("Budget with nothing spare: %d", got)
 	}
 }

@@ -28,7 +28,11 @@ func TestMain(m *testing.M) {
 		main()
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if cappedMoE.root != "" {
+		os.RemoveAll(cappedMoE.root)
+	}
+	os.Exit(code)
 }
 
 // writeRepo writes a small quantized MLX checkpoint as a repo folder dir/org/tiny and returns the weights' size;

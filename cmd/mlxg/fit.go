@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
 
+	"github.com/mlxg/mlxg/api/server"
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/kvstore/sysmem"
 	"github.com/mlxg/mlxg/registry"
@@ -283,10 +285,11 @@ func printFit(w io.Writer, dir string, m kvstore.ModelShape, mem sysmem.Info, ct
 	return nil
 }
 
-// printStreaming prints, for a mixture-of-experts model, what streaming mode would keep in
-// memory: with MLXG_WEIGHT_BUDGET, or, when the weights do not fit (needed), the budget the
-// memory policy leaves beside the KV plan; and the expert cache's expected hit rate,
-// simulated on synthetic routing traces. It reports whether the model would stream.
+// printStreaming prints, for a model with streamed experts or layers, what streaming mode would
+// keep in memory: with MLXG_WEIGHT_BUDGET, or, when the weights do not fit (needed), the
+// budget of the loader's plan (the server's, api/server's EngineLoader, on this reading); and
+// for experts the expert cache's expected hit rate, simulated on synthetic routing traces,
+// with the bytes read per token it implies. It reports whether the model would stream.
 func printStreaming(w io.Writer, dir string, m kvstore.ModelShape, mem sysmem.Info, ctx int, opts kvstore.Options, needed bool) (bool, error) {
 	experts, dense, err := residency.StreamedBytes(dir)
 	if err != nil || experts == 0 {
@@ -301,37 +304,43 @@ func printStreaming(w io.Writer, dir string, m kvstore.ModelShape, mem sysmem.In
 		return false, err
 	}
 	pinned := m.WeightBytes - experts
-	budget, why := forced, "MLXG_WEIGHT_BUDGET"
-	if budget <= 0 {
+	why := "MLXG_WEIGHT_BUDGET"
+	if forced <= 0 {
 		if !needed {
 			fmt.Fprintf(w, "Streaming %s are %s of the %s of weights; they fit in memory, so they are mapped (MLXG_WEIGHT_BUDGET forces streaming)\n\n",
 				what, ibytes(experts), ibytes(m.WeightBytes))
 			return false, nil
 		}
-		at := m
-		at.WeightBytes = pinned
-		p0, err := kvstore.Choose(kvstore.PolicyInput{Model: at, NumCtx: ctx, Memory: mem, Options: opts})
-		if err != nil {
-			fmt.Fprintf(w, "Streaming not possible: even without the %s in memory: %v\n\n", what, err)
-			return false, nil
-		}
-		if budget = residency.AutoBudget(pinned, experts, p0.Free-p0.KVBytes); budget <= 0 {
-			fmt.Fprintf(w, "Streaming not possible: the weights that stay in memory and the KV cache leave no memory for streamed %s\n\n", what)
-			return false, nil
-		}
 		why = "the weights do not fit"
 	}
-	budget = min(budget, m.WeightBytes)
+	loader := &server.EngineLoader{WeightBudget: forced, StreamPolicy: policy,
+		KV: &kvstore.Policy{Options: opts, Sensor: sysmem.Fixed(mem), Log: slog.New(slog.DiscardHandler)}}
+	plan, err := loader.Plan(&registry.LocalModel{Name: dir, Dir: dir, Size: m.WeightBytes}, ctx, 0)
+	if err != nil {
+		fmt.Fprintf(w, "Streaming not possible: %v\n\n", err)
+		return false, nil
+	}
+	budget := plan.WeightBudget
+	if budget <= 0 {
+		return false, nil
+	}
 	if dense {
 		return true, printDenseStreaming(w, dir, why, budget, pinned, m.WeightBytes)
 	}
 	share := float64(budget-pinned) / float64(experts)
-	fmt.Fprintf(w, "Streaming (%s): %s of %s of weights resident (%.0f%%): the %s of non-expert weights and %.0f%% of the %s of experts\n",
-		why, ibytes(max(budget, pinned)), ibytes(m.WeightBytes), 100*float64(max(budget, pinned))/float64(m.WeightBytes), ibytes(pinned), 100*max(share, 0), ibytes(experts))
+	fmt.Fprintf(w, "Streaming (%s): %s of %s of weights resident (%.0f%%): the %s of non-expert weights and an expert cache of %s, %.0f%% of the %s of experts\n",
+		why, ibytes(max(budget, pinned)), ibytes(m.WeightBytes), 100*float64(max(budget, pinned))/float64(m.WeightBytes), ibytes(pinned),
+		ibytes(max(budget-pinned, 0)), 100*max(share, 0), ibytes(experts))
 	if layers, n, k, ok := moeShape(dir); ok && share > 0 {
+		qwen := residency.ExpectedHitRate(layers, n, k, share, residency.QwenLike, policy)
+		uniform := residency.ExpectedHitRate(layers, n, k, share, residency.NearUniform, policy)
 		fmt.Fprintf(w, "          expected expert-cache hit rate (%s policy, simulated): %.0f%% with Qwen3-like routing, %.0f%% with near-uniform routing\n",
-			policy, 100*residency.ExpectedHitRate(layers, n, k, share, residency.QwenLike, policy),
-			100*residency.ExpectedHitRate(layers, n, k, share, residency.NearUniform, policy))
+			policy, 100*qwen, 100*uniform)
+		// A token uses k of the n experts of each layer: k/n of the expert bytes, of which
+		// the misses are read.
+		perToken := float64(experts) * float64(k) / float64(n)
+		fmt.Fprintf(w, "          expected reads per token: %s with Qwen3-like routing, %s with near-uniform routing (of %s of experts a token uses)\n",
+			ibytes(int64(perToken*(1-qwen))), ibytes(int64(perToken*(1-uniform))), ibytes(int64(perToken)))
 	}
 	fmt.Fprintln(w)
 	return true, nil

@@ -51,7 +51,7 @@ func autoContext(m tableModel, total, avail int64) (kvstore.Plan, bool, error) {
 	if err != nil {
 		return p, true, err
 	}
-	if residency.AutoBudget(m.pinned, m.weights-m.pinned, p.Free-p.KVBytes) <= 0 {
+	if residency.Budget(m.pinned, m.weights-m.pinned, p.Free-p.KVBytes) <= 0 {
 		return p, true, fmt.Errorf("no memory left for streamed weights")
 	}
 	return p, true, nil

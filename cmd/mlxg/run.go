@@ -9,21 +9,21 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/mlxg/mlxg/api"
+	"github.com/mlxg/mlxg/api/server"
 	"github.com/mlxg/mlxg/kvstore"
+	"github.com/mlxg/mlxg/registry"
 	"github.com/mlxg/mlxg/runner"
 	"github.com/mlxg/mlxg/runner/backend"
-	"github.com/mlxg/mlxg/runner/compute"
-	"github.com/mlxg/mlxg/runner/model"
 	"github.com/mlxg/mlxg/text/constrain"
 	"github.com/mlxg/mlxg/text/parser"
 	"github.com/mlxg/mlxg/text/template"
@@ -221,26 +221,23 @@ func runDirectory(cmd *cobra.Command, dir, draftDir, prompt string, options []st
 	if err != nil {
 		return err
 	}
-	// The KV cache as serve would choose it: the policy's plan from the memory it reads
-	// and the user's KV settings, which settles the context and the backend's limits and
-	// makes the sequence's caches.
-	config, err := os.ReadFile(filepath.Join(dir, "config.json"))
-	if err != nil {
-		return fmt.Errorf("%s is not a checkpoint directory: %w", dir, err)
+	// The load goes through the server's loader, so it is planned as a served model is: the KV
+	// policy's layout and context from the memory it reads and the user's KV settings, streaming
+	// mode when the weights do not fit (or with MLXG_WEIGHT_BUDGET), the draft model beside it.
+	loader := &server.EngineLoader{ForModel: choice.ForModel, KV: &kvstore.Policy{Options: kv, Log: log}, Logger: log}
+	if loader.WeightBudget, loader.StreamPolicy, err = weightStreaming(); err != nil {
+		return err
 	}
-	shape, err := kvstore.ShapeFromConfig(config, weightBytes(dir))
-	if err != nil {
-		return fmt.Errorf("%s: %w", dir, err)
-	}
-	budget, streamPolicy, err := weightStreaming()
+	target, err := server.DirModel(dir)
 	if err != nil {
 		return err
 	}
-	if budget > 0 {
-		// Streaming mode: the weights take the budget, not their size.
-		shape.WeightBytes = min(shape.WeightBytes, budget)
+	var draft *registry.LocalModel
+	if draftDir != "" {
+		if draft, err = server.DirModel(draftDir); err != nil {
+			return fmt.Errorf("--draft-model: %w", err)
+		}
 	}
-	policy := &kvstore.Policy{Options: kv, Log: log}
 	askCtx := opts.NumCtx
 	if !hasOption(options, "num_ctx") {
 		askCtx = 0 // sized from memory, as serve does, unless MLXG_CONTEXT_LENGTH says
@@ -250,49 +247,26 @@ func runDirectory(cmd *cobra.Command, dir, draftDir, prompt string, options []st
 			}
 		}
 	}
-	plan, err := policy.Plan(dir, shape, askCtx, false)
-	if err != nil {
-		return fmt.Errorf("%s: %w", dir, err)
-	}
-	if plan.Context > 0 && (askCtx == 0 || plan.Context < opts.NumCtx) {
-		opts.NumCtx = plan.Context // at most the model's maximum and the largest context that fits
-	}
-	be, err := choice.ForModel()
-	if err != nil {
-		return err
-	}
-	if err := backend.ApplyPlan(be, plan); err != nil {
-		_ = backend.Release(be)
-		return err
-	}
 	start := time.Now()
-	seqs := policy.Sequences(dir, shape, plan, nil)
-	e, err := runner.Load(dir, runner.LoadOptions{Backend: be, Logger: log, Context: opts.NumCtx,
-		WeightBudget: budget, StreamPolicy: streamPolicy,
-		KVCache: func(_ *model.Model, n int) ([]kvstore.Layer, error) {
-			caches, _, err := seqs.Caches(n)
-			return caches, err
-		}})
+	plan, err := loader.PlanDraft(target, draft, askCtx, 0)
 	if err != nil {
-		_ = backend.Release(be)
 		return err
 	}
-	var draft *runner.Engine
-	defer func() {
-		_ = backend.Release(be) // before the models: Metal's arrays wrap their mmaps
-		e.Close()
-		if draft != nil {
-			draft.Close()
+	opts.NumCtx = plan.Context // at most the model's maximum and the largest context that fits
+	if plan.WeightBudget > 0 {
+		what := "experts"
+		if plan.Dense {
+			what = "layers"
 		}
-	}()
-	if draftDir != "" {
-		if draft, err = loadDraftDir(policy, draftDir, be, log, opts.NumCtx); err != nil {
-			return err
-		}
-		if err := e.SetDraft(draft); err != nil {
-			return fmt.Errorf("--draft-model %s cannot draft for %s: %w", draftDir, dir, err)
-		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "%s does not fit in memory: it streams its %s, %s of its %s of weights in memory\n", dir,
+			what, humanize.Bytes(uint64(plan.WeightBudget)), humanize.Bytes(uint64(plan.Weights)))
 	}
+	loaded, err := loader.Load(cmd.Context(), plan)
+	if err != nil {
+		return err
+	}
+	defer loaded.Close() // its backend first (Metal's arrays wrap the mmaps), then the models
+	e := server.Engine(loaded)
 	load := time.Since(start)
 	req := runner.Request{Options: opts}
 	switch {
@@ -344,45 +318,6 @@ func runDirectory(cmd *cobra.Command, dir, draftDir, prompt string, options []st
 		printStats(cmd.ErrOrStderr(), res, load, time.Since(start))
 	}
 	return nil
-}
-
-// weightBytes adds the sizes of a checkpoint directory's safetensors files.
-// loadDraftDir loads a draft model's directory on the target's backend, its caches from the
-// KV policy for its own shape at numCtx.
-func loadDraftDir(policy *kvstore.Policy, dir string, be compute.Backend, log *slog.Logger, numCtx int) (*runner.Engine, error) {
-	config, err := os.ReadFile(filepath.Join(dir, "config.json"))
-	if err != nil {
-		return nil, fmt.Errorf("--draft-model %s is not a checkpoint directory: %w", dir, err)
-	}
-	shape, err := kvstore.ShapeFromConfig(config, weightBytes(dir))
-	if err != nil {
-		return nil, fmt.Errorf("--draft-model %s: %w", dir, err)
-	}
-	plan, err := policy.Plan(dir, shape, numCtx, false)
-	if err != nil {
-		return nil, fmt.Errorf("--draft-model %s: %w", dir, err)
-	}
-	seqs := policy.Sequences(dir, shape, plan, nil)
-	d, err := runner.Load(dir, runner.LoadOptions{Backend: be, Logger: log, Context: numCtx,
-		KVCache: func(_ *model.Model, n int) ([]kvstore.Layer, error) {
-			caches, _, err := seqs.Caches(n)
-			return caches, err
-		}})
-	if err != nil {
-		return nil, fmt.Errorf("--draft-model %s: %w", dir, err)
-	}
-	return d, nil
-}
-
-func weightBytes(dir string) int64 {
-	var n int64
-	files, _ := filepath.Glob(filepath.Join(dir, "*.safetensors"))
-	for _, f := range files {
-		if fi, err := os.Stat(f); err == nil {
-			n += fi.Size()
-		}
-	}
-	return n
 }
 
 // parseRunOptions applies NAME=VALUE pairs to Ollama's defaults. A value is read as JSON

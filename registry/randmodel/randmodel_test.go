@@ -302,3 +302,32 @@ func TestTailScale(t *testing.T) {
 		t.Error("an input projection of a scaled layer was scaled")
 	}
 }
+
+// TestRoutingScale: Routing picks the embeddings' scale (RoutingScales) unless
+// EmbeddingScale sets it; an unknown name is refused.
+func TestRoutingScale(t *testing.T) {
+	embed := func(c Config) float32 {
+		for _, ts := range c.Tensors() {
+			if ts.Name == "model.embed_tokens.weight" {
+				return ts.scale
+			}
+		}
+		return 0
+	}
+	c := TinyMoE(256)
+	if got := embed(c); got != 0.1 {
+		t.Errorf("default scale %v", got)
+	}
+	c.Routing = "qwen"
+	if got := embed(c); got != float32(RoutingScales["qwen"]) {
+		t.Errorf("qwen scale %v", got)
+	}
+	c.EmbeddingScale = 2
+	if got := embed(c); got != 2 {
+		t.Errorf("EmbeddingScale beside Routing: %v", got)
+	}
+	c.Routing = "zipf"
+	if err := c.Validate(); err == nil {
+		t.Error("an unknown routing passed Validate")
+	}
+}

@@ -42,17 +42,11 @@ func PerHeadStack(prefix string) bool {
 	return strings.HasSuffix(prefix, ".embed_q") || strings.HasSuffix(prefix, ".unembed_out")
 }
 
-// CacheShare is the part of the memory left after the KV plan that the expert cache
-// takes when the memory policy chooses its budget; the rest stays free for the prefix
-// cache and for what other processes allocate meanwhile.
-const CacheShare = 0.75
-
-// AutoBudget is the weight budget of a model of pinned non-expert bytes and experts
-// bytes of experts when free bytes are left after the pinned weights and the KV plan:
-// the pinned bytes and CacheShare of free for the experts, at most all of them. It is
-// 0 when nothing is left for an expert cache.
-func AutoBudget(pinned, experts, free int64) int64 {
-	spare := int64(float64(free) * CacheShare)
+// Budget is the weight budget of a model of pinned non-expert bytes and experts bytes of
+// experts when spare bytes of memory are left for an expert cache after the pinned weights,
+// the KV cache, a pass's activations and the reserve: the pinned bytes and the spare, at
+// most every expert. It is 0 when nothing is left for an expert cache.
+func Budget(pinned, experts, spare int64) int64 {
 	if spare <= 0 {
 		return 0
 	}

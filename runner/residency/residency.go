@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"time"
 )
 
 // Segment is a byte range of a file.
@@ -51,7 +52,9 @@ type Options struct {
 	Policy Policy
 	// HalfLife is the Frequency policy's half-life, in uses (0: DefaultHalfLife).
 	HalfLife float64
-	// Workers is the number of reading goroutines (0: 4).
+	// Workers is the number of reading goroutines (0: 8): reads in flight, which a disk
+	// serves faster together than one at a time (random expert reads of a virtual disk:
+	// 41, 200 and 324 MB/s with 1, 4 and 8 in flight, no more with 16).
 	Workers int
 	// Buffered reads through the page cache even where the files can be read directly
 	// (O_DIRECT on Linux).
@@ -85,6 +88,9 @@ type Stats struct {
 	// used them: the routing's locality, beside the read-ahead's own guesses.
 	RepeatGuessed, RepeatRight int64
 	Streamed                   int64 // file bytes of every unit
+	// Wait is the time Acquires spent waiting for reads, and ReadTime the time the reading
+	// goroutines spent reading (both in nanoseconds): where a streamed pass's time goes.
+	Wait, ReadTime int64
 }
 
 // HitRate is Hits / (Hits + Misses), 0 with no use.
@@ -177,7 +183,7 @@ func New(o Options) *Manager {
 		o.HalfLife = DefaultHalfLife
 	}
 	if o.Workers <= 0 {
-		o.Workers = 4
+		o.Workers = 8
 	}
 	m := &Manager{scorer: scorer{policy: o.Policy, halfLife: o.HalfLife}, budget: o.Budget,
 		files: map[string]*os.File{}, direct: map[string]*os.File{}, free: map[int][][]byte{}, buffered: o.Buffered || directAlign == 0}
@@ -348,8 +354,16 @@ func (m *Manager) Acquire(id int) (Handle, error) {
 	}
 	done := u.done
 	m.mu.Unlock()
-	<-done
+	var waited time.Duration
+	select {
+	case <-done:
+	default:
+		t := time.Now()
+		<-done
+		waited = time.Since(t)
+	}
 	m.mu.Lock()
+	m.stats.Wait += int64(waited)
 	err := u.err
 	if err != nil {
 		u.refs--
@@ -664,10 +678,13 @@ func (m *Manager) worker() {
 			buf, err = allocBuf(u.size)
 		}
 		var n int64
+		t := time.Now()
 		if err == nil {
 			n, err = readSegs(u, files, direct, buf)
 		}
+		took := time.Since(t)
 		m.mu.Lock()
+		m.stats.ReadTime += int64(took)
 		u.buf = buf
 		m.finishLocked(u, err, n)
 	}

@@ -15,9 +15,9 @@ package main
 // decode rate, MB read from disk per token, major faults, the expert cache's hit rate after 25
 // tokens and the read-ahead's accuracy, and checks that every run produced the same tokens.
 //
-// The cap is a memory cgroup the bench creates under its own (cgroup v1 memory.limit_in_bytes, or
-// v2 memory.max) and removes at the end; where that is not permitted the capped runs are skipped
-// with a message. The page cache is dropped with /proc/sys/vm/drop_caches where permitted, else
+// The cap is a memory cgroup the bench creates under its own for each capped run
+// (internal/memcgroup: cgroup v1 or v2) and removes after it, reading the run's peak use; where
+// that is not permitted the capped runs are skipped with a message. The page cache is dropped with /proc/sys/vm/drop_caches where permitted, else
 // with posix_fadvise(DONTNEED) on the checkpoint's files.
 
 import (
@@ -25,9 +25,9 @@ import (
 	"context"
 	_ "embed"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"math"
 	"os"
 	"os/exec"
@@ -41,6 +41,9 @@ import (
 
 	"github.com/dustin/go-humanize"
 
+	"github.com/mlxg/mlxg/api/server"
+	"github.com/mlxg/mlxg/internal/memcgroup"
+	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/registry/create"
 	"github.com/mlxg/mlxg/registry/randmodel"
 	"github.com/mlxg/mlxg/runner/compute"
@@ -54,8 +57,9 @@ type streamCfg struct {
 	Layers      int     `json:"layers"`
 	DenseLayers int     `json:"dense_layers"`
 	Cap         int64   `json:"cap_bytes"`
-	Margin      int64   `json:"margin_bytes"`
+	Margin      int64   `json:"margin_bytes"` // 0: the loader's budget (what the cap allows)
 	Uniform     float64 `json:"uniform_embedding_scale"`
+	Qwen        float64 `json:"qwen_embedding_scale"`
 	Prompt      int     `json:"prompt"`
 	Decode      int     `json:"decode"`
 	Threads     int     `json:"threads"`
@@ -97,7 +101,7 @@ func streamModel(ctx context.Context, c streamCfg, embed float64, dense bool) (s
 	}
 	out := filepath.Join(dir, "mlx4")
 	if _, err := os.Stat(filepath.Join(out, "config.json")); err == nil {
-		return out, nil
+		return out, addTokenizer(out, c.Tokenizer)
 	}
 	hf := filepath.Join(dir, "hf")
 	fmt.Printf("generating %s...\n", dir)
@@ -110,25 +114,56 @@ func streamModel(ctx context.Context, c streamCfg, embed float64, dense bool) (s
 	}
 	os.RemoveAll(hf) // the bf16 checkpoint is three times the 4-bit one
 	fmt.Printf("  done in %s\n", time.Since(start).Round(time.Second))
-	return out, nil
+	return out, addTokenizer(out, c.Tokenizer)
+}
+
+// addTokenizer copies a Qwen tokenizer (tokenizer.json and tokenizer_config.json of the
+// checkpoint in from) into the model dir when it has none, so that the server's loader,
+// mlxg run and mlxg serve can load it (a random model's vocabulary is Qwen's). Without
+// from the model stays without one: the streamed run then fails to load it.
+func addTokenizer(dir, from string) error {
+	if from == "" {
+		return nil
+	}
+	for _, f := range []string{"tokenizer.json", "tokenizer_config.json"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join(from, f))
+		if err != nil {
+			return fmt.Errorf("--tokenizer: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), raw, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // streamResult is one child run.
 type streamResult struct {
-	Mode        string    `json:"mode"`
-	Routing     string    `json:"routing"`
-	Load        float64   `json:"load_s"`
-	TTFT        float64   `json:"ttft_s"` // the prompt's pass
-	DecodeTPS   float64   `json:"decode_tps"`
-	StepMedian  float64   `json:"step_median_s"`
-	MBPerTok    float64   `json:"disk_mb_per_token"` // /proc/self/io read_bytes over the decode
-	CacheMBTok  float64   `json:"stream_mb_per_token"`
-	MajFltTok   float64   `json:"major_faults_per_token"`
-	HitRate25   float64   `json:"hit_rate_after_25"`
-	PrefetchAcc float64   `json:"prefetch_useful"`
-	GuessAcc    float64   `json:"route_guess_accuracy"`
-	RepeatAcc   float64   `json:"repeat_guess_accuracy"` // the previous token's picks as the guess
-	PeakRSS     int64     `json:"peak_rss_bytes"`
+	Mode        string  `json:"mode"`
+	Routing     string  `json:"routing"`
+	Load        float64 `json:"load_s"`
+	TTFT        float64 `json:"ttft_s"` // the prompt's pass
+	DecodeTPS   float64 `json:"decode_tps"`
+	StepMedian  float64 `json:"step_median_s"`
+	MBPerTok    float64 `json:"disk_mb_per_token"` // /proc/self/io read_bytes over the decode
+	CacheMBTok  float64 `json:"stream_mb_per_token"`
+	MajFltTok   float64 `json:"major_faults_per_token"`
+	HitRate25   float64 `json:"hit_rate_after_25"`
+	PrefetchAcc float64 `json:"prefetch_useful"`
+	GuessAcc    float64 `json:"route_guess_accuracy"`
+	RepeatAcc   float64 `json:"repeat_guess_accuracy"` // the previous token's picks as the guess
+	PeakRSS     int64   `json:"peak_rss_bytes"`
+	CgroupPeak  int64   `json:"cgroup_peak_bytes"` // the capped run's cgroup: its peak use
+	Budget      int64   `json:"weight_budget_bytes"`
+	Repeat      float64 `json:"picks_repeated"` // of the routing, uncapped
+	// Where a streamed decode step's time goes, per token: waiting for expert reads,
+	// the readers' busy time, and the units read.
+	WaitTok     float64   `json:"read_wait_s_per_token"`
+	ReadTimeTok float64   `json:"read_time_s_per_token"`
+	ReadsTok    float64   `json:"reads_per_token"`
 	Tokens      []int32   `json:"tokens"`
 	Steps       []float64 `json:"steps_s"`
 	Err         string    `json:"error,omitempty"`
@@ -139,10 +174,11 @@ func runStreamScenario(args []string) error {
 	fs := flag.NewFlagSet("stream", flag.ExitOnError)
 	var c streamCfg
 	capS := fs.String("cap", "2GiB", "memory cap of the capped runs")
-	marginS := fs.String("margin", "400MiB", "what the streaming run leaves of the cap for KV, activations and the runtime")
+	marginS := fs.String("margin", "0", "a fixed streaming budget of the cap less this margin; 0: the budget the server's loader plans from the memory the cap leaves")
 	fs.IntVar(&c.Layers, "layers", 16, "decoder layers of the Qwen3-30B-A3B shape")
 	fs.IntVar(&c.DenseLayers, "dense-layers", 26, "decoder layers of the dense case's Qwen3-8B shape")
-	fs.Float64Var(&c.Uniform, "uniform-embed", 3, "embedding scale of the near-uniform model (registry/randmodel EmbeddingScale; the local one has the default 0.1)")
+	fs.Float64Var(&c.Uniform, "uniform-embed", randmodel.RoutingScales["uniform"], "embedding scale of the near-uniform model (registry/randmodel EmbeddingScale; the local one has the default 0.1)")
+	fs.Float64Var(&c.Qwen, "qwen-embed", randmodel.RoutingScales["qwen"], "embedding scale of the Qwen-like model, whose router repeats about 48% of a token's picks at the next token")
 	fs.IntVar(&c.Prompt, "prompt", 32, "prompt tokens")
 	fs.IntVar(&c.Decode, "decode", 40, "decoded tokens (sampled at temperature 1, fixed seed)")
 	fs.IntVar(&c.Threads, "threads", 2, "CPU threads")
@@ -154,7 +190,8 @@ func runStreamScenario(args []string) error {
 		defTok = filepath.Join(s, "models", "qwen3-tiny")
 	}
 	fs.StringVar(&c.Tokenizer, "tokenizer", defTok, "a Qwen checkpoint whose tokenizer.json goes into the GGUF of the llama.cpp modes (default $MLXG_SHARED/models/qwen3-tiny)")
-	routings := fs.String("routing", "local,uniform", "cases to run: the MoE with local and/or uniform routing, and dense (a dense model)")
+	routings := fs.String("routing", "local,qwen,uniform", "cases to run: the MoE with local, Qwen-like (qwen) and/or near-uniform (uniform) routing, and dense (a dense model)")
+	report := fs.Bool("report", true, "record each model's routing uncapped and replay it through the cache policies")
 	modes := fs.String("modes", "uncapped,mmap-capped,stream-capped", "runs per case: uncapped, mmap-capped, stream-capped, llamacpp-capped (llama.cpp on the same weights as Q4_1 GGUF, under the cap) and llamacpp (uncapped)")
 	fs.Parse(args)
 	capB, err := humanize.ParseBytes(*capS)
@@ -166,37 +203,56 @@ func runStreamScenario(args []string) error {
 		return fmt.Errorf("--margin %q: %w", *marginS, err)
 	}
 	c.Cap, c.Margin = int64(capB), int64(marginB)
+	if c.Margin >= c.Cap {
+		return fmt.Errorf("--margin %s: less than the cap", *marginS)
+	}
 	if c.Decode < 26 {
 		return fmt.Errorf("--decode %d: at least 26, for the hit rate after 25 tokens", c.Decode)
 	}
 	ctx := context.Background()
-	cg, cgErr := newBenchCgroup(c.Cap)
-	if cgErr != nil {
-		fmt.Printf("capped runs skipped: %v\n", cgErr)
+	// Each capped run gets a cgroup of its own, for its peak memory.
+	capped := true
+	if cg, err := memcgroup.New(c.Cap); err != nil {
+		fmt.Printf("capped runs skipped: %v\n", err)
+		capped = false
 	} else {
-		defer cg.remove()
-		fmt.Printf("memory cap: %s in %s\n", humanize.IBytes(uint64(c.Cap)), cg.dir)
+		cg.Remove()
+		fmt.Printf("memory cap: %s, a cgroup under %s for each capped run\n", humanize.IBytes(uint64(c.Cap)), filepath.Dir(cg.Dir))
 	}
 	var all []streamResult
 	for _, routing := range strings.Split(*routings, ",") {
 		embed := 0.0
-		if routing == "uniform" {
+		switch routing {
+		case "uniform":
 			embed = c.Uniform
-		} else if routing != "local" && routing != "dense" {
-			return fmt.Errorf("--routing %q: want local, uniform or dense", routing)
+		case "qwen":
+			embed = c.Qwen
+		case "local", "dense":
+		default:
+			return fmt.Errorf("--routing %q: want local, qwen, uniform or dense", routing)
 		}
 		dir, err := streamModel(ctx, c, embed, routing == "dense")
 		if err != nil {
 			return err
 		}
-		if routing != "dense" {
-			if err := routingReport(dir, c); err != nil {
+		repeat := 0.0
+		if routing != "dense" && *report {
+			if repeat, err = routingReport(dir, c); err != nil {
 				return err
 			}
 		}
 		for _, mode := range strings.Split(*modes, ",") {
-			if strings.HasSuffix(mode, "-capped") && cg == nil {
-				continue
+			if mode == "" {
+				continue // --modes "": generate the models and report their routing only
+			}
+			var cg *memcgroup.Cgroup
+			if strings.HasSuffix(mode, "-capped") {
+				if !capped {
+					continue
+				}
+				if cg, err = memcgroup.New(c.Cap); err != nil {
+					return err
+				}
 			}
 			var r streamResult
 			if strings.HasPrefix(mode, "llamacpp") {
@@ -204,15 +260,19 @@ func runStreamScenario(args []string) error {
 			} else {
 				r, err = streamChild(c, dir, mode, cg)
 			}
+			if cg != nil {
+				r.CgroupPeak = cg.Peak()
+				cg.Remove()
+			}
 			if err != nil {
 				return err
 			}
-			r.Routing = routing
+			r.Routing, r.Repeat = routing, repeat
 			all = append(all, r)
 			printStreamResult(r)
 		}
 	}
-	printStreamTable(all)
+	printStreamTable(all, c.Cap)
 	out := filepath.Join(c.Cache, "results", "stream-"+time.Now().UTC().Format("20060102-150405")+".json")
 	os.MkdirAll(filepath.Dir(out), 0o755)
 	raw, _ := json.MarshalIndent(map[string]any{"config": c, "runs": all}, "", "  ")
@@ -222,15 +282,15 @@ func runStreamScenario(args []string) error {
 
 // routingReport runs the model uncapped in this process, records which experts each
 // token picks at each layer, and replays that trace through the cache policies.
-func routingReport(dir string, c streamCfg) error {
+func routingReport(dir string, c streamCfg) (float64, error) {
 	m, err := model.Load(dir, cpu.New(c.Threads))
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer m.Close()
 	n, ok := m.Network().(*qwen3moe.Network)
 	if !ok {
-		return fmt.Errorf("%s is not a qwen3_moe model", dir)
+		return 0, fmt.Errorf("%s is not a qwen3_moe model", dir)
 	}
 	experts := 0
 	var picks [][][]int // layer, token, picks
@@ -256,18 +316,18 @@ func routingReport(dir string, c streamCfg) error {
 	layers := len(picks)
 	caches, err := m.NewCaches(false)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	toks := promptTokens(c.Prompt)
 	logits, err := m.Forward(context.Background(), toks, caches, false)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	smp := &sampler{s: 42}
 	for range c.Decode {
 		t := smp.next(logits)
 		if logits, err = m.Forward(context.Background(), []int32{t}, caches, false); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	// Decode tokens only (the prompt's pass reads every expert once anyway), in the
@@ -287,7 +347,8 @@ func routingReport(dir string, c streamCfg) error {
 			}
 		}
 	}
-	fmt.Printf("routing of %s over %d decoded tokens: %.0f%% of the picks repeat at the next token\n", filepath.Base(filepath.Dir(dir)), c.Decode, 100*float64(rep)/float64(max(tot, 1)))
+	repeat := float64(rep) / float64(max(tot, 1))
+	fmt.Printf("routing of %s over %d decoded tokens: %.0f%% of the picks repeat at the next token\n", filepath.Base(filepath.Dir(dir)), c.Decode, 100*repeat)
 	units := layers * experts
 	for _, share := range []float64{0.25, 0.38, 0.5} {
 		fmt.Printf("  cache of %2.0f%% of the experts, hit rate on this trace:", 100*share)
@@ -297,7 +358,7 @@ func routingReport(dir string, c streamCfg) error {
 		}
 		fmt.Println()
 	}
-	return nil
+	return repeat, nil
 }
 
 func promptTokens(n int) []int32 {
@@ -334,16 +395,19 @@ func (r *sampler) next(logits []float32) int32 {
 
 // streamChild runs one mode in a child process (in the cgroup for the capped modes)
 // after dropping the checkpoint from the page cache.
-func streamChild(c streamCfg, dir, mode string, cg *benchCgroup) (streamResult, error) {
+func streamChild(c streamCfg, dir, mode string, cg *memcgroup.Cgroup) (streamResult, error) {
 	dropCache(dir)
 	self, err := os.Executable()
 	if err != nil {
 		return streamResult{}, err
 	}
 	args := []string{"stream-child", "--dir", dir, "--mode", mode, "--prompt", strconv.Itoa(c.Prompt), "--decode", strconv.Itoa(c.Decode),
-		"--threads", strconv.Itoa(c.Threads), "--policy", c.Policy, "--budget", strconv.FormatInt(c.Cap-c.Margin, 10)}
+		"--threads", strconv.Itoa(c.Threads), "--policy", c.Policy}
+	if c.Margin > 0 {
+		args = append(args, "--budget", strconv.FormatInt(c.Cap-c.Margin, 10))
+	}
 	if mode != "uncapped" {
-		args = append(args, "--cgroup", cg.procs)
+		args = append(args, "--cgroup", cg.Procs)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.Timeout)
 	defer cancel()
@@ -398,20 +462,54 @@ func runStreamChild(args []string) error {
 	var res *residency.Manager
 	var m *model.Model
 	var err error
+	chunk := *prompt // prompt tokens per pass
 	if *mode == "stream-capped" {
 		p, perr := residency.ParsePolicy(*policy)
 		if perr != nil {
 			return emit(perr)
 		}
-		res = residency.New(residency.Options{Budget: *budget, Policy: p})
-		m, err = model.LoadWith(*dir, cpu.New(*threads), model.LoadConfig{Residency: res})
+		if *budget > 0 {
+			res = residency.New(residency.Options{Budget: *budget, Policy: p})
+			m, err = model.LoadWith(*dir, cpu.New(*threads), model.LoadConfig{Residency: res})
+		} else {
+			// As mlxg run DIR and mlxg serve load it: the server's loader plans the load
+			// from the memory the cap leaves, streaming when the weights do not fit.
+			loader := &server.EngineLoader{Backend: cpu.New(*threads), StreamPolicy: p,
+				KV: &kvstore.Policy{Log: slog.New(slog.DiscardHandler)}}
+			lm, lerr := server.DirModel(*dir)
+			if lerr != nil {
+				return emit(lerr)
+			}
+			plan, perr := loader.Plan(lm, 4096, 0)
+			if perr != nil {
+				return emit(perr)
+			}
+			loaded, lerr := loader.Load(context.Background(), plan)
+			if lerr != nil {
+				return emit(lerr)
+			}
+			defer loaded.Close()
+			m = server.Engine(loaded).Model
+			if res = m.Residency(); res == nil {
+				return emit(fmt.Errorf("the loader did not stream %s under the cap", *dir))
+			}
+			r.Budget = plan.WeightBudget
+			if plan.MaxBatch > 0 {
+				chunk = plan.MaxBatch // as the engine caps num_batch
+			}
+		}
 	} else {
 		m, err = model.Load(*dir, cpu.New(*threads))
 	}
 	if err != nil {
 		return emit(err)
 	}
-	defer m.Close()
+	if r.Budget == 0 {
+		defer m.Close()
+		if res != nil {
+			r.Budget = *budget
+		}
+	}
 	r.Load = time.Since(start).Seconds()
 	passes := 1
 	if *mode == "uncapped" {
@@ -423,9 +521,12 @@ func runStreamChild(args []string) error {
 			return emit(err)
 		}
 		t0 := time.Now()
-		logits, err := m.Forward(context.Background(), promptTokens(*prompt), caches, false)
-		if err != nil {
-			return emit(err)
+		var logits []float32
+		toks := promptTokens(*prompt)
+		for i := 0; i < len(toks); i += chunk {
+			if logits, err = m.Forward(context.Background(), toks[i:min(i+chunk, len(toks))], caches, false); err != nil {
+				return emit(err)
+			}
 		}
 		if pass == 0 {
 			r.TTFT = time.Since(t0).Seconds()
@@ -463,6 +564,9 @@ func runStreamChild(args []string) error {
 			r.PrefetchAcc = float64(s.PrefetchUseful-s0.PrefetchUseful) / float64(max(s.PrefetchIssued-s0.PrefetchIssued, 1))
 			r.GuessAcc = float64(s.PredictedRight-s0.PredictedRight) / float64(max(s.Predicted-s0.Predicted, 1))
 			r.RepeatAcc = float64(s.RepeatRight-s0.RepeatRight) / float64(max(s.RepeatGuessed-s0.RepeatGuessed, 1))
+			r.WaitTok = float64(s.Wait-s0.Wait) / 1e9 / float64(*decode)
+			r.ReadTimeTok = float64(s.ReadTime-s0.ReadTime) / 1e9 / float64(*decode)
+			r.ReadsTok = float64(s.Reads-s0.Reads) / float64(*decode)
 		}
 	}
 	r.PeakRSS = peakRSS()
@@ -518,60 +622,6 @@ func dropCache(dir string) {
 	}
 }
 
-// benchCgroup is a memory cgroup under the bench's own.
-type benchCgroup struct {
-	dir   string
-	procs string // the file a process joins by writing its pid
-}
-
-// newBenchCgroup makes a child of this process's memory cgroup with a limit of limit
-// bytes: cgroup v1 (memory.limit_in_bytes) or v2 (memory.max).
-func newBenchCgroup(limit int64) (*benchCgroup, error) {
-	raw, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		return nil, err
-	}
-	name := fmt.Sprintf("mlxg-bench-%d", os.Getpid())
-	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
-		parts := strings.SplitN(line, ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
-		var dir, limitFile string
-		switch {
-		case slices.Contains(strings.Split(parts[1], ","), "memory"):
-			dir, limitFile = filepath.Join("/sys/fs/cgroup/memory", parts[2], name), "memory.limit_in_bytes"
-		case parts[0] == "0" && parts[1] == "":
-			if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err != nil {
-				continue // a v1 host's empty v2 hierarchy
-			}
-			dir, limitFile = filepath.Join("/sys/fs/cgroup", parts[2], name), "memory.max"
-		default:
-			continue
-		}
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			return nil, fmt.Errorf("creating a memory cgroup (%s): %w", dir, err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, limitFile), []byte(strconv.FormatInt(limit, 10)), 0o644); err != nil {
-			os.Remove(dir)
-			return nil, fmt.Errorf("setting %s: %w", filepath.Join(dir, limitFile), err)
-		}
-		return &benchCgroup{dir: dir, procs: filepath.Join(dir, "cgroup.procs")}, nil
-	}
-	return nil, errors.New("no memory cgroup found in /proc/self/cgroup")
-}
-
-// remove deletes the cgroup once its processes are gone.
-func (c *benchCgroup) remove() {
-	for range 50 {
-		if os.Remove(c.dir) == nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	fmt.Fprintf(os.Stderr, "could not remove the cgroup %s\n", c.dir)
-}
-
 func printStreamResult(r streamResult) {
 	if r.Err != "" {
 		fmt.Printf("  %-8s %-14s error: %s\n", r.Routing, r.Mode, r.Err)
@@ -580,13 +630,18 @@ func printStreamResult(r streamResult) {
 	fmt.Printf("  %-8s %-14s load %.1fs TTFT %.2fs decode %.2f tok/s (median step %.3fs) disk %.1f MB/tok faults %.0f/tok",
 		r.Routing, r.Mode, r.Load, r.TTFT, r.DecodeTPS, r.StepMedian, r.MBPerTok, r.MajFltTok)
 	if r.Mode == "stream-capped" {
-		fmt.Printf(" streamed %.1f MB/tok hit rate after 25 tok %.2f read-ahead used %.2f guess %.2f (previous token's %.2f)", r.CacheMBTok, r.HitRate25, r.PrefetchAcc, r.GuessAcc, r.RepeatAcc)
+		fmt.Printf(" budget %s streamed %.1f MB/tok (%.1f reads) hit rate after 25 tok %.2f read-ahead used %.2f guess %.2f (previous token's %.2f) waiting for reads %.3fs/tok, readers busy %.3fs/tok",
+			humanize.IBytes(uint64(r.Budget)), r.CacheMBTok, r.ReadsTok, r.HitRate25, r.PrefetchAcc, r.GuessAcc, r.RepeatAcc, r.WaitTok, r.ReadTimeTok)
 	}
-	fmt.Printf(" peak RSS %s\n", humanize.IBytes(uint64(r.PeakRSS)))
+	fmt.Printf(" peak RSS %s", humanize.IBytes(uint64(r.PeakRSS)))
+	if r.CgroupPeak > 0 {
+		fmt.Printf(" cgroup peak %s", humanize.IBytes(uint64(r.CgroupPeak)))
+	}
+	fmt.Println()
 }
 
-func printStreamTable(all []streamResult) {
-	fmt.Println("\nrouting   run             TTFT s  decode tok/s  vs uncapped  disk MB/tok  hit@25  same tokens")
+func printStreamTable(all []streamResult, capB int64) {
+	fmt.Println("\nrouting   repeat  run             TTFT s  TTFT vs uncapped  decode tok/s  vs uncapped  disk MB/tok  streamed MB/tok  hit@25  read wait s/tok  peak of cap  same tokens")
 	var ref = map[string]streamResult{}
 	for _, r := range all {
 		if r.Mode == "uncapped" && r.Err == "" {
@@ -595,22 +650,30 @@ func printStreamTable(all []streamResult) {
 	}
 	for _, r := range all {
 		u, ok := ref[r.Routing]
-		ratio, same := "-", "-"
+		ratio, same, ttft := "-", "-", "-"
 		if ok && r.Err == "" {
 			ratio = fmt.Sprintf("%.0f%%", 100*r.DecodeTPS/u.DecodeTPS)
+			ttft = fmt.Sprintf("%.2fx", r.TTFT/u.TTFT)
 			if !strings.HasPrefix(r.Mode, "llamacpp") { // llama.cpp samples with its own sampler
 				same = strconv.FormatBool(slices.Equal(r.Tokens, u.Tokens))
 			}
 		}
+		repeat := "-"
+		if r.Repeat > 0 {
+			repeat = fmt.Sprintf("%.0f%%", 100*r.Repeat)
+		}
 		if r.Err != "" {
-			fmt.Printf("%-9s %-15s error: %s\n", r.Routing, r.Mode, r.Err)
+			fmt.Printf("%-9s %6s  %-15s error: %s\n", r.Routing, repeat, r.Mode, r.Err)
 			continue
 		}
-		hit := "-"
+		hit, streamed, wait, peak := "-", "-", "-", "-"
 		if r.Mode == "stream-capped" {
-			hit = fmt.Sprintf("%.2f", r.HitRate25)
+			hit, streamed, wait = fmt.Sprintf("%.2f", r.HitRate25), fmt.Sprintf("%.1f", r.CacheMBTok), fmt.Sprintf("%.3f", r.WaitTok)
 		}
-		fmt.Printf("%-9s %-15s %6.2f  %12.2f  %11s  %11.1f  %6s  %s\n", r.Routing, r.Mode, r.TTFT, r.DecodeTPS, ratio, r.MBPerTok, hit, same)
+		if r.CgroupPeak > 0 {
+			peak = fmt.Sprintf("%.0f%%", 100*float64(r.CgroupPeak)/float64(capB))
+		}
+		fmt.Printf("%-9s %6s  %-15s %6.2f  %16s  %12.2f  %11s  %11.1f  %15s  %6s  %15s  %11s  %s\n", r.Routing, repeat, r.Mode, r.TTFT, ttft, r.DecodeTPS, ratio, r.MBPerTok, streamed, hit, wait, peak, same)
 	}
 	// mlxg streaming against llama.cpp under the same cap, per case.
 	byMode := map[[2]string]streamResult{}
@@ -650,7 +713,7 @@ var llamacppStream []byte
 // llamacppChild runs one mode in llama.cpp (node-llama-cpp): the checkpoint converted to
 // a Q4_1 GGUF of the same weights (gguf.go), from a cold page cache, in the cgroup for
 // llamacpp-capped.
-func llamacppChild(ctx context.Context, c streamCfg, dir, mode string, cg *benchCgroup) (streamResult, error) {
+func llamacppChild(ctx context.Context, c streamCfg, dir, mode string, cg *memcgroup.Cgroup) (streamResult, error) {
 	r := streamResult{Mode: mode}
 	if c.Tokenizer == "" {
 		r.Err = "no tokenizer for the GGUF: pass --tokenizer DIR (a Qwen checkpoint) or set MLXG_SHARED"
@@ -679,7 +742,7 @@ func llamacppChild(ctx context.Context, c streamCfg, dir, mode string, cg *bench
 	defer cancel()
 	var cmd *exec.Cmd
 	if mode == "llamacpp-capped" {
-		cmd = exec.CommandContext(ctx, "sh", "-c", `echo $$ > "$1" && shift && exec node "$@"`, "sh", cg.procs, script, gguf, string(arg))
+		cmd = exec.CommandContext(ctx, "sh", "-c", `echo $$ > "$1" && shift && exec node "$@"`, "sh", cg.Procs, script, gguf, string(arg))
 	} else {
 		cmd = exec.CommandContext(ctx, "node", script, gguf, string(arg))
 	}
