@@ -352,6 +352,10 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 		// and <|call|> end it; the markers are special tokens its parser reads.
 		in.EndTokens, in.SpecialTokens = []string{"<|return|>", "<|call|>"}, !j.raw
 	}
+	if caps.Gemma4 {
+		// Gemma 4's reasoning channel, tool calls and their string quotes are special tokens its parser reads.
+		in.SpecialTokens = !j.raw
+	}
 	var pendingLP []api.Logprob // of text the parser has not yielded yet
 	if j.logprobs {
 		in.Logprobs, in.TopLogprobs = true, j.topLogprobs
@@ -389,7 +393,7 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 		in.Messages, in.Kwargs = templateMessages(append(msgs, api.Message{Role: "user", Content: j.prompt})), kwargs
 	}
 
-	pcfg := parser.Config{Thinking: thinkOn && caps.Thinking && !j.raw, Harmony: caps.Harmony && !j.raw}
+	pcfg := parser.Config{Thinking: thinkOn && caps.Thinking && !j.raw, Harmony: caps.Harmony && !j.raw, Gemma4: caps.Gemma4 && !j.raw}
 	if len(in.Messages) > 0 && pcfg.Thinking && !pcfg.Harmony {
 		if p, err := m.RenderChat(in.Messages, in.Tools, in.Kwargs); err == nil {
 			pcfg.InThinking = parser.PromptOpensThinking(p)
@@ -415,6 +419,9 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 	if in.Format != nil && pcfg.Thinking && !pcfg.Harmony {
 		// The constraint applies to the answer, after the thinking block (as Ollama does).
 		in.Format.ThinkOpen, in.Format.ThinkClose, in.Format.InThinking = parser.ThinkOpen, parser.ThinkClose, pcfg.InThinking
+		if pcfg.Gemma4 {
+			in.Format.ThinkOpen, in.Format.ThinkClose = parser.Gemma4ThoughtOpen, parser.Gemma4ThoughtClose
+		}
 	}
 	p := parser.New(pcfg)
 	out := &outcome{load: lease.LoadDuration, ready: time.Since(j.start)}
@@ -454,13 +461,14 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 }
 
 // turnMarkerSets are the turn markers of the chat-template families Ollama knows, which its templates
-// list as stop words: ChatML (Qwen), Llama 3, Gemma, Phi-3 and Command R.
+// list as stop words: ChatML (Qwen), Llama 3, Gemma, Phi-3 and Command R; and Gemma 4's.
 var turnMarkerSets = [][]string{
 	{"<|im_start|>", "<|im_end|>"},
 	{"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"},
 	{"<start_of_turn>", "<end_of_turn>"},
 	{"<|end|>", "<|system|>", "<|user|>", "<|assistant|>"},
 	{"<|START_OF_TURN_TOKEN|>", "<|END_OF_TURN_TOKEN|>"},
+	{"<|turn>", "<turn|>"}, // Gemma 4
 }
 
 // turnMarkers are the turn markers a chat template writes, which end a generation as its end-of-sequence

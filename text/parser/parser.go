@@ -10,6 +10,8 @@
 //     whose values become JSON as the offered tool's schema types them (ParamTypes);
 //   - OpenAI's harmony format (gpt-oss, harmony.go): the analysis channel is thinking, final and commentary
 //     preambles content, and commentary to=functions.NAME a tool call;
+//   - Gemma 4's format (gemma4.go): the <|channel>thought…<channel|> reasoning is thinking, and
+//     <|tool_call>call:NAME{…}<tool_call|> a tool call whose arguments, in Gemma's own notation, become JSON;
 //   - tool calls in Llama 3's JSON format: the whole reply is {"name": …, "parameters": {…}} (optionally after
 //     <|python_tag|>, several separated by ';' or newlines), recognized only for the tools the request gave.
 //
@@ -30,6 +32,7 @@ const (
 	ToolsHermes                    // <tool_call>{json}</tool_call> (Qwen2.5, Qwen3, Hermes), or its XML form (Qwen3-Coder, Qwen3.5/3.6)
 	ToolsLlama3                    // a bare JSON object {"name":…, "parameters":…} (Llama 3.1+)
 	ToolsHarmony                   // <|channel|>commentary to=functions.NAME …<|message|>{json} (gpt-oss)
+	ToolsGemma4                    // <|tool_call>call:NAME{key:<|"|>value<|"|>}<tool_call|> (Gemma 4)
 )
 
 func (f ToolFormat) String() string {
@@ -40,6 +43,8 @@ func (f ToolFormat) String() string {
 		return "llama3-json"
 	case ToolsHarmony:
 		return "harmony"
+	case ToolsGemma4:
+		return "gemma4"
 	}
 	return "none"
 }
@@ -49,6 +54,7 @@ type Capabilities struct {
 	Thinking bool       // the template knows <think>…</think>, or the harmony format's analysis channel
 	Tools    ToolFormat // the tool-call syntax the template teaches
 	Harmony  bool       // the template writes OpenAI's harmony format (gpt-oss): see harmony.go
+	Gemma4   bool       // the template writes Gemma 4's format: see gemma4.go
 }
 
 // Detect reads a chat template's source for the syntax its model writes.
@@ -56,6 +62,14 @@ func Detect(chatTemplate string) Capabilities {
 	var c Capabilities
 	if IsHarmony(chatTemplate) {
 		return Capabilities{Thinking: true, Tools: ToolsHarmony, Harmony: true}
+	}
+	if IsGemma4(chatTemplate) {
+		c := Capabilities{Gemma4: true}
+		c.Thinking = strings.Contains(chatTemplate, gemma4ChanOpen) || strings.Contains(chatTemplate, gemma4Think)
+		if strings.Contains(chatTemplate, gemma4CallOpen) {
+			c.Tools = ToolsGemma4
+		}
+		return c
 	}
 	c.Thinking = strings.Contains(chatTemplate, ThinkOpen) || strings.Contains(chatTemplate, ThinkClose)
 	switch {
@@ -81,7 +95,7 @@ const (
 // model's output starts as thinking without an opening tag.
 func PromptOpensThinking(prompt string) bool {
 	p := strings.TrimRight(prompt, " \t\r\n")
-	return strings.HasSuffix(p, ThinkOpen)
+	return strings.HasSuffix(p, ThinkOpen) || gemma4PromptOpensThought(p)
 }
 
 // ToolCall is one parsed call. Arguments is a JSON object, compacted, keys in the model's order.
@@ -109,6 +123,10 @@ type Config struct {
 	// Result.Thinking whatever Thinking says (gpt-oss always reasons; its text is never returned as content),
 	// and tool calls are recognised when Tools is ToolsHarmony.
 	Harmony bool
+	// Gemma4: the output is in Gemma 4's format (Capabilities.Gemma4). Its reasoning channel goes to
+	// Result.Thinking whatever Thinking says, InThinking starts inside it, and tool calls are recognised
+	// when Tools is ToolsGemma4.
+	Gemma4 bool
 	// ToolNames, when not empty, is the set of tools the request offered: a Llama 3 JSON reply naming another
 	// function is content. Hermes calls are tagged explicitly and are not filtered.
 	ToolNames []string
@@ -119,6 +137,7 @@ type Config struct {
 // Parser is the incremental splitter. Not safe for concurrent use.
 type Parser struct {
 	harmony *harmonyStage // the harmony format, which does the work of both stages below
+	gemma4  *gemma4Stage  // Gemma 4's format, likewise
 	think   *thinkStage   // nil when thinking is not separated
 	tools   toolStage     // nil when tool calls are not recognized
 }
@@ -133,6 +152,10 @@ func New(cfg Config) *Parser {
 	p := &Parser{}
 	if cfg.Harmony {
 		p.harmony = newHarmonyStage(cfg.Tools == ToolsHarmony)
+		return p
+	}
+	if cfg.Gemma4 {
+		p.gemma4 = newGemma4Stage(cfg.Tools == ToolsGemma4, cfg.InThinking)
 		return p
 	}
 	if cfg.Thinking {
@@ -156,6 +179,10 @@ func (p *Parser) Add(s string, done bool) Result {
 	var r Result
 	if p.harmony != nil {
 		p.harmony.add(s, done, &r)
+		return r
+	}
+	if p.gemma4 != nil {
+		p.gemma4.add(s, done, &r)
 		return r
 	}
 	content := s
