@@ -6,7 +6,9 @@
 // (Qwen3MoeForCausalLM: per-expert tensors as Hugging Face stores them), gemma3_text
 // (Gemma3ForCausalLM: sliding and global layers, four norms per layer) and qwen3_next
 // (Qwen3NextForCausalLM: Gated DeltaNet and gated attention layers, experts and a
-// shared expert; norms of the 1 + w kind drawn around 0), any shape,
+// shared expert; norms of the 1 + w kind drawn around 0), gemma4_text (Gemma4ForCausalLM:
+// per-layer embeddings, KV-shared layers, experts beside the MLP; gemma4 and gemma4_unified
+// write it in the multimodal layout, gemma4.go), any shape,
 // any vocabulary size, float32, float16 or bfloat16 weights, tied or separate
 // lm_head, optional RoPE scaling. A fixed seed gives byte-identical files whatever
 // the number of CPUs: every tensor is filled in fixed-size chunks, each from its own
