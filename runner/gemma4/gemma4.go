@@ -451,6 +451,15 @@ func (e *Experts) Logits(c compute.Context, x compute.ActivationContext, h compu
 	return c.Linear(x.Scale(c.RMSNorm(h, e.RouterNorm, e.Eps), e.RouterScale), e.Router)
 }
 
+// Guess hands g the router's logits on h as a guess of the experts the block will pick,
+// when g streams them and wants a guess for h's rows.
+func (e *Experts) Guess(c compute.Context, x compute.ActivationContext, g compute.ExpertGuesser, h compute.Tensor) {
+	if rows, _ := h.Dims(); !g.WantsExpertGuess(e.Gate, rows, e.Routing) {
+		return
+	}
+	g.GuessExperts(e.Logits(c, x, h), e.Gate, e.Experts, e.Routing)
+}
+
 // Forward computes the experts' sum for in (the pre-normed stream) routed by h.
 func (e *Experts) Forward(c compute.Context, x compute.ActivationContext, h, in compute.Tensor) compute.Tensor {
 	m, ok := compute.Ext[compute.GeGLUMoEContext](c)
@@ -481,6 +490,7 @@ func (n *Network) ForwardBatch(c compute.Context, b *model.Batch) compute.Tensor
 		}
 		pl = n.PerLayer.Inputs(c, x, b.Tokens(), h, n.Eps)
 	}
+	guesser, guess := compute.Ext[compute.ExpertGuesser](c)
 	for i, l := range n.Layers {
 		if w := l.Attn.Window; w > 0 {
 			if err := b.CheckWindow(l.Attn.Source, w); err != nil {
@@ -489,6 +499,11 @@ func (n *Network) ForwardBatch(c compute.Context, b *model.Batch) compute.Tensor
 		}
 		a := l.Attn.Forward(c, norm(h, l.InputNorm), b, i)
 		h = c.Add(h, norm(a, l.PostAttnNorm))
+		if guess && l.Experts != nil && i+1 < len(n.Layers) && n.Layers[i+1].Experts != nil {
+			// The next layer's experts, guessed from the stream as its router would see
+			// it but for that layer's attention (a streaming backend reads them ahead).
+			n.Layers[i+1].Experts.Guess(c, x, guesser, h)
+		}
 		var m compute.Tensor
 		if l.Experts != nil {
 			m1 := norm(l.MLP.Forward(c, x, norm(h, l.PreFFNorm)), l.PostFFNorm1)
