@@ -31,8 +31,9 @@
 //
 // Weights are read as mlx-lm and mlx-vlm store them (language_model.model.* for the
 // multimodal checkpoints, model.* for gemma4_text; the experts stacked under
-// experts.switch_glu); `mlxg create` converts Hugging Face's layout (fused
-// experts.gate_up_proj) into it.
+// experts.switch_glu; also mlx-lm's older layout, language_model.* with the per-layer
+// table cut into one per layer); `mlxg create` converts Hugging Face's layout (fused
+// experts.gate_up_proj) into it, and a dense Hugging Face checkpoint loads as it is.
 package gemma4
 
 import (
@@ -211,12 +212,15 @@ func New(l *model.Loader) (model.Network, error) {
 	if c := g.FinalLogitSoftcapping; c != nil && *c > 0 {
 		n.SoftCap = float32(*c)
 	}
-	// Where the language model lies: mlx-lm's and mlx-vlm's multimodal layout, Hugging
-	// Face's multimodal layout, or the text model's own.
+	// Where the language model lies: mlx-vlm's (and mlx-lm's) multimodal layout, mlx-lm's
+	// older one without the inner model., Hugging Face's multimodal layout, or the text
+	// model's own.
 	base, head := "model.", "lm_head"
 	switch {
 	case l.Has("language_model.model.embed_tokens.weight"):
 		base, head = "language_model.model.", "language_model.lm_head"
+	case l.Has("language_model.embed_tokens.weight"):
+		base, head = "language_model.", "language_model.lm_head"
 	case l.Has("model.language_model.embed_tokens.weight"):
 		base, head = "model.language_model.", "lm_head"
 	}
@@ -227,12 +231,20 @@ func New(l *model.Loader) (model.Network, error) {
 	if p := g.PerLayerInput; p > 0 {
 		L := cfg.NumLayers
 		n.PerLayer = &PerLayer{
-			Embed:      l.Linear(base+"embed_tokens_per_layer", g.PerLayerVocab, L*p),
 			Projection: l.Linear(base+"per_layer_model_projection", L*p, h),
 			Norm:       l.Vector(base+"per_layer_projection_norm.weight", p),
 			Width:      p, Layers: L, Vocab: g.PerLayerVocab,
 			EmbedScale: float32(math.Sqrt(float64(p))),
 			ProjScale:  float32(1 / math.Sqrt(float64(h))),
+		}
+		if l.Has(base + "embed_tokens_per_layer.0.weight") {
+			// mlx-lm's older layout: the table cut into one per layer (Metal's buffers
+			// stop at 4 GB).
+			for i := 0; i < L; i++ {
+				n.PerLayer.Tables = append(n.PerLayer.Tables, l.Linear(fmt.Sprintf("%sembed_tokens_per_layer.%d", base, i), g.PerLayerVocab, p))
+			}
+		} else {
+			n.PerLayer.Embed = l.Linear(base+"embed_tokens_per_layer", g.PerLayerVocab, L*p)
 		}
 	}
 	var ones = map[int]compute.Vector{}
@@ -326,10 +338,11 @@ type Network struct {
 
 // PerLayer is the per-layer embeddings' input side (E2B, E4B).
 type PerLayer struct {
-	Embed      compute.Weight // embed_tokens_per_layer: vocab × layers·width
-	Projection compute.Weight // per_layer_model_projection: layers·width × hidden
-	Norm       compute.Vector // per_layer_projection_norm, over one layer's slice
-	Width      int            // hidden_size_per_layer_input
+	Embed      compute.Weight   // embed_tokens_per_layer: vocab × layers·width
+	Tables     []compute.Weight // or embed_tokens_per_layer.N: vocab × width each
+	Projection compute.Weight   // per_layer_model_projection: layers·width × hidden
+	Norm       compute.Vector   // per_layer_projection_norm, over one layer's slice
+	Width      int              // hidden_size_per_layer_input
 	Layers     int
 	Vocab      int // vocab_size_per_layer_input
 	EmbedScale float32
@@ -352,7 +365,21 @@ func (p *PerLayer) Inputs(c compute.Context, x compute.ActivationContext, tokens
 		ids = tokens
 	}
 	T := len(tokens)
-	tok := x.Scale(c.Embed(p.Embed, ids), p.EmbedScale)
+	var tok compute.Tensor
+	if p.Embed != nil {
+		tok = c.Embed(p.Embed, ids)
+	} else {
+		cols, ok := compute.Ext[compute.LinearAttentionContext](c)
+		if !ok {
+			return compute.Unsupported(c, "Gemma 4's per-layer embeddings (column slices)")
+		}
+		parts := make([]compute.Tensor, len(p.Tables))
+		for i, t := range p.Tables {
+			parts[i] = c.Embed(t, ids)
+		}
+		tok = cols.ConcatCols(parts...)
+	}
+	tok = x.Scale(tok, p.EmbedScale)
 	proj := x.Scale(c.Linear(embeds, p.Projection), p.ProjScale)
 	proj = c.Reshape(c.RMSNorm(c.Reshape(proj, T*p.Layers, p.Width), p.Norm, eps), T, p.Layers*p.Width)
 	return x.Scale(c.Add(proj, tok), float32(1/math.Sqrt2))
