@@ -242,3 +242,28 @@ func TestOlderMLXLayout(t *testing.T) {
 		t.Errorf("the older layout's logits differ by %.3g relative", modeltest.MaxRel(got, want))
 	}
 }
+
+// TestHuggingFaceLayout: a dense checkpoint in Hugging Face's layout loads as it is, with
+// the logits of its conversion; one with experts (fused gate_up_proj) is refused with a
+// pointer to `mlxg create`.
+func TestHuggingFaceLayout(t *testing.T) {
+	cfg := randmodel.TinyGemma4(256)
+	hf := t.TempDir()
+	if err := randmodel.Generate(hf, cfg, randmodel.Options{Seed: 7}); err != nil {
+		t.Fatal(err)
+	}
+	p := modeltest.Tokens(6, 20)
+	a, b := load(t, hf), load(t, convert(t, cfg, create.Options{}))
+	ca, _ := a.NewCaches(true)
+	cb, _ := b.NewCaches(true)
+	if got, want := modeltest.Forward(t, a, ca, p, 20), modeltest.Forward(t, b, cb, p, 20); !slices.Equal(got, want) {
+		t.Errorf("Hugging Face's layout gives other logits than its conversion (%.3g relative)", modeltest.MaxRel(got, want))
+	}
+	moe := t.TempDir()
+	if err := randmodel.Generate(moe, randmodel.TinyGemma4MoE(256), randmodel.Options{Seed: 7}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := model.Load(moe, cpu.New(1)); err == nil || !strings.Contains(err.Error(), "mlxg create") {
+		t.Errorf("loading fused experts: %v, want an error pointing to mlxg create", err)
+	}
+}
