@@ -16,6 +16,7 @@ import (
 var (
 	_ compute.MoEContext             = (*context)(nil)
 	_ compute.GeGLUMoEContext        = (*context)(nil)
+	_ compute.SharedKVContext        = (*context)(nil)
 	_ compute.ActivationContext      = (*context)(nil)
 	_ compute.LinearAttentionContext = (*context)(nil)
 	_ compute.Failer                 = (*context)(nil)
