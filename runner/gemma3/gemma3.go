@@ -175,32 +175,13 @@ func ropes(cfg *model.Config, g Config) (global, local *compute.RoPE, err error)
 			lTheta = t
 		}
 	}
-	if global, err = rope(cfg, gp, gTheta); err != nil {
+	if global, err = model.LayerRoPE(gp, cfg.HeadDim, cfg.MaxPositions, gTheta); err != nil {
 		return nil, nil, fmt.Errorf("global layers: %w", err)
 	}
-	if local, err = rope(cfg, lp, lTheta); err != nil {
+	if local, err = model.LayerRoPE(lp, cfg.HeadDim, cfg.MaxPositions, lTheta); err != nil {
 		return nil, nil, fmt.Errorf("sliding-window layers: %w", err)
 	}
 	return global, local, nil
-}
-
-// rope builds a rotary embedding over the full head from a rope_scaling-style block,
-// through model.ParseConfig so every scaling type it knows is read the same way.
-func rope(cfg *model.Config, params map[string]any, theta float64) (*compute.RoPE, error) {
-	doc := map[string]any{"model_type": cfg.ModelType, "vocab_size": 1, "hidden_size": cfg.HeadDim, "num_attention_heads": 1,
-		"num_hidden_layers": 1, "head_dim": cfg.HeadDim, "max_position_embeddings": cfg.MaxPositions, "rope_theta": theta}
-	if params != nil {
-		doc["rope_scaling"] = params
-	}
-	b, err := json.Marshal(doc)
-	if err != nil {
-		return nil, err
-	}
-	c, err := model.ParseConfig(b)
-	if err != nil {
-		return nil, err
-	}
-	return c.RoPE()
 }
 
 // Network is the decoder stack.
@@ -231,9 +212,6 @@ type Attention struct {
 	Window                  int // sliding_window on sliding layers, 0 on global ones
 }
 
-// windowed is a cache that keeps a sliding window (kvstore.Rotating).
-type windowed interface{ Window() int }
-
 // Forward implements model.Network.
 func (n *Network) Forward(c compute.Context, tokens []int32, caches []kvstore.Layer, lastOnly bool) compute.Tensor {
 	return n.ForwardBatch(c, model.Single(tokens, caches, lastOnly))
@@ -248,11 +226,9 @@ func (n *Network) ForwardBatch(c compute.Context, b *model.Batch) compute.Tensor
 	norm := func(t compute.Tensor, w compute.Vector) compute.Tensor { return x.RMSNormOffset(t, w, 1, n.Eps) }
 	h := x.Scale(c.Embed(n.Embed, b.Tokens()), n.EmbedScale)
 	for i, l := range n.Layers {
-		for s := range b.Seqs {
-			if w := l.Attn.Window; w > 0 && b.Offset(s)+b.Len(s) > w {
-				if _, ok := b.Cache(s, i).(windowed); !ok {
-					return compute.Fail(c, fmt.Errorf("gemma3: layer %d is a sliding-window layer of %d positions, but its cache (%T) keeps every position: make its cache with kvstore.NewCaches (a Rotating cache)", i, w, b.Cache(s, i)))
-				}
+		if w := l.Attn.Window; w > 0 {
+			if err := b.CheckWindow(i, w); err != nil {
+				return compute.Fail(c, fmt.Errorf("gemma3: %w", err))
 			}
 		}
 		a := l.Attn.Forward(c, x, norm(h, l.InputNorm), b, i)
