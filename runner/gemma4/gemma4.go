@@ -247,13 +247,13 @@ func New(l *model.Loader) (model.Network, error) {
 			n.PerLayer.Embed = l.Linear(base+"embed_tokens_per_layer", g.PerLayerVocab, L*p)
 		}
 	}
-	var ones = map[int]compute.Vector{}
-	one := func(n int) compute.Vector {
-		if v, ok := ones[n]; ok {
+	ones := map[int]compute.Vector{} // the value norms' unit scales, one per head size
+	one := func(size int) compute.Vector {
+		if v, ok := ones[size]; ok {
 			return v
 		}
-		ones[n] = l.Ones(n)
-		return ones[n]
+		ones[size] = l.Ones(size)
+		return ones[size]
 	}
 	firstShared := cfg.NumLayers - g.NumKVSharedLayers
 	for i := 0; i < cfg.NumLayers; i++ {
@@ -350,7 +350,7 @@ type PerLayer struct {
 }
 
 // Inputs returns every layer's per-layer input, side by side (T × layers·width), from
-// the tokens and their scaled embeddings x.
+// the tokens and their embeddings as the first layer reads them (scaled).
 func (p *PerLayer) Inputs(c compute.Context, x compute.ActivationContext, tokens []int32, embeds compute.Tensor, eps float32) compute.Tensor {
 	var ids []int32 // a copy, when some token is one the per-layer table lacks
 	for i, t := range tokens {
