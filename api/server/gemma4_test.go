@@ -183,6 +183,12 @@ func TestGemma4ThroughServer(t *testing.T) {
 		t.Errorf("/api/chat without thinking: %+v", cr.Message)
 	}
 
+	// A forced call is not constrained (Gemma 4's call syntax is not JSON): the model calls.
+	resp, body = ts.post(t, "/v1/chat/completions", `{"model":"gemma4","tool_choice":"required",`+tools+`,"messages":[{"role":"user","content":"Time?"}]}`)
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"name":"get_time"`) {
+		t.Errorf("/v1/chat/completions with tool_choice required: %d %s", resp.StatusCode, body)
+	}
+
 	var show api.ShowResponse
 	if ts.postJSON(t, "/api/show", `{"model":"gemma4"}`, &show) != 200 {
 		t.Fatal("/api/show failed")
