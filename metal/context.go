@@ -323,6 +323,53 @@ func (c *context) Attention(q, k, v compute.Tensor, cache kvstore.Layer, nHeads 
 	})
 }
 
+// AttentionShared implements compute.SharedKVContext (Gemma 4's KV-shared layers): the
+// keys and values this pass recorded so far are stored first (the source layer's among
+// them, one evaluation), then q attends over the cache's blocks where they lie, or in Go
+// for a storage MLX does not read (a sliding window's ring).
+func (c *context) AttentionShared(q compute.Tensor, cache kvstore.Layer, nHeads int, scale float32) compute.Tensor {
+	a, ok := c.args(q)
+	if !ok {
+		return nilTensor
+	}
+	if cache == nil {
+		return c.fail("AttentionShared without a KV cache layer")
+	}
+	kvHeads, kDim, vDim := cache.Dims()
+	T := a[0].rows
+	if T == 0 || kvHeads <= 0 || nHeads <= 0 || nHeads%kvHeads != 0 || a[0].cols != nHeads*kDim {
+		return c.fail("AttentionShared: q %d×%d does not fit %d heads over a cache of %d KV heads of %d dims", a[0].rows, a[0].cols, nHeads, kvHeads, kDim)
+	}
+	return c.record(T, nHeads*vDim, func(g *graph) mlxArray {
+		qa := g.float32Array(a[0].arr)
+		c.flushAppends(g, qa)
+		if g.err != nil {
+			return 0
+		}
+		if cache.Len() < T {
+			return g.fail(fmt.Errorf("AttentionShared: %d queries over a cache of %d positions", T, cache.Len()))
+		}
+		src, inPlace := cache.(kvstore.BlockSource)
+		if t, ok := cache.(interface{ Target() kvstore.Spec }); ok && inPlace {
+			inPlace = readable(t.Target().K) && readable(t.Target().V)
+		}
+		if !inPlace {
+			return c.attendGo(g, qa, T, cache, nHeads, scale)
+		}
+		s := &storedAttention{g: g, kvHeads: kvHeads, kDim: kDim, vDim: vDim, heads: nHeads, T: T, dt: dtFloat16}
+		if f, ok := cache.(*kvstore.Full); ok && f.FP32() {
+			s.fp32 = true
+		}
+		if s.fp32 || c.b.wide {
+			s.dt = dtFloat32
+		}
+		if r, ok := cache.(*kvstore.Rotating); ok {
+			s.window = r.Window()
+		}
+		return s.attend(a[0].arr, scale, src.Blocks(), 0, 0, src.Spec())
+	})
+}
+
 // attendOnCPU is the path for a layer whose storage MLX does not read (a sliding
 // window's ring): the step's graph so far is evaluated, the layer appends and attends
 // in Go, and the result goes back to the device. It costs one extra evaluation per

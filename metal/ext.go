@@ -15,6 +15,8 @@ import (
 
 var (
 	_ compute.MoEContext             = (*context)(nil)
+	_ compute.GeGLUMoEContext        = (*context)(nil)
+	_ compute.SharedKVContext        = (*context)(nil)
 	_ compute.ActivationContext      = (*context)(nil)
 	_ compute.LinearAttentionContext = (*context)(nil)
 	_ compute.Failer                 = (*context)(nil)
@@ -33,6 +35,17 @@ func (c *context) Fail(err error) compute.Tensor {
 // multiplies each token by its picked experts' matrices only, so experts nobody picked
 // are never read.
 func (c *context) MoE(x, router compute.Tensor, gate, up, down compute.Weight, experts int, r compute.Routing) compute.Tensor {
+	return c.moe(x, router, gate, up, down, experts, r, false)
+}
+
+// GeGLUMoE implements compute.GeGLUMoEContext: MoE with Gemma 4's GELU-gated experts.
+func (c *context) GeGLUMoE(x, router compute.Tensor, gate, up, down compute.Weight, experts int, r compute.Routing) compute.Tensor {
+	return c.moe(x, router, gate, up, down, experts, r, true)
+}
+
+// moe is MoE, its experts gated by GELU instead of SiLU when geglu; per-expert scales
+// (r.Scales) multiply the picked experts' weights last, as Routing.Select does.
+func (c *context) moe(x, router compute.Tensor, gate, up, down compute.Weight, experts int, r compute.Routing, geglu bool) compute.Tensor {
 	a, ok := c.args(x, router)
 	if !ok {
 		return nilTensor
@@ -68,6 +81,11 @@ func (c *context) MoE(x, router compute.Tensor, gate, up, down compute.Weight, e
 		if r.NormTopK {
 			scores = g.div(scores, g.sum(scores, -1, true))
 		}
+		if r.Scales != nil {
+			scales := g.reshape(g.fromFloat32s(r.Scales, experts), 1, experts)
+			picked := g.takeAlong(g.mul(g.add(g.mul(probs, g.scalar(0)), g.scalar(1)), scales), idx, -1)
+			scores = g.mul(scores, picked)
+		}
 		xe := g.reshape(g.astype(xs.arr, gw.dt), T, 1, 1, in)
 		product := func(w *weight, x mlxArray) mlxArray { return expertProduct(g, w, x, idx, experts) }
 		if grp != nil {
@@ -87,7 +105,12 @@ func (c *context) MoE(x, router compute.Tensor, gate, up, down compute.Weight, e
 				return g.gatherQMM(x, a[0], a[1], a[2], sidx, w.q.GroupSize, w.q.Bits, string(w.q.Mode))
 			}
 		}
-		h := g.silu(product(gw, xe))
+		var h mlxArray
+		if geglu {
+			h = geluTanh(g, product(gw, xe))
+		} else {
+			h = g.silu(product(gw, xe))
+		}
 		h = g.mul(h, product(uw, xe))        // T × k × 1 × inter
 		y := product(dw, g.astype(h, dw.dt)) // T × k × 1 × hidden
 		y = g.reshape(g.astype(y, dtFloat32), T, k, hidden)
@@ -118,12 +141,13 @@ func expertProduct(g *graph, w *weight, x, idx mlxArray, experts int) mlxArray {
 
 // GeGLU implements compute.ActivationContext: gelu_tanh(gate) * up.
 func (c *context) GeGLU(gate, up compute.Tensor) compute.Tensor {
-	return c.elementwise("GeGLU", gate, up, func(g *graph, x, u mlxArray) mlxArray {
-		// 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
-		inner := g.mul(g.add(x, g.mul(g.mul(g.square(x), x), g.scalar(0.044715))), g.scalar(float32(math.Sqrt(2/math.Pi))))
-		gelu := g.mul(g.mul(x, g.scalar(0.5)), g.add(g.tanh(inner), g.scalar(1)))
-		return g.mul(gelu, u)
-	})
+	return c.elementwise("GeGLU", gate, up, func(g *graph, x, u mlxArray) mlxArray { return g.mul(geluTanh(g, x), u) })
+}
+
+// geluTanh is gelu_pytorch_tanh: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
+func geluTanh(g *graph, x mlxArray) mlxArray {
+	inner := g.mul(g.add(x, g.mul(g.mul(g.square(x), x), g.scalar(0.044715))), g.scalar(float32(math.Sqrt(2/math.Pi))))
+	return g.mul(g.mul(x, g.scalar(0.5)), g.add(g.tanh(inner), g.scalar(1)))
 }
 
 // RMSNormOffset implements compute.ActivationContext.

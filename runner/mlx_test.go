@@ -55,6 +55,8 @@ func TestMLXMatchesCPU(t *testing.T) {
 		{"qwen3_moe", randmodel.TinyMoE(512)},
 		{"gemma3", randmodel.TinyGemma3(512)},
 		{"qwen3_next", randmodel.TinyQwen3Next(512)},
+		{"gemma4", randmodel.TinyGemma4(512)},
+		{"gemma4_moe", randmodel.TinyGemma4MoE(512)},
 	}
 	mlx := mlxtest.Opener(t)
 	prompt, steps := modeltest.Tokens(11, 40), 8

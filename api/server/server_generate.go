@@ -372,7 +372,7 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 		in.EndTokens, in.SpecialTokens = []string{"<|return|>", "<|call|>"}, !j.raw
 	}
 	if caps.SpecialTags && !j.raw {
-		in.SpecialTokens = true // Mistral's [TOOL_CALLS], [ARGS] and [THINK] are special tokens its parser reads
+		in.SpecialTokens = true // Mistral's [TOOL_CALLS], [ARGS] and [THINK], Gemma 4's channel and call tags: special tokens their parsers read
 	}
 	var pendingLP []api.Logprob // of text the parser has not yielded yet
 	if j.logprobs {
@@ -416,7 +416,7 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 		parser.MistralCallIDs(in.Messages) // its templates require ids of nine letters and digits
 	}
 	pcfg := parser.Config{Thinking: thinkOn && caps.Thinking && !j.raw, Harmony: caps.Harmony && !j.raw,
-		ThinkOpen: caps.ThinkOpen, ThinkClose: caps.ThinkClose}
+		ThinkOpen: caps.ThinkOpen, ThinkClose: caps.ThinkClose, Gemma4: caps.Gemma4 && !j.raw}
 	if len(in.Messages) > 0 && pcfg.Thinking && !pcfg.Harmony {
 		if p, err := m.RenderChat(in.Messages, in.Tools, in.Kwargs); err == nil {
 			pcfg.InThinking = parser.PromptOpens(p, caps.ThinkOpen)
@@ -513,13 +513,14 @@ func (s *Server) promptFit(ctx context.Context, j *job, fit runner.PromptFit) {
 }
 
 // turnMarkerSets are the turn markers of the chat-template families Ollama knows, which its templates
-// list as stop words: ChatML (Qwen), Llama 3, Gemma, Phi-3 and Command R.
+// list as stop words: ChatML (Qwen), Llama 3, Gemma, Phi-3 and Command R; and Gemma 4's.
 var turnMarkerSets = [][]string{
 	{"<|im_start|>", "<|im_end|>"},
 	{"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"},
 	{"<start_of_turn>", "<end_of_turn>"},
 	{"<|end|>", "<|system|>", "<|user|>", "<|assistant|>"},
 	{"<|START_OF_TURN_TOKEN|>", "<|END_OF_TURN_TOKEN|>"},
+	{"<|turn>", "<turn|>"}, // Gemma 4
 }
 
 // turnMarkers are the turn markers a chat template writes, which end a generation as its end-of-sequence

@@ -159,10 +159,17 @@ func applyToolChoice(tc toolChoice, tools api.Tools) (api.Tools, *toolChoice, er
 // "required") as an object of the function's name and arguments valid against its parameter schema.
 // A parameter schema the constraint cannot enforce (a keyword constrain does not support) is relaxed to
 // any JSON object for that tool, rather than refusing a request the model could still answer.
+//
+// Gemma 4's calls are not JSON (<|tool_call>call:NAME{key:<|"|>value<|"|>}<tool_call|>), which the
+// constraint engine cannot express: a forced call there runs unconstrained, the model given the tools
+// and left to call one (no constraint, no error).
 func toolCallFormat(tools api.Tools, tc toolChoice, syntax parser.ToolFormat) (*runner.Format, error) {
 	f := &runner.Format{Required: true}
 	if syntax == parser.ToolsHarmony {
 		return harmonyToolFormat(tools, tc)
+	}
+	if syntax == parser.ToolsGemma4 {
+		return nil, nil
 	}
 	argsKey := "arguments"
 	switch syntax {

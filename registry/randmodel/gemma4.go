@@ -24,12 +24,13 @@ func TinyGemma4(vocab int) Config {
 // TinyGemma4MoE returns a small float32 Gemma 4 of the 26B-A4B kind in the multimodal
 // layout (model_type gemma4, text_config nested): 4 layers alternating a sliding window
 // of 8 positions and full attention, full layers with attention_k_eq_v over one KV head
-// of their own head size, 8 experts of which 2 are picked per token beside the MLP.
+// of their own head size, 8 experts (of 64 inner features, so that 4-bit groups of 64 quantize
+// every expert matrix and the doctor streams them) of which 2 are picked per token beside the MLP.
 func TinyGemma4MoE(vocab int) Config {
 	c := TinyGemma4(vocab)
 	c.Arch, c.NumLayers, c.SlidingWindowPattern, c.KVSharedLayers, c.PerLayerInput, c.DoubleWideMLP = "gemma4", 4, 2, 0, 0, false
 	c.AttentionKEqV, c.GlobalKVHeads = true, 1
-	c.NumExperts, c.TopK, c.MoEIntermediate, c.IntermediateSize = 8, 2, 32, 64
+	c.NumExperts, c.TopK, c.MoEIntermediate, c.IntermediateSize = 8, 2, 64, 64
 	return c
 }
 

@@ -6,7 +6,10 @@
 // (Qwen3MoeForCausalLM: per-expert tensors as Hugging Face stores them), gemma3_text
 // (Gemma3ForCausalLM: sliding and global layers, four norms per layer) and qwen3_next
 // (Qwen3NextForCausalLM: Gated DeltaNet and gated attention layers, experts and a
-// shared expert; norms of the 1 + w kind drawn around 0), gpt_oss, mistral
+// shared expert; norms of the 1 + w kind drawn around 0), gemma4_text (Gemma4ForCausalLM:
+// per-layer embeddings, KV-shared layers, experts beside the MLP; gemma4 and gemma4_unified
+// write it in the multimodal layout, gemma4.go), gpt_oss, glm4_moe and glm4_moe_lite
+// (DeepSeek-style routing; the lite one with multi-head latent attention), mistral
 // (MistralForCausalLM, sliding_window on every layer when set), ministral3
 // (Ministral3ForCausalLM: YaRN and llama_4_scaling_beta), mistral3
 // (Mistral3ForConditionalGeneration: a mistral or ministral3 text_config, the language

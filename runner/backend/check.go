@@ -548,8 +548,8 @@ func opCases(seed uint64) ([]opCase, error) {
 		}
 		return out, nil
 	}, sinkWant, nil})
-	// AttentionShared: each step's queries over the cache the step's Attention filled
-	// (a KV-shared layer's reading of its source), the same as that attention.
+	// AttentionShared: each step's queries over the cache the step's Attention filled in
+	// the same pass (a KV-shared layer's reading of its source), the same as that attention.
 	sharedWant := attention(qs, roundTrip(ks, kvstore.SpecF16.K, headDim), roundTrip(vs, kvstore.SpecF16.V, headDim), total, steps, heads, kvHeads, headDim, scale)
 	cases = append(cases, opCase{"AttentionShared fp16 cache", []string{"SharedKVContext.AttentionShared"}, tolF16, func(b compute.Backend) ([]float32, error) {
 		if err := compute.Supports[compute.SharedKVContext](b, "attention over another layer's KV"); err != nil {
@@ -572,12 +572,10 @@ func opCases(seed uint64) ([]opCase, error) {
 			for i := range ids {
 				ids[i] = int32(pos + i)
 			}
-			if _, err := run(b, func(c compute.Context) compute.Tensor {
-				return c.Attention(c.Embed(w[0], ids), c.Embed(w[1], ids), c.Embed(w[2], ids), cache, heads, scale)
-			}); err != nil {
-				return nil, err
-			}
+			// In one pass, as a model runs it: the source layer's attention appends
+			// the step's keys and values, the shared layer reads them.
 			got, err := run(b, func(c compute.Context) compute.Tensor {
+				c.Attention(c.Embed(w[0], ids), c.Embed(w[1], ids), c.Embed(w[2], ids), cache, heads, scale)
 				sc, _ := compute.Ext[compute.SharedKVContext](c)
 				return sc.AttentionShared(c.Embed(w[0], ids), cache, heads, scale)
 			})

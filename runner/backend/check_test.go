@@ -258,7 +258,7 @@ func TestDoctorModelsOnCPU(t *testing.T) {
 			}
 		}
 	}
-	for _, mt := range []string{"llama", "qwen2", "qwen3", "qwen3_moe", "gemma3_text", "qwen3_next"} {
+	for _, mt := range []string{"llama", "qwen2", "qwen3", "qwen3_moe", "gemma3_text", "qwen3_next", "gemma4_text", "gemma4"} {
 		if !covered[mt] || !streamed[mt] {
 			t.Errorf("%s: covered %v, streamed %v", mt, covered[mt], streamed[mt])
 		}

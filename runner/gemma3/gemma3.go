@@ -175,32 +175,13 @@ func ropes(cfg *model.Config, g Config) (global, local *compute.RoPE, err error)
 			lTheta = t
 		}
 	}
-	if global, err = rope(cfg, gp, gTheta); err != nil {
+	if global, err = model.LayerRoPE(gp, cfg.HeadDim, cfg.MaxPositions, gTheta); err != nil {
 		return nil, nil, fmt.Errorf("global layers: %w", err)
 	}
-	if local, err = rope(cfg, lp, lTheta); err != nil {
+	if local, err = model.LayerRoPE(lp, cfg.HeadDim, cfg.MaxPositions, lTheta); err != nil {
 		return nil, nil, fmt.Errorf("sliding-window layers: %w", err)
 	}
 	return global, local, nil
-}
-
-// rope builds a rotary embedding over the full head from a rope_scaling-style block,
-// through model.ParseConfig so every scaling type it knows is read the same way.
-func rope(cfg *model.Config, params map[string]any, theta float64) (*compute.RoPE, error) {
-	doc := map[string]any{"model_type": cfg.ModelType, "vocab_size": 1, "hidden_size": cfg.HeadDim, "num_attention_heads": 1,
-		"num_hidden_layers": 1, "head_dim": cfg.HeadDim, "max_position_embeddings": cfg.MaxPositions, "rope_theta": theta}
-	if params != nil {
-		doc["rope_scaling"] = params
-	}
-	b, err := json.Marshal(doc)
-	if err != nil {
-		return nil, err
-	}
-	c, err := model.ParseConfig(b)
-	if err != nil {
-		return nil, err
-	}
-	return c.RoPE()
 }
 
 // Network is the decoder stack.

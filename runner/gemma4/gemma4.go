@@ -31,8 +31,9 @@
 //
 // Weights are read as mlx-lm and mlx-vlm store them (language_model.model.* for the
 // multimodal checkpoints, model.* for gemma4_text; the experts stacked under
-// experts.switch_glu); `mlxg create` converts Hugging Face's layout (fused
-// experts.gate_up_proj) into it.
+// experts.switch_glu; also mlx-lm's older layout, language_model.* with the per-layer
+// table cut into one per layer); `mlxg create` converts Hugging Face's layout (fused
+// experts.gate_up_proj) into it, and a dense Hugging Face checkpoint loads as it is.
 package gemma4
 
 import (
@@ -211,12 +212,15 @@ func New(l *model.Loader) (model.Network, error) {
 	if c := g.FinalLogitSoftcapping; c != nil && *c > 0 {
 		n.SoftCap = float32(*c)
 	}
-	// Where the language model lies: mlx-lm's and mlx-vlm's multimodal layout, Hugging
-	// Face's multimodal layout, or the text model's own.
+	// Where the language model lies: mlx-vlm's (and mlx-lm's) multimodal layout, mlx-lm's
+	// older one without the inner model., Hugging Face's multimodal layout, or the text
+	// model's own.
 	base, head := "model.", "lm_head"
 	switch {
 	case l.Has("language_model.model.embed_tokens.weight"):
 		base, head = "language_model.model.", "language_model.lm_head"
+	case l.Has("language_model.embed_tokens.weight"):
+		base, head = "language_model.", "language_model.lm_head"
 	case l.Has("model.language_model.embed_tokens.weight"):
 		base, head = "model.language_model.", "lm_head"
 	}
@@ -227,21 +231,29 @@ func New(l *model.Loader) (model.Network, error) {
 	if p := g.PerLayerInput; p > 0 {
 		L := cfg.NumLayers
 		n.PerLayer = &PerLayer{
-			Embed:      l.Linear(base+"embed_tokens_per_layer", g.PerLayerVocab, L*p),
 			Projection: l.Linear(base+"per_layer_model_projection", L*p, h),
 			Norm:       l.Vector(base+"per_layer_projection_norm.weight", p),
 			Width:      p, Layers: L, Vocab: g.PerLayerVocab,
 			EmbedScale: float32(math.Sqrt(float64(p))),
 			ProjScale:  float32(1 / math.Sqrt(float64(h))),
 		}
+		if l.Has(base + "embed_tokens_per_layer.0.weight") {
+			// mlx-lm's older layout: the table cut into one per layer (Metal's buffers
+			// stop at 4 GB).
+			for i := 0; i < L; i++ {
+				n.PerLayer.Tables = append(n.PerLayer.Tables, l.Linear(fmt.Sprintf("%sembed_tokens_per_layer.%d", base, i), g.PerLayerVocab, p))
+			}
+		} else {
+			n.PerLayer.Embed = l.Linear(base+"embed_tokens_per_layer", g.PerLayerVocab, L*p)
+		}
 	}
-	var ones = map[int]compute.Vector{}
-	one := func(n int) compute.Vector {
-		if v, ok := ones[n]; ok {
+	ones := map[int]compute.Vector{} // the value norms' unit scales, one per head size
+	one := func(size int) compute.Vector {
+		if v, ok := ones[size]; ok {
 			return v
 		}
-		ones[n] = l.Ones(n)
-		return ones[n]
+		ones[size] = l.Ones(size)
+		return ones[size]
 	}
 	firstShared := cfg.NumLayers - g.NumKVSharedLayers
 	for i := 0; i < cfg.NumLayers; i++ {
@@ -326,10 +338,11 @@ type Network struct {
 
 // PerLayer is the per-layer embeddings' input side (E2B, E4B).
 type PerLayer struct {
-	Embed      compute.Weight // embed_tokens_per_layer: vocab × layers·width
-	Projection compute.Weight // per_layer_model_projection: layers·width × hidden
-	Norm       compute.Vector // per_layer_projection_norm, over one layer's slice
-	Width      int            // hidden_size_per_layer_input
+	Embed      compute.Weight   // embed_tokens_per_layer: vocab × layers·width
+	Tables     []compute.Weight // or embed_tokens_per_layer.N: vocab × width each
+	Projection compute.Weight   // per_layer_model_projection: layers·width × hidden
+	Norm       compute.Vector   // per_layer_projection_norm, over one layer's slice
+	Width      int              // hidden_size_per_layer_input
 	Layers     int
 	Vocab      int // vocab_size_per_layer_input
 	EmbedScale float32
@@ -337,7 +350,7 @@ type PerLayer struct {
 }
 
 // Inputs returns every layer's per-layer input, side by side (T × layers·width), from
-// the tokens and their scaled embeddings x.
+// the tokens and their embeddings as the first layer reads them (scaled).
 func (p *PerLayer) Inputs(c compute.Context, x compute.ActivationContext, tokens []int32, embeds compute.Tensor, eps float32) compute.Tensor {
 	var ids []int32 // a copy, when some token is one the per-layer table lacks
 	for i, t := range tokens {
@@ -352,7 +365,21 @@ func (p *PerLayer) Inputs(c compute.Context, x compute.ActivationContext, tokens
 		ids = tokens
 	}
 	T := len(tokens)
-	tok := x.Scale(c.Embed(p.Embed, ids), p.EmbedScale)
+	var tok compute.Tensor
+	if p.Embed != nil {
+		tok = c.Embed(p.Embed, ids)
+	} else {
+		cols, ok := compute.Ext[compute.LinearAttentionContext](c)
+		if !ok {
+			return compute.Unsupported(c, "Gemma 4's per-layer embeddings (column slices)")
+		}
+		parts := make([]compute.Tensor, len(p.Tables))
+		for i, t := range p.Tables {
+			parts[i] = c.Embed(t, ids)
+		}
+		tok = cols.ConcatCols(parts...)
+	}
+	tok = x.Scale(tok, p.EmbedScale)
 	proj := x.Scale(c.Linear(embeds, p.Projection), p.ProjScale)
 	proj = c.Reshape(c.RMSNorm(c.Reshape(proj, T*p.Layers, p.Width), p.Norm, eps), T, p.Layers*p.Width)
 	return x.Scale(c.Add(proj, tok), float32(1/math.Sqrt2))
@@ -451,6 +478,15 @@ func (e *Experts) Logits(c compute.Context, x compute.ActivationContext, h compu
 	return c.Linear(x.Scale(c.RMSNorm(h, e.RouterNorm, e.Eps), e.RouterScale), e.Router)
 }
 
+// Guess hands g the router's logits on h as a guess of the experts the block will pick,
+// when g streams them and wants a guess for h's rows.
+func (e *Experts) Guess(c compute.Context, x compute.ActivationContext, g compute.ExpertGuesser, h compute.Tensor) {
+	if rows, _ := h.Dims(); !g.WantsExpertGuess(e.Gate, rows, e.Routing) {
+		return
+	}
+	g.GuessExperts(e.Logits(c, x, h), e.Gate, e.Experts, e.Routing)
+}
+
 // Forward computes the experts' sum for in (the pre-normed stream) routed by h.
 func (e *Experts) Forward(c compute.Context, x compute.ActivationContext, h, in compute.Tensor) compute.Tensor {
 	m, ok := compute.Ext[compute.GeGLUMoEContext](c)
@@ -481,6 +517,7 @@ func (n *Network) ForwardBatch(c compute.Context, b *model.Batch) compute.Tensor
 		}
 		pl = n.PerLayer.Inputs(c, x, b.Tokens(), h, n.Eps)
 	}
+	guesser, guess := compute.Ext[compute.ExpertGuesser](c)
 	for i, l := range n.Layers {
 		if w := l.Attn.Window; w > 0 {
 			if err := b.CheckWindow(l.Attn.Source, w); err != nil {
@@ -489,6 +526,11 @@ func (n *Network) ForwardBatch(c compute.Context, b *model.Batch) compute.Tensor
 		}
 		a := l.Attn.Forward(c, norm(h, l.InputNorm), b, i)
 		h = c.Add(h, norm(a, l.PostAttnNorm))
+		if guess && l.Experts != nil && i+1 < len(n.Layers) && n.Layers[i+1].Experts != nil {
+			// The next layer's experts, guessed from the stream as its router would see
+			// it but for that layer's attention (a streaming backend reads them ahead).
+			n.Layers[i+1].Experts.Guess(c, x, guesser, h)
+		}
 		var m compute.Tensor
 		if l.Experts != nil {
 			m1 := norm(l.MLP.Forward(c, x, norm(h, l.PreFFNorm)), l.PostFFNorm1)

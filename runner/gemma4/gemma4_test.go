@@ -2,14 +2,17 @@ package gemma4_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/registry/create"
 	"github.com/mlxg/mlxg/registry/randmodel"
+	"github.com/mlxg/mlxg/registry/safetensors"
 	"github.com/mlxg/mlxg/runner/cpu"
 	"github.com/mlxg/mlxg/runner/gemma4"
 	"github.com/mlxg/mlxg/runner/model"
@@ -187,5 +190,80 @@ func TestSources(t *testing.T) {
 	}
 	if want := []bool{true, true, true, true, true, false, true, true, true, true, true, false, false}; !slices.Equal(types, want) {
 		t.Fatalf("default layer types %v", types)
+	}
+}
+
+// TestOlderMLXLayout: a checkpoint in mlx-lm's older layout (the language model under
+// language_model. without the inner model., the per-layer table cut into one table per
+// layer) gives the same logits as the current one.
+func TestOlderMLXLayout(t *testing.T) {
+	cfg := randmodel.TinyGemma4(256)
+	dir := convert(t, cfg, create.Options{})
+	ck, err := safetensors.OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	var ts []safetensors.Tensor
+	for _, n := range ck.Names() {
+		src, _ := ck.Tensor(n)
+		name := "language_model." + strings.TrimPrefix(n, "model.")
+		if n != "model.embed_tokens_per_layer.weight" {
+			ts = append(ts, safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: name, DType: src.DType, Shape: src.Shape}, Data: src.Data})
+			continue
+		}
+		V, cols, p := src.Shape[0], src.Shape[1], cfg.PerLayerInput
+		size := src.DType.Size()
+		for i := 0; i < cols/p; i++ {
+			data := make([]byte, 0, V*p*size)
+			for r := 0; r < V; r++ {
+				data = append(data, src.Data[(r*cols+i*p)*size:(r*cols+(i+1)*p)*size]...)
+			}
+			ts = append(ts, safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: fmt.Sprintf("language_model.embed_tokens_per_layer.%d.weight", i),
+				DType: src.DType, Shape: []int{V, p}}, Data: data})
+		}
+	}
+	old := t.TempDir()
+	if err := safetensors.Write(filepath.Join(old, "model.safetensors"), ts, map[string]string{"format": "mlx"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"config.json", "generation_config.json"} {
+		if data, err := os.ReadFile(filepath.Join(dir, f)); err == nil {
+			if err := os.WriteFile(filepath.Join(old, f), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	p := modeltest.Tokens(5, 20)
+	a, b := load(t, dir), load(t, old)
+	ca, _ := a.NewCaches(true)
+	cb, _ := b.NewCaches(true)
+	if got, want := modeltest.Forward(t, b, cb, p, 7), modeltest.Forward(t, a, ca, p, 7); !slices.Equal(got, want) {
+		t.Errorf("the older layout's logits differ by %.3g relative", modeltest.MaxRel(got, want))
+	}
+}
+
+// TestHuggingFaceLayout: a dense checkpoint in Hugging Face's layout loads as it is, with
+// the logits of its conversion; one with experts (fused gate_up_proj) is refused with a
+// pointer to `mlxg create`.
+func TestHuggingFaceLayout(t *testing.T) {
+	cfg := randmodel.TinyGemma4(256)
+	hf := t.TempDir()
+	if err := randmodel.Generate(hf, cfg, randmodel.Options{Seed: 7}); err != nil {
+		t.Fatal(err)
+	}
+	p := modeltest.Tokens(6, 20)
+	a, b := load(t, hf), load(t, convert(t, cfg, create.Options{}))
+	ca, _ := a.NewCaches(true)
+	cb, _ := b.NewCaches(true)
+	if got, want := modeltest.Forward(t, a, ca, p, 20), modeltest.Forward(t, b, cb, p, 20); !slices.Equal(got, want) {
+		t.Errorf("Hugging Face's layout gives other logits than its conversion (%.3g relative)", modeltest.MaxRel(got, want))
+	}
+	moe := t.TempDir()
+	if err := randmodel.Generate(moe, randmodel.TinyGemma4MoE(256), randmodel.Options{Seed: 7}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := model.Load(moe, cpu.New(1)); err == nil || !strings.Contains(err.Error(), "mlxg create") {
+		t.Errorf("loading fused experts: %v, want an error pointing to mlxg create", err)
 	}
 }

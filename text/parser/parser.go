@@ -14,6 +14,8 @@
 //     (Mistral Small 3.2, Devstral, Magistral, Ministral 3) or the older [TOOL_CALLS][{"name": …, "arguments":
 //     {…}}, …] are tool calls; these tags are special tokens, kept in the decoded text for the parser
 //     (Capabilities.SpecialTags);
+//   - Gemma 4's format (gemma4.go): the <|channel>thought…<channel|> reasoning is thinking, and
+//     <|tool_call>call:NAME{…}<tool_call|> a tool call whose arguments, in Gemma's own notation, become JSON;
 //   - tool calls in Llama 3's JSON format: the whole reply is {"name": …, "parameters": {…}} (optionally after
 //     <|python_tag|>, several separated by ';' or newlines), recognized only for the tools the request gave.
 //
@@ -35,6 +37,7 @@ const (
 	ToolsLlama3                    // a bare JSON object {"name":…, "parameters":…} (Llama 3.1+)
 	ToolsHarmony                   // <|channel|>commentary to=functions.NAME …<|message|>{json} (gpt-oss)
 	ToolsMistral                   // [TOOL_CALLS]name[ARGS]{json}, or [TOOL_CALLS][{json}, …] (Mistral)
+	ToolsGemma4                    // <|tool_call>call:NAME{key:<|"|>value<|"|>}<tool_call|> (Gemma 4)
 )
 
 func (f ToolFormat) String() string {
@@ -47,6 +50,8 @@ func (f ToolFormat) String() string {
 		return "harmony"
 	case ToolsMistral:
 		return "mistral"
+	case ToolsGemma4:
+		return "gemma4"
 	}
 	return "none"
 }
@@ -61,6 +66,7 @@ type Capabilities struct {
 	// SpecialTags: the syntax's tags are special tokens (Mistral's [TOOL_CALLS], [ARGS], [THINK]), which the
 	// text decoder must keep for the parser to see them.
 	SpecialTags bool
+	Gemma4      bool // the template writes Gemma 4's format: see gemma4.go
 }
 
 // Detect reads a chat template's source for the syntax its model writes.
@@ -68,6 +74,14 @@ func Detect(chatTemplate string) Capabilities {
 	var c Capabilities
 	if IsHarmony(chatTemplate) {
 		return Capabilities{Thinking: true, Tools: ToolsHarmony, Harmony: true}
+	}
+	if IsGemma4(chatTemplate) {
+		c := Capabilities{Gemma4: true, ThinkOpen: Gemma4ThoughtOpen, ThinkClose: Gemma4ThoughtClose, SpecialTags: true}
+		c.Thinking = strings.Contains(chatTemplate, gemma4ChanOpen) || strings.Contains(chatTemplate, gemma4Think)
+		if strings.Contains(chatTemplate, gemma4CallOpen) {
+			c.Tools = ToolsGemma4
+		}
+		return c
 	}
 	c.ThinkOpen, c.ThinkClose = ThinkOpen, ThinkClose
 	c.Thinking = strings.Contains(chatTemplate, ThinkOpen) || strings.Contains(chatTemplate, ThinkClose)
@@ -97,12 +111,14 @@ const (
 
 // PromptOpensThinking reports whether a rendered prompt ends inside an open thinking block, so that the
 // model's output starts as thinking without an opening tag.
-func PromptOpensThinking(prompt string) bool { return PromptOpens(prompt, ThinkOpen) }
+func PromptOpensThinking(prompt string) bool {
+	return PromptOpens(prompt, ThinkOpen) || PromptOpens(prompt, Gemma4ThoughtOpen)
+}
 
 // PromptOpens is PromptOpensThinking for a family's own opening tag (Capabilities.ThinkOpen).
 func PromptOpens(prompt, open string) bool {
 	p := strings.TrimRight(prompt, " \t\r\n")
-	return strings.HasSuffix(p, open)
+	return strings.HasSuffix(p, strings.TrimSpace(open))
 }
 
 // ToolCall is one parsed call. Arguments is a JSON object, compacted, keys in the model's order.
@@ -132,6 +148,10 @@ type Config struct {
 	// Result.Thinking whatever Thinking says (gpt-oss always reasons; its text is never returned as content),
 	// and tool calls are recognised when Tools is ToolsHarmony.
 	Harmony bool
+	// Gemma4: the output is in Gemma 4's format (Capabilities.Gemma4). Its reasoning channel goes to
+	// Result.Thinking whatever Thinking says, InThinking starts inside it, and tool calls are recognised
+	// when Tools is ToolsGemma4.
+	Gemma4 bool
 	// ToolNames, when not empty, is the set of tools the request offered: a Llama 3 JSON reply naming another
 	// function is content. Hermes calls are tagged explicitly and are not filtered.
 	ToolNames []string
@@ -142,6 +162,7 @@ type Config struct {
 // Parser is the incremental splitter. Not safe for concurrent use.
 type Parser struct {
 	harmony *harmonyStage // the harmony format, which does the work of both stages below
+	gemma4  *gemma4Stage  // Gemma 4's format, likewise
 	think   *thinkStage   // nil when thinking is not separated
 	tools   toolStage     // nil when tool calls are not recognized
 }
@@ -156,6 +177,10 @@ func New(cfg Config) *Parser {
 	p := &Parser{}
 	if cfg.Harmony {
 		p.harmony = newHarmonyStage(cfg.Tools == ToolsHarmony)
+		return p
+	}
+	if cfg.Gemma4 {
+		p.gemma4 = newGemma4Stage(cfg.Tools == ToolsGemma4, cfg.InThinking)
 		return p
 	}
 	if cfg.Thinking {
@@ -184,6 +209,10 @@ func (p *Parser) Add(s string, done bool) Result {
 	var r Result
 	if p.harmony != nil {
 		p.harmony.add(s, done, &r)
+		return r
+	}
+	if p.gemma4 != nil {
+		p.gemma4.add(s, done, &r)
 		return r
 	}
 	content := s
