@@ -8,6 +8,9 @@
 //   - tool calls in the Hermes/Qwen format: <tool_call>{"name": …, "arguments": {…}}</tool_call>, any number,
 //     or inside the same tags the XML form of Qwen3-Coder and Qwen3.5/3.6 (<function=…><parameter=…>…),
 //     whose values become JSON as the offered tool's schema types them (ParamTypes);
+//   - GLM's key/value form inside the same tags (GLM-4.5 to 4.7, glm.go):
+//     <tool_call>NAME<arg_key>k</arg_key><arg_value>v</arg_value>…</tool_call>, with or without newlines
+//     between the parts, the values typed as the XML form's;
 //   - OpenAI's harmony format (gpt-oss, harmony.go): the analysis channel is thinking, final and commentary
 //     preambles content, and commentary to=functions.NAME a tool call;
 //   - tool calls in Llama 3's JSON format: the whole reply is {"name": …, "parameters": {…}} (optionally after
@@ -30,6 +33,7 @@ const (
 	ToolsHermes                    // <tool_call>{json}</tool_call> (Qwen2.5, Qwen3, Hermes), or its XML form (Qwen3-Coder, Qwen3.5/3.6)
 	ToolsLlama3                    // a bare JSON object {"name":…, "parameters":…} (Llama 3.1+)
 	ToolsHarmony                   // <|channel|>commentary to=functions.NAME …<|message|>{json} (gpt-oss)
+	ToolsGLM                       // <tool_call>NAME<arg_key>k</arg_key><arg_value>v</arg_value></tool_call> (GLM-4.5 to 4.7)
 )
 
 func (f ToolFormat) String() string {
@@ -40,6 +44,8 @@ func (f ToolFormat) String() string {
 		return "llama3-json"
 	case ToolsHarmony:
 		return "harmony"
+	case ToolsGLM:
+		return "glm"
 	}
 	return "none"
 }
@@ -59,6 +65,8 @@ func Detect(chatTemplate string) Capabilities {
 	}
 	c.Thinking = strings.Contains(chatTemplate, ThinkOpen) || strings.Contains(chatTemplate, ThinkClose)
 	switch {
+	case strings.Contains(chatTemplate, glmKeyOpen): // GLM's templates contain <tool_call> too
+		c.Tools = ToolsGLM
 	case strings.Contains(chatTemplate, "<tool_call>"):
 		c.Tools = ToolsHermes
 	case strings.Contains(chatTemplate, "<|python_tag|>") ||
@@ -144,6 +152,8 @@ func New(cfg Config) *Parser {
 	switch cfg.Tools {
 	case ToolsHermes:
 		p.tools = &hermesStage{types: cfg.ToolTypes}
+	case ToolsGLM:
+		p.tools = &hermesStage{types: cfg.ToolTypes, glm: true}
 	case ToolsLlama3:
 		p.tools = &llamaStage{names: cfg.ToolNames}
 	}
