@@ -27,10 +27,17 @@ func tiny(t *testing.T, arch string, bits int) (hf, mlx string) {
 	if err := randmodel.Generate(hf, cfg, randmodel.Options{Seed: 11}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := create.Convert(context.Background(), hf, mlx, create.Options{Bits: bits, GroupSize: 32}); err != nil {
+	convertTo(t, hf, mlx, bits)
+	return hf, mlx
+}
+
+// convertTo converts the Hugging Face checkpoint hf into out with `mlxg create` (bits 0:
+// float32, else affine in groups of 32).
+func convertTo(t *testing.T, hf, out string, bits int) {
+	t.Helper()
+	if _, err := create.Convert(context.Background(), hf, out, create.Options{Bits: bits, GroupSize: 32}); err != nil {
 		t.Fatal(err)
 	}
-	return hf, mlx
 }
 
 // TestChunksAndCaches: for both architectures, float and 4-bit, the prompt in one pass,
