@@ -81,3 +81,28 @@ func TestLayoutRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestCancelledPass: a GLM-4.7-Flash pass whose context is done stops at its first latent
+// attention and leaves the latent caches as they were.
+func TestCancelledPass(t *testing.T) {
+	_, dir := tiny(t, "glm4_moe_lite", 4)
+	m, err := model.Load(dir, cpu.New(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	caches, _ := m.NewCaches(false)
+	if _, err := m.Forward(context.Background(), modeltest.Tokens(1, 3), caches, false); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := m.Forward(ctx, modeltest.Tokens(2, 4), caches, false); err != context.Canceled {
+		t.Fatalf("cancelled Forward: %v", err)
+	}
+	for i, c := range caches {
+		if c.Len() != 3 {
+			t.Fatalf("layer %d cache holds %d positions after a cancelled pass, want 3", i, c.Len())
+		}
+	}
+}
