@@ -34,6 +34,8 @@ func TestVerificationPassesMatchSteps(t *testing.T) {
 		{"qwen3_moe", randmodel.TinyMoE(512)},
 		{"gemma3", randmodel.TinyGemma3(512)},
 		{"qwen3_next", randmodel.TinyQwen3Next(512)},
+		{"glm4_moe", randmodel.TinyGlm4Moe(512)},
+		{"glm4_moe_lite", randmodel.TinyGlm4MoeLite(512)},
 	}
 	a := kvstore.AffineFormat
 	kvs := []struct {
