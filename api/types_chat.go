@@ -453,6 +453,9 @@ func (o *Options) FromMap(m map[string]any) error {
 			if !ok || n != math.Trunc(n) {
 				return fmt.Errorf("option %q must be of type integer", key)
 			}
+			if math.Abs(n) > 1<<53 { // beyond float64's exact integers (and int64's range: 1e30)
+				return fmt.Errorf("option %q is %g: out of range", key, n)
+			}
 			field.SetInt(int64(n))
 		case reflect.Float32:
 			n, ok := val.(float64)

@@ -139,6 +139,7 @@ type ProcessModelResponse struct {
 	ExpiresAt     time.Time     `json:"expires_at"`
 	SizeVRAM      int64         `json:"size_vram"`
 	ContextLength int           `json:"context_length"`
+	ContextReason string        `json:"context_reason,omitempty"` // why that context: sized from memory, the model's maximum, num_ctx
 	KVCache       string        `json:"kv_cache,omitempty"`
 	PeakSize      int64         `json:"size_peak,omitempty"` // the predicted peak the scheduler budgets
 	Batch         *ProcessBatch `json:"batch,omitempty"`     // the continuous batch, when the model batches

@@ -17,33 +17,48 @@ type StatusResponse struct {
 
 // StatusModel is one loaded model.
 type StatusModel struct {
-	Name          string        `json:"name"`
-	Backend       string        `json:"backend,omitempty"` // the compute backend ("cpu", "mlx-metal"...)
-	Size          int64         `json:"size"`              // resident bytes, as /api/ps reports them
-	Peak          int64         `json:"size_peak"`         // the predicted peak the scheduler budgets
-	SizeVRAM      int64         `json:"size_vram"`
-	ContextLength int           `json:"context_length"`
-	KVCache       string        `json:"kv_cache,omitempty"` // the layout as /api/ps and `mlxg ps` print it
-	Active        int           `json:"active"`             // requests holding it now
-	ExpiresAt     time.Time     `json:"expires_at"`         // when it unloads once idle
-	Forever       bool          `json:"forever,omitempty"`  // keep_alive < 0: it never expires
-	Batch         *ProcessBatch `json:"batch,omitempty"`
-	Plan          *KVPlan       `json:"kv_plan,omitempty"` // nil when the server runs without a KV policy
-	Draft         string        `json:"draft,omitempty"`   // the draft model loaded with it, as in /api/ps
+	Name          string `json:"name"`
+	Backend       string `json:"backend,omitempty"` // the compute backend ("cpu", "mlx-metal"...)
+	Size          int64  `json:"size"`              // resident bytes, as /api/ps reports them
+	Peak          int64  `json:"size_peak"`         // the predicted peak the scheduler budgets
+	SizeVRAM      int64  `json:"size_vram"`
+	ContextLength int    `json:"context_length"`
+	ContextReason string `json:"context_reason,omitempty"` // why that context, as /api/ps says
+	// KVHeld is the bytes its running sequences' KV caches hold now; ContextUsed what its latest finished
+	// request held (nil before one).
+	KVHeld      int64             `json:"kv_held"`
+	ContextUsed *StatusContextUse `json:"context_used,omitempty"`
+	KVCache     string            `json:"kv_cache,omitempty"` // the layout as /api/ps and `mlxg ps` print it
+	Active      int               `json:"active"`             // requests holding it now
+	ExpiresAt   time.Time         `json:"expires_at"`         // when it unloads once idle
+	Forever     bool              `json:"forever,omitempty"`  // keep_alive < 0: it never expires
+	Batch       *ProcessBatch     `json:"batch,omitempty"`
+	Plan        *KVPlan           `json:"kv_plan,omitempty"` // nil when the server runs without a KV policy
+	Draft       string            `json:"draft,omitempty"`   // the draft model loaded with it, as in /api/ps
+}
+
+// StatusContextUse is what one request held of a model's context.
+type StatusContextUse struct {
+	Tokens          int   `json:"tokens"`           // in its KV cache at the end: the prompt (after any cut) and the reply
+	KVBytes         int64 `json:"kv_bytes"`         // those tokens' KV bytes
+	Restored        int   `json:"restored"`         // prompt tokens the prefix cache restored instead of computing
+	Truncated       int   `json:"truncated"`        // prompt tokens cut to fit the context
+	MessagesDropped int   `json:"messages_dropped"` // chat messages cut to fit the context
 }
 
 // KVPlan is the KV-cache policy's plan a model loaded with.
 type KVPlan struct {
-	Layout       string        `json:"layout"`        // as KVCache
-	Context      int           `json:"context"`       // tokens one sequence may hold
-	FitContext   int           `json:"fit_context"`   // the largest context that fits with this layout
-	TokenBytes   int64         `json:"token_bytes"`   // KV bytes one more token adds
-	KVBytes      int64         `json:"kv_bytes"`      // one sequence's KV cache at Context
-	Weights      int64         `json:"weights"`       // bytes
-	Overhead     int64         `json:"overhead"`      // bytes
-	PrefixBudget int64         `json:"prefix_budget"` // the prefix cache's RAM budget the plan left
-	Reason       string        `json:"reason,omitempty"`
-	Layers       []KVLayerPlan `json:"layers"` // every layer of the model, in order
+	Layout        string        `json:"layout"`        // as KVCache
+	Context       int           `json:"context"`       // tokens one sequence may hold
+	FitContext    int           `json:"fit_context"`   // the largest context that fits with this layout
+	TokenBytes    int64         `json:"token_bytes"`   // KV bytes one more token adds
+	KVBytes       int64         `json:"kv_bytes"`      // one sequence's KV cache at Context
+	Weights       int64         `json:"weights"`       // bytes
+	Overhead      int64         `json:"overhead"`      // bytes
+	PrefixBudget  int64         `json:"prefix_budget"` // the prefix cache's RAM budget the plan left
+	Reason        string        `json:"reason,omitempty"`
+	ContextReason string        `json:"context_reason,omitempty"` // why Context: sized from memory, the model's maximum, num_ctx
+	Layers        []KVLayerPlan `json:"layers"`                   // every layer of the model, in order
 }
 
 // KVLayerPlan is one layer's cache storage. Bits are labelled as in /api/ps: "16" (fp16), "8", "4", "q4_0".
@@ -67,8 +82,10 @@ type StatusMemory struct {
 	Pressure    string `json:"pressure"` // normal, warn, critical; "" when it cannot be read
 	Error       string `json:"error,omitempty"`
 	Weights     int64  `json:"weights"`      // the loaded models' weights
-	KV          int64  `json:"kv"`           // their KV caches at their context
+	KV          int64  `json:"kv"`           // their KV caches at their context (what the plans allow)
+	KVHeld      int64  `json:"kv_held"`      // what their running sequences' KV caches hold now
 	PrefixCache int64  `json:"prefix_cache"` // the prefix cache's RAM tier
+	PrefixSSD   int64  `json:"prefix_ssd"`   // the prefix cache's SSD tier (on disk, not in memory)
 }
 
 // StatusPrefix is the prefix cache: blocks held in RAM and on SSD, and how often they were reused.

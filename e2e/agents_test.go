@@ -14,6 +14,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -40,6 +41,11 @@ const (
 	tinyNumPredict = 48
 	// agentMaxTokens is the limit passed to every client that takes one.
 	agentMaxTokens = 48
+	// tinyMaxContext is the trained maximum the test model claims: qwen3-tiny's own 4096 with a longer
+	// max_position_embeddings, so that the agents' first requests (Claude Code's ~27K tokens) fit the
+	// context the server sizes from memory, as they would a real model's. The text it writes past 4096
+	// positions does not matter here.
+	tinyMaxContext = 40960
 )
 
 var (
@@ -55,8 +61,12 @@ func startTiny(t *testing.T) *server {
 	dir := testdata.SharedModel(t, tinyModel)
 	s := start(t)
 	tinyOnce.Do(func() {
+		long := filepath.Join(s.tmp, "qwen3-tiny-long")
+		if tinyErr = longContextCopy(dir, long, tinyMaxContext); tinyErr != nil {
+			return
+		}
 		mf := filepath.Join(s.tmp, "qwen3-tiny.Modelfile")
-		if tinyErr = os.WriteFile(mf, fmt.Appendf(nil, "FROM %s\nPARAMETER num_predict %d\n", dir, tinyNumPredict), 0o644); tinyErr != nil {
+		if tinyErr = os.WriteFile(mf, fmt.Appendf(nil, "FROM %s\nPARAMETER num_predict %d\n", long, tinyNumPredict), 0o644); tinyErr != nil {
 			return
 		}
 		if out, err := s.mlxg(t, "", "create", tinyModel, "-f", mf); err != nil {
@@ -68,6 +78,40 @@ func startTiny(t *testing.T) *server {
 		t.Fatal(tinyErr)
 	}
 	return s
+}
+
+// longContextCopy writes into dst a checkpoint of src's files (linked) whose config.json claims a trained
+// maximum of maxCtx positions.
+func longContextCopy(src, dst string, maxCtx int) error {
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.IsDir() || e.Name() == "config.json" {
+			continue
+		}
+		if err := os.Symlink(filepath.Join(src, e.Name()), filepath.Join(dst, e.Name())); err != nil {
+			return err
+		}
+	}
+	raw, err := os.ReadFile(filepath.Join(src, "config.json"))
+	if err != nil {
+		return err
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		return err
+	}
+	cfg["max_position_embeddings"] = maxCtx
+	out, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dst, "config.json"), out, 0o644)
 }
 
 // agentsPass skips the agent tests on scripts/test's second and third e2e passes (MLX backend, two ranks):
@@ -148,8 +192,9 @@ type exchange struct {
 	Method, Path string // Path keeps the query
 	Body         []byte // the request body as the client sent it
 	Status       int
-	Resp         []byte // the response body as the client received it
-	Canned       bool   // answered by the test instead of mlxg
+	Resp         []byte      // the response body as the client received it
+	Header       http.Header // the response's headers (mlxg's)
+	Canned       bool        // answered by the test instead of mlxg
 }
 
 func (x *exchange) String() string {
@@ -185,7 +230,7 @@ func newRecorder(t *testing.T, s *server) *recorder {
 	rp.ModifyResponse = func(resp *http.Response) error {
 		x := resp.Request.Context().Value(exchangeKey{}).(*exchange)
 		r.mu.Lock()
-		x.Status = resp.StatusCode
+		x.Status, x.Header = resp.StatusCode, resp.Header.Clone()
 		r.mu.Unlock()
 		resp.Body = teeBody{io.TeeReader(resp.Body, lockedWriter{&r.mu, &x.Resp}), resp.Body}
 		return nil

@@ -284,6 +284,87 @@ func TestDashboard(t *testing.T) {
 		b.noErrors(t)
 	})
 
+	t.Run("context and memory", func(t *testing.T) {
+		// The same long prompt twice: the second's prefix comes from the prefix cache.
+		long := strings.Repeat("The quick brown fox jumps over the lazy dog while the cat watches from the warm windowsill. ", 60)
+		for i := range 2 {
+			body, _ := json.Marshal(map[string]any{"model": name, "prompt": long + fmt.Sprint(i), "stream": false,
+				"options": map[string]any{"num_predict": 8, "seed": 1}})
+			resp, err := http.Post(s.base+"/api/generate", "application/json", bytes.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := readAllErr(resp); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var st struct {
+			Models []struct {
+				Name          string `json:"name"`
+				ContextLength int    `json:"context_length"`
+				ContextReason string `json:"context_reason"`
+				Used          *struct {
+					Tokens   int   `json:"tokens"`
+					KVBytes  int64 `json:"kv_bytes"`
+					Restored int   `json:"restored"`
+				} `json:"context_used"`
+			} `json:"models"`
+		}
+		getJSON(t, s.base+"/api/status", &st)
+		var ctxLen, restored int
+		for _, m := range st.Models {
+			if m.Name == name && m.Used != nil {
+				ctxLen, restored = m.ContextLength, m.Used.Restored
+				if !strings.Contains(m.ContextReason, "sized from memory") || m.Used.Tokens < 1000 || m.Used.KVBytes <= 0 || restored <= 0 {
+					t.Errorf("/api/status for %s: context %d (%q), used %+v", name, m.ContextLength, m.ContextReason, *m.Used)
+				}
+			}
+		}
+		if ctxLen == 0 {
+			t.Fatalf("/api/status has no context use for %s: %+v", name, st)
+		}
+		row := fmt.Sprintf(`#models tr[data-model=%q]`, name)
+		b.run(t, "context cells", 30*time.Second, poll(fmt.Sprintf(`(() => { const r = document.querySelector(%q); return r && r.querySelector('.restored').dataset.tokens === %q; })()`, row, fmt.Sprint(restored))))
+		cells := evalJS[map[string]string](t, b, fmt.Sprintf(`(() => { const r = document.querySelector(%q); return {len: r.querySelector('.ctxlen').textContent, reason: r.querySelector('.ctxreason').textContent, used: r.querySelector('.used').textContent, held: r.querySelector('.held').textContent}; })()`, row))
+		if cells["len"] != formatThousands(ctxLen) || !strings.Contains(cells["reason"], "sized from memory") ||
+			!strings.Contains(cells["used"], "tokens") || !strings.Contains(cells["used"], "KV") {
+			t.Errorf("context cells: %+v (context %d)", cells, ctxLen)
+		}
+
+		// The memory bar: every part drawn, the weights visible, the parts filling the bar's width.
+		type seg struct {
+			Part  string  `json:"part"`
+			Width float64 `json:"width"`
+			Bytes float64 `json:"bytes"`
+		}
+		segs := evalJS[[]seg](t, b, `[...document.querySelectorAll('#membar .seg')].map((e) => ({part: e.dataset.part, width: e.getBoundingClientRect().width, bytes: +e.dataset.bytes}))`)
+		barW := evalJS[float64](t, b, `document.querySelector('#membar').clientWidth`)
+		var sum float64
+		parts := map[string]seg{}
+		for _, sg := range segs {
+			sum += sg.Width
+			parts[sg.Part] = sg
+		}
+		if len(segs) != 5 || parts["weights"].Width < 3 || parts["weights"].Bytes <= 0 || parts["free"].Width <= 0 || sum < barW-2 || sum > barW+2 {
+			t.Errorf("memory bar: %+v, %.1f px of %.1f", segs, sum, barW)
+		}
+		// The chart over time spans its width from the first seconds (no sliver at the right edge): painted
+		// pixels in its leftmost and rightmost tenths of the plot.
+		span := evalJS[[]float64](t, b, `(() => { const c = document.querySelector('#memchart'), g = c.getContext('2d'), d = g.getImageData(0, 0, c.width, c.height).data;
+			const painted = (x0, x1) => { let n = 0; for (let x = Math.floor(x0); x < x1; x++) for (let y = 6; y < c.height - 18; y++) { const i = 4 * (y * c.width + x); if (d[i + 3] > 0 && !(d[i] > 220 && d[i + 1] > 220 && d[i + 2] > 220)) n++; } return n; };
+			const left = 64, w = c.width - 8 - left; return [painted(left + 1, left + w / 10), painted(left + 9 * w / 10, left + w - 1)]; })()`)
+		if len(span) != 2 || span[0] == 0 || span[1] == 0 {
+			t.Errorf("memory chart painted pixels (left tenth, right tenth): %v", span)
+		}
+		// What mlxg holds, at its own scale: the weights take a readable share of that bar.
+		mine := evalJS[[]seg](t, b, `[...document.querySelectorAll('#mlxgbar .seg')].map((e) => ({part: e.dataset.part, width: e.getBoundingClientRect().width, bytes: +e.dataset.bytes}))`)
+		if len(mine) != 3 || mine[0].Part != "weights" || mine[0].Width < barW/10 {
+			t.Errorf("mlxg's bar: %+v of %.1f px", mine, barW)
+		}
+		b.shot(t, "context")
+		b.noErrors(t)
+	})
+
 	t.Run("chat", func(t *testing.T) {
 		b.run(t, "open chat", 30*time.Second,
 			chromedp.Navigate(s.base+"/dashboard/chat"),
@@ -350,6 +431,15 @@ func TestDashboard(t *testing.T) {
 		}
 		b.noErrors(t)
 	})
+}
+
+// formatThousands writes n as the page's toLocaleString('en-US') does: 40,960.
+func formatThousands(n int) string {
+	s := fmt.Sprint(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }
 
 func readAllErr(resp *http.Response) ([]byte, error) {

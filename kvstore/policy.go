@@ -20,6 +20,9 @@ import (
 //	           starting one rung down under warn pressure:
 //	             K8/V8 g64  →  K4/V4 g64/32 + boundary 2@8/8  →  K4/V4 g64/32
 //	context  = the largest ctx with KV(ctx) ≤ free, at most num_ctx and the model's maximum
+//	auto     = with no num_ctx: the largest ctx with KV(ctx) ≤ free/2 at the pressure's first rung,
+//	           at most the model's maximum (AutoFloor when it states none), at least
+//	           min(AutoFloor, maximum) (the ladder tightening as for an explicit num_ctx)
 //	prefix   = (free − KV(context)) / 2, /4 under warn, 0 under critical   the RAM prefix cache's budget
 //	critical = new loads are refused: missing = weights + overhead + KV(256 tokens) + reserve − available
 //
@@ -34,12 +37,26 @@ const (
 	unknownMaxCtx   = 1 << 20
 	prefixShare     = 2
 	prefixShareWarn = 4
+	// autoShare: a context sized from memory (no num_ctx) may take 1/autoShare of the free
+	// memory as one sequence's KV. The other half is not wasted: the RAM prefix tier's budget
+	// is half of what the KV leaves (a quarter of free), and the rest is room for a second
+	// sequence at the same length (batchCap in api/server counts at least two), for another
+	// model, and for the pressure to rise before the policy steps down. KV is paged, so the
+	// context costs nothing until a conversation fills it.
+	autoShare = 2
 )
+
+// AutoFloor is the context a model loads with when memory affords less at the default
+// layout (Ollama's default of 2024, and mlxg's before the context was sized from memory):
+// the ladder then tightens to reach it, as for an explicit num_ctx. It is also the auto
+// context of a model whose config.json states no maximum, since a model cannot be trusted
+// to attend beyond the lengths it was trained on.
+const AutoFloor = 4096
 
 // PolicyInput is what the policy decides from.
 type PolicyInput struct {
 	Model   ModelShape
-	NumCtx  int // requested context in tokens; 0: as large as fits, up to the model's maximum
+	NumCtx  int // requested context in tokens; 0: sized from memory (auto, above)
 	Memory  sysmem.Info
 	Options Options
 	Loaded  bool // the weights are already resident (re-evaluation on a request), so not in Available
@@ -58,8 +75,12 @@ type Plan struct {
 	Free         int64 // memory for KV and the prefix cache
 	PrefixBudget int64
 	Memory       sysmem.Info
-	Reason       string  // why this spec and context, for the log
-	Quality      Quality // the layout's measured quality; not measured when the user's settings made it
+	Reason       string // why this spec and context, for the log
+	Auto         bool   // the context was sized from memory (no num_ctx asked)
+	// ContextReason says why Context is what it is, for mlxg fit, mlxg ps, /api/ps and /api/show:
+	// the model's maximum, what memory affords, or the num_ctx asked.
+	ContextReason string
+	Quality       Quality // the layout's measured quality; not measured when the user's settings made it
 }
 
 // Peak is the predicted peak memory of the load: weights, overhead and KV at Context.
@@ -219,6 +240,21 @@ func Choose(in PolicyInput) (Plan, error) {
 		rungs = rungs[:1] // the user's bits: no ladder
 	}
 	userLayout := o.Bits != nil || o.GroupSize != nil || o.BoundaryLayers != nil || o.BoundaryBits != nil
+	p.Auto = in.NumCtx <= 0
+	autoFit, autoMax := 0, in.Model.MaxContext
+	if p.Auto {
+		// Sized from memory at the pressure's first rung: the ladder does not tighten the layout
+		// for a context nobody asked for, only to reach the floor.
+		if autoMax <= 0 {
+			autoMax = AutoFloor
+		}
+		l, err := layoutFor(rungs[0])
+		if err != nil {
+			return Plan{}, err
+		}
+		autoFit = fitContext(in.Model, l, p.Free/autoShare, autoMax)
+		want = max(autoFit, min(AutoFloor, autoMax))
+	}
 	chosen := 0
 	for i, r := range rungs {
 		l, err := layoutFor(r)
@@ -273,7 +309,39 @@ func Choose(in PolicyInput) (Plan, error) {
 	if p.Context < want {
 		p.Reason += fmt.Sprintf("; context %d reduced to %d, the most that fits", want, p.Context)
 	}
+	p.ContextReason = contextReason(in, p, autoFit, autoMax)
 	return p, nil
+}
+
+// contextReason says why p.Context is what it is.
+func contextReason(in PolicyInput, p Plan, autoFit, autoMax int) string {
+	maxCtx := in.Model.MaxContext
+	if !p.Auto {
+		asked := fmt.Sprintf("num_ctx %d asked", in.NumCtx)
+		want := in.NumCtx
+		if maxCtx > 0 {
+			want = min(want, maxCtx)
+		}
+		switch {
+		case p.Context < want:
+			return fmt.Sprintf("%s, reduced to %d: the most that fits in memory", asked, p.Context)
+		case want < in.NumCtx:
+			return fmt.Sprintf("%s, lowered to the model's maximum %d", asked, maxCtx)
+		}
+		return asked
+	}
+	free := ibytes(max(p.Free, 0))
+	switch {
+	case maxCtx <= 0:
+		return fmt.Sprintf("sized from memory: config.json states no maximum, so %d", autoMax)
+	case p.Context == maxCtx:
+		return fmt.Sprintf("sized from memory: the model's maximum %d, whose KV (%s) fits in half the %s free for KV", maxCtx, ibytes(p.KVBytes), free)
+	case autoFit >= p.Context:
+		return fmt.Sprintf("sized from memory: the most whose KV (%s) fits in half the %s free for KV (the model's maximum is %d)", ibytes(p.KVBytes), free, maxCtx)
+	case p.Context >= min(AutoFloor, autoMax):
+		return fmt.Sprintf("sized from memory: half the %s free for KV holds fewer than %d tokens, so the floor of %d", free, AutoFloor, p.Context)
+	}
+	return fmt.Sprintf("sized from memory: %d, the most that fits in the %s free for KV (below the floor of %d)", p.Context, free, AutoFloor)
 }
 
 // groupChoices are the affine group sizes the policy may pick, largest first.
@@ -401,8 +469,8 @@ func ibytes(n int64) string { return humanize.IBytes(uint64(max(n, 0))) }
 
 // String is the plan as one log line.
 func (p Plan) String() string {
-	return fmt.Sprintf("kv cache %s; context %d (fits %d); kv %s (%s/token); prefix cache %s; weights %s; %s; %s",
-		p.Layout, p.Context, p.FitContext, humanize.IBytes(uint64(p.KVBytes)), humanize.IBytes(uint64(p.KVTokenBytes)),
+	return fmt.Sprintf("kv cache %s; context %d (%s; fits %d); kv %s (%s/token); prefix cache %s; weights %s; %s; %s",
+		p.Layout, p.Context, p.ContextReason, p.FitContext, humanize.IBytes(uint64(p.KVBytes)), humanize.IBytes(uint64(p.KVTokenBytes)),
 		humanize.IBytes(uint64(p.PrefixBudget)), humanize.IBytes(uint64(p.Weights)), p.Memory, p.Reason)
 }
 
@@ -411,5 +479,5 @@ func (p Plan) Log(l *slog.Logger) {
 	l.Info("kv policy", "layout", p.Layout.String(), "context", p.Context, "fit_context", p.FitContext,
 		"kv_bytes", p.KVBytes, "kv_token_bytes", p.KVTokenBytes, "prefix_budget", p.PrefixBudget,
 		"weights", p.Weights, "available", p.Memory.Available, "total", p.Memory.Total,
-		"pressure", p.Memory.Pressure.String(), "reason", p.Reason)
+		"pressure", p.Memory.Pressure.String(), "reason", p.Reason, "context_reason", p.ContextReason)
 }

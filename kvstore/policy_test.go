@@ -269,3 +269,69 @@ func TestReserveUnderCgroup(t *testing.T) {
 		t.Errorf("under a 2 GiB cgroup: reserve %d context %d", p.Reserve, p.Context)
 	}
 }
+
+func TestPolicyAutoContext(t *testing.T) {
+	m := qwen3_8b()
+	// Plenty of memory: the model's maximum, at the default layout.
+	p, err := Choose(PolicyInput{Model: m, Memory: mem(64*gib, 40*gib, sysmem.Normal)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.Auto || p.Context != 40960 || p.Layout.Base.K.Bits != 8 || !strings.Contains(p.ContextReason, "the model's maximum 40960") {
+		t.Errorf("context %d layout %v auto %v reason %q", p.Context, p.Layout, p.Auto, p.ContextReason)
+	}
+	if p.KVBytes*autoShare > p.Free {
+		t.Errorf("kv %d takes more than half the free %d", p.KVBytes, p.Free)
+	}
+	// Half the free memory holds 12000 tokens at K8/V8: the context is the block multiple below,
+	// and the layout stays the default (no tightening for a context nobody asked for).
+	base, _ := Choose(PolicyInput{Model: m, NumCtx: 1024, Memory: mem(16*gib, 12*gib, sysmem.Normal)})
+	avail := 12*gib - base.Free + 2*12000*base.KVTokenBytes
+	p, err = Choose(PolicyInput{Model: m, Memory: mem(16*gib, avail, sysmem.Normal)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Context != 12000-12000%BlockTokens || p.Layout.Base.K.Bits != 8 || p.Layout.BoundaryLayers != 0 {
+		t.Errorf("context %d layout %v", p.Context, p.Layout)
+	}
+	if !strings.Contains(p.ContextReason, "fits in half") || !strings.Contains(p.Reason, "policy") || strings.Contains(p.Reason, "tightened") {
+		t.Errorf("reason %q / %q", p.ContextReason, p.Reason)
+	}
+	if p.PrefixBudget != (p.Free-p.KVBytes)/prefixShare {
+		t.Errorf("prefix budget %d", p.PrefixBudget)
+	}
+	// Less than AutoFloor fits in half: the floor, the ladder tightening to reach it.
+	avail = 12*gib - base.Free + 3000*base.KVTokenBytes
+	p, err = Choose(PolicyInput{Model: m, Memory: mem(16*gib, avail, sysmem.Normal)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Context != AutoFloor || p.Layout.Base.K.Bits != 4 || !strings.Contains(p.ContextReason, "floor") {
+		t.Errorf("context %d layout %v reason %q", p.Context, p.Layout, p.ContextReason)
+	}
+	// Under warn the auto context is planned at warn's first rung and reserve: smaller than at normal.
+	normal, _ := Choose(PolicyInput{Model: m, Memory: mem(16*gib, 12*gib, sysmem.Normal)})
+	warn, err := Choose(PolicyInput{Model: m, Memory: mem(16*gib, 12*gib, sysmem.Warn)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if warn.Layout.Base.K.Bits != 4 || warn.KVBytes >= normal.KVBytes || warn.KVBytes*autoShare > warn.Free {
+		t.Errorf("warn: layout %v kv %d (normal %d) free %d", warn.Layout, warn.KVBytes, normal.KVBytes, warn.Free)
+	}
+	// A model that states no maximum: the floor, whatever the memory.
+	nomax := m
+	nomax.MaxContext = 0
+	p, _ = Choose(PolicyInput{Model: nomax, Memory: mem(64*gib, 40*gib, sysmem.Normal)})
+	if p.Context != AutoFloor || !strings.Contains(p.ContextReason, "no maximum") {
+		t.Errorf("no maximum: context %d reason %q", p.Context, p.ContextReason)
+	}
+	// Explicit num_ctx wins, and says so.
+	p, _ = Choose(PolicyInput{Model: m, NumCtx: 2048, Memory: mem(64*gib, 40*gib, sysmem.Normal)})
+	if p.Auto || p.Context != 2048 || p.ContextReason != "num_ctx 2048 asked" {
+		t.Errorf("explicit: context %d reason %q", p.Context, p.ContextReason)
+	}
+	p, _ = Choose(PolicyInput{Model: m, NumCtx: 1e9, Memory: mem(64*gib, 40*gib, sysmem.Normal)})
+	if p.Context != 40960 || !strings.Contains(p.ContextReason, "lowered to the model's maximum 40960") {
+		t.Errorf("1e9: context %d reason %q", p.Context, p.ContextReason)
+	}
+}

@@ -33,9 +33,19 @@ type configFields struct {
 	LinearKHeadDim int `json:"linear_key_head_dim"`
 	LinearVHeadDim int `json:"linear_value_head_dim"`
 	LinearConvKern int `json:"linear_conv_kernel_dim"`
+	// Gemma 4: full-attention layers of their own head size and KV heads, and the last
+	// layers reading an earlier layer's KV.
+	GlobalHeadDim     int  `json:"global_head_dim"`
+	GlobalKVHeads     *int `json:"num_global_key_value_heads"`
+	AttentionKEqV     bool `json:"attention_k_eq_v"`
+	NumKVSharedLayers int  `json:"num_kv_shared_layers"`
 
 	TextConfig json.RawMessage `json:"text_config"`
 }
+
+// allSliding are the model types whose sliding_window, when set, applies to every
+// layer (runner/mistral, runner/phi3).
+var allSliding = map[string]bool{"mistral": true, "mistral3": true, "ministral3": true, "phi3": true}
 
 // ShapeFromConfig reads the per-layer cache shape from a config.json (a multimodal
 // model's text_config when it has one). weightBytes is the checkpoint's tensor bytes.
@@ -45,7 +55,10 @@ type configFields struct {
 // (every Nth layer full); Qwen3-Next's full_attention_interval (every Nth layer full,
 // the others linear attention, Gated DeltaNet state); Mistral's all-sliding window;
 // gpt-oss's alternation (even layers sliding) without layer_types; DeepSeek's and
-// GLM-4.7-Flash's latent attention (kv_lora_rank: LayerLatent, the latent cached).
+// GLM-4.7-Flash's latent attention (kv_lora_rank: LayerLatent, the latent cached);
+// Gemma 4's full-attention layers of global_head_dim (and num_global_key_value_heads
+// with attention_k_eq_v) and its last num_kv_shared_layers layers, which read an
+// earlier layer's KV and keep none (LayerNone).
 func ShapeFromConfig(data []byte, weightBytes int64) (ModelShape, error) {
 	var c configFields
 	if err := json.Unmarshal(data, &c); err != nil {
@@ -96,7 +109,10 @@ func ShapeFromConfig(data []byte, weightBytes int64) (ModelShape, error) {
 				types[i] = "linear_attention"
 			case c.SlidingWindowPattern > 1 && window > 0 && (i+1)%c.SlidingWindowPattern != 0:
 				types[i] = "sliding_attention"
-			case c.ModelType == "mistral" && window > 0 && (c.UseSlidingWindow == nil || *c.UseSlidingWindow):
+			case allSliding[c.ModelType] && window > 0 && (c.MaxPositions <= 0 || window < c.MaxPositions):
+				// Every layer slides; a window as long as the context is no window.
+				types[i] = "sliding_attention"
+			case gemma4(c.ModelType) && window > 0 && (i+1)%6 != 0 && i != c.NumLayers-1: // 5:1, the last layer full
 				types[i] = "sliding_attention"
 			case c.ModelType == "gpt_oss" && window > 0 && i%2 == 0: // sliding, full, sliding, ...
 				types[i] = "sliding_attention"
@@ -109,11 +125,27 @@ func ShapeFromConfig(data []byte, weightBytes int64) (ModelShape, error) {
 		return ModelShape{}, fmt.Errorf("config.json: layer_types has %d entries for %d layers", len(types), c.NumLayers)
 	}
 	m := ModelShape{WeightBytes: weightBytes, MaxContext: c.MaxPositions, Layers: make([]LayerShape, c.NumLayers)}
+	shared := 0 // Gemma 4's last layers, which read an earlier layer's KV
+	if gemma4(c.ModelType) {
+		shared = min(max(c.NumKVSharedLayers, 0), c.NumLayers)
+	}
 	for i, t := range types {
 		ls := LayerShape{KVHeads: kvHeads, KHeadDim: kDim, VHeadDim: vDim}
+		if i >= c.NumLayers-shared && (t == "full_attention" || t == "sliding_attention") {
+			m.Layers[i] = LayerShape{Kind: LayerNone}
+			continue
+		}
 		switch t {
 		case "full_attention", "attention":
 			ls.Kind = LayerFull
+			if gemma4(c.ModelType) {
+				if c.GlobalHeadDim > 0 {
+					ls.KHeadDim, ls.VHeadDim = c.GlobalHeadDim, c.GlobalHeadDim
+				}
+				if c.AttentionKEqV && c.GlobalKVHeads != nil && *c.GlobalKVHeads > 0 {
+					ls.KVHeads = *c.GlobalKVHeads
+				}
+			}
 			if latent {
 				ls.Kind = LayerLatent
 			}
@@ -139,4 +171,9 @@ func ShapeFromConfig(data []byte, weightBytes int64) (ModelShape, error) {
 		m.Layers[i] = ls
 	}
 	return m, nil
+}
+
+// gemma4 reports Gemma 4's text model types.
+func gemma4(modelType string) bool {
+	return modelType == "gemma4" || modelType == "gemma4_text" || modelType == "gemma4_unified"
 }

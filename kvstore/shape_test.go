@@ -78,6 +78,23 @@ func TestShapeLayouts(t *testing.T) {
 	if m.Layers[1].Kind != LayerSliding || m.Layers[1].Window != 4096 {
 		t.Errorf("mistral: %+v", m.Layers)
 	}
+	// Mistral Small 3.1's text_config (no window), Phi-4-mini's window longer than its
+	// context (no window), Phi-3's short one.
+	small := `{"model_type":"mistral3","text_config":{"model_type":"mistral","num_hidden_layers":2,"num_attention_heads":32,"num_key_value_heads":8,"hidden_size":5120,"head_dim":128,"sliding_window":null}}`
+	m, _ = ShapeFromConfig([]byte(small), 0)
+	if len(m.Layers) != 2 || m.Layers[1].Kind != LayerFull || m.Layers[1].KHeadDim != 128 {
+		t.Errorf("mistral3: %+v", m.Layers)
+	}
+	phi4mini := `{"model_type":"phi3","num_hidden_layers":2,"num_attention_heads":24,"num_key_value_heads":8,"hidden_size":3072,"sliding_window":262144,"max_position_embeddings":131072}`
+	m, _ = ShapeFromConfig([]byte(phi4mini), 0)
+	if m.Layers[1].Kind != LayerFull {
+		t.Errorf("phi-4-mini: %+v", m.Layers)
+	}
+	phi3 := `{"model_type":"phi3","num_hidden_layers":2,"num_attention_heads":32,"hidden_size":3072,"sliding_window":2047,"max_position_embeddings":4096}`
+	m, _ = ShapeFromConfig([]byte(phi3), 0)
+	if m.Layers[0].Kind != LayerSliding || m.Layers[1].Window != 2047 {
+		t.Errorf("phi-3: %+v", m.Layers)
+	}
 	qwen2 := `{"model_type":"qwen2","num_hidden_layers":2,"num_attention_heads":28,"num_key_value_heads":4,"hidden_size":3584,"sliding_window":131072,"use_sliding_window":false}`
 	m, _ = ShapeFromConfig([]byte(qwen2), 0)
 	if m.Layers[1].Kind != LayerFull || m.Layers[1].KHeadDim != 128 {

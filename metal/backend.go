@@ -228,9 +228,11 @@ const zeroCopyMin = 1 << 16
 // (whose tensors are its checkpoint's, Locate saying where). Other sources (Go memory,
 // which the GC may free) are always copied.
 func mapped(src compute.Source) bool {
-	switch src.(type) {
+	switch s := src.(type) {
 	case *safetensors.Checkpoint, *safetensors.File, compute.StreamSource:
 		return true
+	case interface{ MappedSource() bool }: // parts of a fused weight (model.Loader.LinearRows)
+		return s.MappedSource()
 	}
 	return false
 }

@@ -221,6 +221,11 @@ func (c *context) RoPE(x compute.Tensor, r *compute.RoPE, headDim, offset int) c
 		return c.fail("RoPE over %d columns with head size %d, offset %d", t.cols, headDim, offset)
 	}
 	h := t.cols / headDim
+	if !r.Plain() {
+		return c.record(t.rows, t.cols, func(g *graph) mlxArray {
+			return rows(g, ropeTable(g, heads(g, t.arr, t.rows, h, headDim), r, h, t.rows, headDim, offset), t.rows, h, headDim)
+		})
+	}
 	return c.record(t.rows, t.cols, func(g *graph) mlxArray {
 		x4 := heads(g, t.arr, t.rows, h, headDim)
 		if r.Scale != 1 {
@@ -237,6 +242,30 @@ func (c *context) RoPE(x compute.Tensor, r *compute.RoPE, headDim, offset int) c
 		y := g.rope(x4, r.Dims, offset, c.b.ropeFreqs(g, r), r.Interleaved)
 		return rows(g, y, t.rows, h, headDim)
 	})
+}
+
+// ropeTable rotates x4 (1 × H × T × headDim) with cos and sin computed on the host for
+// each of its positions (r.CosSin, as the CPU backend does): the path of a RoPE whose
+// frequencies or scale change with the position (longrope's switch, a query scale per
+// position), which MLX's fused rope, one frequency table for every position, cannot take.
+// It computes in float32.
+func ropeTable(g *graph, x4 mlxArray, r *compute.RoPE, h, T, headDim, offset int) mlxArray {
+	half := r.Dims / 2
+	cos, sin := make([]float32, T*half), make([]float32, T*half)
+	for p := 0; p < T; p++ {
+		for i := 0; i < half; i++ {
+			cos[p*half+i], sin[p*half+i] = r.CosSin(offset+p, i)
+		}
+	}
+	cs, sn := g.fromFloat32s(cos, 1, 1, T, half), g.fromFloat32s(sin, 1, 1, T, half)
+	x := g.astype(x4, dtFloat32)
+	x1 := g.slice(x, []int{0, 0, 0, 0}, []int{1, h, T, half})
+	x2 := g.slice(x, []int{0, 0, 0, half}, []int{1, h, T, r.Dims})
+	parts := []mlxArray{g.sub(g.mul(x1, cs), g.mul(x2, sn)), g.add(g.mul(x2, cs), g.mul(x1, sn))}
+	if r.Dims < headDim {
+		parts = append(parts, g.slice(x, []int{0, 0, 0, r.Dims}, []int{1, h, T, headDim}))
+	}
+	return g.concat(3, parts...)
 }
 
 func (c *context) Attention(q, k, v compute.Tensor, cache kvstore.Layer, nHeads int, scale float32) compute.Tensor {

@@ -162,8 +162,13 @@ func TestBatchedMatchesAlone(t *testing.T) {
 		{"gemma3", randmodel.TinyGemma3(512)},
 		{"qwen3_next", randmodel.TinyQwen3Next(512)},
 		{"gpt_oss", randmodel.TinyGptOss(512)},
+		{"gemma4", randmodel.TinyGemma4(512)},
+		{"gemma4_moe", randmodel.TinyGemma4MoE(512)},
 		{"glm4_moe", randmodel.TinyGlm4Moe(512)},
 		{"glm4_moe_lite", randmodel.TinyGlm4MoeLite(512)},
+		{"mistral", randmodel.TinyMistral(512)},
+		{"mistral3", randmodel.TinyMistral3(512)},
+		{"phi3", randmodel.TinyPhi3(512)},
 	}
 	a := kvstore.AffineFormat
 	kvs := []struct {

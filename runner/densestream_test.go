@@ -15,11 +15,17 @@ import (
 
 // TestEngineWeightBudgetDense: runner.LoadModel with a weight budget streams a dense
 // model's layers and generates the same tokens as the mapped model, at a budget that
-// keeps some layers and at one that keeps none.
+// keeps some layers and at one that keeps none. Phi-3's fused projections, bound by
+// their parts' rows, stay resident while the rest of each layer streams.
 func TestEngineWeightBudgetDense(t *testing.T) {
+	for _, cfg := range []randmodel.Config{randmodel.Tiny("qwen3", 256), randmodel.TinyPhi3(256)} {
+		t.Run(cfg.Arch, func(t *testing.T) { weightBudgetDense(t, cfg) })
+	}
+}
+
+func weightBudgetDense(t *testing.T, cfg randmodel.Config) {
 	dir := t.TempDir()
 	hf, out := filepath.Join(dir, "hf"), filepath.Join(dir, "mlx")
-	cfg := randmodel.Tiny("qwen3", 256)
 	cfg.NumLayers = 6
 	if err := randmodel.Generate(hf, cfg, randmodel.Options{Seed: 6}); err != nil {
 		t.Fatal(err)

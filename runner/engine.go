@@ -11,6 +11,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mlxg/mlxg/kvstore"
@@ -73,10 +74,48 @@ type Engine struct {
 	maxCtx    int // LoadOptions.Context, else max_position_embeddings; 0: no limit
 	log       *slog.Logger
 	prefix    *prefixEngine
-	format    *formatVocab // constrained decoding's vocabulary (format.go), set by Load
-	batch     *batcher     // continuous batching (batch.go); nil: each request runs its own passes
-	coal      *coalescer   // prompts being prefilled (coalesce.go); nil: no waiting for them
-	draft     *Engine      // the draft model (draft.go); nil: prompt lookup
+	format    *formatVocab  // constrained decoding's vocabulary (format.go), set by Load
+	batch     *batcher      // continuous batching (batch.go); nil: each request runs its own passes
+	coal      *coalescer    // prompts being prefilled (coalesce.go); nil: no waiting for them
+	draft     *Engine       // the draft model (draft.go); nil: prompt lookup
+	kvHeld    *atomic.Int64 // the KV bytes its running sequences hold (KVHeld); nil: not counted
+}
+
+// KVHeld is the bytes the KV caches of the engine's running sequences hold, as of their latest
+// prefill or 64 generated tokens (blocks a sequence shares with the prefix cache count here too).
+func (e *Engine) KVHeld() int64 {
+	if e.kvHeld == nil {
+		return 0
+	}
+	return e.kvHeld.Load()
+}
+
+// kvMeter counts one sequence's KV bytes into its engine's KVHeld.
+type kvMeter struct {
+	e *Engine
+	n int64
+}
+
+func (m *kvMeter) update(caches []kvstore.Layer) {
+	if m.e.kvHeld == nil {
+		return
+	}
+	var b int64
+	for _, c := range caches {
+		if c != nil {
+			b += c.Bytes()
+		}
+	}
+	m.e.kvHeld.Add(b - m.n)
+	m.n = b
+}
+
+func (m *kvMeter) done() {
+	if m.e.kvHeld == nil {
+		return
+	}
+	m.e.kvHeld.Add(-m.n)
+	m.n = 0
 }
 
 // Load loads the checkpoint in dir: weights, tokenizer and (when present) chat template.
@@ -166,7 +205,7 @@ func LoadModel(dir string, o LoadOptions) (*Engine, error) {
 	}
 	log.Info("model loaded", "dir", dir, "type", m.Config.ModelType, "layers", m.Config.NumLayers,
 		"backend", backend.Name(), "weights", m.WeightBytes(), "took", time.Since(start).Round(time.Millisecond))
-	e := &Engine{Dir: dir, Model: m, eos: m.Config.EOS, kv: kv, log: log, prefix: newPrefixEngine(o.Prefix, dir, log)}
+	e := &Engine{Dir: dir, Model: m, eos: m.Config.EOS, kv: kv, log: log, prefix: newPrefixEngine(o.Prefix, dir, log), kvHeld: new(atomic.Int64)}
 	if e.maxCtx = o.Context; e.maxCtx <= 0 {
 		e.maxCtx = m.Config.MaxPositions
 	}
@@ -273,6 +312,16 @@ type Request struct {
 	Context []int32
 	// WantContext fills Result.Context.
 	WantContext bool
+	// OnPrompt, when set, is told how the prompt fits the context once that is settled and before
+	// any of it is computed (nothing is cut with NoTruncate: a prompt that does not fit is a
+	// *ContextError instead), so that a server can say so in its response's headers.
+	OnPrompt func(PromptFit)
+}
+
+// PromptFit is how a prompt fits the context: the tokens evaluated, the context, and what was
+// cut to fit (prompt tokens dropped, and chat messages dropped before them).
+type PromptFit struct {
+	Tokens, NumCtx, Truncated, MessagesDropped int
 }
 
 // Logprob is a generated token's log-probability and its position's most likely tokens.
@@ -387,6 +436,12 @@ func (e *Engine) Generate(ctx context.Context, req Request, fn func(text string)
 	}
 	hit := false
 	f := flags{noTruncate: req.NoTruncate, noShift: req.NoShift, format: req.Format}
+	if req.OnPrompt != nil {
+		f.onPrompt = func(fit PromptFit) {
+			fit.MessagesDropped = dropped
+			req.OnPrompt(fit)
+		}
+	}
 	for _, t := range req.EndTokens {
 		if id, ok := e.Tokenizer.TokenID(t); ok {
 			f.end = append(f.end, id)
@@ -529,6 +584,7 @@ type flags struct {
 	topLogprobs         int
 	format              *Format // structured output (format.go)
 	end                 []int32 // more tokens that end generation as EOS does
+	onPrompt            func(PromptFit)
 }
 
 func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int, f flags, emit func(id int32) (bool, error)) (*Result, error) {
@@ -543,6 +599,9 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 		prompt = p
 	}
 	res.PromptTokens = len(prompt)
+	if f.onPrompt != nil {
+		f.onPrompt(PromptFit{Tokens: len(prompt), NumCtx: numCtx, Truncated: res.PromptTruncated})
+	}
 	sampler, err := sample.New(o.sampling(numCtx))
 	if err != nil {
 		return nil, err
@@ -589,6 +648,9 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 		return res, err
 	}
 	seq := slices.Clone(prompt) // what the caches hold
+	meter := &kvMeter{e: e}
+	meter.update(caches)
+	defer meter.done()
 	decodeStart := time.Now()
 	res.PromptDuration = decodeStart.Sub(start)
 	finish := func(reason string, err error) (*Result, error) {
@@ -680,6 +742,9 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 		}
 		sampler.Accept(id)
 		res.Tokens = append(res.Tokens, id)
+		if len(res.Tokens)%64 == 0 {
+			meter.update(caches)
+		}
 		if spec != nil {
 			spec.push(id)
 		}

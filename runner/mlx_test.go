@@ -2,7 +2,6 @@ package runner
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -48,7 +47,9 @@ func TestMLXMatchesCPU(t *testing.T) {
 		cfg  randmodel.Config
 	}{
 		{"llama", randmodel.Tiny("llama", 512)},
-		{"mistral", randmodel.Tiny("llama", 512)}, // rewritten as model_type mistral below
+		{"mistral", randmodel.TinyMistral(512)},
+		{"mistral3", randmodel.TinyMistral3(512)},
+		{"phi3", randmodel.TinyPhi3(512)},
 		{"qwen2", randmodel.Tiny("qwen2", 512)},
 		{"qwen3", randmodel.Tiny("qwen3", 512)},
 		{"qwen3_moe", randmodel.TinyMoE(512)},
@@ -61,9 +62,6 @@ func TestMLXMatchesCPU(t *testing.T) {
 		hf := filepath.Join(t.TempDir(), "hf")
 		if err := randmodel.Generate(hf, arch.cfg, randmodel.Options{Seed: 21}); err != nil {
 			t.Fatal(err)
-		}
-		if arch.name == "mistral" {
-			asMistral(t, hf)
 		}
 		for _, bits := range []int{0, 4, 8} {
 			dir := filepath.Join(t.TempDir(), "mlx")
@@ -125,25 +123,6 @@ func TestMLXMatchesCPU(t *testing.T) {
 			mm.Close()
 			cm.Close()
 		}
-	}
-}
-
-// asMistral relabels a llama checkpoint as Mistral (llama's weights, no sliding window).
-func asMistral(t *testing.T, dir string) {
-	t.Helper()
-	path := filepath.Join(dir, "config.json")
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cfg map[string]any
-	if err := json.Unmarshal(raw, &cfg); err != nil {
-		t.Fatal(err)
-	}
-	cfg["model_type"], cfg["architectures"], cfg["sliding_window"] = "mistral", []string{"MistralForCausalLM"}, nil
-	raw, _ = json.Marshal(cfg)
-	if err := os.WriteFile(path, raw, 0o644); err != nil {
-		t.Fatal(err)
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 // goroutines joined by pipelinetest's in-memory transport (runner/pipeline's own tests
 // check the logits bit for bit); the MLX test of the same is TestDistributedPrefixCache.
 func TestPipelineEngineCPU(t *testing.T) {
+	four := func(c randmodel.Config) randmodel.Config { c.NumLayers = 4; return c }
 	dense := randmodel.Tiny("qwen3", 512)
 	dense.NumLayers = 4
 	archs := []struct {
@@ -30,6 +31,8 @@ func TestPipelineEngineCPU(t *testing.T) {
 	}{
 		{"qwen3", dense},
 		{"qwen3_next", randmodel.TinyQwen3Next(512)},
+		{"mistral", four(randmodel.TinyMistral(512))}, // sliding windows
+		{"phi3", four(randmodel.TinyPhi3(512))},       // fused projections bound by parts, longrope
 	}
 	prompt := modeltest.Tokens(9, 600)
 	o := Greedy()

@@ -137,9 +137,11 @@ func prefixGreedyOn(t *testing.T, be testBackend, dir string) {
 
 // TestPrefixCacheHybridAndSliding: the same for a hybrid model (Qwen3-Next: recurrent
 // states in linear-attention layers, resumed only where a prompt ended) and a model with
-// sliding-window layers (Gemma 3, window 8), and gpt-oss (sliding and full layers with
-// attention sinks), all random, with the KV policy's caches
-// (nil for linear-attention layers, filled by the model) and the model's own.
+// sliding-window layers (Gemma 3, window 8), gpt-oss (sliding and full layers with
+// attention sinks) and Gemma 4 (sliding layers, full layers of their own head size,
+// KV-shared layers that the prefix cache does not store), all random, with the KV
+// policy's caches (nil for linear-attention and KV-shared layers, filled by the model)
+// and the model's own.
 func TestPrefixCacheHybridAndSliding(t *testing.T) {
 	for _, be := range testBackends() {
 		t.Run(be.name, func(t *testing.T) { prefixCacheHybridAndSliding(t, be) })
@@ -150,7 +152,9 @@ func prefixCacheHybridAndSliding(t *testing.T, be testBackend) {
 	for _, arch := range []struct {
 		name string
 		cfg  randmodel.Config
-	}{{"qwen3_next", randmodel.TinyQwen3Next(256)}, {"gemma3", randmodel.TinyGemma3(256)}, {"gpt_oss", randmodel.TinyGptOss(256)}} {
+	}{{"qwen3_next", randmodel.TinyQwen3Next(256)}, {"gemma3", randmodel.TinyGemma3(256)}, {"gpt_oss", randmodel.TinyGptOss(256)},
+		{"gemma4", randmodel.TinyGemma4(256)}, {"gemma4_moe", randmodel.TinyGemma4MoE(256)},
+		{"mistral", randmodel.TinyMistral(256)}, {"mistral3", randmodel.TinyMistral3(256)}, {"phi3", randmodel.TinyPhi3(256)}} {
 		t.Run(arch.name, func(t *testing.T) {
 			dir := t.TempDir()
 			hf, mlx := filepath.Join(dir, "hf"), filepath.Join(dir, "mlx")

@@ -70,6 +70,9 @@ type MessagesRequest struct {
 	Thinking      *Thinking       `json:"thinking,omitempty"`
 	Metadata      json.RawMessage `json:"metadata,omitempty"`
 	NumDraft      *int            `json:"num_draft,omitempty"` // mlxg's extension: options.num_draft
+	// Truncate true (mlxg's extension) cuts a prompt over the context as Ollama does; absent or false,
+	// such a prompt is Anthropic's 400 "prompt is too long".
+	Truncate *bool `json:"truncate,omitempty"`
 }
 
 // MessageParam is one input message; Content is a string or a list of content blocks.

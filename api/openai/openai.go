@@ -140,6 +140,9 @@ type ChatCompletionRequest struct {
 	Logprobs            *bool           `json:"logprobs"`
 	NumDraft            *int            `json:"num_draft"` // mlxg's extension: options.num_draft
 	TopLogprobs         *int            `json:"top_logprobs"`
+	// Truncate true (mlxg's extension) cuts a prompt over the context as Ollama does; absent or false,
+	// such a prompt is OpenAI's 400 context_length_exceeded.
+	Truncate *bool `json:"truncate,omitempty"`
 }
 
 // Stops reads stop: a string or a list of strings.
@@ -228,8 +231,9 @@ type CompletionRequest struct {
 	FrequencyPenalty *float64        `json:"frequency_penalty"`
 	PresencePenalty  *float64        `json:"presence_penalty"`
 	Echo             bool            `json:"echo"`
-	Logprobs         *int            `json:"logprobs"`  // how many alternatives per token (0 to 20); null: no logprobs
-	NumDraft         *int            `json:"num_draft"` // mlxg's extension: options.num_draft
+	Logprobs         *int            `json:"logprobs"`           // how many alternatives per token (0 to 20); null: no logprobs
+	NumDraft         *int            `json:"num_draft"`          // mlxg's extension: options.num_draft
+	Truncate         *bool           `json:"truncate,omitempty"` // mlxg's extension, as on chat completions
 }
 
 // CompletionChoice is one completion.

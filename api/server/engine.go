@@ -135,6 +135,11 @@ func (l *EngineLoader) Plan(m *registry.LocalModel, numCtx int, freed int64) (*L
 	if err := checkArchitecture(m); err != nil {
 		return nil, err
 	}
+	if numCtx <= 0 && (l.KV == nil || l.Pipeline != nil) {
+		// Sized from memory needs the KV policy, and a split model's memory is every rank's:
+		// without either, the floor the policy keeps (at most the model's maximum, below).
+		numCtx = kvstore.AutoFloor
+	}
 	if l.WeightBudget > 0 && l.Pipeline == nil {
 		if p, ok, err := l.planStreaming(m, numCtx, freed); ok || err != nil {
 			return p, err
@@ -153,7 +158,7 @@ func (l *EngineLoader) Plan(m *registry.LocalModel, numCtx int, freed int64) (*L
 		if err != nil {
 			return nil, err
 		}
-		return &LoadPlan{Model: m, Context: kv.plan.Context, Size: kv.plan.Weights + kv.plan.KVBytes,
+		return &LoadPlan{Model: m, Context: kv.plan.Context, ContextReason: kv.plan.ContextReason, Size: kv.plan.Weights + kv.plan.KVBytes,
 			Peak: kv.plan.Peak(), KVSpec: kv.plan.Layout.String(), kv: kv}, nil
 	}
 	info, err := registry.ReadInfo(m.Dir)
@@ -164,7 +169,16 @@ func (l *EngineLoader) Plan(m *registry.LocalModel, numCtx int, freed int64) (*L
 		numCtx = min(numCtx, info.ContextLength)
 	}
 	size := m.Size + fp16KV(info, numCtx)
-	return &LoadPlan{Model: m, Context: numCtx, Size: size, Peak: size, KVSpec: "fp16"}, nil
+	return &LoadPlan{Model: m, Context: numCtx, ContextReason: fixedContextReason(numCtx, info.ContextLength), Size: size, Peak: size, KVSpec: "fp16"}, nil
+}
+
+// fixedContextReason says why a model planned without the KV policy has context n (the model's maximum
+// is max, 0 when unknown).
+func fixedContextReason(n, max int) string {
+	if n == max {
+		return fmt.Sprintf("the model's maximum %d", max)
+	}
+	return fmt.Sprintf("num_ctx %d", n)
 }
 
 // PlanDraft plans m with draft as its draft model: m's plan, plus the draft's weights and its
@@ -277,7 +291,7 @@ func (l *EngineLoader) logger() *slog.Logger {
 func (l *EngineLoader) load(p *LoadPlan, info *registry.ModelInfo, be compute.Backend) (*engineModel, error) {
 	dir := p.Model.Dir
 	cb := &captureBackend{Backend: be}
-	em := &engineModel{cb: cb, numCtx: p.Context, template: info.ChatTemplate, kvSpec: p.KVSpec, size: p.Size, peak: p.Peak,
+	em := &engineModel{cb: cb, numCtx: p.Context, ctxReason: p.ContextReason, template: info.ChatTemplate, kvSpec: p.KVSpec, size: p.Size, peak: p.Peak,
 		loadPlan: p.kv, backend: be.Name()}
 	opts := runner.LoadOptions{Backend: cb, Logger: l.Logger, Prefix: l.Prefix, Parallel: l.Parallel, Context: p.Context,
 		Pipeline: l.Pipeline, WeightBudget: p.WeightBudget, StreamPolicy: l.StreamPolicy}
@@ -352,6 +366,8 @@ type engineModel struct {
 	e         *runner.Engine
 	cb        *captureBackend
 	numCtx    int
+	ctxReason string
+	used      atomic.Pointer[ContextUse] // the latest finished request's
 	template  string
 	fim       [3]string
 	kvSpec    string
@@ -392,7 +408,7 @@ func (m *engineModel) Close() error {
 }
 
 func (m *engineModel) Info() LoadedInfo {
-	info := LoadedInfo{ContextLength: m.numCtx, ChatTemplate: m.template, FIM: m.fim, Size: m.size, Peak: m.peak, GPUSize: m.gpu, KVSpec: m.kvSpec, Draft: m.draftName}
+	info := LoadedInfo{ContextLength: m.numCtx, ContextReason: m.ctxReason, Used: m.used.Load(), ChatTemplate: m.template, FIM: m.fim, Size: m.size, Peak: m.peak, GPUSize: m.gpu, KVSpec: m.kvSpec, Draft: m.draftName}
 	if st, ok := m.e.BatchStats(); ok {
 		info.Batch = &st
 	}
@@ -440,6 +456,7 @@ func (m *engineModel) Generate(ctx context.Context, in GenerateInput, emit func(
 		Options: o, Format: in.Format, Logprobs: in.Logprobs, TopLogprobs: in.TopLogprobs, WantContext: in.WantContext}
 	req.NoTruncate, req.NoShift, req.EndTokens = in.NoTruncate, in.NoShift, in.EndTokens
 	req.SpecialTokens = in.SpecialTokens
+	req.OnPrompt = in.OnPrompt
 	if in.OnLogprobs != nil {
 		req.OnLogprobs = func(lps []runner.Logprob) { in.OnLogprobs(toLogprobs(m.e.Tokenizer, lps)) }
 	}
@@ -465,6 +482,13 @@ func (m *engineModel) Generate(ctx context.Context, in GenerateInput, emit func(
 	for _, id := range res.Context {
 		st.Context = append(st.Context, int(id))
 	}
+	use := &ContextUse{Tokens: res.PromptTokens + res.EvalCount, KVBytes: res.KVBytes, Truncated: res.PromptTruncated,
+		MessagesDropped: res.MessagesDropped}
+	if res.Prefix != nil {
+		use.Restored = res.Prefix.Cached
+	}
+	m.used.Store(use)
+	st.Truncated, st.MessagesDropped = res.PromptTruncated, res.MessagesDropped
 	if res.PromptTruncated > 0 {
 		st.Perf = append(st.Perf, "prompt_truncated", res.PromptTruncated)
 	}
@@ -477,7 +501,7 @@ func (m *engineModel) Generate(ctx context.Context, in GenerateInput, emit func(
 	if p := m.seqPlan.Load(); p != nil {
 		spec, pressure = p.Layout.String(), p.Memory.Pressure.String()
 	}
-	st.Perf = append(st.Perf, "kv", strconv.Quote(spec), "kv_bytes", res.KVBytes)
+	st.Perf = append(st.Perf, "num_ctx", m.numCtx, "kv", strconv.Quote(spec), "kv_bytes", res.KVBytes)
 	if pressure != "" {
 		st.Perf = append(st.Perf, "pressure", pressure)
 	}

@@ -49,7 +49,10 @@ type kvServer struct {
 
 // startKVServer serves the scripted checkpoint with the KV policy reading a faked sensor
 // (64 GiB, 40 GiB available, normal pressure) and a RAM prefix cache.
-func startKVServer(t *testing.T) *kvServer {
+func startKVServer(t *testing.T) *kvServer { return startKVServerWith(t, nil) }
+
+// startKVServerWith is startKVServer with the server's configuration changed by configure.
+func startKVServerWith(t *testing.T, configure func(*ServerConfig)) *kvServer {
 	ckpt := scriptedCheckpoint(t)
 	tmp := t.TempDir()
 	store := &registry.Store{HubCache: filepath.Join(tmp, "hub"), Home: filepath.Join(tmp, "home")}
@@ -66,7 +69,11 @@ func startKVServer(t *testing.T) *kvServer {
 	t.Cleanup(func() { pc.Close() })
 	ks.prefix = pc
 	ks.loader = &EngineLoader{Threads: 2, KV: &kvstore.Policy{Log: log, Sensor: ks.sensor}, Prefix: pc, Logger: log}
-	srv, err := NewServer(ServerConfig{Store: store, Loader: ks.loader, Sched: sched.Config{}, Version: "test", Logger: log})
+	cfg := ServerConfig{Store: store, Loader: ks.loader, Sched: sched.Config{}, Version: "test", Logger: log}
+	if configure != nil {
+		configure(&cfg)
+	}
+	srv, err := NewServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,9 +30,12 @@ type LoadPlan struct {
 	// Context is the tokens every sequence of the model gets: the num_ctx asked for, at most the
 	// model's maximum and, under the KV policy, what fits in memory.
 	Context int
-	Size    int64  // resident once loaded: weights and one sequence's KV cache at Context
-	Peak    int64  // the predicted peak (Size plus activations and scratch): what the scheduler budgets
-	KVSpec  string // the KV cache layout, as mlxg ps prints it
+	// ContextReason says why Context is what it is (kvstore.Plan.ContextReason): sized from memory,
+	// the model's maximum, or the num_ctx asked.
+	ContextReason string
+	Size          int64  // resident once loaded: weights and one sequence's KV cache at Context
+	Peak          int64  // the predicted peak (Size plus activations and scratch): what the scheduler budgets
+	KVSpec        string // the KV cache layout, as mlxg ps prints it
 	// WeightBudget, when positive, loads the model in streaming mode: its experts are read
 	// from the checkpoint through a RAM cache, and at most this many bytes of weights stay
 	// in memory (runner.LoadOptions.WeightBudget). Experts is the bytes of the experts
@@ -108,12 +111,18 @@ type GenerateInput struct {
 	// WantContext fills GenerateStats.Context.
 	Context     []int
 	WantContext bool
+	// OnPrompt, when set, is told how the prompt fits the context before any of it is computed
+	// (runner.Request.OnPrompt): the response's headers say so.
+	OnPrompt func(runner.PromptFit)
 }
 
 // LoadedInfo describes a loaded model.
 type LoadedInfo struct {
 	ContextLength int    // the num_ctx it was loaded with
-	ChatTemplate  string // the template's source ("" when the checkpoint has none)
+	ContextReason string // why: sized from memory, the model's maximum, or the num_ctx asked
+	// Used is what its latest finished request held (nil before one).
+	Used         *ContextUse
+	ChatTemplate string // the template's source ("" when the checkpoint has none)
 	// FIM holds the fill-in-the-middle tokens (prefix, suffix, middle) when the tokenizer has them, for suffix.
 	FIM  [3]string
 	Size int64 // bytes resident, as Ollama's ps reports them: weights and the KV cache at ContextLength
@@ -138,6 +147,14 @@ type LoadedInfo struct {
 	Layers, KeptLayers int
 }
 
+// ContextUse is what one request held of a model's context: the tokens in its KV cache at the end
+// (prompt and reply), their bytes, the prompt tokens the prefix cache restored instead of computing,
+// and the prompt tokens (or messages) cut to fit.
+type ContextUse struct {
+	Tokens, Restored, Truncated, MessagesDropped int
+	KVBytes                                      int64
+}
+
 // GenerateStats are a generation's counts and durations.
 type GenerateStats struct {
 	PromptTokens       int
@@ -152,4 +169,7 @@ type GenerateStats struct {
 	Perf []any
 	// Context (with GenerateInput.WantContext) is the conversation as token ids, for a next request's context.
 	Context []int
+	// Truncated prompt tokens and MessagesDropped chat messages were cut to fit the context (never
+	// with NoTruncate, which refuses such a prompt instead).
+	Truncated, MessagesDropped int
 }

@@ -516,6 +516,9 @@ func (j *job) modelMessages() []api.Message {
 // isFalse reports a JSON boolean sent as false (truncate, shift: absent means true).
 func isFalse(b *bool) bool { return b != nil && !*b }
 
+// isTrue reports a JSON boolean sent as true (the OpenAI and Anthropic routes' truncate: absent means false).
+func isTrue(b *bool) bool { return b != nil && *b }
+
 // contextOverflow reports a prompt that does not fit num_ctx with truncate false: the client's 400.
 func contextOverflow(err error) bool {
 	var ce *runner.ContextError

@@ -39,7 +39,8 @@ type ServerConfig struct {
 	Origins []string
 	// MaxBodyBytes bounds a request body (default 32 MiB).
 	MaxBodyBytes int64
-	// ContextLength is the default num_ctx (default 4096).
+	// ContextLength is the default num_ctx (MLXG_CONTEXT_LENGTH); 0: each model's context is sized
+	// from memory when it loads (kvstore's auto context), up to its trained maximum.
 	ContextLength int
 	// NumDraft is the default num_draft, the most tokens speculative decoding drafts a step
 	// (MLXG_NUM_DRAFT): 0 means runner.DefaultNumDraft, negative turns it off.
@@ -93,9 +94,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 32 << 20
 	}
-	if cfg.ContextLength <= 0 {
-		cfg.ContextLength = 4096
-	}
+	cfg.ContextLength = max(cfg.ContextLength, 0)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -234,12 +233,15 @@ func statusOf(err error) (int, string) {
 	var ae *apiError
 	var tooLarge *sched.TooLargeError
 	var mbe *http.MaxBytesError
+	var ce *runner.ContextError
 	if _, ok := retryAfter(err); ok && !errors.As(err, &ae) {
 		return http.StatusServiceUnavailable, err.Error()
 	}
 	switch {
 	case errors.As(err, &ae):
 		return ae.status, ae.msg
+	case errors.As(err, &ce):
+		return http.StatusBadRequest, ce.Error()
 	case errors.Is(err, sched.ErrQueueFull):
 		return http.StatusServiceUnavailable, err.Error()
 	case errors.Is(err, sched.ErrClosed):
@@ -271,6 +273,40 @@ func abort(c *gin.Context, status int, msg string) {
 	}
 }
 
+// contextExceeded answers a prompt that does not fit the context, with truncation off, in the called
+// API's own terms: OpenAI's context_length_exceeded (what its SDKs and Codex look for), Anthropic's
+// "prompt is too long: N tokens > M maximum" (what Claude Code reacts to by compacting), Ollama's
+// error text. The most a prompt may hold is the context less one token for the reply.
+func contextExceeded(c *gin.Context, ce *runner.ContextError) {
+	c.Header(headerNumCtx, strconv.Itoa(ce.NumCtx))
+	c.Header(headerPromptTokens, strconv.Itoa(ce.PromptTokens))
+	limit := max(ce.NumCtx-1, 0)
+	status := http.StatusBadRequest
+	switch p := c.Request.URL.Path; {
+	case p == "/v1/messages":
+		msg := fmt.Sprintf("prompt is too long: %d tokens > %d maximum", ce.PromptTokens, limit)
+		noteError(c, status, msg)
+		c.AbortWithStatusJSON(status, anthropic.NewError(status, msg))
+	case strings.HasPrefix(p, "/v1/"):
+		msg := fmt.Sprintf("This model's maximum context length is %d tokens. However, your request has %d input tokens. Please reduce the length of the input (mlxg: the model's context is %d tokens; raise it with MLXG_CONTEXT_LENGTH or a Modelfile's PARAMETER num_ctx, up to the model's maximum).",
+			limit, ce.PromptTokens, ce.NumCtx)
+		param := "messages"
+		switch p {
+		case "/v1/completions":
+			param = "prompt"
+		case "/v1/responses":
+			param = "input"
+		}
+		code := "context_length_exceeded"
+		e := openai.NewError(status, msg)
+		e.Error.Code, e.Error.Param = &code, param
+		noteError(c, status, msg)
+		c.AbortWithStatusJSON(status, e)
+	default:
+		abort(c, status, ce.Error())
+	}
+}
+
 // abortV1 answers err on a /v1/ route in the error shape of the API the path belongs to (abort's choice:
 // Anthropic's or OpenAI's), and not at all when the client is gone.
 func abortV1(c *gin.Context, err error) {
@@ -284,6 +320,11 @@ func abortV1(c *gin.Context, err error) {
 // abortErr answers err with its status (statusOf) in the error shape of the API the path belongs to; a
 // transient refusal also says when to retry (Retry-After).
 func abortErr(c *gin.Context, err error) {
+	var ce *runner.ContextError
+	if errors.As(err, &ce) {
+		contextExceeded(c, ce)
+		return
+	}
 	status, msg := statusOf(err)
 	if after, ok := retryAfter(err); ok {
 		c.Header("Retry-After", after)
@@ -395,6 +436,7 @@ func (s *Server) limitBody(c *gin.Context) {
 	}
 	body := &limitedBody{ReadCloser: c.Request.Body, left: s.cfg.MaxBodyBytes, limit: s.cfg.MaxBodyBytes}
 	c.Request.Body = body
+	c.Request = c.Request.WithContext(context.WithValue(c.Request.Context(), responseHeaderKey{}, c.Writer.Header()))
 	c.Next()
 	if body.over {
 		n, _ := io.Copy(io.Discard, io.LimitReader(body.ReadCloser, drainLimit(s.cfg.MaxBodyBytes)+1))
@@ -452,6 +494,8 @@ func (s *Server) cors(c *gin.Context) {
 		"X-Stainless-Poll-Helper, X-Stainless-Custom-Poll-Interval, X-Stainless-Timeout, "+
 		"X-Api-Key, Anthropic-Version, Anthropic-Beta, Anthropic-Dangerous-Direct-Browser-Access")
 	h.Set("Access-Control-Max-Age", "43200")
+	// A page may read how its prompt fit the context (server_generate.go's headers).
+	h.Set("Access-Control-Expose-Headers", strings.Join([]string{headerNumCtx, headerPromptTokens, headerPromptTruncated, headerMessagesDropped}, ", "))
 	if c.Request.Method == http.MethodOptions {
 		c.AbortWithStatus(http.StatusNoContent)
 		return

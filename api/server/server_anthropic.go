@@ -255,6 +255,7 @@ func (s *Server) anthropicJob(req *anthropic.MessagesRequest) (*job, error) {
 	}
 	j.chat, j.messages, j.tools, j.think = true, msgs, tools, think
 	j.forceTool = force
+	j.noTruncate = !isTrue(req.Truncate) // Anthropic's API never cuts a prompt: "prompt is too long"
 	return j, nil
 }
 

@@ -116,7 +116,14 @@ func (s *Server) newJob(model string, options map[string]any, keepAlive *api.Dur
 		}
 		s.log.Warn("invalid option provided", "error", err) // as Ollama: unknown options are ignored
 	}
-	if err := toRunnerOptions(j.opts).Validate(); err != nil {
+	if err := checkNumCtx(options, j.opts.NumCtx); err != nil {
+		return nil, err
+	}
+	ro := toRunnerOptions(j.opts)
+	if ro.NumCtx == 0 {
+		ro.NumCtx = 1 // sized from memory at load (kvstore's auto context); nothing to check yet
+	}
+	if err := ro.Validate(); err != nil {
 		return nil, errorf(http.StatusBadRequest, "%v", err)
 	}
 	if keepAlive != nil {
@@ -127,6 +134,18 @@ func (s *Server) newJob(model string, options map[string]any, keepAlive *api.Dur
 		j.keepAlive = &d
 	}
 	return j, nil
+}
+
+// checkNumCtx refuses a num_ctx that no context can honour: 0 or negative, from the request's options
+// or a Modelfile's PARAMETER (0 is what the server passes on for "sized from memory", so a client's
+// 0 is refused rather than read as that: leaving the option out asks for it). A num_ctx above the
+// model's maximum is not an error: the load clamps it to the maximum (and to what memory holds), logs
+// it, and /api/ps and /api/show say so; the KV cache is paged, so nothing is allocated for it.
+func checkNumCtx(options map[string]any, n int) error {
+	if _, asked := options["num_ctx"]; (asked && n <= 0) || n < 0 {
+		return errorf(http.StatusBadRequest, "num_ctx is %d: it must be a positive number of tokens; leave it out to have the context sized from memory (up to the model's maximum)", n)
+	}
+	return nil
 }
 
 // generationDefaults applies the sampling settings of the checkpoint's generation_config.json (what
@@ -352,6 +371,9 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 		// and <|call|> end it; the markers are special tokens its parser reads.
 		in.EndTokens, in.SpecialTokens = []string{"<|return|>", "<|call|>"}, !j.raw
 	}
+	if caps.SpecialTags && !j.raw {
+		in.SpecialTokens = true // Mistral's [TOOL_CALLS], [ARGS] and [THINK] are special tokens its parser reads
+	}
 	var pendingLP []api.Logprob // of text the parser has not yielded yet
 	if j.logprobs {
 		in.Logprobs, in.TopLogprobs = true, j.topLogprobs
@@ -365,6 +387,7 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 		}
 	}
 	in.NoTruncate, in.NoShift = j.noTruncate, j.noShift
+	in.OnPrompt = func(fit runner.PromptFit) { s.promptFit(ctx, j, fit) }
 	switch {
 	case j.chat:
 		in.Messages, in.Tools, in.Kwargs = templateMessages(j.messages), tools, kwargs
@@ -389,10 +412,14 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 		in.Messages, in.Kwargs = templateMessages(append(msgs, api.Message{Role: "user", Content: j.prompt})), kwargs
 	}
 
-	pcfg := parser.Config{Thinking: thinkOn && caps.Thinking && !j.raw, Harmony: caps.Harmony && !j.raw}
+	if caps.Tools == parser.ToolsMistral {
+		parser.MistralCallIDs(in.Messages) // its templates require ids of nine letters and digits
+	}
+	pcfg := parser.Config{Thinking: thinkOn && caps.Thinking && !j.raw, Harmony: caps.Harmony && !j.raw,
+		ThinkOpen: caps.ThinkOpen, ThinkClose: caps.ThinkClose}
 	if len(in.Messages) > 0 && pcfg.Thinking && !pcfg.Harmony {
 		if p, err := m.RenderChat(in.Messages, in.Tools, in.Kwargs); err == nil {
-			pcfg.InThinking = parser.PromptOpensThinking(p)
+			pcfg.InThinking = parser.PromptOpens(p, caps.ThinkOpen)
 		} else {
 			return nil, errorf(http.StatusBadRequest, "rendering the chat template: %v", err)
 		}
@@ -414,7 +441,7 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 	}
 	if in.Format != nil && pcfg.Thinking && !pcfg.Harmony {
 		// The constraint applies to the answer, after the thinking block (as Ollama does).
-		in.Format.ThinkOpen, in.Format.ThinkClose, in.Format.InThinking = parser.ThinkOpen, parser.ThinkClose, pcfg.InThinking
+		in.Format.ThinkOpen, in.Format.ThinkClose, in.Format.InThinking = caps.ThinkOpen, caps.ThinkClose, pcfg.InThinking
 	}
 	p := parser.New(pcfg)
 	out := &outcome{load: lease.LoadDuration, ready: time.Since(j.start)}
@@ -445,12 +472,44 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 			return out, ctx.Err()
 		}
 		var ae *apiError
-		if !errors.As(err, &ae) && isOptionError(err) {
+		if !errors.As(err, &ae) && !contextOverflow(err) && isOptionError(err) {
 			err = errorf(http.StatusBadRequest, "%v", err)
 		}
 		return out, err
 	}
 	return out, nil
+}
+
+// responseHeaderKey is the request context's key for the response's headers (server.go's limitBody
+// puts them there), which a generation fills before its first byte goes out.
+type responseHeaderKey struct{}
+
+// Headers that say how a prompt fit the context (docs/api.md, "Context length"): on every generation
+// response, and the cut ones only when something was cut.
+const (
+	headerNumCtx          = "X-Mlxg-Num-Ctx"
+	headerPromptTokens    = "X-Mlxg-Prompt-Tokens"
+	headerPromptTruncated = "X-Mlxg-Prompt-Truncated"
+	headerMessagesDropped = "X-Mlxg-Messages-Dropped"
+)
+
+// promptFit says how j's prompt fits the context: in the response's headers, and in the log when it
+// was cut (the PERF line says it too).
+func (s *Server) promptFit(ctx context.Context, j *job, fit runner.PromptFit) {
+	if h, ok := ctx.Value(responseHeaderKey{}).(http.Header); ok {
+		h.Set(headerNumCtx, strconv.Itoa(fit.NumCtx))
+		h.Set(headerPromptTokens, strconv.Itoa(fit.Tokens))
+		if fit.Truncated > 0 {
+			h.Set(headerPromptTruncated, strconv.Itoa(fit.Truncated))
+		}
+		if fit.MessagesDropped > 0 {
+			h.Set(headerMessagesDropped, strconv.Itoa(fit.MessagesDropped))
+		}
+	}
+	if fit.Truncated > 0 || fit.MessagesDropped > 0 {
+		s.log.Warn("the prompt did not fit the context: its oldest part was cut (send truncate false for an error instead)", "model", j.name,
+			"num_ctx", fit.NumCtx, "prompt_tokens", fit.Tokens, "tokens_cut", fit.Truncated, "messages_dropped", fit.MessagesDropped)
+	}
 }
 
 // turnMarkerSets are the turn markers of the chat-template families Ollama knows, which its templates

@@ -75,7 +75,43 @@ func (s *Server) handleShow(c *gin.Context) {
 		abortErr(c, notFound(err, req.Model))
 		return
 	}
+	s.showContext(resp, req.Model)
 	c.JSON(http.StatusOK, resp)
+}
+
+// showContext adds to /api/show's model_info the context the model runs with and why (mlxg's keys;
+// "<arch>.context_length" stays the trained maximum, as Ollama's): a loaded model's, else the one a
+// load would choose now from this server's settings and memory (mlxg.context_loaded says which).
+func (s *Server) showContext(resp *api.ShowResponse, model string) {
+	if resp.ModelInfo == nil {
+		return
+	}
+	lm, err := s.resolve(model)
+	if err != nil {
+		return
+	}
+	for _, st := range s.sched.Running() {
+		if l, ok := st.Model.(*loaded); ok && st.Key == lm.Dir {
+			info := l.Info()
+			resp.ModelInfo["mlxg.context_length"] = info.ContextLength
+			resp.ModelInfo["mlxg.context_reason"] = info.ContextReason
+			resp.ModelInfo["mlxg.context_loaded"] = true
+			return
+		}
+	}
+	o := api.DefaultOptions()
+	o.NumCtx = s.cfg.ContextLength
+	if modelOptions(&o, lm) != nil {
+		return
+	}
+	p, err := s.cfg.Loader.Plan(lm, o.NumCtx, 0)
+	if err != nil {
+		resp.ModelInfo["mlxg.context_reason"] = "it would not load now: " + err.Error()
+		return
+	}
+	resp.ModelInfo["mlxg.context_length"] = p.Context
+	resp.ModelInfo["mlxg.context_reason"] = p.ContextReason
+	resp.ModelInfo["mlxg.context_loaded"] = false
 }
 
 func (s *Server) handlePull(c *gin.Context) {
@@ -212,7 +248,7 @@ func (s *Server) handlePs(c *gin.Context) {
 		}
 		resp.Models = append(resp.Models, api.ProcessModelResponse{Name: st.Name, Model: st.Name, Size: size,
 			Digest: l.lm.Commit, Details: l.details, ExpiresAt: exp, SizeVRAM: min(info.GPUSize, size),
-			ContextLength: info.ContextLength, KVCache: info.KVSpec, PeakSize: st.Size, Batch: processBatch(info), Ranks: processRanks(info),
+			ContextLength: info.ContextLength, ContextReason: info.ContextReason, KVCache: info.KVSpec, PeakSize: st.Size, Batch: processBatch(info), Ranks: processRanks(info),
 			Streaming: processStreaming(info), Draft: info.Draft})
 	}
 	c.JSON(http.StatusOK, resp)

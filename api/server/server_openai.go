@@ -288,6 +288,7 @@ func (s *Server) handleOpenAIChat(c *gin.Context) {
 	}
 	j.chat, j.messages, j.tools, j.think = true, msgs, tools, oaiThink(req.Reasoning, req.ReasoningEffort)
 	j.forceTool = force
+	j.noTruncate = !isTrue(req.Truncate) // OpenAI's API never cuts a prompt: context_length_exceeded
 	if j.logprobs, j.topLogprobs, err = oaiChatLogprobRequest(req.Logprobs, req.TopLogprobs); err != nil {
 		abortV1(c, err)
 		return
@@ -388,6 +389,7 @@ func (s *Server) handleOpenAICompletion(c *gin.Context) {
 		return
 	}
 	j.prompt, j.suffix = prompts[0], req.Suffix
+	j.noTruncate = !isTrue(req.Truncate)
 	if j.prompt == "" && j.suffix == "" {
 		abortV1(c, errorf(http.StatusBadRequest, "prompt must not be empty"))
 		return

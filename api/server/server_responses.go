@@ -332,6 +332,9 @@ func (s *Server) responsesJob(req *openai.ResponsesRequest) (*job, []api.Message
 	}
 	j.chat, j.messages, j.tools, j.think = true, msgs, tools, oaiThink(req.Reasoning, nil)
 	j.forceTool = force
+	// truncation "auto" drops the oldest messages (as OpenAI's does); "disabled", OpenAI's default, makes
+	// a conversation over the context a 400 context_length_exceeded.
+	j.noTruncate = req.Truncation != "auto"
 	return j, conv, instructions, nil
 }
 

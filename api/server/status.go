@@ -114,7 +114,7 @@ func (s *Server) Status() api.StatusResponse {
 			size = st.Size
 		}
 		m := api.StatusModel{Name: st.Name, Size: size, Peak: st.Size, SizeVRAM: min(info.GPUSize, size), ContextLength: info.ContextLength,
-			KVCache: info.KVSpec, Active: st.Active, ExpiresAt: st.ExpiresAt, Forever: st.Forever, Batch: processBatch(info),
+			ContextReason: info.ContextReason, KVCache: info.KVSpec, Active: st.Active, ExpiresAt: st.ExpiresAt, Forever: st.Forever, Batch: processBatch(info),
 			Draft: info.Draft}
 		if m.ExpiresAt.IsZero() && !m.Forever {
 			m.ExpiresAt = now.Add(st.KeepAlive) // in use: it expires keep_alive after its requests end
@@ -123,8 +123,14 @@ func (s *Server) Status() api.StatusResponse {
 		if b := info.Batch; b != nil {
 			out.Throughput.Queued += b.Waiting
 		}
+		if u := info.Used; u != nil {
+			m.ContextUsed = &api.StatusContextUse{Tokens: u.Tokens, KVBytes: u.KVBytes, Restored: u.Restored, Truncated: u.Truncated,
+				MessagesDropped: u.MessagesDropped}
+		}
 		if em, ok := l.Model.(*engineModel); ok {
 			m.Backend = em.backend
+			m.KVHeld = em.e.KVHeld()
+			out.Memory.KVHeld += m.KVHeld
 			if em.loadPlan != nil {
 				m.Plan = kvPlanView(em.loadPlan)
 				out.Memory.Weights += em.loadPlan.plan.Weights
@@ -150,7 +156,7 @@ func (s *Server) Status() api.StatusResponse {
 		p := el.Prefix.Stats()
 		out.PrefixCache = &api.StatusPrefix{RAMBlocks: p.RAMBlocks, RAMBytes: p.RAMBytes, DiskBlocks: p.DiskBlocks, DiskBytes: p.DiskBytes,
 			RAMHits: p.RAMHits, DiskHits: p.DiskHits, Misses: p.Misses, Lookups: p.Lookups}
-		out.Memory.PrefixCache = p.RAMBytes
+		out.Memory.PrefixCache, out.Memory.PrefixSSD = p.RAMBytes, p.DiskBytes
 	}
 	return out
 }
@@ -170,7 +176,7 @@ func bitsLabel(f kvstore.Format) string {
 func kvPlanView(mp *kvLoad) *api.KVPlan {
 	p, shape := mp.plan, mp.shape
 	out := &api.KVPlan{Layout: p.Layout.String(), Context: p.Context, FitContext: p.FitContext, TokenBytes: p.KVTokenBytes,
-		KVBytes: p.KVBytes, Weights: p.Weights, Overhead: p.Overhead, PrefixBudget: p.PrefixBudget, Reason: p.Reason,
+		KVBytes: p.KVBytes, Weights: p.Weights, Overhead: p.Overhead, PrefixBudget: p.PrefixBudget, Reason: p.Reason, ContextReason: p.ContextReason,
 		Layers: make([]api.KVLayerPlan, 0, len(shape.Layers))}
 	total := shape.KVBefore + len(shape.KVLayers()) + shape.KVAfter
 	nb := p.Layout.BoundaryLayers

@@ -27,6 +27,7 @@ func (l *EngineLoader) planStreaming(m *registry.LocalModel, numCtx int, freed i
 	}
 	pinned := m.Size - experts
 	budget := l.WeightBudget
+	autoReason := "" // the first plan's, when it sized the context from memory
 	if budget <= 0 && l.KV == nil {
 		return nil, false, nil
 	}
@@ -35,6 +36,11 @@ func (l *EngineLoader) planStreaming(m *registry.LocalModel, numCtx int, freed i
 		kv, err := l.kvPlan(m, numCtx, freed, pinned)
 		if err != nil {
 			return nil, true, err
+		}
+		if numCtx <= 0 {
+			// Sized from memory once, before the experts take their share: planning it again
+			// with the budget counted would shrink the context the budget was made beside.
+			numCtx, autoReason = kv.plan.Context, kv.plan.ContextReason
 		}
 		if budget = residency.AutoBudget(pinned, experts, kv.plan.Free-kv.plan.KVBytes); budget <= 0 {
 			return nil, true, fmt.Errorf("%s: its %s of weights that stay in memory and the KV cache leave no memory for streamed %s (%s available)",
@@ -51,6 +57,10 @@ func (l *EngineLoader) planStreaming(m *registry.LocalModel, numCtx int, freed i
 	p = &LoadPlan{Model: m, WeightBudget: budget, Experts: experts, Weights: m.Size, Dense: dense}
 	if kv != nil {
 		p.Context, p.Size, p.Peak, p.KVSpec, p.kv = kv.plan.Context, kv.plan.Weights+kv.plan.KVBytes, kv.plan.Peak(), kv.plan.Layout.String(), kv
+		p.ContextReason = kv.plan.ContextReason
+		if autoReason != "" {
+			p.ContextReason = autoReason
+		}
 		return p, true, nil
 	}
 	info, err := registry.ReadInfo(m.Dir)
@@ -61,6 +71,7 @@ func (l *EngineLoader) planStreaming(m *registry.LocalModel, numCtx int, freed i
 	if info.ContextLength > 0 {
 		p.Context = min(numCtx, info.ContextLength)
 	}
+	p.ContextReason = fixedContextReason(p.Context, info.ContextLength)
 	p.Size = budget + fp16KV(info, p.Context)
 	p.Peak, p.KVSpec = p.Size, "fp16"
 	return p, true, nil

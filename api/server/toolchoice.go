@@ -170,6 +170,8 @@ func toolCallFormat(tools api.Tools, tc toolChoice, syntax parser.ToolFormat) (*
 		f.Prefix, f.Suffix = "<tool_call>\n", "\n</tool_call>"
 	case parser.ToolsLlama3:
 		argsKey = "parameters"
+	case parser.ToolsMistral:
+		f.Prefix = "[TOOL_CALLS]" // then one {"name", "arguments"} object, which the parser also reads
 	default:
 		return nil, errorf(http.StatusBadRequest, "tool_choice %q needs a tool-call syntax mlxg knows in the model's chat template", tc.mode)
 	}

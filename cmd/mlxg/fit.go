@@ -38,7 +38,7 @@ as they do to serve.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if ctx < 0 {
-				return fmt.Errorf("--ctx %d: the context must be 0 (the model's maximum) or more", ctx)
+				return fmt.Errorf("--ctx %d: the context must be 0 (sized from memory) or more", ctx)
 			}
 			if err := opts.ApplyEnv(os.Getenv); err != nil {
 				return err
@@ -68,7 +68,7 @@ as they do to serve.`,
 			return printFit(cmd.OutOrStdout(), dir, shape, mem, ctx, opts)
 		},
 	}
-	cmd.Flags().IntVar(&ctx, "ctx", 0, "context length to plan for (default: the model's maximum)")
+	cmd.Flags().IntVar(&ctx, "ctx", 0, "context length to plan for (default: sized from memory, as serve does with no num_ctx)")
 	cmd.Flags().StringVar(&total, "total", "", `assume this much RAM instead of reading it ("64GB", "48GiB")`)
 	cmd.Flags().StringVar(&available, "available", "", "assume this much available memory instead of reading it")
 	registerKVFlags(cmd.Flags(), &opts)
@@ -228,7 +228,11 @@ func printFit(w io.Writer, dir string, m kvstore.ModelShape, mem sysmem.Info, ct
 
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "Pressure\tSpec\tKV per token\tof fp16\tTop-1 vs fp16\tMean KL\tLargest context\tKV at context\tPeak\tHeadroom")
+	ctxHeader := "Auto context"
+	if ctx > 0 {
+		ctxHeader = "Context"
+	}
+	fmt.Fprintf(tw, "Pressure\tSpec\tKV per token\tof fp16\tTop-1 vs fp16\tMean KL\t%s\tLargest context\tKV at context\tPeak\tHeadroom\n", ctxHeader)
 	var refusals []string
 	measured := ""
 	for _, p := range []sysmem.Pressure{sysmem.Normal, sysmem.Warn, sysmem.Critical} {
@@ -236,7 +240,7 @@ func printFit(w io.Writer, dir string, m kvstore.ModelShape, mem sysmem.Info, ct
 		at.Pressure = p
 		pp, err := kvstore.Choose(kvstore.PolicyInput{Model: m, NumCtx: ctx, Memory: at, Options: opts})
 		if err != nil {
-			fmt.Fprintf(tw, "%s\trefused (below)\t-\t-\t-\t-\t-\t-\t-\t-\n", p)
+			fmt.Fprintf(tw, "%s\trefused (below)\t-\t-\t-\t-\t-\t-\t-\t-\t-\n", p)
 			refusals = append(refusals, fmt.Sprintf("At %s pressure: %v", p, err))
 			continue
 		}
@@ -248,8 +252,8 @@ func printFit(w io.Writer, dir string, m kvstore.ModelShape, mem sysmem.Info, ct
 			top1, kl = fmt.Sprintf("%.1f%%", 100*q.Top1), fmt.Sprintf("%.1e", q.MeanKL)
 			measured = fmt.Sprintf("Top-1 and mean KL: measured against an fp16 cache on %s, teacher-forced on held-out text, the worst of %s tokens (docs/kv-cache.md).", q.Model, q.Lengths)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", p, pp.Layout, ibytes(pp.KVTokenBytes), share, top1, kl,
-			pp.FitContext, ibytes(pp.KVBytes), ibytes(pp.Peak()), ibytes(pp.Headroom()))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", p, pp.Layout, ibytes(pp.KVTokenBytes), share, top1, kl,
+			pp.Context, pp.FitContext, ibytes(pp.KVBytes), ibytes(pp.Peak()), ibytes(pp.Headroom()))
 	}
 	tw.Flush()
 	if measured != "" {
@@ -274,6 +278,7 @@ func printFit(w io.Writer, dir string, m kvstore.ModelShape, mem sysmem.Info, ct
 	}
 	fmt.Fprintf(w, "Now (%s pressure): context %d, KV %s, predicted peak %s, headroom %s, prefix cache budget %s\n",
 		mem.Pressure, plan.Context, ibytes(plan.KVBytes), ibytes(plan.Peak()), ibytes(plan.Headroom()), ibytes(plan.PrefixBudget))
+	fmt.Fprintf(w, "Context: %s\n", plan.ContextReason)
 	fmt.Fprintf(w, "Policy: %s\n", plan.Reason)
 	return nil
 }

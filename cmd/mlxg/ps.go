@@ -76,6 +76,11 @@ func printPs(out io.Writer, ps *api.ProcessResponse, now time.Time) error {
 			fmt.Fprintf(out, "%s %s\n", m.Name, streamingLine(s))
 		}
 	}
+	for _, m := range ps.Models {
+		if m.ContextReason != "" {
+			fmt.Fprintf(out, "%s context %d: %s\n", m.Name, m.ContextLength, m.ContextReason)
+		}
+	}
 	printDraftModels(out, ps)
 	return printRanks(out, ps)
 }

@@ -241,11 +241,20 @@ func runDirectory(cmd *cobra.Command, dir, draftDir, prompt string, options []st
 		shape.WeightBytes = min(shape.WeightBytes, budget)
 	}
 	policy := &kvstore.Policy{Options: kv, Log: log}
-	plan, err := policy.Plan(dir, shape, opts.NumCtx, false)
+	askCtx := opts.NumCtx
+	if !hasOption(options, "num_ctx") {
+		askCtx = 0 // sized from memory, as serve does, unless MLXG_CONTEXT_LENGTH says
+		if _, v := envFirst("MLXG_CONTEXT_LENGTH", "OLLAMA_CONTEXT_LENGTH"); v != "" {
+			if n, err := strconv.Atoi(v); err == nil && n > 0 {
+				askCtx = n
+			}
+		}
+	}
+	plan, err := policy.Plan(dir, shape, askCtx, false)
 	if err != nil {
 		return fmt.Errorf("%s: %w", dir, err)
 	}
-	if plan.Context > 0 && plan.Context < opts.NumCtx {
+	if plan.Context > 0 && (askCtx == 0 || plan.Context < opts.NumCtx) {
 		opts.NumCtx = plan.Context // at most the model's maximum and the largest context that fits
 	}
 	be, err := choice.ForModel()
@@ -378,6 +387,16 @@ func weightBytes(dir string) int64 {
 
 // parseRunOptions applies NAME=VALUE pairs to Ollama's defaults. A value is read as JSON
 // when it parses (numbers, true, lists) and as a string otherwise; stop may repeat.
+// hasOption reports whether the -o pairs set name.
+func hasOption(pairs []string, name string) bool {
+	for _, p := range pairs {
+		if k, _, _ := strings.Cut(p, "="); k == name {
+			return true
+		}
+	}
+	return false
+}
+
 func parseRunOptions(pairs []string) (runner.Options, error) {
 	o := runner.DefaultOptions()
 	m := map[string]any{}

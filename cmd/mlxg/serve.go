@@ -35,7 +35,7 @@ Environment variables:
   MLXG_NUM_PARALLEL, OLLAMA_NUM_PARALLEL  requests served at once per model (default 1; the rest queue); above 1
                                         their decode steps run as one batched forward pass
   MLXG_MAX_QUEUE, OLLAMA_MAX_QUEUE    requests allowed to wait (default 512; more get 503)
-  MLXG_CONTEXT_LENGTH, OLLAMA_CONTEXT_LENGTH  default num_ctx (default 4096)
+  MLXG_CONTEXT_LENGTH, OLLAMA_CONTEXT_LENGTH  default num_ctx (default: sized from memory at load, up to the model's maximum)
   MLXG_NUM_DRAFT                      default num_draft, as --num-draft (0: no speculative decoding)
   MLXG_DRAFT_MODEL                    default draft model, as --draft-model
   MLXG_MAX_MEMORY                     memory all loaded models may take (e.g. "24GiB"; default 90% of RAM)
@@ -127,7 +127,7 @@ func serve(ctx context.Context, logw io.Writer, kv *kvstore.Options, pc *kvstore
 	if err != nil {
 		return err
 	}
-	ctxLen := 4096
+	ctxLen := 0 // each model's context sized from memory when it loads, up to its maximum
 	if k, v := envFirst("MLXG_CONTEXT_LENGTH", "OLLAMA_CONTEXT_LENGTH"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {

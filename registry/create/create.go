@@ -157,6 +157,11 @@ func Convert(ctx context.Context, src, dst string, opts Options) (*Summary, erro
 	if err := registry.CheckArchitecture(raw); err != nil {
 		return nil, fmt.Errorf("create: %s: %w", src, err)
 	}
+	if _, err := os.Stat(filepath.Join(src, "tokenizer.json")); errors.Is(err, os.ErrNotExist) {
+		if _, err := os.Stat(filepath.Join(src, "tekken.json")); err == nil {
+			return nil, fmt.Errorf("create: %s has Mistral's tekken.json but no tokenizer.json, which mlxg reads: use a repo that ships tokenizer.json (Mistral's transformers-format repos do), or write it from tekken.json with transformers' convert_tekken_tokenizer", src)
+		}
+	}
 	if _, ok := cfg["quantization"]; ok {
 		return nil, fmt.Errorf("create: %s is already an MLX quantized checkpoint (config.json has a quantization block): start from the unquantized Hugging Face weights", src)
 	}

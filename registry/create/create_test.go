@@ -281,6 +281,12 @@ func TestRefusals(t *testing.T) {
 	if _, err := Convert(ctx, bad, filepath.Join(t.TempDir(), "o"), Options{}); err == nil || !strings.Contains(err.Error(), "model.extra") {
 		t.Errorf("integer tensor: %v", err)
 	}
+	// Mistral's tekken.json without a tokenizer.json.
+	tekken := genTiny(t, "mistral", nil)
+	os.WriteFile(filepath.Join(tekken, "tekken.json"), []byte(`{}`), 0o644)
+	if _, err := Convert(ctx, tekken, filepath.Join(t.TempDir(), "o"), Options{}); err == nil || !strings.Contains(err.Error(), "tekken.json but no tokenizer.json") {
+		t.Errorf("tekken.json only: %v", err)
+	}
 	// A non-empty output directory.
 	if _, err := Convert(ctx, src, q, Options{}); err == nil || !strings.Contains(err.Error(), "not empty") {
 		t.Errorf("non-empty output: %v", err)

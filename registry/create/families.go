@@ -40,6 +40,14 @@ import (
 //     kept as they are, with "mode": "mxfp4" for those modules; the router (mlp.router)
 //     is quantized at 8 bits in groups of 64.
 //
+//   - gemma4, gemma4_unified, gemma4_text (mlx_lm/models/gemma4.py, gemma4_text.py):
+//     the multimodal types' language model moves from model.language_model.* to
+//     language_model.model.* (lm_head to language_model.lm_head), the vision and audio
+//     towers and their embedders are dropped; fused experts (experts.gate_up_proj
+//     [experts, 2·inter, hidden], the gate first; experts.down_proj) become
+//     experts.switch_glu.{gate,up,down}_proj; with experts the router (router.proj) and
+//     the dense MLP beside them are quantized at 8 bits in groups of 64.
+//
 //   - glm4_moe, glm4_moe_lite (mlx_lm/models/glm4_moe.py, glm4_moe_lite.py): experts
 //     stacked as qwen3_moe's; the router (mlp.gate, not a linear layer in mlx-lm) kept in
 //     float and its e_score_correction_bias in float32; the multi-token prediction layers
@@ -49,24 +57,44 @@ import (
 //     self_attn.unembed_out ([heads, v, kv_lora_rank]: the value half), each quantized
 //     along its last axis, which is what multi-head latent attention reads.
 //
-// Other model types (gemma3_text among them) convert as they are.
+//   - mistral3 (Mistral Small 3.1/3.2, Magistral, Devstral Small 2, Ministral 3;
+//     mlx_lm/models/mistral3.py): the language model stays under language_model.*
+//     (transformers 5's model.language_model.* and lm_head move there), the vision
+//     tower and the multimodal projector are dropped.
+//
+// Other model types (gemma3_text, mistral, ministral3 and phi3 among them, Phi-3's
+// fused qkv_proj and gate_up_proj kept fused as mlx-lm keeps them) convert as they are.
 type family struct {
 	modelType string
-	layers    int // num_hidden_layers
+	experts   bool // a Gemma 4 with experts (enable_moe_block)
+	layers    int  // num_hidden_layers
 	// glm4_moe_lite's attention: heads, qk_nope_head_dim, v_head_dim.
 	heads, nope, vdim int
 }
 
 func newFamily(cfg map[string]any) family {
 	t, _ := cfg["model_type"].(string)
+	text := cfg
+	if tc, ok := cfg["text_config"].(map[string]any); ok {
+		text = tc
+	}
+	moe, _ := text["enable_moe_block"].(bool)
 	num := func(k string) int { v, _ := cfg[k].(float64); return int(v) }
-	return family{modelType: t, layers: num("num_hidden_layers"), heads: num("num_attention_heads"),
+	return family{modelType: t, experts: moe, layers: num("num_hidden_layers"), heads: num("num_attention_heads"),
 		nope: num("qk_nope_head_dim"), vdim: num("v_head_dim")}
 }
 
 func (f family) glm() bool { return f.modelType == "glm4_moe" || f.modelType == "glm4_moe_lite" }
 
 func (f family) gptoss() bool { return f.modelType == "gpt_oss" }
+
+func (f family) gemma4() bool {
+	return f.modelType == "gemma4" || f.modelType == "gemma4_unified" || f.modelType == "gemma4_text"
+}
+
+// gemma4Wrapped: a Gemma 4 type whose language model is one part of a multimodal model.
+func (f family) gemma4Wrapped() bool { return f.gemma4() && f.modelType != "gemma4_text" }
+func (f family) mistral3() bool      { return f.modelType == "mistral3" }
 
 func (f family) qwen35() bool { return f.modelType == "qwen3_5" || f.modelType == "qwen3_5_moe" }
 
@@ -79,6 +107,13 @@ func (f family) moe() bool {
 
 // drop reports a tensor the MLX layout leaves out.
 func (f family) drop(name string) bool {
+	if f.gemma4Wrapped() {
+		for _, tower := range []string{"vision_tower.", "audio_tower.", "embed_vision.", "embed_audio.", "multi_modal_projector."} {
+			if strings.HasPrefix(name, "model."+tower) || strings.HasPrefix(name, tower) {
+				return true
+			}
+		}
+	}
 	if f.qwen35() && (strings.HasPrefix(name, "model.visual.") || strings.HasPrefix(name, "vision_tower.")) {
 		return true
 	}
@@ -90,12 +125,19 @@ func (f family) drop(name string) bool {
 			}
 		}
 	}
+	if f.mistral3() {
+		for _, p := range []string{"vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector."} {
+			if strings.HasPrefix(name, p) {
+				return true
+			}
+		}
+	}
 	return f.hybrid() && (strings.HasPrefix(name, "mtp.") || strings.Contains(name, ".mtp."))
 }
 
 // rename is a tensor's MLX name.
 func (f family) rename(name string) string {
-	if !f.qwen35() {
+	if !f.qwen35() && !f.gemma4Wrapped() && !f.mistral3() {
 		return name
 	}
 	if rest, ok := strings.CutPrefix(name, "model.language_model."); ok {
@@ -155,33 +197,43 @@ func (f family) jobs(ck *safetensors.Checkpoint, n string, t *safetensors.Tensor
 				}
 			}}}
 	}
-	if f.moe() && len(t.Shape) == 3 {
-		if base, ok := strings.CutSuffix(n, ".mlp.experts.down_proj"); ok {
-			return []job{{out: f.rename(base + ".mlp.switch_mlp.down_proj.weight"), shape: slices.Clone(t.Shape), stacked: true, rows: all}}
+	fused, stacked := ".mlp.experts.", ".mlp.switch_mlp." // qwen3.5's
+	if f.gemma4() {
+		fused, stacked = ".experts.", ".experts.switch_glu."
+	}
+	if (f.moe() || f.gemma4()) && len(t.Shape) == 3 {
+		if base, ok := strings.CutSuffix(n, fused+"down_proj"); ok {
+			return []job{{out: f.rename(base + stacked + "down_proj.weight"), shape: slices.Clone(t.Shape), stacked: true, rows: all}}
 		}
-		if base, ok := strings.CutSuffix(n, ".mlp.experts.gate_up_proj"); ok && t.Shape[1]%2 == 0 {
-			E, two, in := t.Shape[0], t.Shape[1], t.Shape[2]
-			mid := two / 2
-			half := func(second bool) func(rows, cols int, fn func(r0 int, vals []float32)) {
-				return func(_, cols int, fn func(r0 int, vals []float32)) {
-					forRows(t, E*two, in, dt, func(r0 int, vals []float32) {
-						for i := range len(vals) / cols {
-							r := r0 + i
-							e, local := r/two, r%two
-							if (local >= mid) == second {
-								fn(e*mid+local%mid, vals[i*cols:(i+1)*cols])
-							}
-						}
-					})
-				}
-			}
-			return []job{
-				{out: f.rename(base + ".mlp.switch_mlp.gate_proj.weight"), shape: []int{E, mid, in}, stacked: true, rows: half(false)},
-				{out: f.rename(base + ".mlp.switch_mlp.up_proj.weight"), shape: []int{E, mid, in}, stacked: true, rows: half(true)},
-			}
+		if base, ok := strings.CutSuffix(n, fused+"gate_up_proj"); ok && t.Shape[1]%2 == 0 {
+			return splitFused(t, dt, f.rename(base+stacked+"gate_proj.weight"), f.rename(base+stacked+"up_proj.weight"))
 		}
 	}
 	return []job{{out: f.rename(n), shape: f.shape(n, t.Shape), rows: all}}
+}
+
+// splitFused writes a fused [experts, 2·inter, in] gate_up_proj, the gate first, as the
+// stacked gate and up matrices.
+func splitFused(t *safetensors.Tensor, dt safetensors.DType, gate, up string) []job {
+	E, two, in := t.Shape[0], t.Shape[1], t.Shape[2]
+	mid := two / 2
+	half := func(second bool) func(rows, cols int, fn func(r0 int, vals []float32)) {
+		return func(_, cols int, fn func(r0 int, vals []float32)) {
+			forRows(t, E*two, in, dt, func(r0 int, vals []float32) {
+				for i := range len(vals) / cols {
+					r := r0 + i
+					e, local := r/two, r%two
+					if (local >= mid) == second {
+						fn(e*mid+local%mid, vals[i*cols:(i+1)*cols])
+					}
+				}
+			})
+		}
+	}
+	return []job{
+		{out: gate, shape: []int{E, mid, in}, stacked: true, rows: half(false)},
+		{out: up, shape: []int{E, mid, in}, stacked: true, rows: half(true)},
+	}
 }
 
 // splitKVB is glm4_moe_lite's kv_b_proj (t) split per head into embed_q and
@@ -296,6 +348,13 @@ func (f family) plusOne(name string, shape []int) bool {
 
 // override returns the bits and group of a module quantized apart from the rest.
 func (f family) override(module string) (bits, group int, ok bool) {
+	if f.gemma4() && f.experts {
+		for _, sfx := range []string{".router.proj", ".mlp.gate_proj", ".mlp.up_proj", ".mlp.down_proj"} {
+			if strings.HasSuffix(module, sfx) {
+				return 8, 64, true
+			}
+		}
+	}
 	if f.gptoss() && strings.HasSuffix(module, "mlp.router") {
 		return 8, 64, true
 	}

@@ -6,7 +6,12 @@
 // (Qwen3MoeForCausalLM: per-expert tensors as Hugging Face stores them), gemma3_text
 // (Gemma3ForCausalLM: sliding and global layers, four norms per layer) and qwen3_next
 // (Qwen3NextForCausalLM: Gated DeltaNet and gated attention layers, experts and a
-// shared expert; norms of the 1 + w kind drawn around 0), any shape,
+// shared expert; norms of the 1 + w kind drawn around 0), gpt_oss, mistral
+// (MistralForCausalLM, sliding_window on every layer when set), ministral3
+// (Ministral3ForCausalLM: YaRN and llama_4_scaling_beta), mistral3
+// (Mistral3ForConditionalGeneration: a mistral or ministral3 text_config, the language
+// model under language_model.*, a token vision tower and projector beside it) and phi3
+// (Phi3ForCausalLM: fused qkv_proj and gate_up_proj, partial rotary, longrope), any shape,
 // any vocabulary size, float32, float16 or bfloat16 weights, tied or separate
 // lm_head, optional RoPE scaling. A fixed seed gives byte-identical files whatever
 // the number of CPUs: every tensor is filled in fixed-size chunks, each from its own
@@ -104,6 +109,16 @@ type Config struct {
 	FullAttentionInterval int     `json:"full_attention_interval,omitempty"`
 	PartialRotary         float64 `json:"partial_rotary_factor,omitempty"`
 
+	// Gemma 4 (gemma4_text; gemma4 and gemma4_unified write the same text model in the
+	// multimodal layout: text_config nested, weights under model.language_model.). The
+	// full layers' RoPE is proportional over PartialRotary of the head, the sliding
+	// layers' of base RopeLocalBaseFreq; every layer has experts when NumExperts is set.
+	GlobalHeadDim  int  `json:"global_head_dim,omitempty"`
+	GlobalKVHeads  int  `json:"num_global_key_value_heads,omitempty"`
+	AttentionKEqV  bool `json:"attention_k_eq_v,omitempty"`
+	KVSharedLayers int  `json:"num_kv_shared_layers,omitempty"`
+	PerLayerInput  int  `json:"hidden_size_per_layer_input,omitempty"`
+	DoubleWideMLP  bool `json:"use_double_wide_mlp,omitempty"`
 	// DeepSeek-style experts (glm4_moe, glm4_moe_lite): the sigmoid router with its
 	// correction bias, groups, scaling, shared experts and dense first layers; GLM's
 	// multi-token prediction layers after the last (MTPLayers, skipped by loaders).
@@ -120,6 +135,10 @@ type Config struct {
 	QKRopeHeadDim  int     `json:"qk_rope_head_dim,omitempty"`
 	VHeadDim       int     `json:"v_head_dim,omitempty"`
 	RopeInterleave bool    `json:"rope_interleave,omitempty"`
+	// Mistral and Phi-3.
+	TextArch         string  `json:"text_arch,omitempty"`                        // mistral3: its text_config's model_type, "mistral" or "ministral3"
+	Llama4Beta       float64 `json:"llama_4_scaling_beta,omitempty"`             // ministral3
+	OrigMaxPositions int     `json:"original_max_position_embeddings,omitempty"` // phi3 (longrope), ministral3 (yarn)
 }
 
 // Options control how a checkpoint is written.
@@ -168,15 +187,27 @@ func Tiny(arch string, vocab int) Config {
 }
 
 var archNames = map[string]string{
-	"llama":         "LlamaForCausalLM",
-	"qwen2":         "Qwen2ForCausalLM",
-	"qwen3":         "Qwen3ForCausalLM",
-	"qwen3_moe":     "Qwen3MoeForCausalLM",
-	"gemma3_text":   "Gemma3ForCausalLM",
-	"qwen3_next":    "Qwen3NextForCausalLM",
-	"gpt_oss":       "GptOssForCausalLM",
-	"glm4_moe":      "Glm4MoeForCausalLM",
-	"glm4_moe_lite": "Glm4MoeLiteForCausalLM",
+	"llama":          "LlamaForCausalLM",
+	"qwen2":          "Qwen2ForCausalLM",
+	"qwen3":          "Qwen3ForCausalLM",
+	"qwen3_moe":      "Qwen3MoeForCausalLM",
+	"gemma3_text":    "Gemma3ForCausalLM",
+	"qwen3_next":     "Qwen3NextForCausalLM",
+	"gpt_oss":        "GptOssForCausalLM",
+	"gemma4_text":    "Gemma4ForCausalLM",
+	"gemma4":         "Gemma4ForConditionalGeneration",
+	"gemma4_unified": "Gemma4ForConditionalGeneration",
+	"glm4_moe":       "Glm4MoeForCausalLM",
+	"glm4_moe_lite":  "Glm4MoeLiteForCausalLM",
+	"mistral":        "MistralForCausalLM",
+	"ministral3":     "Ministral3ForCausalLM",
+	"mistral3":       "Mistral3ForConditionalGeneration",
+	"phi3":           "Phi3ForCausalLM",
+}
+
+// gemma4 reports the Gemma 4 architectures.
+func (c Config) gemma4() bool {
+	return c.Arch == "gemma4_text" || c.Arch == "gemma4" || c.Arch == "gemma4_unified"
 }
 
 // TinyMoE returns a small float32 Qwen3-MoE: 2 layers, 8 experts of which 2 are
@@ -247,12 +278,54 @@ func TinyGlm4MoeLite(vocab int) Config {
 // glm reports whether the architecture is one of GLM's mixtures of experts.
 func (c Config) glm() bool { return c.Arch == "glm4_moe" || c.Arch == "glm4_moe_lite" }
 
+// TinyMistral returns a small float32 Mistral: 2 layers, both over a sliding window of
+// 8 positions.
+func TinyMistral(vocab int) Config {
+	c := Tiny("mistral", vocab)
+	c.SlidingWindow, c.RMSNormEps, c.RopeTheta = 8, 1e-5, 1e6
+	return c
+}
+
+// TinyMinistral3 returns a small float32 Ministral 3 text model: YaRN as Ministral 3
+// configures it (factor 16, mscale 1), and a query scale whose period (the original
+// length) is 16 positions, so that tests cross a few of its steps.
+func TinyMinistral3(vocab int) Config {
+	c := Tiny("ministral3", vocab)
+	c.RMSNormEps, c.RopeTheta, c.MaxPositions, c.OrigMaxPositions, c.Llama4Beta = 1e-5, 1e6, 4096, 16, 0.1
+	c.RopeScaling = map[string]any{"rope_type": "yarn", "factor": 16.0, "original_max_position_embeddings": 16,
+		"beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}
+	return c
+}
+
+// TinyMistral3 returns a small float32 Mistral 3 (Devstral Small 2, Ministral 3): a
+// ministral3 text_config under the multimodal wrapper, tied embeddings as the 3B.
+func TinyMistral3(vocab int) Config {
+	c := TinyMinistral3(vocab)
+	c.Arch, c.TextArch, c.TieWordEmbeddings = "mistral3", "ministral3", true
+	return c
+}
+
+// TinyPhi3 returns a small float32 Phi-4-mini: 2 layers, 3/4 of each head rotated,
+// longrope with an original length of 32 positions (the switch to the long factors
+// inside a test's prompt), tied embeddings.
+func TinyPhi3(vocab int) Config {
+	c := Tiny("phi3", vocab)
+	c.PartialRotary, c.MaxPositions, c.OrigMaxPositions, c.RMSNormEps, c.TieWordEmbeddings = 0.75, 1024, 32, 1e-5, true
+	dims := c.headDim() * 3 / 4
+	short, long := make([]float64, dims/2), make([]float64, dims/2)
+	for i := range short {
+		short[i], long[i] = 1+float64(i)*0.05, 1+float64(i)*0.9
+	}
+	c.RopeScaling = map[string]any{"type": "longrope", "short_factor": short, "long_factor": long}
+	return c
+}
+
 // moe reports whether layer i has the expert block (transformers' rule).
 func (c Config) moe(i int) bool {
 	if c.glm() {
 		return c.NumExperts > 0 && i >= c.FirstDense
 	}
-	if c.NumExperts == 0 || c.Arch == "gpt_oss" || slices.Contains(c.MLPOnlyLayers, i) {
+	if c.NumExperts == 0 || c.Arch == "gpt_oss" || c.gemma4() || slices.Contains(c.MLPOnlyLayers, i) {
 		return false
 	}
 	step := max(c.DecoderSparseStep, 1)
@@ -269,6 +342,9 @@ func (c Config) linear(i int) bool {
 func (c Config) sliding(i int) bool {
 	if c.Arch == "gpt_oss" {
 		return i%2 == 0
+	}
+	if c.gemma4() {
+		return c.SlidingWindowPattern > 1 && (i+1)%c.SlidingWindowPattern != 0 && i != c.NumLayers-1
 	}
 	return c.Arch == "gemma3_text" && c.SlidingWindowPattern > 1 && (i+1)%c.SlidingWindowPattern != 0
 }
@@ -295,7 +371,7 @@ func (c Config) hasBias() bool { return c.Arch == "qwen2" || c.AttentionBias }
 // Validate reports a shape that no architecture could load.
 func (c Config) Validate() error {
 	if _, ok := archNames[c.Arch]; !ok {
-		return fmt.Errorf("randmodel: unknown arch %q: use llama, qwen2, qwen3, qwen3_moe, gemma3_text, qwen3_next, gpt_oss, glm4_moe or glm4_moe_lite", c.Arch)
+		return fmt.Errorf("randmodel: unknown arch %q: use llama, qwen2, qwen3, qwen3_moe, gemma3_text, gemma4_text, gemma4, gemma4_unified, qwen3_next, gpt_oss, glm4_moe, glm4_moe_lite, mistral, ministral3, mistral3 or phi3", c.Arch)
 	}
 	if _, ok := dtypes[c.DType]; !ok {
 		return fmt.Errorf("randmodel: unknown dtype %q: use float32, float16 or bfloat16", c.DType)
@@ -341,6 +417,34 @@ func (c Config) Validate() error {
 		if c.NumExperts <= 0 || c.TopK <= 0 || c.TopK > c.NumExperts || c.MoEIntermediate <= 0 {
 			return errors.New("randmodel: num_experts, num_experts_per_tok (at most num_experts) and moe_intermediate_size must be positive")
 		}
+	case "gemma4_text", "gemma4", "gemma4_unified":
+		if c.SlidingWindow <= 0 || c.SlidingWindowPattern <= 0 || c.RopeLocalBaseFreq <= 0 || c.PartialRotary <= 0 || c.PartialRotary > 1 {
+			return errors.New("randmodel: gemma4 needs sliding_window, sliding_window_pattern, rope_local_base_freq and partial_rotary_factor in (0, 1]")
+		}
+		if c.KVSharedLayers < 0 || c.KVSharedLayers >= c.NumLayers-c.SlidingWindowPattern {
+			return errors.New("randmodel: gemma4's num_kv_shared_layers must leave a full and a sliding layer before them")
+		}
+		if c.NumExperts > 0 && (c.TopK <= 0 || c.TopK > c.NumExperts || c.MoEIntermediate <= 0) {
+			return errors.New("randmodel: gemma4's experts need num_experts_per_tok (at most num_experts) and moe_intermediate_size")
+		}
+		if c.AttentionKEqV && (c.GlobalKVHeads <= 0 || c.NumHeads%c.GlobalKVHeads != 0) {
+			return errors.New("randmodel: gemma4's attention_k_eq_v needs num_global_key_value_heads dividing the heads")
+		}
+	case "mistral3":
+		if c.TextArch != "mistral" && c.TextArch != "ministral3" {
+			return fmt.Errorf("randmodel: mistral3 needs text_arch mistral or ministral3, got %q", c.TextArch)
+		}
+		t := c
+		t.Arch = c.TextArch
+		return t.Validate()
+	case "ministral3":
+		if c.Llama4Beta <= 0 || c.OrigMaxPositions <= 0 {
+			return errors.New("randmodel: ministral3 needs llama_4_scaling_beta and original_max_position_embeddings")
+		}
+	case "phi3":
+		if c.PartialRotary <= 0 || c.PartialRotary > 1 {
+			return errors.New("randmodel: phi3 needs partial_rotary_factor in (0, 1]")
+		}
 	case "gemma3_text":
 		if c.SlidingWindow <= 0 || c.SlidingWindowPattern <= 0 || c.RopeLocalBaseFreq <= 0 || c.QueryPreAttnScalar <= 0 {
 			return errors.New("randmodel: gemma3_text needs sliding_window, sliding_window_pattern, rope_local_base_freq and query_pre_attn_scalar")
@@ -355,6 +459,9 @@ func (c Config) Validate() error {
 
 // HFConfig returns the config.json contents transformers and mlx-lm read.
 func (c Config) HFConfig() map[string]any {
+	if c.gemma4() {
+		return c.gemma4Config()
+	}
 	m := map[string]any{
 		"architectures":           []string{archNames[c.Arch]},
 		"model_type":              c.Arch,
@@ -394,6 +501,52 @@ func (c Config) HFConfig() map[string]any {
 		m["attention_bias"] = c.AttentionBias
 		m["mlp_bias"] = false
 		m["pretraining_tp"] = 1
+	case "mistral", "ministral3":
+		m["sliding_window"] = nil
+		if c.SlidingWindow > 0 {
+			m["sliding_window"] = c.SlidingWindow
+		}
+		if c.Arch == "ministral3" {
+			// transformers 5 reads rope_parameters only; the yarn block, with Llama 4's
+			// query scale, as Ministral 3 ships it.
+			rp["llama_4_scaling_beta"] = c.Llama4Beta
+			rp["original_max_position_embeddings"] = c.OrigMaxPositions
+			delete(m, "rope_scaling")
+			delete(m, "rope_theta")
+		}
+	case "phi3":
+		m["sliding_window"] = nil
+		if c.SlidingWindow > 0 {
+			m["sliding_window"] = c.SlidingWindow
+		}
+		m["partial_rotary_factor"] = c.PartialRotary
+		if c.OrigMaxPositions > 0 {
+			m["original_max_position_embeddings"] = c.OrigMaxPositions
+		}
+		m["attention_bias"] = false
+		m["resid_pdrop"], m["embd_pdrop"] = 0.0, 0.0
+		m["pad_token_id"] = 0 // transformers' default (32000) is outside a small vocabulary
+	case "mistral3":
+		t := c
+		t.Arch = c.TextArch
+		text := t.HFConfig()
+		delete(text, "architectures")
+		delete(text, "torch_dtype")
+		return map[string]any{
+			"architectures": []string{archNames[c.Arch]},
+			"model_type":    "mistral3",
+			"text_config":   text,
+			"vision_config": map[string]any{"model_type": "pixtral", "hidden_size": 32, "intermediate_size": 64,
+				"num_hidden_layers": 1, "num_attention_heads": 2, "head_dim": 16, "num_channels": 3, "image_size": 64,
+				"patch_size": 16, "rope_theta": 10000.0, "hidden_act": "silu"},
+			"image_token_index":         10,
+			"projector_hidden_act":      "gelu",
+			"spatial_merge_size":        2,
+			"multimodal_projector_bias": false,
+			"vision_feature_layer":      -1,
+			"torch_dtype":               c.DType,
+			"tie_word_embeddings":       c.TieWordEmbeddings,
+		}
 	case "qwen2":
 		m["use_sliding_window"] = false
 		m["max_window_layers"] = c.NumLayers
@@ -532,6 +685,9 @@ type TensorSpec struct {
 
 // Tensors lists the model's weights in the order they are written.
 func (c Config) Tensors() []TensorSpec {
+	if c.gemma4() {
+		return c.gemma4Tensors()
+	}
 	h, hd := c.HiddenSize, c.headDim()
 	q, kv := c.NumHeads*hd, c.NumKVHeads*hd
 	lin := func(name string, out, in int) TensorSpec {
@@ -550,6 +706,9 @@ func (c Config) Tensors() []TensorSpec {
 	embed := float32(0.1)
 	if c.EmbeddingScale > 0 {
 		embed = float32(c.EmbeddingScale)
+	}
+	if c.Arch == "mistral3" {
+		return c.mistral3Tensors()
 	}
 	ts := []TensorSpec{{"model.embed_tokens.weight", []int{c.VocabSize, h}, 0, embed}}
 	for i := range c.NumLayers {
@@ -580,6 +739,8 @@ func (c Config) Tensors() []TensorSpec {
 				norm(p+"self_attn.kv_a_layernorm.weight", c.KVLoraRank),
 				lin(p+"self_attn.kv_b_proj.weight", c.NumHeads*(c.QKNopeHeadDim+c.VHeadDim), c.KVLoraRank),
 				lin(p+"self_attn.o_proj.weight", h, c.NumHeads*c.VHeadDim))
+		case c.Arch == "phi3":
+			ts = append(ts, lin(p+"self_attn.qkv_proj.weight", q+2*kv, h), lin(p+"self_attn.o_proj.weight", h, q))
 		default:
 			qo := q
 			if c.Arch == "qwen3_next" {
@@ -604,7 +765,7 @@ func (c Config) Tensors() []TensorSpec {
 			if c.Arch == "gpt_oss" {
 				ts = append(ts, TensorSpec{p + "self_attn.sinks", []int{c.NumHeads}, 0, 1})
 			}
-			if c.Arch != "llama" && c.Arch != "qwen2" && c.Arch != "gpt_oss" && (c.Arch != "glm4_moe" || c.UseQKNorm) {
+			if c.Arch == "qwen3" || c.Arch == "qwen3_moe" || c.Arch == "qwen3_next" || c.Arch == "gemma3_text" || (c.Arch == "glm4_moe" && c.UseQKNorm) {
 				ts = append(ts, norm(p+"self_attn.q_norm.weight", hd), norm(p+"self_attn.k_norm.weight", hd))
 			}
 		}
@@ -627,6 +788,8 @@ func (c Config) Tensors() []TensorSpec {
 			if c.SharedExperts > 0 {
 				ts = append(ts, mlp(p+"mlp.shared_experts.", c.SharedExperts*c.MoEIntermediate)...)
 			}
+		} else if c.Arch == "phi3" {
+			ts = append(ts, lin(p+"mlp.gate_up_proj.weight", 2*c.IntermediateSize, h), lin(p+"mlp.down_proj.weight", h, c.IntermediateSize))
 		} else if c.moe(i) {
 			ts = append(ts, lin(p+"mlp.gate.weight", c.NumExperts, h))
 			for e := range c.NumExperts {
@@ -661,6 +824,25 @@ func (c Config) Tensors() []TensorSpec {
 		ts = append(ts, lin("lm_head.weight", c.VocabSize, h))
 	}
 	return ts
+}
+
+// mistral3Tensors is the text model's tensors under language_model.* (mlx-lm's layout,
+// and transformers 4's), then a token vision tower and projector that a text-only
+// loader leaves unbound.
+func (c Config) mistral3Tensors() []TensorSpec {
+	t := c
+	t.Arch = c.TextArch
+	var ts []TensorSpec
+	for _, s := range t.Tensors() {
+		s.Name = "language_model." + s.Name
+		ts = append(ts, s)
+	}
+	return append(ts,
+		TensorSpec{"vision_tower.patch_conv.weight", []int{32, 3, 16, 16}, 0, 0.05},
+		TensorSpec{"vision_tower.ln_pre.weight", []int{32}, 1, 0.2},
+		TensorSpec{"multi_modal_projector.norm.weight", []int{32}, 1, 0.2},
+		TensorSpec{"multi_modal_projector.linear_1.weight", []int{c.HiddenSize, 32 * 4}, 0, 0.1},
+		TensorSpec{"multi_modal_projector.linear_2.weight", []int{c.HiddenSize, c.HiddenSize}, 0, 0.1})
 }
 
 // NumParams counts the model's parameters.

@@ -6,12 +6,19 @@ import "fmt"
 // make a valid model, by config.json's model_type. An architecture this package writes
 // with Tiny's shape needs no entry.
 var tinyPresets = map[string]func(vocab int) Config{
-	"qwen3_moe":     TinyMoE,
-	"gemma3_text":   TinyGemma3,
-	"qwen3_next":    TinyQwen3Next,
-	"gpt_oss":       TinyGptOss,
-	"glm4_moe":      TinyGlm4Moe,
-	"glm4_moe_lite": TinyGlm4MoeLite,
+	"qwen3_moe":      TinyMoE,
+	"gemma3_text":    TinyGemma3,
+	"qwen3_next":     TinyQwen3Next,
+	"gpt_oss":        TinyGptOss,
+	"gemma4_text":    TinyGemma4,
+	"gemma4":         TinyGemma4MoE,
+	"gemma4_unified": TinyGemma4Unified,
+	"glm4_moe":       TinyGlm4Moe,
+	"glm4_moe_lite":  TinyGlm4MoeLite,
+	"mistral":        TinyMistral,
+	"ministral3":     TinyMinistral3,
+	"mistral3":       TinyMistral3,
+	"phi3":           TinyPhi3,
 }
 
 // TinyOf is the tiny float32 model of the architecture registered under modelType,

@@ -357,20 +357,32 @@ func opCases(seed uint64) ([]opCase, error) {
 	}, wantNorm, nil})
 
 	// RoPE: plain, partial rotary, yarn (which scales cos and sin), interleaved pairs
-	// (DeepSeek's layout) over part of the head.
+	// (DeepSeek's layout) over part of the head, longrope switching from its short to
+	// its long factors inside the pass (partial, as Phi-4-mini), and a query scale that
+	// changes with the position (Ministral 3).
 	const headDim, offset = 32, 7
+	short, long := make([]float64, headDim/4), make([]float64, headDim/4)
+	for i := range short {
+		short[i], long[i] = 1+float64(i)/8, 1+float64(i)
+	}
 	for _, rc := range []struct {
 		name        string
 		dims        int
 		s           compute.RoPEScaling
+		pos         *compute.PosScale
 		interleaved bool
 	}{
-		{"RoPE", headDim, compute.RoPEScaling{}, false},
-		{"RoPE partial", headDim / 2, compute.RoPEScaling{}, false},
-		{"RoPE yarn", headDim, compute.RoPEScaling{Type: "yarn", Factor: 4, OriginalMaxPositions: 64}, false},
-		{"RoPE interleaved partial", headDim / 2, compute.RoPEScaling{}, true},
+		{"RoPE", headDim, compute.RoPEScaling{}, nil, false},
+		{"RoPE partial", headDim / 2, compute.RoPEScaling{}, nil, false},
+		{"RoPE yarn", headDim, compute.RoPEScaling{Type: "yarn", Factor: 4, OriginalMaxPositions: 64}, nil, false},
+		{"RoPE interleaved partial", headDim / 2, compute.RoPEScaling{}, nil, true},
+		{"RoPE longrope", headDim / 2, compute.RoPEScaling{Type: "longrope", OriginalMaxPositions: offset + 2, ShortFactor: short, LongFactor: long}, nil, false},
+		{"RoPE position scale", headDim, compute.RoPEScaling{Type: "yarn", Factor: 4, OriginalMaxPositions: 64}, &compute.PosScale{Beta: 0.1, Period: 3}, false},
 	} {
 		rope, err := compute.NewRoPE(rc.dims, 10000, rc.s, 256)
+		if err == nil && rc.pos != nil {
+			rope, err = rope.WithPosScale(*rc.pos)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -536,6 +548,47 @@ func opCases(seed uint64) ([]opCase, error) {
 		}
 		return out, nil
 	}, sinkWant, nil})
+	// AttentionShared: each step's queries over the cache the step's Attention filled
+	// (a KV-shared layer's reading of its source), the same as that attention.
+	sharedWant := attention(qs, roundTrip(ks, kvstore.SpecF16.K, headDim), roundTrip(vs, kvstore.SpecF16.V, headDim), total, steps, heads, kvHeads, headDim, scale)
+	cases = append(cases, opCase{"AttentionShared fp16 cache", []string{"SharedKVContext.AttentionShared"}, tolF16, func(b compute.Backend) ([]float32, error) {
+		if err := compute.Supports[compute.SharedKVContext](b, "attention over another layer's KV"); err != nil {
+			return nil, err
+		}
+		cache, err := kvstore.NewFull(kvHeads, headDim, headDim, false)
+		if err != nil {
+			return nil, err
+		}
+		var w [3]compute.Weight
+		for i, name := range []string{"att.q", "att.k", "att.v"} {
+			if w[i], err = b.Weight(src, name, compute.Quant{}); err != nil {
+				return nil, err
+			}
+		}
+		var out []float32
+		pos := 0
+		for _, n := range steps {
+			ids := make([]int32, n)
+			for i := range ids {
+				ids[i] = int32(pos + i)
+			}
+			if _, err := run(b, func(c compute.Context) compute.Tensor {
+				return c.Attention(c.Embed(w[0], ids), c.Embed(w[1], ids), c.Embed(w[2], ids), cache, heads, scale)
+			}); err != nil {
+				return nil, err
+			}
+			got, err := run(b, func(c compute.Context) compute.Tensor {
+				sc, _ := compute.Ext[compute.SharedKVContext](c)
+				return sc.AttentionShared(c.Embed(w[0], ids), cache, heads, scale)
+			})
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, got...)
+			pos += n
+		}
+		return out, nil
+	}, sharedWant, nil})
 	f := feeder{prep: prep, rowsOf: rowsOf, x: x, y: y, T: T, in: in}
 	ext, err := extCases(r, src, f)
 	if err != nil {

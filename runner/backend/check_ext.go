@@ -187,9 +187,9 @@ func extCases(r *rand.Rand, src source, f feeder) ([]opCase, error) {
 		return nil, err
 	}
 	cases = append(cases, cs, deltaCase(r, src))
-	for _, q := range []compute.Quant{{}, {Mode: quant.Affine, Bits: 4, GroupSize: 32}} {
-		for _, sigmoid := range []bool{false, true} {
-			c, err := moeCase(r, src, f, q, sigmoid)
+	for _, kind := range []string{"", "geglu", "sigmoid"} {
+		for _, q := range []compute.Quant{{}, {Mode: quant.Affine, Bits: 4, GroupSize: 32}} {
+			c, err := moeCase(r, src, f, q, kind)
 			if err != nil {
 				return nil, err
 			}
@@ -434,21 +434,29 @@ func deltaCase(r *rand.Rand, src source) opCase {
 // switch_mlp stores them) in float or quantized q, top-2 with renormalised weights, for
 // the feed's T rows with random router logits.
 //
-// With sigmoid it checks SigmoidMoE instead: DeepSeek-V3's router over the same experts
-// (sigmoid scores, correction biases, 3 groups of which the best 2 are eligible,
-// renormalised and scaled weights).
-func moeCase(r *rand.Rand, src source, f feeder, q compute.Quant, sigmoid bool) (opCase, error) {
+// kind "geglu" checks Gemma 4's GeGLUMoE instead: GELU-gated experts and per-expert
+// scales of the routing weights; kind "sigmoid" checks SigmoidMoE: DeepSeek-V3's router
+// over the same experts (sigmoid scores, correction biases, 3 groups of which the best 2
+// are eligible, renormalised and scaled weights).
+func moeCase(r *rand.Rand, src source, f feeder, q compute.Quant, kind string) (opCase, error) {
 	const E, inter, topK = 6, 32, 2
 	T, in := f.T, f.in
-	name, tol := "MoE float", tolF16 // fp16 weights, fp16 scales when quantized
-	if q.Quantized() {
-		name = "MoE affine 4-bit"
-	}
-	routing, op := compute.Routing{TopK: topK, NormTopK: true}, "MoEContext.MoE"
-	if sigmoid {
-		name = "Sigmoid" + name
+	short, op := "MoE", "MoEContext.MoE"
+	routing := compute.Routing{TopK: topK, NormTopK: true}
+	switch kind {
+	case "geglu":
+		short, op = "GeGLUMoE", "GeGLUMoEContext.GeGLUMoE"
+		routing.Scales = make([]float32, E)
+		for e := range routing.Scales {
+			routing.Scales[e] = 0.5 + float32(e)/4
+		}
+	case "sigmoid":
+		short, op = "SigmoidMoE", "SigmoidMoEContext.SigmoidMoE"
 		routing = compute.Routing{TopK: topK, NormTopK: true, Sigmoid: true, Bias: randn(r, E, 0.5), Groups: 3, TopKGroups: 2, Scale: 1.8}
-		op = "SigmoidMoEContext.SigmoidMoE"
+	}
+	name, tol := short+" float", tolF16 // fp16 weights, fp16 scales when quantized
+	if q.Quantized() {
+		name = short + " affine 4-bit"
 	}
 	prefix := "moe." + name
 	mats := map[string][]float32{}
@@ -482,7 +490,11 @@ func moeCase(r *rand.Rand, src source, f feeder, q compute.Quant, sigmoid bool) 
 					gs += float64(mats["gate"][(e*inter+j)*in+c]) * float64(x[c])
 					us += float64(mats["up"][(e*inter+j)*in+c]) * float64(x[c])
 				}
-				h[j] = gs * sigmoid64(gs) * us
+				if kind == "geglu" {
+					h[j] = geluTanh(gs) * us
+				} else {
+					h[j] = gs * sigmoid64(gs) * us
+				}
 			}
 			for o := 0; o < in; o++ {
 				var y float64
@@ -506,7 +518,12 @@ func moeCase(r *rand.Rand, src source, f feeder, q compute.Quant, sigmoid bool) 
 		if err != nil {
 			return nil, err
 		}
-		if sigmoid {
+		switch kind {
+		case "geglu":
+			return extOp(f, b, func(c compute.Context, m compute.GeGLUMoEContext) compute.Tensor {
+				return m.GeGLUMoE(f.rowsOf(b, c, 0, T), rowsIn(c, router, 0, T), ws[0], ws[1], ws[2], E, routing)
+			})
+		case "sigmoid":
 			return extOp(f, b, func(c compute.Context, m compute.SigmoidMoEContext) compute.Tensor {
 				return m.SigmoidMoE(f.rowsOf(b, c, 0, T), rowsIn(c, router, 0, T), ws[0], ws[1], ws[2], E, routing)
 			})

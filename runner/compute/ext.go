@@ -18,6 +18,8 @@ import (
 // to sum to 1 when NormTopK (config.json's norm_topk_prob). With SoftmaxTopK the TopK
 // largest logits are picked first and the softmax runs over those alone (gpt-oss):
 // the same weights as NormTopK in exact arithmetic, rounded as that model computes them.
+// Scales, when set, holds one factor per expert that multiplies a picked expert's
+// weight last (Gemma 4's per_expert_scale).
 //
 // With Sigmoid the router is DeepSeek-V3's (and GLM-4.5's, "noaux_tc"): each expert's
 // score is sigmoid(logit) in float32; the experts are chosen by score + Bias
@@ -29,6 +31,7 @@ type Routing struct {
 	TopK        int
 	NormTopK    bool
 	SoftmaxTopK bool
+	Scales      []float32
 
 	Sigmoid            bool
 	Bias               []float32 // one per expert, or nil
@@ -102,6 +105,11 @@ func (r Routing) Select(logits []float32) (experts []int, weights []float32) {
 	if r.NormTopK && top > 0 {
 		for i := range weights {
 			weights[i] /= top
+		}
+	}
+	if r.Scales != nil {
+		for i, e := range experts {
+			weights[i] *= r.Scales[e]
 		}
 	}
 	return experts, weights
@@ -246,6 +254,21 @@ type ClampedMoEContext interface {
 	// ([experts, out] tensors beside them, bound with them by Backend.Weight), of which
 	// each picked expert adds its own row.
 	ClampedMoE(x, router Tensor, gate, up, down Weight, experts int, r Routing, act ClampedSwiGLU) Tensor
+}
+
+// GeGLUMoEContext runs mixture-of-experts blocks whose experts gate with GELU (Gemma 4).
+type GeGLUMoEContext interface {
+	// GeGLUMoE is MoE with gelu_tanh(gate_e·x_t) ⊙ up_e·x_t in place of SwiGLU.
+	GeGLUMoE(x, router Tensor, gate, up, down Weight, experts int, r Routing) Tensor
+}
+
+// SharedKVContext runs the attention of layers that read another layer's keys and
+// values (Gemma 4's KV-shared layers), which store none of their own.
+type SharedKVContext interface {
+	// AttentionShared is causal grouped-query attention of q (T × heads·kHeadDim) over
+	// cache, whose last T positions are q's own, appended earlier in the pass by the
+	// layer that owns the cache; it appends nothing. The result is T × heads·vHeadDim.
+	AttentionShared(q Tensor, cache kvstore.Layer, heads int, scale float32) Tensor
 }
 
 // SinkAttentionContext runs attention with learned sinks (gpt-oss).
@@ -422,6 +445,9 @@ func MoEShape(x, router, gate, up, down [2]int, experts int, r Routing) (inter, 
 	}
 	if err := r.Check(experts); err != nil {
 		return 0, 0, fmt.Errorf("MoE: %w", err)
+	}
+	if r.Scales != nil && len(r.Scales) != experts {
+		return 0, 0, fmt.Errorf("MoE: %d per-expert scales for %d experts", len(r.Scales), experts)
 	}
 	return gate[0] / experts, down[0] / experts, nil
 }

@@ -62,3 +62,83 @@ func TestRoPEErrors(t *testing.T) {
 		t.Error("odd dims accepted")
 	}
 }
+
+// Proportional RoPE (Gemma 4's full layers): over a head of 64 columns with
+// partial_rotary_factor 0.25, 8 frequencies base^(-2i/64) then 24 zeros.
+func TestRoPEProportional(t *testing.T) {
+	r, err := NewRoPE(64, 1e6, RoPEScaling{Type: "proportional", Proportion: 0.25}, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Dims != 64 || len(r.InvFreq) != 32 {
+		t.Fatalf("dims %d, %d frequencies", r.Dims, len(r.InvFreq))
+	}
+	for i, f := range r.InvFreq {
+		want := 0.0
+		if i < 8 {
+			want = math.Pow(1e6, -float64(2*i)/64)
+		}
+		if want == 0 && f != 0 || want != 0 && !near(f, want) {
+			t.Fatalf("proportional inv_freq[%d] = %v, want %v", i, f, want)
+		}
+	}
+	if c, s := r.CosSin(1000, 20); c != 1 || s != 0 {
+		t.Errorf("a zero frequency rotates: cos %v sin %v", c, s)
+	}
+	if _, err := NewRoPE(64, 1e6, RoPEScaling{Type: "proportional", Proportion: 1.5}, 4096); err == nil {
+		t.Error("partial_rotary_factor 1.5 accepted")
+	}
+}
+
+func TestRoPELongrope(t *testing.T) {
+	short, long := []float64{1, 1.5, 2, 4}, []float64{2, 3, 8, 16}
+	r, err := NewRoPE(8, 10000, RoPEScaling{Type: "longrope", OriginalMaxPositions: 4096, ShortFactor: short, LongFactor: long}, 131072)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range short {
+		base := math.Pow(10000, float64(2*i)/8)
+		if !near(r.InvFreq[i], 1/(short[i]*base)) || !near(r.LongInvFreq[i], 1/(long[i]*base)) {
+			t.Errorf("inv_freq[%d] = %v / %v", i, r.InvFreq[i], r.LongInvFreq[i])
+		}
+	}
+	// transformers: factor 131072/4096 = 32, attention factor sqrt(1 + ln 32 / ln 4096).
+	if !near(r.Scale, math.Sqrt(1+math.Log(32)/math.Log(4096))) || r.Switch != 4096 {
+		t.Errorf("scale %v, switch %d", r.Scale, r.Switch)
+	}
+	for _, p := range []int{4095, 4096} {
+		f := r.InvFreq
+		if p >= 4096 {
+			f = r.LongInvFreq
+		}
+		c, _ := r.CosSin(p, 2)
+		if want := math.Cos(float64(float32(p)*f[2])) * float64(r.Scale); !near(c, want) {
+			t.Errorf("cos at %d = %v, want %v", p, c, want)
+		}
+	}
+	if _, err := NewRoPE(8, 10000, RoPEScaling{Type: "longrope", OriginalMaxPositions: 4096, ShortFactor: short}, 131072); err == nil {
+		t.Error("longrope without long_factor accepted")
+	}
+}
+
+func TestRoPEPosScale(t *testing.T) {
+	r, _ := NewRoPE(8, 10000, RoPEScaling{}, 1024)
+	q, err := r.WithPosScale(PosScale{Beta: 0.1, Period: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []int{0, 15, 16, 47, 48, 1000} {
+		c0, s0 := r.CosSin(p, 1)
+		c, s := q.CosSin(p, 1)
+		f := 1 + 0.1*math.Log(1+math.Floor(float64(p)/16))
+		if !near(c, float64(c0)*f) || !near(s, float64(s0)*f) {
+			t.Errorf("position %d: %v %v, want ×%v of %v %v", p, c, s, f, c0, s0)
+		}
+	}
+	if r.PosScale != nil || q.Plain() || !r.Plain() {
+		t.Error("WithPosScale changed the original")
+	}
+	if _, err := r.WithPosScale(PosScale{Beta: 0.1}); err == nil {
+		t.Error("a zero period accepted")
+	}
+}

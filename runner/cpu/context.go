@@ -308,6 +308,26 @@ func (c *context) AttentionSinks(q, k, v compute.Tensor, cache kvstore.Layer, he
 	return c.attention(q, k, v, cache, heads, scale, s)
 }
 
+// AttentionShared implements compute.SharedKVContext: the cache's own Attend over
+// the positions its layer appended.
+func (c *context) AttentionShared(q compute.Tensor, cache kvstore.Layer, heads int, scale float32) compute.Tensor {
+	a, ok := c.args(q)
+	if !ok {
+		return nilTensor
+	}
+	kvHeads, kDim, vDim := cache.Dims()
+	T := a[0].rows
+	if heads <= 0 || kvHeads <= 0 || heads%kvHeads != 0 || a[0].cols != heads*kDim || T > cache.Len() {
+		return c.fail("AttentionShared: q %d×%d does not fit %d heads over a cache of %d KV heads of %d dims holding %d positions",
+			a[0].rows, a[0].cols, heads, kvHeads, kDim, cache.Len())
+	}
+	out := c.newTensor(T, heads*vDim)
+	if err := cache.Attend(kvstore.Attention{Q: a[0].data, Out: out.data, N: T, Heads: heads, Scale: scale, Threads: c.b.threads}); err != nil {
+		return c.fail("AttentionShared: %v", err)
+	}
+	return out
+}
+
 func (c *context) attention(q, k, v compute.Tensor, cache kvstore.Layer, heads int, scale float32, sinks []float32) compute.Tensor {
 	a, ok := c.args(q, k, v)
 	if !ok {

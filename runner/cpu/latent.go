@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"github.com/mlxg/mlxg/internal/quant"
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/runner/compute"
 )
@@ -16,7 +17,7 @@ func (c *context) SigmoidMoE(x, router compute.Tensor, gate, up, down compute.We
 	if !r.Sigmoid {
 		return c.fail("SigmoidMoE: the routing is not a sigmoid router")
 	}
-	return c.moe(x, router, gate, up, down, experts, r, nil)
+	return c.moe(x, router, gate, up, down, experts, r, quant.SwiGLU)
 }
 
 // LatentAttention implements compute.LatentAttentionContext: kvstore attends over the

@@ -53,17 +53,28 @@ const streamWindow = 4
 // MoE implements compute.MoEContext. Tokens are grouped by expert, so each picked
 // expert's weights are read once per call, and experts nobody picked are not read.
 func (c *context) MoE(x, router compute.Tensor, gate, up, down compute.Weight, experts int, r compute.Routing) compute.Tensor {
-	return c.moe(x, router, gate, up, down, experts, r, nil)
+	return c.moe(x, router, gate, up, down, experts, r, quant.SwiGLU)
+}
+
+// GeGLUMoE implements compute.GeGLUMoEContext: MoE with Gemma's GELU-gated experts.
+func (c *context) GeGLUMoE(x, router compute.Tensor, gate, up, down compute.Weight, experts int, r compute.Routing) compute.Tensor {
+	return c.moe(x, router, gate, up, down, experts, r, func(out, g, u []float32) {
+		u = u[:len(g)]
+		for i, v := range g {
+			out[i] = geluTanh(v) * u[i]
+		}
+	})
 }
 
 // ClampedMoE implements compute.ClampedMoEContext: MoE with gpt-oss's activation; the
 // experts' biases are their weights' (expert, fromUnit).
 func (c *context) ClampedMoE(x, router compute.Tensor, gate, up, down compute.Weight, experts int, r compute.Routing, act compute.ClampedSwiGLU) compute.Tensor {
-	return c.moe(x, router, gate, up, down, experts, r, &act)
+	return c.moe(x, router, gate, up, down, experts, r, act.Apply)
 }
 
-// moe is MoE with act, when set, in place of SwiGLU.
-func (c *context) moe(x, router compute.Tensor, gate, up, down compute.Weight, experts int, r compute.Routing, act *compute.ClampedSwiGLU) compute.Tensor {
+// moe is the mixture of experts whose experts' activation act writes act(gate, up)
+// into out.
+func (c *context) moe(x, router compute.Tensor, gate, up, down compute.Weight, experts int, r compute.Routing, act func(out, gate, up []float32)) compute.Tensor {
 	a, ok := c.args(x, router)
 	if !ok {
 		return nilTensor
@@ -183,11 +194,7 @@ func (c *context) moe(x, router compute.Tensor, gate, up, down compute.Weight, e
 		}
 		c.moeLinear(h, xe, n, ge, bySeg)
 		c.moeLinear(hu, xe, n, ue, bySeg)
-		if act != nil {
-			act.Apply(h, h, hu)
-		} else {
-			quant.SwiGLU(h, h, hu)
-		}
+		act(h, h, hu)
 		c.moeLinear(y, h, n, de, bySeg)
 		if grp != nil {
 			held.Release()

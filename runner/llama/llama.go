@@ -1,8 +1,8 @@
 // Package llama is the Llama architecture (model_type "llama": Llama 2, 3, 3.1, 3.2,
-// 3.3; and "mistral": Mistral-style dense models without a sliding window), as
-// transformers' LlamaForCausalLM computes it. Its building blocks (the decoder stack,
-// attention, the SwiGLU MLP) are exported for the architectures that differ from it in
-// one place, such as qwen2 and qwen3.
+// 3.3), as transformers' LlamaForCausalLM computes it. Its building blocks (the decoder
+// stack, with sliding-window layers where a family has them, attention, the SwiGLU MLP)
+// are exported for the architectures that differ from it in one place, such as qwen2,
+// qwen3 and mistral.
 package llama
 
 import (
@@ -14,16 +14,10 @@ import (
 	"github.com/mlxg/mlxg/runner/model"
 )
 
-func init() {
-	model.Register("llama", New)
-	model.Register("mistral", New)
-}
+func init() { model.Register("llama", New) }
 
 // New binds a Llama checkpoint.
 func New(l *model.Loader) (model.Network, error) {
-	if sw, ok := l.Config.Raw["sliding_window"]; ok && string(sw) != "null" && l.Config.ModelType == "mistral" {
-		return nil, fmt.Errorf("mistral with a sliding window (%s) is not supported yet", sw)
-	}
 	rope, err := l.Config.RoPE()
 	if err != nil {
 		return nil, err
@@ -45,6 +39,10 @@ type Decoder struct {
 	Norm   compute.Vector // model.norm
 	Head   compute.Weight // lm_head, or Embed when tied
 	Eps    float32
+	// Windows, when set, is each layer's sliding window (0: full attention); the
+	// sliding layers need caches that keep their window (NewCaches).
+	Windows          []int
+	KVHeads, HeadDim int // the caches' shape, for NewCaches
 }
 
 // Layer is one decoder layer.
@@ -57,11 +55,17 @@ type Layer struct {
 
 // NewDecoder binds the stack, with attn binding each layer's attention at its prefix.
 func NewDecoder(l *model.Loader, attn func(prefix string) Mixer) *Decoder {
+	return NewDecoderAt(l, "model.", "lm_head", attn)
+}
+
+// NewDecoderAt is NewDecoder for a stack stored under base (a multimodal checkpoint's
+// "language_model.model.") with its output projection at head.
+func NewDecoderAt(l *model.Loader, base, head string, attn func(prefix string) Mixer) *Decoder {
 	cfg := l.Config
-	d := &Decoder{Eps: cfg.RMSNormEps}
-	d.Embed = l.Linear("model.embed_tokens", cfg.VocabSize, cfg.HiddenSize)
+	d := &Decoder{Eps: cfg.RMSNormEps, KVHeads: cfg.NumKVHeads, HeadDim: cfg.HeadDim}
+	d.Embed = l.Linear(base+"embed_tokens", cfg.VocabSize, cfg.HiddenSize)
 	for i := 0; i < cfg.NumLayers; i++ {
-		p := fmt.Sprintf("model.layers.%d.", i)
+		p := fmt.Sprintf("%slayers.%d.", base, i)
 		d.Layers = append(d.Layers, Layer{
 			InputNorm: l.Vector(p+"input_layernorm.weight", cfg.HiddenSize),
 			Attn:      attn(p + "self_attn."),
@@ -69,8 +73,8 @@ func NewDecoder(l *model.Loader, attn func(prefix string) Mixer) *Decoder {
 			MLP:       NewMLP(l, p+"mlp."),
 		})
 	}
-	d.Norm = l.Vector("model.norm.weight", cfg.HiddenSize)
-	d.Head = l.Head(d.Embed, cfg.VocabSize, cfg.HiddenSize)
+	d.Norm = l.Vector(base+"norm.weight", cfg.HiddenSize)
+	d.Head = l.HeadAt(head, d.Embed, cfg.VocabSize, cfg.HiddenSize)
 	return d
 }
 
@@ -83,11 +87,46 @@ func (d *Decoder) Forward(c compute.Context, tokens []int32, caches []kvstore.La
 func (d *Decoder) ForwardBatch(c compute.Context, b *model.Batch) compute.Tensor {
 	h := c.Embed(d.Embed, b.Tokens())
 	for i, layer := range d.Layers {
+		if w := d.window(i); w > 0 {
+			if err := b.CheckWindow(i, w); err != nil {
+				return compute.Fail(c, err)
+			}
+		}
 		h = c.Add(h, layer.Attn.Forward(c, c.RMSNorm(h, layer.InputNorm, d.Eps), b, i))
 		h = c.Add(h, layer.MLP.Forward(c, c.RMSNorm(h, layer.PostNorm, d.Eps)))
 		compute.Free(c, h) // only the residual stream lives on to the next layer
 	}
 	return c.Linear(c.RMSNorm(b.Last(c, h), d.Norm, d.Eps), d.Head)
+}
+
+func (d *Decoder) window(i int) int {
+	if d.Windows == nil {
+		return 0
+	}
+	return d.Windows[i]
+}
+
+// NewCaches implements model.CacheMaker: per sliding layer a cache that keeps the
+// window (fp16 kvstore.Rotating; with fp32 a float32 cache that keeps every position
+// and attends over the window), per full layer a full-attention cache.
+func (d *Decoder) NewCaches(fp32 bool) ([]kvstore.Layer, error) {
+	caches := make([]kvstore.Layer, len(d.Layers))
+	for i := range d.Layers {
+		w := d.window(i)
+		var err error
+		switch {
+		case w > 0 && fp32:
+			caches[i], err = kvstore.NewFullWindow(d.KVHeads, d.HeadDim, d.HeadDim, true, w)
+		case w > 0:
+			caches[i], err = kvstore.NewRotating(d.KVHeads, d.HeadDim, d.HeadDim, w, kvstore.SpecF16, 0)
+		default:
+			caches[i], err = kvstore.NewFull(d.KVHeads, d.HeadDim, d.HeadDim, fp32)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return caches, nil
 }
 
 // Attention is grouped-query self-attention with rotary positions; q, k, v and o
@@ -96,6 +135,9 @@ type Attention struct {
 	Q, K, V, O              compute.Weight // q_proj, k_proj, v_proj, o_proj
 	Heads, KVHeads, HeadDim int
 	RoPE                    *compute.RoPE
+	// QRoPE, when set, rotates the queries instead of RoPE (Ministral 3's, which also
+	// scales them per position).
+	QRoPE *compute.RoPE
 }
 
 // NewAttention binds the attention block at prefix.
@@ -112,7 +154,11 @@ func NewAttention(l *model.Loader, prefix string, rope *compute.RoPE) *Attention
 // Forward implements Mixer.
 func (a *Attention) Forward(c compute.Context, x compute.Tensor, b *model.Batch, layer int) compute.Tensor {
 	q, k, v := a.QKV(c, x)
-	q = b.RoPE(c, q, a.RoPE, a.HeadDim)
+	qr := a.RoPE
+	if a.QRoPE != nil {
+		qr = a.QRoPE
+	}
+	q = b.RoPE(c, q, qr, a.HeadDim)
 	k = b.RoPE(c, k, a.RoPE, a.HeadDim)
 	return c.Linear(b.Attention(c, q, k, v, layer, a.Heads, Scale(a.HeadDim)), a.O)
 }

@@ -109,6 +109,19 @@ func (b *Batch) AttentionSinks(c compute.Context, q, k, v compute.Tensor, i, hea
 	})
 }
 
+// AttentionShared runs attention for each sequence over its own cache of layer src,
+// which this pass already appended to (compute.SharedKVContext): a layer that reads
+// another layer's keys and values.
+func (b *Batch) AttentionShared(c compute.Context, q compute.Tensor, src, heads int, scale float32) compute.Tensor {
+	sc, ok := compute.Ext[compute.SharedKVContext](c)
+	if !ok {
+		return compute.Unsupported(c, "attention over another layer's KV")
+	}
+	return b.Each(c, func(s int) compute.Tensor {
+		return sc.AttentionShared(b.Rows(c, q, s), b.Cache(s, src), heads, scale)
+	})
+}
+
 // LatentAttention is multi-head latent attention (compute.LatentAttentionContext), per
 // sequence over its own latent cache of layer i.
 func (b *Batch) LatentAttention(c compute.Context, qRope, qLatent, kRope, latent compute.Tensor, i, heads int, scale float32) compute.Tensor {
@@ -129,6 +142,9 @@ func (b *Batch) CheckWindow(i, window int) error {
 	for s := range b.Seqs {
 		if b.Offset(s)+b.Len(s) <= window {
 			continue
+		}
+		if e, ok := b.Cache(s, i).(interface{ Elsewhere() bool }); ok && e.Elsewhere() {
+			continue // a layer another process of a split model runs: nothing attends here
 		}
 		if w, ok := b.Cache(s, i).(interface{ Window() int }); !ok || w.Window() != window {
 			return fmt.Errorf("layer %d is a sliding-window layer of %d positions, but its cache (%T) attends over every position: make its cache with kvstore.NewCaches or the model's NewCaches", i, window, b.Cache(s, i))

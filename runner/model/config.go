@@ -15,19 +15,22 @@ import (
 // Config is what the architectures read from config.json. Raw keeps every key for
 // architecture-specific fields.
 type Config struct {
-	ModelType         string
-	Architectures     []string
-	VocabSize         int
-	HiddenSize        int
-	IntermediateSize  int
-	NumLayers         int
-	NumHeads          int
-	NumKVHeads        int // num_key_value_heads, defaulting to NumHeads
-	HeadDim           int // head_dim, defaulting to HiddenSize/NumHeads
-	MaxPositions      int // max_position_embeddings
-	RMSNormEps        float32
-	RopeTheta         float64
-	RopeScaling       compute.RoPEScaling
+	ModelType        string
+	Architectures    []string
+	VocabSize        int
+	HiddenSize       int
+	IntermediateSize int
+	NumLayers        int
+	NumHeads         int
+	NumKVHeads       int // num_key_value_heads, defaulting to NumHeads
+	HeadDim          int // head_dim, defaulting to HiddenSize/NumHeads
+	MaxPositions     int // max_position_embeddings
+	RMSNormEps       float32
+	RopeTheta        float64
+	RopeScaling      compute.RoPEScaling
+	// QueryScaleBeta is rope_parameters' llama_4_scaling_beta (Ministral 3): queries
+	// scaled by 1 + beta·ln(1 + floor(position / original_max_position_embeddings)).
+	QueryScaleBeta    float64
 	PartialRotary     float64 // partial_rotary_factor, 1 when absent
 	TieWordEmbeddings *bool   // nil when config.json does not say
 	BOS               []int32
@@ -116,6 +119,7 @@ func ParseConfig(data []byte) (*Config, error) {
 		RMSNormEps        *float64        `json:"rms_norm_eps"`
 		RopeTheta         *float64        `json:"rope_theta"`
 		PartialRotary     *float64        `json:"partial_rotary_factor"`
+		OrigMaxPositions  int             `json:"original_max_position_embeddings"`
 		RopeScaling       map[string]any  `json:"rope_scaling"`
 		RopeParameters    map[string]any  `json:"rope_parameters"`
 		TieWordEmbeddings *bool           `json:"tie_word_embeddings"`
@@ -173,6 +177,14 @@ func ParseConfig(data []byte) (*Config, error) {
 	if c.RopeScaling, err = parseRoPE(rope); err != nil {
 		return nil, err
 	}
+	if f.OrigMaxPositions > 0 && c.RopeScaling.Type == "longrope" {
+		// Phi-3 keeps the pretraining length beside rope_scaling, and transformers
+		// prefers it there.
+		c.RopeScaling.OriginalMaxPositions = f.OrigMaxPositions
+	}
+	if v, ok := rope["llama_4_scaling_beta"].(float64); ok && v != 0 {
+		c.QueryScaleBeta = v
+	}
 	if c.BOS, err = tokenIDs(f.BOS); err != nil {
 		return nil, fmt.Errorf("bos_token_id: %w", err)
 	}
@@ -185,10 +197,52 @@ func ParseConfig(data []byte) (*Config, error) {
 	return c, nil
 }
 
-// RoPE builds the rotary embedding the config describes.
+// RoPE builds the rotary embedding the config describes. Proportional RoPE spans the
+// whole head, partial_rotary_factor saying how many of its frequencies are not zero.
 func (c *Config) RoPE() (*compute.RoPE, error) {
+	if c.RopeScaling.Type == "proportional" {
+		s := c.RopeScaling
+		s.Proportion = c.PartialRotary
+		return compute.NewRoPE(c.HeadDim, c.RopeTheta, s, c.MaxPositions)
+	}
 	dims := int(float64(c.HeadDim) * c.PartialRotary)
 	return compute.NewRoPE(dims, c.RopeTheta, c.RopeScaling, c.MaxPositions)
+}
+
+// LayerRoPE builds the rotary embedding of one kind of layer from its own
+// rope_parameters block (transformers 5 keeps one per layer type: Gemma 3 and 4) over
+// heads of headDim columns, theta unless the block sets rope_theta, read as
+// ParseConfig reads a model-wide block.
+func LayerRoPE(params map[string]any, headDim, maxPositions int, theta float64) (*compute.RoPE, error) {
+	c := &Config{HeadDim: headDim, MaxPositions: maxPositions, RopeTheta: theta, PartialRotary: 1}
+	if v, ok := params["rope_theta"].(float64); ok {
+		c.RopeTheta = v
+	}
+	if v, ok := params["partial_rotary_factor"].(float64); ok {
+		c.PartialRotary = v
+	}
+	var err error
+	if c.RopeScaling, err = parseRoPE(params); err != nil {
+		return nil, err
+	}
+	return c.RoPE()
+}
+
+// QueryRoPE is the rotary embedding of the queries: rope itself, or with
+// llama_4_scaling_beta a copy that also scales each position's queries (the factor is
+// linear, so it folds into cos and sin).
+func (c *Config) QueryRoPE(rope *compute.RoPE) (*compute.RoPE, error) {
+	if c.QueryScaleBeta == 0 {
+		return rope, nil
+	}
+	if rope.Dims != c.HeadDim {
+		return nil, fmt.Errorf("llama_4_scaling_beta with partial rotary embeddings (%d of %d dims) is not supported", rope.Dims, c.HeadDim)
+	}
+	period := c.RopeScaling.OriginalMaxPositions
+	if period == 0 {
+		period = c.MaxPositions
+	}
+	return rope.WithPosScale(compute.PosScale{Beta: c.QueryScaleBeta, Period: period})
 }
 
 func parseRoPE(m map[string]any) (compute.RoPEScaling, error) {
@@ -201,8 +255,11 @@ func parseRoPE(m map[string]any) (compute.RoPEScaling, error) {
 	if s.Type == "" {
 		s.Type, _ = m["type"].(string)
 	}
+	if s.Type == "su" {
+		s.Type = "longrope" // early Phi-3 configs' name for it
+	}
 	switch s.Type {
-	case "", "default", "linear", "llama3", "yarn":
+	case "", "default", "linear", "llama3", "yarn", "proportional", "longrope":
 	default:
 		return s, fmt.Errorf("rope scaling type %q is not supported (supported: %s)", s.Type, compute.SupportedRoPE)
 	}
@@ -215,7 +272,30 @@ func parseRoPE(m map[string]any) (compute.RoPEScaling, error) {
 	if t, ok := m["truncate"].(bool); ok && !t {
 		s.NoTruncate = true
 	}
-	return s, nil
+	var err error
+	if s.ShortFactor, err = floats(m, "short_factor"); err == nil {
+		s.LongFactor, err = floats(m, "long_factor")
+	}
+	return s, err
+}
+
+// floats reads a list of numbers (longrope's factors); absent is nil.
+func floats(m map[string]any, key string) ([]float64, error) {
+	v, ok := m[key]
+	if !ok || v == nil {
+		return nil, nil
+	}
+	list, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("rope scaling %s: want a list of numbers, got %v", key, v)
+	}
+	out := make([]float64, len(list))
+	for i, x := range list {
+		if out[i], ok = x.(float64); !ok {
+			return nil, fmt.Errorf("rope scaling %s[%d]: want a number, got %v", key, i, x)
+		}
+	}
+	return out, nil
 }
 
 // tokenIDs reads an id, a list of ids, or null.

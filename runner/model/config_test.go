@@ -97,3 +97,35 @@ func TestReadConfigMergesGenerationEOS(t *testing.T) {
 		t.Fatalf("EOS %v, want [7 9]", c.EOS)
 	}
 }
+
+// Phi-3's longrope: the factors from rope_scaling, the original length beside it (and
+// preferred), the early "su" spelling; Ministral 3's llama_4_scaling_beta.
+func TestParseConfigLongropeAndQueryScale(t *testing.T) {
+	c, err := ParseConfig([]byte(`{` + base + `, "max_position_embeddings": 131072, "original_max_position_embeddings": 4096,
+		"partial_rotary_factor": 0.75, "rope_scaling": {"type": "su", "short_factor": [1, 1, 1, 1, 1, 1], "long_factor": [2, 2, 2, 2, 2, 2],
+		"original_max_position_embeddings": 8192}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := c.RopeScaling
+	if s.Type != "longrope" || s.OriginalMaxPositions != 4096 || len(s.LongFactor) != 6 || s.LongFactor[0] != 2 {
+		t.Fatalf("longrope: %+v", s)
+	}
+	r, err := c.RoPE()
+	if err != nil || r.Dims != 12 || r.Switch != 4096 || r.LongInvFreq == nil {
+		t.Fatalf("RoPE: %+v, %v", r, err)
+	}
+	if _, err := ParseConfig([]byte(`{` + base + `, "rope_scaling": {"type": "longrope", "short_factor": "x"}}`)); err == nil {
+		t.Error("a short_factor that is not a list was accepted")
+	}
+	c, err = ParseConfig([]byte(`{` + base + `, "max_position_embeddings": 4096, "rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6,
+		"factor": 16.0, "original_max_position_embeddings": 16, "llama_4_scaling_beta": 0.1}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rope, _ := c.RoPE()
+	q, err := c.QueryRoPE(rope)
+	if err != nil || c.QueryScaleBeta != 0.1 || q == rope || q.PosScale.Period != 16 {
+		t.Fatalf("query scale: beta %v, %+v, %v", c.QueryScaleBeta, q, err)
+	}
+}

@@ -47,6 +47,18 @@ func (c *cancellable) MultiLinear(x compute.Tensor, w compute.Weight, heads int)
 	return lc.MultiLinear(x, w, heads)
 }
 
+// AttentionShared stops a pass once ctx is done, as Attention does.
+func (c *cancellable) AttentionShared(q compute.Tensor, cache kvstore.Layer, heads int, scale float32) compute.Tensor {
+	if c.ctx.Err() != nil {
+		return stopped{}
+	}
+	sc, ok := compute.Ext[compute.SharedKVContext](c.Context)
+	if !ok {
+		return compute.Unsupported(c.Context, "attention over another layer's KV")
+	}
+	return sc.AttentionShared(q, cache, heads, scale)
+}
+
 // CacheMaker is implemented by networks whose layers need caches of their own kinds
 // (sliding-window layers, the recurrent state of linear-attention layers); NewCaches
 // asks them instead of making a full-attention cache per layer.
@@ -64,6 +76,45 @@ func (m *Model) Network() Network { return m.net }
 // for hybrid models. Forward calls it; a caller that hands the caches to the prefix
 // cache calls it first and passes Seq(caches), so the recurrent states are carried.
 func (m *Model) FillCaches(caches []kvstore.Layer) error {
+	if err := m.fillCaches(caches); err != nil {
+		return err
+	}
+	return m.linkShared(caches)
+}
+
+// KVSharer is implemented by networks some of whose layers attend over another layer's
+// keys and values (Gemma 4's last layers): KVSource is the layer whose cache layer i
+// reads, i itself for a layer with its own.
+type KVSharer interface {
+	KVSource(layer int) int
+}
+
+// linkShared makes the cache of each layer that reads another's a kvstore.Shared of that
+// layer's cache in the same list (the KV policy plans none for it, and a list the prefix
+// cache restored holds the sources' new caches).
+func (m *Model) linkShared(caches []kvstore.Layer) error {
+	ks, ok := m.net.(KVSharer)
+	if !ok || m.exec != nil {
+		return nil
+	}
+	for i := range caches {
+		src := ks.KVSource(i)
+		if src == i {
+			continue
+		}
+		if sh, ok := caches[i].(*kvstore.Shared); ok && sh.Source() == caches[src] {
+			continue
+		}
+		sh, err := kvstore.NewShared(caches[src])
+		if err != nil {
+			return fmt.Errorf("model: layer %d reads layer %d's KV: %w", i, src, err)
+		}
+		caches[i] = sh
+	}
+	return nil
+}
+
+func (m *Model) fillCaches(caches []kvstore.Layer) error {
 	if !slices.Contains(caches, nil) {
 		return nil
 	}
@@ -121,13 +172,16 @@ func (m *Model) PrefixSeq(caches []kvstore.Layer) kvstore.Seq {
 
 // Seq presents one sequence's caches as the prefix cache sees them: the attention
 // caches by layer, nil for linear-attention layers, whose recurrent states follow in
-// layer order.
+// layer order, and nil for layers that read another layer's KV (kvstore.Shared).
 func Seq(caches []kvstore.Layer) kvstore.Seq {
 	s := kvstore.Seq{Layers: make([]kvstore.Layer, len(caches))}
 	for i, c := range caches {
 		if r, ok := c.(RecurrentLayer); ok {
 			s.Recurrent = append(s.Recurrent, r.RecurrentState())
 			continue
+		}
+		if _, ok := c.(*kvstore.Shared); ok {
+			continue // its source's blocks hold its positions
 		}
 		s.Layers[i] = c
 	}

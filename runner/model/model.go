@@ -8,8 +8,10 @@ package model
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"sync"
@@ -422,6 +424,74 @@ func (l *Loader) Linear(prefix string, out, in int) compute.Weight {
 	return w
 }
 
+// LinearRows binds rows start .. start+n-1 of the matrix prefix.weight (with the same
+// rows of its scales, biases and bias) as an n × in matrix named prefix+"#"+part: one
+// part of a fused projection (Phi-3's qkv_proj and gate_up_proj), so that each part is
+// an ordinary weight (decode steps still read the parts together: compute.Linears).
+// Rows are independent in every storage format, quantization groups running along the
+// input, so a part is its rows' bytes where they lie. The parts are bound from the
+// mapping, not through a residency manager: a streamed model keeps them resident.
+func (l *Loader) LinearRows(prefix, part string, start, n, in int) compute.Weight {
+	if l.err != nil {
+		return nil
+	}
+	q := l.Config.Quantization.For(prefix, l.Has)
+	if l.skip != nil && l.skip(l, prefix+".weight") {
+		return &Unbound{Out: n, In: in, Q: q}
+	}
+	t, ok := l.ckpt.Tensor(prefix + ".weight")
+	if !ok {
+		l.Fail(fmt.Errorf("checkpoint has no tensor %q", prefix+".weight"))
+		return nil
+	}
+	if len(t.Shape) != 2 || start < 0 || n <= 0 || start+n > t.Shape[0] {
+		l.Fail(fmt.Errorf("%s.weight has shape %v: it has no rows %d to %d", prefix, t.Shape, start, start+n-1))
+		return nil
+	}
+	name := prefix + "#" + part
+	w, err := l.Backend.Weight(rowSource{Source: l.ckpt, from: prefix, as: name, start: start, n: n}, name, q)
+	if err != nil {
+		l.Fail(err)
+		return nil
+	}
+	if o, i := w.Dims(); o != n || i != in {
+		l.Fail(fmt.Errorf("%s.weight rows %d to %d are %d×%d, the config implies %d×%d", prefix, start, start+n-1, o, i, n, in))
+		return nil
+	}
+	return w
+}
+
+// rowSource serves the tensors of as (as.weight, as.scales, ...) as rows start ..
+// start+n-1 of from's.
+type rowSource struct {
+	compute.Source
+	from, as string
+	start, n int
+}
+
+// MappedSource tells a backend that the tensors it serves lie in the checkpoint's
+// mapping (the MLX backend then wraps their pages rather than copying them).
+func (s rowSource) MappedSource() bool { return true }
+
+func (s rowSource) Tensor(name string) (*safetensors.Tensor, bool) {
+	suffix, ok := strings.CutPrefix(name, s.as)
+	if !ok {
+		return s.Source.Tensor(name)
+	}
+	t, ok := s.Source.Tensor(s.from + suffix)
+	if !ok || len(t.Shape) == 0 || t.Shape[0] < s.start+s.n {
+		return nil, false
+	}
+	row := len(t.Data) / t.Shape[0]
+	c := *t
+	c.Name = name
+	c.Shape = append([]int{s.n}, t.Shape[1:]...)
+	c.Data = t.Data[s.start*row : (s.start+s.n)*row : (s.start+s.n)*row]
+	c.Begin += int64(s.start * row)
+	c.End = c.Begin + int64(len(c.Data))
+	return &c, true
+}
+
 // Vector binds a 1-D weight of n values.
 func (l *Loader) Vector(name string, n int) compute.Vector {
 	if l.err != nil {
@@ -448,14 +518,19 @@ func (l *Loader) Vector(name string, n int) compute.Vector {
 func (l *Loader) Tensor(name string) (*safetensors.Tensor, bool) { return l.ckpt.Tensor(name) }
 
 // Floats reads the 1-D tensor name (n values) as float32 on the host, for a value the
-// architecture uses outside the backend's ops (a router's correction bias). A weight
-// another process binds reads as zeros.
+// architecture uses outside the backend's ops: a scalar such as Gemma 4's layer_scalar,
+// a router's correction bias or per-expert scales. A weight another process binds (a
+// part of a split model) reads as ones: this process never runs the layer it belongs to.
 func (l *Loader) Floats(name string, n int) []float32 {
 	if l.err != nil {
 		return nil
 	}
 	if l.skip != nil && l.skip(l, name) {
-		return make([]float32, n)
+		out := make([]float32, n)
+		for i := range out {
+			out[i] = 1
+		}
+		return out
 	}
 	t, err := compute.VectorTensor(l.src, name)
 	if err != nil {
@@ -472,6 +547,33 @@ func (l *Loader) Floats(name string, n int) []float32 {
 		return nil
 	}
 	return v
+}
+
+// Ones binds a vector of n ones, for a norm without a learned scale (Gemma 4's value
+// norm and router norm), which RMSNorm then computes exactly.
+func (l *Loader) Ones(n int) compute.Vector {
+	if l.err != nil {
+		return nil
+	}
+	data := make([]byte, 4*n)
+	for i := 0; i < n; i++ {
+		binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(1))
+	}
+	name := fmt.Sprintf("ones.%d", n)
+	t := &safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: name, DType: safetensors.F32, Shape: []int{n}}, Data: data}
+	v, err := l.Backend.Vector(oneTensor{t}, name)
+	if err != nil {
+		l.Fail(err)
+		return nil
+	}
+	return v
+}
+
+// oneTensor is a Source of one tensor made in memory.
+type oneTensor struct{ t *safetensors.Tensor }
+
+func (o oneTensor) Tensor(name string) (*safetensors.Tensor, bool) {
+	return o.t, name == o.t.Name
 }
 
 // Head binds the output projection: lm_head, or the embedding table when the

@@ -263,14 +263,16 @@ func TestLoadErrors(t *testing.T) {
 	}
 	edit("model_type", "gpt2")
 	_, err := model.Load(dir, cpu.New(1))
-	if err == nil || !strings.Contains(err.Error(), `"gpt2"`) || !strings.Contains(err.Error(), "llama, mistral, qwen2, qwen3") {
+	if err == nil || !strings.Contains(err.Error(), `"gpt2"`) || !strings.Contains(err.Error(), "llama, ministral3, mistral, mistral3, qwen2, qwen3") {
 		t.Fatalf("unsupported model_type: %v", err)
 	}
 	edit("model_type", "mistral")
 	edit("sliding_window", 4096)
-	if _, err := model.Load(dir, cpu.New(1)); err == nil || !strings.Contains(err.Error(), "sliding window") {
-		t.Fatalf("mistral with a sliding window: %v", err)
+	edit("layer_types", []string{"sliding_attention", "attention"})
+	if _, err := model.Load(dir, cpu.New(1)); err == nil || !strings.Contains(err.Error(), `layer type "attention"`) {
+		t.Fatalf("mistral with a bad layer type: %v", err)
 	}
+	delete(c, "layer_types")
 	edit("model_type", "llama")
 	delete(c, "sliding_window")
 	edit("intermediate_size", 200)

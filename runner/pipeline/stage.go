@@ -171,6 +171,9 @@ func (s *skipped) Bytes() int64 { return 0 }
 // any window.
 func (s *skipped) Window() int { return s.window }
 
+// Elsewhere marks the cache of a layer another rank runs (model.Batch.CheckWindow).
+func (s *skipped) Elsewhere() bool { return true }
+
 // stageCaches replaces, in place, the caches of the layers outside the stage with
 // position counters, keeping the recurrent states of linear-attention layers (their
 // architectures require the kind; the ops that would use them are skipped).

@@ -13,6 +13,10 @@
 //     between the parts, the values typed as the XML form's;
 //   - OpenAI's harmony format (gpt-oss, harmony.go): the analysis channel is thinking, final and commentary
 //     preambles content, and commentary to=functions.NAME a tool call;
+//   - Mistral's tags (mistral.go): [THINK]…[/THINK] is thinking (Magistral), and [TOOL_CALLS]name[ARGS]{…}
+//     (Mistral Small 3.2, Devstral, Magistral, Ministral 3) or the older [TOOL_CALLS][{"name": …, "arguments":
+//     {…}}, …] are tool calls; these tags are special tokens, kept in the decoded text for the parser
+//     (Capabilities.SpecialTags);
 //   - tool calls in Llama 3's JSON format: the whole reply is {"name": …, "parameters": {…}} (optionally after
 //     <|python_tag|>, several separated by ';' or newlines), recognized only for the tools the request gave.
 //
@@ -34,6 +38,7 @@ const (
 	ToolsLlama3                    // a bare JSON object {"name":…, "parameters":…} (Llama 3.1+)
 	ToolsHarmony                   // <|channel|>commentary to=functions.NAME …<|message|>{json} (gpt-oss)
 	ToolsGLM                       // <tool_call>NAME<arg_key>k</arg_key><arg_value>v</arg_value></tool_call> (GLM-4.5 to 4.7)
+	ToolsMistral                   // [TOOL_CALLS]name[ARGS]{json}, or [TOOL_CALLS][{json}, …] (Mistral)
 )
 
 func (f ToolFormat) String() string {
@@ -46,15 +51,22 @@ func (f ToolFormat) String() string {
 		return "harmony"
 	case ToolsGLM:
 		return "glm"
+	case ToolsMistral:
+		return "mistral"
 	}
 	return "none"
 }
 
 // Capabilities is what a chat template says about the model's output syntax.
 type Capabilities struct {
-	Thinking bool       // the template knows <think>…</think>, or the harmony format's analysis channel
+	Thinking bool       // the template knows <think>…</think> ([THINK]…[/THINK]), or the harmony format's analysis channel
 	Tools    ToolFormat // the tool-call syntax the template teaches
 	Harmony  bool       // the template writes OpenAI's harmony format (gpt-oss): see harmony.go
+	// ThinkOpen and ThinkClose are the thinking block's tags: ThinkOpen and ThinkClose, or Mistral's.
+	ThinkOpen, ThinkClose string
+	// SpecialTags: the syntax's tags are special tokens (Mistral's [TOOL_CALLS], [ARGS], [THINK]), which the
+	// text decoder must keep for the parser to see them.
+	SpecialTags bool
 }
 
 // Detect reads a chat template's source for the syntax its model writes.
@@ -63,12 +75,18 @@ func Detect(chatTemplate string) Capabilities {
 	if IsHarmony(chatTemplate) {
 		return Capabilities{Thinking: true, Tools: ToolsHarmony, Harmony: true}
 	}
+	c.ThinkOpen, c.ThinkClose = ThinkOpen, ThinkClose
 	c.Thinking = strings.Contains(chatTemplate, ThinkOpen) || strings.Contains(chatTemplate, ThinkClose)
+	if strings.Contains(chatTemplate, MistralThinkOpen) {
+		c.Thinking, c.ThinkOpen, c.ThinkClose, c.SpecialTags = true, MistralThinkOpen, MistralThinkClose, true
+	}
 	switch {
 	case strings.Contains(chatTemplate, glmKeyOpen): // GLM's templates contain <tool_call> too
 		c.Tools = ToolsGLM
 	case strings.Contains(chatTemplate, "<tool_call>"):
 		c.Tools = ToolsHermes
+	case strings.Contains(chatTemplate, mistralCalls):
+		c.Tools, c.SpecialTags = ToolsMistral, true
 	case strings.Contains(chatTemplate, "<|python_tag|>") ||
 		(strings.Contains(chatTemplate, "ipython") && strings.Contains(chatTemplate, `"parameters"`)):
 		c.Tools = ToolsLlama3
@@ -87,9 +105,12 @@ const (
 
 // PromptOpensThinking reports whether a rendered prompt ends inside an open thinking block, so that the
 // model's output starts as thinking without an opening tag.
-func PromptOpensThinking(prompt string) bool {
+func PromptOpensThinking(prompt string) bool { return PromptOpens(prompt, ThinkOpen) }
+
+// PromptOpens is PromptOpensThinking for a family's own opening tag (Capabilities.ThinkOpen).
+func PromptOpens(prompt, open string) bool {
 	p := strings.TrimRight(prompt, " \t\r\n")
-	return strings.HasSuffix(p, ThinkOpen)
+	return strings.HasSuffix(p, open)
 }
 
 // ToolCall is one parsed call. Arguments is a JSON object, compacted, keys in the model's order.
@@ -111,6 +132,8 @@ type Config struct {
 	Thinking bool
 	// InThinking: the prompt opened <think> already (see PromptOpensThinking); needs Thinking.
 	InThinking bool
+	// ThinkOpen and ThinkClose are the thinking block's tags (Capabilities'); empty: <think> and </think>.
+	ThinkOpen, ThinkClose string
 	// Tools is the tool-call format to recognize; ToolsNone when the request gave no tools.
 	Tools ToolFormat
 	// Harmony: the output is in OpenAI's harmony format (Capabilities.Harmony). Its analysis channel goes to
@@ -144,7 +167,10 @@ func New(cfg Config) *Parser {
 		return p
 	}
 	if cfg.Thinking {
-		p.think = &thinkStage{}
+		p.think = &thinkStage{open: cfg.ThinkOpen, close: cfg.ThinkClose}
+		if p.think.open == "" || p.think.close == "" {
+			p.think.open, p.think.close = ThinkOpen, ThinkClose
+		}
 		if cfg.InThinking {
 			p.think.state = thinkEatSpace
 		}
@@ -156,6 +182,8 @@ func New(cfg Config) *Parser {
 		p.tools = &hermesStage{types: cfg.ToolTypes, glm: true}
 	case ToolsLlama3:
 		p.tools = &llamaStage{names: cfg.ToolNames}
+	case ToolsMistral:
+		p.tools = &mistralStage{}
 	}
 	return p
 }

@@ -12,11 +12,12 @@ const (
 	thinkDone                       // content only
 )
 
-// thinkStage moves <think>…</think> to thinking. Whitespace right inside the tags and right after the closing
+// thinkStage moves <think>…</think> (or the family's own tags) to thinking. Whitespace right inside the tags and right after the closing
 // tag is layout, not text, and is dropped; a reply without an opening tag is all content, untouched.
 type thinkStage struct {
-	state thinkState
-	buf   string
+	open, close string // <think> and </think>, or another family's tags ([THINK] and [/THINK])
+	state       thinkState
+	buf         string
 }
 
 func (t *thinkStage) add(s string, done bool) (thinking, content string) {
@@ -27,11 +28,11 @@ func (t *thinkStage) add(s string, done bool) (thinking, content string) {
 		case thinkLook:
 			trimmed := trimLeftSpace(t.buf)
 			switch {
-			case strings.HasPrefix(trimmed, ThinkOpen):
-				t.buf = trimmed[len(ThinkOpen):]
+			case strings.HasPrefix(trimmed, t.open):
+				t.buf = trimmed[len(t.open):]
 				t.state = thinkEatSpace
 				continue
-			case strings.HasPrefix(ThinkOpen, trimmed) && !done:
+			case strings.HasPrefix(t.open, trimmed) && !done:
 				return th.String(), co.String() // whitespace or a partial tag: wait
 			}
 			t.state = thinkDone
@@ -48,10 +49,10 @@ func (t *thinkStage) add(s string, done bool) (thinking, content string) {
 			}
 			continue
 		case thinkIn:
-			if i := strings.Index(t.buf, ThinkClose); i >= 0 {
+			if i := strings.Index(t.buf, t.close); i >= 0 {
 				before := t.buf[:i]
 				th.WriteString(before[:len(before)-trailingSpace(before)])
-				t.buf = t.buf[i+len(ThinkClose):]
+				t.buf = t.buf[i+len(t.close):]
 				t.state = thinkAfter
 				continue
 			}
@@ -61,7 +62,7 @@ func (t *thinkStage) add(s string, done bool) (thinking, content string) {
 				return th.String(), co.String()
 			}
 			// Hold back what may start the closing tag, and the whitespace before it.
-			keep := heldSuffix(t.buf, ThinkClose)
+			keep := heldSuffix(t.buf, t.close)
 			keep += trailingSpace(t.buf[:len(t.buf)-keep])
 			th.WriteString(t.buf[:len(t.buf)-keep])
 			t.buf = t.buf[len(t.buf)-keep:]

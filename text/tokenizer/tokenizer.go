@@ -57,6 +57,9 @@ func Load(dir string) (*Tokenizer, error) {
 	path := filepath.Join(dir, "tokenizer.json")
 	data, err := os.ReadFile(path)
 	if err != nil {
+		if err := TekkenOnly(dir); err != nil {
+			return nil, err
+		}
 		return nil, fmt.Errorf("tokenizer: %w (a checkpoint needs a tokenizer.json; slow-tokenizer files alone are not supported)", err)
 	}
 	t, err := parse(data)
@@ -67,6 +70,20 @@ func Load(dir string) (*Tokenizer, error) {
 		return nil, err
 	}
 	return t, nil
+}
+
+// TekkenOnly reports an error when dir holds Mistral's own tokenizer file (tekken.json, read by
+// mistral-common) but no tokenizer.json: mlxg reads Hugging Face's format only. Mistral's repos that
+// transformers loads ship both; a repo with tekken.json alone needs a tokenizer.json converted from it
+// (transformers' convert_tekken_tokenizer, or a repo that has one, as mlx-community's conversions do).
+func TekkenOnly(dir string) error {
+	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err == nil {
+		return nil
+	}
+	if _, err := os.Stat(filepath.Join(dir, "tekken.json")); err != nil {
+		return nil
+	}
+	return fmt.Errorf("tokenizer: %s has Mistral's tekken.json but no tokenizer.json; mlxg reads Hugging Face's tokenizer.json only: use a repo that ships one (Mistral's transformers-format repos and mlx-community's conversions do), or write it from tekken.json with transformers' convert_tekken_tokenizer", dir)
 }
 
 func parse(data []byte) (*Tokenizer, error) {

@@ -361,3 +361,17 @@ func TestConcurrentUse(t *testing.T) {
 		t.Errorf("concurrent Encode(%q) differs from sequential", s)
 	}
 }
+
+// A Mistral repo with tekken.json and no tokenizer.json gets an error that says so.
+func TestTekkenOnly(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "tekken.json"), []byte(`{"config": {}, "vocab": []}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "tekken.json but no tokenizer.json") {
+		t.Fatalf("tekken.json only: %v", err)
+	}
+	if err := TekkenOnly(t.TempDir()); err != nil {
+		t.Fatalf("an empty directory: %v", err)
+	}
+}

@@ -4,8 +4,12 @@ package modeltest
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/mlxg/mlxg/kvstore"
@@ -44,4 +48,92 @@ func MaxRel(a, b []float32) float64 {
 		den = max(den, math.Abs(float64(b[i])))
 	}
 	return num / den
+}
+
+// RefVariant is one variant's transformers reference (a testdata/ref.py's refs.json): the
+// prompt's last-position logits, the greedy continuation decoded through the cache, and the
+// margin between the two best logits at each greedy step, all in float64.
+type RefVariant struct {
+	Logits  []float64 `json:"logits"`
+	Greedy  []int32   `json:"greedy"`
+	Margins []float64 `json:"margins"`
+}
+
+// RefCase is one checkpoint of a refs.json: its directory name under testdata, the prompt
+// and the references of its variants ("f32", "q4", "q8").
+type RefCase struct {
+	Name     string                `json:"name"`
+	Prompt   []int32               `json:"prompt"`
+	Variants map[string]RefVariant `json:"variants"`
+}
+
+// ReadRefs reads testdata/refs.json, or skips the test, naming the script that writes it,
+// when it is absent (the script runs where torch and transformers are installed).
+func ReadRefs(t *testing.T, script string) []RefCase {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("testdata", "refs.json"))
+	if errors.Is(err, os.ErrNotExist) {
+		t.Skipf("testdata/refs.json is absent: run %s --out testdata on a machine with torch and transformers", script)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Cases []RefCase `json:"cases"`
+	}
+	if err := json.Unmarshal(raw, &f); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Cases) == 0 {
+		t.Fatal("testdata/refs.json has no cases")
+	}
+	return f.Cases
+}
+
+// CheckRef runs prompt through m with float32 caches and compares the last-position logits
+// with ref's within 1e-4 relative (max|got-want| / max|want|), then decodes greedily one
+// token at a time through the caches and compares the tokens, up to the first step whose
+// reference margin is below 1e-3 (where float32 may pick the other token).
+func CheckRef(t *testing.T, m *model.Model, prompt []int32, ref RefVariant) {
+	t.Helper()
+	caches, err := m.NewCaches(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logits, err := m.Forward(context.Background(), prompt, caches, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]float32, len(ref.Logits))
+	for i, v := range ref.Logits {
+		want[i] = float32(v)
+	}
+	if len(logits) != len(want) {
+		t.Fatalf("%d logits, the reference has %d", len(logits), len(want))
+	}
+	if r := MaxRel(logits, want); r > 1e-4 || math.IsNaN(r) {
+		t.Errorf("last-position logits differ from transformers' by %.3g relative", r)
+	} else {
+		t.Logf("logits within %.2g of transformers'", r)
+	}
+	var got []int32
+	for step, id := range ref.Greedy {
+		next := int32(0)
+		for i, v := range logits {
+			if v > logits[next] {
+				next = int32(i)
+			}
+		}
+		got = append(got, next)
+		if next != id {
+			if ref.Margins[step] < 1e-3 {
+				t.Logf("step %d: %d, transformers %d by a margin of %.2g: not compared further", step, next, id, ref.Margins[step])
+				return
+			}
+			t.Fatalf("greedy tokens %v, transformers %v (margins %v)", got, ref.Greedy[:step+1], ref.Margins[:step+1])
+		}
+		if logits, err = m.Forward(context.Background(), []int32{next}, caches, false); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

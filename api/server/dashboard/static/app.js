@@ -2,7 +2,7 @@
 // The dashboard: one /api/status snapshot a second from /api/status/events, drawn into the page.
 
 const $ = (s) => document.querySelector(s);
-const memHistory = []; // {t, used, models, prefix, total}
+const memHistory = []; // {t, weights, kv, prefix, used, total}
 const maxHistory = 300;
 
 function bytes(n) {
@@ -40,6 +40,40 @@ async function unload(name, btn) {
   }
 }
 
+const num = (n) => (n || 0).toLocaleString('en-US');
+
+// The context as chosen (its length, and why in small print) and as used by the model's latest request:
+// the tokens its KV cache held against the context, what was cut to fit, the KV bytes running sequences
+// hold now, and the prompt tokens the prefix cache restored.
+function contextCells(m) {
+  const chosen = el('td', { className: 'context' }, el('span', { className: 'ctxlen', textContent: num(m.context_length) }));
+  if (m.context_reason) {
+    chosen.title = m.context_reason;
+    chosen.append(el('span', { className: 'ctxreason', textContent: m.context_reason }));
+  }
+  const u = m.context_used;
+  const used = el('td', { className: 'used' });
+  const restored = el('td', { className: 'restored' });
+  if (u) {
+    const share = m.context_length ? Math.min(100, 100 * u.tokens / m.context_length) : 0;
+    const meter = el('span', { className: 'meter' }, el('span'));
+    meter.firstChild.style.width = share.toFixed(1) + '%';
+    used.append(meter, `${num(u.tokens)} tokens (${share < 1 && u.tokens ? '<1' : share.toFixed(0)}%) · KV ${bytes(u.kv_bytes)}`);
+    if (u.truncated || u.messages_dropped) {
+      used.append(el('span', { className: 'cut', textContent: ` · cut ${num(u.truncated)} tokens` + (u.messages_dropped ? `, ${u.messages_dropped} messages` : '') }));
+    }
+    used.dataset.tokens = u.tokens;
+    restored.textContent = u.restored ? `${num(u.restored)} tokens` : '0';
+    restored.dataset.tokens = u.restored;
+  } else {
+    used.textContent = '-';
+    restored.textContent = '-';
+  }
+  const held = el('td', { className: 'held', textContent: bytes(m.kv_held || 0) });
+  held.dataset.bytes = m.kv_held || 0;
+  return [chosen, used, held, restored];
+}
+
 function drawModels(st) {
   const tb = $('#models tbody');
   tb.replaceChildren();
@@ -48,10 +82,26 @@ function drawModels(st) {
     const b = el('button', { className: 'unload', textContent: 'Unload' });
     b.dataset.model = m.name;
     b.addEventListener('click', () => unload(m.name, b));
-    tb.append(el('tr', {}, el('td', { textContent: m.name }), el('td', { textContent: m.backend || '-' }), el('td', { textContent: bytes(m.size) }),
-      el('td', { textContent: m.context_length }), el('td', { textContent: m.kv_cache || '-' }), el('td', { textContent: m.active }),
-      el('td', { textContent: until(m.expires_at, m.forever) }), el('td', {}, b)));
+    const tr = el('tr', {}, el('td', { textContent: m.name }), el('td', { textContent: m.backend || '-' }), el('td', { textContent: bytes(m.size) }),
+      ...contextCells(m), el('td', { textContent: m.kv_cache || '-' }), el('td', { textContent: m.active }),
+      el('td', { textContent: until(m.expires_at, m.forever) }), el('td', {}, b));
+    tr.dataset.model = m.name;
+    tb.append(tr);
   }
+}
+
+// The parts of memory, bottom to top in the chart and left to right in the bar: what mlxg holds (weights,
+// the KV of running sequences, the prefix cache's RAM tier), what other programs use, and what is available.
+const memParts = [
+  ['weights', 'weights'], ['kv', 'KV held'], ['prefix', 'prefix cache (RAM)'], ['other', 'used by others'], ['free', 'available'],
+];
+
+function memSplit(m) {
+  const total = m.total || 0;
+  const weights = m.weights || 0, kv = m.kv_held || 0, prefix = m.prefix_cache || 0;
+  const used = Math.max(0, total - (m.available || 0));
+  const other = Math.max(0, used - weights - kv - prefix);
+  return { weights, kv, prefix, other, free: Math.max(0, total - weights - kv - prefix - other), total };
 }
 
 function drawMemory(st) {
@@ -60,27 +110,108 @@ function drawMemory(st) {
   box.replaceChildren();
   if (m.error) { box.append(stat('memory', m.error)); return; }
   box.append(stat('total', bytes(m.total)), stat('available', bytes(m.available)), stat('pressure', m.pressure, 'pressure-' + m.pressure),
-    stat('weights', bytes(m.weights)), stat('KV cache', bytes(m.kv)), stat('prefix cache', bytes(m.prefix_cache)),
-    stat('swap used', bytes(m.swap_used)));
-  memHistory.push({ t: Date.now(), used: m.total - m.available, models: m.weights + m.kv, prefix: m.prefix_cache, total: m.total });
+    stat('weights', bytes(m.weights)), stat('KV held', bytes(m.kv_held)), stat('KV at context', bytes(m.kv)),
+    stat('prefix cache', `${bytes(m.prefix_cache)} RAM · ${bytes(m.prefix_ssd)} SSD`), stat('swap used', bytes(m.swap_used)));
+  const parts = memSplit(m);
+  // Now: one bar across the machine's memory, each part as wide as its share (a part too small to see
+  // keeps a sliver, so that it is never missing), labelled where it is wide enough.
+  const bar = $('#membar');
+  bar.replaceChildren();
+  const legend = $('#memlegend');
+  legend.replaceChildren();
+  if (parts.total) {
+    for (const [key, label] of memParts) {
+      const v = parts[key];
+      const share = 100 * v / parts.total;
+      const seg = el('div', { className: 'seg part-' + key, title: `${label}: ${bytes(v)} (${share.toFixed(1)}%)` });
+      seg.dataset.part = key;
+      seg.dataset.bytes = v;
+      seg.style.width = share.toFixed(3) + '%';
+      seg.style.minWidth = v > 0 ? '3px' : '0';
+      seg.style.flexShrink = key === 'free' || key === 'other' ? '1' : '0';
+      if (share >= 8) seg.textContent = `${label} ${bytes(v)}`;
+      bar.append(seg);
+      legend.append(el('span', { className: 'item' }, el('span', { className: 'sw part-' + key }), `${label} ${bytes(v)} (${share < 0.1 && v ? '<0.1' : share.toFixed(1)}%)`));
+    }
+  }
+  // What mlxg holds, at its own scale (a small model is a sliver of a large machine): the same parts,
+  // and the prefix cache's SSD tier beside them (on disk, not in memory).
+  const held = parts.weights + parts.kv + parts.prefix;
+  const mb = $('#mlxgbar');
+  mb.replaceChildren();
+  const ml = $('#mlxglegend');
+  ml.replaceChildren();
+  if (held > 0) {
+    for (const [key, label] of memParts.slice(0, 3)) {
+      const v = parts[key];
+      const share = 100 * v / held;
+      const seg = el('div', { className: 'seg part-' + key, title: `${label}: ${bytes(v)} (${share.toFixed(1)}% of what mlxg holds)` });
+      seg.dataset.part = key;
+      seg.dataset.bytes = v;
+      seg.style.width = share.toFixed(3) + '%';
+      seg.style.minWidth = v > 0 ? '3px' : '0';
+      if (share >= 12) seg.textContent = `${label} ${bytes(v)}`;
+      mb.append(seg);
+    }
+    ml.append(el('span', { className: 'item' }, `mlxg holds ${bytes(held)} (${(100 * held / (parts.total || 1)).toFixed(1)}% of memory): weights ${bytes(parts.weights)}, KV ${bytes(parts.kv)} (the plans allow ${bytes(m.kv)} at their contexts), prefix cache ${bytes(parts.prefix)} in RAM and ${bytes(m.prefix_ssd || 0)} on SSD`));
+  }
+  mb.hidden = held <= 0;
+  memHistory.push({ t: Date.now(), ...parts });
   if (memHistory.length > maxHistory) memHistory.shift();
+  drawMemChart();
+}
+
+// Over time: the parts stacked, against the machine's memory on a labelled axis; the samples held span the
+// width (the oldest at the left), so that the first seconds fill the chart rather than a sliver.
+function drawMemChart() {
   const c = $('#memchart');
   const ctx = c.getContext('2d');
   const w = c.width, h = c.height;
+  const left = 64, bottom = 18, top = 6, right = 8;
   ctx.clearRect(0, 0, w, h);
-  if (!m.total) return;
-  // The newest sample at the right edge; at least a minute across, so the first seconds are more than a sliver.
-  const span = Math.min(maxHistory, Math.max(60, memHistory.length)) - 1;
-  const x = (i) => w - (memHistory.length - 1 - i) * (w / span);
-  const y = (v) => h - (v / m.total) * h;
-  const line = (key, color, fill) => {
+  const last = memHistory[memHistory.length - 1];
+  if (!last || !last.total) return;
+  const total = last.total;
+  const pw = w - left - right, ph = h - top - bottom;
+  const n = memHistory.length;
+  const x = (i) => left + (n === 1 ? pw : (i / (n - 1)) * pw);
+  const y = (v) => top + ph - (v / total) * ph;
+  ctx.font = '11px system-ui, sans-serif';
+  ctx.fillStyle = '#6b7280';
+  ctx.strokeStyle = '#e3e6ea';
+  ctx.lineWidth = 1;
+  for (let k = 0; k <= 4; k++) {
+    const v = (total * k) / 4;
     ctx.beginPath();
-    memHistory.forEach((p, i) => (i ? ctx.lineTo(x(i), y(p[key])) : ctx.moveTo(x(i), y(p[key]))));
-    if (fill) { ctx.lineTo(x(memHistory.length - 1), h); ctx.lineTo(x(0), h); ctx.closePath(); ctx.fillStyle = color; ctx.fill(); } else { ctx.strokeStyle = color; ctx.lineWidth = 2; ctx.stroke(); }
-  };
-  line('used', 'rgba(90,140,220,0.35)', true);
-  line('models', '#d9822b', false);
-  line('prefix', '#3a9d5d', false);
+    ctx.moveTo(left, y(v));
+    ctx.lineTo(w - right, y(v));
+    ctx.stroke();
+    ctx.textAlign = 'right';
+    ctx.textBaseline = 'middle';
+    ctx.fillText(bytes(v), left - 6, y(v));
+  }
+  const secs = Math.round((last.t - memHistory[0].t) / 1000);
+  ctx.textBaseline = 'top';
+  ctx.textAlign = 'left';
+  ctx.fillText(secs ? `${secs} s ago` : '', left, h - bottom + 4);
+  ctx.textAlign = 'right';
+  ctx.fillText('now', w - right, h - bottom + 4);
+  const colors = { weights: '#d9822b', kv: '#8a5cc7', prefix: '#3a9d5d', other: '#a9b8cc' };
+  let base = memHistory.map(() => 0);
+  for (const key of ['weights', 'kv', 'prefix', 'other']) {
+    const upper = memHistory.map((p, i) => base[i] + p[key]);
+    ctx.beginPath();
+    if (n === 1) {
+      ctx.rect(left, y(upper[0]), pw, y(base[0]) - y(upper[0]));
+    } else {
+      upper.forEach((v, i) => (i ? ctx.lineTo(x(i), y(v)) : ctx.moveTo(x(i), y(v))));
+      for (let i = n - 1; i >= 0; i--) ctx.lineTo(x(i), y(base[i]));
+      ctx.closePath();
+    }
+    ctx.fillStyle = colors[key];
+    ctx.fill();
+    base = upper;
+  }
 }
 
 // One bar per layer: its height is the bytes a token takes there, its label the K/V bits as /api/ps spells them.
@@ -94,7 +225,7 @@ function drawPlans(st) {
     card.append(el('h3', { textContent: m.name }));
     if (!p) { card.append(el('p', { className: 'muted', textContent: 'no KV plan (the server runs without a KV policy)' })); box.append(card); continue; }
     card.append(el('p', {}, el('code', { textContent: p.layout })),
-      el('p', { className: 'muted', textContent: `${bytes(p.token_bytes)} per token · context ${p.context} (fits ${p.fit_context}) · KV ${bytes(p.kv_bytes)} · weights ${bytes(p.weights)}` }));
+      el('p', { className: 'muted', textContent: `${bytes(p.token_bytes)} per token · context ${p.context} (fits ${p.fit_context}) · KV ${bytes(p.kv_bytes)} · weights ${bytes(p.weights)}` + (p.context_reason ? ` · ${p.context_reason}` : '') }));
     const maxB = Math.max(1, ...p.layers.map((l) => l.token_bytes || 0));
     const bars = el('div', { className: 'bars' });
     for (const l of p.layers) {

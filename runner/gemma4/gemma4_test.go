@@ -1,0 +1,191 @@
+package gemma4_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/mlxg/mlxg/kvstore"
+	"github.com/mlxg/mlxg/registry/create"
+	"github.com/mlxg/mlxg/registry/randmodel"
+	"github.com/mlxg/mlxg/runner/cpu"
+	"github.com/mlxg/mlxg/runner/gemma4"
+	"github.com/mlxg/mlxg/runner/model"
+	"github.com/mlxg/mlxg/runner/model/modeltest"
+)
+
+// tinies are the random Gemma 4 checkpoints the tests run: the E2B kind (per-layer
+// embeddings, KV-shared layers, double-wide MLPs) and the 26B-A4B kind in the
+// multimodal layout (text_config nested; attention_k_eq_v; experts beside the MLP).
+var tinies = []struct {
+	name string
+	cfg  randmodel.Config
+}{
+	{"e2b", randmodel.TinyGemma4(256)},
+	{"moe", randmodel.TinyGemma4MoE(256)},
+}
+
+// convert writes cfg's random checkpoint and converts it with `mlxg create` opts.
+func convert(t *testing.T, cfg randmodel.Config, opts create.Options) string {
+	t.Helper()
+	dir := t.TempDir()
+	hf, out := filepath.Join(dir, "hf"), filepath.Join(dir, "mlx")
+	if err := randmodel.Generate(hf, cfg, randmodel.Options{Seed: 7}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := create.Convert(context.Background(), hf, out, opts); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func load(t *testing.T, dir string) *model.Model {
+	t.Helper()
+	m, err := model.Load(dir, cpu.New(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// TestChunksAndCaches: a prompt longer than the sliding window in one pass and in chunks
+// of 1 and 5 gives the same logits (within 1e-4: a chunk of one takes the decode
+// kernels), float32 and 4-bit; the fp16 sliding-window caches attend as caches that keep
+// every position; the KV-shared layers' caches store nothing.
+func TestChunksAndCaches(t *testing.T) {
+	for _, tc := range tinies {
+		for _, q := range []struct {
+			name string
+			opts create.Options
+		}{{"f32", create.Options{}}, {"q4", create.Options{Bits: 4, GroupSize: 32}}} {
+			t.Run(tc.name+"/"+q.name, func(t *testing.T) {
+				m := load(t, convert(t, tc.cfg, q.opts))
+				p := modeltest.Tokens(3, 40)
+				caches, err := m.NewCaches(true)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := modeltest.Forward(t, m, caches, p, len(p))
+				for _, chunk := range []int{1, 5} {
+					caches, _ := m.NewCaches(true)
+					if r := modeltest.MaxRel(modeltest.Forward(t, m, caches, p, chunk), want); r > 1e-4 {
+						t.Errorf("chunks of %d differ from one pass by %.3g", chunk, r)
+					}
+				}
+				// The fp16 caches (Rotating on the sliding layers, which drops what the window
+				// no longer sees) against fp16 caches that keep every position: the random
+				// models' attention (scale 1 over normed q and k) is too sharp, and their
+				// routing too close, to compare fp16 with float32 caches.
+				fp16, _ := m.NewCaches(false)
+				kept, _ := m.NewCaches(false)
+				for i, c := range kept {
+					if r, ok := c.(*kvstore.Rotating); ok {
+						h, kd, vd := r.Dims()
+						if kept[i], err = kvstore.NewFullWindow(h, kd, vd, false, r.Window()); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				if err := m.FillCaches(kept); err != nil {
+					t.Fatal(err)
+				}
+				if r := modeltest.MaxRel(modeltest.Forward(t, m, fp16, p, 7), modeltest.Forward(t, m, kept, p, 7)); r > 1e-5 {
+					t.Errorf("sliding-window caches differ from caches that keep every position by %.3g", r)
+				}
+				shared := 0
+				for i, c := range fp16 {
+					if s, ok := c.(*kvstore.Shared); ok {
+						shared++
+						if s.Bytes() != 0 || s.Len() != len(p) {
+							t.Errorf("layer %d: a shared cache of %d bytes, %d positions", i, s.Bytes(), s.Len())
+						}
+					}
+				}
+				if shared != tc.cfg.KVSharedLayers {
+					t.Errorf("%d shared caches, want %d", shared, tc.cfg.KVSharedLayers)
+				}
+			})
+		}
+	}
+}
+
+// TestPolicyCaches: the KV policy's caches (kvstore.NewCaches from config.json's shape:
+// full layers of their own head size, nothing for the KV-shared layers) run the model as
+// its own caches do.
+func TestPolicyCaches(t *testing.T) {
+	for _, tc := range tinies {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := convert(t, tc.cfg, create.Options{})
+			m := load(t, dir)
+			data, err := os.ReadFile(filepath.Join(dir, "config.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			shape, err := kvstore.ShapeFromConfig(data, m.WeightBytes())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, l := range shape.Layers {
+				if shared := i >= len(shape.Layers)-tc.cfg.KVSharedLayers; shared != (l.Kind == kvstore.LayerNone) {
+					t.Errorf("layer %d: kind %v", i, l.Kind)
+				}
+			}
+			layout, err := kvstore.NewLayout(shape, kvstore.SpecF16, 0, kvstore.SpecF16)
+			if err != nil {
+				t.Fatal(err)
+			}
+			policy, err := kvstore.NewCaches(shape, layout)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := m.FillCaches(policy); err != nil {
+				t.Fatal(err)
+			}
+			own, _ := m.NewCaches(false)
+			p := modeltest.Tokens(4, 30)
+			got, want := modeltest.Forward(t, m, policy, p, 6), modeltest.Forward(t, m, own, p, 6)
+			if !slices.Equal(got, want) {
+				t.Errorf("the policy's caches give other logits than the model's (%.3g relative)", modeltest.MaxRel(got, want))
+			}
+			var bytes int64
+			for _, c := range policy {
+				bytes += c.Bytes()
+			}
+			seq := model.Seq(policy)
+			for i, l := range seq.Layers {
+				if (l == nil) != (shape.Layers[i].Kind == kvstore.LayerNone) {
+					t.Errorf("the prefix cache sees layer %d as %T", i, l)
+				}
+			}
+			if bytes == 0 {
+				t.Error("the caches hold no bytes")
+			}
+		})
+	}
+}
+
+// TestSources: the KV-shared layers read the last earlier layer of their kind.
+func TestSources(t *testing.T) {
+	g := gemma4.Config{NumKVSharedLayers: 3}
+	sliding := []bool{true, true, false, true, false, true, true, false}
+	src, err := g.Sources(sliding)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []int{0, 1, 2, 3, 4, 3, 3, 4}; !slices.Equal(src, want) {
+		t.Fatalf("sources %v, want %v", src, want)
+	}
+	if _, err := (gemma4.Config{NumKVSharedLayers: 2}).Sources([]bool{true, true, false}); err == nil {
+		t.Error("a shared full layer with no full layer before it")
+	}
+	types, err := (gemma4.Config{SlidingWindow: 4}).Sliding(13)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []bool{true, true, true, true, true, false, true, true, true, true, true, false, false}; !slices.Equal(types, want) {
+		t.Fatalf("default layer types %v", types)
+	}
+}
