@@ -21,6 +21,7 @@ along kv_lora_rank), dequantized and put back together.
 import argparse
 import json
 import os
+import re
 import traceback
 
 import numpy as np
@@ -115,6 +116,26 @@ def quantized_state(sd, case, v):
     return out
 
 
+def make_config(cls, kw):
+    """cls(**kw); a keyword this transformers release does not take is set as an attribute
+    afterwards (configs moved fields between releases), and said so."""
+    kw = dict(kw)
+    extra = {}
+    while True:
+        try:
+            cfg = cls(**kw)
+            break
+        except TypeError as e:
+            m = re.search(r"unexpected keyword argument '(\w+)'", str(e))
+            if not m:
+                raise
+            extra[m.group(1)] = kw.pop(m.group(1))
+    for k, v in extra.items():
+        print("config: setting", k, "after construction", flush=True)
+        setattr(cfg, k, v)
+    return cfg
+
+
 def build(case):
     torch.manual_seed(case["seed"])
     common = dict(vocab_size=case["vocab_size"], hidden_size=case["hidden_size"],
@@ -129,18 +150,19 @@ def build(case):
     if case["arch"] == "glm4_moe":
         from transformers import Glm4MoeConfig as Config, Glm4MoeForCausalLM as Model
         rope = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": case["partial_rotary_factor"]}
-        cfg = Config(**common, head_dim=case["head_dim"], partial_rotary_factor=case["partial_rotary_factor"],
-                     use_qk_norm=case["use_qk_norm"], attention_bias=case["attention_bias"],
-                     first_k_dense_replace=case["first_k_dense_replace"], rope_parameters=rope)
+        cfg = make_config(Config, dict(common, head_dim=case["head_dim"], partial_rotary_factor=case["partial_rotary_factor"],
+                                       use_qk_norm=case["use_qk_norm"], attention_bias=case["attention_bias"],
+                                       first_k_dense_replace=case["first_k_dense_replace"], rope_parameters=rope))
     else:
         from transformers import Glm4MoeLiteConfig as Config, Glm4MoeLiteForCausalLM as Model
         rope = {"rope_type": "default", "rope_theta": 10000.0}
         if case["rope"]:
             rope = dict(case["rope"], rope_theta=10000.0)
-        cfg = Config(**common, q_lora_rank=case["q_lora_rank"], kv_lora_rank=case["kv_lora_rank"],
-                     qk_nope_head_dim=case["qk_nope_head_dim"], qk_rope_head_dim=case["qk_rope_head_dim"],
-                     v_head_dim=case["v_head_dim"], rope_interleave=case["rope_interleave"], rope_parameters=rope,
-                     mlp_layer_types=["dense"] + ["sparse"] * (case["num_hidden_layers"] - 1))
+        cfg = make_config(Config, dict(common, q_lora_rank=case["q_lora_rank"], kv_lora_rank=case["kv_lora_rank"],
+                                       qk_nope_head_dim=case["qk_nope_head_dim"], qk_rope_head_dim=case["qk_rope_head_dim"],
+                                       v_head_dim=case["v_head_dim"], rope_interleave=case["rope_interleave"],
+                                       rope_parameters=rope,
+                                       mlp_layer_types=["dense"] + ["sparse"] * (case["num_hidden_layers"] - 1)))
     cfg._attn_implementation = "eager"
     try:
         cfg._experts_implementation = "eager"  # the plain per-expert loop, in float64
@@ -209,6 +231,7 @@ def main():
             rng = np.random.default_rng(case["seed"])
             prompt = [int(x) for x in rng.integers(0, case["vocab_size"] - 1, size=case["prompt_len"])]
             entry = {"name": case["name"], "arch": case["arch"], "prompt": prompt, "variants": {},
+                     "config": json.loads(cfg.to_json_string()),
                      "shapes": {k: list(v.shape) for k, v in sd.items() if "layers.1." in k}}
             for vname, v in VARIANTS.items():
                 state = sd if v is None else quantized_state(sd, case, v)
