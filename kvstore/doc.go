@@ -4,7 +4,9 @@
 // Cache kinds, each a Layer that attends over its own storage: Full (fp16 or float32),
 // Quantized (full attention in any Spec), Rotating (sliding window, and every layer under
 // --max-kv-size, in any Spec) and Recurrent (the fixed-size state of a hybrid model's
-// linear-attention layers). A Spec stores keys and values separately in fp16, MLX affine
+// linear-attention layers). A latent layer (multi-head latent attention: LayerLatent)
+// is a Full or Quantized cache of one KV head holding the rotary key as keys and the
+// compressed latent as values, attended with Attention.QV (latent.go). A Spec stores keys and values separately in fp16, MLX affine
 // quantization along head_dim (2, 3, 4, 5, 6 or 8 bits, groups of 32, 64 or 128, fp16
 // scale and bias; internal/quant's bit layout) or q4_0 (blocks of 32, one fp16 scale);
 // a cache may stay fp16 until quantized_kv_start positions. Quantized kinds never make a

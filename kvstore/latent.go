@@ -82,15 +82,28 @@ func latentItem(t tiler, a Attention, length, h, group, r0, r1, g0, g1 int) {
 				qv := a.QV[(i*a.Heads+head)*vDim:][:vDim]
 				k := (i-r0)*(g1-g0) + g - g0
 				sc := scores[:end-from]
-				for j := range sc {
+				j := 0
+				var sk, sv [4]float32
+				for ; j+4 <= len(sc); j += 4 { // four positions per pass over q and qv
+					quant.DotRows4(&sk, q, kt[j*kDim:], kDim)
+					quant.DotRows4(&sv, qv, vt[j*vDim:], vDim)
+					for x := range sk {
+						sc[j+x] = sk[x] + sv[x]
+					}
+				}
+				for ; j < len(sc); j++ {
 					sc[j] = quant.Dot(q, kt[j*kDim:(j+1)*kDim]) + quant.Dot(qv, vt[j*vDim:(j+1)*vDim])
 				}
 				mx := scaleMax(sc, a.Scale, st.m[k])
 				st.raise(k, mx, vDim)
 				st.l[k] += expSum(sc, mx)
 				o := st.acc[k*vDim : (k+1)*vDim]
-				for j, p := range sc {
-					quant.Axpy(o, vt[j*vDim:(j+1)*vDim], p)
+				j = 0
+				for ; j+4 <= len(sc); j += 4 { // four values per pass over o
+					quant.AxpyRows4(o, vt[j*vDim:], vDim, (*[4]float32)(sc[j:j+4]))
+				}
+				for ; j < len(sc); j++ {
+					quant.Axpy(o, vt[j*vDim:(j+1)*vDim], sc[j])
 				}
 			}
 		}

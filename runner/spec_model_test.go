@@ -34,6 +34,8 @@ func TestVerificationPassesMatchSteps(t *testing.T) {
 		{"qwen3_moe", randmodel.TinyMoE(512)},
 		{"gemma3", randmodel.TinyGemma3(512)},
 		{"qwen3_next", randmodel.TinyQwen3Next(512)},
+		{"glm4_moe", randmodel.TinyGlm4Moe(512)},
+		{"glm4_moe_lite", randmodel.TinyGlm4MoeLite(512)},
 		{"gemma4", randmodel.TinyGemma4(512)},
 		{"mistral", randmodel.TinyMistral(512)},
 		{"phi3", randmodel.TinyPhi3(512)},

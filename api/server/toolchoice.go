@@ -173,7 +173,7 @@ func toolCallFormat(tools api.Tools, tc toolChoice, syntax parser.ToolFormat) (*
 	}
 	argsKey := "arguments"
 	switch syntax {
-	case parser.ToolsHermes:
+	case parser.ToolsHermes, parser.ToolsGLM: // GLM's parser reads a JSON body inside the tags too
 		f.Prefix, f.Suffix = "<tool_call>\n", "\n</tool_call>"
 	case parser.ToolsLlama3:
 		argsKey = "parameters"

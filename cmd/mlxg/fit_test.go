@@ -95,3 +95,31 @@ func TestFitErrors(t *testing.T) {
 		t.Errorf("bad MLXG_KV_BITS: %v", err)
 	}
 }
+
+// TestFitLatentDir: GLM-4.7-Flash's latent layers count the latent and the rotary key
+// per token (512 + 64 values a layer), not expanded per-head keys and values.
+func TestFitLatentDir(t *testing.T) {
+	dir := t.TempDir()
+	cfg := `{"model_type":"glm4_moe_lite","num_hidden_layers":47,"num_attention_heads":20,"num_key_value_heads":20,"hidden_size":2048,
+		"kv_lora_rank":512,"q_lora_rank":768,"qk_rope_head_dim":64,"qk_nope_head_dim":192,"v_head_dim":256,"max_position_embeddings":202752}`
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w := safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: "w", DType: "F16", Shape: []int{1024, 512}}, Data: make([]byte, 1024*512*2)}
+	if err := safetensors.Write(filepath.Join(dir, "model.safetensors"), []safetensors.Tensor{w}, nil); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runFit(t, dir, "--total", "64GB", "--available", "32GB", "--kv-bits", "16")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"47 layers: 47 latent attention (1 KV heads × 64/512), max context 202752",
+		"fp16, 47 of 47 layers with KV  53 KiB        1.00x", // 47 × (64 + 512) × 2 bytes a token
+		"Now (normal pressure): context 202752, KV 10 GiB",   // the whole context fits in 32 GB
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}

@@ -1,11 +1,14 @@
 package glm4moe
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math"
 
+	"github.com/mlxg/mlxg/internal/quant"
 	"github.com/mlxg/mlxg/kvstore"
+	"github.com/mlxg/mlxg/registry/safetensors"
 	"github.com/mlxg/mlxg/runner/compute"
 	"github.com/mlxg/mlxg/runner/llama"
 	"github.com/mlxg/mlxg/runner/model"
@@ -31,7 +34,8 @@ type LatentShape struct{ Rope, Rank int }
 // normalised latent (kv_lora_rank) and the rotary key (qk_rope_head_dim) that all heads
 // share; a head's no-rope query goes through kv_b_proj's key half into the latent space
 // (self_attn.embed_q), and its attention output through the value half out of it
-// (self_attn.unembed_out), as mlx-lm stores the two halves.
+// (self_attn.unembed_out), as mlx-lm stores the two halves. A checkpoint that stores
+// kv_b_proj whole (mlx-lm's first glm4_moe_lite conversions) has it split at load.
 func NewLite(l *model.Loader) (model.Network, error) {
 	if err := compute.Supports[compute.LatentAttentionContext](l.Backend, "multi-head latent attention"); err != nil {
 		return nil, err
@@ -54,9 +58,6 @@ func NewLite(l *model.Loader) (model.Network, error) {
 	if lc.KVLoraRank <= 0 || lc.QKNopeHeadDim <= 0 || lc.QKRopeHeadDim <= 0 || lc.VHeadDim <= 0 {
 		return nil, fmt.Errorf("config.json: kv_lora_rank (%d), qk_nope_head_dim (%d), qk_rope_head_dim (%d) and v_head_dim (%d) must be positive",
 			lc.KVLoraRank, lc.QKNopeHeadDim, lc.QKRopeHeadDim, lc.VHeadDim)
-	}
-	if l.Has("model.layers.0.self_attn.kv_b_proj.weight") {
-		return nil, fmt.Errorf("the checkpoint stores kv_b_proj whole: convert it with `mlxg create`, which splits it into the per-head self_attn.embed_q and self_attn.unembed_out that latent attention reads (as mlx-lm does)")
 	}
 	cfg := l.Config
 	rope, err := compute.NewRoPE(lc.QKRopeHeadDim, cfg.RopeTheta, cfg.RopeScaling, cfg.MaxPositions)
@@ -84,8 +85,12 @@ func NewLite(l *model.Loader) (model.Network, error) {
 		}
 		a.KVA = l.Linear(p+"kv_a_proj_with_mqa", a.Rank+a.Rope, h)
 		a.KVANorm = l.Vector(p+"kv_a_layernorm.weight", a.Rank)
-		a.EmbedQ = l.Linear(p+"embed_q", a.Heads*a.Rank, a.Nope)
-		a.UnembedOut = l.Linear(p+"unembed_out", a.Heads*a.VDim, a.Rank)
+		if l.Has(p + "kv_b_proj.weight") {
+			a.EmbedQ, a.UnembedOut = splitKVB(l, p, a)
+		} else {
+			a.EmbedQ = l.Linear(p+"embed_q", a.Heads*a.Rank, a.Nope)
+			a.UnembedOut = l.Linear(p+"unembed_out", a.Heads*a.VDim, a.Rank)
+		}
 		a.O = l.Linear(p+"o_proj", h, a.Heads*a.VDim)
 		return a
 	})
@@ -153,4 +158,106 @@ func (n *Network) NewCaches(fp32 bool) ([]kvstore.Layer, error) {
 		}
 	}
 	return caches, nil
+}
+
+// splitKVB binds embed_q and unembed_out from a checkpoint that stores the layer's
+// kv_b_proj ([heads·(nope+v), rank]) whole, as mlx-lm's sanitize does on loading one:
+// the matrix is dequantized, each head's key half transposed into embed_q's
+// [heads, rank, nope] and its value half taken as unembed_out's [heads, v, rank], and
+// both quantized again in kv_b_proj's bits and group (kept in float32 when kv_b_proj is
+// float, or when the group does not divide a half's width).
+func splitKVB(l *model.Loader, p string, a *LatentAttention) (embedQ, unembed compute.Weight) {
+	name := p + "kv_b_proj"
+	H, nope, vd, rank := a.Heads, a.Nope, a.VDim, a.Rank
+	rows := H * (nope + vd)
+	q := l.Config.Quantization.For(name, l.Has)
+	t, _ := l.Tensor(name + ".weight")
+	var w []float32
+	var err error
+	switch {
+	case q.Mode == quant.Affine:
+		sc, ok1 := l.Tensor(name + ".scales")
+		bi, ok2 := l.Tensor(name + ".biases")
+		if !ok1 || !ok2 || t.DType != safetensors.U32 || len(t.Data) != rows*quant.Words(rank, q.Bits)*4 {
+			err = fmt.Errorf("%s: not %d×%d affine codes with scales and biases", name, rows, rank)
+			break
+		}
+		packed := make([]uint32, len(t.Data)/4)
+		for i := range packed {
+			packed[i] = binary.LittleEndian.Uint32(t.Data[4*i:])
+		}
+		var scales, biases []float32
+		if scales, err = sc.Float32s(); err == nil {
+			if biases, err = bi.Float32s(); err == nil {
+				w, err = quant.Dequantize(packed, scales, biases, rows, rank, q.Bits, q.GroupSize)
+			}
+		}
+	case q.Quantized():
+		err = fmt.Errorf("%s in %s mode: only affine or float kv_b_proj is split at load", name, q.Mode)
+	default:
+		if w, err = t.Float32s(); err == nil && len(w) != rows*rank {
+			err = fmt.Errorf("%s has %d values, the config implies %d×%d", name, len(w), rows, rank)
+		}
+	}
+	if err != nil {
+		l.Fail(err)
+		return nil, nil
+	}
+	kHalf := make([]float32, H*rank*nope)
+	vHalf := make([]float32, H*vd*rank)
+	for h := 0; h < H; h++ {
+		base := h * (nope + vd) * rank
+		for d := 0; d < nope; d++ {
+			for x := 0; x < rank; x++ {
+				kHalf[(h*rank+x)*nope+d] = w[base+d*rank+x]
+			}
+		}
+		copy(vHalf[h*vd*rank:(h+1)*vd*rank], w[base+nope*rank:base+(nope+vd)*rank])
+	}
+	bind := func(suffix string, vals []float32, out, in int) compute.Weight {
+		src := derived{}
+		wq := compute.Quant{}
+		prefix := p + suffix
+		if q.Mode == quant.Affine && in%q.GroupSize == 0 {
+			packed, scales, biases, err := quant.Quantize(vals, H*out, in, q.Bits, q.GroupSize)
+			if err != nil {
+				l.Fail(fmt.Errorf("%s: %w", prefix, err))
+				return nil
+			}
+			words := make([]byte, 4*len(packed))
+			for i, v := range packed {
+				binary.LittleEndian.PutUint32(words[4*i:], v)
+			}
+			src.add(prefix+".weight", safetensors.U32, []int{H, out, quant.Words(in, q.Bits)}, words)
+			src.add(prefix+".scales", safetensors.F32, []int{H, out, in / q.GroupSize}, f32Bytes(scales))
+			src.add(prefix+".biases", safetensors.F32, []int{H, out, in / q.GroupSize}, f32Bytes(biases))
+			wq = q
+		} else {
+			src.add(prefix+".weight", safetensors.F32, []int{H, out, in}, f32Bytes(vals))
+		}
+		b, err := l.Backend.Weight(src, prefix, wq)
+		if err != nil {
+			l.Fail(err)
+			return nil
+		}
+		return b
+	}
+	return bind("embed_q", kHalf, rank, nope), bind("unembed_out", vHalf, vd, rank)
+}
+
+// derived is a compute.Source of tensors made at load.
+type derived map[string]*safetensors.Tensor
+
+func (d derived) Tensor(name string) (*safetensors.Tensor, bool) { t, ok := d[name]; return t, ok }
+
+func (d derived) add(name string, dt safetensors.DType, shape []int, data []byte) {
+	d[name] = &safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: name, DType: dt, Shape: shape, End: int64(len(data))}, Data: data}
+}
+
+func f32Bytes(v []float32) []byte {
+	b := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
+	}
+	return b
 }

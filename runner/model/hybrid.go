@@ -25,6 +25,28 @@ func (c *cancellable) AttentionSinks(q, k, v compute.Tensor, cache kvstore.Layer
 	return sc.AttentionSinks(q, k, v, cache, heads, scale, sinks)
 }
 
+// LatentAttention stops a pass once ctx is done, as Attention does.
+func (c *cancellable) LatentAttention(qRope, qLatent, kRope, latent compute.Tensor, cache kvstore.Layer, heads int, scale float32) compute.Tensor {
+	if c.ctx.Err() != nil {
+		return stopped{}
+	}
+	lc, ok := compute.Ext[compute.LatentAttentionContext](c.Context)
+	if !ok {
+		return compute.Unsupported(c.Context, "latent attention")
+	}
+	return lc.LatentAttention(qRope, qLatent, kRope, latent, cache, heads, scale)
+}
+
+// MultiLinear is the backend's (compute.LatentAttentionContext, which cancellable
+// implements for LatentAttention's sake).
+func (c *cancellable) MultiLinear(x compute.Tensor, w compute.Weight, heads int) compute.Tensor {
+	lc, ok := compute.Ext[compute.LatentAttentionContext](c.Context)
+	if !ok {
+		return compute.Unsupported(c.Context, "latent attention")
+	}
+	return lc.MultiLinear(x, w, heads)
+}
+
 // AttentionShared stops a pass once ctx is done, as Attention does.
 func (c *cancellable) AttentionShared(q compute.Tensor, cache kvstore.Layer, heads int, scale float32) compute.Tensor {
 	if c.ctx.Err() != nil {

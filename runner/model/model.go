@@ -512,6 +512,11 @@ func (l *Loader) Vector(name string, n int) compute.Vector {
 	return v
 }
 
+// Tensor is the checkpoint's tensor name as it is stored, for an architecture that
+// derives a weight from it at load (the weight then bound from a compute.Source of its
+// own through Backend).
+func (l *Loader) Tensor(name string) (*safetensors.Tensor, bool) { return l.ckpt.Tensor(name) }
+
 // Floats reads the 1-D tensor name (n values) as float32 on the host, for a value the
 // architecture uses outside the backend's ops: a scalar such as Gemma 4's layer_scalar,
 // a router's correction bias or per-expert scales. A weight another process binds (a

@@ -8,6 +8,9 @@
 //   - tool calls in the Hermes/Qwen format: <tool_call>{"name": …, "arguments": {…}}</tool_call>, any number,
 //     or inside the same tags the XML form of Qwen3-Coder and Qwen3.5/3.6 (<function=…><parameter=…>…),
 //     whose values become JSON as the offered tool's schema types them (ParamTypes);
+//   - GLM's key/value form inside the same tags (GLM-4.5 to 4.7, glm.go):
+//     <tool_call>NAME<arg_key>k</arg_key><arg_value>v</arg_value>…</tool_call>, with or without newlines
+//     between the parts, the values typed as the XML form's;
 //   - OpenAI's harmony format (gpt-oss, harmony.go): the analysis channel is thinking, final and commentary
 //     preambles content, and commentary to=functions.NAME a tool call;
 //   - Mistral's tags (mistral.go): [THINK]…[/THINK] is thinking (Magistral), and [TOOL_CALLS]name[ARGS]{…}
@@ -36,6 +39,7 @@ const (
 	ToolsHermes                    // <tool_call>{json}</tool_call> (Qwen2.5, Qwen3, Hermes), or its XML form (Qwen3-Coder, Qwen3.5/3.6)
 	ToolsLlama3                    // a bare JSON object {"name":…, "parameters":…} (Llama 3.1+)
 	ToolsHarmony                   // <|channel|>commentary to=functions.NAME …<|message|>{json} (gpt-oss)
+	ToolsGLM                       // <tool_call>NAME<arg_key>k</arg_key><arg_value>v</arg_value></tool_call> (GLM-4.5 to 4.7)
 	ToolsMistral                   // [TOOL_CALLS]name[ARGS]{json}, or [TOOL_CALLS][{json}, …] (Mistral)
 	ToolsGemma4                    // <|tool_call>call:NAME{key:<|"|>value<|"|>}<tool_call|> (Gemma 4)
 )
@@ -48,6 +52,8 @@ func (f ToolFormat) String() string {
 		return "llama3-json"
 	case ToolsHarmony:
 		return "harmony"
+	case ToolsGLM:
+		return "glm"
 	case ToolsMistral:
 		return "mistral"
 	case ToolsGemma4:
@@ -89,6 +95,8 @@ func Detect(chatTemplate string) Capabilities {
 		c.Thinking, c.ThinkOpen, c.ThinkClose, c.SpecialTags = true, MistralThinkOpen, MistralThinkClose, true
 	}
 	switch {
+	case strings.Contains(chatTemplate, glmKeyOpen): // GLM's templates contain <tool_call> too
+		c.Tools = ToolsGLM
 	case strings.Contains(chatTemplate, "<tool_call>"):
 		c.Tools = ToolsHermes
 	case strings.Contains(chatTemplate, mistralCalls):
@@ -195,6 +203,8 @@ func New(cfg Config) *Parser {
 	switch cfg.Tools {
 	case ToolsHermes:
 		p.tools = &hermesStage{types: cfg.ToolTypes}
+	case ToolsGLM:
+		p.tools = &hermesStage{types: cfg.ToolTypes, glm: true}
 	case ToolsLlama3:
 		p.tools = &llamaStage{names: cfg.ToolNames}
 	case ToolsMistral:

@@ -107,6 +107,30 @@ var cases = []parseCase{
 	{name: "glm arg_key form is not taken for xml", cfg: Config{Tools: ToolsHermes},
 		in:      "<tool_call>w\n<arg_key>c</arg_key>\n<arg_value>Oslo</arg_value>\n</tool_call>",
 		content: "<tool_call>w\n<arg_key>c</arg_key>\n<arg_value>Oslo</arg_value>\n</tool_call>"},
+	// GLM's key/value form, as GLM-4.5/4.6's template lays it out (newlines between the parts) and as
+	// GLM-4.7's does (none): string values written as they are, other values as JSON.
+	{name: "glm 4.5 think then call", cfg: Config{Thinking: true, Tools: ToolsGLM, ToolTypes: weatherTypes},
+		in:       "<think>The user wants the weather.</think>\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>",
+		thinking: "The user wants the weather.", calls: []ToolCall{call("get_weather", `{"city":"Paris","days":3}`)}},
+	{name: "glm 4.7 compact call after text", cfg: Config{Tools: ToolsGLM, ToolTypes: weatherTypes},
+		in:      "Let me look.<tool_call>get_weather<arg_key>city</arg_key><arg_value>1984</arg_value><arg_key>at</arg_key><arg_value>{\"lat\": 48.9, \"lon\": 2.3}</arg_value></tool_call>",
+		content: "Let me look.", calls: []ToolCall{call("get_weather", `{"city":"1984","at":{"lat":48.9,"lon":2.3}}`)}},
+	{name: "glm two calls, one without arguments", cfg: Config{Tools: ToolsGLM},
+		in:    "<tool_call>note<arg_key>text</arg_key><arg_value>line one\nline two</arg_value><arg_key>n</arg_key><arg_value>[1, 2]</arg_value></tool_call>\n<tool_call>list_files</tool_call>",
+		calls: []ToolCall{call("note", `{"text":"line one\nline two","n":[1,2]}`), call("list_files", `{}`)}},
+	{name: "glm prompt opened think", cfg: Config{Thinking: true, InThinking: true, Tools: ToolsGLM},
+		in: "check the time</think>It is noon.", thinking: "check the time", content: "It is noon."},
+	{name: "glm json body (a forced call)", cfg: Config{Tools: ToolsGLM},
+		in: "<tool_call>\n{\"name\": \"a\", \"arguments\": {\"k\": 1}}\n</tool_call>", calls: []ToolCall{call("a", `{"k":1}`)}},
+	{name: "glm unclosed value is text", cfg: Config{Tools: ToolsGLM},
+		in:      "<tool_call>w<arg_key>c</arg_key><arg_value>Oslo</tool_call> then",
+		content: "<tool_call>w<arg_key>c</arg_key><arg_value>Oslo</tool_call> then"},
+	{name: "glm key without value is text", cfg: Config{Tools: ToolsGLM},
+		in:      "<tool_call>w<arg_key>c</arg_key></tool_call>",
+		content: "<tool_call>w<arg_key>c</arg_key></tool_call>"},
+	{name: "glm no name is text", cfg: Config{Tools: ToolsGLM},
+		in:      "<tool_call><arg_key>c</arg_key><arg_value>1</arg_value></tool_call>",
+		content: "<tool_call><arg_key>c</arg_key><arg_value>1</arg_value></tool_call>"},
 }
 
 var weatherTypes = ParamTypes([]json.RawMessage{json.RawMessage(`{"type": "function", "function": {"name": "get_weather",
@@ -244,6 +268,17 @@ func TestDetectRealTemplates(t *testing.T) {
 		`{{- '<|python_tag|>' + tool_call.name + '.call(' }}`
 	if got := Detect(llama31); got != tags(Capabilities{Tools: ToolsLlama3}) {
 		t.Errorf("llama 3.1 tool template: Detect = %+v", got)
+	}
+	// Excerpts of GLM-4.5's and GLM-4.7's templates: <tool_call> around GLM's own key/value syntax is GLM's,
+	// not Hermes'.
+	glm45 := `{{ '\n<tool_call>' + tc.name }}{% for k, v in _args.items() %}\n<arg_key>{{ k }}</arg_key>\n` +
+		`<arg_value>{{ v | tojson if v is not string else v }}</arg_value>{% endfor %}</tool_call>{{ '\n<think></think>' }}`
+	glm47 := `{{- '<tool_call>' ~ tc.name -}}{% for k, v in _args.items() %}<arg_key>{{ k }}</arg_key><arg_value>{{ v }}</arg_value>` +
+		`{% endfor %}</tool_call>{%- if add_generation_prompt -%}<|assistant|><think>{%- endif -%}`
+	for name, tpl := range map[string]string{"glm-4.5": glm45, "glm-4.7": glm47} {
+		if got := Detect(tpl); got != tags(Capabilities{Thinking: true, Tools: ToolsGLM}) {
+			t.Errorf("%s template: Detect = %+v", name, got)
+		}
 	}
 	if got := Detect(chatTemplate(t, testdata.SharedModel(t, "qwen3-tiny"))); got != want["qwen3"] {
 		t.Errorf("qwen3-tiny: Detect = %+v", got)

@@ -12,6 +12,7 @@ import (
 // given back as content together with the whitespace before it.
 type hermesStage struct {
 	types    map[string]map[string]string // the offered tools' parameter types (ParamTypes), for XML values
+	glm      bool                         // GLM's key/value bodies (glm.go) besides JSON
 	inCall   bool
 	eatSpace bool   // just after a parsed call
 	pending  string // whitespace held before the current call's tag
@@ -33,7 +34,9 @@ func (h *hermesStage) add(s string, done bool, r *Result) {
 				body, rest, raw = h.buf[:i], h.buf[i+len(toolClose):], toolOpen+h.buf[:i+len(toolClose)]
 			}
 			call, ok := parseCall(body, nil)
-			if !ok {
+			if !ok && h.glm {
+				call, ok = parseGLMCall(body, h.types)
+			} else if !ok {
 				call, ok = parseXMLCall(body, h.types)
 			}
 			if ok {
