@@ -209,7 +209,7 @@ func TestPromptOverContext(t *testing.T) {
 		}
 		_ = json.Unmarshal(b, &oe)
 		if resp.StatusCode != 400 || oe.Error.Code != "context_length_exceeded" || oe.Error.Type != "invalid_request_error" ||
-			oe.Error.Param != "messages" || !strings.Contains(oe.Error.Message, "maximum context length is 127 tokens") {
+			oe.Error.Param != "messages" || !strings.Contains(oe.Error.Message, "maximum context length is 128 tokens") {
 			t.Errorf("/v1/chat/completions stream %s: %d %s", stream, resp.StatusCode, b)
 		}
 	}
