@@ -71,6 +71,7 @@ func (l *EngineLoader) planStreaming(m *registry.LocalModel, numCtx int, freed i
 	if info.ContextLength > 0 {
 		p.Context = min(numCtx, info.ContextLength)
 	}
+	p.Context = min(p.Context, maxUnknownContext)
 	p.ContextReason = fixedContextReason(p.Context, info.ContextLength)
 	p.Size = budget + fp16KV(info, p.Context)
 	p.Peak, p.KVSpec = p.Size, "fp16"
