@@ -196,6 +196,11 @@ func TestPromptOverContext(t *testing.T) {
 	if !strings.Contains(logs, "the prompt did not fit the context") || !regexp.MustCompile(`PERF: .*prompt_truncated=\d+`).MatchString(logs) {
 		t.Errorf("no log or PERF for the cut:\n%s", logs)
 	}
+	// Streamed, the headers go out before the first line.
+	resp, b = ks.do(t, "POST", "/api/chat", `{"model":"scripted","stream":true,"think":false,"options":{"num_predict":2},"messages":`+msgs+`}`)
+	if resp.StatusCode != 200 || resp.Header.Get(headerPromptTruncated) == "" || !strings.Contains(string(b), `"done":true`) {
+		t.Errorf("/api/chat streamed: %d %v %s", resp.StatusCode, resp.Header, b)
+	}
 	resp, b = ks.do(t, "POST", "/api/chat", `{"model":"scripted","stream":false,"truncate":false,"messages":`+msgs+`}`)
 	if resp.StatusCode != 400 || !strings.Contains(string(b), "num_ctx 128") {
 		t.Errorf("/api/chat truncate false: %d %s", resp.StatusCode, b)
