@@ -232,9 +232,19 @@ func TestPromptOverContext(t *testing.T) {
 	if resp.StatusCode != 400 || !strings.Contains(string(b), `"context_length_exceeded"`) {
 		t.Errorf("/v1/responses: %d %s", resp.StatusCode, b)
 	}
-	resp, b = ks.do(t, "POST", "/v1/responses", `{"model":"scripted","truncation":"auto","max_output_tokens":2,"instructions":`+string(sys)+`,"input":"Rain?"}`)
+	for _, stream := range []string{"false", "true"} {
+		resp, b = ks.do(t, "POST", "/v1/responses", `{"model":"scripted","truncation":"auto","stream":`+stream+`,"max_output_tokens":2,"instructions":`+string(sys)+`,"input":"Rain?"}`)
+		if resp.StatusCode != 200 || resp.Header.Get(headerPromptTruncated) == "" {
+			t.Errorf("/v1/responses truncation auto, stream %s: %d %q %s", stream, resp.StatusCode, resp.Header.Get(headerPromptTruncated), b)
+		}
+	}
+	resp, b = ks.do(t, "POST", "/v1/messages", `{"model":"scripted","max_tokens":2,"stream":true,"truncate":true,"system":`+string(sys)+`,"messages":[{"role":"user","content":"Rain?"}]}`)
 	if resp.StatusCode != 200 || resp.Header.Get(headerPromptTruncated) == "" {
-		t.Errorf("/v1/responses truncation auto: %d %q %s", resp.StatusCode, resp.Header.Get(headerPromptTruncated), b)
+		t.Errorf("/v1/messages truncate true, streamed: %d %s", resp.StatusCode, b)
+	}
+	resp, b = ks.do(t, "POST", "/v1/chat/completions", `{"model":"scripted","stream":true,"truncate":true,"max_tokens":2,"messages":`+msgs+`}`)
+	if resp.StatusCode != 200 || resp.Header.Get(headerPromptTruncated) == "" {
+		t.Errorf("/v1/chat/completions truncate true, streamed: %d %s", resp.StatusCode, b)
 	}
 
 	// Anthropic: invalid_request_error "prompt is too long: N tokens > M maximum".
