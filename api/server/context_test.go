@@ -228,9 +228,11 @@ func TestPromptOverContext(t *testing.T) {
 	}
 
 	// Responses: truncation "disabled" (OpenAI's default) refuses, "auto" cuts.
-	resp, b = ks.do(t, "POST", "/v1/responses", `{"model":"scripted","instructions":`+string(sys)+`,"input":"Rain?"}`)
-	if resp.StatusCode != 400 || !strings.Contains(string(b), `"context_length_exceeded"`) {
-		t.Errorf("/v1/responses: %d %s", resp.StatusCode, b)
+	for _, stream := range []string{"false", "true"} {
+		resp, b = ks.do(t, "POST", "/v1/responses", `{"model":"scripted","stream":`+stream+`,"instructions":`+string(sys)+`,"input":"Rain?"}`)
+		if resp.StatusCode != 400 || !strings.Contains(string(b), `"context_length_exceeded"`) || !strings.Contains(string(b), `"param":"input"`) {
+			t.Errorf("/v1/responses stream %s: %d %s", stream, resp.StatusCode, b)
+		}
 	}
 	for _, stream := range []string{"false", "true"} {
 		resp, b = ks.do(t, "POST", "/v1/responses", `{"model":"scripted","truncation":"auto","stream":`+stream+`,"max_output_tokens":2,"instructions":`+string(sys)+`,"input":"Rain?"}`)
