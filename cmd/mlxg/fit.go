@@ -319,6 +319,7 @@ func printStreaming(w io.Writer, dir string, m kvstore.ModelShape, mem sysmem.In
 			return false, nil
 		}
 		why = "the weights do not fit"
+		fmt.Fprintf(w, "Context (streaming): %d, KV %s; %s\n", p0.Context, ibytes(p0.KVBytes), p0.ContextReason)
 	}
 	budget = min(budget, m.WeightBytes)
 	if dense {
