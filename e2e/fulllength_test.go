@@ -28,7 +28,7 @@ type served struct {
 	Perf                      string
 }
 
-// servedRequests are the server's latest finished requests, oldest first (at most 20).
+// servedRequests are the server's latest finished requests, oldest first (at most 50).
 func servedRequests(t *testing.T, s *server) []served {
 	t.Helper()
 	var st struct {

@@ -274,7 +274,7 @@ func (t tools) unload(ctx context.Context, _ *mcp.CallToolRequest, in ModelIn) (
 // FitIn are the fit tool's arguments.
 type FitIn struct {
 	Model   string `json:"model" jsonschema:"a model name in the store"`
-	Context int    `json:"context,omitempty" jsonschema:"the context length to plan for (default: the model's maximum)"`
+	Context int    `json:"context,omitempty" jsonschema:"the context length to plan for (default: sized from memory, as the server does with no num_ctx)"`
 }
 
 func (t tools) fitTool(ctx context.Context, _ *mcp.CallToolRequest, in FitIn) (*mcp.CallToolResult, any, error) {

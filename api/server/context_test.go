@@ -196,6 +196,11 @@ func TestPromptOverContext(t *testing.T) {
 	if !strings.Contains(logs, "the prompt did not fit the context") || !regexp.MustCompile(`PERF: .*prompt_truncated=\d+`).MatchString(logs) {
 		t.Errorf("no log or PERF for the cut:\n%s", logs)
 	}
+	// Streamed, the headers go out before the first line.
+	resp, b = ks.do(t, "POST", "/api/chat", `{"model":"scripted","stream":true,"think":false,"options":{"num_predict":2},"messages":`+msgs+`}`)
+	if resp.StatusCode != 200 || resp.Header.Get(headerPromptTruncated) == "" || !strings.Contains(string(b), `"done":true`) {
+		t.Errorf("/api/chat streamed: %d %v %s", resp.StatusCode, resp.Header, b)
+	}
 	resp, b = ks.do(t, "POST", "/api/chat", `{"model":"scripted","stream":false,"truncate":false,"messages":`+msgs+`}`)
 	if resp.StatusCode != 400 || !strings.Contains(string(b), "num_ctx 128") {
 		t.Errorf("/api/chat truncate false: %d %s", resp.StatusCode, b)
@@ -209,7 +214,7 @@ func TestPromptOverContext(t *testing.T) {
 		}
 		_ = json.Unmarshal(b, &oe)
 		if resp.StatusCode != 400 || oe.Error.Code != "context_length_exceeded" || oe.Error.Type != "invalid_request_error" ||
-			oe.Error.Param != "messages" || !strings.Contains(oe.Error.Message, "maximum context length is 127 tokens") {
+			oe.Error.Param != "messages" || !strings.Contains(oe.Error.Message, "maximum context length is 128 tokens") {
 			t.Errorf("/v1/chat/completions stream %s: %d %s", stream, resp.StatusCode, b)
 		}
 	}
@@ -223,13 +228,25 @@ func TestPromptOverContext(t *testing.T) {
 	}
 
 	// Responses: truncation "disabled" (OpenAI's default) refuses, "auto" cuts.
-	resp, b = ks.do(t, "POST", "/v1/responses", `{"model":"scripted","instructions":`+string(sys)+`,"input":"Rain?"}`)
-	if resp.StatusCode != 400 || !strings.Contains(string(b), `"context_length_exceeded"`) {
-		t.Errorf("/v1/responses: %d %s", resp.StatusCode, b)
+	for _, stream := range []string{"false", "true"} {
+		resp, b = ks.do(t, "POST", "/v1/responses", `{"model":"scripted","stream":`+stream+`,"instructions":`+string(sys)+`,"input":"Rain?"}`)
+		if resp.StatusCode != 400 || !strings.Contains(string(b), `"context_length_exceeded"`) || !strings.Contains(string(b), `"param":"input"`) {
+			t.Errorf("/v1/responses stream %s: %d %s", stream, resp.StatusCode, b)
+		}
 	}
-	resp, b = ks.do(t, "POST", "/v1/responses", `{"model":"scripted","truncation":"auto","max_output_tokens":2,"instructions":`+string(sys)+`,"input":"Rain?"}`)
+	for _, stream := range []string{"false", "true"} {
+		resp, b = ks.do(t, "POST", "/v1/responses", `{"model":"scripted","truncation":"auto","stream":`+stream+`,"max_output_tokens":2,"instructions":`+string(sys)+`,"input":"Rain?"}`)
+		if resp.StatusCode != 200 || resp.Header.Get(headerPromptTruncated) == "" {
+			t.Errorf("/v1/responses truncation auto, stream %s: %d %q %s", stream, resp.StatusCode, resp.Header.Get(headerPromptTruncated), b)
+		}
+	}
+	resp, b = ks.do(t, "POST", "/v1/messages", `{"model":"scripted","max_tokens":2,"stream":true,"truncate":true,"system":`+string(sys)+`,"messages":[{"role":"user","content":"Rain?"}]}`)
 	if resp.StatusCode != 200 || resp.Header.Get(headerPromptTruncated) == "" {
-		t.Errorf("/v1/responses truncation auto: %d %q %s", resp.StatusCode, resp.Header.Get(headerPromptTruncated), b)
+		t.Errorf("/v1/messages truncate true, streamed: %d %s", resp.StatusCode, b)
+	}
+	resp, b = ks.do(t, "POST", "/v1/chat/completions", `{"model":"scripted","stream":true,"truncate":true,"max_tokens":2,"messages":`+msgs+`}`)
+	if resp.StatusCode != 200 || resp.Header.Get(headerPromptTruncated) == "" {
+		t.Errorf("/v1/chat/completions truncate true, streamed: %d %s", resp.StatusCode, b)
 	}
 
 	// Anthropic: invalid_request_error "prompt is too long: N tokens > M maximum".

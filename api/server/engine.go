@@ -175,9 +175,14 @@ func (l *EngineLoader) Plan(m *registry.LocalModel, numCtx int, freed int64) (*L
 	if info.ContextLength > 0 {
 		numCtx = min(numCtx, info.ContextLength)
 	}
+	numCtx = min(numCtx, maxUnknownContext)
 	size := m.Size + fp16KV(info, numCtx)
 	return &LoadPlan{Model: m, Context: numCtx, ContextReason: fixedContextReason(numCtx, info.ContextLength), Size: size, Peak: size, KVSpec: "fp16"}, nil
 }
+
+// maxUnknownContext bounds a num_ctx for a model whose config.json states no maximum, planned without
+// the KV policy (which bounds it the same way): 10^9 asked of such a model plans no terabytes.
+const maxUnknownContext = 1 << 20
 
 // fixedContextReason says why a model planned without the KV policy has context n (the model's maximum
 // is max, 0 when unknown).

@@ -288,8 +288,8 @@ func contextExceeded(c *gin.Context, ce *runner.ContextError) {
 		noteError(c, status, msg)
 		c.AbortWithStatusJSON(status, anthropic.NewError(status, msg))
 	case strings.HasPrefix(p, "/v1/"):
-		msg := fmt.Sprintf("This model's maximum context length is %d tokens. However, your request has %d input tokens. Please reduce the length of the input (mlxg: the model's context is %d tokens; raise it with MLXG_CONTEXT_LENGTH or a Modelfile's PARAMETER num_ctx, up to the model's maximum).",
-			limit, ce.PromptTokens, ce.NumCtx)
+		msg := fmt.Sprintf("This model's maximum context length is %d tokens. However, your request has %d input tokens, and at least one token of the context is kept for the reply. Please reduce the length of the input (mlxg: raise the context with MLXG_CONTEXT_LENGTH or a Modelfile's PARAMETER num_ctx, up to the model's maximum).",
+			ce.NumCtx, ce.PromptTokens)
 		param := "messages"
 		switch p {
 		case "/v1/completions":

@@ -44,6 +44,7 @@ func (l *EngineLoader) planStreaming(m *registry.LocalModel, numCtx int, freed i
 		if info.ContextLength > 0 {
 			p.Context = min(numCtx, info.ContextLength)
 		}
+		p.Context = min(p.Context, maxUnknownContext)
 		p.ContextReason = fixedContextReason(p.Context, info.ContextLength)
 		p.Size = p.WeightBudget + fp16KV(info, p.Context)
 		p.Peak, p.KVSpec = p.Size, "fp16"

@@ -324,6 +324,7 @@ func printStreaming(w io.Writer, dir string, m kvstore.ModelShape, mem sysmem.In
 	if budget <= 0 {
 		return false, nil
 	}
+	fmt.Fprintf(w, "Context (streaming): %d, KV %s; %s\n", plan.Context, plan.KVSpec, plan.ContextReason)
 	if dense {
 		return true, printDenseStreaming(w, dir, why, budget, pinned, m.WeightBytes)
 	}

@@ -13,7 +13,8 @@ func TestPrintPs(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	ps := &api.ProcessResponse{Models: []api.ProcessModelResponse{
 		{Name: "qwen3:0.6b", Digest: "0123456789abcdef", Size: 2_000_000_000, SizeVRAM: 2_000_000_000, ContextLength: 8192,
-			KVCache: "K8/V4 g64/32", ExpiresAt: now.Add(4 * time.Minute), Draft: "qwen3:0.1b"},
+			KVCache: "K8/V4 g64/32", ExpiresAt: now.Add(4 * time.Minute), Draft: "qwen3:0.1b",
+			ContextReason: "sized from memory: the most whose KV (1.1 GiB) fits in half the 2.2 GiB free for KV (the model's maximum is 40960)"},
 		{Name: "org/cpu-model", Digest: "abc", Size: 1_000_000, ContextLength: 4096, KVCache: "fp16",
 			ExpiresAt: now.Add(time.Duration(1<<63 - 1))},
 		{Name: "split", Digest: "d", Size: 100, SizeVRAM: 25, ExpiresAt: now.Add(-time.Second)},
@@ -24,7 +25,8 @@ func TestPrintPs(t *testing.T) {
 	}
 	out := b.String()
 	for _, want := range []string{"NAME", "KV CACHE", "qwen3:0.6b", "0123456789ab ", "2.0 GB", "100% GPU", "8192", "K8/V4 g64/32",
-		"4 minutes from now", "100% CPU", "Forever", "75%/25% CPU/GPU", "Stopping...", "qwen3:0.6b is drafted by qwen3:0.1b"} {
+		"4 minutes from now", "100% CPU", "Forever", "75%/25% CPU/GPU", "Stopping...", "qwen3:0.6b is drafted by qwen3:0.1b",
+		"qwen3:0.6b context 8192: sized from memory: the most whose KV"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
