@@ -249,4 +249,8 @@ func TestLayerTypes(t *testing.T) {
 	if _, err := model.Load(bad, cpu.New(1)); err == nil || !strings.Contains(err.Error(), "sliding_window is not set") {
 		t.Errorf("a sliding layer without a window: %v", err)
 	}
+	moe := rewrite(t, dir, same, func(c map[string]any) map[string]any { c["num_local_experts"] = 8; return c })
+	if _, err := model.Load(moe, cpu.New(1)); err == nil || !strings.Contains(err.Error(), "mixture of experts") {
+		t.Errorf("a Mixtral config: %v", err)
+	}
 }
