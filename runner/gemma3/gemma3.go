@@ -231,9 +231,6 @@ type Attention struct {
 	Window                  int // sliding_window on sliding layers, 0 on global ones
 }
 
-// windowed is a cache that keeps a sliding window (kvstore.Rotating).
-type windowed interface{ Window() int }
-
 // Forward implements model.Network.
 func (n *Network) Forward(c compute.Context, tokens []int32, caches []kvstore.Layer, lastOnly bool) compute.Tensor {
 	return n.ForwardBatch(c, model.Single(tokens, caches, lastOnly))
@@ -248,11 +245,9 @@ func (n *Network) ForwardBatch(c compute.Context, b *model.Batch) compute.Tensor
 	norm := func(t compute.Tensor, w compute.Vector) compute.Tensor { return x.RMSNormOffset(t, w, 1, n.Eps) }
 	h := x.Scale(c.Embed(n.Embed, b.Tokens()), n.EmbedScale)
 	for i, l := range n.Layers {
-		for s := range b.Seqs {
-			if w := l.Attn.Window; w > 0 && b.Offset(s)+b.Len(s) > w {
-				if _, ok := b.Cache(s, i).(windowed); !ok {
-					return compute.Fail(c, fmt.Errorf("gemma3: layer %d is a sliding-window layer of %d positions, but its cache (%T) keeps every position: make its cache with kvstore.NewCaches (a Rotating cache)", i, w, b.Cache(s, i)))
-				}
+		if w := l.Attn.Window; w > 0 {
+			if err := b.CheckWindow(i, w); err != nil {
+				return compute.Fail(c, fmt.Errorf("gemma3: %w", err))
 			}
 		}
 		a := l.Attn.Forward(c, x, norm(h, l.InputNorm), b, i)

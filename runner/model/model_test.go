@@ -263,7 +263,7 @@ func TestLoadErrors(t *testing.T) {
 	}
 	edit("model_type", "gpt2")
 	_, err := model.Load(dir, cpu.New(1))
-	if err == nil || !strings.Contains(err.Error(), `"gpt2"`) || !strings.Contains(err.Error(), "llama, ministral3, mistral, mistral3, qwen2, qwen3") {
+	if err == nil || !strings.Contains(err.Error(), `"gpt2"`) || !strings.Contains(err.Error(), "llama, ministral3, mistral, mistral3, phi3, qwen2, qwen3") {
 		t.Fatalf("unsupported model_type: %v", err)
 	}
 	edit("model_type", "mistral")
