@@ -35,6 +35,7 @@ func TestVerificationPassesMatchSteps(t *testing.T) {
 		{"gemma3", randmodel.TinyGemma3(512)},
 		{"qwen3_next", randmodel.TinyQwen3Next(512)},
 		{"mistral", randmodel.TinyMistral(512)},
+		{"mistral3", randmodel.TinyMistral3(512)},
 		{"phi3", randmodel.TinyPhi3(512)},
 	}
 	a := kvstore.AffineFormat
