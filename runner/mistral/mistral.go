@@ -123,5 +123,5 @@ func New(l *model.Loader) (model.Network, error) {
 		return a
 	})
 	d.Windows = windows
-	return d, nil
+	return d.Network(), nil
 }
