@@ -88,6 +88,11 @@ func wantedFile(name string) bool {
 		return true
 	}
 	lower := strings.ToLower(name)
+	if strings.HasPrefix(name, "consolidated") {
+		// Mistral's repos also carry the weights in mistral-inference's own layout
+		// (consolidated.safetensors), as large as the checkpoint itself and read by nothing here.
+		return false
+	}
 	return strings.HasSuffix(name, ".safetensors") || strings.HasSuffix(name, ".safetensors.index.json") ||
 		strings.HasPrefix(lower, "readme") || strings.HasPrefix(lower, "license")
 }
@@ -321,6 +326,9 @@ func checkpointFiles(target Name, info *repoInfo) ([]sibling, error) {
 		}
 		hasWeights = hasWeights || strings.HasSuffix(f.RFilename, ".safetensors")
 		files = append(files, f)
+	}
+	if slices.Contains(names, "tekken.json") && !slices.Contains(names, "tokenizer.json") {
+		return nil, fmt.Errorf("%s at %s has Mistral's tekken.json but no tokenizer.json, which mlxg reads: pull a repo that ships tokenizer.json (mlx-community's conversions do)", target.Repo, target.Revision)
 	}
 	i := slices.IndexFunc(files, func(f sibling) bool { return f.RFilename == "config.json" })
 	switch {

@@ -35,13 +35,14 @@ func fakeRepo(t *testing.T, root, repo string, weights int) map[string][]byte {
 		w[i] = byte(r.Uint32())
 	}
 	files := map[string][]byte{
-		"config.json":           []byte(`{"model_type":"qwen3","quantization":{"group_size":64,"bits":4}}`),
-		"model.safetensors":     w,
-		"tokenizer.json":        []byte(`{"model":{}}`),
-		"tokenizer_config.json": []byte(`{"chat_template":"{{ messages }}"}`),
-		"README.md":             []byte("---\nlicense: apache-2.0\n---\n# tiny\n"),
-		"model.gguf":            []byte("not wanted"),
-		"extra/notes.txt":       []byte("not wanted either"),
+		"config.json":              []byte(`{"model_type":"qwen3","quantization":{"group_size":64,"bits":4}}`),
+		"model.safetensors":        w,
+		"tokenizer.json":           []byte(`{"model":{}}`),
+		"tokenizer_config.json":    []byte(`{"chat_template":"{{ messages }}"}`),
+		"README.md":                []byte("---\nlicense: apache-2.0\n---\n# tiny\n"),
+		"model.gguf":               []byte("not wanted"),
+		"consolidated.safetensors": []byte("Mistral's own layout: not wanted"),
+		"extra/notes.txt":          []byte("not wanted either"),
 	}
 	for name, b := range files {
 		p := filepath.Join(root, repo, filepath.FromSlash(name))
@@ -710,10 +711,13 @@ func TestPullDiskFull(t *testing.T) {
 func TestPullNotMLX(t *testing.T) {
 	root := t.TempDir()
 	for name, body := range map[string]string{
-		"org/gguf/config.json":       "{}",
-		"org/gguf/model-q4.gguf":     "gguf",
-		"org/gptq/config.json":       `{"quantization_config":{"quant_method":"gptq"}}`,
-		"org/gptq/model.safetensors": "weights",
+		"org/gguf/config.json":         "{}",
+		"org/gguf/model-q4.gguf":       "gguf",
+		"org/gptq/config.json":         `{"quantization_config":{"quant_method":"gptq"}}`,
+		"org/gptq/model.safetensors":   "weights",
+		"org/tekken/config.json":       `{"model_type":"mistral"}`,
+		"org/tekken/model.safetensors": "weights",
+		"org/tekken/tekken.json":       "{}",
 	} {
 		p := filepath.Join(root, filepath.FromSlash(name))
 		os.MkdirAll(filepath.Dir(p), 0o755)
@@ -726,6 +730,10 @@ func TestPullNotMLX(t *testing.T) {
 	_, err := s.Pull(context.Background(), mustParse(t, "org/gguf"), opts, nil)
 	if err == nil || !strings.Contains(err.Error(), "not an MLX checkpoint") || !strings.Contains(err.Error(), ".gguf") {
 		t.Errorf("gguf repo: %v", err)
+	}
+	_, err = s.Pull(context.Background(), mustParse(t, "org/tekken"), opts, nil)
+	if err == nil || !strings.Contains(err.Error(), "tekken.json but no tokenizer.json") {
+		t.Errorf("a repo with tekken.json alone: %v", err)
 	}
 	var warned string
 	_, err = s.Pull(context.Background(), mustParse(t, "org/gptq"), opts, func(p Progress) {

@@ -33,6 +33,7 @@ func TestPipelineEngineCPU(t *testing.T) {
 		{"qwen3_next", randmodel.TinyQwen3Next(512)},
 		{"mistral", four(randmodel.TinyMistral(512))}, // sliding windows
 		{"phi3", four(randmodel.TinyPhi3(512))},       // fused projections bound by parts, longrope
+		{"gpt_oss", randmodel.TinyGptOss(512)},        // sliding windows beside full layers, sinks, clamped experts
 	}
 	prompt := modeltest.Tokens(9, 600)
 	o := Greedy()

@@ -38,6 +38,7 @@ func TestVerificationPassesMatchSteps(t *testing.T) {
 		{"glm4_moe_lite", randmodel.TinyGlm4MoeLite(512)},
 		{"gemma4", randmodel.TinyGemma4(512)},
 		{"mistral", randmodel.TinyMistral(512)},
+		{"mistral3", randmodel.TinyMistral3(512)},
 		{"phi3", randmodel.TinyPhi3(512)},
 	}
 	a := kvstore.AffineFormat

@@ -415,11 +415,12 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 	if caps.Tools == parser.ToolsMistral {
 		parser.MistralCallIDs(in.Messages) // its templates require ids of nine letters and digits
 	}
+	thinkOpen, thinkClose := caps.ThinkTags()
 	pcfg := parser.Config{Thinking: thinkOn && caps.Thinking && !j.raw, Harmony: caps.Harmony && !j.raw,
-		ThinkOpen: caps.ThinkOpen, ThinkClose: caps.ThinkClose, Gemma4: caps.Gemma4 && !j.raw}
+		ThinkOpen: thinkOpen, ThinkClose: thinkClose, Gemma4: caps.Gemma4 && !j.raw}
 	if len(in.Messages) > 0 && pcfg.Thinking && !pcfg.Harmony {
 		if p, err := m.RenderChat(in.Messages, in.Tools, in.Kwargs); err == nil {
-			pcfg.InThinking = parser.PromptOpens(p, caps.ThinkOpen)
+			pcfg.InThinking = parser.PromptOpens(p, thinkOpen)
 		} else {
 			return nil, errorf(http.StatusBadRequest, "rendering the chat template: %v", err)
 		}
@@ -441,7 +442,7 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 	}
 	if in.Format != nil && pcfg.Thinking && !pcfg.Harmony {
 		// The constraint applies to the answer, after the thinking block (as Ollama does).
-		in.Format.ThinkOpen, in.Format.ThinkClose, in.Format.InThinking = caps.ThinkOpen, caps.ThinkClose, pcfg.InThinking
+		in.Format.ThinkOpen, in.Format.ThinkClose, in.Format.InThinking = thinkOpen, thinkClose, pcfg.InThinking
 	}
 	p := parser.New(pcfg)
 	out := &outcome{load: lease.LoadDuration, ready: time.Since(j.start)}

@@ -191,6 +191,47 @@ func Qwen2_1_5B() Config {
 	return c
 }
 
+// Ministral3_3B is the text model of Ministral 3 3B (mistral3 around ministral3: YaRN,
+// the query scale, tied embeddings), bfloat16.
+func Ministral3_3B() Config {
+	c := Config{Arch: "mistral3", TextArch: "ministral3", VocabSize: 131072, HiddenSize: 3072, IntermediateSize: 9216,
+		NumLayers: 26, NumHeads: 32, NumKVHeads: 8, HeadDim: 128, MaxPositions: 262144, RopeTheta: 1e6,
+		RMSNormEps: 1e-5, TieWordEmbeddings: true, DType: "bfloat16", OrigMaxPositions: 16384, Llama4Beta: 0.1,
+		BOSTokenID: intp(1), EOSTokenIDs: []int{2}}
+	c.RopeScaling = map[string]any{"rope_type": "yarn", "factor": 16.0, "original_max_position_embeddings": 16384,
+		"beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}
+	return c
+}
+
+// MistralSmall3 is the text model of Mistral Small 3.1/3.2 and Magistral Small 24B
+// (mistral3 around mistral, no window), bfloat16.
+func MistralSmall3() Config {
+	return Config{Arch: "mistral3", TextArch: "mistral", VocabSize: 131072, HiddenSize: 5120, IntermediateSize: 32768,
+		NumLayers: 40, NumHeads: 32, NumKVHeads: 8, HeadDim: 128, MaxPositions: 131072, RopeTheta: 1e9,
+		RMSNormEps: 1e-5, DType: "bfloat16", BOSTokenID: intp(1), EOSTokenIDs: []int{2}}
+}
+
+// Phi4Mini is the shape of Phi-4-mini-instruct (partial rotary 3/4, longrope over an
+// original 4096 positions, tied embeddings), bfloat16.
+func Phi4Mini() Config {
+	c := Config{Arch: "phi3", VocabSize: 200064, HiddenSize: 3072, IntermediateSize: 8192, NumLayers: 32, NumHeads: 24,
+		NumKVHeads: 8, HeadDim: 128, MaxPositions: 131072, RopeTheta: 10000, RMSNormEps: 1e-5, TieWordEmbeddings: true,
+		DType: "bfloat16", PartialRotary: 0.75, OrigMaxPositions: 4096, BOSTokenID: intp(199999), EOSTokenIDs: []int{199999, 200020}}
+	short, long := make([]float64, 48), make([]float64, 48)
+	for i := range short {
+		short[i], long[i] = 1+float64(i)/48, 1+float64(i)
+	}
+	c.RopeScaling = map[string]any{"type": "longrope", "short_factor": short, "long_factor": long}
+	return c
+}
+
+// Phi4 is the shape of Phi-4 (14B; phi3 with the whole head rotated), bfloat16.
+func Phi4() Config {
+	return Config{Arch: "phi3", VocabSize: 100352, HiddenSize: 5120, IntermediateSize: 17920, NumLayers: 40, NumHeads: 40,
+		NumKVHeads: 10, HeadDim: 128, MaxPositions: 16384, RopeTheta: 250000, RMSNormEps: 1e-5, DType: "bfloat16",
+		PartialRotary: 1, BOSTokenID: intp(100257), EOSTokenIDs: []int{100265}}
+}
+
 // Tiny returns a small float32 model of arch for tests: 2 layers, hidden 128,
 // grouped-query attention (4 heads, 2 KV heads).
 func Tiny(arch string, vocab int) Config {

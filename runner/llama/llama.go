@@ -106,10 +106,26 @@ func (d *Decoder) window(i int) int {
 	return d.Windows[i]
 }
 
+// Windowed is a Decoder with sliding-window layers (Windows set), which makes caches of
+// its own kinds; a Decoder without windows leaves them to the model (a network that
+// makes its own caches forgoes what only plain ones allow, prefill coalescing).
+type Windowed struct{ *Decoder }
+
+// Network is d, or d as a Windowed when some layer slides.
+func (d *Decoder) Network() model.Network {
+	for _, w := range d.Windows {
+		if w > 0 {
+			return Windowed{d}
+		}
+	}
+	return d
+}
+
 // NewCaches implements model.CacheMaker: per sliding layer a cache that keeps the
 // window (fp16 kvstore.Rotating; with fp32 a float32 cache that keeps every position
 // and attends over the window), per full layer a full-attention cache.
-func (d *Decoder) NewCaches(fp32 bool) ([]kvstore.Layer, error) {
+func (w Windowed) NewCaches(fp32 bool) ([]kvstore.Layer, error) {
+	d := w.Decoder
 	caches := make([]kvstore.Layer, len(d.Layers))
 	for i := range d.Layers {
 		w := d.window(i)

@@ -90,6 +90,12 @@ func Windows(cfg *model.Config) ([]int, error) {
 // New binds a mistral, mistral3 or ministral3 checkpoint.
 func New(l *model.Loader) (model.Network, error) {
 	cfg := l.Config
+	for _, k := range []string{"n_routed_experts", "num_local_experts", "kv_lora_rank"} {
+		if v, ok := cfg.Raw[k]; ok && string(v) != "null" && string(v) != "0" {
+			// Mistral Small 4 and Mixtral wear the same wrappers with experts (and latent attention).
+			return nil, fmt.Errorf("config.json sets %s (%s): this Mistral model has a mixture of experts or latent attention, which mlxg's %s architecture does not run", k, v, cfg.ModelType)
+		}
+	}
 	windows, err := Windows(cfg)
 	if err != nil {
 		return nil, err
@@ -117,5 +123,5 @@ func New(l *model.Loader) (model.Network, error) {
 		return a
 	})
 	d.Windows = windows
-	return d, nil
+	return d.Network(), nil
 }

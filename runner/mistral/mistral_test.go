@@ -249,4 +249,46 @@ func TestLayerTypes(t *testing.T) {
 	if _, err := model.Load(bad, cpu.New(1)); err == nil || !strings.Contains(err.Error(), "sliding_window is not set") {
 		t.Errorf("a sliding layer without a window: %v", err)
 	}
+	moe := rewrite(t, dir, same, func(c map[string]any) map[string]any { c["num_local_experts"] = 8; return c })
+	if _, err := model.Load(moe, cpu.New(1)); err == nil || !strings.Contains(err.Error(), "mixture of experts") {
+		t.Errorf("a Mixtral config: %v", err)
+	}
+}
+
+// TestMaxKVSize: the KV policy's caches give every sliding layer a ring of its window, or of
+// --max-kv-size where that is shorter (the user's choice to keep less), and both run past
+// the window; a ring longer than the window is refused.
+func TestMaxKVSize(t *testing.T) {
+	dir := generate(t, randmodel.TinyMistral(256), 0)
+	m := load(t, dir)
+	cfg, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shape, err := kvstore.ShapeFromConfig(cfg, m.WeightBytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := modeltest.Tokens(8, 20)
+	for _, max := range []int{0, 4} {
+		layout, err := kvstore.NewLayout(shape, kvstore.SpecF16, 0, kvstore.SpecF16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		layout.MaxKVSize = max
+		caches, err := kvstore.NewCaches(shape, layout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Forward(context.Background(), p, caches, false); err != nil {
+			t.Errorf("--max-kv-size %d: %v", max, err)
+		}
+	}
+	long := make([]kvstore.Layer, 2)
+	for i := range long {
+		long[i], _ = kvstore.NewRotating(2, 32, 32, 16, kvstore.SpecF16, 0)
+	}
+	if _, err := m.Forward(context.Background(), p, long, false); err == nil || !strings.Contains(err.Error(), "sliding-window layer of 8") {
+		t.Errorf("rings of 16 on layers of a window of 8: %v", err)
+	}
 }

@@ -135,9 +135,10 @@ func (b *Batch) LatentAttention(c compute.Context, qRope, qLatent, kRope, latent
 }
 
 // CheckWindow reports an error when a sequence of b reaches past window positions
-// while its cache of sliding-window layer i keeps every position and attends over all
-// of them: a cache that keeps the window is made by kvstore.NewCaches
-// (kvstore.Rotating) or the network's own NewCaches.
+// while its cache of sliding-window layer i keeps more than the window (every position,
+// or a longer ring) and so would attend over too many: a cache that keeps the window (or,
+// under --max-kv-size, less) is made by kvstore.NewCaches (kvstore.Rotating) or the
+// network's own NewCaches.
 func (b *Batch) CheckWindow(i, window int) error {
 	for s := range b.Seqs {
 		if b.Offset(s)+b.Len(s) <= window {
@@ -146,7 +147,8 @@ func (b *Batch) CheckWindow(i, window int) error {
 		if e, ok := b.Cache(s, i).(interface{ Elsewhere() bool }); ok && e.Elsewhere() {
 			continue // a layer another process of a split model runs: nothing attends here
 		}
-		if w, ok := b.Cache(s, i).(interface{ Window() int }); !ok || w.Window() != window {
+		// A ring shorter than the window is --max-kv-size's choice (kvstore.NewCaches).
+		if w, ok := b.Cache(s, i).(interface{ Window() int }); !ok || w.Window() <= 0 || w.Window() > window {
 			return fmt.Errorf("layer %d is a sliding-window layer of %d positions, but its cache (%T) attends over every position: make its cache with kvstore.NewCaches or the model's NewCaches", i, window, b.Cache(s, i))
 		}
 	}

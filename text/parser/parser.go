@@ -67,12 +67,21 @@ type Capabilities struct {
 	Thinking bool       // the template knows <think>…</think> ([THINK]…[/THINK]), or the harmony format's analysis channel
 	Tools    ToolFormat // the tool-call syntax the template teaches
 	Harmony  bool       // the template writes OpenAI's harmony format (gpt-oss): see harmony.go
-	// ThinkOpen and ThinkClose are the thinking block's tags: ThinkOpen and ThinkClose, or Mistral's.
+	// ThinkOpen and ThinkClose are the thinking block's tags when they are not <think> and </think>
+	// (Mistral's); ThinkTags gives them either way.
 	ThinkOpen, ThinkClose string
 	// SpecialTags: the syntax's tags are special tokens (Mistral's [TOOL_CALLS], [ARGS], [THINK]), which the
 	// text decoder must keep for the parser to see them.
 	SpecialTags bool
 	Gemma4      bool // the template writes Gemma 4's format: see gemma4.go
+}
+
+// ThinkTags is the thinking block's opening and closing tags.
+func (c Capabilities) ThinkTags() (open, close string) {
+	if c.ThinkOpen == "" || c.ThinkClose == "" {
+		return ThinkOpen, ThinkClose
+	}
+	return c.ThinkOpen, c.ThinkClose
 }
 
 // Detect reads a chat template's source for the syntax its model writes.
@@ -89,7 +98,6 @@ func Detect(chatTemplate string) Capabilities {
 		}
 		return c
 	}
-	c.ThinkOpen, c.ThinkClose = ThinkOpen, ThinkClose
 	c.Thinking = strings.Contains(chatTemplate, ThinkOpen) || strings.Contains(chatTemplate, ThinkClose)
 	if strings.Contains(chatTemplate, MistralThinkOpen) {
 		c.Thinking, c.ThinkOpen, c.ThinkClose, c.SpecialTags = true, MistralThinkOpen, MistralThinkClose, true

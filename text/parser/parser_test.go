@@ -248,14 +248,11 @@ func chatTemplate(t *testing.T, dir string) string {
 
 // TestDetectRealTemplates reads the chat templates shipped with real tokenizers.
 func TestDetectRealTemplates(t *testing.T) {
-	// Outside the harmony format the thinking tags are always named: <think> and </think>
-	// unless the template uses another family's.
-	tags := func(c Capabilities) Capabilities { c.ThinkOpen, c.ThinkClose = ThinkOpen, ThinkClose; return c }
 	want := map[string]Capabilities{
-		"qwen3":    tags(Capabilities{Thinking: true, Tools: ToolsHermes}),
-		"llama3_1": tags(Capabilities{}), // this package ships Llama 3's first template, without tools
-		"llama2":   tags(Capabilities{}),
-		"gemma3":   tags(Capabilities{}),
+		"qwen3":    Capabilities{Thinking: true, Tools: ToolsHermes},
+		"llama3_1": Capabilities{}, // this package ships Llama 3's first template, without tools
+		"llama2":   Capabilities{},
+		"gemma3":   Capabilities{},
 	}
 	for family, w := range want {
 		if got := Detect(chatTemplate(t, testdata.Tokenizer(t, family))); got != w {
@@ -266,7 +263,7 @@ func TestDetectRealTemplates(t *testing.T) {
 	llama31 := `{%- if builtin_tools is defined or tools is not none %}{{- "Environment: ipython\n" }}{%- endif %}` +
 		`{{- 'Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.' }}` +
 		`{{- '<|python_tag|>' + tool_call.name + '.call(' }}`
-	if got := Detect(llama31); got != tags(Capabilities{Tools: ToolsLlama3}) {
+	if got := Detect(llama31); got != (Capabilities{Tools: ToolsLlama3}) {
 		t.Errorf("llama 3.1 tool template: Detect = %+v", got)
 	}
 	// Excerpts of GLM-4.5's and GLM-4.7's templates: <tool_call> around GLM's own key/value syntax is GLM's,
@@ -276,7 +273,7 @@ func TestDetectRealTemplates(t *testing.T) {
 	glm47 := `{{- '<tool_call>' ~ tc.name -}}{% for k, v in _args.items() %}<arg_key>{{ k }}</arg_key><arg_value>{{ v }}</arg_value>` +
 		`{% endfor %}</tool_call>{%- if add_generation_prompt -%}<|assistant|><think>{%- endif -%}`
 	for name, tpl := range map[string]string{"glm-4.5": glm45, "glm-4.7": glm47} {
-		if got := Detect(tpl); got != tags(Capabilities{Thinking: true, Tools: ToolsGLM}) {
+		if got := Detect(tpl); got != (Capabilities{Thinking: true, Tools: ToolsGLM}) {
 			t.Errorf("%s template: Detect = %+v", name, got)
 		}
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/mlxg/mlxg/internal/testdata"
 )
 
-var families = []string{"qwen3", "llama3_1", "deepseek_v3", "llama2", "gemma3"}
+var families = []string{"qwen3", "llama3_1", "deepseek_v3", "llama2", "gemma3", "gpt4o", "gpt35turbo"}
 
 // loaded caches the real tokenizers: each is loaded once per test binary
 // (gemma3's tokenizer.json is 33 MB).
