@@ -166,11 +166,17 @@ func Convert(ctx context.Context, src, dst string, opts Options) (*Summary, erro
 		return nil, fmt.Errorf("create: %s is already an MLX quantized checkpoint (config.json has a quantization block): start from the unquantized Hugging Face weights", src)
 	}
 	openaiMXFP4 := false // OpenAI's gpt-oss checkpoints: mxfp4 experts, kept as they are
+	fp8 := false         // FP8 weights with their scales (fp8.go), dequantized
 	if qc, ok := cfg["quantization_config"]; ok {
-		if m, _ := qc.(map[string]any); m["quant_method"] != "mxfp4" || cfg["model_type"] != "gpt_oss" {
+		m, _ := qc.(map[string]any)
+		switch {
+		case m["quant_method"] == "mxfp4" && cfg["model_type"] == "gpt_oss":
+			openaiMXFP4 = true
+		case m["quant_method"] == "fp8":
+			fp8 = true
+		default:
 			return nil, fmt.Errorf("create: %s is quantized (%v): start from bf16, fp16 or fp32 weights", src, qc)
 		}
-		openaiMXFP4 = true
 		delete(cfg, "quantization_config")
 	}
 	if opts.Experts != "" && opts.Experts != quant.MXFP4 {
@@ -193,6 +199,7 @@ func Convert(ctx context.Context, src, dst string, opts Options) (*Summary, erro
 			return nil, fmt.Errorf("create: %s: tensor %s shows the checkpoint is already quantized: start from unquantized weights", src, n)
 		}
 		mx := openaiMXFP4 && t.DType == safetensors.U8 && (strings.HasSuffix(n, "_blocks") || strings.HasSuffix(n, "_scales"))
+		mx = mx || fp8 && t.DType == safetensors.F8E4M3
 		if _, ok := nameOf[t.DType]; !ok && t.DType != safetensors.F64 && !mx {
 			return nil, fmt.Errorf("create: %s: tensor %s has dtype %s: only float32, float16 and bfloat16 checkpoints can be converted", src, n, t.DType)
 		}
@@ -351,12 +358,22 @@ func Convert(ctx context.Context, src, dst string, opts Options) (*Summary, erro
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		if strings.HasSuffix(n, "rotary_emb.inv_freq") || (tied && n == "lm_head.weight") || fam.drop(n) {
+		if strings.HasSuffix(n, "rotary_emb.inv_freq") || (tied && n == "lm_head.weight") || fam.drop(n) || (fp8 && fp8Dropped(n)) {
 			sum.Dropped = append(sum.Dropped, n)
 			continue
 		}
 		t, _ := ck.Tensor(n)
 		sum.Parameters += t.NumElements()
+		if t.DType == safetensors.F8E4M3 {
+			rows, err := fp8Rows(ck, n, t, dt)
+			if err != nil {
+				return nil, err
+			}
+			if err := emit(job{out: fam.rename(n), shape: fam.shape(n, t.Shape), rows: rows}); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		for _, j := range fam.jobs(ck, n, t, dt, stacks) {
 			if err := emit(j); err != nil {
 				return nil, err

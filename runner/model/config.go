@@ -345,7 +345,11 @@ func parseQuantization(raw map[string]json.RawMessage) (*Quantization, error) {
 		var probe map[string]json.RawMessage
 		if json.Unmarshal(block, &probe) == nil {
 			if qm, ok := probe["quant_method"]; ok && probe["bits"] == nil {
-				return nil, fmt.Errorf("quantization_config.quant_method %s is not supported: mlxg runs MLX checkpoints (a \"quantization\" block with bits and group_size) or float weights", qm)
+				hint := ""
+				if string(qm) == `"fp8"` {
+					hint = "; `mlxg create NAME --from DIR` converts FP8 weights"
+				}
+				return nil, fmt.Errorf("quantization_config.quant_method %s is not supported: mlxg runs MLX checkpoints (a \"quantization\" block with bits and group_size) or float weights%s", qm, hint)
 			}
 		}
 	}
