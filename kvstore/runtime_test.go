@@ -111,3 +111,35 @@ func TestSequencesFirstTakesTheLoadPlan(t *testing.T) {
 		t.Errorf("onPlan saw %d plans: %+v", len(seen), seen)
 	}
 }
+
+// A model that gives memory back under pressure (a streamed model's expert cache) has it
+// counted as available when a later sequence is planned: the memory it fills as planned is
+// no pressure, while a shortage beyond it still is.
+func TestSequencesFreeing(t *testing.T) {
+	m := qwen3_8b()
+	m.WeightBytes, m.Streamed, m.Overhead = 1<<30, true, 100<<20
+	limited := mem(2*gib, 2*gib, sysmem.Normal)
+	limited.Limited = true
+	sensor := &changing{limited}
+	p := &Policy{Sensor: sensor, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	load, err := p.Plan("m", m, 4096, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cache int64 = 700 << 20
+	seqs := p.Sequences("m", m, load, nil)
+	seqs.Freeing(func() int64 { return cache })
+	if _, _, err := seqs.Caches(4096); err != nil {
+		t.Fatal(err)
+	}
+	// Loaded and its cache full: 150 MiB available, critical by itself.
+	sensor.info.Available, sensor.info.Pressure = 150<<20, sysmem.Critical
+	_, plan, err := seqs.Caches(4096)
+	if err != nil || plan.Memory.Pressure != sysmem.Normal || plan.Memory.Available != 850<<20 {
+		t.Fatalf("with the cache counted: %v, pressure %v, available %d", err, plan.Memory.Pressure, plan.Memory.Available)
+	}
+	cache = 0 // nothing to give back: the pressure is real
+	if _, plan, err = seqs.Caches(4096); err == nil && plan.Memory.Pressure != sysmem.Critical {
+		t.Errorf("without a cache: pressure %v", plan.Memory.Pressure)
+	}
+}

@@ -313,8 +313,9 @@ func printStreaming(w io.Writer, dir string, m kvstore.ModelShape, mem sysmem.In
 		}
 		why = "the weights do not fit"
 	}
-	loader := &server.EngineLoader{WeightBudget: forced, StreamPolicy: policy,
-		KV: &kvstore.Policy{Options: opts, Sensor: sysmem.Fixed(mem), Log: slog.New(slog.DiscardHandler)}}
+	quiet := slog.New(slog.DiscardHandler)
+	loader := &server.EngineLoader{WeightBudget: forced, StreamPolicy: policy, Logger: quiet,
+		KV: &kvstore.Policy{Options: opts, Sensor: sysmem.Fixed(mem), Log: quiet}}
 	plan, err := loader.Plan(&registry.LocalModel{Name: dir, Dir: dir, Size: m.WeightBytes}, ctx, 0)
 	if err != nil {
 		fmt.Fprintf(w, "Streaming not possible: %v\n\n", err)

@@ -33,7 +33,8 @@ func TestFitStreaming(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"Streaming (MLXG_WEIGHT_BUDGET): 293 KiB of", "expected expert-cache hit rate (frequency policy, simulated)", "Qwen3-like routing"} {
+	for _, want := range []string{"Streaming (MLXG_WEIGHT_BUDGET): 293 KiB of", "an expert cache of", "expected expert-cache hit rate (frequency policy, simulated)", "Qwen3-like routing",
+		"expected reads per token:"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("output lacks %q:\n%s", want, got)
 		}
