@@ -254,18 +254,10 @@ func (grp *expertGroup) begin(picked []int) {
 	} else if repeat != nil && !guided {
 		st.mgr.NotePrediction(len(repeat), right(repeat))
 	}
-	if next == nil {
+	if next == nil || guided {
 		return
 	}
 	next.mu.Lock()
-	if guided && next.guess != nil {
-		// The model guessed the next layer's experts from the hidden state: better than
-		// the previous token's picks. The first layer of the next token gets no such
-		// guess (its token is not known yet), so its previous picks are read ahead from
-		// the last layer on, while the head and the sampler run.
-		next.mu.Unlock()
-		return
-	}
 	ids := make([]int, 0, len(next.lastPicks))
 	for _, e := range next.lastPicks {
 		ids = append(ids, next.units[e])
