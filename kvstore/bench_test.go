@@ -29,6 +29,12 @@ func BenchmarkAttendDecode(b *testing.B) {
 		{"K8V4", Spec{K: AffineFormat(8, 64), V: AffineFormat(4, 32)}},
 		{"K8V8g64", Spec{K: AffineFormat(8, 64), V: AffineFormat(8, 64)}},
 		{"K8V4h", Spec{K: AffineFormat(8, 64), V: AffineFormat(4, 32).Rotate(true)}},
+		{"K8V4g16", Spec{K: AffineFormat(8, 64), V: AffineFormat(4, 16)}},
+		{"K8V4g16h", Spec{K: AffineFormat(8, 64), V: AffineFormat(4, 16).Rotate(true)}},
+		{"K8V5g64", Spec{K: AffineFormat(8, 64), V: AffineFormat(5, 64)}},
+		{"K8V6g64", Spec{K: AffineFormat(8, 64), V: AffineFormat(6, 64)}},
+		{"K6V6g64", Spec{K: AffineFormat(6, 64), V: AffineFormat(6, 64)}},
+		{"K6V6g64h", Spec{K: AffineFormat(6, 64).Rotate(true), V: AffineFormat(6, 64).Rotate(true)}},
 		{"K4V4", Spec{K: AffineFormat(4, 64), V: AffineFormat(4, 32)}},
 		{"q4_0", Spec{K: FormatQ4_0, V: FormatQ4_0}},
 	}

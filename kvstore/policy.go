@@ -108,13 +108,16 @@ type rung struct {
 }
 
 // Quality is what a KV layout measurably costs a model's answers against an fp16 cache,
-// teacher-forced on held-out text (runner/quality, the bench's quality scenario): the
-// worst over the context lengths measured.
+// teacher-forced on text the model predicts well (runner/quality, the bench's quality
+// scenario): the worst over the context lengths measured.
 type Quality struct {
 	Model   string  // the model measured
 	Lengths string  // the context lengths measured
 	Top1    float64 // share of positions where the greedy next token is fp16's
 	MeanKL  float64 // mean KL(fp16 || layout) over the vocabulary, in nats
+	// Top1Clear is Top1 over the positions where fp16's two largest logits differ by
+	// at least 0.1 (quality.DefaultClearGap), whose answer a layout should keep.
+	Top1Clear float64
 }
 
 // Measured reports whether q holds a measurement.
@@ -124,7 +127,7 @@ func (q Quality) String() string {
 	if !q.Measured() {
 		return "not measured"
 	}
-	return fmt.Sprintf("top-1 %.1f%%, mean KL %.1e (%s, %s tokens)", 100*q.Top1, q.MeanKL, q.Model, q.Lengths)
+	return fmt.Sprintf("top-1 %.1f%% (%.1f%% where fp16's answer is clear), mean KL %.1e (%s, %s tokens)", 100*q.Top1, 100*q.Top1Clear, q.MeanKL, q.Model, q.Lengths)
 }
 
 // measuredOn names where the ladder's qualities come from.
@@ -132,15 +135,17 @@ const measuredOn, measuredAt = "qwen3-tiny", "512/2K/4K"
 
 // ladder is the policy's steps, loosest first. The first is the default at normal
 // pressure: of the layouts measured, the fewest bytes per token with at least 99% top-1
-// agreement and at most 1e-3 mean KL against fp16 at every length (docs/kv-cache.md has
-// the table); the later ones trade quality for memory under pressure.
+// agreement where fp16's answer is clear and at most 1e-3 mean KL against fp16 at every
+// length, whose decode attention is within 5% of K8/V8's (docs/kv-cache.md has the
+// table: K6h/V6h and K8/V5 keep the answers in fewer bytes, but no fused decode kernel
+// reads 5- or 6-bit codes yet); the later ones trade quality for memory under pressure.
 var ladder = []rung{
 	{bits: [2]Format{AffineFormat(8, 0), AffineFormat(8, 0)}, groups: [2]int{64, 64},
-		measured: Quality{measuredOn, measuredAt, 0.9941, 5.6e-5}},
+		measured: Quality{Model: measuredOn, Lengths: measuredAt, Top1: 0.9980, MeanKL: 5.2e-5, Top1Clear: 1}},
 	{bits: [2]Format{AffineFormat(4, 0), AffineFormat(4, 0)}, groups: [2]int{64, 32}, boundary: 2,
-		measured: Quality{measuredOn, measuredAt, 0.9258, 5.7e-3}},
+		measured: Quality{Model: measuredOn, Lengths: measuredAt, Top1: 0.9568, MeanKL: 4.8e-3, Top1Clear: 0.9804}},
 	{bits: [2]Format{AffineFormat(4, 0), AffineFormat(4, 0)}, groups: [2]int{64, 32},
-		measured: Quality{measuredOn, measuredAt, 0.9160, 1.4e-2}},
+		measured: Quality{Model: measuredOn, Lengths: measuredAt, Top1: 0.9312, MeanKL: 1.4e-2, Top1Clear: 0.9504}},
 }
 
 // Ladder describes the policy's steps as `mlxg fit` and the docs show them: each

@@ -35,7 +35,7 @@ func TestFitQwen3Tiny(t *testing.T) {
 		"fp16 ", "3.0 KiB", "K8/V8 g64, 6 of 6 layers with KV (step 1, chosen)", "1.6 KiB", "53%", "(step 3)",
 		"q4_0 ", "864 B", "28%",
 		"total 16 GiB, available 8.0 GiB",
-		"normal    K8/V8 g64, 6 of 6 layers with KV                     1.6 KiB       0.53x    99.4%          5.6e-05",
+		"normal    K8/V8 g64, 6 of 6 layers with KV                     1.6 KiB       0.53x    99.8%          5.2e-05",
 		"warn      K4/V4 g64/32, boundary 2@8/8",
 		"measured against an fp16 cache on qwen3-tiny",
 		"critical  refused",

@@ -15,3 +15,13 @@ func TestHTMLProse(t *testing.T) {
 		t.Errorf("htmlProse = %q\nwant %q", got, want)
 	}
 }
+
+func TestPassage(t *testing.T) {
+	got, err := passage("Contents\n1 Intro\n2 Use\n\r\n1 Intro\nText.\r\n", "1 Intro", 2)
+	if err != nil || got != "1 Intro\nText.\n" {
+		t.Errorf("passage = %q, %v", got, err)
+	}
+	if _, err := passage("1 Intro", "1 Intro", 2); err == nil {
+		t.Error("passage of a missing second occurrence: no error")
+	}
+}

@@ -39,6 +39,10 @@ type Options struct {
 	Chunk int
 	// Skip is how many first positions are not scored.
 	Skip int
+	// ClearGap is the gap between the reference's two largest logits at or above which
+	// a position's answer counts as clear (Report.Clear; DefaultClearGap when 0). Below
+	// it, rounding noise may swap a near-tie that no layout could be expected to keep.
+	ClearGap float64
 	// Progress, when set, is called after each chunk with the number of positions fed
 	// so far and the reports of the positions scored so far, one per test side. A
 	// causal model's logits at a position do not depend on what follows, so the
@@ -47,16 +51,32 @@ type Options struct {
 	Progress func(fed int, reports []Report)
 }
 
+// DefaultClearGap is Options.ClearGap's default, in logits.
+const DefaultClearGap = 0.1
+
 // Report is what Compare measured over the scored positions. Position i is scored on
 // its logits, which predict token i+1 of the text.
 type Report struct {
 	Positions int // positions scored
 	Top1Agree int // positions where both sides' most likely token is the same
+	// Clear counts the positions whose reference logits have a clear answer: their
+	// largest exceeds the second by at least Options.ClearGap. ClearAgree counts those
+	// where the test side's most likely token is the reference's.
+	Clear, ClearAgree int
 	// Identical counts the positions whose logits are bitwise the same on both sides.
 	Identical     int
 	MeanKL, MaxKL float64 // KL(ref || test) in nats, over the whole vocabulary
 	// PPLRef and PPLTest are each side's perplexity on the text's next tokens.
 	PPLRef, PPLTest float64
+}
+
+// Top1Clear is the share of the clear positions whose greedy tokens agree (1 when
+// there are none).
+func (r Report) Top1Clear() float64 {
+	if r.Clear == 0 {
+		return 1
+	}
+	return float64(r.ClearAgree) / float64(r.Clear)
 }
 
 // Top1 is the share of scored positions whose greedy tokens agree.
@@ -68,8 +88,8 @@ func (r Report) Top1() float64 {
 }
 
 func (r Report) String() string {
-	return fmt.Sprintf("%d positions: top-1 agreement %.2f%% (%d), mean KL %.3g, max KL %.3g, perplexity %.3f (ref) %.3f (test), %d identical",
-		r.Positions, 100*r.Top1(), r.Top1Agree, r.MeanKL, r.MaxKL, r.PPLRef, r.PPLTest, r.Identical)
+	return fmt.Sprintf("%d positions: top-1 agreement %.2f%% (%d), where the gap is clear %.2f%% (%d of %d), mean KL %.3g, max KL %.3g, perplexity %.3f (ref) %.3f (test), %d identical",
+		r.Positions, 100*r.Top1(), r.Top1Agree, 100*r.Top1Clear(), r.ClearAgree, r.Clear, r.MeanKL, r.MaxKL, r.PPLRef, r.PPLTest, r.Identical)
 }
 
 // runner is one side during a Compare.
@@ -128,6 +148,9 @@ func Compare(ctx context.Context, ref, test Side, tokens []int32, o Options) (Re
 func CompareAll(ctx context.Context, ref Side, tests []Side, tokens []int32, o Options) ([]Report, error) {
 	if o.Chunk <= 0 {
 		o.Chunk = 64
+	}
+	if o.ClearGap == 0 {
+		o.ClearGap = DefaultClearGap
 	}
 	if o.Skip < 0 {
 		return nil, fmt.Errorf("quality: negative Skip %d", o.Skip)
@@ -190,7 +213,7 @@ func CompareAll(ctx context.Context, ref Side, tests []Side, tokens []int32, o O
 			logits[i] = l
 			s.pos += n
 		}
-		scoreAll(pos, n, scratch, logits, tokens[p+1:p+n+1], vocab)
+		scoreAll(pos, n, scratch, logits, tokens[p+1:p+n+1], vocab, o.ClearGap)
 		for k := range tests {
 			for _, ps := range pos[k][:n] { // in order, so that the sums do not depend on the workers
 				acc[k].add(ps)
@@ -230,6 +253,12 @@ func (s *sums) add(ps scored) {
 	if ps.identical {
 		s.r.Identical++
 	}
+	if ps.clear {
+		s.r.Clear++
+		if ps.agree {
+			s.r.ClearAgree++
+		}
+	}
 	s.nllRef += ps.nllRef
 	s.nllTest += ps.nllTest
 	s.r.Positions++
@@ -245,12 +274,14 @@ func (s *sums) report() Report {
 type scored struct {
 	kl, nllRef, nllTest float64
 	agree, identical    bool
+	clear               bool // the reference's top-2 gap is at least the clear gap
 }
 
 // scoreAll scores the first n positions of one chunk for every test side k into
 // out[k], logits[0] holding the reference's rows, logits[1+k] side k's, and next the
-// positions' next tokens, over as many goroutines as scratch has buffers.
-func scoreAll(out [][]scored, n int, scratch [][3][]float64, logits [][]float32, next []int32, vocab int) {
+// positions' next tokens, over as many goroutines as scratch has buffers; a position
+// is clear when the reference's top-2 logit gap is at least gap.
+func scoreAll(out [][]scored, n int, scratch [][3][]float64, logits [][]float32, next []int32, vocab int, gap float64) {
 	var wg sync.WaitGroup
 	var at atomic.Int64
 	for w := range min(len(scratch), n) {
@@ -259,11 +290,12 @@ func scoreAll(out [][]scored, n int, scratch [][3][]float64, logits [][]float32,
 			for j := int(at.Add(1) - 1); j < n; j = int(at.Add(1) - 1) {
 				a := logits[0][j*vocab : (j+1)*vocab]
 				ar := logSoftmax(lr, pr, a)
+				sure := top2Gap(a, ar) >= gap
 				for k := range out {
 					b := logits[1+k][j*vocab : (j+1)*vocab]
 					at := logSoftmax(lt, nil, b)
 					out[k][j] = scored{kl: klProbs(pr, lr, lt), nllRef: -lr[next[j]], nllTest: -lt[next[j]],
-						agree: ar == at, identical: bitsEqual(a, b)}
+						agree: ar == at, identical: bitsEqual(a, b), clear: sure}
 				}
 			}
 		})
@@ -298,6 +330,17 @@ func logSoftmax(out, probs []float64, logits []float32) int {
 		probs[i] /= sum
 	}
 	return best
+}
+
+// top2Gap is how far logits' largest, at best, exceeds the next largest.
+func top2Gap(logits []float32, best int) float64 {
+	second := math.Inf(-1)
+	for i, v := range logits {
+		if i != best {
+			second = max(second, float64(v))
+		}
+	}
+	return float64(logits[best]) - second
 }
 
 // klProbs is the divergence Σ p·(log p − log q) in nats of two distributions given by

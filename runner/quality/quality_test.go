@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/mlxg/mlxg/internal/testdata"
@@ -91,6 +92,15 @@ func direct(a, b []float32, tokens []int32, skip int) quality.Report {
 		if argmax(p) == argmax(q) {
 			r.Top1Agree++
 		}
+		// Clear: the two largest reference logits, sorted, differ by at least the gap.
+		row := slices.Clone(a[i*vocab : (i+1)*vocab])
+		slices.Sort(row)
+		if float64(row[len(row)-1])-float64(row[len(row)-2]) >= quality.DefaultClearGap {
+			r.Clear++
+			if argmax(p) == argmax(q) {
+				r.ClearAgree++
+			}
+		}
 		nllA -= math.Log(p[tokens[i+1]])
 		nllB -= math.Log(q[tokens[i+1]])
 		r.Positions++
@@ -143,12 +153,15 @@ func TestCompareMatchesDirect(t *testing.T) {
 	want := direct(logits(ref), logits(test), tokens, skip)
 	t.Logf("Compare: %v", r)
 	t.Logf("direct:  %v", want)
-	if r.Positions != want.Positions || r.Top1Agree != want.Top1Agree || !close(r.MeanKL, want.MeanKL) ||
+	if r.Positions != want.Positions || r.Top1Agree != want.Top1Agree || r.Clear != want.Clear || r.ClearAgree != want.ClearAgree || !close(r.MeanKL, want.MeanKL) ||
 		!close(r.MaxKL, want.MaxKL) || !close(r.PPLRef, want.PPLRef) || !close(r.PPLTest, want.PPLTest) {
 		t.Errorf("Compare %v, direct %v", r, want)
 	}
 	if r.MeanKL == 0 || r.Identical == r.Positions {
 		t.Errorf("q4_0 against fp16 changed nothing: %v", r)
+	}
+	if r.Clear == 0 || r.Clear == r.Positions {
+		t.Errorf("every position or none has a clear answer, so the test checks little: %v", r)
 	}
 }
 

@@ -112,6 +112,8 @@ func run() error {
 		qCtx      = flag.String("quality-ctx", "512,2048,4096", "with --quality: the context lengths measured, multiples of 64")
 		qRestore  = flag.Int("quality-restore", 256, "with --quality: tokens restored from the SSD prefix tier before scoring the rest of the shortest context against the live cache (0: skip)")
 		qInt8Ctx  = flag.Int("quality-int8-tokens", 2048, "with --quality --int8: positions scored, one token at a time")
+		qText     = flag.String("quality-text", quality.SourceNames()[0], "with --quality: the text fed, one of "+strings.Join(quality.SourceNames(), ", ")+" (quality.LoadSource: qwen3-tiny's own training sources from their Debian packages, or sqlite, pages it never saw)")
+		qBase     = flag.Bool("quality-base", true, "with --quality: measure the built-in layouts (K8/V8, the default, q4_0) besides the --layout ones")
 		layouts   layoutFlags
 		spec      = flag.Bool("spec", false, "instead of the usual scenarios, the speculative decoding one (spec.go): prompt lookup against plain decoding, in this process")
 		specModel = flag.String("spec-model", "", "with --spec: the checkpoint (default $MLXG_SHARED/models/qwen3-tiny)")
@@ -212,7 +214,10 @@ func run() error {
 	defer stop()
 	if *qual {
 		qc := QualityConfig{Restore: *qRestore, Threads: cfg.Threads, Int8: *int8, Int8Ctx: *qInt8Ctx, Shape: cfg.Shape, Seed: cfg.Seed, Cache: cfg.Cache,
-			Layouts: quality.Layouts, Models: []string{"qwen3-tiny", cfg.Shape}}
+			Layouts: quality.Layouts, Models: []string{"qwen3-tiny", cfg.Shape}, Text: *qText}
+		if !*qBase {
+			qc.Layouts = nil
+		}
 		if *qModels != "" {
 			qc.Models = strings.Split(*qModels, ",")
 		}

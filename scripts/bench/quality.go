@@ -47,6 +47,7 @@ type QualityConfig struct {
 	Shape    string      `json:"shape"`
 	Seed     uint64      `json:"seed"`
 	Cache    string      `json:"cache"`
+	Text     string      `json:"text"` // quality.LoadSource's name
 }
 
 // QualityRow is one measured cell.
@@ -116,7 +117,7 @@ func runQuality(ctx context.Context, c QualityConfig, repo, out string) (err err
 	if err != nil {
 		return err
 	}
-	heldOut, err := quality.LoadHeldOut("")
+	heldOut, err := quality.LoadSource(c.Text)
 	if err != nil {
 		return err
 	}
@@ -129,7 +130,7 @@ func runQuality(ctx context.Context, c QualityConfig, repo, out string) (err err
 		return fmt.Errorf("the held-out text is %d tokens, fewer than the %d a context of %d needs", len(text), longest+1, longest)
 	}
 	tokens := text[:longest+1]
-	logf("machine: %s, %d cores; held-out text: %d tokens, %d used", res.Machine.CPU, res.Machine.Cores, len(text), len(tokens))
+	logf("machine: %s, %d cores; text %q: %d tokens, %d used", res.Machine.CPU, res.Machine.Cores, c.Text, len(text), len(tokens))
 	if c.Int8 {
 		res.Int8, err = measureInt8(ctx, c, tiny, tokens, logf)
 		return err
@@ -283,14 +284,14 @@ func qualityTable(c QualityConfig, rows []QualityRow) string {
 	if len(rows) == 0 {
 		return ""
 	}
-	header := []string{"model", "KV layout", "bytes/token vs fp16", "context", "top-1 agreement", "mean KL", "max KL", "perplexity fp16 → layout"}
+	header := []string{"model", "KV layout", "bytes/token vs fp16", "context", "top-1 agreement", fmt.Sprintf("top-1 where fp16's gap ≥ %g", quality.DefaultClearGap), "mean KL", "max KL", "perplexity fp16 → layout"}
 	if c.Restore > 0 {
 		header = append(header, fmt.Sprintf("first %d tokens restored from SSD: logits ≡ live", c.Restore))
 	}
 	var cells [][]string
 	for _, r := range rows {
 		row := []string{r.Model, r.Layout + " (" + r.LayoutSpec + ")", fmt.Sprintf("%.3fx", r.BytesRatio), fmt.Sprint(r.Context),
-			pct(r.Report), fmt.Sprintf("%.2e", r.Report.MeanKL), fmt.Sprintf("%.2e", r.Report.MaxKL),
+			pct(r.Report), fmt.Sprintf("%.2f%% of %d", 100*r.Report.Top1Clear(), r.Report.Clear), fmt.Sprintf("%.2e", r.Report.MeanKL), fmt.Sprintf("%.2e", r.Report.MaxKL),
 			fmt.Sprintf("%.2f → %.2f", r.Report.PPLRef, r.Report.PPLTest)}
 		if c.Restore > 0 {
 			switch rr := r.Restored; {
