@@ -6,16 +6,18 @@ package randmodel
 // the checkpoint's, so a cut model's per-layer cost and its embedding and head are real.
 
 // Qwen3_8B is Qwen3-8B (Qwen/Qwen3-8B config.json: hidden 4096, MLP 12288, 36 layers,
-// 32 query and 8 KV heads of 128, untied head), bfloat16.
+// 32 query and 8 KV heads of 128, untied head; scripts/bench's dense stream case uses
+// the same widths), bfloat16.
 func Qwen3_8B() Config {
 	return Config{Arch: "qwen3", VocabSize: 151936, HiddenSize: 4096, IntermediateSize: 12288, NumLayers: 36,
 		NumHeads: 32, NumKVHeads: 8, HeadDim: 128, MaxPositions: 40960, RopeTheta: 1e6, RMSNormEps: 1e-6,
 		DType: "bfloat16", BOSTokenID: intp(151643), EOSTokenIDs: []int{151645}}
 }
 
-// Qwen3_30B_A3B is Qwen3-30B-A3B (Qwen/Qwen3-30B-A3B config.json: hidden 2048, 48
-// layers, 32 query and 4 KV heads of 128, 128 experts of 768 of which 8 are picked, the
-// shape scripts/bench stream also uses), bfloat16.
+// Qwen3_30B_A3B is Qwen3-30B-A3B (Qwen/Qwen3-30B-A3B config.json, as slime's
+// scripts/models/qwen3-30B-A3B.sh restates it (read in the zyzshishui/slime mirror):
+// hidden 2048, 48 layers, 32 query and 4 KV heads of 128, 128 experts of 768 of which 8
+// are picked; the shape scripts/bench stream also uses), bfloat16.
 func Qwen3_30B_A3B() Config {
 	return Config{Arch: "qwen3_moe", VocabSize: 151936, HiddenSize: 2048, IntermediateSize: 6144, NumLayers: 48,
 		NumHeads: 32, NumKVHeads: 4, HeadDim: 128, MaxPositions: 40960, RopeTheta: 1e6, RMSNormEps: 1e-6,
@@ -23,10 +25,12 @@ func Qwen3_30B_A3B() Config {
 		BOSTokenID: intp(151643), EOSTokenIDs: []int{151645}}
 }
 
-// Qwen3Next80B is Qwen3-Next-80B-A3B (Qwen/Qwen3-Next-80B-A3B-Instruct config.json:
+// Qwen3Next80B is Qwen3-Next-80B-A3B (Qwen/Qwen3-Next-80B-A3B-Instruct config.json, as
+// slime's scripts/models/qwen3-next-80B-A3B.sh restates it (zyzshishui/slime):
 // hidden 2048, 48 layers of which every 4th is gated attention (16 query, 2 KV heads of
 // 256, a quarter rotated), Gated DeltaNet with 16 key and 32 value heads of 128, 512
-// experts of 512 of which 10 are picked, a shared expert of 512), bfloat16.
+// experts of 512 of which 10 are picked, a shared expert of 512; the DeltaNet widths as
+// a public parameter-count test quotes the config, 79.67B parameters), bfloat16.
 func Qwen3Next80B() Config {
 	return Config{Arch: "qwen3_next", VocabSize: 151936, HiddenSize: 2048, IntermediateSize: 5120, NumLayers: 48,
 		NumHeads: 16, NumKVHeads: 2, HeadDim: 256, MaxPositions: 262144, RopeTheta: 1e7, RMSNormEps: 1e-6,
@@ -35,7 +39,8 @@ func Qwen3Next80B() Config {
 		FullAttentionInterval: 4, PartialRotary: 0.25, BOSTokenID: intp(151643), EOSTokenIDs: []int{151645}}
 }
 
-// Gemma3_27B is the text model of Gemma 3 27B (google/gemma-3-27b-it text_config: hidden
+// Gemma3_27B is the text model of Gemma 3 27B (google/gemma-3-27b-it text_config, as
+// quoted in public config-parser tests: hidden
 // 5376, MLP 21504, 62 layers, 32 query and 16 KV heads of 128, five sliding layers of
 // 1024 to a global one, query_pre_attn_scalar 168, linear RoPE scaling 8 on the global
 // layers, tied embeddings), bfloat16.
@@ -78,9 +83,9 @@ func Glm47Flash() Config {
 	return c
 }
 
-// Glm45Air is GLM-4.5-Air (zai-org/GLM-4.5-Air config.json; its shape is also in
-// THUDM's slime scripts/models/glm4.5-106B-A12B.sh and quoted as a config fixture with
-// mlp_layer_types in public quantization tools: hidden 4096, 46 layers the first dense
+// Glm45Air is GLM-4.5-Air (zai-org/GLM-4.5-Air config.json, as a slime model script for
+// glm4.5-106B-A12B restates it and a public quantization tool's config fixture quotes it
+// with n_routed_experts and mlp_layer_types: hidden 4096, 46 layers the first dense
 // (MLP 10944), 96 query and 8 KV heads of 128 with q/k/v biases, half of each head
 // rotated, 128 experts of 1408 of which 8 are picked, one shared expert, one MTP
 // layer), bfloat16.
