@@ -484,7 +484,7 @@ func (c Config) Validate() error {
 		if c.SlidingWindow <= 0 || c.SlidingWindowPattern <= 0 || c.RopeLocalBaseFreq <= 0 || c.PartialRotary <= 0 || c.PartialRotary > 1 {
 			return errors.New("randmodel: gemma4 needs sliding_window, sliding_window_pattern, rope_local_base_freq and partial_rotary_factor in (0, 1]")
 		}
-		if c.KVSharedLayers < 0 || c.KVSharedLayers >= c.NumLayers-c.SlidingWindowPattern {
+		if c.KVSharedLayers < 0 || (c.KVSharedLayers > 0 && c.KVSharedLayers >= c.NumLayers-c.SlidingWindowPattern) {
 			return errors.New("randmodel: gemma4's num_kv_shared_layers must leave a full and a sliding layer before them")
 		}
 		if c.NumExperts > 0 && (c.TopK <= 0 || c.TopK > c.NumExperts || c.MoEIntermediate <= 0) {

@@ -3,9 +3,11 @@ package model_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,29 +19,24 @@ import (
 	"github.com/mlxg/mlxg/runner/model"
 )
 
-// benchFamilies are real shapes, cut to MLXG_BENCH_LAYERS layers by BenchmarkFamilyDecode.
-var benchFamilies = map[string]func() randmodel.Config{
-	"ministral3-3b":   randmodel.Ministral3_3B,
-	"mistral-small-3": randmodel.MistralSmall3,
-	"phi4-mini":       randmodel.Phi4Mini,
-	"phi4":            randmodel.Phi4,
-}
-
 // BenchmarkFamilyDecode measures decode tokens/s and peak RSS on the CPU backend (2
 // threads, MLX 4-bit weights in groups of 64, fp16 caches) of a random checkpoint of a
-// family's real shape cut to a few layers (MLXG_BENCH_LAYERS, default 4): the family's own
-// kernels (windows, query scales, longrope, fused projections, vocabulary) at a size this
-// machine holds. MLXG_BENCH_FAMILY picks one (ministral3-3b, mistral-small-3, phi4-mini,
-// phi4); the checkpoint is made once under $MLXG_BENCH_DIR. Peak RSS is the process's high
-// water mark from the load on (the generator's memory is released and the mark reset
-// first: /proc/self/clear_refs).
+// family's real shape cut to a few layers (MLXG_BENCH_LAYERS, default 4; randmodel's Cut,
+// which keeps every expert and may keep a few more layers where the family's pattern
+// needs them): the family's own kernels (windows, latent attention, experts, query
+// scales, longrope, fused projections, vocabulary) at a size this machine holds.
+// MLXG_BENCH_FAMILY picks one of randmodel.Shapes (gpt-oss-20b, glm-4.7-flash,
+// gemma4-e4b, qwen3-8b, ...); the checkpoint is made once under $MLXG_BENCH_DIR. Peak RSS
+// is the process's high water mark from the load on (the generator's memory is released
+// and the mark reset first: /proc/self/clear_refs).
 //
 //	MLXG_BENCH_FAMILY=phi4-mini go test -run '^$' -bench FamilyDecode -benchtime 1x ./runner/model/
 func BenchmarkFamilyDecode(b *testing.B) {
 	name := os.Getenv("MLXG_BENCH_FAMILY")
-	shape, ok := benchFamilies[name]
+	shape, ok := randmodel.Shapes[name]
 	if !ok {
-		b.Skipf("MLXG_BENCH_FAMILY=%q: set it to one of ministral3-3b, mistral-small-3, phi4-mini, phi4", name)
+		names := slices.Sorted(maps.Keys(randmodel.Shapes))
+		b.Skipf("MLXG_BENCH_FAMILY=%q: set it to one of %s", name, strings.Join(names, ", "))
 	}
 	layers := 4
 	if v, err := strconv.Atoi(os.Getenv("MLXG_BENCH_LAYERS")); err == nil && v > 0 {
@@ -49,11 +46,10 @@ func BenchmarkFamilyDecode(b *testing.B) {
 	if root == "" {
 		root = filepath.Join(os.TempDir(), "mlxg-bench")
 	}
-	dst := filepath.Join(root, fmt.Sprintf("%s-%dl-q4", name, layers))
+	cfg := shape().Cut(layers)
+	dst := filepath.Join(root, fmt.Sprintf("%s-%dl-q4", name, cfg.NumLayers))
 	if _, err := os.Stat(filepath.Join(dst, "config.json")); err != nil {
 		src := dst + "-bf16"
-		cfg := shape()
-		cfg.NumLayers = layers
 		if err := randmodel.Generate(src, cfg, randmodel.Options{Seed: 1}); err != nil {
 			b.Fatal(err)
 		}
@@ -96,6 +92,7 @@ func BenchmarkFamilyDecode(b *testing.B) {
 		dec += time.Since(start)
 	}
 	b.ReportMetric(float64(decode*b.N)/dec.Seconds(), "decode-tok/s")
+	b.ReportMetric(float64(cfg.NumLayers), "layers")
 	b.ReportMetric(float64(m.WeightBytes())/(1<<20), "weights-MiB")
 	if hwm := vmHWM(); hwm > 0 {
 		b.ReportMetric(float64(hwm)/(1<<20), "peak-RSS-MiB")
