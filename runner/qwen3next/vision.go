@@ -293,6 +293,13 @@ func (t *Tower) Encode(c compute.Context, images []*vision.Pixels) (compute.Tens
 	rows := len(px) / cols
 	half := t.rope.Dims
 	hd := cfg.Hidden / cfg.Heads
+	// Each image's products are computed as they would be with it alone (a backend whose
+	// arithmetic depends on a product's row count), so that batched images encode as each
+	// does by itself.
+	bc, segmented := compute.Ext[compute.BatchContext](c)
+	if segmented {
+		bc.Segments(blocks)
+	}
 	h := c.Add(c.Linear(vc.Input(px, rows, cols), t.PatchEmbed), vc.Input(pos, rows, cfg.Hidden))
 	ct, st := vc.Input(cos, rows, half), vc.Input(sin, rows, half)
 	tanh := cfg.Act != "gelu"
@@ -308,6 +315,13 @@ func (t *Tower) Encode(c compute.Context, images []*vision.Pixels) (compute.Tens
 		compute.Free(c, h, ct, st)
 	}
 	m := cfg.Merge * cfg.Merge
+	if segmented {
+		merged := make([]int, len(blocks))
+		for i, n := range blocks {
+			merged[i] = n / m
+		}
+		bc.Segments(merged)
+	}
 	x := c.Reshape(vc.LayerNorm(h, t.MergerNorm[0], t.MergerNorm[1], 1e-6), rows/m, cfg.Hidden*m)
 	return c.Linear(vc.GELU(c.Linear(x, t.MergerFC1), false), t.MergerFC2), grids
 }
