@@ -24,6 +24,7 @@ import (
 	"github.com/mlxg/mlxg/runner/sample"
 	"github.com/mlxg/mlxg/text/template"
 	"github.com/mlxg/mlxg/text/tokenizer"
+	"github.com/mlxg/mlxg/vision"
 )
 
 // LoadOptions say how to load a model.
@@ -85,6 +86,7 @@ type Engine struct {
 	coal      *coalescer    // prompts being prefilled (coalesce.go); nil: no waiting for them
 	draft     *Engine       // the draft model (draft.go); nil: prompt lookup
 	kvHeld    *atomic.Int64 // the KV bytes its running sequences hold (KVHeld); nil: not counted
+	features  *featureCache // encoded images by their pixels' hash (images.go); nil: none kept
 }
 
 // KVHeld is the bytes the KV caches of the engine's running sequences hold, as of their latest
@@ -211,7 +213,7 @@ func LoadModel(dir string, o LoadOptions) (*Engine, error) {
 	}
 	log.Info("model loaded", "dir", dir, "type", m.Config.ModelType, "layers", m.Config.NumLayers,
 		"backend", backend.Name(), "weights", m.WeightBytes(), "took", time.Since(start).Round(time.Millisecond))
-	e := &Engine{Dir: dir, Model: m, eos: m.Config.EOS, kv: kv, log: log, prefix: newPrefixEngine(o.Prefix, dir, log), kvHeld: new(atomic.Int64)}
+	e := &Engine{Dir: dir, Model: m, eos: m.Config.EOS, kv: kv, log: log, prefix: newPrefixEngine(o.Prefix, dir, log), kvHeld: new(atomic.Int64), features: &featureCache{}}
 	e.maxBatch = o.MaxBatch
 	if e.maxCtx = o.Context; e.maxCtx <= 0 {
 		e.maxCtx = m.Config.MaxPositions
@@ -319,6 +321,10 @@ type Request struct {
 	Context []int32
 	// WantContext fills Result.Context.
 	WantContext bool
+	// Images are the images the prompt's image placeholders stand for, in order; the last
+	// ones when the prompt has fewer placeholders (truncation dropped the messages of the
+	// others). A model without a vision tower refuses them (ErrTextOnly).
+	Images []vision.Image
 	// OnPrompt, when set, is told how the prompt fits the context once that is settled and before
 	// any of it is computed (nothing is cut with NoTruncate: a prompt that does not fit is a
 	// *ContextError instead), so that a server can say so in its response's headers.
@@ -418,6 +424,13 @@ func (e *Engine) Generate(ctx context.Context, req Request, fn func(text string)
 	if len(prompt) == 0 {
 		return nil, errors.New("generate: the prompt is empty")
 	}
+	var media *model.Media
+	if len(req.Images) > 0 {
+		var err error
+		if prompt, media, err = e.withImages(ctx, prompt, req.Images); err != nil {
+			return nil, err
+		}
+	}
 
 	dec := e.Tokenizer.NewStreamDecoder(!req.SpecialTokens)
 	stops := &stopFilter{stops: o.Stop}
@@ -442,7 +455,11 @@ func (e *Engine) Generate(ctx context.Context, req Request, fn func(text string)
 		return failed
 	}
 	hit := false
-	f := flags{noTruncate: req.NoTruncate, noShift: req.NoShift, format: req.Format}
+	f := flags{noTruncate: req.NoTruncate, noShift: req.NoShift, format: req.Format, media: media}
+	if media != nil {
+		// Image rows can be neither cut nor shifted: their positions are the image's.
+		f.noTruncate, f.noShift = true, true
+	}
 	if req.OnPrompt != nil {
 		f.onPrompt = func(fit PromptFit) {
 			fit.MessagesDropped = dropped
@@ -592,6 +609,7 @@ type flags struct {
 	format              *Format // structured output (format.go)
 	end                 []int32 // more tokens that end generation as EOS does
 	onPrompt            func(PromptFit)
+	media               *model.Media // the prompt's images (images.go); nil: none
 }
 
 func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int, f flags, emit func(id int32) (bool, error)) (*Result, error) {
@@ -633,6 +651,11 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 	if err != nil {
 		return nil, err
 	}
+	if f.media != nil {
+		model.SetMedia(caches, f.media)
+		defer model.SetMedia(caches, nil)
+		o.NumDraft = 0 // drafts are text: none across images
+	}
 	pf := e.prefixBegin(caches, res)
 	defer pf.end()
 	if pf != nil {
@@ -643,11 +666,14 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 	// position's logits.
 	prefill := func(tokens []int32) ([]float32, error) {
 		var logits []float32
-		for i := 0; i < len(tokens); i += o.NumBatch {
+		offset := caches[0].Len()
+		for i := 0; i < len(tokens); {
+			end := chunkEnd(f.media, offset, i, o.NumBatch, len(tokens)) // an image is never split between chunks
 			var err error
-			if logits, err = e.forward(ctx, tokens[i:min(i+o.NumBatch, len(tokens))], caches, nil); err != nil {
+			if logits, err = e.forward(ctx, tokens[i:end], caches, nil); err != nil {
 				return nil, err
 			}
+			i = end
 		}
 		return logits, nil
 	}

@@ -471,6 +471,7 @@ func (m *engineModel) Generate(ctx context.Context, in GenerateInput, emit func(
 	req.NoTruncate, req.NoShift, req.EndTokens = in.NoTruncate, in.NoShift, in.EndTokens
 	req.SpecialTokens = in.SpecialTokens
 	req.OnPrompt = in.OnPrompt
+	req.Images = in.Images
 	if in.OnLogprobs != nil {
 		req.OnLogprobs = func(lps []runner.Logprob) { in.OnLogprobs(toLogprobs(m.e.Tokenizer, lps)) }
 	}
