@@ -46,6 +46,17 @@ const (
 // vision.safetensors (float32, the patch embedding channels-last as MLX's Conv3d keeps
 // it), vision_config and the image tokens in config.json, and preprocessor_config.json.
 func AddQwenVision(dir string, v QwenVision, seed uint64) error {
+	return addQwenVision(dir, v, seed, false)
+}
+
+// AddQwenVisionHF is AddQwenVision in Hugging Face's layout: the same values under
+// model.visual.*, the patch embedding's kernel as [out, channels, temporal, patch, patch]
+// (what `mlxg create` turns back into AddQwenVision's tensors).
+func AddQwenVisionHF(dir string, v QwenVision, seed uint64) error {
+	return addQwenVision(dir, v, seed, true)
+}
+
+func addQwenVision(dir string, v QwenVision, seed uint64, hf bool) error {
 	cfgPath := filepath.Join(dir, "config.json")
 	raw, err := os.ReadFile(cfgPath)
 	if err != nil {
@@ -60,6 +71,9 @@ func AddQwenVision(dir string, v QwenVision, seed uint64) error {
 		return fmt.Errorf("randmodel: %s has no text_config: not a Qwen3.5 checkpoint", cfgPath)
 	}
 	out := int(text["hidden_size"].(float64))
+	if err := mropeSection(text); err != nil {
+		return err
+	}
 	vc := map[string]any{}
 	b, _ := json.Marshal(v)
 	_ = json.Unmarshal(b, &vc)
@@ -109,8 +123,74 @@ func AddQwenVision(dir string, v QwenVision, seed uint64) error {
 	specs = append(specs, lin(p+"merger.linear_fc2", out, m)...)
 	tensors := make([]safetensors.Tensor, len(specs))
 	for i, s := range specs {
-		tensors[i] = safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: s.Name, DType: safetensors.F32, Shape: s.Shape},
+		t := safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: s.Name, DType: safetensors.F32, Shape: s.Shape},
 			Data: fill(s, safetensors.F32, seed)}
+		if hf {
+			t.Name = "model.visual." + t.Name[len(p):]
+			if len(s.Shape) == 5 { // [out, T, P, P, C] -> [out, C, T, P, P]
+				o, T, P, C := s.Shape[0], s.Shape[1], s.Shape[2], s.Shape[4]
+				src, dst := t.Data, make([]byte, len(t.Data))
+				for a := range o {
+					for tt := range T {
+						for y := range P {
+							for x := range P {
+								for c := range C {
+									from := (((a*T+tt)*P+y)*P+x)*C + c
+									to := (((a*C+c)*T+tt)*P+y)*P + x
+									copy(dst[4*to:4*to+4], src[4*from:4*from+4])
+								}
+							}
+						}
+					}
+				}
+				t.Data, t.Shape = dst, []int{o, C, T, P, P}
+			}
+		}
+		tensors[i] = t
 	}
-	return safetensors.Write(filepath.Join(dir, "vision.safetensors"), tensors, map[string]string{"format": "mlx"})
+	format := "mlx"
+	if hf {
+		format = "pt"
+	}
+	return safetensors.Write(filepath.Join(dir, "vision.safetensors"), tensors, map[string]string{"format": format})
+}
+
+// mropeSection gives text_config rope_parameters with an mrope_section over its rotary
+// frequencies when it has none, split as Qwen's [11, 11, 10] splits 32.
+func mropeSection(text map[string]any) error {
+	rp, _ := text["rope_parameters"].(map[string]any)
+	if rp == nil {
+		rp = map[string]any{"rope_type": "default"}
+		if th, ok := text["rope_theta"]; ok {
+			rp["rope_theta"] = th
+		}
+		if pr, ok := text["partial_rotary_factor"]; ok {
+			rp["partial_rotary_factor"] = pr
+		}
+	}
+	if _, ok := rp["mrope_section"]; ok {
+		return nil
+	}
+	hd, _ := text["head_dim"].(float64)
+	if hd == 0 {
+		h, _ := text["hidden_size"].(float64)
+		n, _ := text["num_attention_heads"].(float64)
+		if n == 0 {
+			return fmt.Errorf("randmodel: text_config has no head_dim or num_attention_heads")
+		}
+		hd = h / n
+	}
+	pr, ok := rp["partial_rotary_factor"].(float64)
+	if !ok {
+		if pr, ok = text["partial_rotary_factor"].(float64); !ok {
+			pr = 1
+		}
+	}
+	n := int(hd*pr) / 2
+	w := n / 3
+	h := (n - w) / 2
+	rp["mrope_section"] = []int{n - h - w, h, w}
+	rp["mrope_interleaved"] = true
+	text["rope_parameters"] = rp
+	return nil
 }
