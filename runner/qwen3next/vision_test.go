@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/mlxg/mlxg/registry/randmodel"
 	"github.com/mlxg/mlxg/runner/cpu"
@@ -17,7 +18,10 @@ import (
 
 // visionModel is the tiny Qwen3-Next of load in Qwen3.5's layout with a random tower
 // (registry/randmodel.AddQwenVision) and an mrope_section over its 8 rotary frequencies.
-func visionModel(t testing.TB) *model.Model {
+func visionModel(t testing.TB) *model.Model { return visionModelWith(t, randmodel.TinyQwenVision()) }
+
+// visionModelWith is visionModel with a tower of shape v.
+func visionModelWith(t testing.TB, v randmodel.QwenVision) *model.Model {
 	t.Helper()
 	next := load(t.(*testing.T), 0)
 	dst := filepath.Join(t.TempDir(), "qwen35v")
@@ -34,7 +38,7 @@ func visionModel(t testing.TB) *model.Model {
 	if err := os.WriteFile(path, raw, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := randmodel.AddQwenVision(dst, randmodel.TinyQwenVision(), 7); err != nil {
+	if err := randmodel.AddQwenVision(dst, v, 7); err != nil {
 		t.Fatal(err)
 	}
 	m, err := model.Load(dst, cpu.New(2))
@@ -192,4 +196,30 @@ func TestMediaPositions(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("positions %v, want %v", got, want)
 	}
+}
+
+// TestEncodeTime logs the time to preprocess and encode one 1024×768 image on the CPU
+// backend (2 threads) with a tiny tower of Qwen3.5's patch geometry (16-pixel patches,
+// 2×2 merge, a 48×48 position grid, its default pixel budget): 3,072 patches, 768 tokens.
+func TestEncodeTime(t *testing.T) {
+	v := randmodel.TinyQwenVision()
+	v.Patch, v.NumPositions, v.MinPixels, v.MaxPixels = 16, 2304, 65536, 16777216
+	m := visionModelWith(t, v)
+	im := testImage(1024, 768, 4)
+	start := time.Now()
+	if _, err := m.Vision().Processor().Process(im.RGB); err != nil {
+		t.Fatal(err)
+	}
+	pre := time.Since(start)
+	start = time.Now()
+	sp, err := m.EncodeImages(context.Background(), []vision.Image{im})
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	if sp[0].Grid != [3]int{1, 24, 32} {
+		t.Fatalf("grid %v", sp[0].Grid)
+	}
+	t.Logf("1024×768 on the CPU backend (2 threads), tower of %d blocks × %d wide: %d patches, %d tokens in %v (preprocessing alone %v)",
+		v.Depth, v.Hidden, 4*sp[0].N(), sp[0].N(), took.Round(time.Millisecond), pre.Round(time.Millisecond))
 }
