@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
@@ -11,10 +12,16 @@ import (
 	"image/color"
 	"image/png"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/mlxg/mlxg/api"
+	"github.com/mlxg/mlxg/internal/testdata"
+	"github.com/mlxg/mlxg/registry"
+	"github.com/mlxg/mlxg/registry/create"
+	"github.com/mlxg/mlxg/registry/randmodel"
 	"github.com/mlxg/mlxg/runner/sched"
 )
 
@@ -135,5 +142,114 @@ func TestImagesEveryAPI(t *testing.T) {
 		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), c.want) {
 			t.Errorf("%s %.120s: %d %s, want 400 with %q", c.path, c.body, resp.StatusCode, b, c.want)
 		}
+	}
+}
+
+// visionTemplate renders content parts as Qwen3.5's chat template does (an image part as
+// <|vision_start|><|image_pad|><|vision_end|>).
+const visionTemplate = `{%- for message in messages -%}<|im_start|>{{ message.role }}
+{% if message.content is string %}{{ message.content }}{% else %}{% for item in message.content %}{% if item.type == 'image' %}<|vision_start|><|image_pad|><|vision_end|>{% elif item.type == 'text' %}{{ item.text }}{% endif %}{% endfor %}{% endif %}<|im_end|>
+{% endfor -%}{%- if add_generation_prompt -%}<|im_start|>assistant
+{% endif -%}`
+
+// newVisionServer serves a tiny random Qwen3.5 with a vision tower (registry/randmodel's
+// GenerateQwen35 in Hugging Face's layout, converted by create) as "vis", beside the
+// scripted text model.
+func newVisionServer(t *testing.T) *testServer {
+	t.Helper()
+	tmp := t.TempDir()
+	hf, mlx := filepath.Join(tmp, "hf"), filepath.Join(tmp, "mlx")
+	c := randmodel.TinyQwen3Next(151936)
+	c.TieWordEmbeddings = true
+	v := randmodel.TinyQwenVision()
+	if err := randmodel.GenerateQwen35(hf, c, &v, randmodel.Options{Seed: 3, TokenizerDir: testdata.Tokenizer(t, "qwen3")}); err != nil {
+		t.Fatal(err)
+	}
+	tcPath := filepath.Join(hf, "tokenizer_config.json")
+	raw, err := os.ReadFile(tcPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tc map[string]any
+	if err := json.Unmarshal(raw, &tc); err != nil {
+		t.Fatal(err)
+	}
+	tc["chat_template"] = visionTemplate
+	raw, _ = json.Marshal(tc)
+	if err := os.WriteFile(tcPath, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := create.Convert(context.Background(), hf, mlx, create.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	ts := newTestServer(t, sched.Config{})
+	n, _ := registry.ParseName("vis")
+	if _, err := ts.srv.cfg.Store.ImportDir(context.Background(), n, mlx); err != nil {
+		t.Fatal(err)
+	}
+	return ts
+}
+
+// TestImagesVisionModel: a model with a vision tower takes images on every API (the image's
+// 48 tokens are in the prompt count), lists vision in /api/show, refuses bad images with a
+// 400 naming the problem, and keeps serving.
+func TestImagesVisionModel(t *testing.T) {
+	ts := newVisionServer(t)
+	_, b := ts.post(t, "/api/show", `{"model":"vis"}`)
+	if !strings.Contains(string(b), `"vision"`) {
+		t.Errorf("/api/show of a vision model: %s", b)
+	}
+	_, b = ts.post(t, "/api/show", `{"model":"scripted"}`)
+	if strings.Contains(string(b), `"vision"`) {
+		t.Errorf("/api/show of a text model lists vision: %s", b)
+	}
+	png64 := base64.StdEncoding.EncodeToString(testPNG(t, 64, 48, 5)) // 8×6 tokens of 8×8 pixels
+	other := base64.StdEncoding.EncodeToString(testPNG(t, 64, 48, 9))
+	data := "data:image/png;base64," + png64
+	opts := `"options":{"num_predict":3,"temperature":0}`
+	prompt := func(b []byte) int {
+		var r struct {
+			PromptEvalCount int `json:"prompt_eval_count"`
+			Usage           struct {
+				PromptTokens int `json:"prompt_tokens"`
+				InputTokens  int `json:"input_tokens"`
+			} `json:"usage"`
+		}
+		_ = json.Unmarshal(b, &r)
+		return max(r.PromptEvalCount, r.Usage.PromptTokens, r.Usage.InputTokens)
+	}
+	for _, c := range []struct {
+		path, body string
+		images     int
+	}{
+		{"/api/generate", `{"model":"vis","prompt":"What is this?","stream":false,"images":["` + png64 + `"],` + opts + `}`, 1},
+		{"/api/chat", `{"model":"vis","stream":false,"messages":[{"role":"user","content":"Compare","images":["` + png64 + `","` + other + `"]}],` + opts + `}`, 2},
+		{"/v1/chat/completions", `{"model":"vis","max_tokens":3,"temperature":0,"messages":[{"role":"user","content":[{"type":"text","text":"What?"},{"type":"image_url","image_url":{"url":"` + data + `"}}]}]}`, 1},
+		{"/v1/responses", `{"model":"vis","max_output_tokens":3,"temperature":0,"input":[{"role":"user","content":[{"type":"input_image","image_url":"` + data + `"},{"type":"input_text","text":"What?"}]}]}`, 1},
+		{"/v1/messages", `{"model":"vis","max_tokens":3,"temperature":0,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"` + png64 + `"}},{"type":"text","text":"What?"}]}]}`, 1},
+		{"/v1/messages", `{"model":"vis","max_tokens":3,"temperature":0,"messages":[{"role":"user","content":"Take a screenshot"},{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"shot","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"` + png64 + `"}}]}]}]}`, 1},
+	} {
+		resp, b := ts.post(t, c.path, c.body)
+		if resp.StatusCode != 200 || prompt(b) < 48*c.images {
+			t.Errorf("%s with %d images: %d, %d prompt tokens: %.300s", c.path, c.images, resp.StatusCode, prompt(b), b)
+		}
+	}
+	many := strings.Repeat(`"`+png64+`",`, maxImages)
+	for _, c := range []struct{ body, want string }{
+		{`{"model":"vis","prompt":"x","images":["` + base64.StdEncoding.EncodeToString([]byte("not an image")) + `"]}`, "images[0]: invalid image: unknown or corrupt format"},
+		{`{"model":"vis","prompt":"x","images":["` + base64.StdEncoding.EncodeToString(testPNG(t, 64, 48, 5)[:60]) + `"]}`, "corrupt or truncated png"},
+		{`{"model":"vis","prompt":"x","images":["` + base64.StdEncoding.EncodeToString(resizedPNG(t, 0, 0)) + `"]}`, "invalid image"},
+		{`{"model":"vis","prompt":"x","images":["` + base64.StdEncoding.EncodeToString(resizedPNG(t, 50000, 50000)) + `"]}`, "50000×50000 pixels is over the"},
+		{`{"model":"vis","prompt":"x","images":[` + many + `"` + png64 + `"]}`, "images in one request: mlxg takes at most"},
+		{`{"model":"vis","prompt":"x","images":["@@@"]}`, "not valid base64"},
+		{`{"model":"vis","prompt":"x","raw":true,"images":["` + png64 + `"]}`, "images need the model's chat template"},
+	} {
+		resp, b := ts.post(t, "/api/generate", strings.Replace(c.body, `{"model":"vis",`, `{"model":"vis",`+opts+`,`, 1))
+		if resp.StatusCode != 400 || !strings.Contains(string(b), c.want) {
+			t.Errorf("%.100s: %d %.300s, want 400 with %q", c.body, resp.StatusCode, b, c.want)
+		}
+	}
+	if resp, b := ts.post(t, "/api/generate", `{"model":"vis","prompt":"Still there?","stream":false,`+opts+`}`); resp.StatusCode != 200 {
+		t.Errorf("after the bad images: %d %s", resp.StatusCode, b)
 	}
 }
