@@ -666,7 +666,10 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 	// position's logits.
 	prefill := func(tokens []int32) ([]float32, error) {
 		var logits []float32
-		offset := caches[0].Len()
+		offset := 0
+		if f.media != nil {
+			offset = seqLen(caches)
+		}
 		for i := 0; i < len(tokens); {
 			end := chunkEnd(f.media, offset, i, o.NumBatch, len(tokens)) // an image is never split between chunks
 			var err error

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/runner/model"
 	"github.com/mlxg/mlxg/vision"
 )
@@ -146,4 +147,15 @@ func chunkEnd(md *model.Media, offset, start, n, total int) int {
 		}
 	}
 	return end
+}
+
+// seqLen is how many positions caches hold: the first layer's that has a cache (a hybrid
+// model's linear layers may have none until the model fills them).
+func seqLen(caches []kvstore.Layer) int {
+	for _, c := range caches {
+		if c != nil {
+			return c.Len()
+		}
+	}
+	return 0
 }
