@@ -7,6 +7,7 @@ import (
 
 	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/api/openai"
+	"github.com/mlxg/mlxg/runner/compute"
 	"github.com/mlxg/mlxg/runner/model"
 	"github.com/mlxg/mlxg/vision"
 )
@@ -65,8 +66,25 @@ func requestImages(name string, hasVision func() bool, msgs []api.Message, field
 	return out, nil
 }
 
-// visionModel reports whether the job's checkpoint reads images (runner/model.HasVision).
-func (j *job) visionModel() bool { return j.lm != nil && model.HasVision(j.lm.Dir) }
+// visionModel reports whether the job's checkpoint reads images here: it holds a tower mlxg runs
+// (runner/model.HasVision) and this server's engines run towers.
+func (s *Server) visionModel(j *job) func() bool {
+	return func() bool { return j.lm != nil && s.enginesSeeImages() && model.HasVision(j.lm.Dir) }
+}
+
+// enginesSeeImages reports whether the server's engines run vision towers: whole models (not split
+// over machines) on a backend with compute.VisionContext, which the CPU backend has and MLX does
+// not yet.
+func (s *Server) enginesSeeImages() bool {
+	el, ok := s.cfg.Loader.(*EngineLoader)
+	if !ok {
+		return true // a loader of its own (tests): the model says
+	}
+	if el.Pipeline != nil {
+		return false
+	}
+	return el.Backend == nil || compute.Supports[compute.VisionContext](el.Backend, "images") == nil
+}
 
 // fimList names the fill-in-the-middle token sets mlxg knows, for the error a suffix gets.
 func fimList() string {

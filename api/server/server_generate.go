@@ -386,9 +386,9 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 
 	var images []vision.Image
 	if j.chat {
-		images, err = requestImages(j.name, j.visionModel, j.messages, messageField)
+		images, err = requestImages(j.name, s.visionModel(j), j.messages, messageField)
 	} else {
-		images, err = requestImages(j.name, j.visionModel, []api.Message{{Images: j.images}}, func(int) string { return "images" })
+		images, err = requestImages(j.name, s.visionModel(j), []api.Message{{Images: j.images}}, func(int) string { return "images" })
 		if err == nil && len(images) > 0 && (j.raw || j.suffix != "" || j.info.ChatTemplate == "") {
 			err = errorf(http.StatusBadRequest, "images need the model's chat template, which places them: remove raw or suffix")
 		}
