@@ -116,21 +116,26 @@ func (c *context) BlockAttention(q, k, v compute.Tensor, heads int, scale float3
 		}
 		r += n
 	}
-	c.b.parallel(qt.rows*heads, 1, func(lo, hi int) {
+	// Each head's keys and values gathered contiguous (T × d), so that a query row reads
+	// its block's keys and values in order.
+	kh, vh := make([]float32, qt.rows*cols), make([]float32, qt.rows*cols)
+	for r := range qt.rows {
+		for h := range heads {
+			copy(kh[(h*qt.rows+r)*d:(h*qt.rows+r+1)*d], kt.data[r*cols+h*d:r*cols+(h+1)*d])
+			copy(vh[(h*qt.rows+r)*d:(h*qt.rows+r+1)*d], vt.data[r*cols+h*d:r*cols+(h+1)*d])
+		}
+	}
+	c.b.parallel(qt.rows*heads, 4, func(lo, hi int) {
 		var scores []float32
 		for job := lo; job < hi; job++ {
 			row, h := job/heads, job%heads
 			s, e := start[row], end[row]
 			scores = scores[:0]
 			qv := qt.data[row*cols+h*d : row*cols+(h+1)*d]
+			keys := kh[(h*qt.rows+s)*d : (h*qt.rows+e)*d]
 			m := float32(math.Inf(-1))
-			for j := s; j < e; j++ {
-				kv := kt.data[j*cols+h*d : j*cols+(h+1)*d]
-				var dot float32
-				for x := range d {
-					dot += qv[x] * kv[x]
-				}
-				dot *= scale
+			for j := 0; j+d <= len(keys); j += d {
+				dot := dot32(qv, keys[j:j+d]) * scale
 				scores = append(scores, dot)
 				m = max(m, dot)
 			}
@@ -142,10 +147,12 @@ func (c *context) BlockAttention(q, k, v compute.Tensor, heads int, scale float3
 			}
 			o := out.data[row*cols+h*d : row*cols+(h+1)*d]
 			clear(o)
+			vals := vh[(h*qt.rows+s)*d : (h*qt.rows+e)*d]
+			inv := float32(1 / sum)
 			for i, p := range scores {
-				w := p / float32(sum)
-				vv := vt.data[(s+i)*cols+h*d : (s+i)*cols+(h+1)*d]
-				for x := range d {
+				w := p * inv
+				vv := vals[i*d : (i+1)*d]
+				for x := range o {
 					o[x] += w * vv[x]
 				}
 			}
@@ -155,3 +162,20 @@ func (c *context) BlockAttention(q, k, v compute.Tensor, heads int, scale float3
 }
 
 var _ compute.VisionContext = (*context)(nil)
+
+// dot32 is Σ a[i]·b[i] in float32 with four running sums.
+func dot32(a, b []float32) float32 {
+	b = b[:len(a)]
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		s0 += a[i] * b[i]
+		s1 += a[i+1] * b[i+1]
+		s2 += a[i+2] * b[i+2]
+		s3 += a[i+3] * b[i+3]
+	}
+	for ; i < len(a); i++ {
+		s0 += a[i] * b[i]
+	}
+	return (s0 + s1) + (s2 + s3)
+}
