@@ -358,13 +358,18 @@ type Result struct {
 	PromptTokens    int     // prompt tokens evaluated
 	PromptTruncated int     // prompt tokens dropped to fit num_ctx
 	MessagesDropped int     // chat messages dropped to fit num_ctx
-	PromptDuration  time.Duration
-	EvalCount       int // tokens generated
-	EvalDuration    time.Duration
-	TotalDuration   time.Duration
-	Prefix          *kvstore.RequestStats // what the prefix cache gave; nil without one
-	KVBytes         int64                 // what the sequence's caches held at the end
-	Logprobs        []Logprob             // with Request.Logprobs: one per token whose text was passed on
+	// Images and ImageTokens: the prompt's images and the rows they fill (part of PromptTokens);
+	// ImagesEncoded of them went through the tower (the others' features were kept), in
+	// EncodeDuration (part of PromptDuration).
+	Images, ImageTokens, ImagesEncoded int
+	EncodeDuration                     time.Duration
+	PromptDuration                     time.Duration
+	EvalCount                          int // tokens generated
+	EvalDuration                       time.Duration
+	TotalDuration                      time.Duration
+	Prefix                             *kvstore.RequestStats // what the prefix cache gave; nil without one
+	KVBytes                            int64                 // what the sequence's caches held at the end
+	Logprobs                           []Logprob             // with Request.Logprobs: one per token whose text was passed on
 	// Context (with Request.WantContext) is the conversation as tokens: the prompt (with the
 	// request's Context) and Text, for the next request's Context.
 	Context []int32
@@ -425,9 +430,10 @@ func (e *Engine) Generate(ctx context.Context, req Request, fn func(text string)
 		return nil, errors.New("generate: the prompt is empty")
 	}
 	var media *model.Media
+	var enc imageStats
 	if len(req.Images) > 0 {
 		var err error
-		if prompt, media, err = e.withImages(ctx, prompt, req.Images); err != nil {
+		if prompt, media, enc, err = e.withImages(ctx, prompt, req.Images); err != nil {
 			return nil, err
 		}
 	}
@@ -484,6 +490,14 @@ func (e *Engine) Generate(ctx context.Context, req Request, fn func(text string)
 		return nil, err
 	}
 	res.MessagesDropped = dropped
+	if media != nil {
+		res.Images, res.ImagesEncoded, res.EncodeDuration = len(media.Spans), enc.encoded, enc.took
+		for _, s := range media.Spans {
+			res.ImageTokens += s.N()
+		}
+		res.PromptDuration += enc.took
+		res.TotalDuration += enc.took
+	}
 	if !hit {
 		// Generation ended otherwise (EOS, length, error): what was held back is final,
 		// unless the decoder's last bytes complete a stop string.

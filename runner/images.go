@@ -68,11 +68,12 @@ var (
 // withImages replaces the image placeholders of prompt by the images' rows. The prompt's
 // placeholders stand for the last of images (the oldest go with the messages truncation
 // dropped); a placeholder without an image is an error. It returns the new prompt, the
-// media, and how many images it encoded (not found in the feature cache).
-func (e *Engine) withImages(ctx context.Context, prompt []int32, images []vision.Image) ([]int32, *model.Media, error) {
+// media, and how many images it encoded (not found in the feature cache) in how long.
+func (e *Engine) withImages(ctx context.Context, prompt []int32, images []vision.Image) ([]int32, *model.Media, imageStats, error) {
+	var st imageStats
 	v := e.Model.Vision()
 	if v == nil {
-		return nil, nil, fmt.Errorf("%w: it has no vision tower mlxg runs on this backend", ErrTextOnly)
+		return nil, nil, st, fmt.Errorf("%w: it has no vision tower mlxg runs on this backend", ErrTextOnly)
 	}
 	tok := v.ImageTokenID()
 	var at []int
@@ -83,9 +84,9 @@ func (e *Engine) withImages(ctx context.Context, prompt []int32, images []vision
 	}
 	switch {
 	case len(at) == 0:
-		return nil, nil, fmt.Errorf("%w: the chat template placed no image in the prompt", ErrImagePlacement)
+		return nil, nil, st, fmt.Errorf("%w: the chat template placed no image in the prompt", ErrImagePlacement)
 	case len(at) > len(images):
-		return nil, nil, fmt.Errorf("%w: the prompt has %d image placeholders for %d images", ErrImagePlacement, len(at), len(images))
+		return nil, nil, st, fmt.Errorf("%w: the prompt has %d image placeholders for %d images", ErrImagePlacement, len(at), len(images))
 	}
 	images = images[len(images)-len(at):]
 	spans := make([]model.Span, len(images))
@@ -102,7 +103,7 @@ func (e *Engine) withImages(ctx context.Context, prompt []int32, images []vision
 		start := time.Now()
 		enc, err := e.Model.EncodeImages(ctx, todo)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, st, err
 		}
 		n := 0
 		for k, s := range enc {
@@ -110,7 +111,8 @@ func (e *Engine) withImages(ctx context.Context, prompt []int32, images []vision
 			e.features.put(todo[k].Hash, s)
 			n += s.N()
 		}
-		e.log.Info("images encoded", "images", len(todo), "image_tokens", n, "took", time.Since(start).Round(time.Millisecond))
+		st.encoded, st.took = len(todo), time.Since(start)
+		e.log.Info("images encoded", "images", len(todo), "image_tokens", n, "took", st.took.Round(time.Millisecond))
 	}
 	md := &model.Media{Hidden: e.Model.Config.HiddenSize}
 	out := make([]int32, 0, len(prompt))
@@ -126,7 +128,13 @@ func (e *Engine) withImages(ctx context.Context, prompt []int32, images []vision
 		}
 		out = append(out, id)
 	}
-	return out, md, nil
+	return out, md, st, nil
+}
+
+// imageStats is what withImages did: images encoded (not in the feature cache), and the time.
+type imageStats struct {
+	encoded int
+	took    time.Duration
 }
 
 // chunkEnd is where a prefill chunk from start of at most n rows ends: before an image's

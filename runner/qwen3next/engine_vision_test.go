@@ -133,12 +133,14 @@ func TestEngineImages(t *testing.T) {
 	// 48 image rows (8×6) in a prompt of some 70.
 	turn1 := []template.Message{user(img, txt("What is in this picture?"))}
 	first := check("one image", turn1, []vision.Image{imgA}, func(n int) bool { return n == 0 })
-	if first.PromptTokens < 48 {
-		t.Fatalf("a prompt of %d tokens cannot hold the image's 48 rows", first.PromptTokens)
+	if first.PromptTokens < 48 || first.Images != 1 || first.ImageTokens != 48 || first.ImagesEncoded != 1 {
+		t.Fatalf("a prompt of %d tokens, %d images of %d tokens, %d encoded: want 1 image of 48 tokens, encoded", first.PromptTokens, first.Images, first.ImageTokens, first.ImagesEncoded)
 	}
 	reply := ref.Tokenizer.Decode(first.Tokens, true)
 	turn2 := append(slices.Clone(turn1), template.Message{"role": "assistant", "content": reply}, user(txt("And the colours?")))
-	check("the same image again", turn2, []vision.Image{imgA}, func(n int) bool { return n >= first.PromptTokens-1 })
+	if again := check("the same image again", turn2, []vision.Image{imgA}, func(n int) bool { return n >= first.PromptTokens-1 }); again.ImagesEncoded != 0 {
+		t.Errorf("the same image was encoded again (%d): its features are kept by the hash of its pixels", again.ImagesEncoded)
+	}
 	check("another image", []template.Message{user(img, txt("What is in this picture?"))}, []vision.Image{imgB}, func(n int) bool { return n == 0 })
 	check("two images", []template.Message{user(txt("Compare"), img, txt("with"), img)}, []vision.Image{imgA, imgB}, func(int) bool { return true })
 	check("no image", []template.Message{user(txt("Hello"))}, nil, func(int) bool { return true })
