@@ -145,6 +145,17 @@ func TestEngineImages(t *testing.T) {
 	check("two images", []template.Message{user(txt("Compare"), img, txt("with"), img)}, []vision.Image{imgA, imgB}, func(int) bool { return true })
 	check("no image", []template.Message{user(txt("Hello"))}, nil, func(int) bool { return true })
 
+	// The same conversation going on with image A, then with image B in its place: B's
+	// prompt restores only what precedes the image (the text turn's end), A's all of its own.
+	talk := []template.Message{user(txt("Here is a long question about pictures that I will ask you next."))}
+	t1 := check("text first", talk, nil, func(int) bool { return true })
+	talk = append(talk, template.Message{"role": "assistant", "content": ref.Tokenizer.Decode(t1.Tokens, true)})
+	withA := append(slices.Clone(talk), user(img, txt("This one.")))
+	a := check("then image A", withA, []vision.Image{imgA}, func(n int) bool { return n >= t1.PromptTokens-1 })
+	withB := append(slices.Clone(talk), user(img, txt("This one.")))
+	check("then image B instead", withB, []vision.Image{imgB}, func(n int) bool { return n >= t1.PromptTokens-1 && n < a.PromptTokens-1-48 })
+	check("image A again", withA, []vision.Image{imgA}, func(n int) bool { return n >= a.PromptTokens-1 })
+
 	// A restart: the blocks come back from SSD.
 	e.Close()
 	pc.Close()
