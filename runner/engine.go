@@ -549,6 +549,28 @@ func (e *Engine) chatPrompt(req Request, numCtx int, truncate bool) ([]int32, in
 	if e.Template == nil {
 		return nil, 0, fmt.Errorf("%s has no chat template: send a raw prompt instead", e.Dir)
 	}
+	// size is a rendered prompt's length once its image placeholders become the images' tokens
+	// (the last images, as withImages places them).
+	size := func(ids []int32) int { return len(ids) }
+	if v := e.Model.Vision(); v != nil && len(req.Images) > 0 {
+		tok := v.ImageTokenID()
+		extra := make([]int, len(req.Images))
+		for i, im := range req.Images {
+			extra[i] = max(v.Processor().Tokens(im.W, im.H)-1, 0)
+		}
+		size = func(ids []int32) int {
+			n, k := len(ids), 0
+			for _, id := range ids {
+				if id == tok {
+					k++
+				}
+			}
+			for i := max(len(extra)-k, 0); i < len(extra); i++ {
+				n += extra[i]
+			}
+			return n
+		}
+	}
 	render := func(start int) ([]int32, error) {
 		var msgs []template.Message
 		for _, m := range req.Messages[:start] {
@@ -568,7 +590,7 @@ func (e *Engine) chatPrompt(req Request, numCtx int, truncate bool) ([]int32, in
 		return nil, 0, err
 	}
 	last := len(req.Messages) - 1
-	if len(ids) <= numCtx || last == 0 || !truncate {
+	if size(ids) <= numCtx || last == 0 || !truncate {
 		return ids, 0, nil
 	}
 	// The smallest start that fits; the last message is kept even if nothing fits.
@@ -579,7 +601,7 @@ func (e *Engine) chatPrompt(req Request, numCtx int, truncate bool) ([]int32, in
 		if err != nil {
 			return nil, 0, err
 		}
-		if len(t) <= numCtx {
+		if size(t) <= numCtx {
 			hi = mid
 		} else {
 			lo = mid + 1

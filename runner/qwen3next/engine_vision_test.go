@@ -170,6 +170,15 @@ func TestEngineImages(t *testing.T) {
 	// The oldest images go with messages the template no longer renders; a placeholder
 	// without an image, or images without a placeholder, are errors.
 	check("an older image dropped", turn1, []vision.Image{imgB, imgA}, func(n int) bool { return n >= first.PromptTokens-1 })
+	// Truncation counts an image as its tokens: a conversation over num_ctx drops its oldest
+	// turns (and their images) instead of failing after the images are placed.
+	small := o
+	small.NumCtx = 100
+	long := []template.Message{user(img, txt("First picture.")), {"role": "assistant", "content": "A picture."}, user(img, txt("Second picture."))}
+	res2, err := e.Generate(context.Background(), runner.Request{Messages: long, Options: small, Images: []vision.Image{imgA, imgB}}, nil)
+	if err != nil || res2.MessagesDropped == 0 || res2.Images != 1 || res2.PromptTokens > 100 {
+		t.Errorf("two 48-token images in num_ctx 100: %v, %+v", err, res2)
+	}
 	if _, err := e.Generate(context.Background(), runner.Request{Messages: []template.Message{user(img, img)}, Options: o, Images: []vision.Image{imgA}}, nil); !errors.Is(err, runner.ErrImagePlacement) {
 		t.Errorf("two placeholders, one image: %v", err)
 	}
