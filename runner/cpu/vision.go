@@ -107,75 +107,59 @@ func (c *context) BlockAttention(q, k, v compute.Tensor, heads int, scale float3
 	}
 	d, cols := qt.cols/heads, qt.cols
 	out := c.newTensor(qt.rows, qt.cols)
-	start := make([]int, qt.rows) // the first row of each row's block
-	end := make([]int, qt.rows)
-	r := 0
+	// Per block and head, two products on the prefill kernels: the scores Q·Kᵀ (the keys
+	// as an n × d weight), then each row's softmax times V (Vᵀ as a d × n weight). A row's
+	// result depends on its block alone.
+	s0 := 0
 	for _, n := range blocks {
-		for i := range n {
-			start[r+i], end[r+i] = r, r+n
+		if n == 0 {
+			continue
 		}
-		r += n
-	}
-	// Each head's keys and values gathered contiguous (T × d), so that a query row reads
-	// its block's keys and values in order.
-	kh, vh := make([]float32, qt.rows*cols), make([]float32, qt.rows*cols)
-	for r := range qt.rows {
+		q := c.b.alloc(n * d)
+		k := &weight{out: n, in: d, f: c.b.alloc(n * d)}
+		vT := &weight{out: d, in: n, f: c.b.alloc(d * n)}
+		scores := c.b.alloc(n * n)
+		o := c.b.alloc(n * d)
 		for h := range heads {
-			copy(kh[(h*qt.rows+r)*d:(h*qt.rows+r+1)*d], kt.data[r*cols+h*d:r*cols+(h+1)*d])
-			copy(vh[(h*qt.rows+r)*d:(h*qt.rows+r+1)*d], vt.data[r*cols+h*d:r*cols+(h+1)*d])
-		}
-	}
-	c.b.parallel(qt.rows*heads, 4, func(lo, hi int) {
-		var scores []float32
-		for job := lo; job < hi; job++ {
-			row, h := job/heads, job%heads
-			s, e := start[row], end[row]
-			scores = scores[:0]
-			qv := qt.data[row*cols+h*d : row*cols+(h+1)*d]
-			keys := kh[(h*qt.rows+s)*d : (h*qt.rows+e)*d]
-			m := float32(math.Inf(-1))
-			for j := 0; j+d <= len(keys); j += d {
-				dot := dot32(qv, keys[j:j+d]) * scale
-				scores = append(scores, dot)
-				m = max(m, dot)
-			}
-			var sum float64
-			for i, sc := range scores {
-				p := math.Exp(float64(sc - m))
-				scores[i] = float32(p)
-				sum += p
-			}
-			o := out.data[row*cols+h*d : row*cols+(h+1)*d]
-			clear(o)
-			vals := vh[(h*qt.rows+s)*d : (h*qt.rows+e)*d]
-			inv := float32(1 / sum)
-			for i, p := range scores {
-				w := p * inv
-				vv := vals[i*d : (i+1)*d]
-				for x := range o {
-					o[x] += w * vv[x]
+			for i := range n {
+				r := (s0 + i) * cols
+				copy(q[i*d:(i+1)*d], qt.data[r+h*d:r+(h+1)*d])
+				copy(k.f[i*d:(i+1)*d], kt.data[r+h*d:r+(h+1)*d])
+				for x := range d {
+					vT.f[x*n+i] = vt.data[r+h*d+x]
 				}
 			}
+			c.b.gemm(scores, q, n, k)
+			c.b.parallel(n, 8, func(lo, hi int) {
+				for i := lo; i < hi; i++ {
+					row := scores[i*n : (i+1)*n]
+					m := float32(math.Inf(-1))
+					for j := range row {
+						row[j] *= scale
+						m = max(m, row[j])
+					}
+					var sum float64
+					for j, v := range row {
+						p := math.Exp(float64(v - m))
+						row[j] = float32(p)
+						sum += p
+					}
+					inv := float32(1 / sum)
+					for j := range row {
+						row[j] *= inv
+					}
+				}
+			})
+			c.b.gemm(o, scores, n, vT)
+			for i := range n {
+				r := (s0 + i) * cols
+				copy(out.data[r+h*d:r+(h+1)*d], o[i*d:(i+1)*d])
+			}
 		}
-	})
+		c.b.release([][]float32{q, k.f, vT.f, scores, o})
+		s0 += n
+	}
 	return out
 }
 
 var _ compute.VisionContext = (*context)(nil)
-
-// dot32 is Σ a[i]·b[i] in float32 with four running sums.
-func dot32(a, b []float32) float32 {
-	b = b[:len(a)]
-	var s0, s1, s2, s3 float32
-	i := 0
-	for ; i+4 <= len(a); i += 4 {
-		s0 += a[i] * b[i]
-		s1 += a[i+1] * b[i+1]
-		s2 += a[i+2] * b[i+2]
-		s3 += a[i+3] * b[i+3]
-	}
-	for ; i < len(a); i++ {
-		s0 += a[i] * b[i]
-	}
-	return (s0 + s1) + (s2 + s3)
-}
