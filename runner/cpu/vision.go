@@ -91,6 +91,9 @@ func (c *context) RoPERows(x, cos, sin compute.Tensor, headDim int) compute.Tens
 	return out
 }
 
+// scoreBudget bounds the attention scores BlockAttention holds at once (16 MiB of floats).
+const scoreBudget = 1 << 22
+
 // BlockAttention implements compute.VisionContext.
 func (c *context) BlockAttention(q, k, v compute.Tensor, heads int, scale float32, blocks []int) compute.Tensor {
 	a, ok := c.args(q, k, v)
@@ -115,45 +118,55 @@ func (c *context) BlockAttention(q, k, v compute.Tensor, heads int, scale float3
 		if n == 0 {
 			continue
 		}
-		q := c.b.alloc(n * d)
+		// Queries go in chunks whose scores stay within scoreBudget floats: an image of 65,536
+		// patches would otherwise need 17 GB of scores per head.
+		chunk := min(n, max(4, scoreBudget/n))
+		q := c.b.alloc(chunk * d)
 		k := &weight{out: n, in: d, f: c.b.alloc(n * d)}
 		vT := &weight{out: d, in: n, f: c.b.alloc(d * n)}
-		scores := c.b.alloc(n * n)
-		o := c.b.alloc(n * d)
+		scores := c.b.alloc(chunk * n)
+		o := c.b.alloc(chunk * d)
 		for h := range heads {
 			for i := range n {
 				r := (s0 + i) * cols
-				copy(q[i*d:(i+1)*d], qt.data[r+h*d:r+(h+1)*d])
 				copy(k.f[i*d:(i+1)*d], kt.data[r+h*d:r+(h+1)*d])
 				for x := range d {
 					vT.f[x*n+i] = vt.data[r+h*d+x]
 				}
 			}
-			c.b.gemm(scores, q, n, k)
-			c.b.parallel(n, 8, func(lo, hi int) {
-				for i := lo; i < hi; i++ {
-					row := scores[i*n : (i+1)*n]
-					m := float32(math.Inf(-1))
-					for j := range row {
-						row[j] *= scale
-						m = max(m, row[j])
-					}
-					var sum float64
-					for j, v := range row {
-						p := math.Exp(float64(v - m))
-						row[j] = float32(p)
-						sum += p
-					}
-					inv := float32(1 / sum)
-					for j := range row {
-						row[j] *= inv
-					}
+			for c0 := 0; c0 < n; c0 += chunk {
+				m := min(chunk, n-c0)
+				for i := range m {
+					r := (s0 + c0 + i) * cols
+					copy(q[i*d:(i+1)*d], qt.data[r+h*d:r+(h+1)*d])
 				}
-			})
-			c.b.gemm(o, scores, n, vT)
-			for i := range n {
-				r := (s0 + i) * cols
-				copy(out.data[r+h*d:r+(h+1)*d], o[i*d:(i+1)*d])
+				sc := scores[:m*n]
+				c.b.gemm(sc, q[:m*d], m, k)
+				c.b.parallel(m, 8, func(lo, hi int) {
+					for i := lo; i < hi; i++ {
+						row := sc[i*n : (i+1)*n]
+						mx := float32(math.Inf(-1))
+						for j := range row {
+							row[j] *= scale
+							mx = max(mx, row[j])
+						}
+						var sum float64
+						for j, v := range row {
+							p := math.Exp(float64(v - mx))
+							row[j] = float32(p)
+							sum += p
+						}
+						inv := float32(1 / sum)
+						for j := range row {
+							row[j] *= inv
+						}
+					}
+				})
+				c.b.gemm(o[:m*d], sc, m, vT)
+				for i := range m {
+					r := (s0 + c0 + i) * cols
+					copy(out.data[r+h*d:r+(h+1)*d], o[i*d:(i+1)*d])
+				}
 			}
 		}
 		c.b.release([][]float32{q, k.f, vT.f, scores, o})
