@@ -5,6 +5,7 @@ package api
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +17,24 @@ import (
 
 // ImageData is an image's bytes (base64 on the wire).
 type ImageData []byte
+
+// UnmarshalJSON reads the base64 string, with an error that says what is wrong with it.
+func (d *ImageData) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("an image must be a base64 string")
+	}
+	v, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		if v, err2 := base64.RawStdEncoding.DecodeString(s); err2 == nil {
+			*d = v
+			return nil
+		}
+		return fmt.Errorf("an image is not valid base64: %v", err)
+	}
+	*d = v
+	return nil
+}
 
 // GenerateRequest is the body of POST /api/generate.
 type GenerateRequest struct {
@@ -66,6 +85,10 @@ type Message struct {
 	ToolCalls  []ToolCall  `json:"tool_calls,omitempty"`
 	ToolName   string      `json:"tool_name,omitempty"`
 	ToolCallID string      `json:"tool_call_id,omitempty"`
+	// ImageAt is where each image stands in Content (byte offsets, in order), for the OpenAI and
+	// Anthropic routes whose parts interleave text and images; nil: the images come before the text,
+	// as Ollama places them.
+	ImageAt []int `json:"-"`
 }
 
 // UnmarshalJSON lower-cases the role, as Ollama does.

@@ -84,7 +84,8 @@ func wantedFile(name string) bool {
 	}
 	switch name {
 	case "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-		"special_tokens_map.json", "chat_template.jinja", "chat_template.json":
+		"special_tokens_map.json", "chat_template.jinja", "chat_template.json",
+		"preprocessor_config.json", "processor_config.json": // a vision tower's image preprocessing
 		return true
 	}
 	lower := strings.ToLower(name)

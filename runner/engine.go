@@ -24,6 +24,7 @@ import (
 	"github.com/mlxg/mlxg/runner/sample"
 	"github.com/mlxg/mlxg/text/template"
 	"github.com/mlxg/mlxg/text/tokenizer"
+	"github.com/mlxg/mlxg/vision"
 )
 
 // LoadOptions say how to load a model.
@@ -85,6 +86,7 @@ type Engine struct {
 	coal      *coalescer    // prompts being prefilled (coalesce.go); nil: no waiting for them
 	draft     *Engine       // the draft model (draft.go); nil: prompt lookup
 	kvHeld    *atomic.Int64 // the KV bytes its running sequences hold (KVHeld); nil: not counted
+	features  *featureCache // encoded images by their pixels' hash (images.go); nil: none kept
 }
 
 // KVHeld is the bytes the KV caches of the engine's running sequences hold, as of their latest
@@ -211,7 +213,7 @@ func LoadModel(dir string, o LoadOptions) (*Engine, error) {
 	}
 	log.Info("model loaded", "dir", dir, "type", m.Config.ModelType, "layers", m.Config.NumLayers,
 		"backend", backend.Name(), "weights", m.WeightBytes(), "took", time.Since(start).Round(time.Millisecond))
-	e := &Engine{Dir: dir, Model: m, eos: m.Config.EOS, kv: kv, log: log, prefix: newPrefixEngine(o.Prefix, dir, log), kvHeld: new(atomic.Int64)}
+	e := &Engine{Dir: dir, Model: m, eos: m.Config.EOS, kv: kv, log: log, prefix: newPrefixEngine(o.Prefix, dir, log), kvHeld: new(atomic.Int64), features: &featureCache{}}
 	e.maxBatch = o.MaxBatch
 	if e.maxCtx = o.Context; e.maxCtx <= 0 {
 		e.maxCtx = m.Config.MaxPositions
@@ -319,6 +321,10 @@ type Request struct {
 	Context []int32
 	// WantContext fills Result.Context.
 	WantContext bool
+	// Images are the images the prompt's image placeholders stand for, in order; the last
+	// ones when the prompt has fewer placeholders (truncation dropped the messages of the
+	// others). A model without a vision tower refuses them (ErrTextOnly).
+	Images []vision.Image
 	// OnPrompt, when set, is told how the prompt fits the context once that is settled and before
 	// any of it is computed (nothing is cut with NoTruncate: a prompt that does not fit is a
 	// *ContextError instead), so that a server can say so in its response's headers.
@@ -352,13 +358,18 @@ type Result struct {
 	PromptTokens    int     // prompt tokens evaluated
 	PromptTruncated int     // prompt tokens dropped to fit num_ctx
 	MessagesDropped int     // chat messages dropped to fit num_ctx
-	PromptDuration  time.Duration
-	EvalCount       int // tokens generated
-	EvalDuration    time.Duration
-	TotalDuration   time.Duration
-	Prefix          *kvstore.RequestStats // what the prefix cache gave; nil without one
-	KVBytes         int64                 // what the sequence's caches held at the end
-	Logprobs        []Logprob             // with Request.Logprobs: one per token whose text was passed on
+	// Images and ImageTokens: the prompt's images and the rows they fill (part of PromptTokens);
+	// ImagesEncoded of them went through the tower (the others' features were kept), in
+	// EncodeDuration (part of PromptDuration).
+	Images, ImageTokens, ImagesEncoded int
+	EncodeDuration                     time.Duration
+	PromptDuration                     time.Duration
+	EvalCount                          int // tokens generated
+	EvalDuration                       time.Duration
+	TotalDuration                      time.Duration
+	Prefix                             *kvstore.RequestStats // what the prefix cache gave; nil without one
+	KVBytes                            int64                 // what the sequence's caches held at the end
+	Logprobs                           []Logprob             // with Request.Logprobs: one per token whose text was passed on
 	// Context (with Request.WantContext) is the conversation as tokens: the prompt (with the
 	// request's Context) and Text, for the next request's Context.
 	Context []int32
@@ -418,6 +429,14 @@ func (e *Engine) Generate(ctx context.Context, req Request, fn func(text string)
 	if len(prompt) == 0 {
 		return nil, errors.New("generate: the prompt is empty")
 	}
+	var media *model.Media
+	var enc imageStats
+	if len(req.Images) > 0 {
+		var err error
+		if prompt, media, enc, err = e.withImages(ctx, prompt, req.Images); err != nil {
+			return nil, err
+		}
+	}
 
 	dec := e.Tokenizer.NewStreamDecoder(!req.SpecialTokens)
 	stops := &stopFilter{stops: o.Stop}
@@ -442,7 +461,11 @@ func (e *Engine) Generate(ctx context.Context, req Request, fn func(text string)
 		return failed
 	}
 	hit := false
-	f := flags{noTruncate: req.NoTruncate, noShift: req.NoShift, format: req.Format}
+	f := flags{noTruncate: req.NoTruncate, noShift: req.NoShift, format: req.Format, media: media}
+	if media != nil {
+		// Image rows can be neither cut nor shifted: their positions are the image's.
+		f.noTruncate, f.noShift = true, true
+	}
 	if req.OnPrompt != nil {
 		f.onPrompt = func(fit PromptFit) {
 			fit.MessagesDropped = dropped
@@ -467,6 +490,14 @@ func (e *Engine) Generate(ctx context.Context, req Request, fn func(text string)
 		return nil, err
 	}
 	res.MessagesDropped = dropped
+	if media != nil {
+		res.Images, res.ImagesEncoded, res.EncodeDuration = len(media.Spans), enc.encoded, enc.took
+		for _, s := range media.Spans {
+			res.ImageTokens += s.N()
+		}
+		res.PromptDuration += enc.took
+		res.TotalDuration += enc.took
+	}
 	if !hit {
 		// Generation ended otherwise (EOS, length, error): what was held back is final,
 		// unless the decoder's last bytes complete a stop string.
@@ -518,6 +549,28 @@ func (e *Engine) chatPrompt(req Request, numCtx int, truncate bool) ([]int32, in
 	if e.Template == nil {
 		return nil, 0, fmt.Errorf("%s has no chat template: send a raw prompt instead", e.Dir)
 	}
+	// size is a rendered prompt's length once its image placeholders become the images' tokens
+	// (the last images, as withImages places them).
+	size := func(ids []int32) int { return len(ids) }
+	if v := e.Model.Vision(); v != nil && len(req.Images) > 0 {
+		tok := v.ImageTokenID()
+		extra := make([]int, len(req.Images))
+		for i, im := range req.Images {
+			extra[i] = max(v.Processor().Tokens(im.W, im.H)-1, 0)
+		}
+		size = func(ids []int32) int {
+			n, k := len(ids), 0
+			for _, id := range ids {
+				if id == tok {
+					k++
+				}
+			}
+			for i := max(len(extra)-k, 0); i < len(extra); i++ {
+				n += extra[i]
+			}
+			return n
+		}
+	}
 	render := func(start int) ([]int32, error) {
 		var msgs []template.Message
 		for _, m := range req.Messages[:start] {
@@ -537,7 +590,7 @@ func (e *Engine) chatPrompt(req Request, numCtx int, truncate bool) ([]int32, in
 		return nil, 0, err
 	}
 	last := len(req.Messages) - 1
-	if len(ids) <= numCtx || last == 0 || !truncate {
+	if size(ids) <= numCtx || last == 0 || !truncate {
 		return ids, 0, nil
 	}
 	// The smallest start that fits; the last message is kept even if nothing fits.
@@ -548,7 +601,7 @@ func (e *Engine) chatPrompt(req Request, numCtx int, truncate bool) ([]int32, in
 		if err != nil {
 			return nil, 0, err
 		}
-		if len(t) <= numCtx {
+		if size(t) <= numCtx {
 			hi = mid
 		} else {
 			lo = mid + 1
@@ -592,6 +645,7 @@ type flags struct {
 	format              *Format // structured output (format.go)
 	end                 []int32 // more tokens that end generation as EOS does
 	onPrompt            func(PromptFit)
+	media               *model.Media // the prompt's images (images.go); nil: none
 }
 
 func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int, f flags, emit func(id int32) (bool, error)) (*Result, error) {
@@ -633,6 +687,11 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 	if err != nil {
 		return nil, err
 	}
+	if f.media != nil {
+		model.SetMedia(caches, f.media)
+		defer model.SetMedia(caches, nil)
+		o.NumDraft = 0 // drafts are text: none across images
+	}
 	pf := e.prefixBegin(caches, res)
 	defer pf.end()
 	if pf != nil {
@@ -643,11 +702,17 @@ func (e *Engine) run(ctx context.Context, prompt []int32, o Options, numCtx int,
 	// position's logits.
 	prefill := func(tokens []int32) ([]float32, error) {
 		var logits []float32
-		for i := 0; i < len(tokens); i += o.NumBatch {
+		offset := 0
+		if f.media != nil {
+			offset = seqLen(caches)
+		}
+		for i := 0; i < len(tokens); {
+			end := chunkEnd(f.media, offset, i, o.NumBatch, len(tokens)) // an image is never split between chunks
 			var err error
-			if logits, err = e.forward(ctx, tokens[i:min(i+o.NumBatch, len(tokens))], caches, nil); err != nil {
+			if logits, err = e.forward(ctx, tokens[i:end], caches, nil); err != nil {
 				return nil, err
 			}
+			i = end
 		}
 		return logits, nil
 	}

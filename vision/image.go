@@ -7,6 +7,8 @@ package vision
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"image"
@@ -138,4 +140,25 @@ func toRGB(img image.Image) *RGB {
 		}
 	}
 	return m
+}
+
+// Image is a decoded image and a hash of its pixels, which keys every cache that holds what the
+// image became (its tokens' KV blocks, its encoded features).
+type Image struct {
+	*RGB
+	Hash [32]byte
+}
+
+// NewImage hashes m's size and pixels.
+func NewImage(m *RGB) Image {
+	h := sha256.New()
+	var dims [16]byte
+	binary.LittleEndian.PutUint64(dims[:8], uint64(m.W))
+	binary.LittleEndian.PutUint64(dims[8:], uint64(m.H))
+	h.Write(dims[:])
+	h.Write(m.Pix)
+	var im Image
+	im.RGB = m
+	h.Sum(im.Hash[:0])
+	return im
 }

@@ -156,6 +156,19 @@ type Pixels struct {
 	Grid   [3]int // temporal, height, width in patches (Qwen)
 }
 
+// Tokens is how many language-model tokens an image of w×h pixels becomes (after merging), or 0
+// for a processor whose count the model decides (fixed).
+func (p *Processor) Tokens(w, h int) int {
+	if p.Kind != "qwen" {
+		return 0
+	}
+	rh, rw, err := SmartResize(h, w, p.Patch*p.Merge, p.MinPixels, p.MaxPixels)
+	if err != nil {
+		return 0
+	}
+	return (rh / (p.Patch * p.Merge)) * (rw / (p.Patch * p.Merge))
+}
+
 // Process resizes, rescales, normalises and arranges one image.
 func (p *Processor) Process(m *RGB) (*Pixels, error) {
 	switch p.Kind {

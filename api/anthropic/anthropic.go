@@ -11,6 +11,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+
+	"github.com/mlxg/mlxg/api/openai"
 )
 
 // ErrorResponse is Anthropic's error body: {"type":"error","error":{"type":…,"message":…}}.
@@ -120,6 +122,31 @@ type Block struct {
 	ToolUseID string          `json:"tool_use_id,omitempty"` // tool_result
 	Content   json.RawMessage `json:"content,omitempty"`     // tool_result: a string or a list of text blocks
 	IsError   bool            `json:"is_error,omitempty"`    // tool_result
+
+	Source *Source `json:"source,omitempty"` // image
+}
+
+// Source is an image block's source: {"type":"base64","media_type":…,"data":…}; a "url" source is
+// refused (mlxg fetches nothing).
+type Source struct {
+	Type      string `json:"type"`
+	MediaType string `json:"media_type,omitempty"`
+	Data      string `json:"data,omitempty"`
+	URL       string `json:"url,omitempty"`
+}
+
+// Image returns an image block's bytes.
+func (b Block) Image() ([]byte, error) {
+	if b.Source == nil {
+		return nil, fmt.Errorf("an image block needs a source")
+	}
+	switch b.Source.Type {
+	case "base64":
+		return openai.Base64(b.Source.Data)
+	case "url":
+		return nil, fmt.Errorf("image URLs are not fetched (mlxg reads no network for a request): send the image as a base64 source")
+	}
+	return nil, fmt.Errorf("image source type %q is not supported (use base64)", b.Source.Type)
 }
 
 // Blocks reads a message's content: a string is one text block.
@@ -174,11 +201,15 @@ func (b *Block) check() error {
 		if b.ToolUseID == "" {
 			return fmt.Errorf("tool_result blocks need a tool_use_id")
 		}
-		if _, err := b.ResultText(); err != nil {
+		if _, _, err := b.ResultContent(); err != nil {
 			return err
 		}
-	case "image", "document":
-		return fmt.Errorf("%s blocks are not supported: mlxg runs text-only models", b.Type)
+	case "image":
+		if _, err := b.Image(); err != nil {
+			return err
+		}
+	case "document":
+		return fmt.Errorf("document blocks are not supported: mlxg reads text and images")
 	case "":
 		return fmt.Errorf("a content block needs a type")
 	default:
@@ -187,24 +218,36 @@ func (b *Block) check() error {
 	return nil
 }
 
-// ResultText is a tool_result's content as text: the string, or its text blocks joined.
+// ResultText is a tool_result's content as text: the string, or its text blocks joined; an image is an
+// error (ResultContent takes them).
 func (b Block) ResultText() (string, error) {
+	text, images, err := b.ResultContent()
+	if err == nil && len(images) > 0 {
+		err = fmt.Errorf("tool_result.content: image blocks are not supported here")
+	}
+	return text, err
+}
+
+// ResultContent is a tool_result's content: the string, or its text blocks joined by newlines, and its
+// image blocks' bytes with the byte offset in that text where each stands.
+func (b Block) ResultContent() (string, []openai.Image, error) {
 	raw := bytes.TrimSpace(b.Content)
 	if len(raw) == 0 || string(raw) == "null" {
-		return "", nil
+		return "", nil, nil
 	}
 	if raw[0] == '"' {
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
-			return "", fmt.Errorf("tool_result.content: %v", err)
+			return "", nil, fmt.Errorf("tool_result.content: %v", err)
 		}
-		return s, nil
+		return s, nil, nil
 	}
 	var parts []Block
 	if err := json.Unmarshal(raw, &parts); err != nil {
-		return "", fmt.Errorf("tool_result.content must be a string or a list of text blocks")
+		return "", nil, fmt.Errorf("tool_result.content must be a string or a list of text and image blocks")
 	}
 	var out string
+	var images []openai.Image
 	for i, p := range parts {
 		switch p.Type {
 		case "text":
@@ -212,13 +255,19 @@ func (b Block) ResultText() (string, error) {
 				out += "\n"
 			}
 			out += p.Text
-		case "image", "document":
-			return "", fmt.Errorf("tool_result.content[%d]: %s blocks are not supported: mlxg runs text-only models", i, p.Type)
+		case "image":
+			data, err := p.Image()
+			if err != nil {
+				return "", nil, fmt.Errorf("tool_result.content[%d]: %v", i, err)
+			}
+			images = append(images, openai.Image{Data: data, At: len(out)})
+		case "document":
+			return "", nil, fmt.Errorf("tool_result.content[%d]: document blocks are not supported: mlxg reads text and images", i)
 		default:
-			return "", fmt.Errorf("tool_result.content[%d]: block type %q is not supported (use text)", i, p.Type)
+			return "", nil, fmt.Errorf("tool_result.content[%d]: block type %q is not supported (use text or image)", i, p.Type)
 		}
 	}
-	return out, nil
+	return out, images, nil
 }
 
 // SystemText reads system: a string or a list of text blocks, joined by blank lines.

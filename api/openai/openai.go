@@ -6,9 +6,12 @@
 package openai
 
 import (
+	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 )
 
 // ErrorResponse is OpenAI's error body.
@@ -49,35 +52,122 @@ type Message struct {
 	ReasoningContent string          `json:"reasoning_content,omitempty"`
 }
 
-// Text returns the message's text: the string, or the text parts joined. An image part is an error: the
-// models mlxg runs read text only.
+// Image is an image a message carries: its bytes, and the byte offset in the message's text where it
+// stands (its parts' order).
+type Image struct {
+	Data []byte
+	At   int
+}
+
+// Text returns the message's text: the string, or the text parts joined. An image part is an error; a
+// route that takes images reads Content.
 func (m Message) Text() (string, error) {
+	text, images, err := m.TextImages()
+	if err == nil && len(images) > 0 {
+		err = fmt.Errorf("image content is not supported here")
+	}
+	return text, err
+}
+
+// Content returns the message's text (the string, or the text parts joined) and its images, read from
+// image_url parts whose url is a data URL.
+func (m Message) TextImages() (string, []Image, error) {
 	if len(m.Content) == 0 || string(m.Content) == "null" {
-		return "", nil
+		return "", nil, nil
 	}
 	var s string
 	if json.Unmarshal(m.Content, &s) == nil {
-		return s, nil
+		return s, nil, nil
 	}
 	var parts []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
+		Type     string          `json:"type"`
+		Text     string          `json:"text"`
+		ImageURL json.RawMessage `json:"image_url"`
 	}
 	if err := json.Unmarshal(m.Content, &parts); err != nil {
-		return "", fmt.Errorf("message content must be a string or a list of content parts")
+		return "", nil, fmt.Errorf("message content must be a string or a list of content parts")
 	}
 	var out string
-	for _, p := range parts {
+	var images []Image
+	for i, p := range parts {
 		switch p.Type {
 		case "text", "input_text":
 			out += p.Text
 		case "image_url", "input_image":
-			return "", fmt.Errorf("this model reads text only: image content is not supported")
+			url, err := imageURLField(p.ImageURL)
+			if err != nil {
+				return "", nil, fmt.Errorf("content[%d].image_url: %v", i, err)
+			}
+			data, err := DataURL(url)
+			if err != nil {
+				return "", nil, fmt.Errorf("content[%d].image_url: %v", i, err)
+			}
+			images = append(images, Image{Data: data, At: len(out)})
 		default:
-			return "", fmt.Errorf("unsupported content part type %q (want \"text\")", p.Type)
+			return "", nil, fmt.Errorf("unsupported content part type %q (want \"text\" or \"image_url\")", p.Type)
 		}
 	}
-	return out, nil
+	return out, images, nil
+}
+
+// imageURLField reads image_url: {"url": …, "detail": …} as chat completions send it, or a bare string
+// as /v1/responses' input_image does.
+func imageURLField(raw json.RawMessage) (string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", fmt.Errorf("an image part needs an image_url")
+	}
+	if raw[0] == '"' {
+		var s string
+		err := json.Unmarshal(raw, &s)
+		return s, err
+	}
+	var o struct {
+		URL string `json:"url"`
+	}
+	if err := json.Unmarshal(raw, &o); err != nil || o.URL == "" {
+		return "", fmt.Errorf("must be a string or an object with a url")
+	}
+	return o.URL, nil
+}
+
+// DataURL returns the bytes of a data URL (data:image/png;base64,…). mlxg fetches nothing: an http(s)
+// URL is an error that says to send the bytes instead.
+func DataURL(url string) ([]byte, error) {
+	switch {
+	case strings.HasPrefix(url, "http://"), strings.HasPrefix(url, "https://"):
+		return nil, fmt.Errorf("image URLs are not fetched (mlxg reads no network for a request): send the image as a data URL, data:image/png;base64,…")
+	case !strings.HasPrefix(url, "data:"):
+		return nil, fmt.Errorf("the image must be a data URL (data:image/png;base64,…)")
+	}
+	meta, payload, ok := strings.Cut(url[len("data:"):], ",")
+	if !ok {
+		return nil, fmt.Errorf("the data URL has no comma before its data")
+	}
+	if !strings.HasSuffix(meta, ";base64") {
+		return nil, fmt.Errorf("the data URL must be base64 (data:image/png;base64,…)")
+	}
+	return Base64(payload)
+}
+
+// Base64 decodes an image's base64 text (standard or URL alphabet, padded or not, line breaks ignored).
+func Base64(s string) ([]byte, error) {
+	s = strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\r' || r == ' ' {
+			return -1
+		}
+		return r
+	}, s)
+	if s == "" {
+		return nil, fmt.Errorf("the image data is empty")
+	}
+	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
+		if b, err := enc.DecodeString(s); err == nil {
+			return b, nil
+		}
+	}
+	_, err := base64.StdEncoding.DecodeString(s)
+	return nil, fmt.Errorf("the image data is not valid base64: %v", err)
 }
 
 // ToolCall is a call in a message or a streamed delta. Arguments is a JSON string.

@@ -19,9 +19,14 @@ func TestMessageText(t *testing.T) {
 		}
 	}
 	for in, msg := range map[string]string{
-		`[{"type":"image_url","image_url":{"url":"x"}}]`: "text only",
-		`[{"type":"audio"}]`:                             `unsupported content part type "audio"`,
-		`42`:                                             "string or a list",
+		`[{"type":"image_url","image_url":{"url":"x"}}]`:                          "must be a data URL",
+		`[{"type":"image_url","image_url":{"url":"https://example.com/a.png"}}]`:  "not fetched",
+		`[{"type":"image_url","image_url":{"url":"data:image/png;base64,aGk="}}]`: "not supported here",
+		`[{"type":"image_url","image_url":{"url":"data:image/png;base64,@@"}}]`:   "not valid base64",
+		`[{"type":"image_url","image_url":{"url":"data:image/png,aGk="}}]`:        "must be base64",
+		`[{"type":"image_url"}]`: "needs an image_url",
+		`[{"type":"audio"}]`:     `unsupported content part type "audio"`,
+		`42`:                     "string or a list",
 	} {
 		if _, err := (Message{Content: json.RawMessage(in)}).Text(); err == nil || !strings.Contains(err.Error(), msg) {
 			t.Errorf("%s: %v, want %q", in, err, msg)
@@ -59,5 +64,27 @@ func TestNewError(t *testing.T) {
 	b, _ := json.Marshal(NewError(400, "bad"))
 	if string(b) != `{"error":{"message":"bad","type":"invalid_request_error","param":null,"code":null}}` {
 		t.Fatalf("%s", b)
+	}
+}
+
+// TestMessageTextImages: images come back with their bytes and the offset in the text where they stood.
+func TestMessageTextImages(t *testing.T) {
+	m := Message{Content: json.RawMessage(`[{"type":"text","text":"ab"},{"type":"image_url","image_url":{"url":"data:image/png;base64,aGk="}},{"type":"text","text":"cd"},{"type":"input_image","image_url":"data:image/jpeg;base64,aGk"}]`)}
+	text, images, err := m.TextImages()
+	if err != nil || text != "abcd" || len(images) != 2 || string(images[0].Data) != "hi" || images[0].At != 2 || images[1].At != 4 || string(images[1].Data) != "hi" {
+		t.Fatalf("%q %+v %v", text, images, err)
+	}
+	text, images, err = PartsImages(json.RawMessage(`[{"type":"input_image","image_url":"data:image/png;base64,aGk="},{"type":"input_text","text":"x"}]`))
+	if err != nil || text != "x" || len(images) != 1 || images[0].At != 0 {
+		t.Fatalf("%q %+v %v", text, images, err)
+	}
+	for in, msg := range map[string]string{
+		`[{"type":"input_image","file_id":"f"}]`:                "file_id is not supported",
+		`[{"type":"input_image","image_url":"http://x/a.png"}]`: "not fetched",
+		`[{"type":"input_file"}]`:                               "input_file is not supported",
+	} {
+		if _, _, err := PartsImages(json.RawMessage(in)); err == nil || !strings.Contains(err.Error(), msg) {
+			t.Errorf("%s: %v, want %q", in, err, msg)
+		}
 	}
 }

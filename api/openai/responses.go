@@ -115,42 +115,68 @@ func InputItems(raw json.RawMessage) ([]InputItem, error) {
 	return out, nil
 }
 
-// PartsText reads a message's content (a string, or a list of text parts) as text. Images and files are
-// refused: the models mlxg runs read text only.
+// PartsText reads a message's content (a string, or a list of text parts) as text; an image is an
+// error (PartsImages takes them).
 func PartsText(raw json.RawMessage) (string, error) {
+	text, images, err := PartsImages(raw)
+	if err == nil && len(images) > 0 {
+		err = fmt.Errorf("input_image is not supported here")
+	}
+	return text, err
+}
+
+// PartsImages reads a message's content (a string, or a list of parts) as its text and its images:
+// input_image parts whose image_url is a data URL. Files and audio are refused.
+func PartsImages(raw json.RawMessage) (string, []Image, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
-		return "", nil
+		return "", nil, nil
 	}
 	if raw[0] == '"' {
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
-			return "", err
+			return "", nil, err
 		}
-		return s, nil
+		return s, nil, nil
 	}
 	var parts []struct {
-		Type    string `json:"type"`
-		Text    string `json:"text"`
-		Refusal string `json:"refusal"`
+		Type     string          `json:"type"`
+		Text     string          `json:"text"`
+		Refusal  string          `json:"refusal"`
+		ImageURL json.RawMessage `json:"image_url"`
+		FileID   string          `json:"file_id"`
 	}
 	if err := json.Unmarshal(raw, &parts); err != nil {
-		return "", fmt.Errorf("content must be a string or a list of content parts")
+		return "", nil, fmt.Errorf("content must be a string or a list of content parts")
 	}
 	var out string
+	var images []Image
 	for i, p := range parts {
 		switch p.Type {
 		case "input_text", "output_text", "text", "summary_text", "reasoning_text":
 			out += p.Text
 		case "refusal":
 			out += p.Refusal
-		case "input_image", "input_file", "input_audio":
-			return "", fmt.Errorf("content[%d]: %s is not supported: mlxg runs text-only models", i, p.Type)
+		case "input_image":
+			if p.FileID != "" && len(p.ImageURL) == 0 {
+				return "", nil, fmt.Errorf("content[%d]: input_image by file_id is not supported: send image_url as a data URL", i)
+			}
+			url, err := imageURLField(p.ImageURL)
+			if err != nil {
+				return "", nil, fmt.Errorf("content[%d].image_url: %v", i, err)
+			}
+			data, err := DataURL(url)
+			if err != nil {
+				return "", nil, fmt.Errorf("content[%d].image_url: %v", i, err)
+			}
+			images = append(images, Image{Data: data, At: len(out)})
+		case "input_file", "input_audio":
+			return "", nil, fmt.Errorf("content[%d]: %s is not supported: mlxg reads text and images", i, p.Type)
 		default:
-			return "", fmt.Errorf("content[%d]: part type %q is not supported (use input_text)", i, p.Type)
+			return "", nil, fmt.Errorf("content[%d]: part type %q is not supported (use input_text or input_image)", i, p.Type)
 		}
 	}
-	return out, nil
+	return out, images, nil
 }
 
 // Response is the response object: the reply of a whole request, and the snapshot lifecycle events carry.

@@ -7,5 +7,6 @@
 // copy, ps, version, HEAD and GET /) with NDJSON streaming, OpenAI's /v1/* (chat/completions, completions,
 // models, embeddings, responses) with SSE and Anthropic's /v1/messages, over the model store (registry)
 // and the scheduler (runner/sched). Output goes through text/parser, which splits thinking and tool
-// calls. Images are refused with a 400 that says so (every model mlxg runs reads text only).
+// calls. Images (inputs.go) are decoded before the model loads and go to a model whose checkpoint has a
+// vision tower mlxg runs; any other model answers them with a 400 that says it reads text only.
 package server

@@ -471,6 +471,7 @@ func (m *engineModel) Generate(ctx context.Context, in GenerateInput, emit func(
 	req.NoTruncate, req.NoShift, req.EndTokens = in.NoTruncate, in.NoShift, in.EndTokens
 	req.SpecialTokens = in.SpecialTokens
 	req.OnPrompt = in.OnPrompt
+	req.Images = in.Images
 	if in.OnLogprobs != nil {
 		req.OnLogprobs = func(lps []runner.Logprob) { in.OnLogprobs(toLogprobs(m.e.Tokenizer, lps)) }
 	}
@@ -508,6 +509,10 @@ func (m *engineModel) Generate(ctx context.Context, in GenerateInput, emit func(
 	}
 	if res.MessagesDropped > 0 {
 		st.Perf = append(st.Perf, "messages_dropped", res.MessagesDropped)
+	}
+	if res.Images > 0 {
+		st.Perf = append(st.Perf, "images", res.Images, "image_tokens", res.ImageTokens, "images_encoded", res.ImagesEncoded,
+			"encode_ms", res.EncodeDuration.Milliseconds())
 	}
 	// The spec and pressure the policy chose for the newest sequence (concurrent requests may
 	// see each other's; the pressure is the machine's either way).

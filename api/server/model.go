@@ -10,6 +10,7 @@ import (
 	"github.com/mlxg/mlxg/runner"
 	"github.com/mlxg/mlxg/runner/model"
 	"github.com/mlxg/mlxg/runner/residency"
+	"github.com/mlxg/mlxg/vision"
 )
 
 // Loader turns a model in the store into a running Model (EngineLoader: the runner engine). A load is
@@ -93,6 +94,9 @@ type GenerateInput struct {
 	Kwargs   map[string]any
 	Prompt   string
 	Options  api.Options
+	// Images are the images the rendered prompt's image placeholders stand for, in order (decoded,
+	// with their pixels' hash); the oldest go with the messages truncation drops.
+	Images []vision.Image
 
 	// NoTruncate makes a prompt over num_ctx an error instead of dropping old messages and tokens; NoShift
 	// ends generation when the context is full instead of shifting it (Ollama's truncate and shift false).

@@ -13,6 +13,7 @@ import (
 
 	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/registry"
+	"github.com/mlxg/mlxg/runner/model"
 	"github.com/mlxg/mlxg/text/parser"
 )
 
@@ -215,7 +216,8 @@ func ShowModel(lm *registry.LocalModel, info *registry.ModelInfo, verbose bool) 
 // capabilities follow Ollama's names. An embedding model (embeddingModel) has "embedding" alone, as
 // Ollama lists it for a model with a pooling type; any other model has completion, tools and thinking
 // when the chat template teaches a tool-call or thinking syntax the server parses (text/parser.Detect,
-// the same test the server uses), and insert when its tokenizer has fill-in-the-middle tokens. The ollama
+// the same test the server uses), vision when the checkpoint holds a vision tower mlxg runs
+// (runner/model.HasVision), and insert when its tokenizer has fill-in-the-middle tokens. The ollama
 // CLI reads the list: with "embedding" in it, `ollama run` prints an embedding instead of chatting.
 // /api/embed serves every model either way (last-token pooling).
 func capabilities(dir string, info *registry.ModelInfo) []string {
@@ -229,6 +231,9 @@ func capabilities(dir string, info *registry.ModelInfo) []string {
 	}
 	if pc.Thinking {
 		caps = append(caps, "thinking")
+	}
+	if model.HasVision(dir) {
+		caps = append(caps, "vision") // a tower mlxg runs, in the checkpoint
 	}
 	return append(caps, insertCapability(dir)...)
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/mlxg/mlxg/registry"
 	"github.com/mlxg/mlxg/runner"
 	"github.com/mlxg/mlxg/runner/sched"
+	"github.com/mlxg/mlxg/vision"
 )
 
 // ServerConfig configures a Server. Store and Loader are required.
@@ -242,6 +243,8 @@ func statusOf(err error) (int, string) {
 		return ae.status, ae.msg
 	case errors.As(err, &ce):
 		return http.StatusBadRequest, ce.Error()
+	case errors.Is(err, runner.ErrTextOnly), errors.Is(err, runner.ErrImagePlacement), errors.Is(err, vision.ErrImage):
+		return http.StatusBadRequest, err.Error()
 	case errors.Is(err, sched.ErrQueueFull):
 		return http.StatusServiceUnavailable, err.Error()
 	case errors.Is(err, sched.ErrClosed):

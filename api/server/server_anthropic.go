@@ -14,6 +14,7 @@ import (
 
 	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/api/anthropic"
+	"github.com/mlxg/mlxg/api/openai"
 )
 
 // eventStream writes Server-Sent Events with a name: "event: NAME\ndata: {json}\n\n", as Anthropic's and
@@ -101,23 +102,35 @@ func anthropicMessages(system json.RawMessage, in []anthropic.MessageParam) ([]a
 			out = append(out, msg)
 		case "user":
 			var text []string
+			var images []openai.Image
 			flush := func() {
-				if len(text) > 0 {
-					out = append(out, api.Message{Role: "user", Content: strings.Join(text, "\n")})
-					text = nil
+				if len(text) > 0 || len(images) > 0 {
+					msg := api.Message{Role: "user", Content: strings.Join(text, "\n")}
+					addImages(&msg, images)
+					out = append(out, msg)
+					text, images = nil, nil
 				}
 			}
 			for k, b := range blocks {
 				switch b.Type {
 				case "text":
 					text = append(text, b.Text)
+				case "image":
+					data, _ := b.Image() // checked by Blocks
+					at := len(strings.Join(text, "\n"))
+					if len(text) > 0 {
+						at++ // the newline before the next text block
+					}
+					images = append(images, openai.Image{Data: data, At: at})
 				case "tool_result":
 					flush()
-					content, _ := b.ResultText() // checked by Blocks
-					if b.IsError && content == "" {
+					content, timages, _ := b.ResultContent() // checked by Blocks
+					if b.IsError && content == "" && len(timages) == 0 {
 						content = "error"
 					}
-					out = append(out, api.Message{Role: "tool", Content: content, ToolCallID: b.ToolUseID, ToolName: toolNames[b.ToolUseID]})
+					msg := api.Message{Role: "tool", Content: content, ToolCallID: b.ToolUseID, ToolName: toolNames[b.ToolUseID]}
+					addImages(&msg, timages)
+					out = append(out, msg)
 				default:
 					return nil, errorf(http.StatusBadRequest, "messages[%d].content[%d]: %s blocks belong in assistant messages", i, k, b.Type)
 				}

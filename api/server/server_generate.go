@@ -22,6 +22,7 @@ import (
 	"github.com/mlxg/mlxg/runner/sched"
 	"github.com/mlxg/mlxg/text/constrain"
 	"github.com/mlxg/mlxg/text/parser"
+	"github.com/mlxg/mlxg/vision"
 )
 
 // job is one generation request, from Ollama's or OpenAI's API, in one form.
@@ -57,8 +58,9 @@ type job struct {
 	// logprobs asks for log-probabilities with topLogprobs alternatives: events carry them.
 	logprobs    bool
 	topLogprobs int
-	context     []int // generate: token ids before the prompt
-	wantContext bool  // generate: the outcome's Context
+	context     []int           // generate: token ids before the prompt
+	images      []api.ImageData // generate: the prompt's images
+	wantContext bool            // generate: the outcome's Context
 }
 
 // event is what one piece of output yields after parsing.
@@ -309,6 +311,9 @@ func templateMessages(msgs []api.Message) []map[string]any {
 	out := make([]map[string]any, 0, len(msgs))
 	for _, m := range msgs {
 		tm := map[string]any{"role": m.Role, "content": m.Content}
+		if len(m.Images) > 0 {
+			tm["content"] = contentParts(m)
+		}
 		if m.Thinking != "" {
 			tm["reasoning_content"] = m.Thinking
 		}
@@ -330,6 +335,29 @@ func templateMessages(msgs []api.Message) []map[string]any {
 		out = append(out, tm)
 	}
 	return out
+}
+
+// contentParts is a message with images as the chat templates of vision models read it: a list of
+// {"type":"image"} and {"type":"text","text":…} parts in the order the client gave them (Ollama's
+// images, which carry no place, before the text).
+func contentParts(m api.Message) []any {
+	var parts []any
+	text := func(s string) {
+		if s != "" {
+			parts = append(parts, map[string]any{"type": "text", "text": s})
+		}
+	}
+	done := 0
+	for k := range m.Images {
+		if k < len(m.ImageAt) {
+			at := min(max(m.ImageAt[k], done), len(m.Content))
+			text(m.Content[done:at])
+			done = at
+		}
+		parts = append(parts, map[string]any{"type": "image"})
+	}
+	text(m.Content[done:])
+	return parts
 }
 
 // run generates for j on a loaded model, passing each parsed event to sink.
@@ -356,6 +384,19 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 		return nil, errorf(http.StatusBadRequest, "raw mode does not support template, system, or context")
 	}
 
+	var images []vision.Image
+	if j.chat {
+		images, err = requestImages(j.name, s.visionModel(j), j.messages, messageField)
+	} else {
+		images, err = requestImages(j.name, s.visionModel(j), []api.Message{{Images: j.images}}, func(int) string { return "images" })
+		if err == nil && len(images) > 0 && (j.raw || j.suffix != "" || j.info.ChatTemplate == "") {
+			err = errorf(http.StatusBadRequest, "images need the model's chat template, which places them: remove raw or suffix")
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+
 	lease, m, err := s.acquire(ctx, j)
 	if err != nil {
 		return nil, err
@@ -363,7 +404,7 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 	defer lease.Release()
 	info := m.Info()
 
-	in := GenerateInput{Options: j.opts, Context: j.context, WantContext: j.wantContext}
+	in := GenerateInput{Options: j.opts, Context: j.context, WantContext: j.wantContext, Images: images}
 	in.Options.NumPredict = boundNumPredict(j.opts.NumPredict, info.ContextLength)
 	in.EndTokens = turnMarkers(info.ChatTemplate)
 	if caps.Harmony {
@@ -409,7 +450,7 @@ func (s *Server) run(ctx context.Context, j *job, sink func(event) error) (*outc
 			msgs = append(msgs, api.Message{Role: "system", Content: j.system})
 		}
 		msgs = append(msgs, j.modelMessages()...)
-		in.Messages, in.Kwargs = templateMessages(append(msgs, api.Message{Role: "user", Content: j.prompt})), kwargs
+		in.Messages, in.Kwargs = templateMessages(append(msgs, api.Message{Role: "user", Content: j.prompt, Images: j.images})), kwargs
 	}
 
 	if caps.Tools == parser.ToolsMistral {
@@ -669,15 +710,13 @@ func (s *Server) handleGenerate(c *gin.Context) {
 		}
 		return nil
 	})
-	if err == nil && len(req.Images) > 0 {
-		err = textOnly(req.Model, "images")
-	}
 	if err != nil {
 		abortErr(c, err)
 		return
 	}
 	j.prompt, j.system, j.suffix, j.raw, j.think = req.Prompt, req.System, req.Suffix, req.Raw, req.Think
 	j.context, j.wantContext = req.Context, !req.Raw
+	j.images = req.Images
 	var idle func(reason string) api.GenerateResponse
 	if req.Prompt == "" && req.Suffix == "" {
 		idle = func(reason string) api.GenerateResponse {
@@ -796,11 +835,6 @@ func (s *Server) handleChat(c *gin.Context) {
 		}
 		return nil
 	})
-	for i := 0; err == nil && i < len(req.Messages); i++ {
-		if len(req.Messages[i].Images) > 0 {
-			err = textOnly(req.Model, fmt.Sprintf("messages[%d].images", i))
-		}
-	}
 	if err != nil {
 		abortErr(c, err)
 		return

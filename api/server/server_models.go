@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -76,6 +77,9 @@ func (s *Server) handleShow(c *gin.Context) {
 		return
 	}
 	s.showContext(resp, req.Model)
+	if !s.enginesSeeImages() {
+		resp.Capabilities = slices.DeleteFunc(resp.Capabilities, func(c string) bool { return c == "vision" })
+	}
 	c.JSON(http.StatusOK, resp)
 }
 

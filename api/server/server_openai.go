@@ -125,7 +125,7 @@ func oaiMessages(in []openai.Message) ([]api.Message, error) {
 	callNames := map[string]string{}
 	out := make([]api.Message, 0, len(in))
 	for i, m := range in {
-		text, err := m.Text()
+		text, images, err := m.TextImages()
 		if err != nil {
 			return nil, errorf(http.StatusBadRequest, "messages[%d]: %v", i, err)
 		}
@@ -139,6 +139,7 @@ func oaiMessages(in []openai.Message) ([]api.Message, error) {
 			return nil, errorf(http.StatusBadRequest, "messages[%d]: unknown role %q (use system, developer, user, assistant or tool)", i, m.Role)
 		}
 		msg := api.Message{Role: role, Content: text, ToolCallID: m.ToolCallID, Thinking: m.ReasoningContent}
+		addImages(&msg, images)
 		if msg.Thinking == "" {
 			msg.Thinking = m.Reasoning
 		}

@@ -96,7 +96,7 @@ func responsesMessages(items []openai.InputItem, prior []api.Message) ([]api.Mes
 	for i, it := range items {
 		switch it.Type {
 		case "message":
-			text, err := openai.PartsText(it.Content)
+			text, images, err := openai.PartsImages(it.Content)
 			if err != nil {
 				return nil, errorf(http.StatusBadRequest, "input[%d].%v", i, err)
 			}
@@ -112,7 +112,9 @@ func responsesMessages(items []openai.InputItem, prior []api.Message) ([]api.Mes
 			default:
 				return nil, errorf(http.StatusBadRequest, "input[%d]: role must be user, assistant, system or developer, not %q", i, it.Role)
 			}
-			out = append(out, api.Message{Role: role, Content: text})
+			msg := api.Message{Role: role, Content: text}
+			addImages(&msg, images)
+			out = append(out, msg)
 		case "function_call":
 			if it.CallID == "" || it.Name == "" {
 				return nil, errorf(http.StatusBadRequest, "input[%d]: a function_call item needs a call_id and a name", i)
@@ -138,11 +140,13 @@ func responsesMessages(items []openai.InputItem, prior []api.Message) ([]api.Mes
 			if it.CallID == "" {
 				return nil, errorf(http.StatusBadRequest, "input[%d]: a function_call_output item needs a call_id", i)
 			}
-			text, err := openai.PartsText(it.Output)
+			text, images, err := openai.PartsImages(it.Output)
 			if err != nil {
 				return nil, errorf(http.StatusBadRequest, "input[%d].output: %v", i, err)
 			}
-			out = append(out, api.Message{Role: "tool", Content: text, ToolCallID: it.CallID, ToolName: callNames[it.CallID]})
+			msg := api.Message{Role: "tool", Content: text, ToolCallID: it.CallID, ToolName: callNames[it.CallID]}
+			addImages(&msg, images)
+			out = append(out, msg)
 		case "reasoning":
 			text, err := openai.PartsText(it.Content)
 			if err != nil {

@@ -278,7 +278,7 @@ func TestBadInput(t *testing.T) {
 	}{
 		{"/v1/chat/completions", `{"model":"nope","messages":[{"role":"user","content":"hi"}]}`, 404, "model 'nope' not found", "not_found_error"},
 		{"/v1/chat/completions", `{"model":"scripted","n":2,"messages":[{"role":"user","content":"hi"}]}`, 400, "n = 2", "invalid_request_error"},
-		{"/v1/chat/completions", `{"model":"scripted","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}`, 400, "text only", "invalid_request_error"},
+		{"/v1/chat/completions", `{"model":"scripted","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,aGk="}}]}]}`, 400, "text-only model", "invalid_request_error"},
 		{"/v1/chat/completions", `{"model":"scripted","response_format":{"type":"json_schema","json_schema":{"name":"x"}},"messages":[{"role":"user","content":"hi"}]}`, 400, "json_schema.schema is missing", "invalid_request_error"},
 		{"/v1/chat/completions", `{"model":"scripted","messages":`, 400, "invalid JSON", "invalid_request_error"},
 		{"/v1/embeddings", `{"model":"scripted","input":[[1,2]]}`, 400, "input must be", "invalid_request_error"},

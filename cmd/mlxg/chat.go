@@ -185,7 +185,18 @@ func (s *chatSession) send(ctx context.Context, text string) error {
 	if s.system != "" && (len(msgs) == 0 || msgs[0].Role != "system") {
 		msgs = append([]api.Message{{Role: "system", Content: s.system}}, msgs...)
 	}
-	msgs = append(msgs, api.Message{Role: "user", Content: text})
+	user := api.Message{Role: "user", Content: text}
+	if s.show != nil && slices.Contains(s.show.Capabilities, "vision") {
+		var paths []string
+		var err error
+		if user.Content, user.Images, paths, err = attachImages(text); err != nil {
+			return err
+		}
+		for _, p := range paths {
+			fmt.Fprintf(s.errw, "Added image '%s'\n", p)
+		}
+	}
+	msgs = append(msgs, user)
 	req := &api.ChatRequest{Model: s.model, Messages: msgs, Options: s.options, Think: s.think, KeepAlive: s.keepAlive, Format: s.format}
 	var reply api.Message
 	var final api.ChatResponse
@@ -235,7 +246,7 @@ func (s *chatSession) send(ctx context.Context, text string) error {
 		return err
 	}
 	reply.Role = "assistant"
-	s.messages = append(s.messages, api.Message{Role: "user", Content: text}, reply)
+	s.messages = append(s.messages, user, reply)
 	if s.verbose {
 		printMetrics(s.errw, final.Metrics)
 	}

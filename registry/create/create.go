@@ -412,7 +412,8 @@ func Convert(ctx context.Context, src, dst string, opts Options) (*Summary, erro
 		return nil, err
 	}
 	for _, f := range []string{"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
-		"chat_template.json", "tokenizer.model", "vocab.json", "merges.txt", "added_tokens.json", "generation_config.json"} {
+		"chat_template.json", "tokenizer.model", "vocab.json", "merges.txt", "added_tokens.json", "generation_config.json",
+		"preprocessor_config.json", "processor_config.json", "video_preprocessor_config.json"} {
 		if err := files.Copy(filepath.Join(src, f), filepath.Join(dst, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("create: copying %s: %w", f, err)
 		}

@@ -27,7 +27,8 @@ import (
 //   - qwen3_5, qwen3_5_moe (Qwen3.5/3.6, mlx_lm/models/qwen3_5.py, qwen3_5_moe.py): as
 //     qwen3_next, and the language model moves from model.language_model.* to
 //     language_model.model.* (lm_head to language_model.lm_head), the vision tower
-//     (model.visual.*) is dropped, and fused experts (experts.gate_up_proj
+//     (model.visual.*) moves to vision_tower.* as mlx-vlm keeps it (the patch embedding's
+//     Conv3d kernel channels-last, every tower weight in float), and fused experts (experts.gate_up_proj
 //     [experts, 2·inter, hidden], experts.down_proj) become switch_mlp's gate_proj
 //     (the first half), up_proj and down_proj.
 //
@@ -114,9 +115,6 @@ func (f family) drop(name string) bool {
 			}
 		}
 	}
-	if f.qwen35() && (strings.HasPrefix(name, "model.visual.") || strings.HasPrefix(name, "vision_tower.")) {
-		return true
-	}
 	if f.glm() && f.layers > 0 {
 		if rest, ok := strings.CutPrefix(name, "model.layers."); ok {
 			num, _, _ := strings.Cut(rest, ".")
@@ -139,6 +137,14 @@ func (f family) drop(name string) bool {
 func (f family) rename(name string) string {
 	if !f.qwen35() && !f.gemma4Wrapped() && !f.mistral3() {
 		return name
+	}
+	if f.qwen35() {
+		if rest, ok := strings.CutPrefix(name, "model.visual."); ok {
+			return "vision_tower." + rest
+		}
+		if strings.HasPrefix(name, "vision_tower.") {
+			return name
+		}
 	}
 	if rest, ok := strings.CutPrefix(name, "model.language_model."); ok {
 		return "language_model.model." + rest
@@ -197,6 +203,9 @@ func (f family) jobs(ck *safetensors.Checkpoint, n string, t *safetensors.Tensor
 				}
 			}}}
 	}
+	if f.qwen35() && n == "model.visual.patch_embed.proj.weight" && len(t.Shape) == 5 {
+		return []job{patchEmbedMLX(t, dt)}
+	}
 	fused, stacked := ".mlp.experts.", ".mlp.switch_mlp." // qwen3.5's
 	if f.gemma4() {
 		fused, stacked = ".experts.", ".experts.switch_glu."
@@ -210,6 +219,31 @@ func (f family) jobs(ck *safetensors.Checkpoint, n string, t *safetensors.Tensor
 		}
 	}
 	return []job{{out: f.rename(n), shape: f.shape(n, t.Shape), rows: all}}
+}
+
+// patchEmbedMLX is Qwen3.5's Conv3d kernel, Hugging Face's [out, channels, temporal,
+// patch, patch], in MLX's channels-last [out, temporal, patch, patch, channels].
+func patchEmbedMLX(t *safetensors.Tensor, dt safetensors.DType) job {
+	O, C, T, H, W := t.Shape[0], t.Shape[1], t.Shape[2], t.Shape[3], t.Shape[4]
+	in := C * T * H * W
+	return job{out: "vision_tower.patch_embed.proj.weight", shape: []int{O, T, H, W, C},
+		rows: func(_, _ int, fn func(r0 int, vals []float32)) {
+			src := make([]float32, O*in)
+			forRows(t, O, in, dt, func(r0 int, vals []float32) { copy(src[r0*in:], vals) })
+			row := make([]float32, C)
+			for o := range O {
+				for tt := range T {
+					for y := range H {
+						for x := range W {
+							for c := range C {
+								row[c] = src[o*in+((c*T+tt)*H+y)*W+x]
+							}
+							fn(((o*T+tt)*H+y)*W+x, row)
+						}
+					}
+				}
+			}
+		}}
 }
 
 // splitFused writes a fused [experts, 2·inter, in] gate_up_proj, the gate first, as the
@@ -354,6 +388,9 @@ func (f family) override(module string) (bits, group int, ok bool) {
 				return 8, 64, true
 			}
 		}
+	}
+	if f.qwen35() && strings.HasPrefix(module, "vision_tower.") {
+		return 0, 0, true // the vision tower stays in float, as mlx-vlm keeps it
 	}
 	if f.gptoss() && strings.HasSuffix(module, "mlp.router") {
 		return 8, 64, true

@@ -593,6 +593,7 @@ func opCases(seed uint64) ([]opCase, error) {
 		return nil, err
 	}
 	cases = append(cases, ext...)
+	cases = append(cases, visionCases(r, src, f)...)
 	return append(cases, passCases(src, f, mats)...), nil
 }
 

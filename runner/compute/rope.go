@@ -246,3 +246,45 @@ func (r *RoPE) CosSin(pos, i int) (cos, sin float32) {
 	}
 	return c, s
 }
+
+// MRoPE is multimodal RoPE (config.json's mrope_section): each position is three,
+// temporal, height and width, and each rotary frequency reads one of them. Qwen3-VL
+// and Qwen3.5 interleave them (mrope_interleaved: frequency j reads height when
+// j%3 == 1 and j < 3·Section[1], width when j%3 == 2 and j < 3·Section[2], else
+// time); Qwen2-VL gives each its contiguous run of Section[k] frequencies.
+type MRoPE struct {
+	Section     [3]int
+	Interleaved bool
+}
+
+// Axis is the position component (0 time, 1 height, 2 width) frequency j reads.
+func (m *MRoPE) Axis(j int) int {
+	if m.Interleaved {
+		switch {
+		case j%3 == 1 && j < 3*m.Section[1]:
+			return 1
+		case j%3 == 2 && j < 3*m.Section[2]:
+			return 2
+		}
+		return 0
+	}
+	switch {
+	case j < m.Section[0]:
+		return 0
+	case j < m.Section[0]+m.Section[1]:
+		return 1
+	}
+	return 2
+}
+
+// RowAngles fills cos and sin (r.Dims/2 values each) for a row at the three-part
+// position pos, as the models compute them: the angle in float32 (position times
+// inverse frequency), then its cosine and sine times Scale.
+func (r *RoPE) RowAngles(m *MRoPE, pos [3]int, cos, sin []float32) {
+	inv := r.Freqs(pos[0])
+	for j := range r.Dims / 2 {
+		a := float32(pos[m.Axis(j)]) * inv[j]
+		cos[j] = float32(math.Cos(float64(a))) * r.Scale
+		sin[j] = float32(math.Sin(float64(a))) * r.Scale
+	}
+}

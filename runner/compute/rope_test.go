@@ -1,6 +1,7 @@
 package compute
 
 import (
+	"fmt"
 	"math"
 	"testing"
 )
@@ -140,5 +141,39 @@ func TestRoPEPosScale(t *testing.T) {
 	}
 	if _, err := r.WithPosScale(PosScale{Beta: 0.1}); err == nil {
 		t.Error("a zero period accepted")
+	}
+}
+
+// TestMRoPEAxis: the interleaved layout of Qwen3.5 (sections 11, 11, 10 over 32
+// frequencies) and the contiguous one of Qwen2-VL.
+func TestMRoPEAxis(t *testing.T) {
+	m := &MRoPE{Section: [3]int{11, 11, 10}, Interleaved: true}
+	got := ""
+	for j := range 32 {
+		got += fmt.Sprint(m.Axis(j))
+	}
+	if want := "01201201201201201201201201201201"; got != want {
+		t.Errorf("interleaved: %s, want %s", got, want)
+	}
+	c := &MRoPE{Section: [3]int{2, 3, 3}}
+	got = ""
+	for j := range 8 {
+		got += fmt.Sprint(c.Axis(j))
+	}
+	if got != "00111222" {
+		t.Errorf("contiguous: %s", got)
+	}
+	// Equal parts make plain RoPE's angles.
+	r, err := NewRoPE(16, 10000, RoPEScaling{}, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cos, sin := make([]float32, 8), make([]float32, 8)
+	r.RowAngles(m, [3]int{7, 7, 7}, cos, sin)
+	for j := range 8 {
+		a := float64(float32(7) * r.InvFreq[j])
+		if math.Abs(float64(cos[j])-math.Cos(a)) > 1e-6 || math.Abs(float64(sin[j])-math.Sin(a)) > 1e-6 {
+			t.Fatalf("angle %d: %v %v", j, cos[j], sin[j])
+		}
 	}
 }

@@ -3,6 +3,7 @@ package model
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/runner/compute"
@@ -294,10 +295,89 @@ func (m *Model) check(tokens []int32, caches []kvstore.Layer) error {
 	if err := m.PrepareCaches(caches); err != nil {
 		return err
 	}
-	for i, id := range tokens {
-		if id < 0 || int(id) >= m.Config.VocabSize {
-			return fmt.Errorf("model: token %d (at %d) is outside the vocabulary of %d", id, i, m.Config.VocabSize)
+	return checkIDs(tokens, caches, m.Config.VocabSize)
+}
+
+// Media is sequence s's media (SetMedia), nil when it has none.
+func (b *Batch) Media(s int) *Media { return MediaOf(b.Seqs[s].Caches) }
+
+// Embed is every row's input embedding: its token's row of w, or for a media id the
+// feature row of the image span that sequence position holds (VisionContext.Input).
+func (b *Batch) Embed(c compute.Context, w compute.Weight) compute.Tensor {
+	first := -1
+	for i, id := range b.tokens {
+		if id >= MediaBase {
+			first = i
+			break
 		}
 	}
-	return nil
+	if first < 0 {
+		return c.Embed(w, b.tokens)
+	}
+	vc, ok := compute.Ext[compute.VisionContext](c)
+	if !ok {
+		return compute.Unsupported(c, "image input")
+	}
+	bc, ok := compute.Ext[compute.BatchContext](c)
+	if !ok {
+		return compute.Unsupported(c, "image input")
+	}
+	ids := slices.Clone(b.tokens)
+	for i, id := range ids {
+		if id >= MediaBase {
+			ids[i] = 0
+		}
+	}
+	h := c.Embed(w, ids)
+	_, hidden := h.Dims()
+	var parts []compute.Tensor
+	text := 0 // the first row not yet in parts
+	for s := range b.Seqs {
+		md := b.Media(s)
+		for r := b.start[s]; r < b.start[s+1]; r++ {
+			if b.tokens[r] < MediaBase {
+				continue
+			}
+			span, k, ok := (*Span)(nil), 0, false
+			if md != nil {
+				span, k, ok = md.At(b.offsets[s] + r - b.start[s])
+			}
+			if !ok || len(span.Rows) < (k+1)*hidden {
+				return compute.Fail(c, fmt.Errorf("model: media token at position %d has no image features", b.offsets[s]+r-b.start[s]))
+			}
+			if r > text {
+				parts = append(parts, c.Rows(h, text, r-text))
+			}
+			parts = append(parts, vc.Input(span.Rows[k*hidden:(k+1)*hidden], 1, hidden))
+			text = r + 1
+		}
+	}
+	if text < len(b.tokens) {
+		parts = append(parts, c.Rows(h, text, len(b.tokens)-text))
+	}
+	return bc.ConcatRows(parts...)
+}
+
+// MRoPE rotates each sequence's rows of x as RoPE does, at the three-part positions of
+// multimodal RoPE (m) for a sequence with media: its rows' own angles
+// (VisionContext.RoPERows). A sequence without media has positions (i, i, i), which
+// make plain RoPE's rotation.
+func (b *Batch) MRoPE(c compute.Context, x compute.Tensor, r *compute.RoPE, m *compute.MRoPE, headDim int) compute.Tensor {
+	return b.Each(c, func(s int) compute.Tensor {
+		xs := b.Rows(c, x, s)
+		md := b.Media(s)
+		if md == nil || m == nil {
+			return c.RoPE(xs, r, headDim, b.offsets[s])
+		}
+		vc, ok := compute.Ext[compute.VisionContext](c)
+		if !ok {
+			return compute.Unsupported(c, "image input")
+		}
+		n, half := b.Len(s), r.Dims/2
+		cos, sin := make([]float32, n*half), make([]float32, n*half)
+		for i := range n {
+			r.RowAngles(m, md.Position(b.offsets[s]+i), cos[i*half:(i+1)*half], sin[i*half:(i+1)*half])
+		}
+		return vc.RoPERows(xs, vc.Input(cos, n, half), vc.Input(sin, n, half), headDim)
+	})
 }

@@ -173,7 +173,7 @@ func load(dir string, backend compute.Backend, skip func(*Loader, string) bool, 
 	if err != nil {
 		return nil, err
 	}
-	l := &Loader{Config: cfg, Backend: backend, ckpt: ckpt, src: ckpt, skip: skip}
+	l := &Loader{Config: cfg, Backend: backend, Dir: dir, ckpt: ckpt, src: ckpt, skip: skip}
 	var ss streamSource
 	if res != nil {
 		// A model with no stacked experts streams its decoder layers instead.
@@ -300,10 +300,8 @@ func (m *Model) forward(ctx context.Context, tokens []int32, caches []kvstore.La
 		return nil, err
 	}
 	start := caches[0].Len()
-	for i, id := range tokens {
-		if id < 0 || int(id) >= m.Config.VocabSize {
-			return nil, fmt.Errorf("model: token %d (at %d) is outside the vocabulary of %d", id, i, m.Config.VocabSize)
-		}
+	if err := checkIDs(tokens, caches, m.Config.VocabSize); err != nil {
+		return nil, err
 	}
 	c := m.backend.NewContext()
 	defer c.Close()
@@ -385,6 +383,7 @@ func (m *Model) Close() error {
 type Loader struct {
 	Config  *Config
 	Backend compute.Backend
+	Dir     string // the checkpoint's folder (its preprocessor_config.json, say)
 	ckpt    *safetensors.Checkpoint
 	src     compute.Source // ckpt, or ckpt with a residency manager
 	err     error

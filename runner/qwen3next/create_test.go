@@ -1,11 +1,13 @@
 package qwen3next_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -95,7 +97,6 @@ func hfQwen35(t *testing.T, src, dst string, c randmodel.Config) {
 			ts = append(ts, safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: out, DType: tt.DType, Shape: tt.Shape}, Data: tt.Data})
 		}
 	}
-	put("model.visual.patch_embed.weight", []int{2, 2}, [][]byte{make([]byte, 8), make([]byte, 8)})
 	put("mtp.fc.weight", []int{2, 2}, [][]byte{make([]byte, 8), make([]byte, 8)})
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		t.Fatal(err)
@@ -123,6 +124,21 @@ func TestCreateQwen35(t *testing.T) {
 		t.Fatal(err)
 	}
 	hfQwen35(t, next, q35, c)
+	// A vision tower in Hugging Face's layout, and the same in mlx-vlm's.
+	if err := randmodel.AddQwenVisionHF(q35, randmodel.TinyQwenVision(), 7); err != nil {
+		t.Fatal(err)
+	}
+	mlxTower := filepath.Join(dir, "tower-mlx")
+	if err := os.MkdirAll(mlxTower, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := os.ReadFile(filepath.Join(q35, "config.json"))
+	if err := os.WriteFile(filepath.Join(mlxTower, "config.json"), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := randmodel.AddQwenVision(mlxTower, randmodel.TinyQwenVision(), 7); err != nil {
+		t.Fatal(err)
+	}
 	p := modeltest.Tokens(3, 15)
 	for _, bits := range []int{0, 4} {
 		var logits [2][]float32
@@ -132,12 +148,18 @@ func TestCreateQwen35(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if i == 1 && len(sum.Dropped) != 2 {
-				t.Errorf("dropped %v, want the vision and mtp tensors", sum.Dropped)
+			if i == 1 && len(sum.Dropped) != 1 {
+				t.Errorf("dropped %v, want the mtp tensor", sum.Dropped)
 			}
 			m, err := model.Load(out, cpu.New(2))
 			if err != nil {
 				t.Fatal(err)
+			}
+			if i == 1 {
+				sameTower(t, out, mlxTower)
+				if m.Vision() == nil {
+					t.Errorf("bits %d: the converted tower was not loaded", bits)
+				}
 			}
 			caches, _ := m.NewCaches(true)
 			logits[i] = modeltest.Forward(t, m, caches, p, 5)
@@ -146,5 +168,33 @@ func TestCreateQwen35(t *testing.T) {
 		if r := modeltest.MaxRel(logits[1], logits[0]); r > 1e-5 {
 			t.Errorf("bits %d: the converted Qwen3.5 checkpoint's logits differ from Qwen3-Next's by %.3g", bits, r)
 		}
+	}
+}
+
+// sameTower: the converted checkpoint's vision_tower.* tensors are mlx-vlm's layout of the
+// same values, byte for byte and unquantized.
+func sameTower(t *testing.T, got, want string) {
+	t.Helper()
+	a, err := safetensors.OpenDir(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := safetensors.OpenDir(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	n := 0
+	for _, name := range b.Names() {
+		wt, _ := b.Tensor(name)
+		gt, ok := a.Tensor(name)
+		if !ok || !slices.Equal(gt.Shape, wt.Shape) || gt.DType != wt.DType || !bytes.Equal(gt.Data, wt.Data) {
+			t.Errorf("%s: converted %v, want %v %v", name, gt != nil, wt.Shape, wt.DType)
+		}
+		n++
+	}
+	if _, err := os.Stat(filepath.Join(got, "preprocessor_config.json")); err != nil || n == 0 {
+		t.Errorf("%d tower tensors; preprocessor_config.json: %v", n, err)
 	}
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/mlxg/mlxg/runner/llama"
 	"github.com/mlxg/mlxg/runner/model"
 	"github.com/mlxg/mlxg/runner/qwen3moe"
+	"github.com/mlxg/mlxg/vision"
 )
 
 func init() {
@@ -143,7 +144,75 @@ func New(l *model.Loader) (model.Network, error) {
 	}
 	n.Norm = l.Vector(base+"norm.weight", h)
 	n.Head = l.HeadAt(head, n.Embed, cfg.VocabSize, h)
+	if cfg.ModelType == "qwen3_5" || cfg.ModelType == "qwen3_5_moe" {
+		mr, err := readMRoPE(cfg, rope)
+		if err != nil {
+			return nil, err
+		}
+		for _, layer := range n.Layers {
+			if layer.Attn != nil {
+				layer.Attn.MRoPE = mr
+			}
+		}
+		if n.Tower, err = newTower(l); err != nil {
+			return nil, err
+		}
+		if n.Tower != nil && mr == nil {
+			return nil, fmt.Errorf("config.json: the vision tower needs M-RoPE: rope_parameters.mrope_section covering the %d rotary frequencies", rope.Dims/2)
+		}
+	}
 	return n, nil
+}
+
+// readMRoPE reads rope_parameters' mrope_section (transformers' default [11, 11, 10]
+// when absent); Qwen3.5's rotary embedding interleaves the sections.
+func readMRoPE(cfg *model.Config, rope *compute.RoPE) (*compute.MRoPE, error) {
+	m := &compute.MRoPE{Section: [3]int{11, 11, 10}, Interleaved: true}
+	given := false
+	for _, key := range []string{"rope_parameters", "rope_scaling"} {
+		var p struct {
+			Section []int `json:"mrope_section"`
+		}
+		if raw, ok := cfg.Raw[key]; ok && json.Unmarshal(raw, &p) == nil && len(p.Section) > 0 {
+			if len(p.Section) != 3 {
+				return nil, fmt.Errorf("config.json: %s.mrope_section %v: want three sections", key, p.Section)
+			}
+			copy(m.Section[:], p.Section)
+			given = true
+			break
+		}
+	}
+	if m.Section[0]+m.Section[1]+m.Section[2] != rope.Dims/2 {
+		if !given {
+			return nil, nil // a text-only configuration that never says: plain RoPE
+		}
+		return nil, fmt.Errorf("config.json: mrope_section %v does not cover the %d rotary frequencies", m.Section, rope.Dims/2)
+	}
+	return m, nil
+}
+
+// Processor implements model.VisionNetwork: nil without a tower.
+func (n *Network) Processor() *vision.Processor {
+	if n.Tower == nil {
+		return nil
+	}
+	return n.Tower.processor
+}
+
+// EncodeImages implements model.VisionNetwork.
+func (n *Network) EncodeImages(c compute.Context, images []*vision.Pixels) (compute.Tensor, [][3]int) {
+	if n.Tower == nil {
+		return compute.Unsupported(c, "images (the checkpoint has no vision tower)"), nil
+	}
+	return n.Tower.Encode(c, images)
+}
+
+// ImageTokenID implements model.VisionNetwork.
+func (n *Network) ImageTokenID() int32 {
+	if n.Tower == nil {
+		return -1
+	}
+	return n.Tower.imageToken
 }
 
 // hasExperts reports whether config.json describes expert blocks (num_experts > 0).
@@ -165,6 +234,7 @@ type Network struct {
 	Eps              float32
 	Config           Config
 	KVHeads, HeadDim int
+	Tower            *Tower // Qwen3.5/3.6's vision tower; nil: text only
 }
 
 // Layer is one decoder layer: linear or full attention, then the MLP.
@@ -233,7 +303,7 @@ func (n *Network) Forward(c compute.Context, tokens []int32, caches []kvstore.La
 // ForwardBatch implements model.BatchNetwork: each sequence's linear-attention layers
 // advance its own recurrent state.
 func (n *Network) ForwardBatch(c compute.Context, b *model.Batch) compute.Tensor {
-	h := c.Embed(n.Embed, b.Tokens())
+	h := b.Embed(c, n.Embed)
 	guesser, guess := compute.Ext[compute.ExpertGuesser](c)
 	for i, layer := range n.Layers {
 		x := c.RMSNorm(h, layer.InputNorm, n.Eps)
@@ -300,6 +370,7 @@ type Attention struct {
 	QNorm, KNorm            compute.Vector
 	Heads, KVHeads, HeadDim int
 	RoPE                    *compute.RoPE
+	MRoPE                   *compute.MRoPE // Qwen3.5/3.6's multimodal positions; nil: plain RoPE
 	Eps                     float32
 }
 
@@ -329,8 +400,8 @@ func (a *Attention) Forward(c compute.Context, x compute.Tensor, b *model.Batch,
 	q := c.Reshape(c.RMSNorm(lin.Cols(qg, 0, hd), a.QNorm, a.Eps), T, a.Heads*hd)
 	gate := c.Reshape(lin.Cols(qg, hd, hd), T, a.Heads*hd)
 	k := c.Reshape(c.RMSNorm(c.Reshape(c.Linear(x, a.K), T*a.KVHeads, hd), a.KNorm, a.Eps), T, a.KVHeads*hd)
-	q = b.RoPE(c, q, a.RoPE, hd)
-	k = b.RoPE(c, k, a.RoPE, hd)
+	q = b.MRoPE(c, q, a.RoPE, a.MRoPE, hd)
+	k = b.MRoPE(c, k, a.RoPE, a.MRoPE, hd)
 	o := b.Attention(c, q, k, c.Linear(x, a.V), layer, a.Heads, llama.Scale(hd))
 	return c.Linear(ext.SigmoidMul(o, gate), a.O)
 }

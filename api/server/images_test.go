@@ -1,0 +1,255 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"hash/crc32"
+	"image"
+	"image/color"
+	"image/png"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mlxg/mlxg/api"
+	"github.com/mlxg/mlxg/internal/testdata"
+	"github.com/mlxg/mlxg/registry"
+	"github.com/mlxg/mlxg/registry/create"
+	"github.com/mlxg/mlxg/registry/randmodel"
+	"github.com/mlxg/mlxg/runner/sched"
+)
+
+// testPNG encodes a w×h image whose pixels depend on seed.
+func testPNG(t testing.TB, w, h int, seed uint8) []byte {
+	t.Helper()
+	m := image.NewNRGBA(image.Rect(0, 0, w, h))
+	for y := range h {
+		for x := range w {
+			m.Set(x, y, color.NRGBA{uint8(x*7) + seed, uint8(y*13) + seed, seed, 255})
+		}
+	}
+	var b bytes.Buffer
+	if err := png.Encode(&b, m); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// resizedPNG is a PNG whose header says w×h (the data is a 1×1 image's): what DecodeConfig reads.
+func resizedPNG(t testing.TB, w, h uint32) []byte {
+	b := testPNG(t, 1, 1, 0)
+	ihdr := b[8:] // length, "IHDR", data, crc
+	binary.BigEndian.PutUint32(ihdr[8:], w)
+	binary.BigEndian.PutUint32(ihdr[12:], h)
+	binary.BigEndian.PutUint32(ihdr[8+13:], crc32.ChecksumIEEE(ihdr[4:8+13]))
+	return b
+}
+
+// TestRequestImages: images decode in order with their pixels' hash; every bad image is an error naming
+// it; a text-only model gets textOnly whatever the images are.
+func TestRequestImages(t *testing.T) {
+	yes := func() bool { return true }
+	a, b := testPNG(t, 20, 10, 1), testPNG(t, 20, 10, 2)
+	msgs := []api.Message{{Role: "user", Images: []api.ImageData{a}}, {Role: "assistant"}, {Role: "user", Images: []api.ImageData{b, a}}}
+	got, err := requestImages("m", yes, msgs, messageField)
+	if err != nil || len(got) != 3 || got[0].W != 20 || got[0].H != 10 {
+		t.Fatalf("%v %d", err, len(got))
+	}
+	if got[0].Hash != got[2].Hash || got[0].Hash == got[1].Hash {
+		t.Fatal("the same pixels must hash alike, different ones differently")
+	}
+	if got, err := requestImages("m", func() bool { panic("asked") }, []api.Message{{Content: "hi"}}, messageField); got != nil || err != nil {
+		t.Fatal("no images: nothing to check")
+	}
+
+	truncated := a[:len(a)/2]
+	many := make([]api.ImageData, maxImages+1)
+	for i := range many {
+		many[i] = a
+	}
+	for _, c := range []struct {
+		name   string
+		images []api.ImageData
+		want   string
+	}{
+		{"corrupt", []api.ImageData{[]byte("\x89PNG\r\n\x1a\nnot a png at all")}, "messages[1].images[0]: invalid image: unknown or corrupt"},
+		{"truncated", []api.ImageData{a, truncated}, "messages[1].images[1]: invalid image: corrupt or truncated png"},
+		{"unknown format", []api.ImageData{[]byte("GIF87 is not quite this")}, "unknown or corrupt format"},
+		{"no pixels", []api.ImageData{resizedPNG(t, 0, 0)}, "messages[1].images[0]: invalid image"},
+		{"huge", []api.ImageData{resizedPNG(t, 50000, 50000)}, "50000×50000 pixels is over the"},
+		{"empty", []api.ImageData{{}}, "no data"},
+		{"too many", many, fmt.Sprintf("%d images in one request: mlxg takes at most %d", maxImages+1, maxImages)},
+	} {
+		_, err := requestImages("m", yes, []api.Message{{Role: "system"}, {Role: "user", Images: c.images}}, messageField)
+		if status, msg := statusOf(err); status != 400 || !strings.Contains(msg, c.want) {
+			t.Errorf("%s: %d %v, want 400 with %q", c.name, status, err, c.want)
+		}
+		_, err = requestImages("m", func() bool { return false }, []api.Message{{Role: "system"}, {Role: "user", Images: c.images}}, messageField)
+		if _, msg := statusOf(err); !strings.Contains(msg, `"m" is a text-only model: mlxg cannot give it images; remove messages[1].images`) {
+			t.Errorf("%s on a text-only model: %v", c.name, err)
+		}
+	}
+}
+
+// TestContentParts: a message with images is rendered as parts, images where the client put them (Ollama's
+// first).
+func TestContentParts(t *testing.T) {
+	img := api.ImageData("x")
+	for _, c := range []struct {
+		m    api.Message
+		want string
+	}{
+		{api.Message{Content: "what is it?", Images: []api.ImageData{img, img}}, `[{"type":"image"},{"type":"image"},{"text":"what is it?","type":"text"}]`},
+		{api.Message{Content: "ab\ncd", Images: []api.ImageData{img, img}, ImageAt: []int{2, 5}}, `[{"text":"ab","type":"text"},{"type":"image"},{"text":"\ncd","type":"text"},{"type":"image"}]`},
+		{api.Message{Content: "", Images: []api.ImageData{img}, ImageAt: []int{0}}, `[{"type":"image"}]`},
+	} {
+		b, _ := json.Marshal(contentParts(c.m))
+		if string(b) != c.want {
+			t.Errorf("%+v: %s, want %s", c.m, b, c.want)
+		}
+	}
+}
+
+// TestImagesEveryAPI: every route reads images (Ollama's images, OpenAI's image_url data URLs and
+// input_image, Anthropic's image blocks, also in a tool_result) and answers a text-only model with its
+// 400; URLs to fetch and bad base64 are refused on the way in.
+func TestImagesEveryAPI(t *testing.T) {
+	ts := newTestServer(t, sched.Config{})
+	b64 := base64.StdEncoding.EncodeToString(testPNG(t, 8, 8, 3))
+	data := "data:image/png;base64," + b64
+	for _, c := range []struct {
+		path, body string
+		want       string
+	}{
+		{"/api/generate", `{"model":"scripted","prompt":"What is this?","images":["` + b64 + `"]}`, "is a text-only model"},
+		{"/api/generate", `{"model":"scripted","prompt":"What is this?","images":["not base64!"]}`, "an image is not valid base64"},
+		{"/api/chat", `{"model":"scripted","messages":[{"role":"user","content":"hi"},{"role":"user","content":"What?","images":["` + b64 + `"]}]}`, `remove messages[1].images`},
+		{"/v1/chat/completions", `{"model":"scripted","messages":[{"role":"user","content":[{"type":"text","text":"What?"},{"type":"image_url","image_url":{"url":"` + data + `"}}]}]}`, "is a text-only model"},
+		{"/v1/chat/completions", `{"model":"scripted","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://example.com/cat.png"}}]}]}`, "not fetched"},
+		{"/v1/chat/completions", `{"model":"scripted","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,!!"}}]}]}`, "not valid base64"},
+		{"/v1/responses", `{"model":"scripted","input":[{"role":"user","content":[{"type":"input_image","image_url":"` + data + `"}]}]}`, "is a text-only model"},
+		{"/v1/responses", `{"model":"scripted","input":[{"role":"user","content":[{"type":"input_image","image_url":"http://example.com/a.png"}]}]}`, "not fetched"},
+		{"/v1/messages", `{"model":"scripted","max_tokens":5,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"` + b64 + `"}},{"type":"text","text":"What?"}]}]}`, "is a text-only model"},
+		{"/v1/messages", `{"model":"scripted","max_tokens":5,"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"shot","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"` + b64 + `"}}]}]}]}`, "is a text-only model"},
+	} {
+		resp, b := ts.post(t, c.path, c.body)
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), c.want) {
+			t.Errorf("%s %.120s: %d %s, want 400 with %q", c.path, c.body, resp.StatusCode, b, c.want)
+		}
+	}
+}
+
+// visionTemplate renders content parts as Qwen3.5's chat template does (an image part as
+// <|vision_start|><|image_pad|><|vision_end|>).
+const visionTemplate = `{%- for message in messages -%}<|im_start|>{{ message.role }}
+{% if message.content is string %}{{ message.content }}{% else %}{% for item in message.content %}{% if item.type == 'image' %}<|vision_start|><|image_pad|><|vision_end|>{% elif item.type == 'text' %}{{ item.text }}{% endif %}{% endfor %}{% endif %}<|im_end|>
+{% endfor -%}{%- if add_generation_prompt -%}<|im_start|>assistant
+{% endif -%}`
+
+// newVisionServer serves a tiny random Qwen3.5 with a vision tower (registry/randmodel's
+// GenerateQwen35 in Hugging Face's layout, converted by create) as "vis", beside the
+// scripted text model.
+func newVisionServer(t *testing.T) *testServer {
+	t.Helper()
+	tmp := t.TempDir()
+	hf, mlx := filepath.Join(tmp, "hf"), filepath.Join(tmp, "mlx")
+	c := randmodel.TinyQwen3Next(151936)
+	c.TieWordEmbeddings = true
+	v := randmodel.TinyQwenVision()
+	if err := randmodel.GenerateQwen35(hf, c, &v, randmodel.Options{Seed: 3, TokenizerDir: testdata.Tokenizer(t, "qwen3")}); err != nil {
+		t.Fatal(err)
+	}
+	tcPath := filepath.Join(hf, "tokenizer_config.json")
+	raw, err := os.ReadFile(tcPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tc map[string]any
+	if err := json.Unmarshal(raw, &tc); err != nil {
+		t.Fatal(err)
+	}
+	tc["chat_template"] = visionTemplate
+	raw, _ = json.Marshal(tc)
+	if err := os.WriteFile(tcPath, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := create.Convert(context.Background(), hf, mlx, create.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	ts := newTestServer(t, sched.Config{})
+	n, _ := registry.ParseName("vis")
+	if _, err := ts.srv.cfg.Store.ImportDir(context.Background(), n, mlx); err != nil {
+		t.Fatal(err)
+	}
+	return ts
+}
+
+// TestImagesVisionModel: a model with a vision tower takes images on every API (the image's
+// 48 tokens are in the prompt count), lists vision in /api/show, refuses bad images with a
+// 400 naming the problem, and keeps serving.
+func TestImagesVisionModel(t *testing.T) {
+	ts := newVisionServer(t)
+	_, b := ts.post(t, "/api/show", `{"model":"vis"}`)
+	if !strings.Contains(string(b), `"vision"`) {
+		t.Errorf("/api/show of a vision model: %s", b)
+	}
+	_, b = ts.post(t, "/api/show", `{"model":"scripted"}`)
+	if strings.Contains(string(b), `"vision"`) {
+		t.Errorf("/api/show of a text model lists vision: %s", b)
+	}
+	png64 := base64.StdEncoding.EncodeToString(testPNG(t, 64, 48, 5)) // 8×6 tokens of 8×8 pixels
+	other := base64.StdEncoding.EncodeToString(testPNG(t, 64, 48, 9))
+	data := "data:image/png;base64," + png64
+	opts := `"options":{"num_predict":3,"temperature":0}`
+	prompt := func(b []byte) int {
+		var r struct {
+			PromptEvalCount int `json:"prompt_eval_count"`
+			Usage           struct {
+				PromptTokens int `json:"prompt_tokens"`
+				InputTokens  int `json:"input_tokens"`
+			} `json:"usage"`
+		}
+		_ = json.Unmarshal(b, &r)
+		return max(r.PromptEvalCount, r.Usage.PromptTokens, r.Usage.InputTokens)
+	}
+	for _, c := range []struct {
+		path, body string
+		images     int
+	}{
+		{"/api/generate", `{"model":"vis","prompt":"What is this?","stream":false,"images":["` + png64 + `"],` + opts + `}`, 1},
+		{"/api/chat", `{"model":"vis","stream":false,"messages":[{"role":"user","content":"Compare","images":["` + png64 + `","` + other + `"]}],` + opts + `}`, 2},
+		{"/v1/chat/completions", `{"model":"vis","max_tokens":3,"temperature":0,"messages":[{"role":"user","content":[{"type":"text","text":"What?"},{"type":"image_url","image_url":{"url":"` + data + `"}}]}]}`, 1},
+		{"/v1/responses", `{"model":"vis","max_output_tokens":3,"temperature":0,"input":[{"role":"user","content":[{"type":"input_image","image_url":"` + data + `"},{"type":"input_text","text":"What?"}]}]}`, 1},
+		{"/v1/messages", `{"model":"vis","max_tokens":3,"temperature":0,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"` + png64 + `"}},{"type":"text","text":"What?"}]}]}`, 1},
+		{"/v1/messages", `{"model":"vis","max_tokens":3,"temperature":0,"messages":[{"role":"user","content":"Take a screenshot"},{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"shot","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"` + png64 + `"}}]}]}]}`, 1},
+	} {
+		resp, b := ts.post(t, c.path, c.body)
+		if resp.StatusCode != 200 || prompt(b) < 48*c.images {
+			t.Errorf("%s with %d images: %d, %d prompt tokens: %.300s", c.path, c.images, resp.StatusCode, prompt(b), b)
+		}
+	}
+	many := strings.Repeat(`"`+png64+`",`, maxImages)
+	for _, c := range []struct{ body, want string }{
+		{`{"model":"vis","prompt":"x","images":["` + base64.StdEncoding.EncodeToString([]byte("not an image")) + `"]}`, "images[0]: invalid image: unknown or corrupt format"},
+		{`{"model":"vis","prompt":"x","images":["` + base64.StdEncoding.EncodeToString(testPNG(t, 64, 48, 5)[:60]) + `"]}`, "corrupt or truncated png"},
+		{`{"model":"vis","prompt":"x","images":["` + base64.StdEncoding.EncodeToString(resizedPNG(t, 0, 0)) + `"]}`, "invalid image"},
+		{`{"model":"vis","prompt":"x","images":["` + base64.StdEncoding.EncodeToString(resizedPNG(t, 50000, 50000)) + `"]}`, "50000×50000 pixels is over the"},
+		{`{"model":"vis","prompt":"x","images":[` + many + `"` + png64 + `"]}`, "images in one request: mlxg takes at most"},
+		{`{"model":"vis","prompt":"x","images":["@@@"]}`, "not valid base64"},
+		{`{"model":"vis","prompt":"x","raw":true,"images":["` + png64 + `"]}`, "images need the model's chat template"},
+	} {
+		resp, b := ts.post(t, "/api/generate", strings.Replace(c.body, `{"model":"vis",`, `{"model":"vis",`+opts+`,`, 1))
+		if resp.StatusCode != 400 || !strings.Contains(string(b), c.want) {
+			t.Errorf("%.100s: %d %.300s, want 400 with %q", c.body, resp.StatusCode, b, c.want)
+		}
+	}
+	if resp, b := ts.post(t, "/api/generate", `{"model":"vis","prompt":"Still there?","stream":false,`+opts+`}`); resp.StatusCode != 200 {
+		t.Errorf("after the bad images: %d %s", resp.StatusCode, b)
+	}
+}
