@@ -24,6 +24,11 @@ func (d *ImageData) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &s); err != nil {
 		return fmt.Errorf("an image must be a base64 string")
 	}
+	if rest, ok := strings.CutPrefix(s, "data:"); ok { // a data URL where Ollama takes bare base64
+		if _, data, found := strings.Cut(rest, ";base64,"); found {
+			s = data
+		}
+	}
 	v, err := base64.StdEncoding.DecodeString(s)
 	if err != nil {
 		if v, err2 := base64.RawStdEncoding.DecodeString(s); err2 == nil {

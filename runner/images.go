@@ -22,10 +22,15 @@ type featureCache struct {
 	mu    sync.Mutex
 	spans map[[32]byte]model.Span
 	order [][32]byte
+	bytes int
 }
 
-// featureCacheSize is how many images' features an engine keeps.
-const featureCacheSize = 32
+// featureCacheSize and featureCacheBytes bound what an engine keeps: 32 images, 256 MiB of
+// features (a 1024×768 image on Qwen3.5-35B-A3B is 6 MiB; a 16-megapixel one 128 MiB).
+const (
+	featureCacheSize  = 32
+	featureCacheBytes = 256 << 20
+)
 
 func (f *featureCache) get(h [32]byte) (model.Span, bool) {
 	if f == nil {
@@ -46,15 +51,18 @@ func (f *featureCache) put(h [32]byte, s model.Span) {
 	if f.spans == nil {
 		f.spans = map[[32]byte]model.Span{}
 	}
-	if _, ok := f.spans[h]; ok {
+	size := 4 * len(s.Rows)
+	if _, ok := f.spans[h]; ok || size > featureCacheBytes {
 		return
 	}
-	if len(f.order) >= featureCacheSize {
+	for len(f.order) > 0 && (len(f.order) >= featureCacheSize || f.bytes+size > featureCacheBytes) {
+		f.bytes -= 4 * len(f.spans[f.order[0]].Rows)
 		delete(f.spans, f.order[0])
 		f.order = f.order[1:]
 	}
 	f.spans[h] = s
 	f.order = append(f.order, h)
+	f.bytes += size
 }
 
 var (
