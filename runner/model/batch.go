@@ -304,6 +304,16 @@ func (b *Batch) Media(s int) *Media { return MediaOf(b.Seqs[s].Caches) }
 // Embed is every row's input embedding: its token's row of w, or for a media id the
 // feature row of the image span that sequence position holds (VisionContext.Input).
 func (b *Batch) Embed(c compute.Context, w compute.Weight) compute.Tensor {
+	return b.EmbedWith(c, w, nil)
+}
+
+// EmbedWith is Embed with f (when not nil) applied to the token rows' embeddings before
+// the image rows join them (Gemma's scaled embeddings, which leave image features as they
+// are).
+func (b *Batch) EmbedWith(c compute.Context, w compute.Weight, f func(compute.Tensor) compute.Tensor) compute.Tensor {
+	if f == nil {
+		f = func(t compute.Tensor) compute.Tensor { return t }
+	}
 	first := -1
 	for i, id := range b.tokens {
 		if id >= MediaBase {
@@ -312,7 +322,7 @@ func (b *Batch) Embed(c compute.Context, w compute.Weight) compute.Tensor {
 		}
 	}
 	if first < 0 {
-		return c.Embed(w, b.tokens)
+		return f(c.Embed(w, b.tokens))
 	}
 	vc, ok := compute.Ext[compute.VisionContext](c)
 	if !ok {
@@ -328,7 +338,7 @@ func (b *Batch) Embed(c compute.Context, w compute.Weight) compute.Tensor {
 			ids[i] = 0
 		}
 	}
-	h := c.Embed(w, ids)
+	h := f(c.Embed(w, ids))
 	_, hidden := h.Dims()
 	var parts []compute.Tensor
 	text := 0 // the first row not yet in parts
