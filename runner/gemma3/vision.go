@@ -68,14 +68,14 @@ type EncoderLayer struct {
 // visionTop is what config.json says about images beside vision_config (transformers 4
 // and 5 spell the token ids either way).
 type visionTop struct {
-	Vision       *VisionConfig `json:"vision_config"`
-	Tokens       int           `json:"mm_tokens_per_image"`
-	ImageIndex   *int32        `json:"image_token_index"`
-	ImageID      *int32        `json:"image_token_id"`
-	BOIIndex     *int32        `json:"boi_token_index"`
-	BOIID        *int32        `json:"boi_token_id"`
-	EOIIndex     *int32        `json:"eoi_token_index"`
-	EOIID        *int32        `json:"eoi_token_id"`
+	Vision     *VisionConfig `json:"vision_config"`
+	Tokens     int           `json:"mm_tokens_per_image"`
+	ImageIndex *int32        `json:"image_token_index"`
+	ImageID    *int32        `json:"image_token_id"`
+	BOIIndex   *int32        `json:"boi_token_index"`
+	BOIID      *int32        `json:"boi_token_id"`
+	EOIIndex   *int32        `json:"eoi_token_index"`
+	EOIID      *int32        `json:"eoi_token_id"`
 }
 
 func first(a, b *int32) (int32, bool) {
