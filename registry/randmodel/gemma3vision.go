@@ -44,6 +44,28 @@ func TinyGemma3Vision() Gemma3Vision {
 		Eps: 1e-6, Act: "gelu_pytorch_tanh", Tokens: 16, Image: Gemma3Image, BOI: Gemma3BOI, EOI: Gemma3EOI}
 }
 
+// TinyGemma3Multimodal is TinyGemma3 as the language model of a multimodal Gemma 3
+// (model_type gemma3): Generate writes it with TinyGemma3Vision's tower in Hugging
+// Face's layout, the image tokens moved inside a vocabulary smaller than Gemma 3's.
+func TinyGemma3Multimodal(vocab int) Config {
+	c := TinyGemma3(vocab)
+	c.Arch = "gemma3"
+	return c
+}
+
+// generateGemma3 is Generate for Arch gemma3: the gemma3_text model, then the tower.
+func generateGemma3(dir string, c Config, opts Options) error {
+	c.Arch = "gemma3_text"
+	if err := Generate(dir, c, opts); err != nil {
+		return err
+	}
+	v := TinyGemma3Vision()
+	if c.VocabSize <= Gemma3Image {
+		v.Image, v.BOI, v.EOI = int32(c.VocabSize-6), int32(c.VocabSize-5), int32(c.VocabSize-4)
+	}
+	return AddGemma3Vision(dir, v, opts.Seed, true)
+}
+
 // AddGemma3Vision turns the gemma3_text checkpoint in dir (written by Generate from a
 // TinyGemma3-like config) into a multimodal Gemma 3 with a random tower of shape v, in
 // mlx-vlm's layout (as mlx-community's conversions ship it): config.json of model_type
