@@ -103,7 +103,7 @@ func ParseProcessor(b []byte) (*Processor, error) {
 			return nil, fmt.Errorf("%s: patch_size %d, temporal_patch_size %d, merge_size %d, pixels %d..%d are not a usable set",
 				c.ImageProcessorType, p.Patch, p.TemporalPatch, p.Merge, p.MinPixels, p.MaxPixels)
 		}
-	case "Gemma3ImageProcessor", "Gemma3ImageProcessorFast", "SiglipImageProcessor", "SiglipImageProcessorFast":
+	case "Gemma3ImageProcessor", "Gemma3ImageProcessorFast", "Gemma3ImageProcessorPil", "SiglipImageProcessor", "SiglipImageProcessorFast", "SiglipImageProcessorPil":
 		p.Kind = "fixed"
 		resample = 2
 		p.Width, p.Height = c.Size["width"], c.Size["height"]
