@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/mlxg/mlxg/registry/randmodel"
 	"github.com/mlxg/mlxg/registry/safetensors"
@@ -25,13 +26,16 @@ func smallVision() randmodel.Gemma3Vision {
 // visionModel writes TinyGemma3 (vocabulary 256, a sliding window of 8: shorter than an
 // image's 16 tokens) as a multimodal Gemma 3 with a random tower in mlx-vlm's layout, and
 // loads it on the CPU backend.
-func visionModel(t testing.TB) *model.Model {
+func visionModel(t testing.TB) *model.Model { return visionModelWith(t, smallVision()) }
+
+// visionModelWith is visionModel with a tower of shape v.
+func visionModelWith(t testing.TB, v randmodel.Gemma3Vision) *model.Model {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "gemma3v")
 	if err := randmodel.Generate(dir, randmodel.TinyGemma3(256), randmodel.Options{Seed: 6}); err != nil {
 		t.Fatal(err)
 	}
-	if err := randmodel.AddGemma3Vision(dir, smallVision(), 9, false); err != nil {
+	if err := randmodel.AddGemma3Vision(dir, v, 9, false); err != nil {
 		t.Fatal(err)
 	}
 	m, err := model.Load(dir, cpu.New(2))
@@ -260,4 +264,30 @@ func TestTowerReference(t *testing.T) {
 	if slices.Equal(both[0].Rows, both[1].Rows) {
 		t.Error("different images gave the same features")
 	}
+}
+
+// TestEncodeTime logs the time to preprocess and encode one 1024×768 image on the CPU
+// backend (2 threads) with a tiny tower of Gemma 3's geometry (896×896 pixels in 14-pixel
+// patches, pooled to 256 tokens; 2 layers of width 32): 4,096 patches.
+func TestEncodeTime(t *testing.T) {
+	v := smallVision()
+	v.ImageSize, v.Patch, v.Tokens = 896, 14, 256
+	m := visionModelWith(t, v)
+	im := testImage(1024, 768, 4)
+	start := time.Now()
+	if _, err := m.Vision().Processor().Process(im.RGB); err != nil {
+		t.Fatal(err)
+	}
+	pre := time.Since(start)
+	start = time.Now()
+	sp, err := m.EncodeImages(context.Background(), []vision.Image{im})
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	if sp[0].N() != 256 {
+		t.Fatalf("%d tokens", sp[0].N())
+	}
+	t.Logf("1024×768 on the CPU backend (2 threads), tower of %d layers × %d wide: 4096 patches, %d tokens in %v (preprocessing alone %v)",
+		v.Layers, v.Hidden, sp[0].N(), took.Round(time.Millisecond), pre.Round(time.Millisecond))
 }
