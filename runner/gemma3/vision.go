@@ -1,9 +1,14 @@
 package gemma3
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math"
+	"strings"
+
+	"github.com/mlxg/mlxg/internal/quant"
+	"github.com/mlxg/mlxg/registry/safetensors"
 
 	"github.com/mlxg/mlxg/runner/compute"
 	"github.com/mlxg/mlxg/runner/model"
@@ -143,7 +148,7 @@ func newTower(l *model.Loader) (*Tower, error) {
 	in := vc.Channels * vc.Patch * vc.Patch
 	patches := (vc.ImageSize / vc.Patch) * (vc.ImageSize / vc.Patch)
 	t.PatchEmbed = l.LinearData(p+"embeddings.patch_embedding", patchKernel(l, p+"embeddings.patch_embedding.weight", vc), h, in)
-	if t.PosEmbed, err = floats(l, p+"embeddings.position_embedding.weight", patches*h); err != nil {
+	if t.PosEmbed, err = floats(l, p+"embeddings.position_embedding.weight", patches, h); err != nil {
 		return nil, err
 	}
 	norm := func(name string) [2]compute.Vector {
@@ -164,7 +169,7 @@ func newTower(l *model.Loader) (*Tower, error) {
 	t.PostNorm = norm(p + "post_layernorm")
 	t.SoftNorm = l.Vector(projectorPrefix+"mm_soft_emb_norm.weight", h)
 	text := l.Config.HiddenSize
-	w, err := floats(l, projectorPrefix+"mm_input_projection_weight", h*text)
+	w, err := floats(l, projectorPrefix+"mm_input_projection_weight", h, text)
 	if err != nil {
 		return nil, err
 	}
@@ -178,15 +183,45 @@ func newTower(l *model.Loader) (*Tower, error) {
 	return t, l.Err()
 }
 
-// floats reads tensor name (n values) to the host as float32.
-func floats(l *model.Loader, name string, n int) ([]float32, error) {
+// floats reads the rows × cols matrix name to the host as float32: stored in float, or
+// quantized in MLX's affine mode (mlx-vlm may quantize the position embedding, an
+// nn.Embedding, with the language model).
+func floats(l *model.Loader, name string, rows, cols int) ([]float32, error) {
 	t, ok := l.Tensor(name)
 	if !ok {
 		return nil, fmt.Errorf("checkpoint has no tensor %q", name)
 	}
+	prefix := strings.TrimSuffix(name, ".weight")
+	q := compute.Quant{}
+	if prefix != name {
+		q = l.Config.Quantization.For(prefix, l.Has)
+	}
+	switch {
+	case q.Mode == quant.Affine:
+		sc, ok1 := l.Tensor(prefix + ".scales")
+		bi, ok2 := l.Tensor(prefix + ".biases")
+		if !ok1 || !ok2 || t.DType != safetensors.U32 || len(t.Data) != rows*quant.Words(cols, q.Bits)*4 {
+			return nil, fmt.Errorf("%s: not %d×%d affine codes with scales and biases", name, rows, cols)
+		}
+		packed := make([]uint32, len(t.Data)/4)
+		for i := range packed {
+			packed[i] = binary.LittleEndian.Uint32(t.Data[4*i:])
+		}
+		scales, err := sc.Float32s()
+		if err != nil {
+			return nil, fmt.Errorf("%s.scales: %w", prefix, err)
+		}
+		biases, err := bi.Float32s()
+		if err != nil {
+			return nil, fmt.Errorf("%s.biases: %w", prefix, err)
+		}
+		return quant.Dequantize(packed, scales, biases, rows, cols, q.Bits, q.GroupSize)
+	case q.Quantized():
+		return nil, fmt.Errorf("%s in %s mode: only affine or float is read", name, q.Mode)
+	}
 	v, err := t.Float32s()
-	if err != nil || len(v) != n {
-		return nil, fmt.Errorf("%s: %d values for %d (%v)", name, len(v), n, err)
+	if err != nil || len(v) != rows*cols {
+		return nil, fmt.Errorf("%s: %d values for %d×%d (%v)", name, len(v), rows, cols, err)
 	}
 	return v, nil
 }

@@ -2,12 +2,17 @@ package gemma3_test
 
 import (
 	"context"
+	"encoding/binary"
+	"encoding/json"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/mlxg/mlxg/internal/quant"
 	"github.com/mlxg/mlxg/registry/randmodel"
 	"github.com/mlxg/mlxg/registry/safetensors"
 	"github.com/mlxg/mlxg/runner/cpu"
@@ -290,4 +295,89 @@ func TestEncodeTime(t *testing.T) {
 	}
 	t.Logf("1024×768 on the CPU backend (2 threads), tower of %d layers × %d wide: 4096 patches, %d tokens in %v (preprocessing alone %v)",
 		v.Layers, v.Hidden, sp[0].N(), took.Round(time.Millisecond), pre.Round(time.Millisecond))
+}
+
+// TestQuantizedTower: a tower whose linear layers and position embedding are stored in
+// MLX's 8-bit affine mode (as mlx-vlm may quantize them with the language model) loads and
+// encodes close to the float tower.
+func TestQuantizedTower(t *testing.T) {
+	m := visionModel(t)
+	img := testImage(40, 30, 1)
+	want, err := m.EncodeImages(context.Background(), []vision.Image{img})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "q")
+	if err := os.CopyFS(dir, os.DirFS(m.Dir)); err != nil {
+		t.Fatal(err)
+	}
+	ck, err := safetensors.OpenDir(m.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	var ts []safetensors.Tensor
+	const bits, group = 8, 32
+	for _, name := range ck.Names() {
+		tt, _ := ck.Tensor(name)
+		if !strings.HasPrefix(name, "vision_tower.") && !strings.HasPrefix(name, "multi_modal_projector.") {
+			continue // in model.safetensors
+		}
+		quantize := strings.HasPrefix(name, "vision_tower.") && len(tt.Shape) == 2 && tt.Shape[1]%group == 0
+		if !quantize {
+			ts = append(ts, safetensors.Tensor{TensorInfo: tt.TensorInfo, Data: tt.Data})
+			continue
+		}
+		v, _ := tt.Float32s()
+		rows, cols := tt.Shape[0], tt.Shape[1]
+		words, groups := quant.Words(cols, bits), cols/group
+		packed, scales, biases := make([]uint32, rows*words), make([]float32, rows*groups), make([]float32, rows*groups)
+		for r := range rows {
+			quant.QuantizeRow(packed[r*words:(r+1)*words], scales[r*groups:(r+1)*groups], biases[r*groups:(r+1)*groups], v[r*cols:(r+1)*cols], bits, group)
+		}
+		base := strings.TrimSuffix(name, ".weight")
+		u := make([]byte, 4*len(packed))
+		for i, w := range packed {
+			binary.LittleEndian.PutUint32(u[4*i:], w)
+		}
+		f := func(x []float32) []byte {
+			b := make([]byte, 4*len(x))
+			for i, y := range x {
+				binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(y))
+			}
+			return b
+		}
+		ts = append(ts,
+			safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: name, DType: safetensors.U32, Shape: []int{rows, words}}, Data: u},
+			safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: base + ".scales", DType: safetensors.F32, Shape: []int{rows, groups}}, Data: f(scales)},
+			safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: base + ".biases", DType: safetensors.F32, Shape: []int{rows, groups}}, Data: f(biases)})
+	}
+	if err := safetensors.Write(filepath.Join(dir, "vision.safetensors"), ts, map[string]string{"format": "mlx"}); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := os.ReadFile(filepath.Join(dir, "config.json"))
+	var cfg map[string]any
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg["quantization"] = map[string]any{"group_size": group, "bits": bits}
+	raw, _ = json.Marshal(cfg)
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	q, err := model.Load(dir, cpu.New(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if q.Vision() == nil {
+		t.Fatal("the quantized tower was not loaded")
+	}
+	got, err := q.EncodeImages(context.Background(), []vision.Image{img})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := modeltest.MaxRel(got[0].Rows, want[0].Rows); r > 2e-2 || r == 0 {
+		t.Errorf("8-bit tower's features are %.3g from the float tower's", r)
+	}
 }
