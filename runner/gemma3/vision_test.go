@@ -31,10 +31,10 @@ func smallVision() randmodel.Gemma3Vision {
 // visionModel writes TinyGemma3 (vocabulary 256, a sliding window of 8: shorter than an
 // image's 16 tokens) as a multimodal Gemma 3 with a random tower in mlx-vlm's layout, and
 // loads it on the CPU backend.
-func visionModel(t testing.TB) *model.Model { return visionModelWith(t, smallVision()) }
+func visionModel(t testing.TB) *model.Model { return visionModelWith(t, smallVision(), 2) }
 
-// visionModelWith is visionModel with a tower of shape v.
-func visionModelWith(t testing.TB, v randmodel.Gemma3Vision) *model.Model {
+// visionModelWith is visionModel with a tower of shape v, on threads threads.
+func visionModelWith(t testing.TB, v randmodel.Gemma3Vision, threads int) *model.Model {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "gemma3v")
 	if err := randmodel.Generate(dir, randmodel.TinyGemma3(256), randmodel.Options{Seed: 6}); err != nil {
@@ -43,7 +43,7 @@ func visionModelWith(t testing.TB, v randmodel.Gemma3Vision) *model.Model {
 	if err := randmodel.AddGemma3Vision(dir, v, 9, false); err != nil {
 		t.Fatal(err)
 	}
-	m, err := model.Load(dir, cpu.New(2))
+	m, err := model.Load(dir, cpu.New(threads))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +277,7 @@ func TestTowerReference(t *testing.T) {
 func TestEncodeTime(t *testing.T) {
 	v := smallVision()
 	v.ImageSize, v.Patch, v.Tokens = 896, 14, 256
-	m := visionModelWith(t, v)
+	m := visionModelWith(t, v, 2)
 	im := testImage(1024, 768, 4)
 	start := time.Now()
 	if _, err := m.Vision().Processor().Process(im.RGB); err != nil {
