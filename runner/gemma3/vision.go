@@ -83,14 +83,16 @@ type visionTop struct {
 	EOIID      *int32        `json:"eoi_token_id"`
 }
 
-func first(a, b *int32) (int32, bool) {
+// first is the id config.json gives under either name, else Gemma3Config's default (a
+// config saved with only its differences from the defaults leaves the defaults out).
+func first(a, b *int32, def int32) int32 {
 	switch {
 	case a != nil:
-		return *a, true
+		return *a
 	case b != nil:
-		return *b, true
+		return *b
 	}
-	return 0, false
+	return def
 }
 
 // newTower binds the tower when the checkpoint has one and the backend runs it (the
@@ -107,21 +109,19 @@ func newTower(l *model.Loader) (*Tower, error) {
 	if err := json.Unmarshal(raw, &top); err != nil {
 		return nil, fmt.Errorf("config.json: %w", err)
 	}
-	image, okImage := first(top.ImageIndex, top.ImageID)
-	boi, okBOI := first(top.BOIIndex, top.BOIID)
-	eoi, okEOI := first(top.EOIIndex, top.EOIID)
-	if top.Vision == nil || !okImage || !okBOI || !okEOI {
-		return nil, fmt.Errorf("config.json: a checkpoint with a vision tower needs vision_config, image_token_index, boi_token_index and eoi_token_index")
+	image := first(top.ImageIndex, top.ImageID, 262144)
+	boi := first(top.BOIIndex, top.BOIID, 255999)
+	eoi := first(top.EOIIndex, top.EOIID, 256000)
+	if top.Vision == nil {
+		return nil, fmt.Errorf("config.json: a checkpoint with a vision tower needs vision_config")
 	}
-	vc := *top.Vision
-	if vc.Channels == 0 {
-		vc.Channels = 3
-	}
-	if vc.Eps == 0 {
-		vc.Eps = 1e-6 // SiglipVisionConfig's default
-	}
-	if vc.Act == "" {
-		vc.Act = "gelu_pytorch_tanh"
+	// SiglipVisionConfig's defaults, for the fields a config saved with only its differences
+	// from them leaves out.
+	vc := VisionConfig{Hidden: 768, Intermediate: 3072, Layers: 12, Heads: 12, Channels: 3, ImageSize: 224, Patch: 16,
+		Eps: 1e-6, Act: "gelu_pytorch_tanh"}
+	vraw, _ := json.Marshal(l.Config.Raw["vision_config"])
+	if err := json.Unmarshal(vraw, &vc); err != nil {
+		return nil, fmt.Errorf("config.json: vision_config: %w", err)
 	}
 	if top.Tokens == 0 {
 		top.Tokens = 256 // Gemma3Config's default
