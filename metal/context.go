@@ -290,7 +290,7 @@ func (c *context) Attention(q, k, v compute.Tensor, cache kvstore.Layer, nHeads 
 			inPlace = readable(t.Target().K) && readable(t.Target().V)
 		}
 		if !inPlace {
-			return c.attendOnCPU(g, a[0], a[1], a[2], cache, nHeads, scale)
+			return c.attendOnCPU(g, a[0], a[1], a[2], cache, nHeads, scale, nil)
 		}
 		s := &storedAttention{g: g, kvHeads: kvHeads, kDim: kDim, vDim: vDim, heads: nHeads, T: T, dt: dtFloat16}
 		if f, ok := cache.(*kvstore.Full); ok && f.FP32() {
@@ -354,7 +354,7 @@ func (c *context) AttentionShared(q compute.Tensor, cache kvstore.Layer, nHeads 
 			inPlace = readable(t.Target().K) && readable(t.Target().V)
 		}
 		if !inPlace {
-			return c.attendGo(g, qa, T, cache, nHeads, scale)
+			return c.attendGo(g, qa, T, cache, nHeads, scale, nil)
 		}
 		s := &storedAttention{g: g, kvHeads: kvHeads, kDim: kDim, vDim: vDim, heads: nHeads, T: T, dt: dtFloat16}
 		if f, ok := cache.(*kvstore.Full); ok && f.FP32() {
@@ -370,11 +370,33 @@ func (c *context) AttentionShared(q compute.Tensor, cache kvstore.Layer, nHeads 
 	})
 }
 
+// AttentionSpans implements compute.SpanAttentionContext (Gemma 3's image tokens): a pass
+// holding an image's rows attends in Go, where kvstore widens those rows (attendOnCPU).
+func (c *context) AttentionSpans(q, k, v compute.Tensor, cache kvstore.Layer, nHeads int, scale float32, spans []kvstore.Span) compute.Tensor {
+	a, ok := c.args(q, k, v)
+	if !ok {
+		return nilTensor
+	}
+	if cache == nil {
+		return c.fail("AttentionSpans without a KV cache layer")
+	}
+	kvHeads, kDim, vDim := cache.Dims()
+	T := a[0].rows
+	if T == 0 || kvHeads <= 0 || a[1].rows != T || a[2].rows != T || nHeads <= 0 || nHeads%kvHeads != 0 ||
+		a[0].cols != nHeads*kDim || a[1].cols != kvHeads*kDim || a[2].cols != kvHeads*vDim {
+		return c.fail("AttentionSpans: q %d×%d, k %d×%d, v %d×%d do not fit %d heads over a cache of %d KV heads of %d/%d dims",
+			a[0].rows, a[0].cols, a[1].rows, a[1].cols, a[2].rows, a[2].cols, nHeads, kvHeads, kDim, vDim)
+	}
+	return c.record(T, nHeads*vDim, func(g *graph) mlxArray {
+		return c.attendOnCPU(g, a[0], a[1], a[2], cache, nHeads, scale, spans)
+	})
+}
+
 // attendOnCPU is the path for a layer whose storage MLX does not read (a sliding
-// window's ring): the step's graph so far is evaluated, the layer appends and attends
-// in Go, and the result goes back to the device. It costs one extra evaluation per
-// such layer.
-func (c *context) attendOnCPU(g *graph, q, k, v *tensor, cache kvstore.Layer, nHeads int, scale float32) mlxArray {
+// window's ring), or a pass whose rows of bidirectional spans see later rows: the step's
+// graph so far is evaluated, the layer appends and attends in Go, and the result goes
+// back to the device. It costs one extra evaluation per such layer.
+func (c *context) attendOnCPU(g *graph, q, k, v *tensor, cache kvstore.Layer, nHeads int, scale float32, spans []kvstore.Span) mlxArray {
 	qa, ka, va := g.float32Array(q.arr), g.float32Array(k.arr), g.float32Array(v.arr)
 	c.flushAppends(g, qa, ka, va)
 	kd, vd := g.read(ka), g.read(va)
@@ -384,12 +406,12 @@ func (c *context) attendOnCPU(g *graph, q, k, v *tensor, cache kvstore.Layer, nH
 	if err := cache.Append(kd, vd, q.rows); err != nil {
 		return g.fail(fmt.Errorf("Attention: %w", err))
 	}
-	return c.attendGo(g, qa, q.rows, cache, nHeads, scale)
+	return c.attendGo(g, qa, q.rows, cache, nHeads, scale, spans)
 }
 
 // attendGo is the layer's own attention for the last T positions it holds, with the
-// queries of qa (float32, T × heads·kDim).
-func (c *context) attendGo(g *graph, qa mlxArray, T int, cache kvstore.Layer, nHeads int, scale float32) mlxArray {
+// queries of qa (float32, T × heads·kDim) and bidirectional spans when set.
+func (c *context) attendGo(g *graph, qa mlxArray, T int, cache kvstore.Layer, nHeads int, scale float32, spans []kvstore.Span) mlxArray {
 	_, _, vDim := cache.Dims()
 	g.eval(qa)
 	qd := g.read(qa)
@@ -397,7 +419,7 @@ func (c *context) attendGo(g *graph, qa mlxArray, T int, cache kvstore.Layer, nH
 		return 0
 	}
 	out := make([]float32, T*nHeads*vDim)
-	err := cache.Attend(kvstore.Attention{Q: qd, Out: out, N: T, Heads: nHeads, Scale: scale, Threads: runtime.NumCPU()})
+	err := cache.Attend(kvstore.Attention{Q: qd, Out: out, N: T, Heads: nHeads, Scale: scale, Threads: runtime.NumCPU(), Bidirectional: spans})
 	if err != nil {
 		return g.fail(fmt.Errorf("Attention: %w", err))
 	}
