@@ -548,6 +548,43 @@ func opCases(seed uint64) ([]opCase, error) {
 		}
 		return out, nil
 	}, sinkWant, nil})
+	// AttentionSpans: a prefill of 5 positions whose rows 1 to 3 are one image, then 2 rows
+	// ending an image that began in the prefill's last row (a prefix hit inside an image).
+	spanSteps, spanSets := []int{5, 2}, [][]kvstore.Span{{{Start: 1, End: 4}}, {{Start: 4, End: 7}}}
+	spanWant := attentionSpans(qs, roundTrip(ks, kvstore.SpecF16.K, headDim), roundTrip(vs, kvstore.SpecF16.V, headDim), total, heads, kvHeads, headDim, scale, []kvstore.Span{{Start: 1, End: 4}, {Start: 5, End: 7}})
+	cases = append(cases, opCase{"AttentionSpans fp16 cache", []string{"SpanAttentionContext.AttentionSpans"}, tolF16, func(b compute.Backend) ([]float32, error) {
+		if err := compute.Supports[compute.SpanAttentionContext](b, "attention among an image's tokens"); err != nil {
+			return nil, err
+		}
+		cache, err := kvstore.NewFull(kvHeads, headDim, headDim, false)
+		if err != nil {
+			return nil, err
+		}
+		var w [3]compute.Weight
+		for i, name := range []string{"att.q", "att.k", "att.v"} {
+			if w[i], err = b.Weight(src, name, compute.Quant{}); err != nil {
+				return nil, err
+			}
+		}
+		var out []float32
+		pos := 0
+		for k, n := range spanSteps {
+			ids := make([]int32, n)
+			for i := range ids {
+				ids[i] = int32(pos + i)
+			}
+			got, err := run(b, func(c compute.Context) compute.Tensor {
+				sc, _ := compute.Ext[compute.SpanAttentionContext](c)
+				return sc.AttentionSpans(c.Embed(w[0], ids), c.Embed(w[1], ids), c.Embed(w[2], ids), cache, heads, scale, spanSets[k])
+			})
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, got...)
+			pos += n
+		}
+		return out, nil
+	}, spanWant, nil})
 	// AttentionShared: each step's queries over the cache the step's Attention filled in
 	// the same pass (a KV-shared layer's reading of its source), the same as that attention.
 	sharedWant := attention(qs, roundTrip(ks, kvstore.SpecF16.K, headDim), roundTrip(vs, kvstore.SpecF16.V, headDim), total, steps, heads, kvHeads, headDim, scale)
@@ -649,6 +686,48 @@ func roundTrip(x []float32, f kvstore.Format, dim int) []float32 {
 // every position appended so far.
 func attention(q, k, v []float32, total int, steps []int, heads, kvHeads, dim int, scale float32) []float32 {
 	return attentionSinks(q, k, v, total, heads, kvHeads, dim, scale, nil)
+}
+
+// attentionSpans is causal attention in which a row inside one of spans also sees the
+// later rows of its span (the spans as the mask sees them: a span's rows already computed
+// before a pass are left out).
+func attentionSpans(q, k, v []float32, total, heads, kvHeads, dim int, scale float32, spans []kvstore.Span) []float32 {
+	out := make([]float32, total*heads*dim)
+	rep := heads / kvHeads
+	for p := 0; p < total; p++ {
+		end := p + 1
+		for _, s := range spans {
+			if p >= s.Start && p < s.End {
+				end = s.End
+			}
+		}
+		for h := 0; h < heads; h++ {
+			kh := h / rep
+			qv := q[(p*heads+h)*dim : (p*heads+h+1)*dim]
+			scores := make([]float64, end)
+			m := math.Inf(-1)
+			for j := 0; j < end; j++ {
+				var s float64
+				for d := 0; d < dim; d++ {
+					s += float64(qv[d]) * float64(k[(j*kvHeads+kh)*dim+d])
+				}
+				scores[j] = s * float64(scale)
+				m = max(m, scores[j])
+			}
+			var sum float64
+			for j := range scores {
+				scores[j] = math.Exp(scores[j] - m)
+				sum += scores[j]
+			}
+			o := out[(p*heads+h)*dim : (p*heads+h+1)*dim]
+			for j, s := range scores {
+				for d := 0; d < dim; d++ {
+					o[d] += float32(s / sum * float64(v[(j*kvHeads+kh)*dim+d]))
+				}
+			}
+		}
+	}
+	return out
 }
 
 // attentionSinks is attention with one sink logit per query head joining each softmax's
