@@ -18,6 +18,7 @@ import (
 	"testing"
 
 	"github.com/mlxg/mlxg/api"
+	"github.com/mlxg/mlxg/api/openai"
 	"github.com/mlxg/mlxg/internal/testdata"
 	"github.com/mlxg/mlxg/registry"
 	"github.com/mlxg/mlxg/registry/create"
@@ -251,5 +252,100 @@ func TestImagesVisionModel(t *testing.T) {
 	}
 	if resp, b := ts.post(t, "/api/generate", `{"model":"vis","prompt":"Still there?","stream":false,`+opts+`}`); resp.StatusCode != 200 {
 		t.Errorf("after the bad images: %d %s", resp.StatusCode, b)
+	}
+}
+
+// TestResponsesImagePositions: /v1/responses keeps an input_image wherever OpenAI's input items take one (a
+// user, system, developer or assistant message's content, a function_call_output's output), at its place in
+// the text; a reasoning item's image is a 400; a stored conversation counts its images' bytes.
+func TestResponsesImagePositions(t *testing.T) {
+	img := func(s string) string { return `{"type":"input_image","image_url":"data:image/png;base64,` + s + `"}` }
+	items, err := openai.InputItems(json.RawMessage(`[
+		{"role":"developer","content":[{"type":"input_text","text":"d"},` + img("AQ==") + `]},
+		{"role":"user","content":[` + img("Ag==") + `,{"type":"input_text","text":"u"}]},
+		{"type":"message","role":"assistant","content":[{"type":"output_text","text":"ab"},` + img("Aw==") + `]},
+		{"type":"function_call","call_id":"c1","name":"shot","arguments":"{}"},
+		{"type":"function_call_output","call_id":"c1","output":[{"type":"input_text","text":"here"},` + img("BA==") + `]}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := responsesMessages(items, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		role  string
+		image byte
+		at    int
+	}{{"system", 1, 1}, {"user", 2, 0}, {"assistant", 3, 2}, {"tool", 4, 4}}
+	got := msgs // the function_call joins the assistant message before it
+	if len(got) != len(want) || len(got[2].ToolCalls) != 1 {
+		t.Fatalf("%d messages: %+v", len(got), msgs)
+	}
+	for i, w := range want {
+		m := got[i]
+		if m.Role != w.role || len(m.Images) != 1 || len(m.Images[0]) != 1 || m.Images[0][0] != w.image || len(m.ImageAt) != 1 || m.ImageAt[0] != w.at {
+			t.Errorf("message %d: %s with images %v at %v; want %s with [%d] at %d", i, m.Role, m.Images, m.ImageAt, w.role, w.image, w.at)
+		}
+	}
+	items, _ = openai.InputItems(json.RawMessage(`[{"type":"reasoning","summary":[],"content":[` + img("AQ==") + `]}]`))
+	if _, err := responsesMessages(items, nil); err == nil || !strings.Contains(err.Error(), "input_image is not supported here") {
+		t.Errorf("an image in a reasoning item: %v", err)
+	}
+	if a, b := messagesSize([]api.Message{{Role: "user"}}), messagesSize([]api.Message{{Role: "user", Images: []api.ImageData{make([]byte, 5000)}}}); b-a != 5000 {
+		t.Errorf("a stored message's size grows by %d for a 5000-byte image", b-a)
+	}
+
+	// Through the server: each image's 48 tokens are in the prompt, whichever item carries it, and a
+	// continuation by previous_response_id keeps the earlier turn's image.
+	ts := newVisionServer(t)
+	data := "data:image/png;base64," + base64.StdEncoding.EncodeToString(testPNG(t, 64, 48, 5))
+	part := `{"type":"input_image","image_url":"` + data + `"}`
+	opts := `"model":"vis","max_output_tokens":3,"temperature":0,`
+	text := func(s string) string { return `{"type":"input_text","text":"` + s + `"}` }
+	var plain struct {
+		ID    string `json:"id"`
+		Usage struct {
+			InputTokens int `json:"input_tokens"`
+		} `json:"usage"`
+	}
+	resp, b := ts.post(t, "/v1/responses", `{`+opts+`"input":[{"role":"user","content":[`+text("What?")+`]}]}`)
+	if resp.StatusCode != 200 || json.Unmarshal(b, &plain) != nil || plain.Usage.InputTokens == 0 {
+		t.Fatalf("no image: %d %s", resp.StatusCode, b)
+	}
+	base := plain.Usage.InputTokens
+	for _, c := range []struct {
+		name, input string
+		images      int
+	}{
+		{"assistant", `[{"role":"user","content":"Draw"},{"role":"assistant","content":[` + part + `]},{"role":"user","content":[` + text("What?") + `]}]`, 1},
+		{"developer", `[{"role":"developer","content":[` + part + `]},{"role":"user","content":[` + text("What?") + `]}]`, 1},
+		{"tool output", `[{"role":"user","content":"Look"},{"type":"function_call","call_id":"c","name":"shot","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":[` + part + `]},{"role":"user","content":[` + text("What?") + `]}]`, 1},
+		{"user and assistant", `[{"role":"user","content":[` + part + `,` + text("Draw it") + `]},{"type":"message","role":"assistant","content":[{"type":"output_text","text":"Here"},` + part + `]},{"role":"user","content":[` + text("What?") + `]}]`, 2},
+	} {
+		var r struct {
+			ID    string `json:"id"`
+			Usage struct {
+				InputTokens int `json:"input_tokens"`
+			} `json:"usage"`
+		}
+		resp, b := ts.post(t, "/v1/responses", `{`+opts+`"input":`+c.input+`}`)
+		if resp.StatusCode != 200 || json.Unmarshal(b, &r) != nil || r.Usage.InputTokens < base+48*c.images {
+			t.Errorf("%s: %d, %d input tokens (%d without images): %.300s", c.name, resp.StatusCode, r.Usage.InputTokens, base, b)
+			continue
+		}
+		if c.name != "assistant" {
+			continue
+		}
+		// The continuation's prompt holds the whole earlier one, the image's 48 tokens with it.
+		resp, b = ts.post(t, "/v1/responses", `{`+opts+`"previous_response_id":"`+r.ID+`","input":"And now?"}`)
+		var next struct {
+			Usage struct {
+				InputTokens int `json:"input_tokens"`
+			} `json:"usage"`
+		}
+		if resp.StatusCode != 200 || json.Unmarshal(b, &next) != nil || next.Usage.InputTokens <= r.Usage.InputTokens {
+			t.Errorf("continued after an assistant image: %d, %d input tokens after %d: %.300s", resp.StatusCode, next.Usage.InputTokens, r.Usage.InputTokens, b)
+		}
 	}
 }
