@@ -11,6 +11,7 @@ import (
 	"image"
 	"image/color"
 	"image/png"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -20,9 +21,12 @@ import (
 	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/api/openai"
 	"github.com/mlxg/mlxg/internal/testdata"
+	"github.com/mlxg/mlxg/kvstore"
+	"github.com/mlxg/mlxg/kvstore/sysmem"
 	"github.com/mlxg/mlxg/registry"
 	"github.com/mlxg/mlxg/registry/create"
 	"github.com/mlxg/mlxg/registry/randmodel"
+	"github.com/mlxg/mlxg/runner/model"
 	"github.com/mlxg/mlxg/runner/sched"
 )
 
@@ -347,5 +351,71 @@ func TestResponsesImagePositions(t *testing.T) {
 		if resp.StatusCode != 200 || json.Unmarshal(b, &next) != nil || next.Usage.InputTokens <= r.Usage.InputTokens {
 			t.Errorf("continued after an assistant image: %d, %d input tokens after %d: %.300s", resp.StatusCode, next.Usage.InputTokens, r.Usage.InputTokens, b)
 		}
+	}
+}
+
+// TestVisionMemoryPlan: a vision model's load plan counts its tower's activations (with and without the
+// KV policy), and /api/ps shows the tower's memory for it and for no text model.
+func TestVisionMemoryPlan(t *testing.T) {
+	ts := newVisionServer(t)
+	name, _ := registry.ParseName("vis")
+	lm, err := ts.srv.cfg.Store.Resolve(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm, err := model.VisionMemoryOf(lm.Dir)
+	if err != nil || vm.Weights <= 0 || vm.Encode <= 0 || vm.Features <= 0 {
+		t.Fatalf("%+v %v", vm, err)
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	kv := &EngineLoader{Logger: quiet, KV: &kvstore.Policy{Sensor: sysmem.Fixed{Total: 16 << 30, Available: 8 << 30, Source: "test"}, Log: quiet}}
+	p, err := kv.Plan(lm, 2048, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Vision != vm || p.kv.plan.Vision != vm.Activations() || p.Peak != p.kv.plan.Weights+p.kv.plan.Overhead+vm.Activations()+p.kv.plan.KVBytes {
+		t.Errorf("KV policy plan: vision %+v (%d in the policy's plan), peak %d; want %+v", p.Vision, p.kv.plan.Vision, p.Peak, vm)
+	}
+	plain, err := (&EngineLoader{Logger: quiet}).Plan(lm, 2048, 0)
+	if err != nil || plain.Vision != vm || plain.Peak != plain.Size+vm.Activations() {
+		t.Errorf("plan without a KV policy: peak %d size %d vision %+v (%v)", plain.Peak, plain.Size, plain.Vision, err)
+	}
+
+	png64 := base64.StdEncoding.EncodeToString(testPNG(t, 64, 48, 5))
+	for _, name := range []string{"vis", "scripted"} {
+		body := `{"model":"` + name + `","prompt":"What?","stream":false,"options":{"num_predict":2}}`
+		if name == "vis" {
+			body = strings.Replace(body, `"prompt"`, `"images":["`+png64+`"],"prompt"`, 1)
+		}
+		if resp, b := ts.post(t, "/api/generate", body); resp.StatusCode != 200 {
+			t.Fatalf("%s: %d %s", name, resp.StatusCode, b)
+		}
+	}
+	resp, err := http.Get(ts.URL + "/api/ps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ps api.ProcessResponse
+	if err := json.NewDecoder(resp.Body).Decode(&ps); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	seen := 0
+	for _, m := range ps.Models {
+		switch {
+		case strings.HasPrefix(m.Name, "vis"):
+			seen++
+			want := api.ProcessVision{Weights: vm.Weights, Activations: vm.Activations(), EncodePeak: vm.Encode, MaxPatches: vm.MaxPatches, Features: vm.Features}
+			if m.Vision == nil || *m.Vision != want || m.PeakSize < m.Size+vm.Activations() {
+				t.Errorf("/api/ps for %s: vision %+v, size %d, peak %d; want %+v", m.Name, m.Vision, m.Size, m.PeakSize, want)
+			}
+		case m.Vision != nil:
+			t.Errorf("/api/ps shows a vision tower for %s: %+v", m.Name, m.Vision)
+		default:
+			seen++
+		}
+	}
+	if seen != 2 {
+		t.Errorf("/api/ps: %+v", ps.Models)
 	}
 }
