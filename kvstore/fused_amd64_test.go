@@ -12,19 +12,6 @@ var fusedFormats = []Format{AffineFormat(8, 32), AffineFormat(8, 64), AffineForm
 	AffineFormat(6, 32), AffineFormat(6, 64), AffineFormat(6, 128),
 	AffineFormat(4, 32), AffineFormat(4, 64), AffineFormat(4, 128), FormatQ4_0}
 
-// fillRows encodes rows random rows of varied range and offset.
-func fillRows(r *rand.Rand, c rowCodec, rows int) seg {
-	s := c.newSeg(rows)
-	for i := 0; i < rows; i++ {
-		x := randVec(r, c.dim)
-		for j := range x {
-			x[j] = x[j]*float32(1+i%5) - float32(i%3)
-		}
-		c.put(s, i, x)
-	}
-	return s
-}
-
 // TestFusedKernels checks the key and value kernels against plain float64 arithmetic
 // on the decoded rows, for every format they read and the head dims models use, at a
 // stride of 3 rows.
