@@ -3,6 +3,7 @@ package gemma4_test
 import (
 	"testing"
 
+	"github.com/mlxg/mlxg/runner/cpu"
 	"github.com/mlxg/mlxg/runner/model/modeltest"
 )
 
@@ -17,5 +18,5 @@ import (
 // 8-bit in groups of 32) and checks it on the CPU backend with float32 caches
 // (the sliding layers' window kept exactly) against transformers (modeltest.CheckRef).
 func TestLogitsAgainstTransformers(t *testing.T) {
-	modeltest.CheckAgainstTransformers(t, "runner/gemma4/testdata/ref.py", []string{"f32", "q4", "q8"}, nil)
+	modeltest.CheckAgainstTransformers(t, cpu.New(2), "runner/gemma4/testdata/ref.py", []string{"f32", "q4", "q8"}, nil)
 }

@@ -3,6 +3,7 @@ package glm4moe_test
 import (
 	"testing"
 
+	"github.com/mlxg/mlxg/runner/cpu"
 	"github.com/mlxg/mlxg/runner/model/modeltest"
 )
 
@@ -18,5 +19,5 @@ import (
 // 8-bit in groups of 32) and checks it on the CPU backend with float32 caches
 // (latent ones for glm4_moe_lite) against transformers (modeltest.CheckRef).
 func TestLogitsAgainstTransformers(t *testing.T) {
-	modeltest.CheckAgainstTransformers(t, "runner/glm4moe/testdata/ref.py", []string{"f32", "q4", "q8"}, nil)
+	modeltest.CheckAgainstTransformers(t, cpu.New(2), "runner/glm4moe/testdata/ref.py", []string{"f32", "q4", "q8"}, nil)
 }

@@ -110,7 +110,7 @@ func openAIMXFP4(t *testing.T, hf string) string {
 // with float32 caches (the sliding layers' window kept exactly) and checks it against
 // transformers (modeltest.CheckRef).
 func TestLogitsAgainstTransformers(t *testing.T) {
-	modeltest.CheckAgainstTransformers(t, "runner/gptoss/testdata/ref.py", []string{"f32", "q4", "q8", "mxfp4", "mxfp4-experts"}, convert)
+	modeltest.CheckAgainstTransformers(t, cpu.New(2), "runner/gptoss/testdata/ref.py", []string{"f32", "q4", "q8", "mxfp4", "mxfp4-experts"}, convert)
 }
 
 // TestHuggingFaceLayoutRefused: the fused experts of the Hugging Face layout are not

@@ -3,6 +3,7 @@ package phi3_test
 import (
 	"testing"
 
+	"github.com/mlxg/mlxg/runner/cpu"
 	"github.com/mlxg/mlxg/runner/model/modeltest"
 )
 
@@ -18,5 +19,5 @@ import (
 // TestLogitsAgainstTransformers converts every case with create (f32, q4 and q8 in
 // groups of 32) and checks it against transformers (modeltest.CheckRef).
 func TestLogitsAgainstTransformers(t *testing.T) {
-	modeltest.CheckAgainstTransformers(t, "runner/phi3/testdata/ref.py", []string{"f32", "q4", "q8"}, nil)
+	modeltest.CheckAgainstTransformers(t, cpu.New(2), "runner/phi3/testdata/ref.py", []string{"f32", "q4", "q8"}, nil)
 }

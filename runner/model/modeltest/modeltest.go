@@ -15,7 +15,7 @@ import (
 
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/registry/create"
-	"github.com/mlxg/mlxg/runner/cpu"
+	"github.com/mlxg/mlxg/runner/compute"
 	"github.com/mlxg/mlxg/runner/model"
 )
 
@@ -170,8 +170,9 @@ func ConvertWith(t *testing.T, hf, variant string, opts create.Options) string {
 
 // CheckAgainstTransformers checks every case of testdata/refs.json (written by script) in
 // every variant: convert makes the variant's MLX checkpoint of testdata/<case> (Convert
-// when nil), which is loaded on the CPU backend and compared by CheckRef.
-func CheckAgainstTransformers(t *testing.T, script string, variants []string, convert func(t *testing.T, hf, variant string) string) {
+// when nil), which is loaded on backend (the CPU one: float32 caches, exact sliding
+// windows) and compared by CheckRef.
+func CheckAgainstTransformers(t *testing.T, backend compute.Backend, script string, variants []string, convert func(t *testing.T, hf, variant string) string) {
 	if convert == nil {
 		convert = Convert
 	}
@@ -182,7 +183,7 @@ func CheckAgainstTransformers(t *testing.T, script string, variants []string, co
 				t.Fatalf("%s: no reference for %s", c.Name, name)
 			}
 			t.Run(c.Name+"/"+name, func(t *testing.T) {
-				m, err := model.Load(convert(t, filepath.Join("testdata", c.Name), name), cpu.New(2))
+				m, err := model.Load(convert(t, filepath.Join("testdata", c.Name), name), backend)
 				if err != nil {
 					t.Fatal(err)
 				}
