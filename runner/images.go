@@ -26,11 +26,11 @@ type featureCache struct {
 	bytes int
 }
 
-// featureCacheSize and featureCacheBytes bound what an engine keeps: 32 images, 256 MiB of
-// features (a 1024×768 image on Qwen3.5-35B-A3B is 6 MiB; a 16-megapixel one 128 MiB).
+// featureCacheSize and featureCacheBytes bound what an engine keeps (model.VisionMemory plans
+// them).
 const (
-	featureCacheSize  = 32
-	featureCacheBytes = 256 << 20
+	featureCacheSize  = model.FeatureCacheImages
+	featureCacheBytes = model.FeatureCacheBytes
 )
 
 func (f *featureCache) get(h [32]byte) (model.Span, bool) {

@@ -175,6 +175,15 @@ func (p *Processor) ImageTokens(w, h int) int {
 	return (rh / (p.Patch * p.Merge)) * (rw / (p.Patch * p.Merge))
 }
 
+// MaxPatches is the most patches (Pixels.Rows) an image becomes: smart_resize keeps the area
+// within MaxPixels, so at most MaxPixels/patch² for Qwen; one row for a fixed-size processor.
+func (p *Processor) MaxPatches() int {
+	if p.Kind != "qwen" {
+		return 1
+	}
+	return p.MaxPixels / (p.Patch * p.Patch)
+}
+
 // Process resizes, rescales, normalises and arranges one image.
 func (p *Processor) Process(m *RGB) (*Pixels, error) {
 	switch p.Kind {

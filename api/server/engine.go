@@ -68,8 +68,9 @@ type EngineLoader struct {
 
 // kvLoad is the KV policy's plan for a load and the shape it was made for.
 type kvLoad struct {
-	shape kvstore.ModelShape
-	plan  kvstore.Plan
+	shape  kvstore.ModelShape
+	plan   kvstore.Plan
+	vision model.VisionMemory
 }
 
 // kvPlan reads the model's shape and asks the KV policy for its layout at numCtx, counting freed
@@ -93,6 +94,11 @@ func (l *EngineLoader) kvPlanWith(m *registry.LocalModel, numCtx int, freed int6
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", m.Dir, err)
 	}
+	vm, err := model.VisionMemoryOf(m.Dir)
+	if err != nil {
+		return nil, err
+	}
+	shape.Vision = vm.Activations()
 	if l.Shape != nil {
 		if shape, err = l.Shape(m.Dir, shape, numCtx); err != nil {
 			return nil, fmt.Errorf("%s: %w", m.Dir, err)
@@ -103,7 +109,7 @@ func (l *EngineLoader) kvPlanWith(m *registry.LocalModel, numCtx int, freed int6
 	if err != nil {
 		return nil, err
 	}
-	return &kvLoad{shape: shape, plan: plan}, nil
+	return &kvLoad{shape: shape, plan: plan, vision: vm}, nil
 }
 
 // checkArchitecture refuses, before any memory is planned, a model whose architecture none registered runs
@@ -166,7 +172,7 @@ func (l *EngineLoader) Plan(m *registry.LocalModel, numCtx int, freed int64) (*L
 			return nil, err
 		}
 		return &LoadPlan{Model: m, Context: kv.plan.Context, ContextReason: kv.plan.ContextReason, Size: kv.plan.Weights + kv.plan.KVBytes,
-			Peak: kv.plan.Peak(), KVSpec: kv.plan.Layout.String(), kv: kv}, nil
+			Peak: kv.plan.Peak(), KVSpec: kv.plan.Layout.String(), Vision: kv.vision, kv: kv}, nil
 	}
 	info, err := registry.ReadInfo(m.Dir)
 	if err != nil {
@@ -177,7 +183,12 @@ func (l *EngineLoader) Plan(m *registry.LocalModel, numCtx int, freed int64) (*L
 	}
 	numCtx = min(numCtx, maxUnknownContext)
 	size := m.Size + fp16KV(info, numCtx)
-	return &LoadPlan{Model: m, Context: numCtx, ContextReason: fixedContextReason(numCtx, info.ContextLength), Size: size, Peak: size, KVSpec: "fp16"}, nil
+	vm, err := model.VisionMemoryOf(m.Dir)
+	if err != nil {
+		return nil, err
+	}
+	return &LoadPlan{Model: m, Context: numCtx, ContextReason: fixedContextReason(numCtx, info.ContextLength), Size: size, Peak: size + vm.Activations(),
+		KVSpec: "fp16", Vision: vm}, nil
 }
 
 // maxUnknownContext bounds a num_ctx for a model whose config.json states no maximum, planned without
@@ -304,7 +315,7 @@ func (l *EngineLoader) load(p *LoadPlan, info *registry.ModelInfo, be compute.Ba
 	dir := p.Model.Dir
 	cb := &captureBackend{Backend: be}
 	em := &engineModel{cb: cb, numCtx: p.Context, ctxReason: p.ContextReason, template: info.ChatTemplate, kvSpec: p.KVSpec, size: p.Size, peak: p.Peak,
-		loadPlan: p.kv, backend: be.Name()}
+		loadPlan: p.kv, backend: be.Name(), vision: p.Vision}
 	opts := runner.LoadOptions{Backend: cb, Logger: l.Logger, Prefix: l.Prefix, Parallel: l.Parallel, Context: p.Context,
 		Pipeline: l.Pipeline, WeightBudget: p.WeightBudget, StreamPolicy: l.StreamPolicy,
 		MaxBatch: p.MaxBatch}
@@ -399,6 +410,8 @@ type engineModel struct {
 	mu sync.RWMutex
 	// weights is the bytes of all the weights (a model in streaming mode holds fewer).
 	weights int64
+	// vision is the plan's vision tower memory (zero for a text model).
+	vision model.VisionMemory
 }
 
 // residency is the model's weight residency manager, nil when its weights are all mapped.
@@ -427,6 +440,10 @@ func (m *engineModel) Info() LoadedInfo {
 		info.Batch = &st
 	}
 	info.Ranks = m.e.Model.Ranks()
+	if m.e.Model.Vision() != nil {
+		v := m.vision
+		info.Vision = &v
+	}
 	if res := m.residency(); res != nil {
 		st := res.Stats()
 		info.Stream, info.Weights = &st, m.weights

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -11,8 +10,6 @@ import (
 	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/api/apitest"
 	"github.com/mlxg/mlxg/internal/testdata"
-	"github.com/mlxg/mlxg/registry"
-	"github.com/mlxg/mlxg/runner/sched"
 )
 
 // gemma4Template renders a conversation in Gemma 4's format as Google's guide to function
@@ -109,29 +106,8 @@ func gemma4Tokenizer(t *testing.T, src string) string {
 // and tools.
 func TestGemma4ThroughServer(t *testing.T) {
 	tokDir := gemma4Tokenizer(t, testdata.Tokenizer(t, "gemma3"))
-	dir := filepath.Join(t.TempDir(), "gemma4")
 	scripts := []apitest.Script{{After: "\n", Reply: gemma4Reply}, {After: "<channel|>", Reply: gemma4Answer}}
-	if err := apitest.WriteScripted(dir, tokDir, scripts); err != nil {
-		t.Fatal(err)
-	}
-	raw, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cfg map[string]any
-	if err := json.Unmarshal(raw, &cfg); err != nil {
-		t.Fatal(err)
-	}
-	cfg["chat_template"] = gemma4Template
-	raw, _ = json.Marshal(cfg)
-	if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), raw, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ts := newTestServer(t, sched.Config{})
-	n, _ := registry.ParseName("gemma4")
-	if _, err := ts.srv.cfg.Store.ImportDir(context.Background(), n, dir); err != nil {
-		t.Fatal(err)
-	}
+	ts := serveScripted(t, "gemma4", tokDir, gemma4Template, scripts)
 	tools := `"tools":[{"type":"function","function":{"name":"get_time","description":"Gets the time","parameters":{"type":"object","properties":{}}}}]`
 	check := func(where string, calls []api.ToolCall, thinking, content string) {
 		t.Helper()
@@ -157,18 +133,8 @@ func TestGemma4ThroughServer(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("/api/chat streamed: %d %s", resp.StatusCode, body)
 	}
-	var calls []api.ToolCall
-	var thinking, content strings.Builder
-	for _, line := range strings.Split(strings.TrimSpace(string(body)), "\n") {
-		var c api.ChatResponse
-		if err := json.Unmarshal([]byte(line), &c); err != nil {
-			t.Fatalf("%q: %v", line, err)
-		}
-		calls = append(calls, c.Message.ToolCalls...)
-		thinking.WriteString(c.Message.Thinking)
-		content.WriteString(c.Message.Content)
-	}
-	check("/api/chat streamed", calls, thinking.String(), content.String())
+	calls, thinking, content := streamedChat(t, body)
+	check("/api/chat streamed", calls, thinking, content)
 
 	resp, body = ts.post(t, "/v1/chat/completions", `{"model":"gemma4","stream":true,"reasoning_effort":"low",`+tools+`,"messages":[{"role":"user","content":"Time?"}]}`)
 	if resp.StatusCode != 200 || !strings.Contains(string(body), `"name":"get_time"`) || strings.Contains(string(body), "<|") {

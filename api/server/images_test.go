@@ -11,6 +11,7 @@ import (
 	"image"
 	"image/color"
 	"image/png"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -18,10 +19,14 @@ import (
 	"testing"
 
 	"github.com/mlxg/mlxg/api"
+	"github.com/mlxg/mlxg/api/openai"
 	"github.com/mlxg/mlxg/internal/testdata"
+	"github.com/mlxg/mlxg/kvstore"
+	"github.com/mlxg/mlxg/kvstore/sysmem"
 	"github.com/mlxg/mlxg/registry"
 	"github.com/mlxg/mlxg/registry/create"
 	"github.com/mlxg/mlxg/registry/randmodel"
+	"github.com/mlxg/mlxg/runner/model"
 	"github.com/mlxg/mlxg/runner/sched"
 )
 
@@ -295,5 +300,166 @@ func TestImagesGemma3(t *testing.T) {
 		if resp.StatusCode != 200 || max(r.PromptEvalCount, r.Usage.PromptTokens) < 16+4 {
 			t.Errorf("%s with an image: %d %.300s", c.path, resp.StatusCode, b)
 		}
+	}
+}
+
+// TestResponsesImagePositions: /v1/responses keeps an input_image wherever OpenAI's input items take one (a
+// user, system, developer or assistant message's content, a function_call_output's output), at its place in
+// the text; a reasoning item's image is a 400; a stored conversation counts its images' bytes.
+func TestResponsesImagePositions(t *testing.T) {
+	img := func(s string) string { return `{"type":"input_image","image_url":"data:image/png;base64,` + s + `"}` }
+	items, err := openai.InputItems(json.RawMessage(`[
+		{"role":"developer","content":[{"type":"input_text","text":"d"},` + img("AQ==") + `]},
+		{"role":"user","content":[` + img("Ag==") + `,{"type":"input_text","text":"u"}]},
+		{"type":"message","role":"assistant","content":[{"type":"output_text","text":"ab"},` + img("Aw==") + `]},
+		{"type":"function_call","call_id":"c1","name":"shot","arguments":"{}"},
+		{"type":"function_call_output","call_id":"c1","output":[{"type":"input_text","text":"here"},` + img("BA==") + `]}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := responsesMessages(items, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		role  string
+		image byte
+		at    int
+	}{{"system", 1, 1}, {"user", 2, 0}, {"assistant", 3, 2}, {"tool", 4, 4}}
+	got := msgs // the function_call joins the assistant message before it
+	if len(got) != len(want) || len(got[2].ToolCalls) != 1 {
+		t.Fatalf("%d messages: %+v", len(got), msgs)
+	}
+	for i, w := range want {
+		m := got[i]
+		if m.Role != w.role || len(m.Images) != 1 || len(m.Images[0]) != 1 || m.Images[0][0] != w.image || len(m.ImageAt) != 1 || m.ImageAt[0] != w.at {
+			t.Errorf("message %d: %s with images %v at %v; want %s with [%d] at %d", i, m.Role, m.Images, m.ImageAt, w.role, w.image, w.at)
+		}
+	}
+	items, _ = openai.InputItems(json.RawMessage(`[{"type":"reasoning","summary":[],"content":[` + img("AQ==") + `]}]`))
+	if _, err := responsesMessages(items, nil); err == nil || !strings.Contains(err.Error(), "input_image is not supported here") {
+		t.Errorf("an image in a reasoning item: %v", err)
+	}
+	if a, b := messagesSize([]api.Message{{Role: "user"}}), messagesSize([]api.Message{{Role: "user", Images: []api.ImageData{make([]byte, 5000)}}}); b-a != 5000 {
+		t.Errorf("a stored message's size grows by %d for a 5000-byte image", b-a)
+	}
+
+	// Through the server: each image's 48 tokens are in the prompt, whichever item carries it, and a
+	// continuation by previous_response_id keeps the earlier turn's image.
+	ts := newVisionServer(t)
+	data := "data:image/png;base64," + base64.StdEncoding.EncodeToString(testPNG(t, 64, 48, 5))
+	part := `{"type":"input_image","image_url":"` + data + `"}`
+	opts := `"model":"vis","max_output_tokens":3,"temperature":0,`
+	text := func(s string) string { return `{"type":"input_text","text":"` + s + `"}` }
+	var plain struct {
+		ID    string `json:"id"`
+		Usage struct {
+			InputTokens int `json:"input_tokens"`
+		} `json:"usage"`
+	}
+	resp, b := ts.post(t, "/v1/responses", `{`+opts+`"input":[{"role":"user","content":[`+text("What?")+`]}]}`)
+	if resp.StatusCode != 200 || json.Unmarshal(b, &plain) != nil || plain.Usage.InputTokens == 0 {
+		t.Fatalf("no image: %d %s", resp.StatusCode, b)
+	}
+	base := plain.Usage.InputTokens
+	for _, c := range []struct {
+		name, input string
+		images      int
+	}{
+		{"assistant", `[{"role":"user","content":"Draw"},{"role":"assistant","content":[` + part + `]},{"role":"user","content":[` + text("What?") + `]}]`, 1},
+		{"developer", `[{"role":"developer","content":[` + part + `]},{"role":"user","content":[` + text("What?") + `]}]`, 1},
+		{"tool output", `[{"role":"user","content":"Look"},{"type":"function_call","call_id":"c","name":"shot","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":[` + part + `]},{"role":"user","content":[` + text("What?") + `]}]`, 1},
+		{"user and assistant", `[{"role":"user","content":[` + part + `,` + text("Draw it") + `]},{"type":"message","role":"assistant","content":[{"type":"output_text","text":"Here"},` + part + `]},{"role":"user","content":[` + text("What?") + `]}]`, 2},
+	} {
+		var r struct {
+			ID    string `json:"id"`
+			Usage struct {
+				InputTokens int `json:"input_tokens"`
+			} `json:"usage"`
+		}
+		resp, b := ts.post(t, "/v1/responses", `{`+opts+`"input":`+c.input+`}`)
+		if resp.StatusCode != 200 || json.Unmarshal(b, &r) != nil || r.Usage.InputTokens < base+48*c.images {
+			t.Errorf("%s: %d, %d input tokens (%d without images): %.300s", c.name, resp.StatusCode, r.Usage.InputTokens, base, b)
+			continue
+		}
+		if c.name != "assistant" {
+			continue
+		}
+		// The continuation's prompt holds the whole earlier one, the image's 48 tokens with it.
+		resp, b = ts.post(t, "/v1/responses", `{`+opts+`"previous_response_id":"`+r.ID+`","input":"And now?"}`)
+		var next struct {
+			Usage struct {
+				InputTokens int `json:"input_tokens"`
+			} `json:"usage"`
+		}
+		if resp.StatusCode != 200 || json.Unmarshal(b, &next) != nil || next.Usage.InputTokens <= r.Usage.InputTokens {
+			t.Errorf("continued after an assistant image: %d, %d input tokens after %d: %.300s", resp.StatusCode, next.Usage.InputTokens, r.Usage.InputTokens, b)
+		}
+	}
+}
+
+// TestVisionMemoryPlan: a vision model's load plan counts its tower's activations (with and without the
+// KV policy), and /api/ps shows the tower's memory for it and for no text model.
+func TestVisionMemoryPlan(t *testing.T) {
+	ts := newVisionServer(t)
+	name, _ := registry.ParseName("vis")
+	lm, err := ts.srv.cfg.Store.Resolve(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm, err := model.VisionMemoryOf(lm.Dir)
+	if err != nil || vm.Weights <= 0 || vm.Encode <= 0 || vm.Features <= 0 {
+		t.Fatalf("%+v %v", vm, err)
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	kv := &EngineLoader{Logger: quiet, KV: &kvstore.Policy{Sensor: sysmem.Fixed{Total: 16 << 30, Available: 8 << 30, Source: "test"}, Log: quiet}}
+	p, err := kv.Plan(lm, 2048, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Vision != vm || p.kv.plan.Vision != vm.Activations() || p.Peak != p.kv.plan.Weights+p.kv.plan.Overhead+vm.Activations()+p.kv.plan.KVBytes {
+		t.Errorf("KV policy plan: vision %+v (%d in the policy's plan), peak %d; want %+v", p.Vision, p.kv.plan.Vision, p.Peak, vm)
+	}
+	plain, err := (&EngineLoader{Logger: quiet}).Plan(lm, 2048, 0)
+	if err != nil || plain.Vision != vm || plain.Peak != plain.Size+vm.Activations() {
+		t.Errorf("plan without a KV policy: peak %d size %d vision %+v (%v)", plain.Peak, plain.Size, plain.Vision, err)
+	}
+
+	png64 := base64.StdEncoding.EncodeToString(testPNG(t, 64, 48, 5))
+	for _, name := range []string{"vis", "scripted"} {
+		body := `{"model":"` + name + `","prompt":"What?","stream":false,"options":{"num_predict":2}}`
+		if name == "vis" {
+			body = strings.Replace(body, `"prompt"`, `"images":["`+png64+`"],"prompt"`, 1)
+		}
+		if resp, b := ts.post(t, "/api/generate", body); resp.StatusCode != 200 {
+			t.Fatalf("%s: %d %s", name, resp.StatusCode, b)
+		}
+	}
+	resp, err := http.Get(ts.URL + "/api/ps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ps api.ProcessResponse
+	if err := json.NewDecoder(resp.Body).Decode(&ps); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	seen := 0
+	for _, m := range ps.Models {
+		switch {
+		case strings.HasPrefix(m.Name, "vis"):
+			seen++
+			want := api.ProcessVision{Weights: vm.Weights, Activations: vm.Activations(), EncodePeak: vm.Encode, MaxPatches: vm.MaxPatches, Features: vm.Features}
+			if m.Vision == nil || *m.Vision != want || m.PeakSize < m.Size+vm.Activations() {
+				t.Errorf("/api/ps for %s: vision %+v, size %d, peak %d; want %+v", m.Name, m.Vision, m.Size, m.PeakSize, want)
+			}
+		case m.Vision != nil:
+			t.Errorf("/api/ps shows a vision tower for %s: %+v", m.Name, m.Vision)
+		default:
+			seen++
+		}
+	}
+	if seen != 2 {
+		t.Errorf("/api/ps: %+v", ps.Models)
 	}
 }

@@ -8,12 +8,21 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 )
 
-// Write stores tensors (in the given order) and metadata at path atomically: it writes a
-// temporary file beside path, fsyncs it, renames it over path and fsyncs the directory,
-// so a crash leaves either the old file or the complete new one.
+// Write stores tensors and metadata at path atomically: it writes a temporary file beside
+// path, fsyncs it, renames it over path and fsyncs the directory, so a crash leaves either
+// the old file or the complete new one.
+//
+// The tensors keep the given order, except that a tensor whose size is not a multiple of 8
+// bytes goes after those that are (see alignedOrder): every tensor then starts at a
+// multiple of its element size, so a reader can use the mapped bytes in place. A single
+// misaligned tensor (Gemma 4's one-element bfloat16 layer_scalar) would otherwise shift
+// every tensor after it, and the CPU backend copies a misaligned weight into memory of
+// its own, holding it twice.
 func Write(path string, tensors []Tensor, metadata map[string]string) error {
+	tensors = alignedOrder(tensors)
 	var hdr bytes.Buffer
 	hdr.WriteByte('{')
 	first := true
@@ -110,4 +119,36 @@ func Write(path string, tensors []Tensor, metadata map[string]string) error {
 		d.Close()
 	}
 	return nil
+}
+
+// alignedOrder returns tensors stably sorted by the largest power of two (up to 8) that
+// divides each one's size in bytes, largest first. The data section starts at a multiple of
+// 8 and the tensors before any tensor have sizes that are multiples of its class, so each
+// starts at a multiple of its class, which its element size divides.
+func alignedOrder(tensors []Tensor) []Tensor {
+	class := func(t Tensor) int {
+		n := len(t.Data)
+		switch {
+		case n%8 == 0:
+			return 8
+		case n%4 == 0:
+			return 4
+		case n%2 == 0:
+			return 2
+		}
+		return 1
+	}
+	sorted := true
+	for i := 1; i < len(tensors); i++ {
+		if class(tensors[i]) > class(tensors[i-1]) {
+			sorted = false
+			break
+		}
+	}
+	if sorted {
+		return tensors
+	}
+	out := slices.Clone(tensors)
+	slices.SortStableFunc(out, func(a, b Tensor) int { return class(b) - class(a) })
+	return out
 }
