@@ -268,18 +268,16 @@ func (t *Tower) pool() int {
 	return (t.Config.ImageSize / t.Config.Patch) / int(math.Round(math.Sqrt(float64(t.Tokens))))
 }
 
-// patchRows cuts a channel-first image into the tower's rows, in the order that makes the
+// patchRows appends a channel-first image's rows to rows, in the order that makes the
 // projector's pooling a sum of row blocks: row m·tokens + t is the patch at offset m
 // (row-major within a pooling window) of the window of token t (row-major over the
-// windows). Each row is the patch's pixels as [channel, row, column]. It also returns the
-// position embedding of each row (the patch's index row-major over the image's grid).
-func (t *Tower) patchRows(img []float32) (rows, pos []float32) {
+// windows). Each row is the patch's pixels as [channel, row, column]. It appends the
+// position embedding of each row (the patch's index row-major over the image's grid) to pos.
+func (t *Tower) patchRows(img, rows, pos []float32) ([]float32, []float32) {
 	vc := t.Config
 	S, P, C, k := vc.ImageSize, vc.Patch, vc.Channels, t.pool()
 	side := S / P / k // tokens per side
-	in, h := C*P*P, vc.Hidden
-	n := (S / P) * (S / P)
-	rows, pos = make([]float32, 0, n*in), make([]float32, 0, n*h)
+	h := vc.Hidden
 	for dy := range k {
 		for dx := range k {
 			for ty := range side {
@@ -314,7 +312,8 @@ func (t *Tower) Encode(c compute.Context, images []*vision.Pixels) (compute.Tens
 	cfg := t.Config
 	S, P := cfg.ImageSize, cfg.Patch
 	n, in := (S/P)*(S/P), cfg.Channels*P*P
-	var px, pos []float32
+	// The host arrays are allocated once at their sizes (the memory plan counts them once).
+	px, pos := make([]float32, 0, len(images)*n*in), make([]float32, 0, len(images)*n*cfg.Hidden)
 	var blocks []int
 	var grids [][3]int
 	side := S / P / t.pool()
@@ -322,8 +321,7 @@ func (t *Tower) Encode(c compute.Context, images []*vision.Pixels) (compute.Tens
 		if im.Rows != 1 || im.Cols != cfg.Channels*S*S {
 			return compute.Fail(c, fmt.Errorf("gemma3: an image of %d values does not fit the tower's %d×%d×%d", len(im.Values), cfg.Channels, S, S)), nil
 		}
-		r, p := t.patchRows(im.Values)
-		px, pos = append(px, r...), append(pos, p...)
+		px, pos = t.patchRows(im.Values, px, pos)
 		blocks = append(blocks, n)
 		grids = append(grids, [3]int{1, side, side})
 	}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -379,5 +380,56 @@ func TestQuantizedTower(t *testing.T) {
 	}
 	if r := modeltest.MaxRel(got[0].Rows, want[0].Rows); r > 2e-2 || r == 0 {
 		t.Errorf("8-bit tower's features are %.3g from the float tower's", r)
+	}
+}
+
+// TestVisionMemory: the memory plan's tower figures (model.VisionMemoryOf) are the tower's and
+// projector's tensor bytes, the patches of an image_size² image, its mm_tokens_per_image features
+// times the feature cache's images, and an encode peak that bounds what the CPU backend allocates
+// to encode one image (every byte Go allocated during the pass) without being more than twice it;
+// several images encode in passes of one, so their peak is one image's.
+func TestVisionMemory(t *testing.T) {
+	v := smallVision()
+	v.ImageSize, v.Patch, v.Tokens = 224, 14, 64
+	m := visionModelWith(t, v, 2)
+	vm, err := model.VisionMemoryOf(m.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := safetensors.ReadHeader(filepath.Join(m.Dir, "vision.safetensors")) // the tower and projector
+	if err != nil {
+		t.Fatal(err)
+	}
+	var weights int64
+	for _, tn := range h.Tensors {
+		if strings.HasPrefix(tn.Name, "vision_tower.") {
+			weights += tn.End - tn.Begin
+		}
+	}
+	patches := (v.ImageSize / v.Patch) * (v.ImageSize / v.Patch)
+	features := int64(4 * v.Tokens * m.Config.HiddenSize)
+	if vm.Weights != weights || vm.MaxPatches != patches || vm.Features != min(model.FeatureCacheBytes, model.FeatureCacheImages*features) || vm.Encode <= 0 {
+		t.Fatalf("%+v; want weights %d, %d patches, features %d", vm, weights, patches, model.FeatureCacheImages*features)
+	}
+	measure := func(images []vision.Image) uint64 {
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_, err := m.EncodeImages(context.Background(), images)
+		runtime.ReadMemStats(&after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return after.TotalAlloc - before.TotalAlloc
+	}
+	one := measure([]vision.Image{testImage(300, 200, 4)})
+	t.Logf("one image (%d patches): allocated %d bytes, estimate %d (%.2f×)", patches, one, vm.Encode, float64(vm.Encode)/float64(one))
+	if uint64(vm.Encode) < one || uint64(vm.Encode) > 2*one {
+		t.Errorf("estimate %d bytes for an encode that allocated %d", vm.Encode, one)
+	}
+	three := measure([]vision.Image{testImage(300, 200, 4), testImage(300, 200, 5), testImage(300, 200, 6)})
+	t.Logf("three images: allocated %d bytes", three)
+	if three > 2*one {
+		t.Errorf("three images allocated %d bytes, one %d: not encoded in passes of one", three, one)
 	}
 }
