@@ -383,8 +383,8 @@ func TestQuantizedTower(t *testing.T) {
 	}
 }
 
-// TestVisionMemory: the memory plan's tower figures (model.VisionMemoryOf) are the tower's and
-// projector's tensor bytes, the patches of an image_size² image, its mm_tokens_per_image features
+// TestVisionMemory: the memory plan's tower figures (model.VisionMemoryOf) are the tower's
+// tensor bytes (vision_tower.*), the patches of an image_size² image, its mm_tokens_per_image features
 // times the feature cache's images, and an encode peak that bounds what the CPU backend allocates
 // to encode one image (every byte Go allocated during the pass) without being more than twice it;
 // several images encode in passes of one, so their peak is one image's.
@@ -396,7 +396,7 @@ func TestVisionMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := safetensors.ReadHeader(filepath.Join(m.Dir, "vision.safetensors")) // the tower and projector
+	h, err := safetensors.ReadHeader(filepath.Join(m.Dir, "vision.safetensors")) // the tower and the projector
 	if err != nil {
 		t.Fatal(err)
 	}
