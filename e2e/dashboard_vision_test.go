@@ -23,7 +23,7 @@ func TestDashboardChatImages(t *testing.T) {
 	b := newBrowser(t)
 	name := visModel + ":latest"
 	dir := t.TempDir()
-	picked := writePNG(t, dir, "picked.png", 72, 56, 7)  // 9×7 = 63 tokens
+	picked := writePNG(t, dir, "picked.png", 72, 56, 7)   // 9×7 = 63 tokens
 	dropped := writePNG(t, dir, "dropped.png", 88, 40, 8) // 11×5 = 55 tokens
 
 	b.run(t, "open chat", 30*time.Second,
