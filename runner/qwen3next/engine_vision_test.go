@@ -29,7 +29,9 @@ const visionTemplate = `{%- for message in messages -%}<|im_start|>{{ message.ro
 
 // visionCheckpoint writes a tiny random Qwen3.5 with a tower, Qwen's tokenizer and a
 // chat template that places images.
-func visionCheckpoint(t testing.TB) string { return visionCheckpointWith(t, randmodel.TinyQwenVision()) }
+func visionCheckpoint(t testing.TB) string {
+	return visionCheckpointWith(t, randmodel.TinyQwenVision())
+}
 
 // visionCheckpointWith is visionCheckpoint with a tower of shape v.
 func visionCheckpointWith(t testing.TB, v randmodel.QwenVision) string {
