@@ -247,6 +247,7 @@ func TestImagesVisionModel(t *testing.T) {
 		{`{"model":"vis","prompt":"x","images":["` + base64.StdEncoding.EncodeToString(resizedPNG(t, 50000, 50000)) + `"]}`, "50000×50000 pixels is over the"},
 		{`{"model":"vis","prompt":"x","images":[` + many + `"` + png64 + `"]}`, "images in one request: mlxg takes at most"},
 		{`{"model":"vis","prompt":"x","images":["@@@"]}`, "not valid base64"},
+		{`{"model":"vis","prompt":"x","images":["` + base64.StdEncoding.EncodeToString(testPNG(t, 402, 2, 1)) + `"]}`, "aspect ratio of 402×2 is over 200"},
 		{`{"model":"vis","prompt":"x","raw":true,"images":["` + png64 + `"]}`, "images need the model's chat template"},
 	} {
 		resp, b := ts.post(t, "/api/generate", strings.Replace(c.body, `{"model":"vis",`, `{"model":"vis",`+opts+`,`, 1))
