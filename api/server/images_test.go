@@ -450,11 +450,11 @@ func TestVisionPixelBudgetLowered(t *testing.T) {
 	}
 	// What the model needs at 256 tokens without its tower's activations, then room for half the budget's.
 	base := roomy.Peak - full.Activations() + roomy.kv.plan.Reserve
-	p, err := loader(base + (full.Activations()+half.Activations())/2).Plan(lm, 256, 0)
+	p, err := loader(base+(full.Activations()+half.Activations())/2).Plan(lm, 256, 0)
 	if err != nil || p.kv.imagePixels != half.MaxPixels || p.Vision != half {
 		t.Fatalf("tight: %v, pixels %d, vision %+v; want %+v", err, p.kv.imagePixels, p.Vision, half)
 	}
-	m, err := loader(base + (full.Activations()+half.Activations())/2).Load(context.Background(), p)
+	m, err := loader(base+(full.Activations()+half.Activations())/2).Load(context.Background(), p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -465,7 +465,7 @@ func TestVisionPixelBudgetLowered(t *testing.T) {
 	if v := m.Info().Vision; v == nil || v.MaxPixels != half.MaxPixels || processVision(m.Info()).Lowered != true {
 		t.Errorf("info: %+v", v)
 	}
-	if _, err := loader(base - 1<<20).Plan(lm, 256, 0); err == nil {
+	if _, err := loader(base-1<<20).Plan(lm, 256, 0); err == nil {
 		t.Error("a load with no room for the model itself was planned")
 	}
 }
