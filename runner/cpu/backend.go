@@ -40,11 +40,11 @@ type Backend struct {
 	used   map[int]uint64      // the context (serial) that last asked for each length
 	serial uint64              // contexts made so far
 	ropes  map[*compute.RoPE]*ropeTable
-	slabs  []*slab                // of closed contexts, for the next ones
+	slabs  []*slab // of closed contexts, for the next ones
 	// live and peak count the floats of activation buffers handed out and not released
 	// (ActivationPeak), whether new or from the pool.
 	live, peak int
-	last   atomic.Pointer[weight] // the first weight of the last decode product (warmNext)
+	last       atomic.Pointer[weight] // the first weight of the last decode product (warmNext)
 
 	streams map[*residency.Manager]*streamState // streamed experts by model (stream.go)
 }
