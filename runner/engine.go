@@ -434,7 +434,11 @@ func (e *Engine) Generate(ctx context.Context, req Request, fn func(text string)
 			return nil, err
 		}
 	} else {
-		prompt = e.Tokenizer.Encode(req.Prompt, len(req.Context) == 0)
+		text := req.Prompt
+		if len(req.Images) > 0 {
+			text = e.frameImages(text)
+		}
+		prompt = e.Tokenizer.Encode(text, len(req.Context) == 0)
 	}
 	if len(req.Context) > 0 {
 		prompt = append(slices.Clone(req.Context), prompt...)
@@ -569,7 +573,7 @@ func (e *Engine) chatPrompt(req Request, numCtx int, truncate bool) ([]int32, in
 		tok := v.ImageTokenID()
 		extra := make([]int, len(req.Images))
 		for i, im := range req.Images {
-			extra[i] = max(v.Processor().Tokens(im.W, im.H)-1, 0)
+			extra[i] = max(v.Processor().ImageTokens(im.W, im.H)-1, 0)
 		}
 		size = func(ids []int32) int {
 			n, k := len(ids), 0
@@ -595,6 +599,9 @@ func (e *Engine) chatPrompt(req Request, numCtx int, truncate bool) ([]int32, in
 		s, err := e.Template.Apply(msgs, template.Options{AddGenerationPrompt: true, Tools: req.Tools, Kwargs: req.TemplateKwargs})
 		if err != nil {
 			return nil, err
+		}
+		if len(req.Images) > 0 {
+			s = e.frameImages(s)
 		}
 		return e.Tokenizer.Encode(s, false), nil
 	}

@@ -260,6 +260,50 @@ func TestImagesVisionModel(t *testing.T) {
 	}
 }
 
+// TestImagesGemma3: a Gemma 3 with a tower in Hugging Face's layout (transformers 5's names),
+// converted by create, lists vision in /api/show and reads images with Gemma 3's own chat
+// template, on Ollama's and OpenAI's APIs (16 image tokens in the prompt count).
+func TestImagesGemma3(t *testing.T) {
+	tmp := t.TempDir()
+	hf, mlx := filepath.Join(tmp, "hf"), filepath.Join(tmp, "mlx")
+	c := randmodel.TinyGemma3(262208)
+	c.HiddenSize, c.IntermediateSize = 64, 96
+	if err := randmodel.Generate(hf, c, randmodel.Options{Seed: 3, TokenizerDir: testdata.Tokenizer(t, "gemma3")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := randmodel.AddGemma3Vision(hf, randmodel.TinyGemma3Vision(), 4, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := create.Convert(context.Background(), hf, mlx, create.Options{Bits: 4, GroupSize: 32}); err != nil {
+		t.Fatal(err)
+	}
+	ts := newTestServer(t, sched.Config{})
+	n, _ := registry.ParseName("gem")
+	if _, err := ts.srv.cfg.Store.ImportDir(context.Background(), n, mlx); err != nil {
+		t.Fatal(err)
+	}
+	if _, b := ts.post(t, "/api/show", `{"model":"gem"}`); !strings.Contains(string(b), `"vision"`) {
+		t.Errorf("/api/show of Gemma 3 with its tower: %.500s", b)
+	}
+	png64 := base64.StdEncoding.EncodeToString(testPNG(t, 64, 48, 5))
+	for _, c := range []struct{ path, body string }{
+		{"/api/chat", `{"model":"gem","stream":false,"options":{"num_predict":3,"temperature":0},"messages":[{"role":"user","content":"What is this?","images":["` + png64 + `"]}]}`},
+		{"/v1/chat/completions", `{"model":"gem","max_tokens":3,"temperature":0,"messages":[{"role":"user","content":[{"type":"text","text":"What?"},{"type":"image_url","image_url":{"url":"data:image/png;base64,` + png64 + `"}}]}]}`},
+	} {
+		resp, b := ts.post(t, c.path, c.body)
+		var r struct {
+			PromptEvalCount int `json:"prompt_eval_count"`
+			Usage           struct {
+				PromptTokens int `json:"prompt_tokens"`
+			} `json:"usage"`
+		}
+		_ = json.Unmarshal(b, &r)
+		if resp.StatusCode != 200 || max(r.PromptEvalCount, r.Usage.PromptTokens) < 16+4 {
+			t.Errorf("%s with an image: %d %.300s", c.path, resp.StatusCode, b)
+		}
+	}
+}
+
 // TestResponsesImagePositions: /v1/responses keeps an input_image wherever OpenAI's input items take one (a
 // user, system, developer or assistant message's content, a function_call_output's output), at its place in
 // the text; a reasoning item's image is a 400; a stored conversation counts its images' bytes.

@@ -149,6 +149,21 @@ type VisionNetwork interface {
 	ImageTokenID() int32
 }
 
+// ImageFrame is how a processor writes an image into the rendered text before it is
+// tokenized: each Marker the chat template rendered becomes Before, Marker, the image's
+// placeholder token (which its rows then replace), End, After. Gemma 3's: "\n\n",
+// <start_of_image>, <image_soft_token>, <end_of_image>, "\n\n".
+type ImageFrame struct {
+	Marker, End   int32
+	Before, After string
+}
+
+// ImageFramer is a VisionNetwork whose images are framed in the text (ImageFrame); the
+// chat template of one without renders the placeholder token itself.
+type ImageFramer interface {
+	ImageFrame() ImageFrame
+}
+
 // Vision is the network's vision side, nil when the model reads text only (its
 // architecture has no tower mlxg runs, or the checkpoint has none, or the backend lacks
 // the tower's operations).
