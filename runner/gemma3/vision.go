@@ -73,14 +73,12 @@ type EncoderLayer struct {
 // visionTop is what config.json says about images beside vision_config (transformers 4
 // and 5 spell the token ids either way).
 type visionTop struct {
-	Vision     *VisionConfig `json:"vision_config"`
-	Tokens     int           `json:"mm_tokens_per_image"`
-	ImageIndex *int32        `json:"image_token_index"`
-	ImageID    *int32        `json:"image_token_id"`
-	BOIIndex   *int32        `json:"boi_token_index"`
-	BOIID      *int32        `json:"boi_token_id"`
-	EOIIndex   *int32        `json:"eoi_token_index"`
-	EOIID      *int32        `json:"eoi_token_id"`
+	ImageIndex *int32 `json:"image_token_index"`
+	ImageID    *int32 `json:"image_token_id"`
+	BOIIndex   *int32 `json:"boi_token_index"`
+	BOIID      *int32 `json:"boi_token_id"`
+	EOIIndex   *int32 `json:"eoi_token_index"`
+	EOIID      *int32 `json:"eoi_token_id"`
 }
 
 // first is the id config.json gives under either name, else Gemma3Config's default (a
@@ -104,6 +102,10 @@ func newTower(l *model.Loader) (*Tower, error) {
 		compute.Supports[compute.SpanAttentionContext](l.Backend, "attention among an image's tokens") != nil {
 		return nil, nil
 	}
+	vc, tokens, err := readVision(l.Config)
+	if err != nil {
+		return nil, err
+	}
 	var top visionTop
 	raw, _ := json.Marshal(l.Config.Raw)
 	if err := json.Unmarshal(raw, &top); err != nil {
@@ -112,28 +114,6 @@ func newTower(l *model.Loader) (*Tower, error) {
 	image := first(top.ImageIndex, top.ImageID, 262144)
 	boi := first(top.BOIIndex, top.BOIID, 255999)
 	eoi := first(top.EOIIndex, top.EOIID, 256000)
-	if top.Vision == nil {
-		return nil, fmt.Errorf("config.json: a checkpoint with a vision tower needs vision_config")
-	}
-	// SiglipVisionConfig's defaults, for the fields a config saved with only its differences
-	// from them leaves out.
-	vc := VisionConfig{Hidden: 768, Intermediate: 3072, Layers: 12, Heads: 12, Channels: 3, ImageSize: 224, Patch: 16,
-		Eps: 1e-6, Act: "gelu_pytorch_tanh"}
-	vraw, _ := json.Marshal(l.Config.Raw["vision_config"])
-	if err := json.Unmarshal(vraw, &vc); err != nil {
-		return nil, fmt.Errorf("config.json: vision_config: %w", err)
-	}
-	if top.Tokens == 0 {
-		top.Tokens = 256 // Gemma3Config's default
-	}
-	side := int(math.Round(math.Sqrt(float64(top.Tokens))))
-	if vc.Hidden <= 0 || vc.Heads <= 0 || vc.Hidden%vc.Heads != 0 || vc.Layers <= 0 || vc.Intermediate <= 0 || vc.Patch <= 0 ||
-		vc.ImageSize%vc.Patch != 0 || side*side != top.Tokens || (vc.ImageSize/vc.Patch)%side != 0 {
-		return nil, fmt.Errorf("config.json: vision_config %+v with mm_tokens_per_image %d is not a usable Gemma 3 tower (heads dividing hidden_size, patch_size dividing image_size, a square number of tokens whose side divides the patches per side)", vc, top.Tokens)
-	}
-	if vc.Act != "gelu_pytorch_tanh" && vc.Act != "gelu" {
-		return nil, fmt.Errorf("config.json: vision_config.hidden_act %q is not supported (gelu_pytorch_tanh, gelu)", vc.Act)
-	}
 	proc, err := vision.LoadProcessor(l.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("the vision tower's image preprocessing: %w", err)
@@ -141,8 +121,8 @@ func newTower(l *model.Loader) (*Tower, error) {
 	if proc.Kind != "fixed" || proc.Width != vc.ImageSize || proc.Height != vc.ImageSize {
 		return nil, fmt.Errorf("preprocessor_config.json resizes to %d×%d (%s), the tower reads %d×%d", proc.Width, proc.Height, proc.Kind, vc.ImageSize, vc.ImageSize)
 	}
-	proc.Tokens = top.Tokens
-	t := &Tower{Config: vc, Tokens: top.Tokens, processor: proc, imageToken: image,
+	proc.Tokens = tokens
+	t := &Tower{Config: vc, Tokens: tokens, processor: proc, imageToken: image,
 		frame: model.ImageFrame{Marker: boi, End: eoi, Before: "\n\n", After: "\n\n"}}
 	p, h := towerPrefix, vc.Hidden
 	in := vc.Channels * vc.Patch * vc.Patch
@@ -181,6 +161,36 @@ func newTower(l *model.Loader) (*Tower, error) {
 	}
 	t.Project = l.LinearData(projectorPrefix+"mm_input_projection", wt, text, h)
 	return t, l.Err()
+}
+
+// readVision reads config.json's vision_config and mm_tokens_per_image, with
+// SiglipVisionConfig's and Gemma3Config's defaults for what a config saved with only its
+// differences from them leaves out, and checks that they make a tower.
+func readVision(cfg *model.Config) (VisionConfig, int, error) {
+	vc := VisionConfig{Hidden: 768, Intermediate: 3072, Layers: 12, Heads: 12, Channels: 3, ImageSize: 224, Patch: 16,
+		Eps: 1e-6, Act: "gelu_pytorch_tanh"}
+	raw, ok := cfg.Raw["vision_config"]
+	if !ok {
+		return vc, 0, fmt.Errorf("config.json: a checkpoint with a vision tower needs vision_config")
+	}
+	if err := json.Unmarshal(raw, &vc); err != nil {
+		return vc, 0, fmt.Errorf("config.json: vision_config: %w", err)
+	}
+	tokens := 256
+	if t, ok := cfg.Raw["mm_tokens_per_image"]; ok {
+		if err := json.Unmarshal(t, &tokens); err != nil {
+			return vc, 0, fmt.Errorf("config.json: mm_tokens_per_image: %w", err)
+		}
+	}
+	side := int(math.Round(math.Sqrt(float64(tokens))))
+	if vc.Hidden <= 0 || vc.Heads <= 0 || vc.Hidden%vc.Heads != 0 || vc.Layers <= 0 || vc.Intermediate <= 0 || vc.Patch <= 0 ||
+		vc.ImageSize%vc.Patch != 0 || side <= 0 || side*side != tokens || (vc.ImageSize/vc.Patch)%side != 0 {
+		return vc, 0, fmt.Errorf("config.json: vision_config %+v with mm_tokens_per_image %d is not a usable Gemma 3 tower (heads dividing hidden_size, patch_size dividing image_size, a square number of tokens whose side divides the patches per side)", vc, tokens)
+	}
+	if vc.Act != "gelu_pytorch_tanh" && vc.Act != "gelu" {
+		return vc, 0, fmt.Errorf("config.json: vision_config.hidden_act %q is not supported (gelu_pytorch_tanh, gelu)", vc.Act)
+	}
+	return vc, tokens, nil
 }
 
 // floats reads the rows × cols matrix name to the host as float32: stored in float, or

@@ -1,7 +1,6 @@
 package gemma3
 
 import (
-	"encoding/json"
 	"fmt"
 	"runtime"
 
@@ -15,25 +14,16 @@ func init() { model.RegisterVisionMemory("gemma3", visionMemory) }
 // image_size², so (image_size/patch)² patches; the peak of the pass that encodes one; and its
 // mm_tokens_per_image rows of the language model's width.
 func visionMemory(cfg *model.Config, proc *vision.Processor) (int, int64, int64, error) {
-	vc := VisionConfig{Hidden: 768, Intermediate: 3072, Layers: 12, Heads: 12, Channels: 3, ImageSize: 224, Patch: 16}
-	raw, _ := json.Marshal(cfg.Raw["vision_config"])
-	if err := json.Unmarshal(raw, &vc); err != nil {
-		return 0, 0, 0, fmt.Errorf("config.json: vision_config: %w", err)
-	}
-	var top struct {
-		Tokens int `json:"mm_tokens_per_image"`
-	}
-	raw, _ = json.Marshal(cfg.Raw)
-	_ = json.Unmarshal(raw, &top)
-	if top.Tokens == 0 {
-		top.Tokens = 256
+	vc, tokens, err := readVision(cfg)
+	if err != nil {
+		return 0, 0, 0, err
 	}
 	if proc.Kind != "fixed" || proc.Width != vc.ImageSize || proc.Height != vc.ImageSize || vc.Patch <= 0 || vc.Heads <= 0 {
 		return 0, 0, 0, fmt.Errorf("preprocessor_config.json resizes to %d×%d, the tower (%+v) reads %d×%d", proc.Width, proc.Height, vc, vc.ImageSize, vc.ImageSize)
 	}
 	g := vc.ImageSize / vc.Patch
 	n := g * g
-	return n, encodePeak(vc, n, top.Tokens, cfg.HiddenSize), 4 * int64(top.Tokens) * int64(cfg.HiddenSize), nil
+	return n, encodePeak(vc, n, tokens, cfg.HiddenSize), 4 * int64(tokens) * int64(cfg.HiddenSize), nil
 }
 
 // attentionScores is the most attention scores the CPU backend's BlockAttention holds at once
