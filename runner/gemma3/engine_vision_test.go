@@ -19,7 +19,12 @@ import (
 
 // visionCheckpoint writes a tiny random Gemma 3 of Gemma 3's vocabulary with a tower, and
 // Gemma 3's tokenizer and chat template (which renders an image as <start_of_image>).
-func visionCheckpoint(t *testing.T) string {
+func visionCheckpoint(t testing.TB) string {
+	return visionCheckpointWith(t, randmodel.TinyGemma3Vision())
+}
+
+// visionCheckpointWith is visionCheckpoint with a tower of shape v.
+func visionCheckpointWith(t testing.TB, v randmodel.Gemma3Vision) string {
 	t.Helper()
 	tok := testdata.Tokenizer(t, "gemma3")
 	dir := filepath.Join(t.TempDir(), "gemma3v")
@@ -28,7 +33,7 @@ func visionCheckpoint(t *testing.T) string {
 	if err := randmodel.Generate(dir, c, randmodel.Options{Seed: 5, TokenizerDir: tok}); err != nil {
 		t.Fatal(err)
 	}
-	if err := randmodel.AddGemma3Vision(dir, randmodel.TinyGemma3Vision(), 7, false); err != nil {
+	if err := randmodel.AddGemma3Vision(dir, v, 7, false); err != nil {
 		t.Fatal(err)
 	}
 	return dir
