@@ -10,7 +10,8 @@ import "fmt"
 // Every kind runs such a call the same way: the rows whose view is their causal one in
 // runs, each run as the last rows of a prefix of the cache (the kind's own causal
 // attention, so those rows compute what they would without spans), and each widened row
-// alone over its interval, through a view of the kind's positions from lo.
+// alone over its interval, through a view of the kind's positions from lo, the widened
+// rows of a stretch side by side on the threads.
 
 // attendSpans runs a over a cache of length positions whose queries see window positions
 // (0: all): plain(b, n) attends b's rows as the last b.N of the first n positions; wide(b,
@@ -53,6 +54,25 @@ func attendSpans(a Attention, length, window int, plain func(b Attention, n int)
 		}
 		return lo, s.End, lo < causal || s.End > p+1
 	}
+	// The widened rows of a stretch run side by side, one row per item on one thread each:
+	// alone, a row's attention over a short interval is too little work to split.
+	type widened struct{ r, lo, hi int }
+	var batch []widened
+	flush := func() error {
+		errs := make([]error, len(batch))
+		parallel(max(a.Threads, 1), len(batch), func(i int) {
+			b := rows(batch[i].r, batch[i].r+1)
+			b.Threads = 1
+			errs[i] = wide(b, batch[i].lo, batch[i].hi)
+		})
+		batch = batch[:0]
+		for _, err := range errs {
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	k, run := 0, 0 // the first span not yet behind row r; the first row of the plain run
 	for r := 0; r < a.N; r++ {
 		for k < len(a.Bidirectional) && a.Bidirectional[k].End <= first+r {
@@ -61,19 +81,23 @@ func attendSpans(a Attention, length, window int, plain func(b Attention, n int)
 		if k == len(a.Bidirectional) {
 			break
 		}
-		lo, hi, widened := view(r, k)
-		if !widened {
+		lo, hi, w := view(r, k)
+		if !w {
 			continue
 		}
 		if run < r {
+			if err := flush(); err != nil {
+				return err
+			}
 			if err := plain(rows(run, r), first+r); err != nil {
 				return err
 			}
 		}
-		if err := wide(rows(r, r+1), lo, hi); err != nil {
-			return err
-		}
+		batch = append(batch, widened{r, lo, hi})
 		run = r + 1
+	}
+	if err := flush(); err != nil {
+		return err
 	}
 	if run < a.N {
 		return plain(rows(run, a.N), length)

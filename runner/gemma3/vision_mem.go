@@ -44,6 +44,7 @@ func encodePeak(vc VisionConfig, n, tokens, out int) int64 {
 // passes attentionScores), per step:
 //
 //	embedding:   the patches' tensor, the positions, the patch product, h              n·(C + 3h)
+//	             (while the product runs: the patches, the positions and the product)  n·(C + 2h)
 //	attention:   h, x, q, k, v, the output, and the scratch of one head: its keys
 //	             and values transposed, c queries, their outputs and scores            6n·h + 2n·d + 2c·d + c·n
 //	projection:  h, the output, its product, the new h                                4n·h
@@ -52,8 +53,10 @@ func encodePeak(vc VisionConfig, n, tokens, out int) int64 {
 //	pooling:     the post norm, the k² sums of token rows and their mean               2n·h
 //	projector:   the pooled rows, their norm and the projection                        T·(2h + o)
 //
-// and the attention's second product (the weights times the values, n long) takes a tile of 26 rows
-// of n floats on each of the backend's threads, at most one per CPU. A lazy backend that evaluates
+// and while a product runs it takes a tile of 26 rows of its input's width (a patch's C values, h, I,
+// or the attention's second product's n) on each of the backend's threads, at most one per CPU,
+// counted as if every thread's were live at once (they are when the threads start together; the
+// estimate is then up to a tenth or two above what a pass holds). A lazy backend that evaluates
 // the pass as one graph may hold more; TestVisionMemory holds this to the CPU backend's own count of
 // its buffers (ActivationPeak).
 func encodeBuffers(vc VisionConfig, n, tokens, out int) int64 {
@@ -63,13 +66,13 @@ func encodeBuffers(vc VisionConfig, n, tokens, out int) int64 {
 	T, o := int64(tokens), int64(out)
 	c := min(N, max(4, attentionScores/N))
 	tile := func(in int64) int64 { return 26 * in * int64(runtime.NumCPU()) }
-	floats := max(N*(C+3*h),
+	floats := max(N*(C+2*h)+tile(C), N*(C+3*h),
 		6*N*h+2*N*d+2*c*d+c*N+tile(N),
-		4*N*h,
-		N*(2*h+2*I),
-		N*(3*h+I),
+		4*N*h+tile(h),
+		N*(2*h+2*I)+tile(h),
+		N*(3*h+I)+tile(I),
 		2*N*h,
-		T*(2*h+o))
+		T*(2*h+o)+tile(h))
 	return 4 * floats
 }
 

@@ -386,8 +386,8 @@ func TestQuantizedTower(t *testing.T) {
 // TestVisionMemory: the memory plan's tower figures (model.VisionMemoryOf) are the tower's tensor
 // bytes (vision_tower.*), the patches of an image_size² image and its mm_tokens_per_image features
 // times the feature cache's images; the estimate of the CPU backend's buffers while encoding an image
-// bounds what the backend counts it held at once (ActivationPeak) without being more than 1.1 times it,
-// for the tiny tower and a wider one; several images encode in passes of one, so their peak is one
+// bounds what the backend counts it held at once (ActivationPeak) without being more than 1.2 times it
+// (the products' tiles are counted for every thread), for the tiny tower and a wider one; several images encode in passes of one, so their peak is one
 // image's.
 func TestVisionMemory(t *testing.T) {
 	tiny := smallVision()
@@ -432,7 +432,7 @@ func TestVisionMemory(t *testing.T) {
 		one := measure(testImage(300, 200, 4))
 		t.Logf("%d×%d tower, one image (%d patches): the backend held at most %d bytes, estimated %d (%.2f×); %d with the host's",
 			v.Layers, v.Hidden, patches, one, buffers, float64(buffers)/float64(one), vm.Encode)
-		if buffers < one || buffers > one+one/10 {
+		if buffers < one || buffers > one+one/5 {
 			t.Errorf("estimate %d bytes for a peak of %d", buffers, one)
 		}
 		if three := measure(testImage(300, 200, 5), testImage(300, 200, 6), testImage(300, 200, 7)); three > one+one/10 {
