@@ -1,0 +1,221 @@
+package metal
+
+import (
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/mlxg/mlxg/kvstore"
+	"github.com/mlxg/mlxg/runner/compute"
+)
+
+// The vision towers' operations (compute.VisionContext: Qwen3.5's ViT and Gemma 3's
+// SigLIP, and the per-row rotary angles of the language model's M-RoPE) and Gemma 3's
+// attention among an image's tokens (compute.SpanAttentionContext), built from MLX's
+// operations. Everything here computes in float32, as the CPU backend does: a tower's
+// activations are float32 (Linear widens its products), and its LayerNorm, GELU and
+// attention are the reference's formulas.
+
+var (
+	_ compute.VisionContext        = (*context)(nil)
+	_ compute.SpanAttentionContext = (*context)(nil)
+)
+
+// Input implements compute.VisionContext: data is copied when the op is recorded (the
+// graph is built later, at Float32s, when the caller may have reused data).
+func (c *context) Input(data []float32, rows, cols int) compute.Tensor {
+	if c.err != nil {
+		return nilTensor
+	}
+	if c.g == nil {
+		return c.fail("the context is closed")
+	}
+	if rows <= 0 || cols <= 0 || len(data) != rows*cols {
+		return c.fail("Input of %d values as %d×%d", len(data), rows, cols)
+	}
+	d := slices.Clone(data)
+	return c.record(rows, cols, func(g *graph) mlxArray { return g.fromFloat32s(d, rows, cols) })
+}
+
+// LayerNorm implements compute.VisionContext with mlx.fast's layer_norm over the last
+// axis (x rows × cols, w and b of cols float32 values).
+func (c *context) LayerNorm(x compute.Tensor, w, b compute.Vector, eps float32) compute.Tensor {
+	a, ok := c.args(x)
+	if !ok {
+		return nilTensor
+	}
+	wv, ok1 := w.(*vector)
+	bv, ok2 := b.(*vector)
+	t := a[0]
+	if !ok1 || !ok2 || wv.n != t.cols || bv.n != t.cols {
+		return c.fail("LayerNorm of %d columns by weights of %d and %d (Metal vectors: %v, %v)", t.cols, w.Len(), b.Len(), ok1, ok2)
+	}
+	return c.record(t.rows, t.cols, func(g *graph) mlxArray {
+		return g.layerNorm(g.astype(t.arr, dtFloat32), wv.a, bv.a, eps)
+	})
+}
+
+// GELU implements compute.VisionContext: 0.5·x·(1 + erf(x/√2)), or the tanh form
+// (geluTanh, which Gemma's GeGLU uses too).
+func (c *context) GELU(x compute.Tensor, tanh bool) compute.Tensor {
+	return c.unary("GELU", x, func(g *graph, a mlxArray) mlxArray {
+		a = g.astype(a, dtFloat32)
+		if tanh {
+			return geluTanh(g, a)
+		}
+		e := g.erf(g.mul(a, g.scalar(float32(1/math.Sqrt2))))
+		return g.mul(g.mul(a, g.scalar(0.5)), g.add(e, g.scalar(1)))
+	})
+}
+
+// RoPERows implements compute.VisionContext: x (T × H·headDim) seen as [T, H, headDim],
+// the pairs (j, j+half) of each head's first 2·half columns turned by row t's angle j
+// (cos and sin T × half, broadcast over the heads as [T, 1, half]), the rest kept.
+func (c *context) RoPERows(x, cos, sin compute.Tensor, headDim int) compute.Tensor {
+	a, ok := c.args(x, cos, sin)
+	if !ok {
+		return nilTensor
+	}
+	t, ct, st := a[0], a[1], a[2]
+	half := ct.cols
+	if headDim <= 0 || t.cols%headDim != 0 || half <= 0 || ct.rows != t.rows || st.rows != t.rows || st.cols != half || 2*half > headDim {
+		return c.fail("RoPERows of %d×%d (heads of %d) by angles of %d×%d and %d×%d", t.rows, t.cols, headDim, ct.rows, ct.cols, st.rows, st.cols)
+	}
+	T, H := t.rows, t.cols/headDim
+	return c.record(T, t.cols, func(g *graph) mlxArray {
+		x3 := g.reshape(g.astype(t.arr, dtFloat32), T, H, headDim)
+		cs := g.reshape(g.astype(ct.arr, dtFloat32), T, 1, half)
+		sn := g.reshape(g.astype(st.arr, dtFloat32), T, 1, half)
+		x1 := g.slice(x3, []int{0, 0, 0}, []int{T, H, half})        // [T, H, half]
+		x2 := g.slice(x3, []int{0, 0, half}, []int{T, H, 2 * half}) // [T, H, half]
+		parts := []mlxArray{g.sub(g.mul(x1, cs), g.mul(x2, sn)), g.add(g.mul(x2, cs), g.mul(x1, sn))}
+		if 2*half < headDim {
+			parts = append(parts, g.slice(x3, []int{0, 0, 2 * half}, []int{T, H, headDim}))
+		}
+		return g.reshape(g.concat(2, parts...), T, t.cols)
+	})
+}
+
+// blockQueryRows bounds the query rows of one product in BlockAttention, so that a
+// large image's scores ([heads, rows, block]) stay bounded: 1,024 rows of a
+// 16,384-patch block over 16 heads are 1 GiB of float32 scores.
+const blockQueryRows = 1024
+
+// BlockAttention implements compute.VisionContext: for each block of rows and each
+// chunk of its query rows, scores = scale·q·kᵀ ([H, rows, n]), their softmax along the
+// block's n keys, times v ([H, rows, d]); the chunks are joined in row order. Float32
+// throughout, with MLX's precise softmax.
+func (c *context) BlockAttention(q, k, v compute.Tensor, nHeads int, scale float32, blocks []int) compute.Tensor {
+	a, ok := c.args(q, k, v)
+	if !ok {
+		return nilTensor
+	}
+	qt, kt, vt := a[0], a[1], a[2]
+	total := 0
+	for _, n := range blocks {
+		if n < 0 {
+			total = -1
+			break
+		}
+		total += n
+	}
+	if nHeads <= 0 || qt.cols%nHeads != 0 || kt.rows != qt.rows || vt.rows != qt.rows || kt.cols != qt.cols || vt.cols != qt.cols || total != qt.rows {
+		return c.fail("BlockAttention of %d×%d, %d×%d, %d×%d with %d heads over blocks %v", qt.rows, qt.cols, kt.rows, kt.cols, vt.rows, vt.cols, nHeads, blocks)
+	}
+	T, d := qt.rows, qt.cols/nHeads
+	blocks = slices.Clone(blocks)
+	return c.record(T, qt.cols, func(g *graph) mlxArray {
+		// [H, T, d] each: heads() gives [1, H, T, d].
+		hq := g.reshape(heads(g, g.mul(g.astype(qt.arr, dtFloat32), g.scalar(scale)), T, nHeads, d), nHeads, T, d)
+		hk := g.reshape(heads(g, g.astype(kt.arr, dtFloat32), T, nHeads, d), nHeads, T, d)
+		hv := g.reshape(heads(g, g.astype(vt.arr, dtFloat32), T, nHeads, d), nHeads, T, d)
+		var outs []mlxArray
+		s0 := 0
+		for _, n := range blocks {
+			if n == 0 {
+				continue
+			}
+			kb := g.slice(hk, []int{0, s0, 0}, []int{nHeads, s0 + n, d}) // [H, n, d]
+			vb := g.slice(hv, []int{0, s0, 0}, []int{nHeads, s0 + n, d})
+			kbT := g.transpose(kb, 0, 2, 1) // [H, d, n]
+			for r := s0; r < s0+n; r += blockQueryRows {
+				e := min(r+blockQueryRows, s0+n)
+				qb := g.slice(hq, []int{0, r, 0}, []int{nHeads, e, d}) // [H, rows, d]
+				p := g.softmax(g.matmul(qb, kbT), -1)                  // [H, rows, n]
+				outs = append(outs, g.matmul(p, vb))                   // [H, rows, d]
+			}
+			s0 += n
+		}
+		o := outs[0]
+		if len(outs) > 1 {
+			o = g.concat(1, outs...) // [H, T, d]
+		}
+		return g.reshape(g.transpose(o, 1, 0, 2), T, nHeads*d)
+	})
+}
+
+// AttentionSpans implements compute.SpanAttentionContext: Attention whose mask lets the
+// rows of each span see the span's later rows too (spanView), over the cache's blocks
+// where they lie, or through kvstore's own kernels for a storage MLX does not read.
+func (c *context) AttentionSpans(q, k, v compute.Tensor, cache kvstore.Layer, nHeads int, scale float32, spans []kvstore.Span) compute.Tensor {
+	if c.err != nil {
+		return nilTensor
+	}
+	prev := 0
+	for _, s := range spans {
+		if s.Start < prev || s.End <= s.Start {
+			return c.fail("AttentionSpans: spans %v are not in order and apart", spans)
+		}
+		prev = s.End
+	}
+	if len(spans) == 0 {
+		spans = nil // plain attention
+	} else {
+		spans = slices.Clone(spans)
+	}
+	return c.attention("AttentionSpans", q, k, v, cache, nHeads, scale, nil, nil, spans)
+}
+
+// spanView is what each of T query rows at positions first..first+T-1 sees with the
+// bidirectional spans (kvstore's rule, spans.go): positions lo[t]..last[t]. A row outside
+// every span sees its causal view, p-window+1 (0 without a window) to p; a row at p
+// inside a span [s, e) also sees the span's later rows, up to e-1, and with a window
+// every row of the span, from min(p-window+1, s). Spans must be in order and apart, and
+// end within first+T (their rows are in the cache once this pass's are appended).
+func spanView(first, T, window int, spans []kvstore.Span) (lo, last []int32, err error) {
+	end := first + T
+	prev := 0
+	for _, s := range spans {
+		if s.Start < prev || s.End <= s.Start || s.End > end {
+			return nil, nil, fmt.Errorf("metal: bidirectional spans %v are not in order and apart within the %d positions attended", spans, end)
+		}
+		prev = s.End
+	}
+	lo, last = make([]int32, T), make([]int32, T)
+	k := 0
+	for t := range T {
+		p := first + t
+		causal := 0
+		if window > 0 {
+			causal = max(0, p-window+1)
+		}
+		lo[t], last[t] = int32(causal), int32(p)
+		for k < len(spans) && spans[k].End <= p {
+			k++
+		}
+		if k < len(spans) && spans[k].Start <= p {
+			s := spans[k]
+			last[t] = int32(s.End - 1)
+			if window > 0 {
+				lo[t] = int32(min(causal, s.Start))
+			}
+		}
+	}
+	return lo, last, nil
+}
+
+func (g *graph) layerNorm(x, w, b mlxArray, eps float32) mlxArray {
+	return g.call("mlx_fast_layer_norm", func(r *mlxArray) int32 { return g.l.layerNorm(r, x, w, b, eps, g.s) })
+}
+
+func (g *graph) erf(a mlxArray) mlxArray { return g.unary("mlx_erf", g.l.erf, a) }
