@@ -141,8 +141,12 @@ func (c *context) BlockAttention(q, k, v compute.Tensor, nHeads int, scale float
 			for r := s0; r < s0+n; r += blockQueryRows {
 				e := min(r+blockQueryRows, s0+n)
 				qb := g.slice(hq, []int{0, r, 0}, []int{nHeads, e, d}) // [H, rows, d]
-				p := g.softmax(g.matmul(qb, kbT), -1)                  // [H, rows, n]
-				outs = append(outs, g.matmul(p, vb))                   // [H, rows, d]
+				sc := g.matmul(qb, kbT)                                // [H, rows, n]
+				p := g.softmax(sc, -1)
+				outs = append(outs, g.matmul(p, vb)) // [H, rows, d]
+				// The scores are the pass's largest arrays: the graph keeps them only as
+				// long as their consumers need them, once this context lets go of them.
+				g.drop(sc, p)
 			}
 			s0 += n
 		}
@@ -216,6 +220,18 @@ func spanView(first, T, window int, spans []kvstore.Span) (lo, last []int32, err
 
 func (g *graph) layerNorm(x, w, b mlxArray, eps float32) mlxArray {
 	return g.call("mlx_fast_layer_norm", func(r *mlxArray) int32 { return g.l.layerNorm(r, x, w, b, eps, g.s) })
+}
+
+// drop lets go of arrays whose only use is as inputs of operations already recorded:
+// MLX keeps them for those operations and frees them after, instead of the graph holding
+// them until the context closes.
+func (g *graph) drop(as ...mlxArray) {
+	if g.err != nil {
+		return
+	}
+	for _, a := range as {
+		g.l.arrayFree(g.keep(a))
+	}
 }
 
 func (g *graph) erf(a mlxArray) mlxArray { return g.unary("mlx_erf", g.l.erf, a) }
