@@ -440,8 +440,8 @@ func (c *context) attendOnCPU(g *graph, q, k, v *tensor, cache kvstore.Layer, nH
 }
 
 // attendGo is the layer's own attention for the last T positions it holds, with the
-// queries of qa (float32, T × heads·kDim), with the sink logits of sinks, the latent
-// queries of qv (float32, T × heads·vDim) and the bidirectional spans when they are set.
+// queries of qa (float32, T × heads·kDim), the sink logits of sinks, the latent queries of
+// qv (float32, T × heads·vDim) and bidirectional spans when they are set.
 func (c *context) attendGo(g *graph, qa mlxArray, T int, cache kvstore.Layer, nHeads int, scale float32, sinks *vector, qv mlxArray, spans []kvstore.Span) mlxArray {
 	_, _, vDim := cache.Dims()
 	as := []mlxArray{qa}

@@ -1,9 +1,14 @@
 package gemma3
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math"
+	"strings"
+
+	"github.com/mlxg/mlxg/internal/quant"
+	"github.com/mlxg/mlxg/registry/safetensors"
 
 	"github.com/mlxg/mlxg/runner/compute"
 	"github.com/mlxg/mlxg/runner/model"
@@ -78,14 +83,16 @@ type visionTop struct {
 	EOIID      *int32        `json:"eoi_token_id"`
 }
 
-func first(a, b *int32) (int32, bool) {
+// first is the id config.json gives under either name, else Gemma3Config's default (a
+// config saved with only its differences from the defaults leaves the defaults out).
+func first(a, b *int32, def int32) int32 {
 	switch {
 	case a != nil:
-		return *a, true
+		return *a
 	case b != nil:
-		return *b, true
+		return *b
 	}
-	return 0, false
+	return def
 }
 
 // newTower binds the tower when the checkpoint has one and the backend runs it (the
@@ -102,21 +109,19 @@ func newTower(l *model.Loader) (*Tower, error) {
 	if err := json.Unmarshal(raw, &top); err != nil {
 		return nil, fmt.Errorf("config.json: %w", err)
 	}
-	image, okImage := first(top.ImageIndex, top.ImageID)
-	boi, okBOI := first(top.BOIIndex, top.BOIID)
-	eoi, okEOI := first(top.EOIIndex, top.EOIID)
-	if top.Vision == nil || !okImage || !okBOI || !okEOI {
-		return nil, fmt.Errorf("config.json: a checkpoint with a vision tower needs vision_config, image_token_index, boi_token_index and eoi_token_index")
+	image := first(top.ImageIndex, top.ImageID, 262144)
+	boi := first(top.BOIIndex, top.BOIID, 255999)
+	eoi := first(top.EOIIndex, top.EOIID, 256000)
+	if top.Vision == nil {
+		return nil, fmt.Errorf("config.json: a checkpoint with a vision tower needs vision_config")
 	}
-	vc := *top.Vision
-	if vc.Channels == 0 {
-		vc.Channels = 3
-	}
-	if vc.Eps == 0 {
-		vc.Eps = 1e-6 // SiglipVisionConfig's default
-	}
-	if vc.Act == "" {
-		vc.Act = "gelu_pytorch_tanh"
+	// SiglipVisionConfig's defaults, for the fields a config saved with only its differences
+	// from them leaves out.
+	vc := VisionConfig{Hidden: 768, Intermediate: 3072, Layers: 12, Heads: 12, Channels: 3, ImageSize: 224, Patch: 16,
+		Eps: 1e-6, Act: "gelu_pytorch_tanh"}
+	vraw, _ := json.Marshal(l.Config.Raw["vision_config"])
+	if err := json.Unmarshal(vraw, &vc); err != nil {
+		return nil, fmt.Errorf("config.json: vision_config: %w", err)
 	}
 	if top.Tokens == 0 {
 		top.Tokens = 256 // Gemma3Config's default
@@ -143,7 +148,7 @@ func newTower(l *model.Loader) (*Tower, error) {
 	in := vc.Channels * vc.Patch * vc.Patch
 	patches := (vc.ImageSize / vc.Patch) * (vc.ImageSize / vc.Patch)
 	t.PatchEmbed = l.LinearData(p+"embeddings.patch_embedding", patchKernel(l, p+"embeddings.patch_embedding.weight", vc), h, in)
-	if t.PosEmbed, err = floats(l, p+"embeddings.position_embedding.weight", patches*h); err != nil {
+	if t.PosEmbed, err = floats(l, p+"embeddings.position_embedding.weight", patches, h); err != nil {
 		return nil, err
 	}
 	norm := func(name string) [2]compute.Vector {
@@ -164,7 +169,7 @@ func newTower(l *model.Loader) (*Tower, error) {
 	t.PostNorm = norm(p + "post_layernorm")
 	t.SoftNorm = l.Vector(projectorPrefix+"mm_soft_emb_norm.weight", h)
 	text := l.Config.HiddenSize
-	w, err := floats(l, projectorPrefix+"mm_input_projection_weight", h*text)
+	w, err := floats(l, projectorPrefix+"mm_input_projection_weight", h, text)
 	if err != nil {
 		return nil, err
 	}
@@ -178,15 +183,45 @@ func newTower(l *model.Loader) (*Tower, error) {
 	return t, l.Err()
 }
 
-// floats reads tensor name (n values) to the host as float32.
-func floats(l *model.Loader, name string, n int) ([]float32, error) {
+// floats reads the rows × cols matrix name to the host as float32: stored in float, or
+// quantized in MLX's affine mode (mlx-vlm may quantize the position embedding, an
+// nn.Embedding, with the language model).
+func floats(l *model.Loader, name string, rows, cols int) ([]float32, error) {
 	t, ok := l.Tensor(name)
 	if !ok {
 		return nil, fmt.Errorf("checkpoint has no tensor %q", name)
 	}
+	prefix := strings.TrimSuffix(name, ".weight")
+	q := compute.Quant{}
+	if prefix != name {
+		q = l.Config.Quantization.For(prefix, l.Has)
+	}
+	switch {
+	case q.Mode == quant.Affine:
+		sc, ok1 := l.Tensor(prefix + ".scales")
+		bi, ok2 := l.Tensor(prefix + ".biases")
+		if !ok1 || !ok2 || t.DType != safetensors.U32 || len(t.Data) != rows*quant.Words(cols, q.Bits)*4 {
+			return nil, fmt.Errorf("%s: not %d×%d affine codes with scales and biases", name, rows, cols)
+		}
+		packed := make([]uint32, len(t.Data)/4)
+		for i := range packed {
+			packed[i] = binary.LittleEndian.Uint32(t.Data[4*i:])
+		}
+		scales, err := sc.Float32s()
+		if err != nil {
+			return nil, fmt.Errorf("%s.scales: %w", prefix, err)
+		}
+		biases, err := bi.Float32s()
+		if err != nil {
+			return nil, fmt.Errorf("%s.biases: %w", prefix, err)
+		}
+		return quant.Dequantize(packed, scales, biases, rows, cols, q.Bits, q.GroupSize)
+	case q.Quantized():
+		return nil, fmt.Errorf("%s in %s mode: only affine or float is read", name, q.Mode)
+	}
 	v, err := t.Float32s()
-	if err != nil || len(v) != n {
-		return nil, fmt.Errorf("%s: %d values for %d (%v)", name, len(v), n, err)
+	if err != nil || len(v) != rows*cols {
+		return nil, fmt.Errorf("%s: %d values for %d×%d (%v)", name, len(v), rows, cols, err)
 	}
 	return v, nil
 }
@@ -233,18 +268,16 @@ func (t *Tower) pool() int {
 	return (t.Config.ImageSize / t.Config.Patch) / int(math.Round(math.Sqrt(float64(t.Tokens))))
 }
 
-// patchRows cuts a channel-first image into the tower's rows, in the order that makes the
+// patchRows appends a channel-first image's rows to rows, in the order that makes the
 // projector's pooling a sum of row blocks: row m·tokens + t is the patch at offset m
 // (row-major within a pooling window) of the window of token t (row-major over the
-// windows). Each row is the patch's pixels as [channel, row, column]. It also returns the
-// position embedding of each row (the patch's index row-major over the image's grid).
-func (t *Tower) patchRows(img []float32) (rows, pos []float32) {
+// windows). Each row is the patch's pixels as [channel, row, column]. It appends the
+// position embedding of each row (the patch's index row-major over the image's grid) to pos.
+func (t *Tower) patchRows(img, rows, pos []float32) ([]float32, []float32) {
 	vc := t.Config
 	S, P, C, k := vc.ImageSize, vc.Patch, vc.Channels, t.pool()
 	side := S / P / k // tokens per side
-	in, h := C*P*P, vc.Hidden
-	n := (S / P) * (S / P)
-	rows, pos = make([]float32, 0, n*in), make([]float32, 0, n*h)
+	h := vc.Hidden
 	for dy := range k {
 		for dx := range k {
 			for ty := range side {
@@ -279,7 +312,8 @@ func (t *Tower) Encode(c compute.Context, images []*vision.Pixels) (compute.Tens
 	cfg := t.Config
 	S, P := cfg.ImageSize, cfg.Patch
 	n, in := (S/P)*(S/P), cfg.Channels*P*P
-	var px, pos []float32
+	// The host arrays are allocated once at their sizes (the memory plan counts them once).
+	px, pos := make([]float32, 0, len(images)*n*in), make([]float32, 0, len(images)*n*cfg.Hidden)
 	var blocks []int
 	var grids [][3]int
 	side := S / P / t.pool()
@@ -287,8 +321,7 @@ func (t *Tower) Encode(c compute.Context, images []*vision.Pixels) (compute.Tens
 		if im.Rows != 1 || im.Cols != cfg.Channels*S*S {
 			return compute.Fail(c, fmt.Errorf("gemma3: an image of %d values does not fit the tower's %d×%d×%d", len(im.Values), cfg.Channels, S, S)), nil
 		}
-		r, p := t.patchRows(im.Values)
-		px, pos = append(px, r...), append(pos, p...)
+		px, pos = t.patchRows(im.Values, px, pos)
 		blocks = append(blocks, n)
 		grids = append(grids, [3]int{1, side, side})
 	}

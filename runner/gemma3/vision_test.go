@@ -2,11 +2,18 @@ package gemma3_test
 
 import (
 	"context"
+	"encoding/binary"
+	"encoding/json"
 	"math"
+	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/mlxg/mlxg/internal/quant"
 	"github.com/mlxg/mlxg/registry/randmodel"
 	"github.com/mlxg/mlxg/registry/safetensors"
 	"github.com/mlxg/mlxg/runner/cpu"
@@ -25,16 +32,19 @@ func smallVision() randmodel.Gemma3Vision {
 // visionModel writes TinyGemma3 (vocabulary 256, a sliding window of 8: shorter than an
 // image's 16 tokens) as a multimodal Gemma 3 with a random tower in mlx-vlm's layout, and
 // loads it on the CPU backend.
-func visionModel(t testing.TB) *model.Model {
+func visionModel(t testing.TB) *model.Model { return visionModelWith(t, smallVision(), 2) }
+
+// visionModelWith is visionModel with a tower of shape v, on threads threads.
+func visionModelWith(t testing.TB, v randmodel.Gemma3Vision, threads int) *model.Model {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "gemma3v")
 	if err := randmodel.Generate(dir, randmodel.TinyGemma3(256), randmodel.Options{Seed: 6}); err != nil {
 		t.Fatal(err)
 	}
-	if err := randmodel.AddGemma3Vision(dir, smallVision(), 9, false); err != nil {
+	if err := randmodel.AddGemma3Vision(dir, v, 9, false); err != nil {
 		t.Fatal(err)
 	}
-	m, err := model.Load(dir, cpu.New(2))
+	m, err := model.Load(dir, cpu.New(threads))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,5 +269,167 @@ func TestTowerReference(t *testing.T) {
 	}
 	if slices.Equal(both[0].Rows, both[1].Rows) {
 		t.Error("different images gave the same features")
+	}
+}
+
+// TestEncodeTime logs the time to preprocess and encode one 1024×768 image on the CPU
+// backend (2 threads) with a tiny tower of Gemma 3's geometry (896×896 pixels in 14-pixel
+// patches, pooled to 256 tokens; 2 layers of width 32): 4,096 patches.
+func TestEncodeTime(t *testing.T) {
+	v := smallVision()
+	v.ImageSize, v.Patch, v.Tokens = 896, 14, 256
+	m := visionModelWith(t, v, 2)
+	im := testImage(1024, 768, 4)
+	start := time.Now()
+	if _, err := m.Vision().Processor().Process(im.RGB); err != nil {
+		t.Fatal(err)
+	}
+	pre := time.Since(start)
+	start = time.Now()
+	sp, err := m.EncodeImages(context.Background(), []vision.Image{im})
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	if sp[0].N() != 256 {
+		t.Fatalf("%d tokens", sp[0].N())
+	}
+	t.Logf("1024×768 on the CPU backend (2 threads), tower of %d layers × %d wide: 4096 patches, %d tokens in %v (preprocessing alone %v)",
+		v.Layers, v.Hidden, sp[0].N(), took.Round(time.Millisecond), pre.Round(time.Millisecond))
+}
+
+// TestQuantizedTower: a tower whose linear layers and position embedding are stored in
+// MLX's 8-bit affine mode (as mlx-vlm may quantize them with the language model) loads and
+// encodes close to the float tower.
+func TestQuantizedTower(t *testing.T) {
+	m := visionModel(t)
+	img := testImage(40, 30, 1)
+	want, err := m.EncodeImages(context.Background(), []vision.Image{img})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "q")
+	if err := os.CopyFS(dir, os.DirFS(m.Dir)); err != nil {
+		t.Fatal(err)
+	}
+	ck, err := safetensors.OpenDir(m.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	var ts []safetensors.Tensor
+	const bits, group = 8, 32
+	for _, name := range ck.Names() {
+		tt, _ := ck.Tensor(name)
+		if !strings.HasPrefix(name, "vision_tower.") && !strings.HasPrefix(name, "multi_modal_projector.") {
+			continue // in model.safetensors
+		}
+		quantize := strings.HasPrefix(name, "vision_tower.") && len(tt.Shape) == 2 && tt.Shape[1]%group == 0
+		if !quantize {
+			ts = append(ts, safetensors.Tensor{TensorInfo: tt.TensorInfo, Data: tt.Data})
+			continue
+		}
+		v, _ := tt.Float32s()
+		rows, cols := tt.Shape[0], tt.Shape[1]
+		words, groups := quant.Words(cols, bits), cols/group
+		packed, scales, biases := make([]uint32, rows*words), make([]float32, rows*groups), make([]float32, rows*groups)
+		for r := range rows {
+			quant.QuantizeRow(packed[r*words:(r+1)*words], scales[r*groups:(r+1)*groups], biases[r*groups:(r+1)*groups], v[r*cols:(r+1)*cols], bits, group)
+		}
+		base := strings.TrimSuffix(name, ".weight")
+		u := make([]byte, 4*len(packed))
+		for i, w := range packed {
+			binary.LittleEndian.PutUint32(u[4*i:], w)
+		}
+		f := func(x []float32) []byte {
+			b := make([]byte, 4*len(x))
+			for i, y := range x {
+				binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(y))
+			}
+			return b
+		}
+		ts = append(ts,
+			safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: name, DType: safetensors.U32, Shape: []int{rows, words}}, Data: u},
+			safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: base + ".scales", DType: safetensors.F32, Shape: []int{rows, groups}}, Data: f(scales)},
+			safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: base + ".biases", DType: safetensors.F32, Shape: []int{rows, groups}}, Data: f(biases)})
+	}
+	if err := safetensors.Write(filepath.Join(dir, "vision.safetensors"), ts, map[string]string{"format": "mlx"}); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := os.ReadFile(filepath.Join(dir, "config.json"))
+	var cfg map[string]any
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg["quantization"] = map[string]any{"group_size": group, "bits": bits}
+	raw, _ = json.Marshal(cfg)
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	q, err := model.Load(dir, cpu.New(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if q.Vision() == nil {
+		t.Fatal("the quantized tower was not loaded")
+	}
+	got, err := q.EncodeImages(context.Background(), []vision.Image{img})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := modeltest.MaxRel(got[0].Rows, want[0].Rows); r > 2e-2 || r == 0 {
+		t.Errorf("8-bit tower's features are %.3g from the float tower's", r)
+	}
+}
+
+// TestVisionMemory: the memory plan's tower figures (model.VisionMemoryOf) are the tower's
+// tensor bytes (vision_tower.*), the patches of an image_size² image, its mm_tokens_per_image features
+// times the feature cache's images, and an encode peak that bounds what the CPU backend allocates
+// to encode one image (every byte Go allocated during the pass) without being more than twice it;
+// several images encode in passes of one, so their peak is one image's.
+func TestVisionMemory(t *testing.T) {
+	v := smallVision()
+	v.ImageSize, v.Patch, v.Tokens = 224, 14, 64
+	m := visionModelWith(t, v, 2)
+	vm, err := model.VisionMemoryOf(m.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := safetensors.ReadHeader(filepath.Join(m.Dir, "vision.safetensors")) // the tower and the projector
+	if err != nil {
+		t.Fatal(err)
+	}
+	var weights int64
+	for _, tn := range h.Tensors {
+		if strings.HasPrefix(tn.Name, "vision_tower.") {
+			weights += tn.End - tn.Begin
+		}
+	}
+	patches := (v.ImageSize / v.Patch) * (v.ImageSize / v.Patch)
+	features := int64(4 * v.Tokens * m.Config.HiddenSize)
+	if vm.Weights != weights || vm.MaxPatches != patches || vm.Features != min(model.FeatureCacheBytes, model.FeatureCacheImages*features) || vm.Encode <= 0 {
+		t.Fatalf("%+v; want weights %d, %d patches, features %d", vm, weights, patches, model.FeatureCacheImages*features)
+	}
+	measure := func(images []vision.Image) uint64 {
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_, err := m.EncodeImages(context.Background(), images)
+		runtime.ReadMemStats(&after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return after.TotalAlloc - before.TotalAlloc
+	}
+	one := measure([]vision.Image{testImage(300, 200, 4)})
+	t.Logf("one image (%d patches): allocated %d bytes, estimate %d (%.2f×)", patches, one, vm.Encode, float64(vm.Encode)/float64(one))
+	if uint64(vm.Encode) < one || uint64(vm.Encode) > 2*one {
+		t.Errorf("estimate %d bytes for an encode that allocated %d", vm.Encode, one)
+	}
+	three := measure([]vision.Image{testImage(300, 200, 4), testImage(300, 200, 5), testImage(300, 200, 6)})
+	t.Logf("three images: allocated %d bytes", three)
+	if three > 2*one {
+		t.Errorf("three images allocated %d bytes, one %d: not encoded in passes of one", three, one)
 	}
 }
