@@ -38,6 +38,8 @@ type context struct {
 	appends []pendingAppend
 	states  []stateWrite    // recurrent states to copy back after the step's evaluation
 	pending map[uintptr]int // positions recorded for a layer but not yet appended to it
+	// tower says a vision tower's block was recorded since the last Free (vision.go).
+	tower bool
 }
 
 // NewContext implements compute.Backend.

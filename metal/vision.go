@@ -19,7 +19,59 @@ import (
 var (
 	_ compute.VisionContext        = (*context)(nil)
 	_ compute.SpanAttentionContext = (*context)(nil)
+	_ compute.Freer                = (*context)(nil)
 )
+
+// Free implements compute.Freer for the vision towers. A pass's graph holds every array
+// it builds until the context closes, which for a language model's pass is a few
+// layers of a chunk's rows, but for a tower is every block's activations over all of an
+// image's patches (gigabytes for one large image). So after a block (a BlockAttention
+// recorded since the last Free) Free records a barrier: when the graph is built, the
+// kept tensors are evaluated and every other array the graph holds is let go of (MLX
+// frees those no later operation reads), the step's pending KV appends and recurrent
+// states aside. A language model's passes record no BlockAttention, so there Free does
+// nothing and a pass stays one evaluation.
+func (c *context) Free(keep ...compute.Tensor) {
+	if !c.tower || c.err != nil {
+		return
+	}
+	ks, ok := c.args(keep...)
+	if !ok {
+		return
+	}
+	c.tower = false
+	c.record(0, 0, func(g *graph) mlxArray {
+		live := make(map[mlxArray]bool, len(ks))
+		arrs := make([]mlxArray, 0, len(ks))
+		for _, t := range ks {
+			if t.arr != 0 && !live[t.arr] {
+				live[t.arr] = true
+				arrs = append(arrs, t.arr)
+			}
+		}
+		g.eval(arrs...)
+		if g.err != nil {
+			return 0
+		}
+		for _, p := range c.appends {
+			live[p.k], live[p.v] = true, true
+		}
+		for _, s := range c.states {
+			live[s.arr] = true
+		}
+		kept := g.owned[:0]
+		for _, a := range g.owned {
+			if live[a] {
+				kept = append(kept, a)
+			} else {
+				g.l.arrayFree(a)
+			}
+		}
+		clear(g.owned[len(kept):])
+		g.owned = kept
+		return 0
+	})
+}
 
 // Input implements compute.VisionContext: data is copied when the op is recorded (the
 // graph is built later, at Float32s, when the caller may have reused data).
@@ -124,6 +176,7 @@ func (c *context) BlockAttention(q, k, v compute.Tensor, nHeads int, scale float
 	}
 	T, d := qt.rows, qt.cols/nHeads
 	blocks = slices.Clone(blocks)
+	c.tower = true
 	return c.record(T, qt.cols, func(g *graph) mlxArray {
 		// [H, T, d] each: heads() gives [1, H, T, d].
 		hq := g.reshape(heads(g, g.mul(g.astype(qt.arr, dtFloat32), g.scalar(scale)), T, nHeads, d), nHeads, T, d)
