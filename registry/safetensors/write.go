@@ -11,18 +11,11 @@ import (
 	"slices"
 )
 
-// Write stores tensors and metadata at path atomically: it writes a temporary file beside
-// path, fsyncs it, renames it over path and fsyncs the directory, so a crash leaves either
-// the old file or the complete new one.
-//
-// The tensors keep the given order, except that a tensor whose size is not a multiple of 8
-// bytes goes after those that are (see alignedOrder): every tensor then starts at a
-// multiple of its element size, so a reader can use the mapped bytes in place. A single
-// misaligned tensor (Gemma 4's one-element bfloat16 layer_scalar) would otherwise shift
-// every tensor after it, and the CPU backend copies a misaligned weight into memory of
-// its own, holding it twice.
+// Write stores tensors (in the given order) and metadata at path atomically: it writes a
+// temporary file beside path, fsyncs it, renames it over path and fsyncs the directory,
+// so a crash leaves either the old file or the complete new one. Writers of weights that
+// are read in place pass their tensors through AlignedOrder first.
 func Write(path string, tensors []Tensor, metadata map[string]string) error {
-	tensors = alignedOrder(tensors)
 	var hdr bytes.Buffer
 	hdr.WriteByte('{')
 	first := true
@@ -121,11 +114,16 @@ func Write(path string, tensors []Tensor, metadata map[string]string) error {
 	return nil
 }
 
-// alignedOrder returns tensors stably sorted by the largest power of two (up to 8) that
-// divides each one's size in bytes, largest first. The data section starts at a multiple of
-// 8 and the tensors before any tensor have sizes that are multiples of its class, so each
-// starts at a multiple of its class, which its element size divides.
-func alignedOrder(tensors []Tensor) []Tensor {
+// AlignedOrder returns tensors in an order in which Write puts every tensor at a multiple
+// of its element size, so a reader can use the mapped bytes in place: the given order,
+// except that a tensor whose size is not a multiple of 8 bytes goes after those that are,
+// stably sorted by the largest power of two (up to 8) that divides each size, largest
+// first. (The data section starts at a multiple of 8, and the tensors before any tensor
+// have sizes that are multiples of its class, which its element size divides.) A single
+// misaligned tensor, such as Gemma 4's one-element bfloat16 layer_scalar, would otherwise
+// shift every tensor after it, and the CPU backend copies a misaligned weight into memory
+// of its own.
+func AlignedOrder(tensors []Tensor) []Tensor {
 	class := func(t Tensor) int {
 		n := len(t.Data)
 		switch {
