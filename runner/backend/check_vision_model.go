@@ -26,27 +26,29 @@ import (
 // visionModelTypes are the architectures TinyVisionModels writes with a tower.
 var visionModelTypes = []string{"qwen3_5_moe", "gemma3"}
 
-// TinyVisionModels writes the tiny float32 checkpoints with a vision tower under dir,
-// in the MLX layout: Qwen3.5-MoE (randmodel.GenerateQwen35 with TinyQwenVision's
-// tower) and Gemma 3 (TinyGemma3Multimodal with its tower); the same seed writes the
-// same weights.
+// TinyVisionModels writes the tiny checkpoints with a vision tower under dir, in the
+// MLX layout and in each of ModelFormats (the tower stays float, as create keeps it):
+// Qwen3.5-MoE (randmodel.GenerateQwen35 with TinyQwenVision's tower) and Gemma 3
+// (TinyGemma3Multimodal with its tower); the same seed writes the same weights.
 func TinyVisionModels(dir string, seed uint64) []TinyModel {
-	f := ModelFormats[0]
 	var out []TinyModel
 	for _, mt := range visionModelTypes {
+		base := filepath.Join(dir, "vision-"+mt)
 		switch mt {
 		case "gemma3":
-			out = append(out, TinyModelsOf(filepath.Join(dir, "vision-"+mt), mt, seed, f)...)
+			out = append(out, TinyModelsOf(base, mt, seed, ModelFormats...)...)
 		case "qwen3_5_moe":
-			m := TinyModel{ModelType: mt, Format: f, Dir: filepath.Join(dir, "vision-"+mt, f.Name)}
-			hf := filepath.Join(dir, "vision-"+mt, "hf")
+			hf := filepath.Join(base, "hf")
 			v := randmodel.TinyQwenVision()
-			m.Err = randmodel.GenerateQwen35(hf, randmodel.TinyQwen3Next(tinyVocab), &v, randmodel.Options{Seed: seed})
-			if m.Err == nil {
-				_, m.Err = create.Convert(context.Background(), hf, m.Dir, f.opts)
+			err := randmodel.GenerateQwen35(hf, randmodel.TinyQwen3Next(tinyVocab), &v, randmodel.Options{Seed: seed})
+			for _, f := range ModelFormats {
+				m := TinyModel{ModelType: mt, Format: f, Dir: filepath.Join(base, f.Name), Err: err}
+				if err == nil {
+					_, m.Err = create.Convert(context.Background(), hf, m.Dir, f.opts)
+				}
+				out = append(out, m)
 			}
 			os.RemoveAll(hf)
-			out = append(out, m)
 		}
 	}
 	return out

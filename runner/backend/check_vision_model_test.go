@@ -53,8 +53,8 @@ func (c brokenVisionCtx) RoPERows(x, cos, sin compute.Tensor, headDim int) compu
 // image features and logits), each only where the architecture uses the operation.
 func TestDoctorVisionModelsOnCPU(t *testing.T) {
 	models := TinyVisionModels(t.TempDir(), 3)
-	if len(models) != len(visionModelTypes) {
-		t.Fatalf("%d vision models, want %v", len(models), visionModelTypes)
+	if len(models) != len(visionModelTypes)*len(ModelFormats) {
+		t.Fatalf("%d vision models, want %v in %d formats", len(models), visionModelTypes, len(ModelFormats))
 	}
 	openCPU := func() (compute.Backend, error) { return cpu.New(2), nil }
 	openOne := func() (compute.Backend, error) { return cpu.New(1), nil }
