@@ -575,9 +575,10 @@ func opCases(seed uint64) ([]opCase, error) {
 	}
 	// AttentionSpans: a prefill of 5 positions whose rows 1 to 3 are one image, then 2 rows
 	// ending an image that began in the prefill's last row (a prefix hit inside an image),
-	// over each cache kind Gemma 3's layers use: full attention in fp16 or quantized (q4_0,
-	// which MLX does not read, goes through kvstore's kernels), and a sliding window of 4
-	// (whose second pass sees the image's first row through the widened window).
+	// over each cache kind Gemma 3's layers use: full attention in fp16 or quantized (q4_0's
+	// step is stored before the attention reads the blocks, where the others' are rounded on
+	// the device), and a sliding window of 4 (whose second pass sees the image's first row
+	// through the widened window).
 	spanSteps, spanSets := []int{5, 2}, [][]kvstore.Span{{{Start: 1, End: 4}}, {{Start: 4, End: 7}}}
 	for _, kc := range []struct {
 		name   string
