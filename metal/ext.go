@@ -127,7 +127,8 @@ func (c *context) moe(x, router compute.Tensor, gate, up, down compute.Weight, e
 			sidx := g.fromData(unsafe.Pointer(&slots[0]), dtUint32, T, k)
 			product = func(w *weight, x mlxArray) mlxArray {
 				a := stacks[w.stream.pos]
-				return g.gatherQMM(x, a[0], a[1], a[2], sidx, w.q.GroupSize, w.q.Bits, string(w.q.Mode))
+				y := g.gatherQMM(x, a[0], a[1], a[2], sidx, w.q.GroupSize, w.q.Bits, string(w.q.Mode))
+				return addExpertBias(g, w, y, idx, experts) // by expert id, not slot
 			}
 		}
 		h := act.apply(g, product(gw, xe), product(uw, xe)) // T × k × 1 × inter
@@ -224,9 +225,16 @@ func expertProduct(g *graph, w *weight, x, idx mlxArray, experts int) mlxArray {
 	} else {
 		y = g.gatherMM(x, g.transpose(stack(w.w), 0, 2, 1), idx)
 	}
+	return addExpertBias(g, w, y, idx, experts)
+}
+
+// addExpertBias adds to y (T × k × 1 × rows, the products of the experts idx picked) each
+// picked expert's row of w's biases ([experts, rows], gpt-oss), when w has them.
+func addExpertBias(g *graph, w *weight, y, idx mlxArray, experts int) mlxArray {
 	if w.bias == 0 {
 		return y
 	}
+	rows := w.out / experts
 	shape := g.shape(idx) // T × k
 	if g.err != nil || len(shape) != 2 {
 		return g.fail(errShape("the experts' picks", shape))

@@ -369,6 +369,7 @@ func (g *graph) square(a mlxArray) mlxArray { return g.unary("mlx_square", g.l.s
 func (g *graph) maximum(a, b mlxArray) mlxArray {
 	return g.binary("mlx_maximum", g.l.maximum, a, b)
 }
+func (g *graph) erf(a mlxArray) mlxArray { return g.unary("mlx_erf", g.l.erf, a) }
 func (g *graph) minimum(a, b mlxArray) mlxArray {
 	return g.binary("mlx_minimum", g.l.minimum, a, b)
 }

@@ -286,5 +286,3 @@ func (g *graph) drop(as ...mlxArray) {
 		g.l.arrayFree(g.keep(a))
 	}
 }
-
-func (g *graph) erf(a mlxArray) mlxArray { return g.unary("mlx_erf", g.l.erf, a) }

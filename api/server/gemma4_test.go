@@ -10,6 +10,7 @@ import (
 	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/api/apitest"
 	"github.com/mlxg/mlxg/internal/testdata"
+	"github.com/mlxg/mlxg/text/constrain/constraintest"
 )
 
 // gemma4Template renders a conversation in Gemma 4's format as Google's guide to function
@@ -149,8 +150,39 @@ func TestGemma4ThroughServer(t *testing.T) {
 		t.Errorf("/api/chat without thinking: %+v", cr.Message)
 	}
 
-	// A forced call is not constrained (Gemma 4's call syntax is not JSON): the model calls.
-	resp, body = ts.post(t, "/v1/chat/completions", `{"model":"gemma4","tool_choice":"required",`+tools+`,"messages":[{"role":"user","content":"Time?"}]}`)
+	// A forced call of one tool is constrained in Gemma 4's notation: the call to the named
+	// tool comes, its arguments valid against the tool's schema, whatever the model would
+	// have written (this one's script calls get_time without arguments).
+	twoTools := `"tools":[{"type":"function","function":{"name":"get_time","description":"Gets the time","parameters":{"type":"object","properties":{}}}},` +
+		`{"type":"function","function":{"name":"get_weather","description":"Weather forecast","parameters":` + tcWeatherParams + `}}]`
+	validWeather := constraintest.Validator(t, []byte(tcWeatherParams))
+	for _, think := range []string{"none", "low"} {
+		var r struct {
+			Choices []struct {
+				Message struct {
+					ToolCalls []struct {
+						Function struct{ Name, Arguments string }
+					} `json:"tool_calls"`
+				}
+				FinishReason string `json:"finish_reason"`
+			}
+		}
+		body := `{"model":"gemma4","temperature":0.7,"seed":3,"reasoning_effort":"` + think + `","tool_choice":{"type":"function","function":{"name":"get_weather"}},` +
+			twoTools + `,"messages":[{"role":"user","content":"Weather?"}]}`
+		if code := ts.postJSON(t, "/v1/chat/completions", body, &r); code != 200 || len(r.Choices) != 1 || len(r.Choices[0].Message.ToolCalls) != 1 {
+			t.Fatalf("a forced get_weather (thinking %s): %d %+v", think, code, r)
+		}
+		call := r.Choices[0].Message.ToolCalls[0].Function
+		t.Logf("a forced get_weather (thinking %s): %s(%s)", think, call.Name, call.Arguments)
+		if call.Name != "get_weather" {
+			t.Errorf("a forced get_weather (thinking %s) called %q", think, call.Name)
+		} else if err := validWeather(call.Arguments); err != nil {
+			t.Errorf("a forced get_weather (thinking %s): arguments %s: %v", think, call.Arguments, err)
+		}
+	}
+	// "required" among several tools cannot be one constraint (the name is not JSON): it
+	// runs unconstrained, and this model calls.
+	resp, body = ts.post(t, "/v1/chat/completions", `{"model":"gemma4","tool_choice":"required",`+twoTools+`,"messages":[{"role":"user","content":"Time?"}]}`)
 	if resp.StatusCode != 200 || !strings.Contains(string(body), `"name":"get_time"`) {
 		t.Errorf("/v1/chat/completions with tool_choice required: %d %s", resp.StatusCode, body)
 	}

@@ -511,7 +511,8 @@ func opCases(seed uint64) ([]opCase, error) {
 		}, want, nil})
 	}
 	// AttentionSinks (gpt-oss) over the caches its layers use: full attention in fp16 or
-	// quantized, and a sliding window of 4 (the prefill of 5 already reaches past it).
+	// quantized, and a sliding window of 4 (the prefill of 5 already reaches past it) in
+	// fp16 or quantized.
 	sinks := randn(r, heads, 1)
 	src.floats("att.sinks", safetensors.F32, []int{heads}, sinks)
 	for _, kc := range []struct {
@@ -523,6 +524,8 @@ func opCases(seed uint64) ([]opCase, error) {
 		{"fp16", kvstore.SpecF16, 0, tolF16},
 		{"affine k8/v4", kvstore.Spec{K: kvstore.AffineFormat(8, 32), V: kvstore.AffineFormat(4, 32)}, 0, tolBF16},
 		{"sliding window fp16", kvstore.SpecF16, 4, tolF16},
+		{"sliding window affine k8/v4", kvstore.Spec{K: kvstore.AffineFormat(8, 32), V: kvstore.AffineFormat(4, 32)}, 4, tolBF16},
+		{"sliding window q4_0", kvstore.Spec{K: kvstore.FormatQ4_0, V: kvstore.FormatQ4_0}, 4, tolBF16},
 	} {
 		sinkWant := attentionRef(qs, roundTrip(ks, kc.spec.K, headDim), roundTrip(vs, kc.spec.V, headDim), total, heads, kvHeads, headDim, scale, sinks, kc.window)
 		spec, window := kc.spec, kc.window
