@@ -23,14 +23,13 @@ var (
 )
 
 // Free implements compute.Freer for the vision towers. A pass's graph holds every array
-// it builds until the context closes, which for a language model's pass is a few
-// layers of a chunk's rows, but for a tower is every block's activations over all of an
-// image's patches (gigabytes for one large image). So after a block (a BlockAttention
-// recorded since the last Free) Free records a barrier: when the graph is built, the
-// kept tensors are evaluated and every other array the graph holds is let go of (MLX
-// frees those no later operation reads), the step's pending KV appends and recurrent
-// states aside. A language model's passes record no BlockAttention, so there Free does
-// nothing and a pass stays one evaluation.
+// it builds until the context closes: for a tower that is every block's activations over
+// all of an image's patches (gigabytes for one large image). So the first Free after a
+// BlockAttention records a barrier: when the graph is built, the kept tensors are
+// evaluated and every other array the graph holds is let go of (MLX frees those no later
+// operation reads), the step's pending KV appends and recurrent states aside; one
+// barrier a block. A language model's passes record no BlockAttention, so there Free
+// does nothing and a pass stays one evaluation.
 func (c *context) Free(keep ...compute.Tensor) {
 	if !c.tower || c.err != nil {
 		return
