@@ -334,18 +334,27 @@ func (t *Tower) Encode(c compute.Context, images []*vision.Pixels) (compute.Tens
 		bc.Segments(blocks)
 	}
 	h := c.Add(c.Linear(vc.Input(px, rows, in), t.PatchEmbed), vc.Input(pos, rows, cfg.Hidden))
+	// An image's activations are its 4,096 patches' rows: only what the next step reads is
+	// kept (compute.Free, the CPU backend), so that the largest set live at once is one
+	// step's (vision_mem.go counts them).
+	compute.Free(c, h)
 	tanh := cfg.Act != "gelu"
 	eps := float32(cfg.Eps)
 	scale := float32(1 / math.Sqrt(float64(cfg.Hidden/cfg.Heads)))
 	for _, l := range t.Layers {
 		x := vc.LayerNorm(h, l.Norm1[0], l.Norm1[1], eps)
 		a := vc.BlockAttention(c.Linear(x, l.Q), c.Linear(x, l.K), c.Linear(x, l.V), cfg.Heads, scale, blocks)
+		compute.Free(c, h, a)
 		h = c.Add(h, c.Linear(a, l.Out))
+		compute.Free(c, h)
 		x = vc.LayerNorm(h, l.Norm2[0], l.Norm2[1], eps)
-		h = c.Add(h, c.Linear(vc.GELU(c.Linear(x, l.FC1), tanh), l.FC2))
+		g := vc.GELU(c.Linear(x, l.FC1), tanh)
+		compute.Free(c, h, g)
+		h = c.Add(h, c.Linear(g, l.FC2))
 		compute.Free(c, h)
 	}
 	h = vc.LayerNorm(h, t.PostNorm[0], t.PostNorm[1], eps)
+	compute.Free(c, h)
 	// Average pooling: the rows of one window offset are a block of tokens rows (patchRows),
 	// so a window's mean is the sum of the blocks, in the window's row-major order, over k².
 	k2 := t.pool() * t.pool()
@@ -364,6 +373,7 @@ func (t *Tower) Encode(c compute.Context, images []*vision.Pixels) (compute.Tens
 		}
 		pooled = bc.ConcatRows(parts...)
 	}
+	compute.Free(c, pooled)
 	if segmented {
 		tok := make([]int, len(images))
 		for i := range tok {

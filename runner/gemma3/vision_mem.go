@@ -37,42 +37,59 @@ func visionMemory(cfg *model.Config, proc *vision.Processor) (int, int64, int64,
 }
 
 // attentionScores is the most attention scores the CPU backend's BlockAttention holds at once
-// (runner/cpu's scoreBudget).
+// (runner/cpu's scoreBudget: it takes the queries of a long block in chunks).
 const attentionScores = 1 << 22
 
-// encodePeak is the peak bytes of Tower.Encode over one image of n patches (S² pixels), float32
-// activations, as the CPU backend runs it: each op's result is a new buffer, and compute.Free at
-// the end of each layer releases all but the residual stream. With h the tower's width, I its MLP
-// width, d a head's width, T the tokens and o the language model's width:
-//
-//	the resized image and the resize's intermediate (bytes: the output's width
-//	times the source rows it reads, as many as the output's for a source of its
-//	height; a taller source's is larger), the normalised image (3 floats a pixel)   3S²/2 + 3S²
-//	the host arrays Encode builds: the patch rows and their position embeddings     3S² + n·h
-//	their tensors, the patch product and the sum                                    3S² + 3n·h
-//	one layer's results: x, q, k, v, the attention, its projection, h, x again,
-//	                     the MLP's second product, h again                           n·10h
-//	                     the MLP's first product and its GELU                        n·2I
-//	the attention's scratch: a head's keys and values, a chunk of c queries and
-//	                     outputs and their scores (c = n, or fewer when n² passes
-//	                     4,194,304)                                                  2n·d + 2c·d + c·n
-//	the post norm, the pooling's sums, mean and norm, the projection, the result
-//	                     read back and copied into its span                          n·h + T·h·(k²+2) + 3T·o
-//	the products' weight tiles: 26 rows of each input width (a patch's 3P² values,
-//	                     h, I, n) per thread, a thread per core                      26·(3P² + h + I + n)·cores
-//	the pass's bookkeeping (the resampling tables, the ops' closures and headers)   32,768
-//
-// Later layers hold less (the inputs are freed). TestVisionMemory holds the estimate to the CPU
-// backend's allocations.
+// encodePeak is the peak bytes of Tower.Encode over one image of n patches: the backend's buffers at
+// their largest step (encodeBuffers) and what lives on the Go heap beside them (encodeHost).
 func encodePeak(vc VisionConfig, n, tokens, out int) int64 {
+	return encodeBuffers(vc, n, tokens, out) + encodeHost(vc, n, tokens, out)
+}
+
+// encodeBuffers is the most bytes of float32 activations the CPU backend holds at once in Tower.Encode
+// over one image of n patches. Every op's result is a new buffer, and Encode frees (compute.Free) all
+// but what the next step reads, so the peak is the largest of its steps. With h the tower's width, I
+// its MLP width, d a head's width, C a patch's values (channels·patch²), T the tokens, o the language
+// model's width and c the queries whose scores the attention holds at once (all n, or fewer when n²
+// passes attentionScores), per step:
+//
+//	embedding:   the patches' tensor, the positions, the patch product, h              n·(C + 3h)
+//	attention:   h, x, q, k, v, the output, and the scratch of one head: its keys
+//	             and values transposed, c queries, their outputs and scores            6n·h + 2n·d + 2c·d + c·n
+//	projection:  h, the output, its product, the new h                                4n·h
+//	MLP:         h, x, the first product and its GELU; then h, the GELU, the second
+//	             product and the new h                                                 n·(2h + 2I), n·(3h + I)
+//	pooling:     the post norm, the k² sums of token rows and their mean               2n·h
+//	projector:   the pooled rows, their norm and the projection                        T·(2h + o)
+//
+// and the attention's second product (the weights times the values, n long) takes a tile of 26 rows
+// of n floats on each of the backend's threads, at most one per CPU. A lazy backend that evaluates
+// the pass as one graph may hold more; TestVisionMemory holds this to the CPU backend's own count of
+// its buffers (ActivationPeak).
+func encodeBuffers(vc VisionConfig, n, tokens, out int) int64 {
 	N, h, I := int64(n), int64(vc.Hidden), int64(vc.Intermediate)
 	d := h / int64(vc.Heads)
-	S2 := int64(vc.ImageSize) * int64(vc.ImageSize)
+	C := int64(vc.Channels * vc.Patch * vc.Patch)
 	T, o := int64(tokens), int64(out)
-	k2 := N / max(T, 1)
-	chunk := min(N, max(4, attentionScores/N))
-	P2 := int64(vc.Channels * vc.Patch * vc.Patch)
-	floats := S2*3/2 + 3*S2 + 3*S2 + N*h + 3*S2 + 3*N*h + N*10*h + N*2*I + 2*N*d + 2*chunk*d + chunk*N +
-		N*h + T*h*(k2+2) + 3*T*o + 26*(P2+h+I+N)*int64(runtime.NumCPU()) + 32768
+	c := min(N, max(4, attentionScores/N))
+	tile := func(in int64) int64 { return 26 * in * int64(runtime.NumCPU()) }
+	floats := max(N*(C+3*h),
+		6*N*h+2*N*d+2*c*d+c*N+tile(N),
+		4*N*h,
+		N*(2*h+2*I),
+		N*(3*h+I),
+		2*N*h,
+		T*(2*h+o))
 	return 4 * floats
+}
+
+// encodeHost is what encoding one image of n patches (S² pixels) holds on the Go heap, counted until
+// the pass ends although the collector may take some of it sooner: the resized image and the resize's
+// intermediate (bytes: the output's width times the source rows it reads, as many as the output's for
+// a source of its height; a taller source's is larger), the preprocessed image (3 floats a pixel),
+// Encode's patch rows (as many) and positions (h a patch), and the features read back and copied out
+// (o a token).
+func encodeHost(vc VisionConfig, n, tokens, out int) int64 {
+	S2 := int64(vc.ImageSize) * int64(vc.ImageSize)
+	return 4 * (S2*6/4 + 3*S2 + 3*S2 + int64(n)*int64(vc.Hidden) + 2*int64(tokens)*int64(out))
 }
