@@ -53,6 +53,10 @@ type storedAttention struct {
 	// T × heads·vDim) that score the values, each score being q·k + qv·v (kvstore's
 	// Attention.QV).
 	qv mlxArray
+	// spans, when set, are bidirectional (Gemma 3's image tokens): a query row inside one
+	// also sees the span's later positions, and all of it past the window
+	// (kvstore.Attention.Bidirectional).
+	spans []kvstore.Span
 }
 
 // wrap makes an array of n elements of dt over Go memory at p (cp elements of
@@ -219,6 +223,7 @@ func (s *storedAttention) attend(q mlxArray, scale float32, blocks []kvstore.Sto
 		sc = g.concat(3, parts...)
 	}
 	if s.T > 1 || s.window > 0 {
+		raw := sc
 		qpos := g.reshape(g.arange(end-s.T, end), s.T, 1)
 		kp := g.reshape(g.arange(first, end), 1, n)
 		sc = g.where(g.greater(kp, qpos), g.scalar(negInf), sc) // a later position
@@ -226,6 +231,14 @@ func (s *storedAttention) attend(q mlxArray, scale float32, blocks []kvstore.Sto
 			// One the window has left behind: k < q - (window-1).
 			oldest := g.reshape(g.arange(end-s.T-(s.window-1), end-(s.window-1)), s.T, 1)
 			sc = g.where(g.greater(oldest, kp), g.scalar(negInf), sc)
+		}
+		if len(s.spans) > 0 {
+			// A query and a key of the same span see each other whatever the mask says:
+			// span ids (-1 for a query outside every span, -2 for such a key) differ
+			// exactly where (q − k)² > 0.
+			qs, ks := spanIDs(s.spans, end-s.T, s.T, -1), spanIDs(s.spans, first, n, -2)
+			apart := g.greater(g.square(g.sub(g.fromFloat32s(qs, s.T, 1), g.fromFloat32s(ks, 1, n))), g.scalar(0))
+			sc = g.where(apart, sc, raw)
 		}
 	}
 	var probs mlxArray
@@ -256,4 +269,22 @@ func (s *storedAttention) attend(q mlxArray, scale float32, blocks []kvstore.Sto
 	}
 	runtime.KeepAlive(blocks)
 	return rows(g, g.reshape(out, 1, s.heads, s.T, s.vDim), s.T, s.heads, s.vDim)
+}
+
+// spanIDs is, for the n positions from first, the index of the span holding each, or
+// none for a position in no span.
+func spanIDs(spans []kvstore.Span, first, n int, none float32) []float32 {
+	ids := make([]float32, n)
+	j := 0
+	for i := range ids {
+		p := first + i
+		for j < len(spans) && spans[j].End <= p {
+			j++
+		}
+		ids[i] = none
+		if j < len(spans) && spans[j].Start <= p {
+			ids[i] = float32(j)
+		}
+	}
+	return ids
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/runner/compute"
@@ -280,7 +281,20 @@ func ropeTable(g *graph, x4 mlxArray, r *compute.RoPE, h, T, headDim, offset int
 }
 
 func (c *context) Attention(q, k, v compute.Tensor, cache kvstore.Layer, nHeads int, scale float32) compute.Tensor {
-	return c.attention("Attention", q, k, v, cache, nHeads, scale, nil, nil)
+	return c.attention("Attention", q, k, v, cache, nHeads, scale, extras{})
+}
+
+// AttentionSpans implements compute.SpanAttentionContext (Gemma 3's image tokens): a
+// query row inside a span also sees its span's later positions.
+func (c *context) AttentionSpans(q, k, v compute.Tensor, cache kvstore.Layer, nHeads int, scale float32, spans []kvstore.Span) compute.Tensor {
+	return c.attention("AttentionSpans", q, k, v, cache, nHeads, scale, extras{spans: slices.Clone(spans)})
+}
+
+// extras is what some attentions add to the plain one.
+type extras struct {
+	sinks *vector        // one logit per query head (gpt-oss)
+	qv    compute.Tensor // latent queries, T × heads·vDim (multi-head latent attention)
+	spans []kvstore.Span // bidirectional spans (Gemma 3's images)
 }
 
 // AttentionSinks implements compute.SinkAttentionContext (gpt-oss): Attention whose
@@ -290,13 +304,13 @@ func (c *context) AttentionSinks(q, k, v compute.Tensor, cache kvstore.Layer, nH
 	if !ok || sv.n != nHeads {
 		return c.fail("AttentionSinks: want %d sink logits as a Metal vector, got %T of %d", nHeads, sinks, sinks.Len())
 	}
-	return c.attention("AttentionSinks", q, k, v, cache, nHeads, scale, sv, nil)
+	return c.attention("AttentionSinks", q, k, v, cache, nHeads, scale, extras{sinks: sv})
 }
 
 // attention appends k and v to cache and attends over it with q: the plain attention,
-// with sinks (one logit per query head) or latent queries qv (T × heads·vDim, multi-head
-// latent attention) when they are not nil.
-func (c *context) attention(op string, q, k, v compute.Tensor, cache kvstore.Layer, nHeads int, scale float32, sinks *vector, qv compute.Tensor) compute.Tensor {
+// with the sinks, latent queries or bidirectional spans of x where it has them.
+func (c *context) attention(op string, q, k, v compute.Tensor, cache kvstore.Layer, nHeads int, scale float32, x extras) compute.Tensor {
+	sinks, qv := x.sinks, x.qv
 	ts := []compute.Tensor{q, k, v}
 	if qv != nil {
 		ts = append(ts, qv)
@@ -332,14 +346,19 @@ func (c *context) attention(op string, q, k, v compute.Tensor, cache kvstore.Lay
 		if t, ok := cache.(interface{ Target() kvstore.Spec }); ok && inPlace {
 			inPlace = readable(t.Target().K) && readable(t.Target().V)
 		}
+		if _, ring := cache.(*kvstore.Rotating); ring && len(x.spans) > 0 {
+			// A span may reach back past what the ring still holds for MLX to read as
+			// blocks: kvstore's own attention applies the spans there.
+			inPlace = false
+		}
 		if !inPlace {
-			return c.attendOnCPU(g, a[0], a[1], a[2], cache, nHeads, scale, sinks, qva)
+			return c.attendOnCPU(g, a[0], a[1], a[2], cache, nHeads, scale, sinks, qva, x.spans)
 		}
 		s := c.stored(g, cache, kvHeads, kDim, vDim, nHeads, T)
 		if sinks != nil {
 			s.sinks = sinks.a
 		}
-		s.qv = qva
+		s.qv, s.spans = qva, x.spans
 		spec := src.Spec()
 		k2, v2 := g.float32Array(a[1].arr), g.float32Array(a[2].arr)
 		if c.pending[key] > 0 || src.Converts() || !roundable(spec.K) || !roundable(spec.V) {
@@ -410,7 +429,7 @@ func (c *context) AttentionShared(q compute.Tensor, cache kvstore.Layer, nHeads 
 			inPlace = readable(t.Target().K) && readable(t.Target().V)
 		}
 		if !inPlace {
-			return c.attendGo(g, qa, T, cache, nHeads, scale, nil, 0)
+			return c.attendGo(g, qa, T, cache, nHeads, scale, nil, 0, nil)
 		}
 		return c.stored(g, cache, kvHeads, kDim, vDim, nHeads, T).attend(a[0].arr, scale, src.Blocks(), 0, 0, src.Spec())
 	})
@@ -419,8 +438,8 @@ func (c *context) AttentionShared(q compute.Tensor, cache kvstore.Layer, nHeads 
 // attendOnCPU is the path for a layer whose storage MLX does not read (not a
 // kvstore.BlockSource, or affine groups of 16): the step's graph so far is evaluated, the layer appends and attends in Go,
 // and the result goes back to the device. It costs one extra evaluation per such layer.
-// sinks and qv (float32, evaluated with the queries) are attendGo's.
-func (c *context) attendOnCPU(g *graph, q, k, v *tensor, cache kvstore.Layer, nHeads int, scale float32, sinks *vector, qv mlxArray) mlxArray {
+// sinks, qv (float32, evaluated with the queries) and spans are attendGo's.
+func (c *context) attendOnCPU(g *graph, q, k, v *tensor, cache kvstore.Layer, nHeads int, scale float32, sinks *vector, qv mlxArray, spans []kvstore.Span) mlxArray {
 	qa, ka, va := g.float32Array(q.arr), g.float32Array(k.arr), g.float32Array(v.arr)
 	extra := []mlxArray{qa, ka, va}
 	if qv != 0 {
@@ -434,13 +453,13 @@ func (c *context) attendOnCPU(g *graph, q, k, v *tensor, cache kvstore.Layer, nH
 	if err := cache.Append(kd, vd, q.rows); err != nil {
 		return g.fail(fmt.Errorf("Attention: %w", err))
 	}
-	return c.attendGo(g, qa, q.rows, cache, nHeads, scale, sinks, qv)
+	return c.attendGo(g, qa, q.rows, cache, nHeads, scale, sinks, qv, spans)
 }
 
 // attendGo is the layer's own attention for the last T positions it holds, with the
-// queries of qa (float32, T × heads·kDim), the sink logits of sinks and the latent
-// queries of qv (float32, T × heads·vDim) when they are set.
-func (c *context) attendGo(g *graph, qa mlxArray, T int, cache kvstore.Layer, nHeads int, scale float32, sinks *vector, qv mlxArray) mlxArray {
+// queries of qa (float32, T × heads·kDim), the sink logits of sinks, the latent queries
+// of qv (float32, T × heads·vDim) and the bidirectional spans when they are set.
+func (c *context) attendGo(g *graph, qa mlxArray, T int, cache kvstore.Layer, nHeads int, scale float32, sinks *vector, qv mlxArray, spans []kvstore.Span) mlxArray {
 	_, _, vDim := cache.Dims()
 	as := []mlxArray{qa}
 	var sa mlxArray
@@ -452,7 +471,7 @@ func (c *context) attendGo(g *graph, qa mlxArray, T int, cache kvstore.Layer, nH
 		as = append(as, qv)
 	}
 	g.eval(as...)
-	att := kvstore.Attention{Q: g.read(qa), N: T, Heads: nHeads, Scale: scale, Threads: runtime.NumCPU()}
+	att := kvstore.Attention{Q: g.read(qa), N: T, Heads: nHeads, Scale: scale, Threads: runtime.NumCPU(), Bidirectional: spans}
 	if sa != 0 {
 		att.Sinks = g.read(sa)
 	}

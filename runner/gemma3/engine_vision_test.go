@@ -11,6 +11,7 @@ import (
 
 	"github.com/mlxg/mlxg/internal/testdata"
 	"github.com/mlxg/mlxg/kvstore"
+	"github.com/mlxg/mlxg/metal/mlxtest"
 	"github.com/mlxg/mlxg/registry/randmodel"
 	"github.com/mlxg/mlxg/runner"
 	"github.com/mlxg/mlxg/text/template"
@@ -182,6 +183,55 @@ func TestEngineImagesBatched(t *testing.T) {
 	for i := range reqs {
 		if errs[i] != nil || !slices.Equal(got[i], want[i]) {
 			t.Errorf("request %d: batched %v (%v), alone %v", i, got[i], errs[i], want[i])
+		}
+	}
+}
+
+// TestEngineImagesOnMLX: Gemma 3 with images on MLX (an installed libmlxc): the tower, and
+// the language model's bidirectional image rows (compute.SpanAttentionContext) over its
+// full layers' blocks and its sliding layers' rings, give the CPU backend's greedy tokens
+// for one and two images, in prefill chunks that keep an image whole and in one chunk.
+func TestEngineImagesOnMLX(t *testing.T) {
+	if !mlxtest.Enabled() {
+		t.Skip("MLXG_MLXC_PATH is not set: the tests on real MLX need an installed libmlxc (Homebrew's mlx-c on a Mac; docs/backends.md on Linux)")
+	}
+	dir := visionCheckpoint(t)
+	ref, err := runner.Load(dir, runner.LoadOptions{Threads: 2, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	e, err := runner.Load(dir, runner.LoadOptions{Backend: mlxtest.Backend(t), Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	img := map[string]any{"type": "image"}
+	txt := func(s string) map[string]any { return map[string]any{"type": "text", "text": s} }
+	for _, batch := range []int{8, 512} {
+		o := runner.Greedy()
+		o.NumPredict = 6
+		o.NumBatch = batch
+		for _, c := range []struct {
+			name   string
+			parts  []any
+			images []vision.Image
+		}{
+			{"one image", []any{img, txt("What is in this picture?")}, []vision.Image{testImage(64, 48, 1)}},
+			{"two images", []any{txt("Compare"), img, txt("with"), img}, []vision.Image{testImage(64, 48, 3), testImage(40, 40, 4)}},
+		} {
+			req := runner.Request{Messages: []template.Message{{"role": "user", "content": c.parts}}, Options: o, Images: c.images}
+			want, err := ref.Generate(context.Background(), req, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := e.Generate(context.Background(), req, nil)
+			if err != nil {
+				t.Fatalf("%s on MLX: %v", c.name, err)
+			}
+			if !slices.Equal(got.Tokens, want.Tokens) || got.Images != len(c.images) {
+				t.Errorf("%s in chunks of %d on MLX: tokens %v, %d images; on the CPU backend %v", c.name, batch, got.Tokens, got.Images, want.Tokens)
+			}
 		}
 	}
 }
