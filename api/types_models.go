@@ -160,7 +160,10 @@ type ProcessVision struct {
 	Activations int64 `json:"activations"` // encode_peak plus features
 	EncodePeak  int64 `json:"encode_peak"` // the peak of encoding the largest image
 	MaxPatches  int   `json:"max_patches"` // that image's patches (the processor's pixel budget)
-	Features    int64 `json:"features"`    // the most the encoded features kept for reuse take
+	MaxPixels   int   `json:"max_pixels"`  // the pixel budget an image is resized within
+	// Lowered: the memory plan lowered the pixel budget from the checkpoint's to fit.
+	Lowered  bool  `json:"lowered,omitempty"`
+	Features int64 `json:"features"` // the most the encoded features kept for reuse take
 }
 
 // ProcessStreaming is a model's weight residency in /api/ps (an mlxg extension).

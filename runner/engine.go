@@ -63,6 +63,11 @@ type LoadOptions struct {
 	// intermediate tensor until the pass ends), and a model in streaming mode gives its
 	// weights the memory they would take.
 	MaxBatch int
+	// ImagePixels, when positive, lowers the pixel budget of the model's image processor to
+	// at most that many pixels an image (never below its own minimum): the memory plan's
+	// choice when encoding the largest image the checkpoint allows does not fit
+	// (model.VisionMemory). Images are then resized smaller than transformers would.
+	ImagePixels int
 }
 
 // FP32Cache is a KVCache that keeps keys and values in float32 (reference tests).
@@ -206,6 +211,14 @@ func LoadModel(dir string, o LoadOptions) (*Engine, error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	if v := m.Vision(); v != nil && o.ImagePixels > 0 {
+		if p := v.Processor(); p.Kind == "qwen" && o.ImagePixels < p.MaxPixels {
+			// The processor is the model's own: preprocessing, token counts and the passes'
+			// patch budget all read it.
+			p.MaxPixels = max(o.ImagePixels, p.MinPixels)
+			log.Warn("the image pixel budget is lowered to fit memory", "dir", dir, "max_pixels", p.MaxPixels)
+		}
 	}
 	kv := o.KVCache
 	if kv == nil {

@@ -71,7 +71,13 @@ type kvLoad struct {
 	shape  kvstore.ModelShape
 	plan   kvstore.Plan
 	vision model.VisionMemory
+	// imagePixels, when positive, is the pixel budget lowered to fit (runner.LoadOptions.ImagePixels).
+	imagePixels int
 }
+
+// minImagePixels is the least pixel budget the plan lowers a vision model's to before it refuses the load (or
+// a sixteenth of the checkpoint's, if less): a megapixel, 1,024 tokens at Qwen3.5's 32-pixel merged patches.
+const minImagePixels = 1 << 20
 
 // kvPlan reads the model's shape and asks the KV policy for its layout at numCtx, counting freed
 // bytes (models the scheduler would unload first) as available; weights, when positive, is what
@@ -106,6 +112,25 @@ func (l *EngineLoader) kvPlanWith(m *registry.LocalModel, numCtx int, freed int6
 	}
 	adjust(&shape)
 	plan, err := l.KV.PlanFreeing(m.Dir, shape, numCtx, freed)
+	var short *kvstore.MemoryError
+	if vm.Encode > 0 && errors.As(err, &short) {
+		// Encoding the largest image the checkpoint allows does not fit beside the model:
+		// lower the pixel budget, halving it, until it does (as a context is sized from
+		// memory), down to a megapixel or a sixteenth of the checkpoint's budget, whichever
+		// is less; below that the load is refused.
+		for px := vm.MaxPixels / 2; px >= min(minImagePixels, vm.MaxPixels/16); px /= 2 {
+			low, lerr := model.VisionMemoryFor(m.Dir, px)
+			if lerr != nil {
+				return nil, lerr
+			}
+			shape.Vision = low.Activations()
+			if p, perr := l.KV.PlanFreeing(m.Dir, shape, numCtx, freed); perr == nil {
+				l.logger().Warn("encoding the largest image does not fit in memory: the image pixel budget is lowered",
+					"model", m.Dir, "max_pixels", low.MaxPixels, "of", vm.MaxPixels, "encode_peak", low.Encode, "why", err)
+				return &kvLoad{shape: shape, plan: p, vision: low, imagePixels: low.MaxPixels}, nil
+			}
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -319,6 +344,9 @@ func (l *EngineLoader) load(p *LoadPlan, info *registry.ModelInfo, be compute.Ba
 	opts := runner.LoadOptions{Backend: cb, Logger: l.Logger, Prefix: l.Prefix, Parallel: l.Parallel, Context: p.Context,
 		Pipeline: l.Pipeline, WeightBudget: p.WeightBudget, StreamPolicy: l.StreamPolicy,
 		MaxBatch: p.MaxBatch}
+	if p.kv != nil {
+		opts.ImagePixels = p.kv.imagePixels
+	}
 	em.weights = p.Weights
 	if kv := p.kv; kv != nil {
 		opts.Parallel = batchCap(l.Parallel, kv.plan)

@@ -247,6 +247,7 @@ func TestImagesVisionModel(t *testing.T) {
 		{`{"model":"vis","prompt":"x","images":["` + base64.StdEncoding.EncodeToString(resizedPNG(t, 50000, 50000)) + `"]}`, "50000×50000 pixels is over the"},
 		{`{"model":"vis","prompt":"x","images":[` + many + `"` + png64 + `"]}`, "images in one request: mlxg takes at most"},
 		{`{"model":"vis","prompt":"x","images":["@@@"]}`, "not valid base64"},
+		{`{"model":"vis","prompt":"x","images":["` + base64.StdEncoding.EncodeToString(testPNG(t, 402, 2, 1)) + `"]}`, "aspect ratio of 402×2 is over 200"},
 		{`{"model":"vis","prompt":"x","raw":true,"images":["` + png64 + `"]}`, "images need the model's chat template"},
 	} {
 		resp, b := ts.post(t, "/api/generate", strings.Replace(c.body, `{"model":"vis",`, `{"model":"vis",`+opts+`,`, 1))
@@ -449,7 +450,8 @@ func TestVisionMemoryPlan(t *testing.T) {
 		switch {
 		case strings.HasPrefix(m.Name, "vis"):
 			seen++
-			want := api.ProcessVision{Weights: vm.Weights, Activations: vm.Activations(), EncodePeak: vm.Encode, MaxPatches: vm.MaxPatches, Features: vm.Features}
+			want := api.ProcessVision{Weights: vm.Weights, Activations: vm.Activations(), EncodePeak: vm.Encode, MaxPatches: vm.MaxPatches, Features: vm.Features,
+				MaxPixels: vm.MaxPixels}
 			if m.Vision == nil || *m.Vision != want || m.PeakSize < m.Size+vm.Activations() {
 				t.Errorf("/api/ps for %s: vision %+v, size %d, peak %d; want %+v", m.Name, m.Vision, m.Size, m.PeakSize, want)
 			}
@@ -461,5 +463,53 @@ func TestVisionMemoryPlan(t *testing.T) {
 	}
 	if seen != 2 {
 		t.Errorf("/api/ps: %+v", ps.Models)
+	}
+}
+
+// TestVisionPixelBudgetLowered: where encoding the largest image does not fit beside the model, the plan halves
+// the pixel budget until it does (rather than refusing a load that fits without images), and the loaded
+// model's processor resizes within it; with less memory still, the load is refused.
+func TestVisionPixelBudgetLowered(t *testing.T) {
+	ts := newVisionServer(t)
+	name, _ := registry.ParseName("vis")
+	lm, err := ts.srv.cfg.Store.Resolve(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full, err := model.VisionMemoryOf(lm.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	half, err := model.VisionMemoryFor(lm.Dir, full.MaxPixels/2)
+	if err != nil || half.MaxPixels != full.MaxPixels/2 || half.CheckpointPixels != full.MaxPixels || half.Encode >= full.Encode {
+		t.Fatalf("half the budget: %+v (%v); full %+v", half, err, full)
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	loader := func(avail int64) *EngineLoader {
+		return &EngineLoader{Threads: 2, Logger: quiet, KV: &kvstore.Policy{Sensor: sysmem.Fixed{Total: 16 << 30, Available: uint64(avail), Source: "test"}, Log: quiet}}
+	}
+	roomy, err := loader(12<<30).Plan(lm, 256, 0)
+	if err != nil || roomy.kv.imagePixels != 0 {
+		t.Fatalf("with room: %v, pixels %d", err, roomy.kv.imagePixels)
+	}
+	// What the model needs at 256 tokens without its tower's activations, then room for half the budget's.
+	base := roomy.Peak - full.Activations() + roomy.kv.plan.Reserve
+	p, err := loader(base+(full.Activations()+half.Activations())/2).Plan(lm, 256, 0)
+	if err != nil || p.kv.imagePixels != half.MaxPixels || p.Vision != half {
+		t.Fatalf("tight: %v, pixels %d, vision %+v; want %+v", err, p.kv.imagePixels, p.Vision, half)
+	}
+	m, err := loader(base+(full.Activations()+half.Activations())/2).Load(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if got := m.(*engineModel).e.Model.Vision().Processor().MaxPixels; got != half.MaxPixels {
+		t.Errorf("the loaded processor's budget %d, want %d", got, half.MaxPixels)
+	}
+	if v := m.Info().Vision; v == nil || v.MaxPixels != half.MaxPixels || processVision(m.Info()).Lowered != true {
+		t.Errorf("info: %+v", v)
+	}
+	if _, err := loader(base-1<<20).Plan(lm, 256, 0); err == nil {
+		t.Error("a load with no room for the model itself was planned")
 	}
 }

@@ -272,7 +272,8 @@ func processVision(info LoadedInfo) *api.ProcessVision {
 	if v == nil {
 		return nil
 	}
-	return &api.ProcessVision{Weights: v.Weights, Activations: v.Activations(), EncodePeak: v.Encode, MaxPatches: v.MaxPatches, Features: v.Features}
+	return &api.ProcessVision{Weights: v.Weights, Activations: v.Activations(), EncodePeak: v.Encode, MaxPatches: v.MaxPatches, Features: v.Features,
+		MaxPixels: v.MaxPixels, Lowered: v.MaxPixels < v.CheckpointPixels}
 }
 
 // processStreaming is a loaded model's weight residency for /api/ps, nil when it does not stream.

@@ -194,6 +194,13 @@ func printFit(w io.Writer, dir string, m kvstore.ModelShape, mem sysmem.Info, ct
 	if vm, err := model.VisionMemoryOf(dir); err == nil && vm.Weights > 0 {
 		fmt.Fprintf(w, "Vision    tower weights %s (part of the weights); images: %s to encode the largest (%s patches) and %s of kept features, in every peak below\n",
 			ibytes(vm.Weights), ibytes(vm.Encode), humanize.Comma(int64(vm.MaxPatches)), ibytes(vm.Features))
+		// Where that does not fit, serve lowers the pixel budget (api/server's plan): say to what.
+		quiet := slog.New(slog.DiscardHandler)
+		loader := &server.EngineLoader{Logger: quiet, KV: &kvstore.Policy{Options: opts, Sensor: sysmem.Fixed(mem), Log: quiet}}
+		if p, err := loader.Plan(&registry.LocalModel{Name: dir, Dir: dir, Size: m.WeightBytes}, ctx, 0); err == nil && p.Vision.MaxPixels < vm.MaxPixels {
+			fmt.Fprintf(w, "          that does not fit now: serve resizes images within %s pixels instead of %s (%s patches, %s to encode)\n",
+				humanize.Comma(int64(p.Vision.MaxPixels)), humanize.Comma(int64(vm.MaxPixels)), humanize.Comma(int64(p.Vision.MaxPatches)), ibytes(p.Vision.Encode))
+		}
 	}
 	fmt.Fprintf(w, "Memory    %s\n\n", mem)
 

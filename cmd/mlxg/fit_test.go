@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/mlxg/mlxg/internal/testdata"
+	"github.com/mlxg/mlxg/kvstore"
+	"github.com/mlxg/mlxg/kvstore/sysmem"
 	"github.com/mlxg/mlxg/registry/randmodel"
 	"github.com/mlxg/mlxg/registry/safetensors"
 	"github.com/mlxg/mlxg/runner/model"
@@ -156,6 +158,22 @@ func TestFitVision(t *testing.T) {
 	withVision, err := readShape(dir)
 	if err != nil || withVision.Vision != vm.Activations() {
 		t.Fatalf("shape's vision %d, want %d (%v)", withVision.Vision, vm.Activations(), err)
+	}
+	// Memory for the model and half the pixel budget's activations, not the whole budget's.
+	text := withVision
+	text.Vision = 0
+	p0, err := kvstore.Choose(kvstore.PolicyInput{Model: text, NumCtx: 2048, Memory: sysmem.Info{Total: 16 << 30, Available: 8 << 30}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	half, err := model.VisionMemoryFor(dir, vm.MaxPixels/2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tight := p0.Peak() + p0.Reserve + (vm.Activations()+half.Activations())/2
+	out, err = runFit(t, dir, "--ctx", "2048", "--total", "16GiB", "--available", fmt.Sprint(tight))
+	if want := "that does not fit now: serve resizes images within 32,768 pixels instead of 65,536 (2,048 patches"; err != nil || !strings.Contains(out, want) {
+		t.Errorf("tight memory: %v; output lacks %q:\n%s", err, want, out)
 	}
 	if err := os.Remove(filepath.Join(dir, "preprocessor_config.json")); err != nil {
 		t.Fatal(err)

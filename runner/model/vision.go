@@ -74,6 +74,9 @@ type VisionMemory struct {
 	// (MaxPatches patches): the engine encodes images in passes of at most that many.
 	Encode     int64
 	MaxPatches int
+	MaxPixels  int // the processor's pixel budget the estimate is for
+	// CheckpointPixels is the checkpoint's own budget (above MaxPixels when the plan lowered it).
+	CheckpointPixels int
 	// Features is the most the feature cache holds: FeatureCacheImages of the largest image's
 	// features, at most FeatureCacheBytes.
 	Features int64
@@ -98,7 +101,11 @@ func RegisterVisionMemory(modelType string, f VisionEstimate) {
 
 // VisionMemoryOf is the vision tower's memory for the checkpoint in dir: zero when it reads text
 // only (HasVision false).
-func VisionMemoryOf(dir string) (VisionMemory, error) {
+func VisionMemoryOf(dir string) (VisionMemory, error) { return VisionMemoryFor(dir, 0) }
+
+// VisionMemoryFor is VisionMemoryOf with the processor's pixel budget lowered to maxPixels an image
+// (0: the checkpoint's own), as runner.LoadOptions.ImagePixels lowers it.
+func VisionMemoryFor(dir string, maxPixels int) (VisionMemory, error) {
 	cfg, err := ReadConfig(dir)
 	if err != nil || !HasVision(dir) {
 		return VisionMemory{}, nil
@@ -125,6 +132,11 @@ func VisionMemoryOf(dir string) (VisionMemory, error) {
 	if err != nil {
 		return v, err
 	}
+	v.CheckpointPixels = proc.MaxPixels
+	if proc.Kind == "qwen" && maxPixels > 0 && maxPixels < proc.MaxPixels {
+		proc.MaxPixels = max(maxPixels, proc.MinPixels)
+	}
+	v.MaxPixels = proc.MaxPixels
 	patches, encode, features, err := est(cfg, proc)
 	if err != nil {
 		return v, fmt.Errorf("%s's vision tower: %w", dir, err)

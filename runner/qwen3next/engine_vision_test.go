@@ -30,7 +30,12 @@ const visionTemplate = `{%- for message in messages -%}<|im_start|>{{ message.ro
 
 // visionCheckpoint writes a tiny random Qwen3.5 with a tower, Qwen's tokenizer and a
 // chat template that places images.
-func visionCheckpoint(t *testing.T) string {
+func visionCheckpoint(t testing.TB) string {
+	return visionCheckpointWith(t, randmodel.TinyQwenVision())
+}
+
+// visionCheckpointWith is visionCheckpoint with a tower of shape v.
+func visionCheckpointWith(t testing.TB, v randmodel.QwenVision) string {
 	t.Helper()
 	tok := testdata.Tokenizer(t, "qwen3")
 	dir := t.TempDir()
@@ -73,7 +78,7 @@ func visionCheckpoint(t *testing.T) string {
 	if err := os.WriteFile(path, raw, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := randmodel.AddQwenVision(dst, randmodel.TinyQwenVision(), 7); err != nil {
+	if err := randmodel.AddQwenVision(dst, v, 7); err != nil {
 		t.Fatal(err)
 	}
 	return dst

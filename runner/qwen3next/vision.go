@@ -315,6 +315,10 @@ func (t *Tower) Encode(c compute.Context, images []*vision.Pixels) (compute.Tens
 	}
 	h := c.Add(c.Linear(vc.Input(px, rows, cols), t.PatchEmbed), vc.Input(pos, rows, cfg.Hidden))
 	ct, st := vc.Input(cos, rows, half), vc.Input(sin, rows, half)
+	// An image's activations are its patches' rows, up to 65,536 of them: only what the next
+	// step reads is kept (compute.Free, the CPU backend), so that the largest set live at
+	// once is one step's (vision_mem.go counts them).
+	compute.Free(c, h, ct, st)
 	tanh := cfg.Act != "gelu"
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	for _, b := range t.Blocks {
@@ -322,9 +326,13 @@ func (t *Tower) Encode(c compute.Context, images []*vision.Pixels) (compute.Tens
 		q := vc.RoPERows(c.Linear(x, b.Q), ct, st, hd)
 		k := vc.RoPERows(c.Linear(x, b.K), ct, st, hd)
 		a := vc.BlockAttention(q, k, c.Linear(x, b.V), cfg.Heads, scale, blocks)
+		compute.Free(c, h, ct, st, a)
 		h = c.Add(h, c.Linear(a, b.Proj))
+		compute.Free(c, h, ct, st)
 		x = vc.LayerNorm(h, b.Norm2[0], b.Norm2[1], 1e-6)
-		h = c.Add(h, c.Linear(vc.GELU(c.Linear(x, b.FC1), tanh), b.FC2))
+		g := vc.GELU(c.Linear(x, b.FC1), tanh)
+		compute.Free(c, h, ct, st, g)
+		h = c.Add(h, c.Linear(g, b.FC2))
 		compute.Free(c, h, ct, st)
 	}
 	m := cfg.Merge * cfg.Merge
