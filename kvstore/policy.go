@@ -20,7 +20,9 @@ import (
 //	free     = available − reserve − overhead − weights            (weights not counted again once loaded)
 //	spec     = the loosest rung of the ladder whose KV for num_ctx fits in free,
 //	           starting one rung down under warn pressure:
-//	             K8/V8 g64  →  K4/V4 g64/32 + boundary 2@8/8  →  K4/V4 g64/32
+//	             K6h/V6h g64  →  K4/V4 g64/32 + boundary 2@6h/6h  →  K4/V4 g64/32
+//	           (each rung fewer bytes than the one before, for any number of layers: the
+//	           boundary layers under pressure keep the default's format)
 //	context  = the largest ctx with KV(ctx) ≤ free, at most num_ctx and the model's maximum
 //	auto     = with no num_ctx: the largest ctx with KV(ctx) ≤ free/2 at the pressure's first rung,
 //	           at most the model's maximum (AutoFloor when it states none), at least
@@ -101,10 +103,11 @@ func (p Plan) Headroom() int64 { return int64(p.Memory.Available) - p.Peak() }
 // rung is one step of the policy's ladder: its bits, and the groups and boundary layers
 // it takes when the user set none.
 type rung struct {
-	bits     [2]Format
-	groups   [2]int
-	boundary int // KV layers at each end stored 8/8
-	measured Quality
+	bits         [2]Format
+	groups       [2]int
+	boundary     int       // KV layers at each end stored in boundaryBits
+	boundaryBits [2]Format // the zero Format: DefaultBoundaryBits (8/8)
+	measured     Quality
 }
 
 // Quality is what a KV layout measurably costs a model's answers against an fp16 cache,
@@ -137,13 +140,17 @@ const measuredOn, measuredAt = "qwen3-tiny", "512/2K/4K"
 // pressure: of the layouts measured, the fewest bytes per token with at least 99% top-1
 // agreement where fp16's answer is clear and at most 1e-3 mean KL against fp16 at every
 // length, whose decode attention is within 5% of K8/V8's (docs/kv-cache.md has the
-// table: K6h/V6h and K8/V5 keep the answers in fewer bytes, but no fused decode kernel
-// reads 5- or 6-bit codes yet); the later ones trade quality for memory under pressure.
+// table): 6-bit keys and values in groups of 64, both Hadamard-rotated (0.41x fp16's
+// bytes; a layer whose head_dim is not a power of two keeps 6 bits unrotated, K6/V6,
+// which meets the bar too). The later ones trade quality for memory under pressure;
+// their boundary layers keep the first step's format, so that every step stores fewer
+// bytes than the one before whatever the number of layers.
 var ladder = []rung{
-	{bits: [2]Format{AffineFormat(8, 0), AffineFormat(8, 0)}, groups: [2]int{64, 64},
-		measured: Quality{Model: measuredOn, Lengths: measuredAt, Top1: 0.9980, MeanKL: 5.2e-5, Top1Clear: 1}},
+	{bits: [2]Format{AffineFormat(6, 0).Rotate(true), AffineFormat(6, 0).Rotate(true)}, groups: [2]int{64, 64},
+		measured: Quality{Model: measuredOn, Lengths: measuredAt, Top1: 0.9888, MeanKL: 5.7e-4, Top1Clear: 0.9989}},
 	{bits: [2]Format{AffineFormat(4, 0), AffineFormat(4, 0)}, groups: [2]int{64, 32}, boundary: 2,
-		measured: Quality{Model: measuredOn, Lengths: measuredAt, Top1: 0.9568, MeanKL: 4.8e-3, Top1Clear: 0.9804}},
+		boundaryBits: [2]Format{AffineFormat(6, 0).Rotate(true), AffineFormat(6, 0).Rotate(true)},
+		measured:     Quality{Model: measuredOn, Lengths: measuredAt, Top1: 0.9600, MeanKL: 5.3e-3, Top1Clear: 0.9830}},
 	{bits: [2]Format{AffineFormat(4, 0), AffineFormat(4, 0)}, groups: [2]int{64, 32},
 		measured: Quality{Model: measuredOn, Lengths: measuredAt, Top1: 0.9312, MeanKL: 1.4e-2, Top1Clear: 0.9504}},
 }
@@ -188,6 +195,9 @@ func (o *Options) rungLayout(m ModelShape, r rung) (Layout, error) {
 		n = *o.BoundaryLayers
 	}
 	bb := [2]Format{AffineFormat(DefaultBoundaryBits, 0), AffineFormat(DefaultBoundaryBits, 0)}
+	if r.boundaryBits[0].Mode == Affine && o.Bits == nil {
+		bb = r.boundaryBits
+	}
 	if o.BoundaryBits != nil {
 		bb = *o.BoundaryBits
 	}
