@@ -139,8 +139,8 @@ const measuredOn, measuredAt = "qwen3-tiny", "512/2K/4K"
 // ladder is the policy's steps, loosest first. The first is the default at normal
 // pressure: of the layouts measured, the fewest bytes per token with at least 99% top-1
 // agreement where fp16's answer is clear and at most 1e-3 mean KL against fp16 at every
-// length, whose decode attention is within 5% of K8/V8's (docs/kv-cache.md has the
-// table): 6-bit keys and values in groups of 64, both Hadamard-rotated (0.41x fp16's
+// length, with a fused decode kernel and a decode step within 5% of K8/V8's speed
+// (docs/kv-cache.md has the tables): 6-bit keys and values in groups of 64, both Hadamard-rotated (0.41x fp16's
 // bytes; a layer whose head_dim is not a power of two keeps 6 bits unrotated, K6/V6,
 // which meets the bar too). The later ones trade quality for memory under pressure;
 // their boundary layers keep the first step's format, so that every step stores fewer
