@@ -103,11 +103,14 @@ func (p Plan) Headroom() int64 { return int64(p.Memory.Available) - p.Peak() }
 // rung is one step of the policy's ladder: its bits, and the groups and boundary layers
 // it takes when the user set none.
 type rung struct {
-	bits         [2]Format
-	groups       [2]int
-	boundary     int       // KV layers at each end stored in boundaryBits
-	boundaryBits [2]Format // the zero Format: DefaultBoundaryBits (8/8)
-	measured     Quality
+	bits     [2]Format
+	groups   [2]int
+	boundary int // KV layers at each end stored in boundaryBits
+	// boundaryBits and boundaryGroups are the boundary layers' spec; with the zero Format,
+	// DefaultBoundaryBits (8/8) in the rung's groups.
+	boundaryBits   [2]Format
+	boundaryGroups [2]int
+	measured       Quality
 }
 
 // Quality is what a KV layout measurably costs a model's answers against an fp16 cache,
@@ -140,17 +143,17 @@ const measuredOn, measuredAt = "qwen3-tiny", "512/2K/4K"
 // pressure: of the layouts measured, the fewest bytes per token with at least 99% top-1
 // agreement where fp16's answer is clear and at most 1e-3 mean KL against fp16 at every
 // length, with a fused decode kernel and a decode step within 5% of K8/V8's speed
-// (docs/kv-cache.md has the tables): 6-bit keys and values in groups of 64, both Hadamard-rotated (0.41x fp16's
-// bytes; a layer whose head_dim is not a power of two keeps 6 bits unrotated, K6/V6,
-// which meets the bar too). The later ones trade quality for memory under pressure;
-// their boundary layers keep the first step's format, so that every step stores fewer
-// bytes than the one before whatever the number of layers.
+// (docs/kv-cache.md has the tables): 6-bit keys and values in groups of 64, both
+// Hadamard-rotated (0.41x fp16's bytes; a layer whose head_dim is not a power of two
+// keeps 6 bits unrotated, K6/V6, which meets the bar too). The later ones trade quality
+// for memory under pressure; their boundary layers keep the first step's spec, so that
+// no step stores more bytes than the one before, whatever the number of layers.
 var ladder = []rung{
 	{bits: [2]Format{AffineFormat(6, 0).Rotate(true), AffineFormat(6, 0).Rotate(true)}, groups: [2]int{64, 64},
 		measured: Quality{Model: measuredOn, Lengths: measuredAt, Top1: 0.9888, MeanKL: 5.7e-4, Top1Clear: 0.9989}},
 	{bits: [2]Format{AffineFormat(4, 0), AffineFormat(4, 0)}, groups: [2]int{64, 32}, boundary: 2,
-		boundaryBits: [2]Format{AffineFormat(6, 0).Rotate(true), AffineFormat(6, 0).Rotate(true)},
-		measured:     Quality{Model: measuredOn, Lengths: measuredAt, Top1: 0.9600, MeanKL: 5.3e-3, Top1Clear: 0.9830}},
+		boundaryBits: [2]Format{AffineFormat(6, 0).Rotate(true), AffineFormat(6, 0).Rotate(true)}, boundaryGroups: [2]int{64, 64},
+		measured: Quality{Model: measuredOn, Lengths: measuredAt, Top1: 0.9556, MeanKL: 5.4e-3, Top1Clear: 0.9814}},
 	{bits: [2]Format{AffineFormat(4, 0), AffineFormat(4, 0)}, groups: [2]int{64, 32},
 		measured: Quality{Model: measuredOn, Lengths: measuredAt, Top1: 0.9312, MeanKL: 1.4e-2, Top1Clear: 0.9504}},
 }
@@ -185,23 +188,25 @@ type LadderStep struct {
 // rungLayout is r's layout for m under the user's settings o.
 func (o *Options) rungLayout(m ModelShape, r rung) (Layout, error) {
 	bits, groups, n := r.bits, r.groups, r.boundary
+	bb, bg := [2]Format{AffineFormat(DefaultBoundaryBits, 0), AffineFormat(DefaultBoundaryBits, 0)}, r.groups
+	if r.boundaryBits[0].Mode == Affine {
+		bb, bg = r.boundaryBits, r.boundaryGroups
+	}
 	if o.Bits != nil { // the user's bits: the user's (or the documented default) groups and boundary
 		bits, groups, n = *o.Bits, [2]int{DefaultKGroup, DefaultVGroup}, DefaultBoundaryLayers
+		bb[0], bb[1] = AffineFormat(DefaultBoundaryBits, 0), AffineFormat(DefaultBoundaryBits, 0)
+		bg = groups
 	}
 	if o.GroupSize != nil {
-		groups = *o.GroupSize
+		groups, bg = *o.GroupSize, *o.GroupSize
 	}
 	if o.BoundaryLayers != nil {
 		n = *o.BoundaryLayers
 	}
-	bb := [2]Format{AffineFormat(DefaultBoundaryBits, 0), AffineFormat(DefaultBoundaryBits, 0)}
-	if r.boundaryBits[0].Mode == Affine && o.Bits == nil {
-		bb = r.boundaryBits
-	}
 	if o.BoundaryBits != nil {
 		bb = *o.BoundaryBits
 	}
-	l, err := newLayout(m, withGroups(bits, groups), n, withGroups(bb, groups), o.fitLayer)
+	l, err := newLayout(m, withGroups(bits, groups), n, withGroups(bb, bg), o.fitLayer)
 	l.QuantizedKVStart, l.MaxKVSize = o.QuantizedKVStart, o.MaxKVSize
 	return l, err
 }
