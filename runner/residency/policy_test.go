@@ -65,3 +65,61 @@ func TestPolicyTraces(t *testing.T) {
 		}
 	}
 }
+
+// TestWeightedUses: a use serving several picks at once (AcquireUses, a prompt's pass)
+// weighs as that many uses in the frequency policies, so that the expert most of a
+// prompt's rows picked outlasts the ones a single row picked, even when they were used
+// after it; under LRU only the order counts.
+func TestWeightedUses(t *testing.T) {
+	path, _ := testFile(t, 1<<16)
+	for _, c := range []struct {
+		p       Policy
+		evicted int // the unit the fourth read evicts
+	}{{Frequency, 1}, {LFU, 1}, {LRU, 0}} {
+		m := New(Options{Budget: 3 * 1024, Policy: c.p, Buffered: true})
+		for u := range 4 {
+			if _, err := m.Add([]Segment{{path, int64(u * 1024), 1024}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// A prompt's pass: unit 0 picked by 5 rows, units 1 and 2 by one each, after it.
+		for u, rows := range []int{5, 1, 1} {
+			h, err := m.AcquireUses(u, rows)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.Release()
+		}
+		h, err := m.Acquire(3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Release()
+		for u := range 3 {
+			if got, want := m.Resident(u), u != c.evicted; got != want {
+				t.Errorf("%v: unit %d resident %v, want %v", c.p, u, got, want)
+			}
+		}
+		if s := m.Stats(); s.Hits+s.Misses != 4 {
+			t.Errorf("%v: a weighted use counts as one hit or miss: %+v", c.p, s)
+		}
+		m.Close()
+	}
+}
+
+// TestHitUsesScore: HitUses, the use of a copy the caller holds (the MLX slots),
+// weighs by its picks too.
+func TestHitUsesScore(t *testing.T) {
+	path, _ := testFile(t, 1<<16)
+	m := New(Options{Budget: 2 * 1024, Policy: Frequency, Buffered: true})
+	defer m.Close()
+	for u := range 3 {
+		m.Add([]Segment{{path, int64(u * 1024), 1024}})
+	}
+	// Unit 0's copy is held elsewhere and served 4 picks; 1 was used once, later.
+	m.HitUses(0, 4)
+	m.HitUses(1, 1)
+	if v := m.Victim([]int{0, 1}); v != 1 {
+		t.Errorf("victim %d of {0 (4 picks), 1 (1 pick, later)}, want 1", v)
+	}
+}

@@ -126,6 +126,7 @@ const (
 )
 
 type unit struct {
+	id   int
 	segs []Segment
 	offs []int // where each segment starts in buf
 	// direct: the segments are read with O_DIRECT, each as the aligned range from
@@ -174,6 +175,7 @@ type Manager struct {
 	cursor   int              // the layer a dense pass is at
 	closed   bool
 	stats    Stats
+	ev       *events // EventsEnv's log, nil without it
 	wg       sync.WaitGroup
 }
 
@@ -186,7 +188,8 @@ func New(o Options) *Manager {
 		o.Workers = 8
 	}
 	m := &Manager{scorer: scorer{policy: o.Policy, halfLife: o.HalfLife}, budget: o.Budget,
-		files: map[string]*os.File{}, direct: map[string]*os.File{}, free: map[int][][]byte{}, buffered: o.Buffered || directAlign == 0}
+		files: map[string]*os.File{}, direct: map[string]*os.File{}, free: map[int][][]byte{}, buffered: o.Buffered || directAlign == 0,
+		ev: openEvents()}
 	m.work = sync.NewCond(&m.mu)
 	for range o.Workers {
 		m.wg.Add(1)
@@ -249,6 +252,7 @@ func (m *Manager) Add(segs []Segment) (int, error) {
 			u.size += (int(s.Len) + segAlign - 1) &^ (segAlign - 1)
 		}
 	}
+	u.id = len(m.units)
 	m.units = append(m.units, u)
 	for _, s := range segs {
 		m.stats.Streamed += s.Len
@@ -327,7 +331,13 @@ func (h Handle) Release() {
 }
 
 // Acquire returns unit id in memory, reading it first if needed, and counts a use.
-func (m *Manager) Acquire(id int) (Handle, error) {
+func (m *Manager) Acquire(id int) (Handle, error) { return m.AcquireUses(id, 1) }
+
+// AcquireUses is Acquire for a product that serves uses picks of the unit at once (the
+// rows of a prompt's pass that picked the expert): the eviction policy weighs the use
+// by them, so that an expert most of a prompt's tokens picked outlasts one that a
+// single token did. Counted as one hit or miss.
+func (m *Manager) AcquireUses(id, uses int) (Handle, error) {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -335,11 +345,13 @@ func (m *Manager) Acquire(id int) (Handle, error) {
 	}
 	u := m.units[id]
 	m.tick++
-	m.scorer.touch(&u.score, m.tick)
+	m.scorer.touch(&u.score, m.tick, uses)
 	if u.state == ready && !u.wanted && !u.prefetched {
 		m.stats.Hits++
+		m.ev.log('A', id, "hit")
 	} else {
 		m.stats.Misses++
+		m.ev.log('A', id, "miss")
 	}
 	u.wanted = false
 	if u.prefetched {
@@ -521,6 +533,8 @@ func (m *Manager) Close() error {
 		}
 	}
 	m.files, m.direct = nil, nil
+	m.ev.close()
+	m.ev = nil
 	return first
 }
 
@@ -597,6 +611,7 @@ func (m *Manager) evictLocked(extra int64) {
 
 func (m *Manager) dropLocked(v *unit) {
 	m.stats.Evictions++
+	m.ev.log('E', v.id, "")
 	m.resident -= int64(v.size)
 	v.wanted, v.expected = false, false
 	if v.prefetched {
@@ -617,6 +632,11 @@ func (m *Manager) startLocked(u *unit, ahead bool) {
 	m.resident += int64(u.size)
 	m.stats.Peak = max(m.stats.Peak, m.pinned+m.resident)
 	u.state, u.err, u.done = loading, nil, make(chan struct{})
+	if ahead {
+		m.ev.log('R', u.id, "guess")
+	} else {
+		m.ev.log('R', u.id, "demand")
+	}
 	if l := m.free[u.size]; len(l) > 0 {
 		u.buf = l[len(l)-1]
 		m.free[u.size] = l[:len(l)-1]
