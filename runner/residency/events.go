@@ -9,8 +9,8 @@ import (
 // EventsEnv names a file to which each manager made afterwards writes its events, one
 // line each, to see where a streamed run's bytes go (what was read on demand and on a
 // guess, what was evicted and read again): "A id hit|miss" an Acquire, "R id demand|guess"
-// a read started, "E id" an eviction, "D id" a unit dropped after its use without being
-// admitted to the cache. Unit ids are in the order the backend added them (a
+// a read started, "N id" a read into a newly allocated buffer (not an evicted
+// unit's), "E id" an eviction. Unit ids are in the order the backend added them (a
 // mixture-of-experts model: layer by layer, expert by expert). For measurement only.
 const EventsEnv = "MLXG_STREAM_EVENTS"
 

@@ -412,8 +412,10 @@ func (m *Manager) NoteRepeat(guessed, right int) {
 }
 
 // Want starts reading the units not in memory that a pass is about to acquire, in
-// order, ahead of any read-ahead; they count as recently used, so that the reads of the
-// ones after them do not evict them first.
+// order, ahead of any read-ahead; until acquired they are evicted only when nothing else
+// can go, so that the reads of the ones after them do not evict them first. Their
+// scores are left as they were: marking them used now would cancel the decay of their
+// past uses, and each expert read back in would rank as a frequent one.
 func (m *Manager) Want(ids ...int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -424,7 +426,6 @@ func (m *Manager) Want(ids ...int) {
 		u := m.units[id]
 		switch u.state {
 		case absent:
-			u.score.last = m.tick
 			u.wanted = true
 			m.startLocked(u, false)
 		case loading:
@@ -476,7 +477,7 @@ func (m *Manager) Expect(ids ...int) {
 		}
 		for m.pinned+m.resident+int64(u.size) > m.budget {
 			v := m.victimLocked(nil)
-			if v == nil || v.expected {
+			if v == nil || v.expected || v.wanted {
 				break
 			}
 			m.dropLocked(v)
@@ -549,7 +550,7 @@ func (m *Manager) roomForLocked(u *unit) bool {
 	var freed int64
 	for freed < need {
 		v := m.victimLocked(victims)
-		if v == nil || v.expected || v.score.last >= u.score.last && !v.prefetched {
+		if v == nil || v.expected || v.wanted || v.score.last >= u.score.last && !v.prefetched {
 			return false
 		}
 		victims = append(victims, v)
@@ -582,10 +583,13 @@ outer:
 	return best
 }
 
-// worseLocked: an expected unit goes last; a prefetched unit nobody used goes before
-// any used one. Of two streamed layers, the one needed further ahead goes first
-// (layers.go).
+// worseLocked: a unit a pass asked for (Want) and has not acquired yet goes last, then
+// an expected one; a prefetched unit nobody used goes before any used one. Of two
+// streamed layers, the one needed further ahead goes first (layers.go).
 func (m *Manager) worseLocked(a, b *unit) bool {
+	if a.wanted != b.wanted {
+		return b.wanted
+	}
 	if a.expected != b.expected {
 		return b.expected
 	}
@@ -642,6 +646,7 @@ func (m *Manager) startLocked(u *unit, ahead bool) {
 		m.free[u.size] = l[:len(l)-1]
 	} else {
 		u.buf = nil // allocated by the worker, outside the lock
+		m.ev.log('N', u.id, "")
 	}
 	if ahead {
 		m.ahead = append(m.ahead, u)
