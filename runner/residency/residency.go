@@ -64,6 +64,7 @@ type Options struct {
 // Stats are the manager's counters since it was made.
 type Stats struct {
 	Budget   int64 // bytes
+	Lent     int64 // bytes lent beyond the budget for now (Lend)
 	Pinned   int64 // bytes held outside the manager, counted first
 	Resident int64 // bytes of units in memory or being read
 	Peak     int64 // the most Pinned + Resident reached
@@ -161,6 +162,7 @@ type Manager struct {
 	work     *sync.Cond // signalled when a read is queued or the manager closes
 	scorer   scorer
 	budget   int64
+	lent     int64 // Lend's bytes beyond the budget, for units
 	pinned   int64
 	resident int64
 	units    []*unit
@@ -280,10 +282,42 @@ func (m *Manager) SetBudget(b int64) {
 	m.budget = b
 	m.keepLocked()
 	m.evictLocked(0)
-	if m.pinned+m.resident > b {
-		m.free = map[int][][]byte{}
+	if m.pinned+m.resident > m.limitLocked() {
+		m.dropFreeLocked()
 	}
 }
+
+// dropFreeLocked unmaps the buffers kept for reuse: memory beyond what the units hold,
+// which a smaller budget may not leave room for.
+func (m *Manager) dropFreeLocked() {
+	for _, l := range m.free {
+		for _, b := range l {
+			freeBuf(b)
+		}
+	}
+	m.free = map[int][][]byte{}
+}
+
+// Lend lets the units use n bytes beyond the budget until the next Lend (0: none),
+// memory the caller does not use for now: a streamed model's room for a prompt pass's
+// activations, idle while it decodes. Taking it back evicts at once (an evicted unit's
+// memory goes back to the system before Lend returns), except units in use. A dense
+// model's manager borrows nothing: its kept layers follow the budget alone.
+func (m *Manager) Lend(n int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.layers) > 0 {
+		n = 0
+	}
+	m.lent = max(n, 0)
+	m.evictLocked(0)
+	if m.pinned+m.resident > m.limitLocked() {
+		m.dropFreeLocked()
+	}
+}
+
+// limitLocked is what the units may take beside the pinned bytes: the budget and the loan.
+func (m *Manager) limitLocked() int64 { return m.budget + m.lent }
 
 // Budget returns the current budget.
 func (m *Manager) Budget() int64 {
@@ -297,7 +331,7 @@ func (m *Manager) Stats() Stats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.stats
-	s.Budget, s.Pinned, s.Resident = m.budget, m.pinned, m.resident
+	s.Budget, s.Lent, s.Pinned, s.Resident = m.budget, m.lent, m.pinned, m.resident
 	for _, u := range m.units {
 		if u.state == ready {
 			s.InMemory++
@@ -475,14 +509,14 @@ func (m *Manager) Expect(ids ...int) {
 			u.expected = true
 			continue
 		}
-		for m.pinned+m.resident+int64(u.size) > m.budget {
+		for m.pinned+m.resident+int64(u.size) > m.limitLocked() {
 			v := m.victimLocked(nil)
 			if v == nil || v.expected || v.wanted {
 				break
 			}
 			m.dropLocked(v)
 		}
-		if m.pinned+m.resident+int64(u.size) > m.budget {
+		if m.pinned+m.resident+int64(u.size) > m.limitLocked() {
 			continue
 		}
 		m.stats.PrefetchIssued++
@@ -542,7 +576,7 @@ func (m *Manager) Close() error {
 // roomForLocked reports whether u fits by evicting only units whose last use is older
 // than u's, and evicts them.
 func (m *Manager) roomForLocked(u *unit) bool {
-	need := m.pinned + m.resident + int64(u.size) - m.budget
+	need := m.pinned + m.resident + int64(u.size) - m.limitLocked()
 	if need <= 0 {
 		return true
 	}
@@ -604,7 +638,7 @@ func (m *Manager) worseLocked(a, b *unit) bool {
 
 // evictLocked evicts until extra more bytes fit the budget, or nothing more can go.
 func (m *Manager) evictLocked(extra int64) {
-	for m.pinned+m.resident+extra > m.budget {
+	for m.pinned+m.resident+extra > m.limitLocked() {
 		v := m.victimLocked(nil)
 		if v == nil {
 			return
@@ -623,7 +657,7 @@ func (m *Manager) dropLocked(v *unit) {
 	}
 	buf := v.buf
 	v.buf, v.state = nil, absent
-	if l := m.free[len(buf)]; len(l) < 2 && m.pinned+m.resident+int64(len(buf)) <= m.budget {
+	if l := m.free[len(buf)]; len(l) < 2 && m.pinned+m.resident+int64(len(buf)) <= m.limitLocked() {
 		m.free[len(buf)] = append(l, buf)
 		return
 	}
