@@ -133,6 +133,11 @@ func followPressure(res *residency.Manager, p *LoadPlan, plan *kvstore.Plan) {
 		return
 	}
 	res.SetBudget(budgetUnderPressure(p.WeightBudget, res.Stats().Pinned, plan.Memory.Pressure))
+	if plan.Memory.Pressure >= sysmem.Warn {
+		// Under pressure the room lent while decoding goes back too, until the next
+		// prompt pass ends (model.SetDecodeLoan).
+		res.Lend(0)
+	}
 	if p.kv != nil {
 		plan.PrefixBudget = min(plan.PrefixBudget, p.kv.plan.PrefixBudget)
 	}

@@ -128,6 +128,37 @@ func TestBudgetUnderPressure(t *testing.T) {
 			t.Errorf("%v: %d, want %d", c.p, got, c.want)
 		}
 	}
+	// followPressure: the budget halves under warn pressure, and the decode loan goes.
+	path := filepath.Join(t.TempDir(), "w.bin")
+	if err := os.WriteFile(path, make([]byte, 8<<10), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res := residency.New(residency.Options{Budget: 1 << 20, Buffered: true})
+	defer res.Close()
+	for u := range 8 {
+		if _, err := res.Add([]residency.Segment{{Path: path, Off: int64(u) << 10, Len: 1 << 10}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lp := &LoadPlan{WeightBudget: 4 << 10}
+	followPressure(res, lp, &kvstore.Plan{})
+	res.Lend(2 << 10)
+	for u := range 8 {
+		h, err := res.Acquire(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Release()
+	}
+	if s := res.Stats(); s.InMemory != 6 {
+		t.Fatalf("budget of 4 units and 2 lent: %d in memory", s.InMemory)
+	}
+	warn := kvstore.Plan{}
+	warn.Memory.Pressure = sysmem.Warn
+	followPressure(res, lp, &warn)
+	if s := res.Stats(); s.InMemory != 2 || s.Lent != 0 {
+		t.Errorf("under warn pressure: %d in memory, %d lent (want 2, 0)", s.InMemory, s.Lent)
+	}
 	if got := residency.Budget(100, 1000, 400); got != 500 {
 		t.Errorf("Budget: %d", got)
 	}
