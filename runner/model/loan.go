@@ -75,6 +75,19 @@ func (m *Model) pass(rows int) func() {
 	return func() {}
 }
 
+// endLoan takes the loan back for good (the model closes): the heap's limit gets its
+// bytes again.
+func (m *Model) endLoan() {
+	m.loan.mu.Lock()
+	defer m.loan.mu.Unlock()
+	if m.loan.lent {
+		m.res.Lend(0)
+		adjustMemoryLimit(m.loan.bytes)
+		m.loan.lent = false
+	}
+	m.loan.bytes = 0
+}
+
 // adjustMemoryLimit moves the Go heap's soft limit by d bytes, when one is set (lowering
 // the limit the server set, and raising it back, commute with another model's loan).
 func adjustMemoryLimit(d int64) {

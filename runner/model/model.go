@@ -373,6 +373,7 @@ func (m *Model) Close() error {
 	}
 	crew.StopWarm() // no worker may read the weights' mapping after it is gone
 	if m.res != nil {
+		m.endLoan()
 		forgetStream(m.backend, m.res)
 		m.res.Close()
 	}

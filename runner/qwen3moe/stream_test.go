@@ -178,7 +178,6 @@ func TestDecodeLoanExact(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Close()
 	s := res.Stats()
 	unit := s.Total / int64(s.Units)
 	res.SetBudget(s.Pinned + 2*unit)
@@ -217,6 +216,13 @@ func TestDecodeLoanExact(t *testing.T) {
 	}
 	if st := res.Stats(); st.Evictions == 0 || st.Misses == 0 {
 		t.Errorf("nothing evicted or read: %+v", st)
+	}
+	// Closed while lending: the heap's limit gets the loan back.
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := debug.SetMemoryLimit(-1); got != limit {
+		t.Errorf("heap limit %d after the model closed, want %d", got, int64(limit))
 	}
 }
 
