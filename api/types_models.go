@@ -149,6 +149,21 @@ type ProcessModelResponse struct {
 	// weights are mapped.
 	Streaming *ProcessStreaming `json:"streaming,omitempty"`
 	Draft     string            `json:"draft,omitempty"` // the draft model loaded with it for speculative decoding
+	// Vision is the memory of the vision tower the model runs (nil: it reads text only).
+	Vision *ProcessVision `json:"vision,omitempty"`
+}
+
+// ProcessVision is what a model's vision tower takes in memory, in /api/ps (an mlxg extension):
+// its weights are part of size, its activations part of size_peak.
+type ProcessVision struct {
+	Weights     int64 `json:"weights"`     // the tower's weights
+	Activations int64 `json:"activations"` // encode_peak plus features
+	EncodePeak  int64 `json:"encode_peak"` // the peak of encoding the largest image
+	MaxPatches  int   `json:"max_patches"` // that image's patches (the processor's pixel budget)
+	MaxPixels   int   `json:"max_pixels"`  // the pixel budget an image is resized within
+	// Lowered: the memory plan lowered the pixel budget from the checkpoint's to fit.
+	Lowered  bool  `json:"lowered,omitempty"`
+	Features int64 `json:"features"` // the most the encoded features kept for reuse take
 }
 
 // ProcessStreaming is a model's weight residency in /api/ps (an mlxg extension).

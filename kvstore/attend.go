@@ -286,3 +286,8 @@ const (
 	expC2, expC3, expC4 float32 = 0.5, 0.16666415, 0.04166635
 	expC5, expC6        float32 = 0.008375132, 0.0013941117
 )
+
+// SoftmaxExp replaces scores sc by e^(score-mx) (mx at least their maximum) and returns their
+// sum: the attention kernels' exponential (expNeg, to about 2 ulp; 8 at a time in SIMD where the
+// CPU has it), for other softmaxes over long rows (the CPU backend's vision attention).
+func SoftmaxExp(sc []float32, mx float32) float32 { return expSum(sc, mx) }

@@ -3,8 +3,13 @@ package kvstore
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // BenchmarkAttendDecode is one decode step's attention for one layer, 2 threads, per
@@ -124,4 +129,107 @@ func cpuSeconds() float64 {
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+}
+
+// BenchmarkDecodeLayoutRatio is one layer's decode attention under the layouts the
+// policy weighs, timed in turns against the default (K8/V8 g64) in the same run: each
+// round times every layout for about 20 ms (the order reversed every other round, so
+// that none gains from its place), and each layout's median over the rounds is printed
+// with its ratio to the default's median. Shapes: Qwen3-8B (32 query heads over 8 KV
+// heads × 128) at 4K and 16K positions, Qwen2-0.5B (14 over 2 × 64) at 2K, qwen3-tiny
+// (4 over 2 × 64) at 4K and Gemma-3-27B's (32 over 16 × 128) at 4K.
+//
+//	go test -run '^$' -bench DecodeLayoutRatio -benchtime 1x ./kvstore/
+//
+// MLXG_BENCH_ROUNDS sets the rounds (15), MLXG_BENCH_THREADS the threads (2).
+func BenchmarkDecodeLayoutRatio(b *testing.B) {
+	shapes := []struct {
+		name                     string
+		kvHeads, heads, dim, ctx int
+	}{
+		{"qwen3-8b/4K", 8, 32, 128, 4096},
+		{"qwen3-8b/16K", 8, 32, 128, 16384},
+		{"qwen2-0.5b/2K", 2, 14, 64, 2304},
+		{"qwen3-tiny/4K", 2, 4, 64, 4096},
+		{"gemma3-27b/4K", 16, 32, 128, 4096},
+	}
+	layouts := []struct {
+		name string
+		spec Spec
+	}{
+		{"K8/V8 g64", Spec{K: AffineFormat(8, 64), V: AffineFormat(8, 64)}}, // the default
+		{"K6h/V6h g64", Spec{K: AffineFormat(6, 64).Rotate(true), V: AffineFormat(6, 64).Rotate(true)}},
+		{"K6/V6 g64", Spec{K: AffineFormat(6, 64), V: AffineFormat(6, 64)}},
+		{"K8/V4 g64/32", Spec{K: AffineFormat(8, 64), V: AffineFormat(4, 32)}},
+		{"K4/V4 g64/32", Spec{K: AffineFormat(4, 64), V: AffineFormat(4, 32)}},
+	}
+	rounds, threads := envInt("MLXG_BENCH_ROUNDS", 15), envInt("MLXG_BENCH_THREADS", 2)
+	r := rand.New(rand.NewPCG(13, 13))
+	for _, sh := range shapes {
+		b.Run(sh.name, func(b *testing.B) {
+			k, v := randVec(r, 256*sh.kvHeads*sh.dim), randVec(r, 256*sh.kvHeads*sh.dim)
+			caches := make([]Layer, len(layouts))
+			for i, l := range layouts {
+				c, err := NewQuantized(sh.kvHeads, sh.dim, sh.dim, l.spec, 0)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for p := 0; p < sh.ctx; p += 256 {
+					if err := c.Append(k, v, min(256, sh.ctx-p)); err != nil {
+						b.Fatal(err)
+					}
+				}
+				caches[i] = c
+			}
+			q, out := randVec(r, sh.heads*sh.dim), make([]float32, sh.heads*sh.dim)
+			a := Attention{Q: q, Out: out, N: 1, Heads: sh.heads, Scale: 0.088, Threads: threads}
+			attend := func(i, reps int) time.Duration {
+				start := time.Now()
+				for range reps {
+					if err := caches[i].Attend(a); err != nil {
+						b.Fatal(err)
+					}
+				}
+				return time.Since(start) / time.Duration(reps)
+			}
+			reps := make([]int, len(layouts))
+			for i := range layouts { // warm up, and size each turn to about 20 ms
+				reps[i] = max(1, int(20*time.Millisecond/attend(i, 3)))
+			}
+			times := make([][]float64, len(layouts))
+			for range b.N {
+				for rd := 0; rd < rounds; rd++ {
+					for j := range layouts {
+						i := j
+						if rd%2 == 1 {
+							i = len(layouts) - 1 - j
+						}
+						times[i] = append(times[i], float64(attend(i, reps[i]).Nanoseconds())/1e6)
+					}
+				}
+			}
+			base := median(times[0])
+			for i, l := range layouts {
+				med := median(times[i])
+				b.ReportMetric(med/base, "x-"+strings.NewReplacer("/", "", " ", "").Replace(l.name))
+				b.Logf("%s %-13s median %.3f ms (%.3f–%.3f) over %d rounds, %.3fx K8/V8 g64's",
+					sh.name, l.name, med, slices.Min(times[i]), slices.Max(times[i]), len(times[i]), med/base)
+			}
+		})
+	}
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+func median(x []float64) float64 {
+	s := slices.Sorted(slices.Values(x))
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
 }

@@ -6,8 +6,8 @@ import (
 	"golang.org/x/sys/cpu"
 )
 
-// fusedSIMD reports whether the kernels of fused_amd64.s run: decode attention over 4-
-// and 8-bit affine and q4_0 caches reads the codes in place, and every attention's
+// fusedSIMD reports whether the kernels of fused_amd64.s run: decode attention over 4-,
+// 6- and 8-bit affine and q4_0 caches reads the codes in place, and every attention's
 // softmax is vectorized (tests turn it off to compare with the plain Go path).
 var fusedSIMD = cpu.X86.HasAVX2 && cpu.X86.HasFMA && cpu.X86.HasF16C
 
@@ -16,6 +16,9 @@ func kdot8x2(out, q, qs *float32, codes *uint32, sb *uint16, n, cstride, hstride
 
 //go:noescape
 func kdot4x2(out, q, qs *float32, codes *uint32, sb *uint16, n, cstride, hstride, groups, blocks int, q40 bool)
+
+//go:noescape
+func kdot6x2(out, q, qs *float32, codes *uint32, sb *uint16, n, cstride, hstride, groups, blocks int)
 
 //go:noescape
 func scaleMax2(sc *float32, n int, scale float32, mx *[2]float32)
@@ -53,6 +56,9 @@ func vacc8x2(acc0, acc1, p *float32, codes *uint32, sb *uint16, n, cstride, hstr
 //go:noescape
 func vacc4x2(acc0, acc1, p *float32, codes *uint32, sb *uint16, n, cstride, hstride int, q40 bool)
 
+//go:noescape
+func vacc6x2(acc0, acc1, p *float32, codes *uint32, sb *uint16, n, cstride, hstride int)
+
 // fusedRows is the most query rows of a chunk that take the fused path: the kernels
 // convert each code once per row and pair of heads, where the tile path dequantizes a
 // tile once for all rows, so prefill keeps the tiles.
@@ -66,29 +72,35 @@ type fusedSource interface {
 	rows(head, from, to int) (k, v seg, stride, n int)
 }
 
-// fusable reports whether the kernels handle k and v: q4_0, or affine 4 or 8 bits with
-// key groups a multiple of 16 and value groups a multiple of 32.
+// fusable reports whether the kernels handle k and v: q4_0, or affine 4, 6 or 8 bits
+// with key groups a multiple of 16 and value groups a multiple of 32.
 func fusable(k, v rowCodec) bool {
 	ok := func(f Format, unit int) bool {
-		return f.Mode == Q4_0 || f.Mode == Affine && (f.Bits == 4 || f.Bits == 8) && f.Group%unit == 0
+		return f.Mode == Q4_0 || f.Mode == Affine && (f.Bits == 4 || f.Bits == 6 || f.Bits == 8) && f.Group%unit == 0
 	}
 	return ok(k.f, 16) && ok(v.f, 32)
 }
 
 // prepareQ writes query heads q0 and q1 in the key kernel's order into qp (2·dim) and
 // their sums per key group, interleaved, into qs (2·groups). 4-bit runs of 16 put their
-// 8 even elements first, as the kernel splits a byte's two codes.
+// 8 even elements first, as the kernel splits a byte's two codes; 6-bit elements are
+// scaled by 2^-s (six), as the kernel reads code j of each 8 as code·2^s_j.
 func prepareQ(qp, qs, q0, q1 []float32, k rowCodec) {
 	dim := k.dim
 	for h, q := range [2][]float32{q0, q1} {
 		dst := qp[h*dim : (h+1)*dim]
-		if k.f.Bits == 4 {
+		switch k.f.Bits {
+		case 4:
 			for b := 0; b < dim; b += 16 {
 				for i := 0; i < 8; i++ {
 					dst[b+i], dst[b+8+i] = q[b+2*i], q[b+2*i+1]
 				}
 			}
-		} else {
+		case 6:
+			for i, x := range q[:dim] {
+				dst[i] = x * six[i%8]
+			}
+		default:
 			copy(dst, q[:dim])
 		}
 		for g := 0; g < k.groups; g++ {
@@ -107,9 +119,12 @@ func scoresPair(out, qp, qs []float32, kc rowCodec, k seg, stride, n int) {
 	_ = k.halfs[(n-1)*stride*kc.halfs+kc.halfs-1]
 	_, _, _ = out[2*n-1], qp[2*kc.dim-1], qs[2*kc.groups-1]
 	cs, hs := stride*kc.words*4, stride*kc.halfs*2
-	if kc.f.Bits == 8 {
+	switch kc.f.Bits {
+	case 8:
 		kdot8x2(&out[0], &qp[0], &qs[0], &k.codes[0], &k.halfs[0], n, cs, hs, kc.groups, kc.f.Group/16)
-	} else {
+	case 6:
+		kdot6x2(&out[0], &qp[0], &qs[0], &k.codes[0], &k.halfs[0], n, cs, hs, kc.groups, kc.f.Group/16)
+	default:
 		kdot4x2(&out[0], &qp[0], &qs[0], &k.codes[0], &k.halfs[0], n, cs, hs, kc.groups, kc.f.Group/16, kc.f.Mode == Q4_0)
 	}
 }
@@ -124,15 +139,23 @@ func accumulatePair(acc0, acc1, p []float32, vc rowCodec, v seg, stride, n int) 
 	for c := 0; c < vc.dim/32; c++ {
 		g := c * 32 / vc.f.Group
 		codes, sb := &v.codes[c*wordsPer], &v.halfs[g*vc.halfs/vc.groups] // the group's (scale, bias), or q4_0's d
-		if vc.f.Bits == 8 {
+		switch vc.f.Bits {
+		case 8:
 			vacc8x2(&acc0[c*32], &acc1[c*32], &p[0], codes, sb, n, cs, hs)
-		} else {
+		case 6:
+			vacc6x2(&acc0[c*32], &acc1[c*32], &p[0], codes, sb, n, cs, hs)
+		default:
 			vacc4x2(&acc0[c*32], &acc1[c*32], &p[0], codes, sb, n, cs, hs, vc.f.Mode == Q4_0)
 		}
 	}
 }
 
-// attendFused is attendPart for a few query rows over a 4- or 8-bit affine or q4_0 cache:
+// six is the factor of a 6-bit key kernel's query element j, 2^-s for s = 6j mod 8: the
+// kernels convert code j of each run of 8 as code·2^s (UNPACK6 in fused_amd64.h), so
+// that no lane needs a shift; powers of two keep the products exact.
+var six = [8]float32{1, 1.0 / 64, 1.0 / 16, 1.0 / 4, 1, 1.0 / 64, 1.0 / 16, 1.0 / 4}
+
+// attendFused is attendPart for a few query rows over a 4-, 6- or 8-bit affine or q4_0 cache:
 // scores and the weighted sum of values come straight from the codes. A group of 3 to 8
 // query heads per KV head takes all its heads in one pass over the codes (the group
 // kernels, fused_group_amd64.s); other groups go two heads per pass (an odd last head

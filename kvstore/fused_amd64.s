@@ -491,3 +491,130 @@ ex8loop:
 	VMOVUPS Y13, (DX)
 	VZEROUPPER
 	RET
+
+// func kdot6x2(out, q, qs *float32, codes *byte, sb *uint16, n, cstride, hstride, groups, blocks int)
+// kdot8x2 for 6-bit codes, blocks runs of 16 codes (12 bytes) a group, converted by
+// UNPACK6 as code·2^s: each run of q comes scaled by 2^-s lane by lane (prepareQ).
+TEXT ·kdot6x2(SB), NOSPLIT, $0-80
+	MOVQ out+0(FP), DI
+	MOVQ q+8(FP), R10
+	MOVQ qs+16(FP), R11
+	MOVQ codes+24(FP), SI
+	MOVQ sb+32(FP), DX
+	MOVQ n+40(FP), R8
+	MOVQ cstride+48(FP), R12
+	MOVQ hstride+56(FP), R13
+	MOVQ groups+64(FP), AX
+	IMULQ blocks+72(FP), AX
+	SHLQ $6, AX
+	VMOVDQU c6mask<>(SB), Y15
+
+k6pos:
+	PREFETCHT0 (SI)(R12*8)   // the row 8 positions ahead
+	PREFETCHT0 (DX)(R13*8)
+	PREFETCHT0 64(SI)(R12*8)
+	PREFETCHT0 95(SI)(R12*8)
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS X12, X12, X12
+	MOVQ SI, CX
+	MOVQ R10, R15
+	XORQ BX, BX
+
+k6group:
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	MOVQ blocks+72(FP), R9
+
+k6block:
+	UNPACK6((CX), 4(CX), Y0, Y1, Y15)
+	VFMADD231PS (R15), Y0, Y6
+	VFMADD231PS (R15)(AX*1), Y0, Y7
+	VFMADD231PS 32(R15), Y1, Y10
+	VFMADD231PS 32(R15)(AX*1), Y1, Y11
+	ADDQ $12, CX
+	ADDQ $64, R15
+	DECQ R9
+	JNZ k6block
+
+	VADDPS Y10, Y6, Y6
+	VADDPS Y11, Y7, Y7
+	MOVL (DX)(BX*4), R9      // scale, bias as fp16
+	VMOVD R9, X1
+	VCVTPH2PS X1, X1
+	VBROADCASTSS X1, Y2
+	VFMADD231PS Y6, Y2, Y8
+	VFMADD231PS Y7, Y2, Y9
+	VMOVSHDUP X1, X1
+	VBROADCASTSS X1, X1
+	VMOVQ (R11)(BX*8), X3
+	VFMADD231PS X3, X1, X12
+	INCQ BX
+	CMPQ BX, groups+64(FP)
+	JLT k6group
+
+	VHADDPS Y9, Y8, Y8
+	VEXTRACTF128 $1, Y8, X4
+	VADDPS X4, X8, X8
+	VHADDPS X8, X8, X8
+	VADDPS X12, X8, X8
+	VMOVQ X8, (DI)
+	ADDQ $8, DI
+	ADDQ R12, SI
+	ADDQ R13, DX
+	DECQ R8
+	JNZ k6pos
+	VZEROUPPER
+	RET
+
+// func vacc6x2(acc0, acc1, p *float32, codes *byte, sb *uint16, n, cstride, hstride int)
+// vacc8x2 for 6-bit codes (24 bytes a run of 32): the registers sum code·2^s, scaled
+// back by 2^-s (c6down) before the store.
+TEXT ·vacc6x2(SB), NOSPLIT, $0-64
+	MOVQ acc0+0(FP), DI
+	MOVQ acc1+8(FP), R9
+	MOVQ p+16(FP), R10
+	MOVQ codes+24(FP), SI
+	MOVQ sb+32(FP), DX
+	MOVQ n+40(FP), R8
+	MOVQ cstride+48(FP), R12
+	MOVQ hstride+56(FP), R13
+	VMOVDQU c6mask<>(SB), Y15
+	VZERO
+
+v6pos:
+	PREFETCHT0 (SI)(R12*8)   // the run 8 positions ahead
+	PREFETCHT0 23(SI)(R12*8)
+	PREFETCHT0 (DX)(R13*8)
+	VSB
+	VCOEF
+	UNPACK6((SI), 4(SI), Y0, Y1, Y15)     // elements 0..15
+	VFMADD231PS Y0, Y13, Y4
+	VFMADD231PS Y0, Y14, Y8
+	VFMADD231PS Y1, Y13, Y5
+	VFMADD231PS Y1, Y14, Y9
+	UNPACK6(12(SI), 16(SI), Y0, Y1, Y15)  // elements 16..31
+	VFMADD231PS Y0, Y13, Y6
+	VFMADD231PS Y0, Y14, Y10
+	VFMADD231PS Y1, Y13, Y7
+	VFMADD231PS Y1, Y14, Y11
+	ADDQ $8, R10
+	ADDQ R12, SI
+	ADDQ R13, DX
+	DECQ R8
+	JNZ v6pos
+
+	VMOVUPS c6down<>(SB), Y15
+	VMULPS Y15, Y4, Y4
+	VMULPS Y15, Y5, Y5
+	VMULPS Y15, Y6, Y6
+	VMULPS Y15, Y7, Y7
+	VMULPS Y15, Y8, Y8
+	VMULPS Y15, Y9, Y9
+	VMULPS Y15, Y10, Y10
+	VMULPS Y15, Y11, Y11
+	VSTORE
+	VZEROUPPER
+	RET

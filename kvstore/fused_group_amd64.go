@@ -27,6 +27,12 @@ func kdot4x8(out, q, qs *float32, codes *uint32, sb *uint16, n, cstride, hstride
 func kdot8x4(out, q, qs *float32, codes *uint32, sb *uint16, n, cstride, hstride, groups, blocks int)
 
 //go:noescape
+func kdot6x8(out, q, qs *float32, codes *uint32, sb *uint16, n, cstride, hstride, groups, blocks int)
+
+//go:noescape
+func kdot6x4(out, q, qs *float32, codes *uint32, sb *uint16, n, cstride, hstride, groups, blocks int)
+
+//go:noescape
 func kdot4x4(out, q, qs *float32, codes *uint32, sb *uint16, n, cstride, hstride, groups, blocks int, q40 bool)
 
 // keyWidth is the heads a key kernel takes for a group of heads: 4 or 8.
@@ -48,10 +54,14 @@ func vacc8h4(acc0, acc1, acc2, acc3, cf *float32, codes *uint32, n, cstride int)
 //go:noescape
 func vacc4h4(acc0, acc1, acc2, acc3, cf *float32, codes *uint32, n, cstride int)
 
+//go:noescape
+func vacc6h4(acc0, acc1, acc2, acc3, cf *float32, codes *uint32, n, cstride int)
+
 // prepareQGroup writes a row's heads query heads q (heads·dim floats) in the group key
 // kernels' order into qp (keyWidth(heads)·dim): for each run of 16 elements, the run of
 // head 0, then of head 1, ... up to the kernel's width, heads past the group zero;
-// 4-bit runs put their 8 even elements first, as prepareQ does. qs (8·groups) gets each
+// 4-bit runs put their 8 even elements first and 6-bit elements are scaled, as prepareQ
+// does. qs (8·groups) gets each
 // key group's sum per head.
 func prepareQGroup(qp, qs, q []float32, heads int, k rowCodec) {
 	width := keyWidth(heads)
@@ -62,11 +72,16 @@ func prepareQGroup(qp, qs, q []float32, heads int, k rowCodec) {
 		src := q[h*dim : (h+1)*dim]
 		for b := 0; b < dim; b += 16 {
 			dst := qp[b*width+h*16:][:16]
-			if k.f.Bits == 4 {
+			switch k.f.Bits {
+			case 4:
 				for i := 0; i < 8; i++ {
 					dst[i], dst[8+i] = src[b+2*i], src[b+2*i+1]
 				}
-			} else {
+			case 6:
+				for i := range dst {
+					dst[i] = src[b+i] * six[i%8]
+				}
+			default:
 				copy(dst, src[b:b+16])
 			}
 		}
@@ -89,6 +104,10 @@ func scoresGroup(out, qp, qs []float32, heads int, kc rowCodec, k seg, stride, n
 	_, _, _ = out[groupLanes*n-1], qp[width*kc.dim-1], qs[groupLanes*kc.groups-1]
 	cs, hs, blocks, q40 := stride*kc.words*4, stride*kc.halfs*2, kc.f.Group/16, kc.f.Mode == Q4_0
 	switch {
+	case kc.f.Bits == 6 && width == 4:
+		kdot6x4(&out[0], &qp[0], &qs[0], &k.codes[0], &k.halfs[0], n, cs, hs, kc.groups, blocks)
+	case kc.f.Bits == 6:
+		kdot6x8(&out[0], &qp[0], &qs[0], &k.codes[0], &k.halfs[0], n, cs, hs, kc.groups, blocks)
 	case kc.f.Bits == 8 && width == 4:
 		kdot8x4(&out[0], &qp[0], &qs[0], &k.codes[0], &k.halfs[0], n, cs, hs, kc.groups, blocks)
 	case kc.f.Bits == 8:
@@ -147,9 +166,12 @@ func (f *fusedRow) accumulateGroup(st *state, k int, vs seg, stride, n int) {
 		for c := g * runs; c < (g+1)*runs; c++ {
 			codes, d := &vs.codes[c*vc.f.Bits], c*32 // a run of 32 codes is Bits words
 			for h := 0; h < heads; h += 4 {
-				if vc.f.Bits == 8 {
+				switch vc.f.Bits {
+				case 8:
 					vacc8h4(acc(h, d), acc(h+1, d), acc(h+2, d), acc(h+3, d), &f.cf[h], codes, n, cs)
-				} else {
+				case 6:
+					vacc6h4(acc(h, d), acc(h+1, d), acc(h+2, d), acc(h+3, d), &f.cf[h], codes, n, cs)
+				default:
 					vacc4h4(acc(h, d), acc(h+1, d), acc(h+2, d), acc(h+3, d), &f.cf[h], codes, n, cs)
 				}
 			}

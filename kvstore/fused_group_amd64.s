@@ -194,6 +194,58 @@ g4sb:; \
 	VZEROUPPER; \
 	RET
 
+// KDOT6 is KDOT8 for 6-bit codes (12 bytes a run of 16, UNPACK6; Y15 holds c6mask),
+// each head's run of q scaled by 2^-s lane by lane as prepareQGroup writes it.
+#define KDOT6(ZERO, KFMA, SUM, RUN) \
+g6pos:; \
+	PREFETCHT0 (SI)(R12*8); \
+	PREFETCHT0 (DX)(R13*8); \
+	PREFETCHT0 64(SI)(R12*8); \
+	PREFETCHT0 95(SI)(R12*8); \
+	VXORPS Y10, Y10, Y10; \
+	MOVQ SI, CX; \
+	MOVQ R10, R15; \
+	MOVQ R11, R14; \
+	XORQ BX, BX; \
+g6group:; \
+	ZERO; \
+	MOVQ blocks+72(FP), R9; \
+g6block:; \
+	UNPACK6((CX), 4(CX), Y8, Y9, Y15); \
+	KFMA; \
+	ADDQ $12, CX; \
+	ADDQ $RUN, R15; \
+	DECQ R9; \
+	JNZ g6block; \
+	SUM; \
+	MOVL (DX)(BX*4), R9; \
+	VMOVD R9, X2; \
+	VCVTPH2PS X2, X2; \
+	GSCALE; \
+	ADDQ $32, R14; \
+	INCQ BX; \
+	CMPQ BX, groups+64(FP); \
+	JLT g6group; \
+	VMOVUPS Y10, (DI); \
+	ADDQ $32, DI; \
+	ADDQ R12, SI; \
+	ADDQ R13, DX; \
+	DECQ R8; \
+	JNZ g6pos; \
+	VZEROUPPER; \
+	RET
+
+// VH6ADD scales a head's 16 sums of code·2^s back by 2^-s (c6down, in Y14) and adds
+// them to its accumulator at P, 16 floats a half: R11 is the half's first element (0
+// or 16).
+#define VH6ADD(lo, hi, P) \
+	VMULPS Y14, lo, lo; \
+	VMULPS Y14, hi, hi; \
+	VADDPS (P)(R11*4), lo, lo; \
+	VMOVUPS lo, (P)(R11*4); \
+	VADDPS 32(P)(R11*4), hi, hi; \
+	VMOVUPS hi, 32(P)(R11*4)
+
 // func kdot8x8(out, q, qs *float32, codes *uint32, sb *uint16, n, cstride, hstride, groups, blocks int)
 // out[8j+h] = Σ_g scale_g·(q_h·codes_g) + bias_g·qs[8g+h] for position j, 8-bit codes,
 // blocks runs of 16 codes a group; q holds, for each run, the 8 heads' 16 floats.
@@ -391,5 +443,61 @@ vh4pos:
 	ADDQ $8, R11
 	CMPQ R11, $16
 	JLT vh4half
+	VZEROUPPER
+	RET
+
+// func kdot6x8(out, q, qs *float32, codes *uint32, sb *uint16, n, cstride, hstride, groups, blocks int)
+// kdot8x8 for 6-bit codes (12 bytes a run of 16).
+TEXT ·kdot6x8(SB), NOSPLIT, $0-80
+	KARGS
+	VMOVDQU c6mask<>(SB), Y15
+	KDOT6(ZERO8, KFMA8, GSUM, 512)
+
+// func kdot6x4(out, q, qs *float32, codes *uint32, sb *uint16, n, cstride, hstride, groups, blocks int)
+// kdot6x8 for 4 heads, as kdot8x4 is kdot8x8's.
+TEXT ·kdot6x4(SB), NOSPLIT, $0-80
+	KARGS
+	VMOVDQU c6mask<>(SB), Y15
+	KDOT6(ZERO4, KFMA4, GSUM4, 256)
+
+// func vacc6h4(acc0, acc1, acc2, acc3, cf *float32, codes *uint32, n, cstride int)
+// vacc8h4 for 6-bit codes (12 bytes a half of 16).
+TEXT ·vacc6h4(SB), NOSPLIT, $0-64
+	MOVQ cf+32(FP), R10
+	MOVQ codes+40(FP), SI
+	MOVQ n+48(FP), DX
+	MOVQ cstride+56(FP), R12
+	VMOVDQU c6mask<>(SB), Y15
+	VMOVUPS c6down<>(SB), Y14
+	XORQ R11, R11
+
+vh6half:
+	ZERO8
+	LEAQ (R11)(R11*2), CX    // the half's first code byte: 3/4 of its first element
+	SHRQ $2, CX
+	ADDQ SI, CX
+	MOVQ R10, R9
+	MOVQ DX, R8
+
+vh6pos:
+	PREFETCHT0 (CX)(R12*8)
+	UNPACK6((CX), 4(CX), Y8, Y9, Y15)
+	VH4FMA
+	ADDQ $32, R9
+	ADDQ R12, CX
+	DECQ R8
+	JNZ vh6pos
+
+	MOVQ acc0+0(FP), AX
+	VH6ADD(Y0, Y1, AX)
+	MOVQ acc1+8(FP), AX
+	VH6ADD(Y2, Y3, AX)
+	MOVQ acc2+16(FP), AX
+	VH6ADD(Y4, Y5, AX)
+	MOVQ acc3+24(FP), AX
+	VH6ADD(Y6, Y7, AX)
+	ADDQ $16, R11
+	CMPQ R11, $32
+	JLT vh6half
 	VZEROUPPER
 	RET

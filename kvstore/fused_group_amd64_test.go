@@ -17,7 +17,7 @@ func TestGroupKernels(t *testing.T) {
 	r := rand.New(rand.NewPCG(31, 31))
 	const stride, n = 3, 37
 	for _, f := range fusedFormats {
-		for _, dim := range []int{64, 128, 256} {
+		for _, dim := range []int{64, 96, 128, 256} {
 			if dim%f.Group != 0 {
 				continue
 			}

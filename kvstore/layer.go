@@ -49,7 +49,16 @@ type Attention struct {
 	// QV, when set, makes the call multi-head latent attention (latent.go): N×Heads×
 	// vHeadDim queries against the values, each score being scale·(q·k + qv·v).
 	QV []float32
+	// Bidirectional, when set, lists spans of absolute positions whose rows attend to each
+	// other in both directions (Gemma 3's image tokens): a query row inside one sees what
+	// its causal (and sliding-window) mask shows and every position of its span, the later
+	// ones included (spans.go). Spans are in order and apart, and each ends within the
+	// cache's positions: the span's later rows are appended in this call or before it.
+	Bidirectional []Span
 }
+
+// Span is the positions [Start, End).
+type Span struct{ Start, End int }
 
 // Full is the unquantized full-attention cache kind: it grows by blocks of BlockTokens
 // positions, stored as fp16 (what MLX keeps) or, for exact references, float32.
@@ -158,18 +167,31 @@ func (c *Full) Truncate(n int) error {
 // Attend implements Layer.
 func (c *Full) Attend(a Attention) error {
 	if a.QV != nil {
-		if c.window > 0 {
-			return fmt.Errorf("kvstore: latent attention over a sliding window is not supported")
+		if c.window > 0 || a.Bidirectional != nil {
+			return fmt.Errorf("kvstore: latent attention over a sliding window or with bidirectional spans is not supported")
 		}
 		return attendLatent(c, c.n, a)
 	}
+	if a.Bidirectional != nil {
+		return attendSpans(a, c.n, c.window, c.attendPrefix, func(b Attention, lo, hi int) error {
+			if lo == 0 {
+				return attendTiles(c, hi, b)
+			}
+			return attendTiles(fullWindow{c, lo}, hi-lo, b)
+		})
+	}
+	return c.attendPrefix(a, c.n)
+}
+
+// attendPrefix is causal attention for a's rows as the last a.N of the first n positions.
+func (c *Full) attendPrefix(a Attention, n int) error {
 	if c.window > 0 {
-		return c.attendWindow(a)
+		return c.attendWindow(a, n)
 	}
 	if c.exactRows && a.N > 1 {
-		return attendRows(c, c.n, a)
+		return attendRows(c, n, a)
 	}
-	return attendTiles(c, c.n, a)
+	return attendTiles(c, n, a)
 }
 
 func (c *Full) blocks() int {
@@ -197,19 +219,19 @@ func (c *Full) tile(k, v []float32, head, from, to int) {
 	}
 }
 
-// attendWindow is Attend for NewFullWindow: the rows whose window starts at position 0
-// attend together (one by one in exact-row mode), each later row alone over a view of
-// its own window.
-func (c *Full) attendWindow(a Attention) error {
-	if a.N <= 0 || a.N > c.n {
-		return fmt.Errorf("kvstore: Attend for %d query rows over a cache of %d positions", a.N, c.n)
+// attendWindow is Attend for NewFullWindow over the first n positions: the rows whose
+// window starts at position 0 attend together (one by one in exact-row mode), each later
+// row alone over a view of its own window.
+func (c *Full) attendWindow(a Attention, n int) error {
+	if a.N <= 0 || a.N > n || n > c.n {
+		return fmt.Errorf("kvstore: Attend for %d query rows over %d of a cache's %d positions", a.N, n, c.n)
 	}
 	qw, ow := a.Heads*c.kDim, a.Heads*c.vDim
 	if len(a.Q) != a.N*qw || len(a.Out) != a.N*ow {
 		return fmt.Errorf("kvstore: Attend needs %d query and %d output floats for %d rows of %d heads, got %d and %d",
 			a.N*qw, a.N*ow, a.N, a.Heads, len(a.Q), len(a.Out))
 	}
-	first := c.n - a.N
+	first := n - a.N
 	head := min(a.N, max(0, c.window-first))
 	if head > 0 {
 		b := a

@@ -73,6 +73,9 @@ type ModelShape struct {
 	// the limit to itself (streamReserve).
 	Streamed bool
 	Overhead int64
+	// Vision is what a vision tower's images add beside the weights (its tower's weights are in
+	// WeightBytes): the peak of encoding the largest image and the encoded features kept.
+	Vision int64
 }
 
 // KVLayers returns the indices of the layers that keep per-token KV.

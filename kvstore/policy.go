@@ -17,7 +17,8 @@ import (
 //	           mode under a limit: max(total/32, 64 MiB)
 //	overhead = 512 MiB + weights/50                                activations, logits, scratch
 //	           (a model in streaming mode: its own measured estimate, ModelShape.Overhead)
-//	free     = available − reserve − overhead − weights            (weights not counted again once loaded)
+//	vision   = a vision tower's encode peak and kept features (ModelShape.Vision; its weights are weights)
+//	free     = available − reserve − overhead − vision − weights   (weights not counted again once loaded)
 //	spec     = the loosest rung of the ladder whose KV for num_ctx fits in free,
 //	           starting one rung down under warn pressure:
 //	             K8/V8 g64  →  K4/V4 g64/32 + boundary 2@8/8  →  K4/V4 g64/32
@@ -80,6 +81,7 @@ type Plan struct {
 	KVTokenBytes int64 // KV bytes one more token adds (full-attention layers)
 	Weights      int64
 	Overhead     int64
+	Vision       int64 // a vision tower's activations and kept features (ModelShape.Vision)
 	Reserve      int64
 	Free         int64 // memory for KV and the prefix cache
 	PrefixBudget int64
@@ -92,8 +94,9 @@ type Plan struct {
 	Quality       Quality // the layout's measured quality; not measured when the user's settings made it
 }
 
-// Peak is the predicted peak memory of the load: weights, overhead and KV at Context.
-func (p Plan) Peak() int64 { return p.Weights + p.Overhead + p.KVBytes }
+// Peak is the predicted peak memory of the load: weights, overhead, the vision tower's activations
+// and KV at Context.
+func (p Plan) Peak() int64 { return p.Weights + p.Overhead + p.Vision + p.KVBytes }
 
 // Headroom is what stays available after the load at its peak.
 func (p Plan) Headroom() int64 { return int64(p.Memory.Available) - p.Peak() }
@@ -225,7 +228,8 @@ func Choose(in PolicyInput) (Plan, error) {
 	if mem.Pressure >= sysmem.Warn {
 		p.Reserve *= 2
 	}
-	p.Free = int64(mem.Available) - p.Reserve - p.Overhead
+	p.Vision = in.Model.Vision
+	p.Free = int64(mem.Available) - p.Reserve - p.Overhead - p.Vision
 	if !in.Loaded {
 		p.Free -= in.Model.WeightBytes
 	}
@@ -248,7 +252,7 @@ func Choose(in PolicyInput) (Plan, error) {
 		if err != nil {
 			return Plan{}, err
 		}
-		need := p.Weights + p.Overhead + l.Bytes(in.Model, min(minLoadContext, want))
+		need := p.Weights + p.Overhead + p.Vision + l.Bytes(in.Model, min(minLoadContext, want))
 		return Plan{}, missingError(true, need, p.Reserve, mem)
 	case mem.Pressure == sysmem.Critical:
 		start = len(ladder) - 1
@@ -293,7 +297,7 @@ func Choose(in PolicyInput) (Plan, error) {
 	}
 	p.Context = min(want, p.FitContext)
 	if p.Context < min(minLoadContext, want) {
-		need := p.Weights + p.Overhead + p.Layout.Bytes(in.Model, min(minLoadContext, want))
+		need := p.Weights + p.Overhead + p.Vision + p.Layout.Bytes(in.Model, min(minLoadContext, want))
 		return Plan{}, missingError(false, need, p.Reserve, mem)
 	}
 	p.KVBytes = p.Layout.Bytes(in.Model, p.Context)

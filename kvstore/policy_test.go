@@ -352,3 +352,31 @@ func TestPolicyAutoContext(t *testing.T) {
 		t.Errorf("1e9: context %d reason %q", p.Context, p.ContextReason)
 	}
 }
+
+// TestPolicyVision: a vision tower's activations (ModelShape.Vision) come out of the free memory and
+// into the peak, and count in what a refused load misses.
+func TestPolicyVision(t *testing.T) {
+	m := qwen3_8b()
+	at := mem(64*gib, 40*gib, sysmem.Normal)
+	plain, err := Choose(PolicyInput{Model: m, NumCtx: 32768, Memory: at})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Vision = 3 * gib
+	v, err := Choose(PolicyInput{Model: m, NumCtx: 32768, Memory: at})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Vision != 3*gib || v.Free != plain.Free-3*gib || v.Peak() != plain.Peak()+3*gib || v.Context != plain.Context {
+		t.Errorf("with 3 GiB of vision: free %d peak %d context %d; without: free %d peak %d context %d", v.Free, v.Peak(), v.Context, plain.Free, plain.Peak(), plain.Context)
+	}
+	// Memory that holds the text model but not its tower's activations as well.
+	tight := mem(64*gib, plain.Weights+plain.Overhead+plain.Reserve+gib, sysmem.Normal)
+	if _, err := Choose(PolicyInput{Model: qwen3_8b(), NumCtx: 4096, Memory: tight}); err != nil {
+		t.Fatalf("without vision: %v", err)
+	}
+	var me *MemoryError
+	if _, err := Choose(PolicyInput{Model: m, NumCtx: 4096, Memory: tight}); !errors.As(err, &me) || me.Need < m.WeightBytes+3*gib {
+		t.Errorf("with vision in memory for the text model only: %v", err)
+	}
+}

@@ -164,13 +164,24 @@ func (c *Quantized) Truncate(n int) error {
 func (c *Quantized) Attend(a Attention) error {
 	return c.rotatedAttend(a, func(a Attention) error {
 		if a.QV != nil {
+			if a.Bidirectional != nil {
+				return fmt.Errorf("kvstore: latent attention with bidirectional spans is not supported")
+			}
 			return attendLatent(c, c.n, a)
 		}
-		if c.exactRows && a.N > 1 {
-			return attendRows(c, c.n, a)
+		if a.Bidirectional != nil {
+			return attendSpans(a, c.n, 0, c.attendPrefix, func(b Attention, _, hi int) error { return attendTiles(c, hi, b) })
 		}
-		return attendTiles(c, c.n, a)
+		return c.attendPrefix(a, c.n)
 	})
+}
+
+// attendPrefix is causal attention for a's rows as the last a.N of the first n positions.
+func (c *Quantized) attendPrefix(a Attention, n int) error {
+	if c.exactRows && a.N > 1 {
+		return attendRows(c, n, a)
+	}
+	return attendTiles(c, n, a)
 }
 
 // tile implements tiler: dequantize head's keys and values at positions [from, to) of one block.

@@ -100,14 +100,25 @@ func (c *Rotating) Attend(a Attention) error {
 	if a.QV != nil {
 		return fmt.Errorf("kvstore: latent attention over a sliding window is not supported")
 	}
-	return c.rotatedAttend(a, c.attend)
+	return c.rotatedAttend(a, func(a Attention) error {
+		if a.Bidirectional == nil {
+			return c.attend(a, c.n)
+		}
+		return attendSpans(a, c.n, c.window, c.attend, func(b Attention, lo, hi int) error {
+			if lo < c.lo {
+				return fmt.Errorf("kvstore: a bidirectional span needs position %d, but the sliding window holds %d onwards", lo, c.lo)
+			}
+			return attendTiles(ringView{c, lo}, hi-lo, b)
+		})
+	})
 }
 
-func (c *Rotating) attend(a Attention) error {
-	if a.N <= 0 || a.N > c.n {
-		return fmt.Errorf("kvstore: Attend for %d query rows over a cache of %d positions", a.N, c.n)
+// attend is causal attention for a's rows as the last a.N of the first n positions.
+func (c *Rotating) attend(a Attention, n int) error {
+	if a.N <= 0 || a.N > n || n > c.n {
+		return fmt.Errorf("kvstore: Attend for %d query rows over %d of a cache's %d positions", a.N, n, c.n)
 	}
-	first := c.n - a.N
+	first := n - a.N
 	if lo := max(0, first-(c.window-1)); lo < c.lo {
 		return fmt.Errorf("kvstore: Attend for %d query rows needs position %d, but the sliding window holds %d onwards", a.N, lo, c.lo)
 	}
@@ -117,7 +128,7 @@ func (c *Rotating) attend(a Attention) error {
 		return fmt.Errorf("kvstore: Attend needs %d query and %d output floats for %d rows of %d heads, got %d and %d",
 			a.N*qw, a.N*ow, a.N, a.Heads, len(a.Q), len(a.Out))
 	}
-	// Rows at positions < window see from 0: plain causal attention over [0, c.n) for them.
+	// Rows at positions < window see from 0: plain causal attention over [0, n) for them.
 	head := min(a.N, max(0, c.window-first))
 	if c.exactRows && head > 1 {
 		return c.attendHeadRows(a, first, head)

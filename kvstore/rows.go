@@ -79,9 +79,14 @@ func (c rowCodec) get(dst []float32, s seg, r int) {
 	case Affine:
 		// quant.DequantizeRow's arithmetic (scale*code + bias, rounded after each), with
 		// the codes unpacked straight into dst: this runs once per cached position per
-		// head in every attention call, so 4- and 8-bit rows take the SIMD kernels.
+		// head in every attention call, so 4- and 8-bit rows take the SIMD kernels and
+		// 6-bit rows an unrolled unpack.
 		codes := s.codes[r*c.words : (r+1)*c.words]
 		if dequantFast(dst, codes, h, c.f.Bits, c.f.Group) {
+			return
+		}
+		if c.f.Bits == 6 && c.f.Group%16 == 0 {
+			dequant6(dst, codes, h, c.f.Group)
 			return
 		}
 		quant.Codes(dst, codes, 0, c.f.Bits)

@@ -46,6 +46,13 @@ type storedAttention struct {
 	dt                  mlxDtype // fp16; float32 for a float32 cache, and on MLX's CPU (Backend.wide)
 	fp32                bool     // the cache stores float32 (kvstore.Full's exact reference)
 	window              int      // a sliding window's size; 0 for full attention
+	// sinks, when set, is one logit per query head (float32 [heads], gpt-oss) that joins
+	// each softmax's denominator and is dropped from its output.
+	sinks mlxArray
+	// qv, when set, makes this multi-head latent attention: latent queries (float32,
+	// T × heads·vDim) that score the values, each score being q·k + qv·v (kvstore's
+	// Attention.QV).
+	qv mlxArray
 }
 
 // wrap makes an array of n elements of dt over Go memory at p (cp elements of
@@ -147,7 +154,8 @@ func (s *storedAttention) values(probs mlxArray, v side) mlxArray {
 	return g.matmul(probs, v.data)
 }
 
-// attend is causal grouped-query attention of q (T × heads·kDim, float32) over the
+// attend is causal grouped-query attention of q (T × heads·kDim, float32), with s.sinks
+// and s.qv when set, over the
 // runs and, when k is not null, the step's keys and values k and v ([1, kvHeads, T,
 // dim] float32, at positions n..n+T-1 after the runs' last): the query rows are the
 // last T positions. A query sees the positions up to its own, and with s.window > 0
@@ -159,6 +167,15 @@ func (s *storedAttention) attend(q mlxArray, scale float32, blocks []kvstore.Sto
 	q5 = g.reshape(q5, s.kvHeads, rep, s.T, s.kDim)
 	if spec.K.Rotated {
 		q5 = g.hadamard(q5, s.kDim)
+	}
+	var qv5 mlxArray // latent queries, [kvHeads, rep, T, vDim] and scaled like q5
+	if s.qv != 0 {
+		qv5 = g.astype(g.mul(heads(g, s.qv, s.T, s.heads, s.vDim), g.scalar(scale)), s.dt)
+		qv5 = g.reshape(qv5, s.kvHeads, rep, s.T, s.vDim)
+		if spec.V.Rotated {
+			// They score the values, rotated like them (the rotation keeps dot products).
+			qv5 = g.hadamard(qv5, s.vDim)
+		}
 	}
 	// The runs hold consecutive positions, first..end-1, in order; the step's follow.
 	var ks, vs []side
@@ -189,6 +206,10 @@ func (s *storedAttention) attend(q mlxArray, scale float32, blocks []kvstore.Sto
 	parts := make([]mlxArray, len(ks))
 	for i, kb := range ks {
 		parts[i] = g.astype(s.scores(q5, kb), dtFloat32)
+		if qv5 != 0 {
+			// The latent score: qv against the block's values, read as keys.
+			parts[i] = g.add(parts[i], g.astype(s.scores(qv5, vs[i]), dtFloat32))
+		}
 	}
 	if len(parts) == 0 || n < s.T {
 		return g.fail(fmt.Errorf("metal: attention of %d queries over %d positions", s.T, n))
@@ -207,7 +228,17 @@ func (s *storedAttention) attend(q mlxArray, scale float32, blocks []kvstore.Sto
 			sc = g.where(g.greater(oldest, kp), g.scalar(negInf), sc)
 		}
 	}
-	probs := g.astype(g.softmax(sc, -1), s.dt)
+	var probs mlxArray
+	if s.sinks != 0 {
+		// Each head's sink logit as one more column of its scores ([kvHeads, rep, T, 1]),
+		// its share of the softmax dropped after.
+		sink := g.broadcastTo(g.reshape(s.sinks, s.kvHeads, rep, 1, 1), s.kvHeads, rep, s.T, 1)
+		probs = g.softmax(g.concat(3, sc, sink), -1)
+		probs = g.slice(probs, []int{0, 0, 0, 0}, []int{s.kvHeads, rep, s.T, n})
+	} else {
+		probs = g.softmax(sc, -1)
+	}
+	probs = g.astype(probs, s.dt)
 	var out mlxArray
 	off := 0
 	for i, vb := range vs {

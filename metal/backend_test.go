@@ -205,7 +205,32 @@ func (s source) Tensor(name string) (*safetensors.Tensor, bool) { t, ok := s[nam
 // partly filled, and a truncated layer shrinks under it: attention must not notice,
 // in fp16 or quantized.
 func TestAttentionAcrossBlocks(t *testing.T) {
-	const kvHeads, heads, dim, total = 2, 4, 32, kvstore.BlockTokens + 20 // rows of inputs
+	a := kvstore.AffineFormat
+	specs := []kvstore.Spec{kvstore.SpecF16, {K: a(8, 32), V: a(4, 32)},
+		// The layouts besides K8/V4: rotated keys and/or values (MLX rotates the queries,
+		// the step's rows and the output), groups of 16 (attended in Go), 6 and 5 bits.
+		{K: a(8, 32).Rotate(true), V: a(4, 32)}, {K: a(8, 32), V: a(4, 32).Rotate(true)},
+		{K: a(8, 32).Rotate(true), V: a(4, 32).Rotate(true)}, {K: a(8, 32), V: a(4, 16)},
+		{K: a(8, 32), V: a(6, 32)}, {K: a(8, 32), V: a(5, 32)},
+		// 6-bit keys and values, rotated and not (the CPU backend's fused 6-bit kernels
+		// against MLX's quantized_matmul on the same codes).
+		{K: a(6, 32), V: a(6, 32)}, {K: a(6, 32).Rotate(true), V: a(6, 32).Rotate(true)},
+		{K: kvstore.FormatQ4_0.Rotate(true), V: kvstore.FormatQ4_0.Rotate(true)}}
+	attentionAcrossBlocks(t, 32, specs)
+}
+
+// The policy's layouts at their own groups of 64: K8/V8 and K6h/V6h (its default) and
+// the 4-bit steps, over a head_dim of 64 as qwen3-tiny's.
+func TestAttentionPolicyLayouts(t *testing.T) {
+	a := kvstore.AffineFormat
+	attentionAcrossBlocks(t, 64, []kvstore.Spec{{K: a(8, 64), V: a(8, 64)},
+		{K: a(6, 64).Rotate(true), V: a(6, 64).Rotate(true)}, {K: a(4, 64), V: a(4, 32)}})
+}
+
+// attentionAcrossBlocks compares MLX with the CPU backend over caches of each spec, 2 KV
+// heads and 4 query heads of dim, appended and truncated across a block's end.
+func attentionAcrossBlocks(t *testing.T, dim int, specs []kvstore.Spec) {
+	const kvHeads, heads, total = 2, 4, kvstore.BlockTokens + 20 // rows of inputs
 	src := source{}
 	put := func(name string, rows, cols int, seed int) {
 		data := make([]byte, 4*rows*cols)
@@ -220,19 +245,11 @@ func TestAttentionAcrossBlocks(t *testing.T) {
 	put("q", total, heads*dim, 1)
 	put("k", total, kvHeads*dim, 2)
 	put("v", total, kvHeads*dim, 3)
-	scale := float32(1 / math.Sqrt(dim))
+	scale := float32(1 / math.Sqrt(float64(dim)))
 	// Runs of positions to append, crossing the block boundary one position at a
 	// time; a negative entry truncates the cache by that many first (a rewind, as
 	// generation does on a shorter prefix match), then appends one.
 	steps := []int{kvstore.BlockTokens - 3, 2, 1, -3, 1, 2, 19}
-	a := kvstore.AffineFormat
-	specs := []kvstore.Spec{kvstore.SpecF16, {K: a(8, 32), V: a(4, 32)},
-		// The layouts besides the default: rotated keys and/or values (MLX rotates the
-		// queries, the step's rows and the output), groups of 16 (attended in Go), 6 and 5 bits.
-		{K: a(8, 32).Rotate(true), V: a(4, 32)}, {K: a(8, 32), V: a(4, 32).Rotate(true)},
-		{K: a(8, 32).Rotate(true), V: a(4, 32).Rotate(true)}, {K: a(8, 32), V: a(4, 16)},
-		{K: a(8, 32), V: a(6, 32)}, {K: a(8, 32), V: a(5, 32)},
-		{K: kvstore.FormatQ4_0.Rotate(true), V: kvstore.FormatQ4_0.Rotate(true)}}
 	for _, spec := range specs {
 		run := func(b compute.Backend) [][]float32 {
 			var cache kvstore.Layer

@@ -183,6 +183,9 @@ type api struct {
 	square        func(res *mlxArray, a mlxArray, s mlxStream) int32
 	logaddexp     func(res *mlxArray, a, b mlxArray, s mlxStream) int32
 	hadamard      func(res *mlxArray, a mlxArray, scale optFloat, s mlxStream) int32
+	maximum       func(res *mlxArray, a, b mlxArray, s mlxStream) int32
+	minimum       func(res *mlxArray, a, b mlxArray, s mlxStream) int32
+	erf           func(res *mlxArray, a mlxArray, s mlxStream) int32
 
 	// MLX's distributed layer (distributed.go); optional, nil in a library without it.
 	distInit  func(res *mlxGroup, strict bool, backend string) int32
@@ -337,6 +340,9 @@ func (a *api) bindings() []binding {
 		{"int mlx_square(mlx_array* res, const mlx_array a, const mlx_stream s)", &a.square, abiAll},
 		{"int mlx_logaddexp(mlx_array* res, const mlx_array a, const mlx_array b, const mlx_stream s)", &a.logaddexp, abiAll},
 		{"int mlx_hadamard_transform(mlx_array* res, const mlx_array a, mlx_optional_float scale, const mlx_stream s)", &a.hadamard, abiAll},
+		{"int mlx_maximum(mlx_array* res, const mlx_array a, const mlx_array b, const mlx_stream s)", &a.maximum, abiAll},
+		{"int mlx_minimum(mlx_array* res, const mlx_array a, const mlx_array b, const mlx_stream s)", &a.minimum, abiAll},
+		{"int mlx_erf(mlx_array* res, const mlx_array a, const mlx_stream s)", &a.erf, abiAll},
 
 		{"int mlx_distributed_init(mlx_distributed_group* res, bool strict, const char* bk)", &a.distInit, abiOptional},
 		{"int mlx_distributed_group_rank(mlx_distributed_group group)", &a.groupRank, abiOptional},

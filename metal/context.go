@@ -257,11 +257,22 @@ func ropeTable(g *graph, x4 mlxArray, r *compute.RoPE, h, T, headDim, offset int
 			cos[p*half+i], sin[p*half+i] = r.CosSin(offset+p, i)
 		}
 	}
-	cs, sn := g.fromFloat32s(cos, 1, 1, T, half), g.fromFloat32s(sin, 1, 1, T, half)
 	x := g.astype(x4, dtFloat32)
-	x1 := g.slice(x, []int{0, 0, 0, 0}, []int{1, h, T, half})
-	x2 := g.slice(x, []int{0, 0, 0, half}, []int{1, h, T, r.Dims})
-	parts := []mlxArray{g.sub(g.mul(x1, cs), g.mul(x2, sn)), g.add(g.mul(x2, cs), g.mul(x1, sn))}
+	var parts []mlxArray
+	if r.Interleaved {
+		// Pairs (2i, 2i+1): the rotated columns as [1, H, T, half, 2].
+		cs, sn := g.fromFloat32s(cos, 1, 1, T, half, 1), g.fromFloat32s(sin, 1, 1, T, half, 1)
+		xr := g.reshape(g.slice(x, []int{0, 0, 0, 0}, []int{1, h, T, r.Dims}), 1, h, T, half, 2)
+		x1 := g.slice(xr, []int{0, 0, 0, 0, 0}, []int{1, h, T, half, 1})
+		x2 := g.slice(xr, []int{0, 0, 0, 0, 1}, []int{1, h, T, half, 2})
+		rot := g.concat(4, g.sub(g.mul(x1, cs), g.mul(x2, sn)), g.add(g.mul(x2, cs), g.mul(x1, sn)))
+		parts = []mlxArray{g.reshape(rot, 1, h, T, r.Dims)}
+	} else {
+		cs, sn := g.fromFloat32s(cos, 1, 1, T, half), g.fromFloat32s(sin, 1, 1, T, half)
+		x1 := g.slice(x, []int{0, 0, 0, 0}, []int{1, h, T, half})
+		x2 := g.slice(x, []int{0, 0, 0, half}, []int{1, h, T, r.Dims})
+		parts = []mlxArray{g.sub(g.mul(x1, cs), g.mul(x2, sn)), g.add(g.mul(x2, cs), g.mul(x1, sn))}
+	}
 	if r.Dims < headDim {
 		parts = append(parts, g.slice(x, []int{0, 0, 0, r.Dims}, []int{1, h, T, headDim}))
 	}
@@ -269,39 +280,66 @@ func ropeTable(g *graph, x4 mlxArray, r *compute.RoPE, h, T, headDim, offset int
 }
 
 func (c *context) Attention(q, k, v compute.Tensor, cache kvstore.Layer, nHeads int, scale float32) compute.Tensor {
-	a, ok := c.args(q, k, v)
+	return c.attention("Attention", q, k, v, cache, nHeads, scale, nil, nil)
+}
+
+// AttentionSinks implements compute.SinkAttentionContext (gpt-oss): Attention whose
+// softmaxes each have their head's sink logit in the denominator.
+func (c *context) AttentionSinks(q, k, v compute.Tensor, cache kvstore.Layer, nHeads int, scale float32, sinks compute.Vector) compute.Tensor {
+	sv, ok := sinks.(*vector)
+	if !ok || sv.n != nHeads {
+		return c.fail("AttentionSinks: want %d sink logits as a Metal vector, got %T of %d", nHeads, sinks, sinks.Len())
+	}
+	return c.attention("AttentionSinks", q, k, v, cache, nHeads, scale, sv, nil)
+}
+
+// attention appends k and v to cache and attends over it with q: the plain attention,
+// with sinks (one logit per query head) or latent queries qv (T × heads·vDim, multi-head
+// latent attention) when they are not nil.
+func (c *context) attention(op string, q, k, v compute.Tensor, cache kvstore.Layer, nHeads int, scale float32, sinks *vector, qv compute.Tensor) compute.Tensor {
+	ts := []compute.Tensor{q, k, v}
+	if qv != nil {
+		ts = append(ts, qv)
+	}
+	a, ok := c.args(ts...)
 	if !ok {
 		return nilTensor
 	}
 	if cache == nil {
-		return c.fail("Attention without a KV cache layer")
+		return c.fail("%s without a KV cache layer", op)
 	}
 	kvHeads, kDim, vDim := cache.Dims()
 	T := a[0].rows
 	if T == 0 || kvHeads <= 0 || a[1].rows != T || a[2].rows != T || nHeads <= 0 || nHeads%kvHeads != 0 ||
 		a[0].cols != nHeads*kDim || a[1].cols != kvHeads*kDim || a[2].cols != kvHeads*vDim {
-		return c.fail("Attention: q %d×%d, k %d×%d, v %d×%d do not fit %d heads over a cache of %d KV heads of %d/%d dims",
-			a[0].rows, a[0].cols, a[1].rows, a[1].cols, a[2].rows, a[2].cols, nHeads, kvHeads, kDim, vDim)
+		return c.fail("%s: q %d×%d, k %d×%d, v %d×%d do not fit %d heads over a cache of %d KV heads of %d/%d dims",
+			op, a[0].rows, a[0].cols, a[1].rows, a[1].cols, a[2].rows, a[2].cols, nHeads, kvHeads, kDim, vDim)
+	}
+	var qvt *tensor
+	if qv != nil {
+		qvt = a[3]
+		if qvt.rows != T || qvt.cols != nHeads*vDim {
+			return c.fail("%s: latent queries of %d×%d for %d rows of %d heads of %d", op, qvt.rows, qvt.cols, T, nHeads, vDim)
+		}
 	}
 	key := layerKey(cache)
 	return c.record(T, nHeads*vDim, func(g *graph) mlxArray {
+		var qva mlxArray
+		if qvt != nil {
+			qva = g.float32Array(qvt.arr)
+		}
 		src, inPlace := cache.(kvstore.BlockSource)
 		if t, ok := cache.(interface{ Target() kvstore.Spec }); ok && inPlace {
 			inPlace = readable(t.Target().K) && readable(t.Target().V)
 		}
 		if !inPlace {
-			return c.attendOnCPU(g, a[0], a[1], a[2], cache, nHeads, scale)
+			return c.attendOnCPU(g, a[0], a[1], a[2], cache, nHeads, scale, sinks, qva)
 		}
-		s := &storedAttention{g: g, kvHeads: kvHeads, kDim: kDim, vDim: vDim, heads: nHeads, T: T, dt: dtFloat16}
-		if f, ok := cache.(*kvstore.Full); ok && f.FP32() {
-			s.fp32 = true
+		s := c.stored(g, cache, kvHeads, kDim, vDim, nHeads, T)
+		if sinks != nil {
+			s.sinks = sinks.a
 		}
-		if s.fp32 || c.b.wide {
-			s.dt = dtFloat32
-		}
-		if r, ok := cache.(*kvstore.Rotating); ok {
-			s.window = r.Window()
-		}
+		s.qv = qva
 		spec := src.Spec()
 		k2, v2 := g.float32Array(a[1].arr), g.float32Array(a[2].arr)
 		if c.pending[key] > 0 || src.Converts() || !roundable(spec.K) || !roundable(spec.V) {
@@ -312,7 +350,7 @@ func (c *context) Attention(q, k, v compute.Tensor, cache kvstore.Layer, nHeads 
 				return 0
 			}
 			if err := cache.Append(kd, vd, T); err != nil {
-				return g.fail(fmt.Errorf("Attention: %w", err))
+				return g.fail(fmt.Errorf("%s: %w", op, err))
 			}
 			return s.attend(a[0].arr, scale, src.Blocks(), 0, 0, src.Spec())
 		}
@@ -321,6 +359,24 @@ func (c *context) Attention(q, k, v compute.Tensor, cache kvstore.Layer, nHeads 
 		c.pending[key] += T
 		return out
 	})
+}
+
+// stored sets up the attention of T query rows of nHeads heads over cache's blocks:
+// in fp16, or float32 over a float32 cache and on MLX's CPU; a sliding window's mask
+// where the cache keeps one (kvstore.Rotating's ring, or a float32 Full that keeps
+// every position and attends over the window).
+func (c *context) stored(g *graph, cache kvstore.Layer, kvHeads, kDim, vDim, nHeads, T int) *storedAttention {
+	s := &storedAttention{g: g, kvHeads: kvHeads, kDim: kDim, vDim: vDim, heads: nHeads, T: T, dt: dtFloat16}
+	if f, ok := cache.(*kvstore.Full); ok && f.FP32() {
+		s.fp32 = true
+	}
+	if s.fp32 || c.b.wide {
+		s.dt = dtFloat32
+	}
+	if w, ok := cache.(interface{ Window() int }); ok {
+		s.window = max(w.Window(), 0)
+	}
+	return s
 }
 
 // AttentionShared implements compute.SharedKVContext (Gemma 4's KV-shared layers): the
@@ -354,29 +410,23 @@ func (c *context) AttentionShared(q compute.Tensor, cache kvstore.Layer, nHeads 
 			inPlace = readable(t.Target().K) && readable(t.Target().V)
 		}
 		if !inPlace {
-			return c.attendGo(g, qa, T, cache, nHeads, scale)
+			return c.attendGo(g, qa, T, cache, nHeads, scale, nil, 0)
 		}
-		s := &storedAttention{g: g, kvHeads: kvHeads, kDim: kDim, vDim: vDim, heads: nHeads, T: T, dt: dtFloat16}
-		if f, ok := cache.(*kvstore.Full); ok && f.FP32() {
-			s.fp32 = true
-		}
-		if s.fp32 || c.b.wide {
-			s.dt = dtFloat32
-		}
-		if r, ok := cache.(*kvstore.Rotating); ok {
-			s.window = r.Window()
-		}
-		return s.attend(a[0].arr, scale, src.Blocks(), 0, 0, src.Spec())
+		return c.stored(g, cache, kvHeads, kDim, vDim, nHeads, T).attend(a[0].arr, scale, src.Blocks(), 0, 0, src.Spec())
 	})
 }
 
-// attendOnCPU is the path for a layer whose storage MLX does not read (a sliding
-// window's ring): the step's graph so far is evaluated, the layer appends and attends
-// in Go, and the result goes back to the device. It costs one extra evaluation per
-// such layer.
-func (c *context) attendOnCPU(g *graph, q, k, v *tensor, cache kvstore.Layer, nHeads int, scale float32) mlxArray {
+// attendOnCPU is the path for a layer whose storage MLX does not read (not a
+// kvstore.BlockSource, or affine groups of 16): the step's graph so far is evaluated, the layer appends and attends in Go,
+// and the result goes back to the device. It costs one extra evaluation per such layer.
+// sinks and qv (float32, evaluated with the queries) are attendGo's.
+func (c *context) attendOnCPU(g *graph, q, k, v *tensor, cache kvstore.Layer, nHeads int, scale float32, sinks *vector, qv mlxArray) mlxArray {
 	qa, ka, va := g.float32Array(q.arr), g.float32Array(k.arr), g.float32Array(v.arr)
-	c.flushAppends(g, qa, ka, va)
+	extra := []mlxArray{qa, ka, va}
+	if qv != 0 {
+		extra = append(extra, qv)
+	}
+	c.flushAppends(g, extra...)
 	kd, vd := g.read(ka), g.read(va)
 	if g.err != nil {
 		return 0
@@ -384,24 +434,39 @@ func (c *context) attendOnCPU(g *graph, q, k, v *tensor, cache kvstore.Layer, nH
 	if err := cache.Append(kd, vd, q.rows); err != nil {
 		return g.fail(fmt.Errorf("Attention: %w", err))
 	}
-	return c.attendGo(g, qa, q.rows, cache, nHeads, scale)
+	return c.attendGo(g, qa, q.rows, cache, nHeads, scale, sinks, qv)
 }
 
 // attendGo is the layer's own attention for the last T positions it holds, with the
-// queries of qa (float32, T × heads·kDim).
-func (c *context) attendGo(g *graph, qa mlxArray, T int, cache kvstore.Layer, nHeads int, scale float32) mlxArray {
+// queries of qa (float32, T × heads·kDim), the sink logits of sinks and the latent
+// queries of qv (float32, T × heads·vDim) when they are set.
+func (c *context) attendGo(g *graph, qa mlxArray, T int, cache kvstore.Layer, nHeads int, scale float32, sinks *vector, qv mlxArray) mlxArray {
 	_, _, vDim := cache.Dims()
-	g.eval(qa)
-	qd := g.read(qa)
+	as := []mlxArray{qa}
+	var sa mlxArray
+	if sinks != nil {
+		sa = g.float32Array(sinks.a)
+		as = append(as, sa)
+	}
+	if qv != 0 {
+		as = append(as, qv)
+	}
+	g.eval(as...)
+	att := kvstore.Attention{Q: g.read(qa), N: T, Heads: nHeads, Scale: scale, Threads: runtime.NumCPU()}
+	if sa != 0 {
+		att.Sinks = g.read(sa)
+	}
+	if qv != 0 {
+		att.QV = g.read(qv)
+	}
 	if g.err != nil {
 		return 0
 	}
-	out := make([]float32, T*nHeads*vDim)
-	err := cache.Attend(kvstore.Attention{Q: qd, Out: out, N: T, Heads: nHeads, Scale: scale, Threads: runtime.NumCPU()})
-	if err != nil {
+	att.Out = make([]float32, T*nHeads*vDim)
+	if err := cache.Attend(att); err != nil {
 		return g.fail(fmt.Errorf("Attention: %w", err))
 	}
-	return g.fromFloat32s(out, T, nHeads*vDim)
+	return g.fromFloat32s(att.Out, T, nHeads*vDim)
 }
 
 // flushAppends evaluates extra together with the recorded appends and recurrent

@@ -15,9 +15,12 @@
 // per thread), builds each forward pass's graph lazily and evaluates it with one
 // mlx_eval, and wraps mmapped weights (without copying where Metal accepts the pages;
 // MLX's CPU backend copies them). Attention reads the KV cache where kvstore keeps it,
-// block by block (attend.go), so the cache lives once; the optional operations of the
-// mixture-of-experts, Gemma and Gated DeltaNet layers are built from MLX operations
-// (ext.go: gather_qmm reads only the experts a token picked). LimitsFor maps the memory
+// block by block (attend.go), so the cache lives once, with gpt-oss's sinks as one more
+// softmax column and GLM-4.7-Flash's latent layers scored twice, rotary keys and latents
+// (latent.go); the optional operations of the mixture-of-experts, Gemma and Gated
+// DeltaNet layers are built from MLX operations (ext.go: every router, softmax or
+// DeepSeek's sigmoid, picks on the device, and gather_qmm reads only the experts a
+// token picked, mxfp4 ones included), and so are a vision tower's (vision.go). LimitsFor maps the memory
 // policy's plan to MLX's allocator limits, summed over the loaded models and capped at
 // the GPU's recommended working set.
 //

@@ -16,6 +16,8 @@ import (
 var (
 	_ compute.MoEContext             = (*context)(nil)
 	_ compute.GeGLUMoEContext        = (*context)(nil)
+	_ compute.SigmoidMoEContext      = (*context)(nil)
+	_ compute.ClampedMoEContext      = (*context)(nil)
 	_ compute.SharedKVContext        = (*context)(nil)
 	_ compute.ActivationContext      = (*context)(nil)
 	_ compute.LinearAttentionContext = (*context)(nil)
@@ -31,21 +33,60 @@ func (c *context) Fail(err error) compute.Tensor {
 }
 
 // MoE implements compute.MoEContext. The router picks each token's experts on the
-// device (softmax, top-k by argpartition) and gather_qmm (gather_mm for float weights)
-// multiplies each token by its picked experts' matrices only, so experts nobody picked
-// are never read.
+// device (route: softmax or sigmoid, top-k by argpartition) and gather_qmm (gather_mm
+// for float weights) multiplies each token by its picked experts' matrices only, so
+// experts nobody picked are never read.
 func (c *context) MoE(x, router compute.Tensor, gate, up, down compute.Weight, experts int, r compute.Routing) compute.Tensor {
-	return c.moe(x, router, gate, up, down, experts, r, false)
+	return c.moe(x, router, gate, up, down, experts, r, expertAct{})
 }
 
 // GeGLUMoE implements compute.GeGLUMoEContext: MoE with Gemma 4's GELU-gated experts.
 func (c *context) GeGLUMoE(x, router compute.Tensor, gate, up, down compute.Weight, experts int, r compute.Routing) compute.Tensor {
-	return c.moe(x, router, gate, up, down, experts, r, true)
+	return c.moe(x, router, gate, up, down, experts, r, expertAct{geglu: true})
 }
 
-// moe is MoE, its experts gated by GELU instead of SiLU when geglu; per-expert scales
-// (r.Scales) multiply the picked experts' weights last, as Routing.Select does.
-func (c *context) moe(x, router compute.Tensor, gate, up, down compute.Weight, experts int, r compute.Routing, geglu bool) compute.Tensor {
+// SigmoidMoE implements compute.SigmoidMoEContext: MoE whose router is DeepSeek-V3's
+// (route applies the correction bias, the groups and the scale).
+func (c *context) SigmoidMoE(x, router compute.Tensor, gate, up, down compute.Weight, experts int, r compute.Routing) compute.Tensor {
+	if !r.Sigmoid {
+		return c.fail("SigmoidMoE: the routing is not a sigmoid router")
+	}
+	return c.moe(x, router, gate, up, down, experts, r, expertAct{})
+}
+
+// ClampedMoE implements compute.ClampedMoEContext: MoE with gpt-oss's clamped SwiGLU;
+// each picked expert's rows of the stacks' biases are added to its products
+// (expertProduct).
+func (c *context) ClampedMoE(x, router compute.Tensor, gate, up, down compute.Weight, experts int, r compute.Routing, act compute.ClampedSwiGLU) compute.Tensor {
+	return c.moe(x, router, gate, up, down, experts, r, expertAct{clamped: &act})
+}
+
+// expertAct is the experts' activation of gate and up: SiLU's (SwiGLU) unless one of
+// the others is set.
+type expertAct struct {
+	geglu   bool                   // gelu_tanh(gate)·up (Gemma 4)
+	clamped *compute.ClampedSwiGLU // gpt-oss's
+}
+
+// apply computes the activation of the gate and up products (T × k × 1 × inter).
+func (a expertAct) apply(g *graph, gate, up mlxArray) mlxArray {
+	switch {
+	case a.clamped != nil:
+		// In float32, as compute.ClampedSwiGLU.Apply: min(gate, L)·σ(α·min(gate, L))·
+		// (clamp(up, -L, L) + 1).
+		lim := a.clamped.Limit
+		gt := g.minimum(g.astype(gate, dtFloat32), g.scalar(lim))
+		u := g.maximum(g.minimum(g.astype(up, dtFloat32), g.scalar(lim)), g.scalar(-lim))
+		glu := g.mul(gt, g.sigmoid(g.mul(gt, g.scalar(a.clamped.Alpha))))
+		return g.mul(glu, g.add(u, g.scalar(1)))
+	case a.geglu:
+		return g.mul(geluTanh(g, gate), up)
+	}
+	return g.mul(g.silu(gate), up)
+}
+
+// moe is the mixture of experts whose experts' activation is act.
+func (c *context) moe(x, router compute.Tensor, gate, up, down compute.Weight, experts int, r compute.Routing, act expertAct) compute.Tensor {
 	a, ok := c.args(x, router)
 	if !ok {
 		return nilTensor
@@ -63,29 +104,13 @@ func (c *context) moe(x, router compute.Tensor, gate, up, down compute.Weight, e
 	if err != nil {
 		return c.fail("%v", err)
 	}
-	if r.Sigmoid {
-		return c.fail("MoE: the sigmoid router (DeepSeek-V3, GLM) does not run on the MLX backend yet")
-	}
 	k := r.TopK
 	grp := streamGroup(gw, uw, dw)
 	if grp == nil && (gw.stream != nil || uw.stream != nil || dw.stream != nil) {
 		return c.fail("MoE: %q, %q and %q are not one layer's three streamed expert stacks", gw.name, uw.name, dw.name)
 	}
 	return c.record(T, hidden, func(g *graph) mlxArray {
-		probs := g.softmax(g.astype(rl.arr, dtFloat32), -1)
-		idx := g.argpartition(g.neg(probs), k-1, -1)
-		if k < experts {
-			idx = g.slice(idx, []int{0, 0}, []int{T, k})
-		}
-		scores := g.takeAlong(probs, idx, -1) // T × k
-		if r.NormTopK {
-			scores = g.div(scores, g.sum(scores, -1, true))
-		}
-		if r.Scales != nil {
-			scales := g.reshape(g.fromFloat32s(r.Scales, experts), 1, experts)
-			picked := g.takeAlong(g.mul(g.add(g.mul(probs, g.scalar(0)), g.scalar(1)), scales), idx, -1)
-			scores = g.mul(scores, picked)
-		}
+		idx, scores := route(g, rl.arr, T, experts, r) // T × k each: expert ids, weights
 		xe := g.reshape(g.astype(xs.arr, gw.dt), T, 1, 1, in)
 		product := func(w *weight, x mlxArray) mlxArray { return expertProduct(g, w, x, idx, experts) }
 		if grp != nil {
@@ -102,24 +127,85 @@ func (c *context) moe(x, router compute.Tensor, gate, up, down compute.Weight, e
 			sidx := g.fromData(unsafe.Pointer(&slots[0]), dtUint32, T, k)
 			product = func(w *weight, x mlxArray) mlxArray {
 				a := stacks[w.stream.pos]
-				return g.gatherQMM(x, a[0], a[1], a[2], sidx, w.q.GroupSize, w.q.Bits, string(w.q.Mode))
+				y := g.gatherQMM(x, a[0], a[1], a[2], sidx, w.q.GroupSize, w.q.Bits, string(w.q.Mode))
+				return addExpertBias(g, w, y, idx, experts) // by expert id, not slot
 			}
 		}
-		var h mlxArray
-		if geglu {
-			h = geluTanh(g, product(gw, xe))
-		} else {
-			h = g.silu(product(gw, xe))
-		}
-		h = g.mul(h, product(uw, xe))        // T × k × 1 × inter
-		y := product(dw, g.astype(h, dw.dt)) // T × k × 1 × hidden
+		h := act.apply(g, product(gw, xe), product(uw, xe)) // T × k × 1 × inter
+		y := product(dw, g.astype(h, dw.dt))                // T × k × 1 × hidden
 		y = g.reshape(g.astype(y, dtFloat32), T, k, hidden)
 		return g.sum(g.mul(y, g.reshape(scores, T, k, 1)), 1, false)
 	})
 }
 
+// route picks each token's experts from the router's logits (T × experts) on the
+// device, as compute.Routing.Select does on the host: idx (T × k, uint32) holds the
+// picked experts, in no particular order, and weights (T × k, float32) their weights.
+// Ties between equal scores may pick another of them than Select's lower index.
+func route(g *graph, logits mlxArray, T, experts int, r compute.Routing) (idx, weights mlxArray) {
+	k := r.TopK
+	// topK is the indices of the k largest of v (T × n) along its last axis: the first
+	// k of an argpartition of -v at k-1.
+	topK := func(v mlxArray, k, n int) mlxArray {
+		i := g.argpartition(g.neg(v), k-1, -1)
+		if k < n {
+			i = g.slice(i, []int{0, 0}, []int{T, k})
+		}
+		return i
+	}
+	lg := g.astype(logits, dtFloat32)
+	if r.Sigmoid {
+		scores := g.sigmoid(lg) // T × E, the weights' source
+		choice := scores        // T × E, what the experts are chosen by
+		if r.Bias != nil {
+			choice = g.add(scores, g.reshape(g.fromFloat32s(r.Bias, experts), 1, experts))
+		}
+		if G := r.Groups; G > 1 && experts%G == 0 && r.TopKGroups < G {
+			size := experts / G
+			c3 := g.reshape(choice, T, G, size)
+			// A group's score: the sum of its two best biased scores (T × G).
+			two := g.slice(g.argpartition(g.neg(c3), 1, -1), []int{0, 0, 0}, []int{T, G, 2})
+			gs := g.sum(g.takeAlong(c3, two, -1), -1, false)
+			// The TopKGroups-th best group score (T × 1): groups below it drop out.
+			nth := g.argpartition(g.neg(gs), r.TopKGroups-1, -1)
+			nth = g.slice(nth, []int{0, r.TopKGroups - 1}, []int{T, r.TopKGroups})
+			drop := g.greater(g.takeAlong(gs, nth, -1), gs) // T × G
+			c3 = g.where(g.reshape(drop, T, G, 1), g.scalar(negInf), c3)
+			choice = g.reshape(c3, T, experts)
+		}
+		idx = topK(choice, k, experts)
+		weights = g.takeAlong(scores, idx, -1)
+		if r.NormTopK {
+			weights = g.div(weights, g.add(g.sum(weights, -1, true), g.scalar(1e-20)))
+		}
+		if r.Scale != 0 && r.Scale != 1 {
+			weights = g.mul(weights, g.scalar(r.Scale))
+		}
+		return idx, weights
+	}
+	if r.SoftmaxTopK {
+		// gpt-oss: the k largest logits, then the softmax over those alone.
+		idx = topK(lg, k, experts)
+		weights = g.softmax(g.takeAlong(lg, idx, -1), -1)
+	} else {
+		probs := g.softmax(lg, -1)
+		idx = topK(probs, k, experts)
+		weights = g.takeAlong(probs, idx, -1)
+	}
+	if r.NormTopK {
+		weights = g.div(weights, g.sum(weights, -1, true))
+	}
+	if r.Scales != nil {
+		// Each picked expert's scale: Scales[idx] (take over the flat vector keeps idx's
+		// shape, T × k).
+		weights = g.mul(weights, g.takeAxis(g.fromFloat32s(r.Scales, experts), idx, 0))
+	}
+	return idx, weights
+}
+
 // expertProduct is x (T × 1 × 1 × in) times the expert matrices of w picked by idx
-// (T × k): T × k × 1 × rows.
+// (T × k), plus the picked experts' rows of w's biases when the stack has them
+// ([experts, rows], gpt-oss): T × k × 1 × rows.
 func expertProduct(g *graph, w *weight, x, idx mlxArray, experts int) mlxArray {
 	rows := w.out / experts
 	stack := func(a mlxArray) mlxArray {
@@ -129,14 +215,32 @@ func expertProduct(g *graph, w *weight, x, idx mlxArray, experts int) mlxArray {
 		}
 		return g.reshape(a, experts, rows, shape[1])
 	}
+	var y mlxArray
 	if w.q.Quantized() {
 		var biases mlxArray
 		if w.biases != 0 {
 			biases = stack(w.biases)
 		}
-		return g.gatherQMM(x, stack(w.w), stack(w.scales), biases, idx, w.q.GroupSize, w.q.Bits, string(w.q.Mode))
+		y = g.gatherQMM(x, stack(w.w), stack(w.scales), biases, idx, w.q.GroupSize, w.q.Bits, string(w.q.Mode))
+	} else {
+		y = g.gatherMM(x, g.transpose(stack(w.w), 0, 2, 1), idx)
 	}
-	return g.gatherMM(x, g.transpose(stack(w.w), 0, 2, 1), idx)
+	return addExpertBias(g, w, y, idx, experts)
+}
+
+// addExpertBias adds to y (T × k × 1 × rows, the products of the experts idx picked) each
+// picked expert's row of w's biases ([experts, rows], gpt-oss), when w has them.
+func addExpertBias(g *graph, w *weight, y, idx mlxArray, experts int) mlxArray {
+	if w.bias == 0 {
+		return y
+	}
+	rows := w.out / experts
+	shape := g.shape(idx) // T × k
+	if g.err != nil || len(shape) != 2 {
+		return g.fail(errShape("the experts' picks", shape))
+	}
+	b := g.takeAxis(g.reshape(w.bias, experts, rows), idx, 0) // T × k × rows, float32
+	return g.add(g.astype(y, dtFloat32), g.reshape(b, shape[0], shape[1], 1, rows))
 }
 
 // GeGLU implements compute.ActivationContext: gelu_tanh(gate) * up.

@@ -366,6 +366,13 @@ func (g *graph) exp(a mlxArray) mlxArray    { return g.unary("mlx_exp", g.l.exp,
 func (g *graph) tanh(a mlxArray) mlxArray   { return g.unary("mlx_tanh", g.l.tanh, a) }
 func (g *graph) rsqrt(a mlxArray) mlxArray  { return g.unary("mlx_rsqrt", g.l.rsqrt, a) }
 func (g *graph) square(a mlxArray) mlxArray { return g.unary("mlx_square", g.l.square, a) }
+func (g *graph) maximum(a, b mlxArray) mlxArray {
+	return g.binary("mlx_maximum", g.l.maximum, a, b)
+}
+func (g *graph) erf(a mlxArray) mlxArray { return g.unary("mlx_erf", g.l.erf, a) }
+func (g *graph) minimum(a, b mlxArray) mlxArray {
+	return g.binary("mlx_minimum", g.l.minimum, a, b)
+}
 
 // hadamard is the normalized Walsh–Hadamard transform of the last axis (a power of
 // two long), kvstore.Hadamard's: the rotation of a rotated KV cache's rows.

@@ -17,7 +17,9 @@ import (
 // (its rows of the gate, up and down stacks with their scales and biases, as the CPU
 // backend makes them), and the layer gets expert slots instead: device arrays of
 // the same layout holding a few experts ([slots, out, in] codes, scales, biases per
-// matrix), their number from the weight budget.
+// matrix), their number from the weight budget. Biases beside a stack ([experts, out],
+// gpt-oss) are small and bound whole; each pick adds its expert's row. Stacks in the float
+// modes (mxfp4) have no affine biases and are mapped, not streamed.
 //
 // A streamed MoE evaluates the graph up to its router's top-k and brings the picks to
 // the host (one synchronisation per layer and pass); the picked experts in slots are
@@ -120,7 +122,7 @@ func (st *streamState) free(l *Lib) {
 func (b *Backend) bindStream(src compute.Source, t, scales, biases, bias *safetensors.Tensor, w *weight) (bool, error) {
 	ss, ok := src.(compute.StreamSource)
 	if !ok || ss.Residency() == nil || len(t.Shape) != 3 || t.Shape[0] < 2 || w.q.Mode != quant.Affine || residency.PerHeadStack(w.name) ||
-		scales == nil || biases == nil || bias != nil || len(scales.Shape) != 3 || len(biases.Shape) != 3 {
+		scales == nil || biases == nil || len(scales.Shape) != 3 || len(biases.Shape) != 3 {
 		return false, nil
 	}
 	experts := t.Shape[0]
@@ -136,6 +138,18 @@ func (b *Backend) bindStream(src compute.Source, t, scales, biases, bias *safete
 		}
 		s.segs[i] = residency.Segment{Path: p, Off: off, Len: int64(len(ft.Data))}
 		s.cols[i], s.dts[i] = ft.Shape[2], dt
+	}
+	if bias != nil {
+		// The experts' biases ([experts, rows], gpt-oss) are small: bound whole, not
+		// streamed, and each pick adds its expert's row (addExpertBias).
+		err := b.graph(func(g *graph) error {
+			w.bias = g.reshape(g.astype(b.tensor(g, bias, mapped(src)), dtFloat32), w.out)
+			b.bind(g, w.bias)
+			return nil
+		})
+		if err != nil {
+			return false, err
+		}
 	}
 	prefix := w.name
 	if i := strings.LastIndexByte(prefix, '.'); i >= 0 {

@@ -68,6 +68,11 @@ type LoadOptions struct {
 	// at most DecodeRows rows (model.SetDecodeLoan).
 	DecodeLoan int64
 	DecodeRows int
+	// ImagePixels, when positive, lowers the pixel budget of the model's image processor to
+	// at most that many pixels an image (never below its own minimum): the memory plan's
+	// choice when encoding the largest image the checkpoint allows does not fit
+	// (model.VisionMemory). Images are then resized smaller than transformers would.
+	ImagePixels int
 }
 
 // FP32Cache is a KVCache that keeps keys and values in float32 (reference tests).
@@ -212,6 +217,14 @@ func LoadModel(dir string, o LoadOptions) (*Engine, error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	if v := m.Vision(); v != nil && o.ImagePixels > 0 {
+		if p := v.Processor(); p.Kind == "qwen" && o.ImagePixels < p.MaxPixels {
+			// The processor is the model's own: preprocessing, token counts and the passes'
+			// patch budget all read it.
+			p.MaxPixels = max(o.ImagePixels, p.MinPixels)
+			log.Warn("the image pixel budget is lowered to fit memory", "dir", dir, "max_pixels", p.MaxPixels)
+		}
 	}
 	kv := o.KVCache
 	if kv == nil {
@@ -427,7 +440,11 @@ func (e *Engine) Generate(ctx context.Context, req Request, fn func(text string)
 			return nil, err
 		}
 	} else {
-		prompt = e.Tokenizer.Encode(req.Prompt, len(req.Context) == 0)
+		text := req.Prompt
+		if len(req.Images) > 0 {
+			text = e.frameImages(text)
+		}
+		prompt = e.Tokenizer.Encode(text, len(req.Context) == 0)
 	}
 	if len(req.Context) > 0 {
 		prompt = append(slices.Clone(req.Context), prompt...)
@@ -562,7 +579,7 @@ func (e *Engine) chatPrompt(req Request, numCtx int, truncate bool) ([]int32, in
 		tok := v.ImageTokenID()
 		extra := make([]int, len(req.Images))
 		for i, im := range req.Images {
-			extra[i] = max(v.Processor().Tokens(im.W, im.H)-1, 0)
+			extra[i] = max(v.Processor().ImageTokens(im.W, im.H)-1, 0)
 		}
 		size = func(ids []int32) int {
 			n, k := len(ids), 0
@@ -588,6 +605,9 @@ func (e *Engine) chatPrompt(req Request, numCtx int, truncate bool) ([]int32, in
 		s, err := e.Template.Apply(msgs, template.Options{AddGenerationPrompt: true, Tools: req.Tools, Kwargs: req.TemplateKwargs})
 		if err != nil {
 			return nil, err
+		}
+		if len(req.Images) > 0 {
+			s = e.frameImages(s)
 		}
 		return e.Tokenizer.Encode(s, false), nil
 	}

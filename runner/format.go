@@ -39,12 +39,28 @@ type formatVocab struct {
 // engine (the byte trie of ~150K tokens takes a few hundred milliseconds).
 func (e *Engine) ConstrainVocab() *constrain.Vocab {
 	if e.format == nil { // an engine not made by Load
-		return constrain.NewVocab(e.Tokenizer.VocabSize(), e.Tokenizer.TokenBytes, e.eos)
+		return constrain.NewVocab(e.Tokenizer.VocabSize(), e.constrainBytes(), e.eos)
 	}
 	e.format.once.Do(func() {
-		e.format.v = constrain.NewVocab(e.Tokenizer.VocabSize(), e.Tokenizer.TokenBytes, e.eos)
+		e.format.v = constrain.NewVocab(e.Tokenizer.VocabSize(), e.constrainBytes(), e.eos)
 	})
 	return e.format.v
+}
+
+// constrainBytes is the tokenizer's TokenBytes, which leaves special tokens out, with Gemma 4's
+// string marker (a special token, where the tokenizer has it) given its text: a constraint in
+// Gemma 4's tool-call notation (constrain.Schema.Gemma4) writes strings with it.
+func (e *Engine) constrainBytes() func(id int32) ([]byte, bool) {
+	quote, ok := e.Tokenizer.TokenID(constrain.Gemma4Quote)
+	if !ok || !e.Tokenizer.IsSpecial(quote) {
+		return e.Tokenizer.TokenBytes
+	}
+	return func(id int32) ([]byte, bool) {
+		if id == quote {
+			return []byte(constrain.Gemma4Quote), true
+		}
+		return e.Tokenizer.TokenBytes(id)
+	}
 }
 
 type gateState int

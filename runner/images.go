@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,11 +26,11 @@ type featureCache struct {
 	bytes int
 }
 
-// featureCacheSize and featureCacheBytes bound what an engine keeps: 32 images, 256 MiB of
-// features (a 1024×768 image on Qwen3.5-35B-A3B is 6 MiB; a 16-megapixel one 128 MiB).
+// featureCacheSize and featureCacheBytes bound what an engine keeps (model.VisionMemory plans
+// them).
 const (
-	featureCacheSize  = 32
-	featureCacheBytes = 256 << 20
+	featureCacheSize  = model.FeatureCacheImages
+	featureCacheBytes = model.FeatureCacheBytes
 )
 
 func (f *featureCache) get(h [32]byte) (model.Span, bool) {
@@ -137,6 +138,25 @@ func (e *Engine) withImages(ctx context.Context, prompt []int32, images []vision
 		out = append(out, id)
 	}
 	return out, md, st, nil
+}
+
+// frameImages writes each image marker of the rendered text as the model's processor frames an
+// image (model.ImageFramer: Gemma 3's "\n\n<start_of_image><image_soft_token><end_of_image>\n\n"),
+// before tokenizing, so that the text around an image tokenizes as the processor's does; the
+// placeholder token then becomes the image's rows (withImages). Text is unchanged for a model
+// whose template renders the placeholder itself.
+func (e *Engine) frameImages(text string) string {
+	v := e.Model.Vision()
+	f, ok := v.(model.ImageFramer)
+	if !ok {
+		return text
+	}
+	fr := f.ImageFrame()
+	marker, end, image := e.Tokenizer.Token(fr.Marker), e.Tokenizer.Token(fr.End), e.Tokenizer.Token(v.ImageTokenID())
+	if marker == "" || end == "" || image == "" {
+		return text // withImages then finds no placeholder and says so
+	}
+	return strings.ReplaceAll(text, marker, fr.Before+marker+image+end+fr.After)
 }
 
 // imageStats is what withImages did: images encoded (not in the feature cache), and the time.

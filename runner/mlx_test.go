@@ -8,6 +8,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/mlxg/mlxg/internal/quant"
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/metal/mlxtest"
 	"github.com/mlxg/mlxg/registry/create"
@@ -18,7 +19,8 @@ import (
 )
 
 // TestMLXMatchesCPU runs every architecture family on MLX and on the CPU backend, on
-// the same random checkpoint (float32, and MLX-quantized 4-bit g64 and 8-bit g32),
+// the same random checkpoint (float32, and MLX-quantized 4-bit g64 and 8-bit g32;
+// gpt-oss also with mxfp4 experts beside 8-bit weights, as mlx-community ships it),
 // under every KV cache kind the policy makes (float32, fp16, K8/V4 with 8/8 boundary
 // layers, K4/V4, q4_0; Gemma's sliding layers rotate): a prefill in chunks of 16,
 // then decode steps. The logits of every step agree within 1e-4 relative over float
@@ -57,6 +59,9 @@ func TestMLXMatchesCPU(t *testing.T) {
 		{"qwen3_next", randmodel.TinyQwen3Next(512)},
 		{"gemma4", randmodel.TinyGemma4(512)},
 		{"gemma4_moe", randmodel.TinyGemma4MoE(512)},
+		{"gpt_oss", randmodel.TinyGptOss(512)},
+		{"glm4_moe", randmodel.TinyGlm4Moe(512)},
+		{"glm4_moe_lite", randmodel.TinyGlm4MoeLite(512)},
 	}
 	mlx := mlxtest.Opener(t)
 	prompt, steps := modeltest.Tokens(11, 40), 8
@@ -65,10 +70,14 @@ func TestMLXMatchesCPU(t *testing.T) {
 		if err := randmodel.Generate(hf, arch.cfg, randmodel.Options{Seed: 21}); err != nil {
 			t.Fatal(err)
 		}
-		for _, bits := range []int{0, 4, 8} {
+		formats := []create.Options{{}, {Bits: 4, GroupSize: 64}, {Bits: 8, GroupSize: 32}}
+		if arch.name == "gpt_oss" {
+			// As mlx-community ships it: mxfp4 experts, the rest 8-bit.
+			formats = append(formats, create.Options{Bits: 8, GroupSize: 32, Experts: quant.MXFP4})
+		}
+		for _, opts := range formats {
 			dir := filepath.Join(t.TempDir(), "mlx")
-			group := map[int]int{0: 64, 4: 64, 8: 32}[bits]
-			if _, err := create.Convert(context.Background(), hf, dir, create.Options{Bits: bits, GroupSize: group}); err != nil {
+			if _, err := create.Convert(context.Background(), hf, dir, opts); err != nil {
 				t.Fatal(err)
 			}
 			cm, err := model.Load(dir, cpu.New(2))
@@ -85,7 +94,7 @@ func TestMLXMatchesCPU(t *testing.T) {
 			}
 			worstF, worstQ := 0.0, 0.0
 			for _, k := range kvs {
-				name := fmt.Sprintf("%s/q%d/%s", arch.name, bits, k.name)
+				name := fmt.Sprintf("%s/%s/%s", arch.name, formatName(opts), k.name)
 				run := func(m *model.Model) ([]float32, []int32) {
 					caches := kvCaches(t, m, dir, k.spec, k.boundary)
 					logits := modeltest.Forward(t, m, caches, prompt, 16)
@@ -119,8 +128,8 @@ func TestMLXMatchesCPU(t *testing.T) {
 					t.Errorf("%s: greedy tokens %v, the CPU backend's %v", name, gotToks, wantToks)
 				}
 			}
-			t.Logf("%-10s %-9s: largest relative logit difference MLX vs CPU: %.2g over float caches, %.2g over quantized ones",
-				arch.name, map[int]string{0: "float32", 4: "4-bit g64", 8: "8-bit g32"}[bits], worstF, worstQ)
+			t.Logf("%-13s %-24s: largest relative logit difference MLX vs CPU: %.2g over float caches, %.2g over quantized ones",
+				arch.name, formatName(opts), worstF, worstQ)
 			mb.(interface{ Close() error }).Close()
 			mm.Close()
 			cm.Close()
@@ -129,6 +138,17 @@ func TestMLXMatchesCPU(t *testing.T) {
 }
 
 // kvCaches makes the caches of spec (the zero Spec: float32) with boundary layers at 8/8.
+// formatName names a conversion in TestMLXMatchesCPU's messages.
+func formatName(o create.Options) string {
+	switch {
+	case o.Experts != "":
+		return fmt.Sprintf("%s experts, %d-bit g%d", o.Experts, o.Bits, o.GroupSize)
+	case o.Bits == 0:
+		return "float32"
+	}
+	return fmt.Sprintf("%d-bit g%d", o.Bits, o.GroupSize)
+}
+
 func kvCaches(t *testing.T, m *model.Model, dir string, spec kvstore.Spec, boundary int) []kvstore.Layer {
 	t.Helper()
 	if spec == (kvstore.Spec{}) {

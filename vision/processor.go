@@ -22,8 +22,10 @@ type Processor struct {
 	MinPixels, MaxPixels        int
 	Patch, TemporalPatch, Merge int
 
-	// Fixed: the size every image is resized to.
+	// Fixed: the size every image is resized to, and the language-model tokens an image
+	// becomes (the model sets it: Gemma 3's mm_tokens_per_image).
 	Width, Height int
+	Tokens        int
 }
 
 type rawConfig struct {
@@ -41,6 +43,7 @@ type rawConfig struct {
 	PatchSize          int             `json:"patch_size"`
 	TemporalPatchSize  int             `json:"temporal_patch_size"`
 	MergeSize          int             `json:"merge_size"`
+	PanAndScan         *bool           `json:"do_pan_and_scan"`
 }
 
 // LoadProcessor reads a checkpoint folder's image preprocessing.
@@ -100,12 +103,15 @@ func ParseProcessor(b []byte) (*Processor, error) {
 			return nil, fmt.Errorf("%s: patch_size %d, temporal_patch_size %d, merge_size %d, pixels %d..%d are not a usable set",
 				c.ImageProcessorType, p.Patch, p.TemporalPatch, p.Merge, p.MinPixels, p.MaxPixels)
 		}
-	case "Gemma3ImageProcessor", "Gemma3ImageProcessorFast", "SiglipImageProcessor", "SiglipImageProcessorFast":
+	case "Gemma3ImageProcessor", "Gemma3ImageProcessorFast", "Gemma3ImageProcessorPil", "SiglipImageProcessor", "SiglipImageProcessorFast", "SiglipImageProcessorPil":
 		p.Kind = "fixed"
 		resample = 2
 		p.Width, p.Height = c.Size["width"], c.Size["height"]
 		if p.Width <= 0 || p.Height <= 0 {
 			return nil, fmt.Errorf("%s: size %v has no width and height", c.ImageProcessorType, c.Size)
+		}
+		if c.PanAndScan != nil && *c.PanAndScan {
+			return nil, fmt.Errorf("%s: do_pan_and_scan (crops of wide images as extra images) is not supported", c.ImageProcessorType)
 		}
 	default:
 		return nil, fmt.Errorf("image processor %q is not supported", c.ImageProcessorType)
@@ -156,17 +162,26 @@ type Pixels struct {
 	Grid   [3]int // temporal, height, width in patches (Qwen)
 }
 
-// Tokens is how many language-model tokens an image of w×h pixels becomes (after merging), or 0
-// for a processor whose count the model decides (fixed).
-func (p *Processor) Tokens(w, h int) int {
+// ImageTokens is how many language-model tokens an image of w×h pixels becomes (after merging),
+// or for a fixed-size processor the count its model set (Tokens), 0 when unset.
+func (p *Processor) ImageTokens(w, h int) int {
 	if p.Kind != "qwen" {
-		return 0
+		return p.Tokens
 	}
 	rh, rw, err := SmartResize(h, w, p.Patch*p.Merge, p.MinPixels, p.MaxPixels)
 	if err != nil {
 		return 0
 	}
 	return (rh / (p.Patch * p.Merge)) * (rw / (p.Patch * p.Merge))
+}
+
+// MaxPatches is the most patches (Pixels.Rows) an image becomes: smart_resize keeps the area
+// within MaxPixels, so at most MaxPixels/patch² for Qwen; one row for a fixed-size processor.
+func (p *Processor) MaxPatches() int {
+	if p.Kind != "qwen" {
+		return 1
+	}
+	return p.MaxPixels / (p.Patch * p.Patch)
 }
 
 // Process resizes, rescales, normalises and arranges one image.

@@ -68,9 +68,16 @@ type EngineLoader struct {
 
 // kvLoad is the KV policy's plan for a load and the shape it was made for.
 type kvLoad struct {
-	shape kvstore.ModelShape
-	plan  kvstore.Plan
+	shape  kvstore.ModelShape
+	plan   kvstore.Plan
+	vision model.VisionMemory
+	// imagePixels, when positive, is the pixel budget lowered to fit (runner.LoadOptions.ImagePixels).
+	imagePixels int
 }
+
+// minImagePixels is the least pixel budget the plan lowers a vision model's to before it refuses the load (or
+// a sixteenth of the checkpoint's, if less): a megapixel, 1,024 tokens at Qwen3.5's 32-pixel merged patches.
+const minImagePixels = 1 << 20
 
 // kvPlan reads the model's shape and asks the KV policy for its layout at numCtx, counting freed
 // bytes (models the scheduler would unload first) as available; weights, when positive, is what
@@ -93,6 +100,11 @@ func (l *EngineLoader) kvPlanWith(m *registry.LocalModel, numCtx int, freed int6
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", m.Dir, err)
 	}
+	vm, err := model.VisionMemoryOf(m.Dir)
+	if err != nil {
+		return nil, err
+	}
+	shape.Vision = vm.Activations()
 	if l.Shape != nil {
 		if shape, err = l.Shape(m.Dir, shape, numCtx); err != nil {
 			return nil, fmt.Errorf("%s: %w", m.Dir, err)
@@ -100,10 +112,29 @@ func (l *EngineLoader) kvPlanWith(m *registry.LocalModel, numCtx int, freed int6
 	}
 	adjust(&shape)
 	plan, err := l.KV.PlanFreeing(m.Dir, shape, numCtx, freed)
+	var short *kvstore.MemoryError
+	if vm.Encode > 0 && errors.As(err, &short) {
+		// Encoding the largest image the checkpoint allows does not fit beside the model:
+		// lower the pixel budget, halving it, until it does (as a context is sized from
+		// memory), down to a megapixel or a sixteenth of the checkpoint's budget, whichever
+		// is less; below that the load is refused.
+		for px := vm.MaxPixels / 2; px >= min(minImagePixels, vm.MaxPixels/16); px /= 2 {
+			low, lerr := model.VisionMemoryFor(m.Dir, px)
+			if lerr != nil {
+				return nil, lerr
+			}
+			shape.Vision = low.Activations()
+			if p, perr := l.KV.PlanFreeing(m.Dir, shape, numCtx, freed); perr == nil {
+				l.logger().Warn("encoding the largest image does not fit in memory: the image pixel budget is lowered",
+					"model", m.Dir, "max_pixels", low.MaxPixels, "of", vm.MaxPixels, "encode_peak", low.Encode, "why", err)
+				return &kvLoad{shape: shape, plan: p, vision: low, imagePixels: low.MaxPixels}, nil
+			}
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
-	return &kvLoad{shape: shape, plan: plan}, nil
+	return &kvLoad{shape: shape, plan: plan, vision: vm}, nil
 }
 
 // checkArchitecture refuses, before any memory is planned, a model whose architecture none registered runs
@@ -166,7 +197,7 @@ func (l *EngineLoader) Plan(m *registry.LocalModel, numCtx int, freed int64) (*L
 			return nil, err
 		}
 		return &LoadPlan{Model: m, Context: kv.plan.Context, ContextReason: kv.plan.ContextReason, Size: kv.plan.Weights + kv.plan.KVBytes,
-			Peak: kv.plan.Peak(), KVSpec: kv.plan.Layout.String(), kv: kv}, nil
+			Peak: kv.plan.Peak(), KVSpec: kv.plan.Layout.String(), Vision: kv.vision, kv: kv}, nil
 	}
 	info, err := registry.ReadInfo(m.Dir)
 	if err != nil {
@@ -177,7 +208,12 @@ func (l *EngineLoader) Plan(m *registry.LocalModel, numCtx int, freed int64) (*L
 	}
 	numCtx = min(numCtx, maxUnknownContext)
 	size := m.Size + fp16KV(info, numCtx)
-	return &LoadPlan{Model: m, Context: numCtx, ContextReason: fixedContextReason(numCtx, info.ContextLength), Size: size, Peak: size, KVSpec: "fp16"}, nil
+	vm, err := model.VisionMemoryOf(m.Dir)
+	if err != nil {
+		return nil, err
+	}
+	return &LoadPlan{Model: m, Context: numCtx, ContextReason: fixedContextReason(numCtx, info.ContextLength), Size: size, Peak: size + vm.Activations(),
+		KVSpec: "fp16", Vision: vm}, nil
 }
 
 // maxUnknownContext bounds a num_ctx for a model whose config.json states no maximum, planned without
@@ -304,7 +340,7 @@ func (l *EngineLoader) load(p *LoadPlan, info *registry.ModelInfo, be compute.Ba
 	dir := p.Model.Dir
 	cb := &captureBackend{Backend: be}
 	em := &engineModel{cb: cb, numCtx: p.Context, ctxReason: p.ContextReason, template: info.ChatTemplate, kvSpec: p.KVSpec, size: p.Size, peak: p.Peak,
-		loadPlan: p.kv, backend: be.Name()}
+		loadPlan: p.kv, backend: be.Name(), vision: p.Vision}
 	opts := runner.LoadOptions{Backend: cb, Logger: l.Logger, Prefix: l.Prefix, Parallel: l.Parallel, Context: p.Context,
 		Pipeline: l.Pipeline, WeightBudget: p.WeightBudget, StreamPolicy: l.StreamPolicy,
 		MaxBatch: p.MaxBatch}
@@ -312,6 +348,9 @@ func (l *EngineLoader) load(p *LoadPlan, info *registry.ModelInfo, be compute.Ba
 		// The CPU backend's activations live in the Go heap, whose limit the loan moves; MLX's
 		// are its own.
 		opts.DecodeLoan, opts.DecodeRows = p.DecodeLoan, decodeRows
+	}
+	if p.kv != nil {
+		opts.ImagePixels = p.kv.imagePixels
 	}
 	em.weights = p.Weights
 	if kv := p.kv; kv != nil {
@@ -404,6 +443,8 @@ type engineModel struct {
 	mu sync.RWMutex
 	// weights is the bytes of all the weights (a model in streaming mode holds fewer).
 	weights int64
+	// vision is the plan's vision tower memory (zero for a text model).
+	vision model.VisionMemory
 }
 
 // residency is the model's weight residency manager, nil when its weights are all mapped.
@@ -432,6 +473,10 @@ func (m *engineModel) Info() LoadedInfo {
 		info.Batch = &st
 	}
 	info.Ranks = m.e.Model.Ranks()
+	if m.e.Model.Vision() != nil {
+		v := m.vision
+		info.Vision = &v
+	}
 	if res := m.residency(); res != nil {
 		st := res.Stats()
 		info.Stream, info.Weights = &st, m.weights

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -11,8 +10,7 @@ import (
 	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/api/apitest"
 	"github.com/mlxg/mlxg/internal/testdata"
-	"github.com/mlxg/mlxg/registry"
-	"github.com/mlxg/mlxg/runner/sched"
+	"github.com/mlxg/mlxg/text/constrain/constraintest"
 )
 
 // gemma4Template renders a conversation in Gemma 4's format as Google's guide to function
@@ -109,29 +107,8 @@ func gemma4Tokenizer(t *testing.T, src string) string {
 // and tools.
 func TestGemma4ThroughServer(t *testing.T) {
 	tokDir := gemma4Tokenizer(t, testdata.Tokenizer(t, "gemma3"))
-	dir := filepath.Join(t.TempDir(), "gemma4")
 	scripts := []apitest.Script{{After: "\n", Reply: gemma4Reply}, {After: "<channel|>", Reply: gemma4Answer}}
-	if err := apitest.WriteScripted(dir, tokDir, scripts); err != nil {
-		t.Fatal(err)
-	}
-	raw, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cfg map[string]any
-	if err := json.Unmarshal(raw, &cfg); err != nil {
-		t.Fatal(err)
-	}
-	cfg["chat_template"] = gemma4Template
-	raw, _ = json.Marshal(cfg)
-	if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), raw, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ts := newTestServer(t, sched.Config{})
-	n, _ := registry.ParseName("gemma4")
-	if _, err := ts.srv.cfg.Store.ImportDir(context.Background(), n, dir); err != nil {
-		t.Fatal(err)
-	}
+	ts := serveScripted(t, "gemma4", tokDir, gemma4Template, scripts)
 	tools := `"tools":[{"type":"function","function":{"name":"get_time","description":"Gets the time","parameters":{"type":"object","properties":{}}}}]`
 	check := func(where string, calls []api.ToolCall, thinking, content string) {
 		t.Helper()
@@ -157,18 +134,8 @@ func TestGemma4ThroughServer(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("/api/chat streamed: %d %s", resp.StatusCode, body)
 	}
-	var calls []api.ToolCall
-	var thinking, content strings.Builder
-	for _, line := range strings.Split(strings.TrimSpace(string(body)), "\n") {
-		var c api.ChatResponse
-		if err := json.Unmarshal([]byte(line), &c); err != nil {
-			t.Fatalf("%q: %v", line, err)
-		}
-		calls = append(calls, c.Message.ToolCalls...)
-		thinking.WriteString(c.Message.Thinking)
-		content.WriteString(c.Message.Content)
-	}
-	check("/api/chat streamed", calls, thinking.String(), content.String())
+	calls, thinking, content := streamedChat(t, body)
+	check("/api/chat streamed", calls, thinking, content)
 
 	resp, body = ts.post(t, "/v1/chat/completions", `{"model":"gemma4","stream":true,"reasoning_effort":"low",`+tools+`,"messages":[{"role":"user","content":"Time?"}]}`)
 	if resp.StatusCode != 200 || !strings.Contains(string(body), `"name":"get_time"`) || strings.Contains(string(body), "<|") {
@@ -183,8 +150,39 @@ func TestGemma4ThroughServer(t *testing.T) {
 		t.Errorf("/api/chat without thinking: %+v", cr.Message)
 	}
 
-	// A forced call is not constrained (Gemma 4's call syntax is not JSON): the model calls.
-	resp, body = ts.post(t, "/v1/chat/completions", `{"model":"gemma4","tool_choice":"required",`+tools+`,"messages":[{"role":"user","content":"Time?"}]}`)
+	// A forced call of one tool is constrained in Gemma 4's notation: the call to the named
+	// tool comes, its arguments valid against the tool's schema, whatever the model would
+	// have written (this one's script calls get_time without arguments).
+	twoTools := `"tools":[{"type":"function","function":{"name":"get_time","description":"Gets the time","parameters":{"type":"object","properties":{}}}},` +
+		`{"type":"function","function":{"name":"get_weather","description":"Weather forecast","parameters":` + tcWeatherParams + `}}]`
+	validWeather := constraintest.Validator(t, []byte(tcWeatherParams))
+	for _, think := range []string{"none", "low"} {
+		var r struct {
+			Choices []struct {
+				Message struct {
+					ToolCalls []struct {
+						Function struct{ Name, Arguments string }
+					} `json:"tool_calls"`
+				}
+				FinishReason string `json:"finish_reason"`
+			}
+		}
+		body := `{"model":"gemma4","temperature":0.7,"seed":3,"reasoning_effort":"` + think + `","tool_choice":{"type":"function","function":{"name":"get_weather"}},` +
+			twoTools + `,"messages":[{"role":"user","content":"Weather?"}]}`
+		if code := ts.postJSON(t, "/v1/chat/completions", body, &r); code != 200 || len(r.Choices) != 1 || len(r.Choices[0].Message.ToolCalls) != 1 {
+			t.Fatalf("a forced get_weather (thinking %s): %d %+v", think, code, r)
+		}
+		call := r.Choices[0].Message.ToolCalls[0].Function
+		t.Logf("a forced get_weather (thinking %s): %s(%s)", think, call.Name, call.Arguments)
+		if call.Name != "get_weather" {
+			t.Errorf("a forced get_weather (thinking %s) called %q", think, call.Name)
+		} else if err := validWeather(call.Arguments); err != nil {
+			t.Errorf("a forced get_weather (thinking %s): arguments %s: %v", think, call.Arguments, err)
+		}
+	}
+	// "required" among several tools cannot be one constraint (the name is not JSON): it
+	// runs unconstrained, and this model calls.
+	resp, body = ts.post(t, "/v1/chat/completions", `{"model":"gemma4","tool_choice":"required",`+twoTools+`,"messages":[{"role":"user","content":"Time?"}]}`)
 	if resp.StatusCode != 200 || !strings.Contains(string(body), `"name":"get_time"`) {
 		t.Errorf("/v1/chat/completions with tool_choice required: %d %s", resp.StatusCode, body)
 	}

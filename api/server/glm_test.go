@@ -1,18 +1,12 @@
 package server
 
 import (
-	"context"
-	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/api/apitest"
 	"github.com/mlxg/mlxg/internal/testdata"
-	"github.com/mlxg/mlxg/registry"
-	"github.com/mlxg/mlxg/runner/sched"
 )
 
 // glmTemplate renders a conversation as GLM-4.7's chat template lays it out (its public
@@ -51,29 +45,8 @@ const glmTemplate = `[gMASK]<sop>
 // do not allow: its call has no arguments (text/parser's tests have the arguments).
 func TestGLMThroughServer(t *testing.T) {
 	tokDir := testdata.Tokenizer(t, "qwen3")
-	dir := filepath.Join(t.TempDir(), "glm")
 	reply := "Weather needs a tool</think><tool_call>get_weather</tool_call>"
-	if err := apitest.WriteScripted(dir, tokDir, []apitest.Script{{After: "<think>", Reply: reply}, {After: "\n\n", Reply: "It is sunny."}}); err != nil {
-		t.Fatal(err)
-	}
-	raw, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cfg map[string]any
-	if err := json.Unmarshal(raw, &cfg); err != nil {
-		t.Fatal(err)
-	}
-	cfg["chat_template"] = glmTemplate
-	raw, _ = json.Marshal(cfg)
-	if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), raw, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ts := newTestServer(t, sched.Config{})
-	n, _ := registry.ParseName("glm")
-	if _, err := ts.srv.cfg.Store.ImportDir(context.Background(), n, dir); err != nil {
-		t.Fatal(err)
-	}
+	ts := serveScripted(t, "glm", tokDir, glmTemplate, []apitest.Script{{After: "<think>", Reply: reply}, {After: "\n\n", Reply: "It is sunny."}})
 	tools := `"tools":[{"type":"function","function":{"name":"get_weather","description":"Gets the weather","parameters":{"type":"object","properties":{"city":{"type":"string"},"days":{"type":"integer"}}}}}]`
 	checkCall := func(where string, calls []api.ToolCall, content, thinking string) {
 		t.Helper()
@@ -98,18 +71,8 @@ func TestGLMThroughServer(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("/api/chat streamed: %d %s", resp.StatusCode, body)
 	}
-	var calls []api.ToolCall
-	var content, thinking strings.Builder
-	for _, line := range strings.Split(strings.TrimSpace(string(body)), "\n") {
-		var c api.ChatResponse
-		if err := json.Unmarshal([]byte(line), &c); err != nil {
-			t.Fatalf("%q: %v", line, err)
-		}
-		calls = append(calls, c.Message.ToolCalls...)
-		content.WriteString(c.Message.Content)
-		thinking.WriteString(c.Message.Thinking)
-	}
-	checkCall("/api/chat streamed", calls, content.String(), thinking.String())
+	calls, thinking, content := streamedChat(t, body)
+	checkCall("/api/chat streamed", calls, content, thinking)
 
 	resp, body = ts.post(t, "/v1/chat/completions", `{"model":"glm","stream":true,`+tools+`,"messages":[{"role":"user","content":"Weather in Paris?"}]}`)
 	if resp.StatusCode != 200 || !strings.Contains(string(body), `"name":"get_weather"`) || strings.Contains(string(body), "arg_key") {

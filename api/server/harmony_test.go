@@ -1,18 +1,13 @@
 package server
 
 import (
-	"context"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/api/apitest"
 	"github.com/mlxg/mlxg/internal/testdata"
-	"github.com/mlxg/mlxg/registry"
-	"github.com/mlxg/mlxg/runner/sched"
 )
 
 // harmonyTemplate renders a conversation in OpenAI's harmony format as its public
@@ -61,28 +56,7 @@ const harmonyReply = `<|channel|>commentary to=functions.get_weather <|constrain
 // streamed), with no marker in the content; /api/show reports thinking and tools.
 func TestHarmonyThroughServer(t *testing.T) {
 	tokDir := testdata.Tokenizer(t, "gptoss")
-	dir := filepath.Join(t.TempDir(), "harmony")
-	if err := apitest.WriteScripted(dir, tokDir, []apitest.Script{{After: "assistant", Reply: harmonyReply}}); err != nil {
-		t.Fatal(err)
-	}
-	raw, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cfg map[string]any
-	if err := json.Unmarshal(raw, &cfg); err != nil {
-		t.Fatal(err)
-	}
-	cfg["chat_template"] = harmonyTemplate
-	raw, _ = json.Marshal(cfg)
-	if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), raw, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ts := newTestServer(t, sched.Config{})
-	n, _ := registry.ParseName("harmony")
-	if _, err := ts.srv.cfg.Store.ImportDir(context.Background(), n, dir); err != nil {
-		t.Fatal(err)
-	}
+	ts := serveScripted(t, "harmony", tokDir, harmonyTemplate, []apitest.Script{{After: "assistant", Reply: harmonyReply}})
 	tools := `"tools":[{"type":"function","function":{"name":"get_weather","description":"Gets the weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}]`
 	checkCall := func(where string, calls []api.ToolCall, content string) {
 		t.Helper()
@@ -107,17 +81,8 @@ func TestHarmonyThroughServer(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("/api/chat streamed: %d %s", resp.StatusCode, body)
 	}
-	var calls []api.ToolCall
-	var content strings.Builder
-	for _, line := range strings.Split(strings.TrimSpace(string(body)), "\n") {
-		var c api.ChatResponse
-		if err := json.Unmarshal([]byte(line), &c); err != nil {
-			t.Fatalf("%q: %v", line, err)
-		}
-		calls = append(calls, c.Message.ToolCalls...)
-		content.WriteString(c.Message.Content)
-	}
-	checkCall("/api/chat streamed", calls, content.String())
+	calls, _, content := streamedChat(t, body)
+	checkCall("/api/chat streamed", calls, content)
 
 	resp, body = ts.post(t, "/v1/chat/completions", `{"model":"harmony","stream":true,"reasoning_effort":"low",`+tools+`,"messages":[{"role":"user","content":"Weather in Paris?"}]}`)
 	if resp.StatusCode != 200 || !strings.Contains(string(body), `"name":"get_weather"`) || strings.Contains(string(body), "<|") {
@@ -140,23 +105,7 @@ func TestHarmonyThroughServer(t *testing.T) {
 // the constraint's doing.
 func TestHarmonyConstrained(t *testing.T) {
 	tokDir := testdata.Tokenizer(t, "gptoss")
-	dir := filepath.Join(t.TempDir(), "harmony-think")
-	if err := apitest.WriteScripted(dir, tokDir, []apitest.Script{{After: "assistant", Reply: "<|channel|>analysis<|message|>Think.<|end|>"}}); err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
-	var cfg map[string]any
-	json.Unmarshal(raw, &cfg)
-	cfg["chat_template"] = harmonyTemplate
-	raw, _ = json.Marshal(cfg)
-	if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), raw, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ts := newTestServer(t, sched.Config{})
-	n, _ := registry.ParseName("harmony-think")
-	if _, err := ts.srv.cfg.Store.ImportDir(context.Background(), n, dir); err != nil {
-		t.Fatal(err)
-	}
+	ts := serveScripted(t, "harmony-think", tokDir, harmonyTemplate, []apitest.Script{{After: "assistant", Reply: "<|channel|>analysis<|message|>Think.<|end|>"}})
 	var cr api.ChatResponse
 	format := `{"type":"object","properties":{"ok":{"const":true}},"required":["ok"],"additionalProperties":false}`
 	if ts.postJSON(t, "/api/chat", `{"model":"harmony-think","stream":false,"format":`+format+`,"options":{"num_predict":40},"messages":[{"role":"user","content":"Ok?"}]}`, &cr) != 200 {

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -11,8 +10,6 @@ import (
 	"github.com/mlxg/mlxg/api"
 	"github.com/mlxg/mlxg/api/apitest"
 	"github.com/mlxg/mlxg/internal/testdata"
-	"github.com/mlxg/mlxg/registry"
-	"github.com/mlxg/mlxg/runner/sched"
 )
 
 // mistralTemplate renders a conversation as Mistral's tokenizer v11 lays it out (its public documentation of
@@ -86,29 +83,8 @@ func mistralTokenizer(t *testing.T) string {
 // completions, streamed). The next turn, carrying the call and its result back through a template that
 // requires Mistral's nine-character ids, renders. /api/show reports thinking and tools.
 func TestMistralThroughServer(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "mistral")
 	reply := `[THINK]Weather needs a tool[/THINK][TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}`
-	if err := apitest.WriteScripted(dir, mistralTokenizer(t), []apitest.Script{{After: "[/INST]", Reply: reply}}); err != nil {
-		t.Fatal(err)
-	}
-	raw, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cfg map[string]any
-	if err := json.Unmarshal(raw, &cfg); err != nil {
-		t.Fatal(err)
-	}
-	cfg["chat_template"] = mistralTemplate
-	raw, _ = json.Marshal(cfg)
-	if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), raw, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ts := newTestServer(t, sched.Config{})
-	n, _ := registry.ParseName("mistral")
-	if _, err := ts.srv.cfg.Store.ImportDir(context.Background(), n, dir); err != nil {
-		t.Fatal(err)
-	}
+	ts := serveScripted(t, "mistral", mistralTokenizer(t), mistralTemplate, []apitest.Script{{After: "[/INST]", Reply: reply}})
 	tools := `"tools":[{"type":"function","function":{"name":"get_weather","description":"Gets the weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}]`
 	check := func(where string, calls []api.ToolCall, content, thinking string) {
 		t.Helper()
@@ -135,18 +111,8 @@ func TestMistralThroughServer(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("/api/chat streamed: %d %s", resp.StatusCode, body)
 	}
-	var calls []api.ToolCall
-	var content, thinking strings.Builder
-	for _, line := range strings.Split(strings.TrimSpace(string(body)), "\n") {
-		var c api.ChatResponse
-		if err := json.Unmarshal([]byte(line), &c); err != nil {
-			t.Fatalf("%q: %v", line, err)
-		}
-		calls = append(calls, c.Message.ToolCalls...)
-		content.WriteString(c.Message.Content)
-		thinking.WriteString(c.Message.Thinking)
-	}
-	check("/api/chat streamed", calls, content.String(), thinking.String())
+	calls, thinking, content := streamedChat(t, body)
+	check("/api/chat streamed", calls, content, thinking)
 
 	resp, body = ts.post(t, "/v1/chat/completions", `{"model":"mistral","stream":true,`+tools+`,"messages":[{"role":"user","content":"Weather in Paris?"}]}`)
 	if resp.StatusCode != 200 || !strings.Contains(string(body), `"name":"get_weather"`) || strings.Contains(string(body), "[TOOL_CALLS]") || strings.Contains(string(body), "[THINK]") {

@@ -45,6 +45,9 @@ type LoadPlan struct {
 	WeightBudget     int64
 	Experts, Weights int64
 	Dense            bool
+	// Vision is what the checkpoint's vision tower takes (zero for a text model): its weights,
+	// part of Size, and its activations, part of Peak.
+	Vision model.VisionMemory
 	// MaxBatch, when positive, caps the prompt tokens of a pass (runner.LoadOptions.MaxBatch):
 	// a streamed model's activations are planned for that many rows.
 	MaxBatch int
@@ -156,6 +159,8 @@ type LoadedInfo struct {
 	// Layers and KeptLayers: a dense model's decoder layers streamed, and how many of
 	// them the budget keeps in memory (0, 0 for experts).
 	Layers, KeptLayers int
+	// Vision is the memory of the vision tower the model runs (nil: it reads text only).
+	Vision *model.VisionMemory
 }
 
 // ContextUse is what one request held of a model's context: the tokens in its KV cache at the end

@@ -253,7 +253,7 @@ func (s *Server) handlePs(c *gin.Context) {
 		resp.Models = append(resp.Models, api.ProcessModelResponse{Name: st.Name, Model: st.Name, Size: size,
 			Digest: l.lm.Commit, Details: l.details, ExpiresAt: exp, SizeVRAM: min(info.GPUSize, size),
 			ContextLength: info.ContextLength, ContextReason: info.ContextReason, KVCache: info.KVSpec, PeakSize: st.Size, Batch: processBatch(info), Ranks: processRanks(info),
-			Streaming: processStreaming(info), Draft: info.Draft})
+			Streaming: processStreaming(info), Draft: info.Draft, Vision: processVision(info)})
 	}
 	c.JSON(http.StatusOK, resp)
 }
@@ -264,6 +264,16 @@ func processRanks(info LoadedInfo) []api.ProcessRank {
 		out = append(out, api.ProcessRank{Rank: r.Rank, Host: r.Host, Layers: r.Layers, State: r.State})
 	}
 	return out
+}
+
+// processVision is a loaded model's vision tower memory for /api/ps, nil when it reads text only.
+func processVision(info LoadedInfo) *api.ProcessVision {
+	v := info.Vision
+	if v == nil {
+		return nil
+	}
+	return &api.ProcessVision{Weights: v.Weights, Activations: v.Activations(), EncodePeak: v.Encode, MaxPatches: v.MaxPatches, Features: v.Features,
+		MaxPixels: v.MaxPixels, Lowered: v.MaxPixels < v.CheckpointPixels}
 }
 
 // processStreaming is a loaded model's weight residency for /api/ps, nil when it does not stream.

@@ -45,6 +45,9 @@ func messagesSize(msgs []api.Message) int {
 	n := 0
 	for _, m := range msgs {
 		n += len(m.Content) + len(m.Thinking) + 64
+		for _, im := range m.Images { // a stored conversation keeps its images' bytes
+			n += len(im)
+		}
 		for _, c := range m.ToolCalls {
 			n += len(c.Function.Name) + len(c.Function.Arguments.String()) + 32
 		}
@@ -106,7 +109,11 @@ func responsesMessages(items []openai.InputItem, prior []api.Message) ([]api.Mes
 				role = "system"
 			case "user":
 			case "assistant":
-				out = append(out, api.Message{Role: "assistant", Content: text, Thinking: thinking})
+				// An assistant message may carry input_image parts too (OpenAI's EasyInputMessage takes
+				// any role's content list): they stay where they stood, as a user's do.
+				msg := api.Message{Role: "assistant", Content: text, Thinking: thinking}
+				addImages(&msg, images)
+				out = append(out, msg)
 				thinking = ""
 				continue
 			default:

@@ -83,6 +83,7 @@ func (l *EngineLoader) planStreaming(m *registry.LocalModel, numCtx int, freed i
 	kv.withWeights(budget)
 	p.Context, p.Size, p.Peak, p.KVSpec, p.kv = kv.plan.Context, kv.plan.Weights+kv.plan.KVBytes, kv.plan.Peak(), kv.plan.Layout.String(), kv
 	p.ContextReason = kv.plan.ContextReason
+	p.Vision = kv.vision
 	return p, true, nil
 }
 

@@ -4,7 +4,9 @@ package server
 // "required" (Anthropic's "any") or a named function forces a tool call. A forced call is constrained
 // decoding (text/constrain, as structured outputs are): the answer, after any thinking block, is the
 // model's tool-call syntax around a JSON object {"name": one of the tools, "arguments": a value valid
-// against that tool's parameter schema}, so the tool-call parser (text/parser) reads one call from it.
+// against that tool's parameter schema}, so the tool-call parser (text/parser) reads one call from it
+// (gpt-oss and Gemma 4 write the name in a header of their own and the arguments alone: harmonyToolFormat,
+// gemma4ToolFormat).
 
 import (
 	"bytes"
@@ -160,16 +162,14 @@ func applyToolChoice(tc toolChoice, tools api.Tools) (api.Tools, *toolChoice, er
 // A parameter schema the constraint cannot enforce (a keyword constrain does not support) is relaxed to
 // any JSON object for that tool, rather than refusing a request the model could still answer.
 //
-// Gemma 4's calls are not JSON (<|tool_call>call:NAME{key:<|"|>value<|"|>}<tool_call|>), which the
-// constraint engine cannot express: a forced call there runs unconstrained, the model given the tools
-// and left to call one (no constraint, no error).
+// Gemma 4's calls are not JSON (gemma4ToolFormat).
 func toolCallFormat(tools api.Tools, tc toolChoice, syntax parser.ToolFormat) (*runner.Format, error) {
 	f := &runner.Format{Required: true}
 	if syntax == parser.ToolsHarmony {
 		return harmonyToolFormat(tools, tc)
 	}
 	if syntax == parser.ToolsGemma4 {
-		return nil, nil
+		return gemma4ToolFormat(tools, tc)
 	}
 	argsKey := "arguments"
 	switch syntax {
@@ -245,6 +245,32 @@ func harmonyToolFormat(tools api.Tools, tc toolChoice) (*runner.Format, error) {
 	}
 	return &runner.Format{Schema: sch, Required: true,
 		Prefix: "<|start|>assistant<|channel|>commentary to=functions." + chosen[0].Function.Name + " <|constrain|>json<|message|>"}, nil
+}
+
+// gemma4ToolFormat is a forced call in Gemma 4's syntax,
+// <|tool_call>call:NAME{key:<|"|>value<|"|>}<tool_call|>: the call's header with the one chosen
+// tool's name is forced, and its arguments constrained to the tool's parameter schema in Gemma's
+// notation (constrain.Schema.Gemma4). The name is not JSON, so a choice among several tools
+// ("required" with more than one) cannot be one constraint: that call runs unconstrained, the model
+// given the tools and left to call one.
+func gemma4ToolFormat(tools api.Tools, tc toolChoice) (*runner.Format, error) {
+	var chosen api.Tools
+	for _, t := range tools {
+		if tc.mode != "function" || t.Function.Name == tc.name {
+			chosen = append(chosen, t)
+		}
+	}
+	if len(chosen) != 1 {
+		return nil, nil
+	}
+	sch, err := constrain.Compile(toolParameters(chosen[0]))
+	if err != nil {
+		if sch, err = constrain.Compile(json.RawMessage(`{"type":"object"}`)); err != nil {
+			return nil, fmt.Errorf("tool_choice: the tool-call schema does not compile: %w", err)
+		}
+	}
+	return &runner.Format{Schema: sch.Gemma4(), Required: true,
+		Prefix: "<|tool_call>call:" + chosen[0].Function.Name, Suffix: "<tool_call|>"}, nil
 }
 
 // harmonyFormat fits a constraint to the harmony format: the analysis message (from its <|channel|>

@@ -18,6 +18,7 @@ import (
 	"github.com/mlxg/mlxg/kvstore/sysmem"
 	"github.com/mlxg/mlxg/registry"
 	"github.com/mlxg/mlxg/registry/safetensors"
+	"github.com/mlxg/mlxg/runner/model"
 	"github.com/mlxg/mlxg/runner/residency"
 )
 
@@ -98,7 +99,8 @@ func modelDir(arg string) (string, error) {
 }
 
 // readShape reads the cache shape from config.json and the weights' size from the
-// safetensors headers, without mapping the weights.
+// safetensors headers, without mapping the weights; a vision tower's activations from its
+// config and pixel budget (model.VisionMemoryOf).
 func readShape(dir string) (kvstore.ModelShape, error) {
 	cfg, err := os.ReadFile(filepath.Join(dir, "config.json"))
 	if err != nil {
@@ -118,6 +120,11 @@ func readShape(dir string) (kvstore.ModelShape, error) {
 	if err != nil {
 		return kvstore.ModelShape{}, fmt.Errorf("%s: %w", dir, err)
 	}
+	vm, err := model.VisionMemoryOf(dir)
+	if err != nil {
+		return kvstore.ModelShape{}, err
+	}
+	shape.Vision = vm.Activations()
 	return shape, nil
 }
 
@@ -184,6 +191,17 @@ func printFit(w io.Writer, dir string, m kvstore.ModelShape, mem sysmem.Info, ct
 	fmt.Fprintf(w, "Model     %s\n", dir)
 	fmt.Fprintf(w, "Shape     %s\n", describeShape(m))
 	fmt.Fprintf(w, "Weights   %s\n", ibytes(m.WeightBytes))
+	if vm, err := model.VisionMemoryOf(dir); err == nil && vm.Weights > 0 {
+		fmt.Fprintf(w, "Vision    tower weights %s (part of the weights); images: %s to encode the largest (%s patches) and %s of kept features, in every peak below\n",
+			ibytes(vm.Weights), ibytes(vm.Encode), humanize.Comma(int64(vm.MaxPatches)), ibytes(vm.Features))
+		// Where that does not fit, serve lowers the pixel budget (api/server's plan): say to what.
+		quiet := slog.New(slog.DiscardHandler)
+		loader := &server.EngineLoader{Logger: quiet, KV: &kvstore.Policy{Options: opts, Sensor: sysmem.Fixed(mem), Log: quiet}}
+		if p, err := loader.Plan(&registry.LocalModel{Name: dir, Dir: dir, Size: m.WeightBytes}, ctx, 0); err == nil && p.Vision.MaxPixels < vm.MaxPixels {
+			fmt.Fprintf(w, "          that does not fit now: serve resizes images within %s pixels instead of %s (%s patches, %s to encode)\n",
+				humanize.Comma(int64(p.Vision.MaxPixels)), humanize.Comma(int64(vm.MaxPixels)), humanize.Comma(int64(p.Vision.MaxPatches)), ibytes(p.Vision.Encode))
+		}
+	}
 	fmt.Fprintf(w, "Memory    %s\n\n", mem)
 
 	perToken := func(s kvstore.Spec) (int64, error) {

@@ -1,13 +1,18 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/mlxg/mlxg/internal/testdata"
+	"github.com/mlxg/mlxg/kvstore"
+	"github.com/mlxg/mlxg/kvstore/sysmem"
+	"github.com/mlxg/mlxg/registry/randmodel"
 	"github.com/mlxg/mlxg/registry/safetensors"
+	"github.com/mlxg/mlxg/runner/model"
 )
 
 func runFit(t *testing.T, args ...string) (string, error) {
@@ -121,5 +126,63 @@ func TestFitLatentDir(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestFitVision: a checkpoint with a vision tower shows the tower's weights and what encoding images
+// takes, and its plan's peak counts them (the same checkpoint without its preprocessor_config.json
+// reads text only and plans less).
+func TestFitVision(t *testing.T) {
+	dir := t.TempDir()
+	v := randmodel.TinyQwenVision()
+	if err := randmodel.GenerateQwen35(dir, randmodel.TinyQwen3Next(1000), nil, randmodel.Options{Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := randmodel.AddQwenVision(dir, v, 1); err != nil {
+		t.Fatal(err)
+	}
+	vm, err := model.VisionMemoryOf(dir)
+	if err != nil || vm.Weights <= 0 || vm.MaxPatches != 4096 || vm.Encode <= 0 || vm.Features <= 0 {
+		t.Fatalf("%+v, %v", vm, err)
+	}
+	args := []string{dir, "--ctx", "2048", "--total", "16GiB", "--available", "8GiB"}
+	out, err := runFit(t, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("Vision    tower weights %s (part of the weights); images: %s to encode the largest (4,096 patches) and %s of kept features",
+		ibytes(vm.Weights), ibytes(vm.Encode), ibytes(vm.Features))
+	if !strings.Contains(out, want) {
+		t.Errorf("output lacks %q:\n%s", want, out)
+	}
+	withVision, err := readShape(dir)
+	if err != nil || withVision.Vision != vm.Activations() {
+		t.Fatalf("shape's vision %d, want %d (%v)", withVision.Vision, vm.Activations(), err)
+	}
+	// Memory for the model and half the pixel budget's activations, not the whole budget's.
+	text := withVision
+	text.Vision = 0
+	p0, err := kvstore.Choose(kvstore.PolicyInput{Model: text, NumCtx: 2048, Memory: sysmem.Info{Total: 16 << 30, Available: 8 << 30}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	half, err := model.VisionMemoryFor(dir, vm.MaxPixels/2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tight := p0.Peak() + p0.Reserve + (vm.Activations()+half.Activations())/2
+	out, err = runFit(t, dir, "--ctx", "2048", "--total", "16GiB", "--available", fmt.Sprint(tight))
+	if want := "that does not fit now: serve resizes images within 32,768 pixels instead of 65,536 (2,048 patches"; err != nil || !strings.Contains(out, want) {
+		t.Errorf("tight memory: %v; output lacks %q:\n%s", err, want, out)
+	}
+	if err := os.Remove(filepath.Join(dir, "preprocessor_config.json")); err != nil {
+		t.Fatal(err)
+	}
+	textOnly, err := readShape(dir)
+	if err != nil || textOnly.Vision != 0 {
+		t.Fatalf("without a preprocessor: vision %d (%v)", textOnly.Vision, err)
+	}
+	if out, err := runFit(t, args...); err != nil || strings.Contains(out, "Vision ") {
+		t.Errorf("a text-only checkpoint: %v\n%s", err, out)
 	}
 }

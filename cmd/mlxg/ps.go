@@ -77,12 +77,28 @@ func printPs(out io.Writer, ps *api.ProcessResponse, now time.Time) error {
 		}
 	}
 	for _, m := range ps.Models {
+		if v := m.Vision; v != nil {
+			fmt.Fprintf(out, "%s %s\n", m.Name, visionLine(v))
+		}
+	}
+	for _, m := range ps.Models {
 		if m.ContextReason != "" {
 			fmt.Fprintf(out, "%s context %d: %s\n", m.Name, m.ContextLength, m.ContextReason)
 		}
 	}
 	printDraftModels(out, ps)
 	return printRanks(out, ps)
+}
+
+// visionLine is a model's vision tower memory: "vision tower: 0.9 GB weights, 6.2 GB to encode an
+// image of up to 65,536 patches, 0.3 GB of kept features".
+func visionLine(v *api.ProcessVision) string {
+	line := fmt.Sprintf("vision tower: %s weights, %s to encode an image of up to %s patches, %s of kept features",
+		humanize.Bytes(uint64(v.Weights)), humanize.Bytes(uint64(v.EncodePeak)), humanize.Comma(int64(v.MaxPatches)), humanize.Bytes(uint64(v.Features)))
+	if v.Lowered {
+		line += fmt.Sprintf(" (images resized within %s pixels, lowered to fit memory)", humanize.Comma(int64(v.MaxPixels)))
+	}
+	return line
 }
 
 // streamingLine is a model's weight residency: "streaming: 2.1 of 6.0 GB resident (expert cache

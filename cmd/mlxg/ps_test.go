@@ -16,17 +16,24 @@ func TestPrintPs(t *testing.T) {
 			KVCache: "K8/V4 g64/32", ExpiresAt: now.Add(4 * time.Minute), Draft: "qwen3:0.1b",
 			ContextReason: "sized from memory: the most whose KV (1.1 GiB) fits in half the 2.2 GiB free for KV (the model's maximum is 40960)"},
 		{Name: "org/cpu-model", Digest: "abc", Size: 1_000_000, ContextLength: 4096, KVCache: "fp16",
-			ExpiresAt: now.Add(time.Duration(1<<63 - 1))},
-		{Name: "split", Digest: "d", Size: 100, SizeVRAM: 25, ExpiresAt: now.Add(-time.Second)},
+			ExpiresAt: now.Add(time.Duration(1<<63 - 1)),
+			Vision:    &api.ProcessVision{Weights: 900_000_000, EncodePeak: 6_200_000_000, MaxPatches: 65536, Features: 268_435_456}},
+		{Name: "split", Digest: "d", Size: 100, SizeVRAM: 25, ExpiresAt: now.Add(-time.Second),
+			Vision: &api.ProcessVision{Weights: 1_000_000, EncodePeak: 150_000_000, MaxPatches: 4096, Features: 8_000_000, MaxPixels: 1 << 20, Lowered: true}},
 	}}
 	var b bytes.Buffer
 	if err := printPs(&b, ps, now); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()
+	if strings.Count(out, "vision tower") != 2 || strings.Count(out, "lowered to fit memory") != 1 {
+		t.Errorf("a vision line for other than the one vision model:\n%s", out)
+	}
 	for _, want := range []string{"NAME", "KV CACHE", "qwen3:0.6b", "0123456789ab ", "2.0 GB", "100% GPU", "8192", "K8/V4 g64/32",
 		"4 minutes from now", "100% CPU", "Forever", "75%/25% CPU/GPU", "Stopping...", "qwen3:0.6b is drafted by qwen3:0.1b",
-		"qwen3:0.6b context 8192: sized from memory: the most whose KV"} {
+		"qwen3:0.6b context 8192: sized from memory: the most whose KV",
+		"org/cpu-model vision tower: 900 MB weights, 6.2 GB to encode an image of up to 65,536 patches, 268 MB of kept features\n",
+		"split vision tower: 1.0 MB weights, 150 MB to encode an image of up to 4,096 patches, 8.0 MB of kept features (images resized within 1,048,576 pixels, lowered to fit memory)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}

@@ -551,7 +551,8 @@ func (w *shardWriter) flush() error {
 		return nil
 	}
 	name := fmt.Sprintf(".shard-%05d.safetensors", len(w.files))
-	if err := safetensors.Write(filepath.Join(w.dir, name), w.pending, map[string]string{"format": "mlx"}); err != nil {
+	// Aligned, so that the CPU backend reads every weight in place from the mapping.
+	if err := safetensors.Write(filepath.Join(w.dir, name), safetensors.AlignedOrder(w.pending), map[string]string{"format": "mlx"}); err != nil {
 		return err
 	}
 	var names []string

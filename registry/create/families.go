@@ -63,6 +63,13 @@ import (
 //     (transformers 5's model.language_model.* and lm_head move there), the vision
 //     tower and the multimodal projector are dropped.
 //
+//   - gemma3 (Gemma 3 4B/12B/27B, mlx_vlm/models/gemma3): transformers 5's names
+//     (model.language_model.*, lm_head, model.vision_tower.*, model.multi_modal_projector.*)
+//     move to mlx-vlm's (language_model.model.*, language_model.lm_head, vision_tower.*,
+//     multi_modal_projector.*), older checkpoints' already are; the SigLIP tower's patch
+//     embedding goes channels-last as MLX's Conv2d keeps it, and the tower and projector
+//     stay in float.
+//
 // Other model types (gemma3_text, mistral, ministral3 and phi3 among them, Phi-3's
 // fused qkv_proj and gate_up_proj kept fused as mlx-lm keeps them) convert as they are.
 type family struct {
@@ -96,6 +103,8 @@ func (f family) gemma4() bool {
 // gemma4Wrapped: a Gemma 4 type whose language model is one part of a multimodal model.
 func (f family) gemma4Wrapped() bool { return f.gemma4() && f.modelType != "gemma4_text" }
 func (f family) mistral3() bool      { return f.modelType == "mistral3" }
+
+func (f family) gemma3() bool { return f.modelType == "gemma3" }
 
 func (f family) qwen35() bool { return f.modelType == "qwen3_5" || f.modelType == "qwen3_5_moe" }
 
@@ -135,7 +144,17 @@ func (f family) drop(name string) bool {
 
 // rename is a tensor's MLX name.
 func (f family) rename(name string) string {
-	if !f.qwen35() && !f.gemma4Wrapped() && !f.mistral3() {
+	if f.gemma3() {
+		for _, p := range []string{"vision_tower.", "multi_modal_projector."} {
+			if rest, ok := strings.CutPrefix(name, "model."+p); ok {
+				return p + rest
+			}
+			if strings.HasPrefix(name, p) {
+				return name
+			}
+		}
+	}
+	if !f.qwen35() && !f.gemma4Wrapped() && !f.mistral3() && !f.gemma3() {
 		return name
 	}
 	if f.qwen35() {
@@ -206,6 +225,9 @@ func (f family) jobs(ck *safetensors.Checkpoint, n string, t *safetensors.Tensor
 	if f.qwen35() && n == "model.visual.patch_embed.proj.weight" && len(t.Shape) == 5 {
 		return []job{patchEmbedMLX(t, dt)}
 	}
+	if f.gemma3() && strings.HasSuffix(n, "vision_model.embeddings.patch_embedding.weight") && len(t.Shape) == 4 && t.Shape[1] < t.Shape[3] {
+		return []job{conv2dMLX(t, dt, f.rename(n))}
+	}
 	fused, stacked := ".mlp.experts.", ".mlp.switch_mlp." // qwen3.5's
 	if f.gemma4() {
 		fused, stacked = ".experts.", ".experts.switch_glu."
@@ -240,6 +262,30 @@ func patchEmbedMLX(t *safetensors.Tensor, dt safetensors.DType) job {
 							}
 							fn(((o*T+tt)*H+y)*W+x, row)
 						}
+					}
+				}
+			}
+		}}
+}
+
+// conv2dMLX is a Conv2d kernel, Hugging Face's [out, channels, kh, kw], in MLX's
+// channels-last [out, kh, kw, channels] (a kernel already channels-last has more
+// channels than rows, which Gemma 3's 3 channels of 14×14 patches never do).
+func conv2dMLX(t *safetensors.Tensor, dt safetensors.DType, out string) job {
+	O, C, H, W := t.Shape[0], t.Shape[1], t.Shape[2], t.Shape[3]
+	in := C * H * W
+	return job{out: out, shape: []int{O, H, W, C},
+		rows: func(_, _ int, fn func(r0 int, vals []float32)) {
+			src := make([]float32, O*in)
+			forRows(t, O, in, dt, func(r0 int, vals []float32) { copy(src[r0*in:], vals) })
+			row := make([]float32, C)
+			for o := range O {
+				for y := range H {
+					for x := range W {
+						for c := range C {
+							row[c] = src[o*in+(c*H+y)*W+x]
+						}
+						fn((o*H+y)*W+x, row)
 					}
 				}
 			}
@@ -391,6 +437,9 @@ func (f family) override(module string) (bits, group int, ok bool) {
 	}
 	if f.qwen35() && strings.HasPrefix(module, "vision_tower.") {
 		return 0, 0, true // the vision tower stays in float, as mlx-vlm keeps it
+	}
+	if f.gemma3() && (strings.HasPrefix(module, "vision_tower.") || strings.HasPrefix(module, "multi_modal_projector.")) {
+		return 0, 0, true
 	}
 	if f.gptoss() && strings.HasSuffix(module, "mlp.router") {
 		return 8, 64, true

@@ -252,6 +252,7 @@ var archNames = map[string]string{
 	"qwen3":          "Qwen3ForCausalLM",
 	"qwen3_moe":      "Qwen3MoeForCausalLM",
 	"gemma3_text":    "Gemma3ForCausalLM",
+	"gemma3":         "Gemma3ForConditionalGeneration",
 	"qwen3_next":     "Qwen3NextForCausalLM",
 	"gpt_oss":        "GptOssForCausalLM",
 	"gemma4_text":    "Gemma4ForCausalLM",
@@ -508,7 +509,7 @@ func (c Config) Validate() error {
 		if c.PartialRotary <= 0 || c.PartialRotary > 1 {
 			return errors.New("randmodel: phi3 needs partial_rotary_factor in (0, 1]")
 		}
-	case "gemma3_text":
+	case "gemma3_text", "gemma3":
 		if c.SlidingWindow <= 0 || c.SlidingWindowPattern <= 0 || c.RopeLocalBaseFreq <= 0 || c.QueryPreAttnScalar <= 0 {
 			return errors.New("randmodel: gemma3_text needs sliding_window, sliding_window_pattern, rope_local_base_freq and query_pre_attn_scalar")
 		}
@@ -928,6 +929,9 @@ func (c Config) NumParams() int64 {
 func Generate(dir string, cfg Config, opts Options) error {
 	if err := cfg.Validate(); err != nil {
 		return err
+	}
+	if cfg.Arch == "gemma3" {
+		return generateGemma3(dir, cfg, opts)
 	}
 	if opts.TokenizerDir != "" {
 		if err := checkTokenizer(opts.TokenizerDir, cfg.VocabSize); err != nil {

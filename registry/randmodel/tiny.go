@@ -8,6 +8,7 @@ import "fmt"
 var tinyPresets = map[string]func(vocab int) Config{
 	"qwen3_moe":      TinyMoE,
 	"gemma3_text":    TinyGemma3,
+	"gemma3":         TinyGemma3Multimodal,
 	"qwen3_next":     TinyQwen3Next,
 	"gpt_oss":        TinyGptOss,
 	"gemma4_text":    TinyGemma4,

@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 )
 
 // Write stores tensors (in the given order) and metadata at path atomically: it writes a
 // temporary file beside path, fsyncs it, renames it over path and fsyncs the directory,
-// so a crash leaves either the old file or the complete new one.
+// so a crash leaves either the old file or the complete new one. Writers of weights that
+// are read in place pass their tensors through AlignedOrder first.
 func Write(path string, tensors []Tensor, metadata map[string]string) error {
 	var hdr bytes.Buffer
 	hdr.WriteByte('{')
@@ -110,4 +112,41 @@ func Write(path string, tensors []Tensor, metadata map[string]string) error {
 		d.Close()
 	}
 	return nil
+}
+
+// AlignedOrder returns tensors in an order in which Write puts every tensor at a multiple
+// of its element size, so a reader can use the mapped bytes in place: the given order,
+// except that a tensor whose size is not a multiple of 8 bytes goes after those that are,
+// stably sorted by the largest power of two (up to 8) that divides each size, largest
+// first. (The data section starts at a multiple of 8, and the tensors before any tensor
+// have sizes that are multiples of its class, which its element size divides.) A single
+// misaligned tensor, such as Gemma 4's one-element bfloat16 layer_scalar, would otherwise
+// shift every tensor after it, and the CPU backend copies a misaligned weight into memory
+// of its own.
+func AlignedOrder(tensors []Tensor) []Tensor {
+	class := func(t Tensor) int {
+		n := len(t.Data)
+		switch {
+		case n%8 == 0:
+			return 8
+		case n%4 == 0:
+			return 4
+		case n%2 == 0:
+			return 2
+		}
+		return 1
+	}
+	sorted := true
+	for i := 1; i < len(tensors); i++ {
+		if class(tensors[i]) > class(tensors[i-1]) {
+			sorted = false
+			break
+		}
+	}
+	if sorted {
+		return tensors
+	}
+	out := slices.Clone(tensors)
+	slices.SortStableFunc(out, func(a, b Tensor) int { return class(b) - class(a) })
+	return out
 }

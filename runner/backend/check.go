@@ -359,7 +359,8 @@ func opCases(seed uint64) ([]opCase, error) {
 	// RoPE: plain, partial rotary, yarn (which scales cos and sin), interleaved pairs
 	// (DeepSeek's layout) over part of the head, longrope switching from its short to
 	// its long factors inside the pass (partial, as Phi-4-mini), and a query scale that
-	// changes with the position (Ministral 3).
+	// changes with the position (Ministral 3), also over interleaved pairs (a backend's
+	// per-position path rotates both layouts).
 	const headDim, offset = 32, 7
 	short, long := make([]float64, headDim/4), make([]float64, headDim/4)
 	for i := range short {
@@ -378,6 +379,7 @@ func opCases(seed uint64) ([]opCase, error) {
 		{"RoPE interleaved partial", headDim / 2, compute.RoPEScaling{}, nil, true},
 		{"RoPE longrope", headDim / 2, compute.RoPEScaling{Type: "longrope", OriginalMaxPositions: offset + 2, ShortFactor: short, LongFactor: long}, nil, false},
 		{"RoPE position scale", headDim, compute.RoPEScaling{Type: "yarn", Factor: 4, OriginalMaxPositions: 64}, &compute.PosScale{Beta: 0.1, Period: 3}, false},
+		{"RoPE interleaved position scale", headDim, compute.RoPEScaling{}, &compute.PosScale{Beta: 0.1, Period: 3}, true},
 	} {
 		rope, err := compute.NewRoPE(rc.dims, 10000, rc.s, 256)
 		if err == nil && rc.pos != nil {
@@ -508,11 +510,78 @@ func opCases(seed uint64) ([]opCase, error) {
 			return out, nil
 		}, want, nil})
 	}
+	// AttentionSinks (gpt-oss) over the caches its layers use: full attention in fp16 or
+	// quantized, and a sliding window of 4 (the prefill of 5 already reaches past it) in
+	// fp16 or quantized.
 	sinks := randn(r, heads, 1)
 	src.floats("att.sinks", safetensors.F32, []int{heads}, sinks)
-	sinkWant := attentionSinks(qs, roundTrip(ks, kvstore.SpecF16.K, headDim), roundTrip(vs, kvstore.SpecF16.V, headDim), total, heads, kvHeads, headDim, scale, sinks)
-	cases = append(cases, opCase{"AttentionSinks fp16 cache", []string{"SinkAttentionContext.AttentionSinks"}, tolF16, func(b compute.Backend) ([]float32, error) {
-		if err := compute.Supports[compute.SinkAttentionContext](b, "attention with sinks"); err != nil {
+	for _, kc := range []struct {
+		name   string
+		spec   kvstore.Spec
+		window int
+		tol    Tol
+	}{
+		{"fp16", kvstore.SpecF16, 0, tolF16},
+		{"affine k8/v4", kvstore.Spec{K: kvstore.AffineFormat(8, 32), V: kvstore.AffineFormat(4, 32)}, 0, tolBF16},
+		{"sliding window fp16", kvstore.SpecF16, 4, tolF16},
+		{"sliding window affine k8/v4", kvstore.Spec{K: kvstore.AffineFormat(8, 32), V: kvstore.AffineFormat(4, 32)}, 4, tolBF16},
+		{"sliding window q4_0", kvstore.Spec{K: kvstore.FormatQ4_0, V: kvstore.FormatQ4_0}, 4, tolBF16},
+	} {
+		sinkWant := attentionRef(qs, roundTrip(ks, kc.spec.K, headDim), roundTrip(vs, kc.spec.V, headDim), total, heads, kvHeads, headDim, scale, sinks, kc.window)
+		spec, window := kc.spec, kc.window
+		cases = append(cases, opCase{"AttentionSinks " + kc.name + " cache", []string{"SinkAttentionContext.AttentionSinks"}, kc.tol, func(b compute.Backend) ([]float32, error) {
+			if err := compute.Supports[compute.SinkAttentionContext](b, "attention with sinks"); err != nil {
+				return nil, err
+			}
+			var cache kvstore.Layer
+			var err error
+			switch {
+			case window > 0:
+				cache, err = kvstore.NewRotating(kvHeads, headDim, headDim, window, spec, 0)
+			case spec == kvstore.SpecF16:
+				cache, err = kvstore.NewFull(kvHeads, headDim, headDim, false)
+			default:
+				cache, err = kvstore.NewQuantized(kvHeads, headDim, headDim, spec, 0)
+			}
+			if err != nil {
+				return nil, err
+			}
+			var w [3]compute.Weight
+			for i, name := range []string{"att.q", "att.k", "att.v"} {
+				if w[i], err = b.Weight(src, name, compute.Quant{}); err != nil {
+					return nil, err
+				}
+			}
+			sv, err := b.Vector(src, "att.sinks")
+			if err != nil {
+				return nil, err
+			}
+			var out []float32
+			pos := 0
+			for _, n := range steps {
+				ids := make([]int32, n)
+				for i := range ids {
+					ids[i] = int32(pos + i)
+				}
+				got, err := run(b, func(c compute.Context) compute.Tensor {
+					sc, _ := compute.Ext[compute.SinkAttentionContext](c)
+					return sc.AttentionSinks(c.Embed(w[0], ids), c.Embed(w[1], ids), c.Embed(w[2], ids), cache, heads, scale, sv)
+				})
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, got...)
+				pos += n
+			}
+			return out, nil
+		}, sinkWant, nil})
+	}
+	// AttentionSpans: a prefill of 5 positions whose rows 1 to 3 are one image, then 2 rows
+	// ending an image that began in the prefill's last row (a prefix hit inside an image).
+	spanSteps, spanSets := []int{5, 2}, [][]kvstore.Span{{{Start: 1, End: 4}}, {{Start: 4, End: 7}}}
+	spanWant := attentionSpans(qs, roundTrip(ks, kvstore.SpecF16.K, headDim), roundTrip(vs, kvstore.SpecF16.V, headDim), total, heads, kvHeads, headDim, scale, []kvstore.Span{{Start: 1, End: 4}, {Start: 5, End: 7}})
+	cases = append(cases, opCase{"AttentionSpans fp16 cache", []string{"SpanAttentionContext.AttentionSpans"}, tolF16, func(b compute.Backend) ([]float32, error) {
+		if err := compute.Supports[compute.SpanAttentionContext](b, "attention among an image's tokens"); err != nil {
 			return nil, err
 		}
 		cache, err := kvstore.NewFull(kvHeads, headDim, headDim, false)
@@ -525,20 +594,16 @@ func opCases(seed uint64) ([]opCase, error) {
 				return nil, err
 			}
 		}
-		sv, err := b.Vector(src, "att.sinks")
-		if err != nil {
-			return nil, err
-		}
 		var out []float32
 		pos := 0
-		for _, n := range steps {
+		for k, n := range spanSteps {
 			ids := make([]int32, n)
 			for i := range ids {
 				ids[i] = int32(pos + i)
 			}
 			got, err := run(b, func(c compute.Context) compute.Tensor {
-				sc, _ := compute.Ext[compute.SinkAttentionContext](c)
-				return sc.AttentionSinks(c.Embed(w[0], ids), c.Embed(w[1], ids), c.Embed(w[2], ids), cache, heads, scale, sv)
+				sc, _ := compute.Ext[compute.SpanAttentionContext](c)
+				return sc.AttentionSpans(c.Embed(w[0], ids), c.Embed(w[1], ids), c.Embed(w[2], ids), cache, heads, scale, spanSets[k])
 			})
 			if err != nil {
 				return nil, err
@@ -547,7 +612,7 @@ func opCases(seed uint64) ([]opCase, error) {
 			pos += n
 		}
 		return out, nil
-	}, sinkWant, nil})
+	}, spanWant, nil})
 	// AttentionShared: each step's queries over the cache the step's Attention filled in
 	// the same pass (a KV-shared layer's reading of its source), the same as that attention.
 	sharedWant := attention(qs, roundTrip(ks, kvstore.SpecF16.K, headDim), roundTrip(vs, kvstore.SpecF16.V, headDim), total, steps, heads, kvHeads, headDim, scale)
@@ -648,21 +713,71 @@ func roundTrip(x []float32, f kvstore.Format, dim int) []float32 {
 // attention is the plain causal grouped-query attention of each step's queries over
 // every position appended so far.
 func attention(q, k, v []float32, total int, steps []int, heads, kvHeads, dim int, scale float32) []float32 {
-	return attentionSinks(q, k, v, total, heads, kvHeads, dim, scale, nil)
+	return attentionRef(q, k, v, total, heads, kvHeads, dim, scale, nil, 0)
 }
 
-// attentionSinks is attention with one sink logit per query head joining each softmax's
-// denominator (gpt-oss), or none when sinks is nil.
-func attentionSinks(q, k, v []float32, total, heads, kvHeads, dim int, scale float32, sinks []float32) []float32 {
+// attentionSpans is causal attention in which a row inside one of spans also sees the
+// later rows of its span (the spans as the mask sees them: a span's rows already computed
+// before a pass are left out).
+func attentionSpans(q, k, v []float32, total, heads, kvHeads, dim int, scale float32, spans []kvstore.Span) []float32 {
 	out := make([]float32, total*heads*dim)
 	rep := heads / kvHeads
 	for p := 0; p < total; p++ {
+		end := p + 1
+		for _, s := range spans {
+			if p >= s.Start && p < s.End {
+				end = s.End
+			}
+		}
 		for h := 0; h < heads; h++ {
 			kh := h / rep
 			qv := q[(p*heads+h)*dim : (p*heads+h+1)*dim]
-			scores := make([]float64, p+1)
+			scores := make([]float64, end)
 			m := math.Inf(-1)
-			for j := 0; j <= p; j++ {
+			for j := 0; j < end; j++ {
+				var s float64
+				for d := 0; d < dim; d++ {
+					s += float64(qv[d]) * float64(k[(j*kvHeads+kh)*dim+d])
+				}
+				scores[j] = s * float64(scale)
+				m = max(m, scores[j])
+			}
+			var sum float64
+			for j := range scores {
+				scores[j] = math.Exp(scores[j] - m)
+				sum += scores[j]
+			}
+			o := out[(p*heads+h)*dim : (p*heads+h+1)*dim]
+			for j, s := range scores {
+				for d := 0; d < dim; d++ {
+					o[d] += float32(s / sum * float64(v[(j*kvHeads+kh)*dim+d]))
+				}
+			}
+		}
+	}
+	return out
+}
+
+// attentionRef is attention with one sink logit per query head joining each softmax's
+// denominator (gpt-oss), or none when sinks is nil; with window > 0 position p sees
+// only the window positions ending at p.
+func attentionRef(q, k, v []float32, total, heads, kvHeads, dim int, scale float32, sinks []float32, window int) []float32 {
+	out := make([]float32, total*heads*dim)
+	rep := heads / kvHeads
+	for p := 0; p < total; p++ {
+		first := 0
+		if window > 0 {
+			first = max(0, p-window+1)
+		}
+		for h := 0; h < heads; h++ {
+			kh := h / rep
+			qv := q[(p*heads+h)*dim : (p*heads+h+1)*dim]
+			scores := make([]float64, p+1) // positions before first stay at e^-inf = 0
+			m := math.Inf(-1)
+			for j := range scores {
+				scores[j] = math.Inf(-1)
+			}
+			for j := first; j <= p; j++ {
 				var s float64
 				for d := 0; d < dim; d++ {
 					s += float64(qv[d]) * float64(k[(j*kvHeads+kh)*dim+d])

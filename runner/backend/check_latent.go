@@ -65,29 +65,88 @@ func latentCases(r *rand.Rand, src source) ([]opCase, error) {
 		}, want, nil})
 	}
 
-	// LatentAttention: 4 heads over a latent of 64 and a rotary key of 32, fp16 cache.
+	// LatentAttention: 4 heads over a latent of 64 and a rotary key of 32, in an fp16
+	// cache and an affine one (8-bit rotary keys, 4-bit latents, in groups of 32). The
+	// keys and latents lie on those grids (onGrid), so that a backend quantizing a step's
+	// own rows itself finds the very codes kvstore stores.
 	const lheads, rope, rank, total = 4, 32, 64, 7
 	steps := []int{5, 1, 1}
 	qr, ql := randn(r, total*lheads*rope, 1), randn(r, total*lheads*rank, 0.3)
-	kr, lat := randn(r, total*rope, 1), randn(r, total*rank, 1)
+	kr, err := onGrid(randn(r, total*rope, 1), rope, 8, 32)
+	if err != nil {
+		return nil, err
+	}
+	lat, err := onGrid(randn(r, total*rank, 1), rank, 4, 32)
+	if err != nil {
+		return nil, err
+	}
 	embedded(src, "mla.qr", qr, total, lheads*rope)
 	embedded(src, "mla.ql", ql, total, lheads*rank)
 	embedded(src, "mla.kr", kr, total, rope)
 	embedded(src, "mla.lat", lat, total, rank)
 	scale := float32(1 / math.Sqrt(96))
-	krs, lats := roundTrip(kr, kvstore.SpecF16.K, rope), roundTrip(lat, kvstore.SpecF16.V, rank)
-	want := make([]float32, total*lheads*rank)
+	for _, kc := range []struct {
+		name string
+		spec kvstore.Spec
+		tol  Tol
+	}{
+		{"fp16", kvstore.SpecF16, tolF16},
+		{"affine k8/v4", kvstore.Spec{K: kvstore.AffineFormat(8, 32), V: kvstore.AffineFormat(4, 32)}, tolBF16},
+	} {
+		want := latentAttention(qr, ql, roundTrip(kr, kc.spec.K, rope), roundTrip(lat, kc.spec.V, rank), total, lheads, rope, rank, scale)
+		spec := kc.spec
+		cases = append(cases, opCase{"LatentAttention " + kc.name + " cache", []string{"LatentAttentionContext.LatentAttention"}, kc.tol, func(b compute.Backend) ([]float32, error) {
+			if err := compute.Supports[compute.LatentAttentionContext](b, "latent attention"); err != nil {
+				return nil, err
+			}
+			ws, err := weights(b, src, "mla.qr", "mla.ql", "mla.kr", "mla.lat")
+			if err != nil {
+				return nil, err
+			}
+			var cache kvstore.Layer
+			if spec == kvstore.SpecF16 {
+				cache, err = kvstore.NewFull(1, rope, rank, false)
+			} else {
+				cache, err = kvstore.NewQuantized(1, rope, rank, spec, 0)
+			}
+			if err != nil {
+				return nil, err
+			}
+			var res []float32
+			pos := 0
+			for _, n := range steps {
+				got, err := run(b, func(c compute.Context) compute.Tensor {
+					l, _ := compute.Ext[compute.LatentAttentionContext](c)
+					in := func(i int) compute.Tensor { return rowsIn(c, ws[i], pos, n) }
+					return l.LatentAttention(in(0), in(1), in(2), in(3), cache, lheads, scale)
+				})
+				if err != nil {
+					return nil, err
+				}
+				res = append(res, got...)
+				pos += n
+			}
+			return res, nil
+		}, want, nil})
+	}
+	return cases, nil
+}
+
+// latentAttention is the plain reference of LatentAttention: per position p and head h,
+// softmax over j ≤ p of scale·(qr_h·kr_j + ql_h·lat_j), times lat_j.
+func latentAttention(qr, ql, kr, lat []float32, total, heads, rope, rank int, scale float32) []float32 {
+	want := make([]float32, total*heads*rank)
 	for p := 0; p < total; p++ {
-		for h := 0; h < lheads; h++ {
+		for h := 0; h < heads; h++ {
 			sc := make([]float64, p+1)
 			m := math.Inf(-1)
 			for j := 0; j <= p; j++ {
 				var s float64
 				for d := 0; d < rope; d++ {
-					s += float64(qr[(p*lheads+h)*rope+d]) * float64(krs[j*rope+d])
+					s += float64(qr[(p*heads+h)*rope+d]) * float64(kr[j*rope+d])
 				}
 				for d := 0; d < rank; d++ {
-					s += float64(ql[(p*lheads+h)*rank+d]) * float64(lats[j*rank+d])
+					s += float64(ql[(p*heads+h)*rank+d]) * float64(lat[j*rank+d])
 				}
 				sc[j] = s * float64(scale)
 				m = max(m, sc[j])
@@ -100,39 +159,11 @@ func latentCases(r *rand.Rand, src source) ([]opCase, error) {
 			for d := 0; d < rank; d++ {
 				var o float64
 				for j, s := range sc {
-					o += s * float64(lats[j*rank+d])
+					o += s * float64(lat[j*rank+d])
 				}
-				want[(p*lheads+h)*rank+d] = float32(o / sum)
+				want[(p*heads+h)*rank+d] = float32(o / sum)
 			}
 		}
 	}
-	cases = append(cases, opCase{"LatentAttention fp16 cache", []string{"LatentAttentionContext.LatentAttention"}, tolF16, func(b compute.Backend) ([]float32, error) {
-		if err := compute.Supports[compute.LatentAttentionContext](b, "latent attention"); err != nil {
-			return nil, err
-		}
-		ws, err := weights(b, src, "mla.qr", "mla.ql", "mla.kr", "mla.lat")
-		if err != nil {
-			return nil, err
-		}
-		cache, err := kvstore.NewFull(1, rope, rank, false)
-		if err != nil {
-			return nil, err
-		}
-		var res []float32
-		pos := 0
-		for _, n := range steps {
-			got, err := run(b, func(c compute.Context) compute.Tensor {
-				l, _ := compute.Ext[compute.LatentAttentionContext](c)
-				in := func(i int) compute.Tensor { return rowsIn(c, ws[i], pos, n) }
-				return l.LatentAttention(in(0), in(1), in(2), in(3), cache, lheads, scale)
-			})
-			if err != nil {
-				return nil, err
-			}
-			res = append(res, got...)
-			pos += n
-		}
-		return res, nil
-	}, want, nil})
-	return cases, nil
+	return want
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/mlxg/mlxg/internal/quant"
 	"github.com/mlxg/mlxg/registry/create"
 	"github.com/mlxg/mlxg/registry/randmodel"
 	"github.com/mlxg/mlxg/runner/compute"
@@ -53,6 +54,15 @@ var ModelFormats = []ModelFormat{
 	{"4-bit", create.Options{Bits: 4, GroupSize: 64}, Tol{1e-3, 1e-2}},
 }
 
+// ArchFormats are the further forms of the architectures whose checkpoints ship
+// another format beside those: gpt-oss as mlx-community ships it ("MXFP4-Q8": the
+// stacked experts in mxfp4, the other weights 8-bit), whose expert products run on
+// mxfp4 codes. mxfp4's scales are powers of two and the activations stay float32
+// (compute.Quant's float modes), so the tolerance is the other formats'.
+var ArchFormats = map[string][]ModelFormat{
+	"gpt_oss": {{"mxfp4-q8", create.Options{Bits: 8, GroupSize: 64, Experts: quant.MXFP4}, Tol{1e-3, 1e-2}}},
+}
+
 // TinyModel is the tiny checkpoint of one registered architecture in one format.
 type TinyModel struct {
 	ModelType string      // config.json's model_type, as registered
@@ -73,12 +83,14 @@ func (m TinyModel) Name() string {
 }
 
 // TinyModels writes the tiny checkpoints of every registered architecture
-// (model.Supported) under dir, in every format; the same seed writes the same weights.
-// An architecture randmodel cannot write gets one TinyModel saying so (Uncovered).
+// (model.Supported) under dir, in every format (ModelFormats, and the architecture's
+// ArchFormats); the same seed writes the same weights. An architecture randmodel
+// cannot write gets one TinyModel saying so (Uncovered).
 func TinyModels(dir string, seed uint64) []TinyModel {
 	var out []TinyModel
 	for _, mt := range model.Supported() {
-		out = append(out, TinyModelsOf(filepath.Join(dir, mt), mt, seed, ModelFormats...)...)
+		formats := slices.Concat(ModelFormats, ArchFormats[mt])
+		out = append(out, TinyModelsOf(filepath.Join(dir, mt), mt, seed, formats...)...)
 	}
 	return out
 }

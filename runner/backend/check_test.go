@@ -1,10 +1,12 @@
 package backend
 
 import (
+	"encoding/json"
 	"go/ast"
 	"go/parser"
 	"go/token"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -208,7 +210,7 @@ func TestDoctorChecksCatchAWrongKernel(t *testing.T) {
 // knownUncovered are the registered architectures registry/randmodel cannot write yet,
 // which doctor reports as not covered. Teach randmodel the architecture (and, if Tiny's
 // shape does not fit it, add a preset in registry/randmodel/tiny.go) and remove it here.
-var knownUncovered = []string{"gemma3", "qwen3_5", "qwen3_5_moe"}
+var knownUncovered = []string{"qwen3_5", "qwen3_5_moe"}
 
 // TestDoctorModelCoverage lists the registered architectures without a tiny checkpoint,
 // and fails when that list changes: a newly registered architecture must be covered
@@ -258,7 +260,7 @@ func TestDoctorModelsOnCPU(t *testing.T) {
 			}
 		}
 	}
-	for _, mt := range []string{"llama", "qwen2", "qwen3", "qwen3_moe", "gemma3_text", "qwen3_next", "gemma4_text", "gemma4"} {
+	for _, mt := range []string{"llama", "qwen2", "qwen3", "qwen3_moe", "gemma3_text", "qwen3_next", "gemma4_text", "gemma4", "gpt_oss", "glm4_moe", "glm4_moe_lite"} {
 		if !covered[mt] || !streamed[mt] {
 			t.Errorf("%s: covered %v, streamed %v", mt, covered[mt], streamed[mt])
 		}
@@ -285,5 +287,42 @@ func TestDoctorSameGreedy(t *testing.T) {
 	if n, err := sameGreedy([][]float32{{0, 5, 4}, {2, 1.99, 0}}, want, 1e-2); n != 0 || err == nil ||
 		!strings.Contains(err.Error(), "greedy token 1 of 2 is 1, the reference's 2") {
 		t.Errorf("a clear difference: %d agree, %v", n, err)
+	}
+}
+
+// TestDoctorGptOssMXFP4: doctor checks gpt-oss as mlx-community ships it, the experts
+// in mxfp4 beside 8-bit weights, and that checkpoint has them so.
+func TestDoctorGptOssMXFP4(t *testing.T) {
+	ms := TinyModelsOf(t.TempDir(), "gpt_oss", 5, ArchFormats["gpt_oss"]...)
+	if len(ms) != 1 || ms[0].Err != nil || ms[0].Uncovered != "" {
+		t.Fatalf("%+v", ms)
+	}
+	data, err := os.ReadFile(filepath.Join(ms[0].Dir, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		Quantization map[string]any `json:"quantization"`
+	}
+	if err := json.Unmarshal(data, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	experts := 0
+	for k, v := range cfg.Quantization {
+		if m, ok := v.(map[string]any); ok && m["mode"] == "mxfp4" {
+			if !strings.Contains(k, "mlp.experts.") {
+				t.Errorf("%s is mxfp4, which only the experts should be", k)
+			}
+			experts++
+		}
+	}
+	if experts == 0 || cfg.Quantization["bits"] != float64(8) {
+		t.Fatalf("quantization %v: want 8-bit with mxfp4 experts", cfg.Quantization)
+	}
+	openCPU := func() (compute.Backend, error) { return cpu.New(2), nil }
+	for _, r := range CheckModel(ms[0], openCPU, openCPU, Float32) {
+		if !r.OK() {
+			t.Errorf("%s: %.3g (tolerance %.0e) %v", r.Check, r.RelErr, r.Tol, r.Err)
+		}
 	}
 }

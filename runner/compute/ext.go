@@ -279,6 +279,16 @@ type SinkAttentionContext interface {
 	AttentionSinks(q, k, v Tensor, cache kvstore.Layer, heads int, scale float32, sinks Vector) Tensor
 }
 
+// SpanAttentionContext runs attention in which the rows of given spans see each other in
+// both directions (Gemma 3's image tokens).
+type SpanAttentionContext interface {
+	// AttentionSpans is Context.Attention where a query row inside one of spans (absolute
+	// positions [Start, End), in order and apart, each ending within the cache once this
+	// call's rows are appended) also sees the later positions of its span
+	// (kvstore.Attention.Bidirectional).
+	AttentionSpans(q, k, v Tensor, cache kvstore.Layer, heads int, scale float32, spans []kvstore.Span) Tensor
+}
+
 // ActivationContext holds the elementwise and normalisation variants of Gemma and
 // Qwen3-Next.
 type ActivationContext interface {

@@ -40,8 +40,11 @@ type Backend struct {
 	used   map[int]uint64      // the context (serial) that last asked for each length
 	serial uint64              // contexts made so far
 	ropes  map[*compute.RoPE]*ropeTable
-	slabs  []*slab                // of closed contexts, for the next ones
-	last   atomic.Pointer[weight] // the first weight of the last decode product (warmNext)
+	slabs  []*slab // of closed contexts, for the next ones
+	// live and peak count the floats of activation buffers handed out and not released
+	// (ActivationPeak), whether new or from the pool.
+	live, peak int
+	last       atomic.Pointer[weight] // the first weight of the last decode product (warmNext)
 
 	streams map[*residency.Manager]*streamState // streamed experts by model (stream.go)
 }
@@ -283,6 +286,8 @@ func (b *Backend) alloc(n int) []float32 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.used[n] = b.serial
+	b.live += n
+	b.peak = max(b.peak, b.live)
 	if l := b.free[n]; len(l) > 0 {
 		buf := l[len(l)-1]
 		b.free[n] = l[:len(l)-1]
@@ -296,10 +301,22 @@ func (b *Backend) release(bufs [][]float32) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, buf := range bufs {
+		b.live -= len(buf)
 		if l := b.free[len(buf)]; len(l) < 64 {
 			b.free[len(buf)] = append(l, buf)
 		}
 	}
+}
+
+// ActivationPeak returns the most bytes of activation buffers (each op's result and its scratch) the
+// backend's contexts held at once since the last call, and starts the next count from what they hold now:
+// what a pass's activations cost, for measuring it (the memory plan's estimates are held to it).
+func (b *Backend) ActivationPeak() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p := b.peak
+	b.peak = b.live
+	return 4 * int64(p)
 }
 
 // Recycle takes back a slice that Float32s returned, once the caller is done with it (the

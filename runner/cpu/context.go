@@ -295,7 +295,12 @@ func ropeRows(x *tensor, tab *ropeTable, headDim, half, offset, lo, hi int, inte
 }
 
 func (c *context) Attention(q, k, v compute.Tensor, cache kvstore.Layer, heads int, scale float32) compute.Tensor {
-	return c.attention(q, k, v, cache, heads, scale, nil)
+	return c.attention(q, k, v, cache, heads, scale, nil, nil)
+}
+
+// AttentionSpans implements compute.SpanAttentionContext: kvstore widens the spans' rows.
+func (c *context) AttentionSpans(q, k, v compute.Tensor, cache kvstore.Layer, heads int, scale float32, spans []kvstore.Span) compute.Tensor {
+	return c.attention(q, k, v, cache, heads, scale, nil, spans)
 }
 
 // AttentionSinks implements compute.SinkAttentionContext: kvstore applies the sinks
@@ -305,7 +310,7 @@ func (c *context) AttentionSinks(q, k, v compute.Tensor, cache kvstore.Layer, he
 	if !ok || len(s) != heads {
 		return c.fail("AttentionSinks: want %d sink logits as a CPU vector, got %T of %d", heads, sinks, sinks.Len())
 	}
-	return c.attention(q, k, v, cache, heads, scale, s)
+	return c.attention(q, k, v, cache, heads, scale, s, nil)
 }
 
 // AttentionShared implements compute.SharedKVContext: the cache's own Attend over
@@ -328,7 +333,7 @@ func (c *context) AttentionShared(q compute.Tensor, cache kvstore.Layer, heads i
 	return out
 }
 
-func (c *context) attention(q, k, v compute.Tensor, cache kvstore.Layer, heads int, scale float32, sinks []float32) compute.Tensor {
+func (c *context) attention(q, k, v compute.Tensor, cache kvstore.Layer, heads int, scale float32, sinks []float32, spans []kvstore.Span) compute.Tensor {
 	a, ok := c.args(q, k, v)
 	if !ok {
 		return nilTensor
@@ -343,7 +348,7 @@ func (c *context) attention(q, k, v compute.Tensor, cache kvstore.Layer, heads i
 		return c.fail("Attention: %v", err)
 	}
 	out := c.newTensor(T, heads*vDim)
-	err := cache.Attend(kvstore.Attention{Q: a[0].data, Out: out.data, N: T, Heads: heads, Scale: scale, Threads: c.b.threads, Sinks: sinks})
+	err := cache.Attend(kvstore.Attention{Q: a[0].data, Out: out.data, N: T, Heads: heads, Scale: scale, Threads: c.b.threads, Sinks: sinks, Bidirectional: spans})
 	if err != nil {
 		return c.fail("Attention: %v", err)
 	}

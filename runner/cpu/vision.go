@@ -3,6 +3,7 @@ package cpu
 import (
 	"math"
 
+	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/runner/compute"
 )
 
@@ -150,13 +151,9 @@ func (c *context) BlockAttention(q, k, v compute.Tensor, heads int, scale float3
 							row[j] *= scale
 							mx = max(mx, row[j])
 						}
-						var sum float64
-						for j, v := range row {
-							p := math.Exp(float64(v - mx))
-							row[j] = float32(p)
-							sum += p
-						}
-						inv := float32(1 / sum)
+						// The attention kernels' exponential: an image of n patches takes n² of
+						// them per head and block, most of the tower's time with math.Exp.
+						inv := 1 / kvstore.SoftmaxExp(row, mx)
 						for j := range row {
 							row[j] *= inv
 						}

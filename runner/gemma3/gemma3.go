@@ -1,7 +1,8 @@
-// Package gemma3 is the Gemma 3 text architecture (model_type "gemma3_text": Gemma 3
-// 270M and 1B; and "gemma3", the multimodal 4B, 12B and 27B, whose language model is
-// read from text_config and the language_model.* weights, the vision tower ignored),
-// as transformers' Gemma3ForCausalLM computes it:
+// Package gemma3 is the Gemma 3 architecture (model_type "gemma3_text": Gemma 3 270M
+// and 1B; and "gemma3", the multimodal 4B, 12B and 27B, whose language model is read
+// from text_config and the language_model.* weights, and whose vision tower, when the
+// checkpoint holds it, reads images: vision.go), as transformers' Gemma3ForCausalLM
+// computes it:
 //   - embeddings scaled by sqrt(hidden_size);
 //   - every RMSNorm scales by 1 + w (weights stored around 0), in float32;
 //   - four norms per layer: input, post-attention (on the attention output, before
@@ -115,6 +116,14 @@ func New(l *model.Loader) (model.Network, error) {
 	}
 	n.Norm = l.Vector(base+"norm.weight", h)
 	n.Head = l.HeadAt(head, n.Embed, cfg.VocabSize, h)
+	if cfg.ModelType == "gemma3" {
+		if err := l.Err(); err != nil {
+			return nil, err
+		}
+		if n.Tower, err = newTower(l); err != nil {
+			return nil, err
+		}
+	}
 	return n, nil
 }
 
@@ -193,6 +202,7 @@ type Network struct {
 	Head       compute.Weight
 	Eps        float32
 	SoftCap    float32 // final_logit_softcapping; 0: none
+	Tower      *Tower  // the vision tower and projector (vision.go); nil: text only
 }
 
 // Layer is one decoder layer.
@@ -224,7 +234,8 @@ func (n *Network) ForwardBatch(c compute.Context, b *model.Batch) compute.Tensor
 		return compute.Unsupported(c, "Gemma's norms and GELU")
 	}
 	norm := func(t compute.Tensor, w compute.Vector) compute.Tensor { return x.RMSNormOffset(t, w, 1, n.Eps) }
-	h := x.Scale(c.Embed(n.Embed, b.Tokens()), n.EmbedScale)
+	// Token embeddings are scaled; an image's rows are its projected features as they are.
+	h := b.EmbedWith(c, n.Embed, func(e compute.Tensor) compute.Tensor { return x.Scale(e, n.EmbedScale) })
 	for i, l := range n.Layers {
 		if w := l.Attn.Window; w > 0 {
 			if err := b.CheckWindow(i, w); err != nil {
@@ -253,7 +264,8 @@ func (a *Attention) Forward(c compute.Context, x compute.ActivationContext, in c
 	k := c.Reshape(x.RMSNormOffset(c.Reshape(c.Linear(in, a.K), T*a.KVHeads, hd), a.KNorm, 1, a.Eps), T, a.KVHeads*hd)
 	q = b.RoPE(c, q, a.RoPE, hd)
 	k = b.RoPE(c, k, a.RoPE, hd)
-	return c.Linear(b.Attention(c, q, k, c.Linear(in, a.V), layer, a.Heads, a.Scale), a.O)
+	// An image's rows attend to each other in both directions, on sliding layers too.
+	return c.Linear(b.ImageAttention(c, q, k, c.Linear(in, a.V), layer, a.Heads, a.Scale), a.O)
 }
 
 // NewCaches implements model.CacheMaker: a full-attention cache (fp16, or float32 when

@@ -1,10 +1,8 @@
 package gptoss_test
 
 import (
-	"context"
 	"encoding/binary"
 	"encoding/json"
-	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,58 +28,17 @@ import (
 // internal/quant's arithmetic (MLX's affine and mxfp4 quantizers) in float32, so the
 // weights transformers ran are the ones the converted checkpoint decodes to.
 
-type variant struct {
-	Logits  []float64 `json:"logits"`
-	Greedy  []int32   `json:"greedy"`
-	Margins []float64 `json:"margins"`
-}
-
-type refCase struct {
-	Name     string             `json:"name"`
-	Prompt   []int32            `json:"prompt"`
-	Variants map[string]variant `json:"variants"`
-}
-
-func readRefs(t *testing.T) []refCase {
-	t.Helper()
-	raw, err := os.ReadFile(filepath.Join("testdata", "refs.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var f struct {
-		Cases []refCase `json:"cases"`
-	}
-	if err := json.Unmarshal(raw, &f); err != nil {
-		t.Fatal(err)
-	}
-	if len(f.Cases) == 0 {
-		t.Fatal("testdata/refs.json has no cases")
-	}
-	return f.Cases
-}
-
-// convert makes variant name of the Hugging Face checkpoint hf in the MLX layout.
+// convert makes variant name of the Hugging Face checkpoint hf in the MLX layout: the
+// shared float and affine variants, and gpt-oss's two mxfp4 ones.
 func convert(t *testing.T, hf, name string) string {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), name)
-	var opts create.Options
 	switch name {
-	case "f32":
-	case "q4":
-		opts = create.Options{Bits: 4, GroupSize: 32}
-	case "q8":
-		opts = create.Options{Bits: 8, GroupSize: 32}
 	case "mxfp4": // mlx-community's MXFP4-Q8
-		opts = create.Options{Bits: 8, GroupSize: 64, Experts: quant.MXFP4}
+		return modeltest.ConvertWith(t, hf, name, create.Options{Bits: 8, GroupSize: 64, Experts: quant.MXFP4})
 	case "mxfp4-experts": // OpenAI's layout: experts already in mxfp4, converted as they are
-		hf = openAIMXFP4(t, hf)
-	default:
-		t.Fatalf("unknown variant %q", name)
+		return modeltest.ConvertWith(t, openAIMXFP4(t, hf), name, create.Options{})
 	}
-	if _, err := create.Convert(context.Background(), hf, out, opts); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return modeltest.Convert(t, hf, name)
 }
 
 // openAIMXFP4 writes hf as OpenAI ships gpt-oss: each expert matrix as
@@ -149,70 +106,11 @@ func openAIMXFP4(t *testing.T, hf string) string {
 	return dir
 }
 
-func argmax(x []float32) int32 {
-	best := 0
-	for i, v := range x {
-		if v > x[best] {
-			best = i
-		}
-	}
-	return int32(best)
-}
-
 // TestLogitsAgainstTransformers loads every case's every variant on the CPU backend
-// with float32 caches (the sliding layers' window kept exactly) and checks the prompt's
-// last-position logits within 1e-4 relative (max|got-want| / max|want|) and the greedy
-// tokens, decoded one step at a time through the caches, up to the first step whose
-// reference margin between the two best logits is below 1e-3.
+// with float32 caches (the sliding layers' window kept exactly) and checks it against
+// transformers (modeltest.CheckRef).
 func TestLogitsAgainstTransformers(t *testing.T) {
-	for _, c := range readRefs(t) {
-		hf := filepath.Join("testdata", c.Name)
-		for _, name := range []string{"f32", "q4", "q8", "mxfp4", "mxfp4-experts"} {
-			ref, ok := c.Variants[name]
-			if !ok {
-				t.Fatalf("%s: no reference for %s", c.Name, name)
-			}
-			t.Run(c.Name+"/"+name, func(t *testing.T) {
-				m, err := model.Load(convert(t, hf, name), cpu.New(2))
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer m.Close()
-				caches, err := m.NewCaches(true)
-				if err != nil {
-					t.Fatal(err)
-				}
-				logits, err := m.Forward(context.Background(), c.Prompt, caches, false)
-				if err != nil {
-					t.Fatal(err)
-				}
-				want := make([]float32, len(ref.Logits))
-				for i, v := range ref.Logits {
-					want[i] = float32(v)
-				}
-				if r := modeltest.MaxRel(logits, want); r > 1e-4 || math.IsNaN(r) {
-					t.Errorf("last-position logits differ from transformers' by %.3g relative", r)
-				} else {
-					t.Logf("logits within %.2g of transformers'", r)
-				}
-				var got []int32
-				for step, id := range ref.Greedy {
-					next := argmax(logits)
-					got = append(got, next)
-					if next != id {
-						if ref.Margins[step] < 1e-3 {
-							t.Logf("step %d: %d, transformers %d by a margin of %.2g: not compared further", step, next, id, ref.Margins[step])
-							break
-						}
-						t.Fatalf("greedy tokens %v, transformers %v (margins %v)", got, ref.Greedy[:step+1], ref.Margins[:step+1])
-					}
-					if logits, err = m.Forward(context.Background(), []int32{next}, caches, false); err != nil {
-						t.Fatal(err)
-					}
-				}
-			})
-		}
-	}
+	modeltest.CheckAgainstTransformers(t, cpu.New(2), "runner/gptoss/testdata/ref.py", []string{"f32", "q4", "q8", "mxfp4", "mxfp4-experts"}, convert)
 }
 
 // TestHuggingFaceLayoutRefused: the fused experts of the Hugging Face layout are not

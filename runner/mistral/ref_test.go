@@ -1,13 +1,9 @@
 package mistral_test
 
 import (
-	"context"
-	"path/filepath"
 	"testing"
 
-	"github.com/mlxg/mlxg/registry/create"
 	"github.com/mlxg/mlxg/runner/cpu"
-	"github.com/mlxg/mlxg/runner/model"
 	"github.com/mlxg/mlxg/runner/model/modeltest"
 )
 
@@ -23,27 +19,5 @@ import (
 // TestLogitsAgainstTransformers converts every case with create (f32, q4 and q8 in
 // groups of 32) and checks it against transformers (modeltest.CheckRef).
 func TestLogitsAgainstTransformers(t *testing.T) {
-	for _, c := range modeltest.ReadRefs(t, "runner/mistral/testdata/ref.py") {
-		for _, v := range []struct {
-			name string
-			opts create.Options
-		}{{"f32", create.Options{}}, {"q4", create.Options{Bits: 4, GroupSize: 32}}, {"q8", create.Options{Bits: 8, GroupSize: 32}}} {
-			ref, ok := c.Variants[v.name]
-			if !ok {
-				t.Fatalf("%s: no reference for %s", c.Name, v.name)
-			}
-			t.Run(c.Name+"/"+v.name, func(t *testing.T) {
-				dir := filepath.Join(t.TempDir(), "mlx")
-				if _, err := create.Convert(context.Background(), filepath.Join("testdata", c.Name), dir, v.opts); err != nil {
-					t.Fatal(err)
-				}
-				m, err := model.Load(dir, cpu.New(2))
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer m.Close()
-				modeltest.CheckRef(t, m, c.Prompt, ref)
-			})
-		}
-	}
+	modeltest.CheckAgainstTransformers(t, cpu.New(2), "runner/mistral/testdata/ref.py", []string{"f32", "q4", "q8"}, nil)
 }

@@ -309,6 +309,16 @@ func (b *Batch) Media(s int) *Media { return MediaOf(b.Seqs[s].Caches) }
 // Embed is every row's input embedding: its token's row of w, or for a media id the
 // feature row of the image span that sequence position holds (VisionContext.Input).
 func (b *Batch) Embed(c compute.Context, w compute.Weight) compute.Tensor {
+	return b.EmbedWith(c, w, nil)
+}
+
+// EmbedWith is Embed with f (when not nil) applied to the token rows' embeddings before
+// the image rows join them (Gemma's scaled embeddings, which leave image features as they
+// are).
+func (b *Batch) EmbedWith(c compute.Context, w compute.Weight, f func(compute.Tensor) compute.Tensor) compute.Tensor {
+	if f == nil {
+		f = func(t compute.Tensor) compute.Tensor { return t }
+	}
 	first := -1
 	for i, id := range b.tokens {
 		if id >= MediaBase {
@@ -317,7 +327,7 @@ func (b *Batch) Embed(c compute.Context, w compute.Weight) compute.Tensor {
 		}
 	}
 	if first < 0 {
-		return c.Embed(w, b.tokens)
+		return f(c.Embed(w, b.tokens))
 	}
 	vc, ok := compute.Ext[compute.VisionContext](c)
 	if !ok {
@@ -333,7 +343,7 @@ func (b *Batch) Embed(c compute.Context, w compute.Weight) compute.Tensor {
 			ids[i] = 0
 		}
 	}
-	h := c.Embed(w, ids)
+	h := f(c.Embed(w, ids))
 	_, hidden := h.Dims()
 	var parts []compute.Tensor
 	text := 0 // the first row not yet in parts
@@ -385,4 +395,48 @@ func (b *Batch) MRoPE(c compute.Context, x compute.Tensor, r *compute.RoPE, m *c
 		}
 		return vc.RoPERows(xs, vc.Input(cos, n, half), vc.Input(sin, n, half), headDim)
 	})
+}
+
+// ImageAttention is Attention in which each sequence's image rows see every row of their
+// image, the later ones included (compute.SpanAttentionContext: Gemma 3's bidirectional
+// attention among an image's tokens); other rows see what their causal mask shows. A
+// sequence whose pass holds no image row attends as Attention does.
+func (b *Batch) ImageAttention(c compute.Context, q, k, v compute.Tensor, i, heads int, scale float32) compute.Tensor {
+	return b.Each(c, func(s int) compute.Tensor {
+		spans, err := b.ImageSpans(s)
+		if err != nil {
+			return compute.Fail(c, err)
+		}
+		if spans == nil {
+			return c.Attention(b.Rows(c, q, s), b.Rows(c, k, s), b.Rows(c, v, s), b.Cache(s, i), heads, scale)
+		}
+		sc, ok := compute.Ext[compute.SpanAttentionContext](c)
+		if !ok {
+			return compute.Unsupported(c, "attention among an image's tokens")
+		}
+		return sc.AttentionSpans(b.Rows(c, q, s), b.Rows(c, k, s), b.Rows(c, v, s), b.Cache(s, i), heads, scale, spans)
+	})
+}
+
+// ImageSpans are the positions of sequence s's images that have rows in this pass (nil
+// when none has). An image whose rows this pass begins must end in it too: its rows attend
+// to each other, so prefill never splits an image between passes (runner's chunkEnd).
+func (b *Batch) ImageSpans(s int) ([]kvstore.Span, error) {
+	md := b.Media(s)
+	if md == nil {
+		return nil, nil
+	}
+	lo, hi := b.offsets[s], b.offsets[s]+b.Len(s)
+	var out []kvstore.Span
+	for _, sp := range md.Spans {
+		start, end := sp.Start, sp.Start+sp.N()
+		if end <= lo || start >= hi {
+			continue
+		}
+		if end > hi {
+			return nil, fmt.Errorf("model: the image at positions %d to %d is split between passes (this one ends at %d): its rows attend to each other, so a pass must hold the rest of it", start, end, hi)
+		}
+		out = append(out, kvstore.Span{Start: start, End: end})
+	}
+	return out, nil
 }

@@ -149,6 +149,21 @@ type VisionNetwork interface {
 	ImageTokenID() int32
 }
 
+// ImageFrame is how a processor writes an image into the rendered text before it is
+// tokenized: each Marker the chat template rendered becomes Before, Marker, the image's
+// placeholder token (which its rows then replace), End, After. Gemma 3's: "\n\n",
+// <start_of_image>, <image_soft_token>, <end_of_image>, "\n\n".
+type ImageFrame struct {
+	Marker, End   int32
+	Before, After string
+}
+
+// ImageFramer is a VisionNetwork whose images are framed in the text (ImageFrame); the
+// chat template of one without renders the placeholder token itself.
+type ImageFramer interface {
+	ImageFrame() ImageFrame
+}
+
 // Vision is the network's vision side, nil when the model reads text only (its
 // architecture has no tower mlxg runs, or the checkpoint has none, or the backend lacks
 // the tower's operations).
@@ -166,14 +181,39 @@ func (m *Model) EncodeImages(ctx context.Context, images []vision.Image) ([]Span
 	if v == nil {
 		return nil, fmt.Errorf("model: %s reads text only", m.Config.ModelType)
 	}
-	px := make([]*vision.Pixels, len(images))
-	for i, im := range images {
+	// Passes of at most one largest image's patches, so that the peak is what the memory plan
+	// counts (VisionMemory.Encode) however many images a request holds: images are preprocessed
+	// as their pass comes, and a pass of several small images encodes each as it would alone.
+	budget := v.Processor().MaxPatches()
+	out := make([]Span, 0, len(images))
+	var pass []*vision.Pixels
+	rows := 0
+	flush := func() error {
+		spans, err := m.encodePass(ctx, v, pass)
+		out = append(out, spans...)
+		pass, rows = nil, 0
+		return err
+	}
+	for _, im := range images {
 		p, err := v.Processor().Process(im.RGB)
 		if err != nil {
 			return nil, err
 		}
-		px[i] = p
+		if len(pass) > 0 && rows+p.Rows > budget {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+		}
+		pass, rows = append(pass, p), rows+p.Rows
 	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// encodePass runs the tower once over px.
+func (m *Model) encodePass(ctx context.Context, v VisionNetwork, px []*vision.Pixels) ([]Span, error) {
 	c := m.backend.NewContext()
 	defer c.Close()
 	t, grids := v.EncodeImages(&cancellable{Context: c, ctx: ctx}, px)
@@ -185,7 +225,7 @@ func (m *Model) EncodeImages(ctx context.Context, images []vision.Image) ([]Span
 		return nil, err
 	}
 	hidden := m.Config.HiddenSize
-	out := make([]Span, len(images))
+	out := make([]Span, len(px))
 	off := 0
 	for i, g := range grids {
 		n := g[0] * g[1] * g[2] * hidden

@@ -13,6 +13,7 @@ import (
 
 	"github.com/mlxg/mlxg/internal/testdata"
 	"github.com/mlxg/mlxg/kvstore"
+	"github.com/mlxg/mlxg/metal/mlxtest"
 	"github.com/mlxg/mlxg/registry/create"
 	"github.com/mlxg/mlxg/registry/randmodel"
 	"github.com/mlxg/mlxg/runner"
@@ -29,7 +30,12 @@ const visionTemplate = `{%- for message in messages -%}<|im_start|>{{ message.ro
 
 // visionCheckpoint writes a tiny random Qwen3.5 with a tower, Qwen's tokenizer and a
 // chat template that places images.
-func visionCheckpoint(t *testing.T) string {
+func visionCheckpoint(t testing.TB) string {
+	return visionCheckpointWith(t, randmodel.TinyQwenVision())
+}
+
+// visionCheckpointWith is visionCheckpoint with a tower of shape v.
+func visionCheckpointWith(t testing.TB, v randmodel.QwenVision) string {
 	t.Helper()
 	tok := testdata.Tokenizer(t, "qwen3")
 	dir := t.TempDir()
@@ -72,7 +78,7 @@ func visionCheckpoint(t *testing.T) string {
 	if err := os.WriteFile(path, raw, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := randmodel.AddQwenVision(dst, randmodel.TinyQwenVision(), 7); err != nil {
+	if err := randmodel.AddQwenVision(dst, v, 7); err != nil {
 		t.Fatal(err)
 	}
 	return dst
@@ -243,6 +249,52 @@ func TestEngineImagesBatched(t *testing.T) {
 	for i := range reqs {
 		if errs[i] != nil || !slices.Equal(got[i], want[i]) {
 			t.Errorf("request %d: batched %v (%v), alone %v", i, got[i], errs[i], want[i])
+		}
+	}
+}
+
+// TestEngineImagesOnMLX: the vision tower and the M-RoPE rows on MLX (an installed
+// libmlxc) read one and two images as the CPU backend does: the same greedy tokens, the
+// image counted and encoded.
+func TestEngineImagesOnMLX(t *testing.T) {
+	if !mlxtest.Enabled() {
+		t.Skip("MLXG_MLXC_PATH is not set: the tests on real MLX need an installed libmlxc (Homebrew's mlx-c on a Mac; docs/backends.md on Linux)")
+	}
+	dir := visionCheckpoint(t)
+	ref, err := runner.Load(dir, runner.LoadOptions{Threads: 2, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	e, err := runner.Load(dir, runner.LoadOptions{Backend: mlxtest.Backend(t), Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	o := runner.Greedy()
+	o.NumPredict = 6
+	o.NumBatch = 16 // chunks that cut through the images
+	img := map[string]any{"type": "image"}
+	txt := func(s string) map[string]any { return map[string]any{"type": "text", "text": s} }
+	for _, c := range []struct {
+		name   string
+		parts  []any
+		images []vision.Image
+	}{
+		{"one image", []any{img, txt("What is in this picture?")}, []vision.Image{testImage(64, 48, 1)}},
+		{"two images", []any{txt("Compare"), img, txt("with"), img}, []vision.Image{testImage(64, 48, 3), testImage(48, 64, 4)}},
+	} {
+		req := runner.Request{Messages: []template.Message{{"role": "user", "content": c.parts}}, Options: o, Images: c.images}
+		want, err := ref.Generate(context.Background(), req, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := e.Generate(context.Background(), req, nil)
+		if err != nil {
+			t.Fatalf("%s on MLX: %v", c.name, err)
+		}
+		if !slices.Equal(got.Tokens, want.Tokens) || got.Images != len(c.images) || got.ImagesEncoded != len(c.images) {
+			t.Errorf("%s on MLX: tokens %v, %d images (%d encoded); on the CPU backend %v", c.name, got.Tokens, got.Images, got.ImagesEncoded, want.Tokens)
 		}
 	}
 }

@@ -19,7 +19,7 @@ import (
 // (model_type qwen3_5_moe), tensors under language_model., and the grouped
 // in_proj_qkvz/in_proj_ba split into in_proj_qkv (all q, all k, all v), in_proj_z,
 // in_proj_b and in_proj_a.
-func qwen35Layout(t *testing.T, src, dst string, nk, nv, dk, dv int) {
+func qwen35Layout(t testing.TB, src, dst string, nk, nv, dk, dv int) {
 	t.Helper()
 	ck, err := safetensors.OpenDir(src)
 	if err != nil {

@@ -62,22 +62,18 @@ type VisionBlock struct {
 	FC1, FC2     compute.Weight
 }
 
-// newTower binds the tower when the checkpoint has one and the backend runs it; nil
-// otherwise (the model then reads text only).
-func newTower(l *model.Loader) (*Tower, error) {
-	if !l.Has(towerPrefix+"patch_embed.proj.weight") || compute.Supports[compute.VisionContext](l.Backend, "the vision tower") != nil {
-		return nil, nil
-	}
+// visionConfig reads and checks config.json's vision_config and image_token_id.
+func visionConfig(cfg *model.Config) (VisionConfig, int32, error) {
 	var top struct {
 		Vision     *VisionConfig `json:"vision_config"`
 		ImageToken *int32        `json:"image_token_id"`
 	}
-	raw, _ := json.Marshal(l.Config.Raw)
+	raw, _ := json.Marshal(cfg.Raw)
 	if err := json.Unmarshal(raw, &top); err != nil {
-		return nil, fmt.Errorf("config.json: %w", err)
+		return VisionConfig{}, 0, fmt.Errorf("config.json: %w", err)
 	}
 	if top.Vision == nil || top.ImageToken == nil {
-		return nil, fmt.Errorf("config.json: a checkpoint with a vision tower needs vision_config and image_token_id")
+		return VisionConfig{}, 0, fmt.Errorf("config.json: a checkpoint with a vision tower needs vision_config and image_token_id")
 	}
 	vc := *top.Vision
 	if vc.InChannels == 0 {
@@ -85,8 +81,21 @@ func newTower(l *model.Loader) (*Tower, error) {
 	}
 	grid := int(math.Sqrt(float64(vc.NumPositions)))
 	if vc.Depth <= 0 || vc.Hidden <= 0 || vc.Heads <= 0 || vc.Hidden%vc.Heads != 0 || (vc.Hidden/vc.Heads)%4 != 0 ||
-		vc.Patch <= 0 || vc.Merge <= 0 || vc.Temporal <= 0 || vc.Out != l.Config.HiddenSize || grid*grid != vc.NumPositions || vc.Intermediate <= 0 {
-		return nil, fmt.Errorf("config.json: vision_config %+v is not a usable Qwen3.5 tower (out_hidden_size must be the language model's %d, num_position_embeddings a square, heads dividing hidden_size into a multiple of 4)", vc, l.Config.HiddenSize)
+		vc.Patch <= 0 || vc.Merge <= 0 || vc.Temporal <= 0 || vc.Out != cfg.HiddenSize || grid*grid != vc.NumPositions || vc.Intermediate <= 0 {
+		return VisionConfig{}, 0, fmt.Errorf("config.json: vision_config %+v is not a usable Qwen3.5 tower (out_hidden_size must be the language model's %d, num_position_embeddings a square, heads dividing hidden_size into a multiple of 4)", vc, cfg.HiddenSize)
+	}
+	return vc, *top.ImageToken, nil
+}
+
+// newTower binds the tower when the checkpoint has one and the backend runs it; nil
+// otherwise (the model then reads text only).
+func newTower(l *model.Loader) (*Tower, error) {
+	if !l.Has(towerPrefix+"patch_embed.proj.weight") || compute.Supports[compute.VisionContext](l.Backend, "the vision tower") != nil {
+		return nil, nil
+	}
+	vc, imageToken, err := visionConfig(l.Config)
+	if err != nil {
+		return nil, err
 	}
 	proc, err := vision.LoadProcessor(l.Dir)
 	if err != nil {
@@ -101,7 +110,7 @@ func newTower(l *model.Loader) (*Tower, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Tower{Config: vc, rope: rope, processor: proc, imageToken: *top.ImageToken}
+	t := &Tower{Config: vc, rope: rope, processor: proc, imageToken: imageToken}
 	p := towerPrefix
 	in := vc.InChannels * vc.Temporal * vc.Patch * vc.Patch
 	t.PatchEmbed = l.LinearData(p+"patch_embed.proj", patchKernel(l, p+"patch_embed.proj.weight", vc), vc.Hidden, in)
@@ -194,10 +203,10 @@ func linspace(end float32, steps int) []float32 {
 	return out
 }
 
-// posEmbed is an image's position embeddings (gh × gw patches, in the processor's
-// merge-group order): the learned grid interpolated bilinearly to the image's, in
-// float32 as fast_pos_embed_interpolate computes it.
-func (t *Tower) posEmbed(gh, gw int) []float32 {
+// posEmbed appends to dst an image's position embeddings (gh × gw patches, in the
+// processor's merge-group order): the learned grid interpolated bilinearly to the image's,
+// in float32 as fast_pos_embed_interpolate computes it.
+func (t *Tower) posEmbed(dst []float32, gh, gw int) []float32 {
 	n := int(math.Sqrt(float64(t.Config.NumPositions)))
 	h := t.Config.Hidden
 	hs, ws := linspace(float32(n-1), gh), linspace(float32(n-1), gw)
@@ -221,13 +230,12 @@ func (t *Tower) posEmbed(gh, gw int) []float32 {
 			}
 		}
 	}
-	return mergeOrder(grid, gh, gw, h, t.Config.Merge)
+	return mergeOrder(dst, grid, gh, gw, h, t.Config.Merge)
 }
 
-// mergeOrder reorders rows of a gh × gw grid (row-major) into the processor's order:
-// merge × merge groups in row-major order, each group's rows row-major.
-func mergeOrder(grid []float32, gh, gw, cols, m int) []float32 {
-	out := make([]float32, 0, len(grid))
+// mergeOrder appends to out the rows of a gh × gw grid (row-major) in the processor's
+// order: merge × merge groups in row-major order, each group's rows row-major.
+func mergeOrder(out, grid []float32, gh, gw, cols, m int) []float32 {
 	for by := 0; by < gh/m; by++ {
 		for bx := 0; bx < gw/m; bx++ {
 			for my := range m {
@@ -241,10 +249,10 @@ func mergeOrder(grid []float32, gh, gw, cols, m int) []float32 {
 	return out
 }
 
-// angles are an image's 2D rotary angles (cos and sin, head_dim/2 per row, in the
+// angles appends to cos and sin an image's 2D rotary angles (head_dim/2 per row, in the
 // processor's order): the first head_dim/4 from the patch's row, the rest from its
 // column.
-func (t *Tower) angles(gh, gw int) (cos, sin []float32) {
+func (t *Tower) angles(cos, sin []float32, gh, gw int) ([]float32, []float32) {
 	q := t.rope.Dims / 2 // frequencies per axis
 	m := t.Config.Merge
 	for by := 0; by < gh/m; by++ {
@@ -274,24 +282,29 @@ func (t *Tower) Encode(c compute.Context, images []*vision.Pixels) (compute.Tens
 		return compute.Unsupported(c, "the vision tower"), nil
 	}
 	cfg := t.Config
-	var px, pos, cos, sin []float32
 	var blocks []int
 	var grids [][3]int
 	cols := cfg.InChannels * cfg.Temporal * cfg.Patch * cfg.Patch
+	rows := 0
 	for _, im := range images {
 		g := im.Grid
 		if im.Cols != cols || g[0] != 1 || g[1]%cfg.Merge != 0 || g[2]%cfg.Merge != 0 || im.Rows != g[1]*g[2] {
 			return compute.Fail(c, fmt.Errorf("qwen3next: an image of %d patches of %d values on a %v grid does not fit the tower", im.Rows, im.Cols, g)), nil
 		}
+		rows += im.Rows
+	}
+	// The host arrays at their final sizes (the memory plan counts each once: vision_mem.go).
+	half := t.rope.Dims
+	px, pos := make([]float32, 0, rows*cols), make([]float32, 0, rows*cfg.Hidden)
+	cos, sin := make([]float32, 0, rows*half), make([]float32, 0, rows*half)
+	for _, im := range images {
+		g := im.Grid
 		px = append(px, im.Values...)
-		pos = append(pos, t.posEmbed(g[1], g[2])...)
-		cs, sn := t.angles(g[1], g[2])
-		cos, sin = append(cos, cs...), append(sin, sn...)
+		pos = t.posEmbed(pos, g[1], g[2])
+		cos, sin = t.angles(cos, sin, g[1], g[2])
 		blocks = append(blocks, im.Rows)
 		grids = append(grids, [3]int{1, g[1] / cfg.Merge, g[2] / cfg.Merge})
 	}
-	rows := len(px) / cols
-	half := t.rope.Dims
 	hd := cfg.Hidden / cfg.Heads
 	// Each image's products are computed as they would be with it alone (a backend whose
 	// arithmetic depends on a product's row count), so that batched images encode as each
@@ -302,6 +315,10 @@ func (t *Tower) Encode(c compute.Context, images []*vision.Pixels) (compute.Tens
 	}
 	h := c.Add(c.Linear(vc.Input(px, rows, cols), t.PatchEmbed), vc.Input(pos, rows, cfg.Hidden))
 	ct, st := vc.Input(cos, rows, half), vc.Input(sin, rows, half)
+	// An image's activations are its patches' rows, up to 65,536 of them: only what the next
+	// step reads is kept (compute.Free, the CPU backend), so that the largest set live at
+	// once is one step's (vision_mem.go counts them).
+	compute.Free(c, h, ct, st)
 	tanh := cfg.Act != "gelu"
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	for _, b := range t.Blocks {
@@ -309,9 +326,13 @@ func (t *Tower) Encode(c compute.Context, images []*vision.Pixels) (compute.Tens
 		q := vc.RoPERows(c.Linear(x, b.Q), ct, st, hd)
 		k := vc.RoPERows(c.Linear(x, b.K), ct, st, hd)
 		a := vc.BlockAttention(q, k, c.Linear(x, b.V), cfg.Heads, scale, blocks)
+		compute.Free(c, h, ct, st, a)
 		h = c.Add(h, c.Linear(a, b.Proj))
+		compute.Free(c, h, ct, st)
 		x = vc.LayerNorm(h, b.Norm2[0], b.Norm2[1], 1e-6)
-		h = c.Add(h, c.Linear(vc.GELU(c.Linear(x, b.FC1), tanh), b.FC2))
+		g := vc.GELU(c.Linear(x, b.FC1), tanh)
+		compute.Free(c, h, ct, st, g)
+		h = c.Add(h, c.Linear(g, b.FC2))
 		compute.Free(c, h, ct, st)
 	}
 	m := cfg.Merge * cfg.Merge

@@ -46,7 +46,11 @@ func (c *Constraint) Mask() bitset {
 	}
 	c.Walks++
 	b := newBitset(c.v.size)
-	if room, ok := c.plainString(); ok {
+	if c.m.s.gemma {
+		// Gemma 4's notation: a '<' in plain text may start a string's closing marker, so
+		// neither shortcut below holds; the machine walks every token.
+		c.walk(&c.v.full, 0, 0, &c.cur, b)
+	} else if room, ok := c.plainString(); ok {
 		// Plain text tokens that fit leave the state as it is: one precomputed set; only
 		// the other tokens are walked.
 		switch {

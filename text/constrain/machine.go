@@ -25,6 +25,7 @@ const (
 	fStr
 	fNum
 	fLit
+	fQuote // Gemma 4's notation: the opening string marker, a bytes of it read (gemma4.go)
 )
 
 // Stages of each frame kind.
@@ -90,6 +91,7 @@ type frame struct {
 	b     int32 // obj: the property whose key was read; str: continuation bytes due, or \u digits read
 	c     int32 // str: the pattern's DFA state, or the \u value; bounded num: the fraction's digits
 	v     int64 // bounded num: the integer part
+	q     uint8 // Gemma 4's notation: str/lit: marker bytes held, and qInStr on a string literal
 }
 
 // State is a set of stacks.
@@ -133,7 +135,7 @@ func (s *State) copyFrom(o *State) {
 func (s *State) key(dst []byte) []byte {
 	for i := range s.ends {
 		for _, f := range s.stack(i) {
-			dst = append(dst, byte(f.kind), f.stage, f.ws, f.flag)
+			dst = append(dst, byte(f.kind), f.stage, f.ws, f.flag, f.q)
 			dst = binary.LittleEndian.AppendUint32(dst, uint32(f.node))
 			dst = binary.LittleEndian.AppendUint32(dst, uint32(f.a))
 			dst = binary.LittleEndian.AppendUint32(dst, uint32(f.b))
@@ -162,7 +164,11 @@ func (m *machine) step(dst, src *State, c byte) bool {
 	dst.reset()
 	for i := range src.ends {
 		m.tmp = append(m.tmp[:0], src.stack(i)...)
-		m.feed(dst, m.tmp, c)
+		if m.s.gemma {
+			m.feedGemma(dst, m.tmp, c)
+		} else {
+			m.feed(dst, m.tmp, c)
+		}
 	}
 	return len(dst.ends) > 0
 }

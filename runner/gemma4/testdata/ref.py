@@ -23,15 +23,16 @@ quantizes: every 2-D weight whose width the group divides (embeddings included) 
 row of the stacked experts, with, for a model with experts, the router (router.proj) and
 the dense MLP beside the experts at 8 bits in groups of 64.
 """
-import argparse
 import json
 import os
-import traceback
+import sys
 
 import numpy as np
 import torch
-import transformers
 from transformers import Gemma4Config, Gemma4ForCausalLM, Gemma4ForConditionalGeneration, Gemma4TextConfig
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), *[".."] * 3, "scripts", "refs"))
+import refkit  # noqa: E402
 
 S, F = "sliding_attention", "full_attention"
 ROPE = {S: {"rope_type": "default", "rope_theta": 10000.0},
@@ -64,36 +65,7 @@ CASES = [
                    use_double_wide_mlp=False, final_logit_softcapping=None, enable_moe_block=False,
                    tie_word_embeddings=False)),
 ]
-GREEDY = 20
-VARIANTS = {"f32": None, "q4": dict(bits=4, group=32), "q8": dict(bits=8, group=32)}
 F32 = np.float32
-
-
-def quant_affine_rows(w, bits, group):
-    """internal/quant.QuantizeRow then DequantizeRow, per row of w (float32)."""
-    w = np.asarray(w, dtype=F32)
-    rows, cols = w.shape
-    out = np.empty_like(w)
-    n_bins = F32((1 << bits) - 1)
-    eps = F32(1e-7)
-    for r in range(rows):
-        for g in range(cols // group):
-            vals = w[r, g * group:(g + 1) * group]
-            wmin, wmax = F32(vals.min()), F32(vals.max())
-            scale = max(F32(F32(wmax - wmin) / n_bins), eps)
-            edge = wmax
-            if abs(wmin) > abs(wmax):
-                edge = wmin
-            else:
-                scale = F32(-scale)
-            bias = F32(0)
-            q0 = F32(np.rint(F32(edge / scale)))
-            if q0 != 0:
-                scale = F32(edge / q0)
-                bias = edge
-            q = np.clip(np.rint(((vals - bias) / scale).astype(F32)), 0, n_bins).astype(F32)
-            out[r, g * group:(g + 1) * group] = (scale * q + bias).astype(F32)
-    return out
 
 
 def quantized_state(sd, text, v):
@@ -105,13 +77,13 @@ def quantized_state(sd, text, v):
         if name.endswith("experts.gate_up_proj") or name.endswith("experts.down_proj"):  # [E, out, in]
             E, o, i = a.shape
             if i % v["group"] == 0:
-                a = quant_affine_rows(a.reshape(E * o, i), v["bits"], v["group"]).reshape(E, o, i)
+                a = refkit.quant_affine_rows(a.reshape(E * o, i), v["bits"], v["group"]).reshape(E, o, i)
         elif name.endswith(".weight") and a.ndim == 2:
             bits, group = v["bits"], v["group"]
             if moe and (".router.proj." in name or ".mlp." in name):
                 bits, group = 8, 64
             if a.shape[1] % group == 0:
-                a = quant_affine_rows(a, bits, group)
+                a = refkit.quant_affine_rows(a, bits, group)
         out[name] = torch.from_numpy(np.ascontiguousarray(a))
     return out
 
@@ -139,21 +111,10 @@ def build(case):
     except Exception as e:
         print("experts implementation:", e)
     model = cls(cfg).eval()
-    g = torch.Generator().manual_seed(case["seed"])
+    g = refkit.randomize(model, case["seed"], rules=[
+        (lambda n: "norm" in n or n.endswith("router.scale") or n.endswith("per_expert_scale"), 1.0, 0.1),
+        ("embed_tokens", 0.0, 0.5), ("router.proj", 0.0, 0.4)])
     with torch.no_grad():
-        for name, p in model.named_parameters():
-            def rnd(std):
-                return torch.randn(p.shape, generator=g, dtype=torch.float32) * std
-            if "norm" in name or name.endswith("router.scale") or name.endswith("per_expert_scale"):
-                p.copy_(1 + rnd(0.1))
-            elif "embed_tokens" in name:
-                p.copy_(rnd(0.5))
-            elif "lm_head" in name:
-                p.copy_(rnd(0.3))
-            elif "router.proj" in name:
-                p.copy_(rnd(0.4))
-            else:
-                p.copy_(rnd(0.15))
         for name, b in model.named_buffers():
             if name.endswith("layer_scalar"):
                 b.copy_(0.8 + 0.4 * torch.rand(b.shape, generator=g))
@@ -177,57 +138,15 @@ def patch_config(d, text):
         json.dump(cfg, f, indent=2)
 
 
-def greedy(model, prompt, n):
-    ids = list(prompt)
-    out, margins = [], []
-    with torch.no_grad():
-        for _ in range(n):
-            logits = model(input_ids=torch.tensor([ids])).logits[0, -1]
-            top = torch.topk(logits, 2)
-            out.append(int(top.indices[0]))
-            margins.append(float(top.values[0] - top.values[1]))
-            ids.append(out[-1])
-    return out, margins
-
-
-def run(model, sd, prompt):
-    m = model.to(torch.float64)
-    m.load_state_dict({k: v.to(torch.float64) for k, v in sd.items()}, strict=True)
-    with torch.no_grad():
-        logits = m(input_ids=torch.tensor([prompt])).logits[0, -1].tolist()
-    toks, margins = greedy(m, prompt, GREEDY)
-    return logits, toks, margins
-
-
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
-    args = ap.parse_args()
-    fixture = {"about": "transformers reference for runner/gemma4 (runner/gemma4/testdata/ref.py)",
-               "transformers_version": transformers.__version__, "torch_version": torch.__version__,
-               "precision": "float64 on CPU, eager attention", "cases": []}
-    for case in CASES:
-        try:
-            model, cfg = build(case)
-            d = os.path.join(args.out, case["name"])
-            model.save_pretrained(d, safe_serialization=True)
-            patch_config(d, case["text"])
-            sd = {k: v.detach().clone() for k, v in model.state_dict().items()}
-            rng = np.random.default_rng(case["seed"])
-            prompt = [int(x) for x in rng.integers(1, case["text"]["vocab_size"] - 1, size=case["prompt_len"])]
-            entry = {"name": case["name"], "prompt": prompt, "variants": {},
-                     "shapes": {k: list(v.shape) for k, v in sd.items() if "layers.0." in k}}
-            for vname, v in VARIANTS.items():
-                state = sd if v is None else quantized_state(sd, case["text"], v)
-                logits, toks, margins = run(model, state, prompt)
-                entry["variants"][vname] = {"logits": logits, "greedy": toks, "margins": margins}
-                print(case["name"], vname, toks, "min margin %.4f" % min(margins), flush=True)
-            fixture["cases"].append(entry)
-        except Exception:  # the other cases are still written
-            traceback.print_exc()
-    with open(os.path.join(args.out, "refs.json"), "w") as f:
-        json.dump(fixture, f)
+def make(case, d):
+    model, cfg = build(case)
+    model.save_pretrained(d, safe_serialization=True)
+    patch_config(d, case["text"])
+    sd = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    prompt = refkit.prompt_ids(case["seed"], 1, case["text"]["vocab_size"] - 1, case["prompt_len"])
+    quantize = lambda sd, v: quantized_state(sd, case["text"], v)  # noqa: E731
+    return model, sd, prompt, quantize, {"shapes": {k: list(v.shape) for k, v in sd.items() if "layers.0." in k}}
 
 
 if __name__ == "__main__":
-    main()
+    refkit.main("gemma4", CASES, make)

@@ -18,15 +18,16 @@ glm4_moe_lite kv_b_proj as create stores it: split per head into embed_q (the ke
 transposed, quantized along qk_nope_head_dim) and unembed_out (the value half, quantized
 along kv_lora_rank), dequantized and put back together.
 """
-import argparse
 import json
 import os
 import re
-import traceback
+import sys
 
 import numpy as np
 import torch
-import transformers
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), *[".."] * 3, "scripts", "refs"))
+import refkit  # noqa: E402
 
 CASES = [
     # glm4_moe: q/k norm, attention biases, RoPE over half of each head, 8 experts in 2
@@ -60,41 +61,13 @@ CASES = [
                    mscale=1.0, mscale_all_dim=1.0),
          prompt_len=22),
 ]
-GREEDY = 20
-VARIANTS = {"f32": None, "q4": dict(bits=4, group=32), "q8": dict(bits=8, group=32)}
 F32 = np.float32
-
-
-def quant_affine_rows(w, bits, group):
-    """internal/quant.QuantizeRow then DequantizeRow, per row of w (float32)."""
-    w = np.asarray(w, dtype=F32)
-    rows, cols = w.shape
-    out = np.empty_like(w)
-    n_bins = F32((1 << bits) - 1)
-    eps = F32(1e-7)
-    for r in range(rows):
-        for g in range(cols // group):
-            vals = w[r, g * group:(g + 1) * group]
-            lo, hi = F32(vals.min()), F32(vals.max())
-            use_lo = abs(lo) > abs(hi)
-            scale = max(F32(F32(hi - lo) / n_bins), eps)
-            edge = lo if use_lo else hi
-            if not use_lo:
-                scale = F32(-scale)
-            bias = F32(0)
-            q0 = F32(np.rint(F32(edge / scale)))
-            if q0 != 0:
-                scale = F32(edge / q0)
-                bias = edge
-            q = np.clip(np.rint(((vals - bias) / scale).astype(F32)), 0, n_bins).astype(F32)
-            out[r, g * group:(g + 1) * group] = (scale * q + bias).astype(F32)
-    return out
 
 
 def quantized_state(sd, case, v):
     """The state dict with every tensor `mlxg create` quantizes replaced by its dequantized self."""
     bits, group = v["bits"], v["group"]
-    q = lambda m: quant_affine_rows(m, bits, group) if m.shape[1] % group == 0 else m
+    q = lambda m: refkit.quant_affine_rows(m, bits, group) if m.shape[1] % group == 0 else m
     out = {}
     for name, t in sd.items():
         a = t.detach().cpu().numpy().astype(F32)
@@ -169,81 +142,23 @@ def build(case):
     except Exception as e:
         print("experts implementation:", e)
     model = Model(cfg).eval()
-    g = torch.Generator().manual_seed(case["seed"])
-    with torch.no_grad():
-        for name, p in list(model.named_parameters()) + list(model.named_buffers()):
-            def rnd(std):
-                return torch.randn(p.shape, generator=g, dtype=torch.float32) * std
-            if "rotary_emb" in name or "inv_freq" in name:
-                continue
-            if "norm" in name:
-                p.copy_(1 + rnd(0.1))
-            elif name.endswith("e_score_correction_bias"):
-                p.copy_(rnd(0.1))
-            elif "embed_tokens" in name:
-                p.copy_(rnd(1.0))
-            elif "lm_head" in name:
-                p.copy_(rnd(0.3))
-            elif name.endswith("mlp.gate.weight"):
-                p.copy_(rnd(0.5))  # router logits of a few units: sigmoid scores well apart
-            elif name.endswith(".bias"):
-                p.copy_(rnd(0.1))
-            else:
-                p.copy_(rnd(0.15))
+    refkit.randomize(model, case["seed"], buffers=True, rules=[
+        ("norm", 1.0, 0.1), (lambda n: n.endswith("e_score_correction_bias"), 0.0, 0.1),
+        ("embed_tokens", 0.0, 1.0), ("lm_head", 0.0, 0.3),
+        (lambda n: n.endswith("mlp.gate.weight"), 0.0, 0.5),  # router logits of a few units: sigmoid scores well apart
+        (lambda n: n.endswith(".bias"), 0.0, 0.1)])
     return model, cfg
 
 
-def greedy(model, prompt, n):
-    ids = list(prompt)
-    out, margins = [], []
-    with torch.no_grad():
-        for _ in range(n):
-            logits = model(torch.tensor([ids])).logits[0, -1]
-            top = torch.topk(logits, 2)
-            out.append(int(top.indices[0]))
-            margins.append(float(top.values[0] - top.values[1]))
-            ids.append(out[-1])
-    return out, margins
-
-
-def run(model, sd, prompt):
-    m = model.to(torch.float64)
-    m.load_state_dict({k: v.to(torch.float64) for k, v in sd.items()}, strict=True)
-    with torch.no_grad():
-        logits = m(torch.tensor([prompt])).logits[0, -1].tolist()
-    toks, margins = greedy(m, prompt, GREEDY)
-    return logits, toks, margins
-
-
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
-    args = ap.parse_args()
-    fixture = {"about": "transformers reference for runner/glm4moe (runner/glm4moe/testdata/ref.py)",
-               "transformers_version": transformers.__version__, "torch_version": torch.__version__,
-               "precision": "float64 on CPU, eager attention", "cases": []}
-    for case in CASES:
-        try:
-            model, cfg = build(case)
-            d = os.path.join(args.out, case["name"])
-            model.save_pretrained(d, safe_serialization=True)
-            sd = {k: v.detach().clone() for k, v in model.state_dict().items()}
-            rng = np.random.default_rng(case["seed"])
-            prompt = [int(x) for x in rng.integers(0, case["vocab_size"] - 1, size=case["prompt_len"])]
-            entry = {"name": case["name"], "arch": case["arch"], "prompt": prompt, "variants": {},
-                     "config": json.loads(cfg.to_json_string()),
-                     "shapes": {k: list(v.shape) for k, v in sd.items() if "layers.1." in k}}
-            for vname, v in VARIANTS.items():
-                state = sd if v is None else quantized_state(sd, case, v)
-                logits, toks, margins = run(model, state, prompt)
-                entry["variants"][vname] = {"logits": logits, "greedy": toks, "margins": margins}
-                print(case["name"], vname, toks, "min margin %.4f" % min(margins), flush=True)
-            fixture["cases"].append(entry)
-        except Exception:  # the other cases are still written
-            traceback.print_exc()
-    with open(os.path.join(args.out, "refs.json"), "w") as f:
-        json.dump(fixture, f)
+def make(case, d):
+    model, cfg = build(case)
+    model.save_pretrained(d, safe_serialization=True)
+    sd = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    prompt = refkit.prompt_ids(case["seed"], 0, case["vocab_size"] - 1, case["prompt_len"])
+    quantize = lambda sd, v: quantized_state(sd, case, v)  # noqa: E731
+    return model, sd, prompt, quantize, {"arch": case["arch"], "config": json.loads(cfg.to_json_string()),
+                                         "shapes": {k: list(v.shape) for k, v in sd.items() if "layers.1." in k}}
 
 
 if __name__ == "__main__":
-    main()
+    refkit.main("glm4moe", CASES, make)

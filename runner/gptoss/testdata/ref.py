@@ -14,15 +14,15 @@ row, the router at 8 bits in groups of 64, and with the "mxfp4" recipe (mlx-comm
 MXFP4-Q8) the experts in mxfp4 and the rest at 8 bits. The variant "mxfp4-experts" keeps
 everything but the experts in float, as converting OpenAI's own mxfp4 checkpoint does.
 """
-import argparse
-import json
 import os
-import traceback
+import sys
 
 import numpy as np
 import torch
-import transformers
 from transformers import GptOssConfig, GptOssForCausalLM
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), *[".."] * 3, "scripts", "refs"))
+import refkit  # noqa: E402
 
 CASES = [
     # 4 layers, sliding/full alternating (transformers' default layer_types), GQA 4:2.
@@ -34,7 +34,6 @@ CASES = [
          num_attention_heads=4, num_key_value_heads=4, head_dim=16, num_local_experts=8, num_experts_per_tok=2,
          sliding_window=5, layer_types=["full_attention", "sliding_attention"], prompt_len=21),
 ]
-GREEDY = 20
 
 # Variants: name -> (bits, group) for affine weights, expert mode.
 VARIANTS = {
@@ -46,34 +45,6 @@ VARIANTS = {
 }
 
 F32 = np.float32
-
-
-def quant_affine_rows(w, bits, group):
-    """internal/quant.QuantizeRow then DequantizeRow, per row of w (float32)."""
-    w = np.asarray(w, dtype=F32)
-    rows, cols = w.shape
-    out = np.empty_like(w)
-    n_bins = F32((1 << bits) - 1)
-    eps = F32(1e-7)
-    for r in range(rows):
-        for g in range(cols // group):
-            vals = w[r, g * group:(g + 1) * group]
-            wmin, wmax = F32(vals.min()), F32(vals.max())
-            mask = abs(wmin) > abs(wmax)
-            scale = max(F32(F32(wmax - wmin) / n_bins), eps)
-            edge = wmax
-            if mask:
-                edge = wmin
-            else:
-                scale = F32(-scale)
-            bias = F32(0)
-            q0 = F32(np.rint(F32(edge / scale)))
-            if q0 != 0:
-                scale = F32(edge / q0)
-                bias = edge
-            q = np.clip(np.rint(((vals - bias) / scale).astype(F32)), 0, n_bins).astype(F32)
-            out[r, g * group:(g + 1) * group] = (scale * q + bias).astype(F32)
-    return out
 
 
 FP4 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6], dtype=F32)
@@ -105,17 +76,17 @@ def quantized_state(sd, cfg, v):
         if name.endswith("mlp.experts.gate_up_proj"):  # [E, H, 2I], gate/up interleaved
             E, H, two = a.shape
             mats = np.transpose(a, (0, 2, 1)).reshape(E * two, H)  # rows: experts' outputs
-            mats = quant_mxfp4_rows(mats) if v["experts"] == "mxfp4" else quant_affine_rows(mats, v["bits"], v["group"])
+            mats = quant_mxfp4_rows(mats) if v["experts"] == "mxfp4" else refkit.quant_affine_rows(mats, v["bits"], v["group"])
             a = np.transpose(mats.reshape(E, two, H), (0, 2, 1))
         elif name.endswith("mlp.experts.down_proj"):  # [E, I, H]
             E, I, H = a.shape
             mats = np.transpose(a, (0, 2, 1)).reshape(E * H, I)
-            mats = quant_mxfp4_rows(mats) if v["experts"] == "mxfp4" else quant_affine_rows(mats, v["bits"], v["group"])
+            mats = quant_mxfp4_rows(mats) if v["experts"] == "mxfp4" else refkit.quant_affine_rows(mats, v["bits"], v["group"])
             a = np.transpose(mats.reshape(E, H, I), (0, 2, 1))
         elif v["bits"] and name.endswith(".weight") and a.ndim == 2:
             bits, group = (8, 64) if name.endswith("mlp.router.weight") else (v["bits"], v["group"])
             if a.shape[1] % group == 0:
-                a = quant_affine_rows(a, bits, group)
+                a = refkit.quant_affine_rows(a, bits, group)
         out[name] = torch.from_numpy(np.ascontiguousarray(a))
     return out
 
@@ -138,84 +109,22 @@ def build(case):
     except Exception as e:  # older releases have one implementation
         print("experts implementation:", e)
     model = GptOssForCausalLM(cfg).eval()
-    g = torch.Generator().manual_seed(case["seed"])
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            def rnd(std):
-                return torch.randn(p.shape, generator=g, dtype=torch.float32) * std
-            if "norm" in name:
-                p.copy_(1 + rnd(0.1))
-            elif name.endswith("sinks"):
-                p.copy_(rnd(1.0))
-            elif "embed_tokens" in name:
-                p.copy_(rnd(1.0))
-            elif "lm_head" in name:
-                p.copy_(rnd(0.3))
-            elif "router.weight" in name:
-                p.copy_(rnd(0.4))
-            elif "router.bias" in name:
-                p.copy_(rnd(0.3))
-            elif name.endswith("gate_up_proj"):
-                p.copy_(rnd(0.45))  # gates beyond the clamp at 7 now and then
-            elif name.endswith("down_proj"):
-                p.copy_(rnd(0.15))
-            elif name.endswith("_bias") or name.endswith(".bias"):
-                p.copy_(rnd(0.1))
-            else:
-                p.copy_(rnd(0.15))
+    refkit.randomize(model, case["seed"], rules=[
+        ("norm", 1.0, 0.1), (lambda n: n.endswith("sinks"), 0.0, 1.0), ("embed_tokens", 0.0, 1.0),
+        ("lm_head", 0.0, 0.3), ("router.weight", 0.0, 0.4), ("router.bias", 0.0, 0.3),
+        (lambda n: n.endswith("gate_up_proj"), 0.0, 0.45),  # gates beyond the clamp at 7 now and then
+        (lambda n: n.endswith("down_proj"), 0.0, 0.15), (lambda n: n.endswith("_bias") or n.endswith(".bias"), 0.0, 0.1)])
     return model, cfg
 
 
-def greedy(model, prompt, n):
-    ids = list(prompt)
-    out, margins = [], []
-    with torch.no_grad():
-        for _ in range(n):
-            logits = model(torch.tensor([ids])).logits[0, -1]
-            top = torch.topk(logits, 2)
-            out.append(int(top.indices[0]))
-            margins.append(float(top.values[0] - top.values[1]))
-            ids.append(out[-1])
-    return out, margins
-
-
-def run(model, sd, prompt):
-    m = model.to(torch.float64)
-    m.load_state_dict({k: v.to(torch.float64) for k, v in sd.items()}, strict=True)
-    with torch.no_grad():
-        logits = m(torch.tensor([prompt])).logits[0, -1].tolist()
-    toks, margins = greedy(m, prompt, GREEDY)
-    return logits, toks, margins
-
-
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
-    args = ap.parse_args()
-    fixture = {"about": "transformers reference for runner/gptoss (runner/gptoss/testdata/ref.py)",
-               "transformers_version": transformers.__version__, "torch_version": torch.__version__,
-               "precision": "float64 on CPU, eager attention", "cases": []}
-    for case in CASES:
-        try:
-            model, cfg = build(case)
-            d = os.path.join(args.out, case["name"])
-            model.save_pretrained(d, safe_serialization=True)
-            sd = {k: v.detach().clone() for k, v in model.state_dict().items()}
-            rng = np.random.default_rng(case["seed"])
-            prompt = [int(x) for x in rng.integers(0, case["vocab_size"] - 1, size=case["prompt_len"])]
-            entry = {"name": case["name"], "prompt": prompt, "variants": {},
-                     "shapes": {k: list(v.shape) for k, v in sd.items() if "layers.0." in k}}
-            for vname, v in VARIANTS.items():
-                state = sd if v is None else quantized_state(sd, cfg, v)
-                logits, toks, margins = run(model, state, prompt)
-                entry["variants"][vname] = {"logits": logits, "greedy": toks, "margins": margins}
-                print(case["name"], vname, toks, "min margin %.4f" % min(margins), flush=True)
-            fixture["cases"].append(entry)
-        except Exception:  # the other cases are still written
-            traceback.print_exc()
-    with open(os.path.join(args.out, "refs.json"), "w") as f:
-        json.dump(fixture, f)
+def make(case, d):
+    model, cfg = build(case)
+    model.save_pretrained(d, safe_serialization=True)
+    sd = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    prompt = refkit.prompt_ids(case["seed"], 0, case["vocab_size"] - 1, case["prompt_len"])
+    quantize = lambda sd, v: quantized_state(sd, cfg, v)  # noqa: E731
+    return model, sd, prompt, quantize, {"shapes": {k: list(v.shape) for k, v in sd.items() if "layers.0." in k}}
 
 
 if __name__ == "__main__":
-    main()
+    refkit.main("gptoss", CASES, make, variants=VARIANTS)

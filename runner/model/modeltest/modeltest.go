@@ -1,5 +1,6 @@
 // Package modeltest holds helpers the architectures' tests share: a seeded random prompt,
-// a chunked forward pass, and the relative error between two logit vectors.
+// a chunked forward pass, the relative error between two logit vectors, and the check of a
+// converted checkpoint against transformers' reference (a testdata/ref.py's refs.json).
 package modeltest
 
 import (
@@ -13,6 +14,8 @@ import (
 	"testing"
 
 	"github.com/mlxg/mlxg/kvstore"
+	"github.com/mlxg/mlxg/registry/create"
+	"github.com/mlxg/mlxg/runner/compute"
 	"github.com/mlxg/mlxg/runner/model"
 )
 
@@ -134,6 +137,59 @@ func CheckRef(t *testing.T, m *model.Model, prompt []int32, ref RefVariant) {
 		}
 		if logits, err = m.Forward(context.Background(), []int32{next}, caches, false); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// Convert converts the Hugging Face checkpoint hf as `mlxg create` does, in the named
+// variant: "f32" keeps the float weights, "q4" and "q8" quantize them (affine, groups of 32,
+// as the ref.py scripts quantize their reference weights). It returns the MLX checkpoint's
+// directory.
+func Convert(t *testing.T, hf, variant string) string {
+	t.Helper()
+	opts, ok := map[string]create.Options{
+		"f32": {},
+		"q4":  {Bits: 4, GroupSize: 32},
+		"q8":  {Bits: 8, GroupSize: 32},
+	}[variant]
+	if !ok {
+		t.Fatalf("unknown variant %q", variant)
+	}
+	return ConvertWith(t, hf, variant, opts)
+}
+
+// ConvertWith converts hf with opts into a directory named after variant.
+func ConvertWith(t *testing.T, hf, variant string, opts create.Options) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), variant)
+	if _, err := create.Convert(context.Background(), hf, out, opts); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// CheckAgainstTransformers checks every case of testdata/refs.json (written by script) in
+// every variant: convert makes the variant's MLX checkpoint of testdata/<case> (Convert
+// when nil), which is loaded on backend (the CPU one: float32 caches, exact sliding
+// windows) and compared by CheckRef.
+func CheckAgainstTransformers(t *testing.T, backend compute.Backend, script string, variants []string, convert func(t *testing.T, hf, variant string) string) {
+	if convert == nil {
+		convert = Convert
+	}
+	for _, c := range ReadRefs(t, script) {
+		for _, name := range variants {
+			ref, ok := c.Variants[name]
+			if !ok {
+				t.Fatalf("%s: no reference for %s", c.Name, name)
+			}
+			t.Run(c.Name+"/"+name, func(t *testing.T) {
+				m, err := model.Load(convert(t, filepath.Join("testdata", c.Name), name), backend)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer m.Close()
+				CheckRef(t, m, c.Prompt, ref)
+			})
 		}
 	}
 }

@@ -1,0 +1,258 @@
+package gemma3_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/mlxg/mlxg/registry/randmodel"
+	"github.com/mlxg/mlxg/registry/safetensors"
+	"github.com/mlxg/mlxg/runner/model"
+	"github.com/mlxg/mlxg/vision"
+)
+
+// lmRef is transformers' Gemma 3 language model in float64 over input rows (token ids, or
+// for image rows their features, unscaled), every row's logits, with the image mask of
+// create_causal_mask_mapping when bidi is set: an image's rows see each other in both
+// directions on every layer, beside the causal (and on sliding layers windowed) mask.
+func lmRef(t *testing.T, m *model.Model, ids []int32, md *model.Media, bidi bool) [][]float64 {
+	t.Helper()
+	c := randmodel.TinyGemma3(256)
+	ck, err := safetensors.OpenDir(m.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	get := func(name string) []float64 {
+		tt, ok := ck.Tensor("language_model.model." + name)
+		if !ok {
+			t.Fatalf("no %s", name)
+		}
+		f, _ := tt.Float32s()
+		out := make([]float64, len(f))
+		for i, x := range f {
+			out[i] = float64(x)
+		}
+		return out
+	}
+	H, hd, nh, nkv, I := c.HiddenSize, c.HeadDim, c.NumHeads, c.NumKVHeads, c.IntermediateSize
+	T := len(ids)
+	embed := get("embed_tokens.weight")
+	x := make([][]float64, T)
+	group := make([]int, T) // the image of each row, -1 for text
+	for i, id := range ids {
+		group[i] = -1
+		if s, k, ok := md.At(i); ok {
+			x[i] = make([]float64, H)
+			for e := range H {
+				x[i][e] = float64(s.Rows[k*H+e])
+			}
+			group[i] = s.Start
+			continue
+		}
+		x[i] = make([]float64, H)
+		for e := range H {
+			x[i][e] = embed[int(id)*H+e] * math.Sqrt(float64(H))
+		}
+	}
+	rms := func(in, w []float64) []float64 {
+		var ms float64
+		for _, a := range in {
+			ms += a * a
+		}
+		inv := 1 / math.Sqrt(ms/float64(len(in))+float64(c.RMSNormEps))
+		out := make([]float64, len(in))
+		for i, a := range in {
+			out[i] = a * inv * (1 + w[i])
+		}
+		return out
+	}
+	mat := func(in, w []float64, o int) []float64 {
+		out := make([]float64, o)
+		for j := range o {
+			for i, a := range in {
+				out[j] += w[j*len(in)+i] * a
+			}
+		}
+		return out
+	}
+	rope := func(v []float64, pos int, theta float64) {
+		half := hd / 2
+		for j := range half {
+			a := float64(pos) * math.Pow(theta, -float64(2*j)/float64(hd))
+			x0, x1 := v[j], v[j+half]
+			v[j], v[j+half] = x0*math.Cos(a)-x1*math.Sin(a), x1*math.Cos(a)+x0*math.Sin(a)
+		}
+	}
+	gelu := func(a float64) float64 { return 0.5 * a * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(a+0.044715*a*a*a))) }
+	for l := range c.NumLayers {
+		p := fmt.Sprintf("layers.%d.", l)
+		w := func(n string) []float64 { return get(p + n) }
+		sliding := (l+1)%c.SlidingWindowPattern != 0
+		theta := c.RopeTheta
+		if sliding {
+			theta = c.RopeLocalBaseFreq
+		}
+		q, k, v := make([][]float64, T), make([][]float64, T), make([][]float64, T)
+		for i := range T {
+			y := rms(x[i], w("input_layernorm.weight"))
+			q[i], k[i], v[i] = mat(y, w("self_attn.q_proj.weight"), nh*hd), mat(y, w("self_attn.k_proj.weight"), nkv*hd), mat(y, w("self_attn.v_proj.weight"), nkv*hd)
+			for h := range nh {
+				copy(q[i][h*hd:], rms(q[i][h*hd:(h+1)*hd], w("self_attn.q_norm.weight")))
+				rope(q[i][h*hd:(h+1)*hd], i, theta)
+			}
+			for h := range nkv {
+				copy(k[i][h*hd:], rms(k[i][h*hd:(h+1)*hd], w("self_attn.k_norm.weight")))
+				rope(k[i][h*hd:(h+1)*hd], i, theta)
+			}
+		}
+		sees := func(i, j int) bool {
+			if j <= i && (!sliding || j > i-c.SlidingWindow) {
+				return true
+			}
+			return bidi && group[i] >= 0 && group[i] == group[j]
+		}
+		next := make([][]float64, T)
+		for i := range T {
+			att := make([]float64, nh*hd)
+			for h := range nh {
+				kh := h / (nh / nkv)
+				sc := make([]float64, T)
+				mx := math.Inf(-1)
+				for j := range T {
+					if !sees(i, j) {
+						continue
+					}
+					var d float64
+					for e := range hd {
+						d += q[i][h*hd+e] * k[j][kh*hd+e]
+					}
+					sc[j] = d / math.Sqrt(c.QueryPreAttnScalar)
+					mx = max(mx, sc[j])
+				}
+				var sum float64
+				for j := range T {
+					if sees(i, j) {
+						sc[j] = math.Exp(sc[j] - mx)
+						sum += sc[j]
+					}
+				}
+				for j := range T {
+					if sees(i, j) {
+						for e := range hd {
+							att[h*hd+e] += sc[j] / sum * v[j][kh*hd+e]
+						}
+					}
+				}
+			}
+			o := rms(mat(att, w("self_attn.o_proj.weight"), H), w("post_attention_layernorm.weight"))
+			h := make([]float64, H)
+			for e := range H {
+				h[e] = x[i][e] + o[e]
+			}
+			y := rms(h, w("pre_feedforward_layernorm.weight"))
+			g, u := mat(y, w("mlp.gate_proj.weight"), I), mat(y, w("mlp.up_proj.weight"), I)
+			for e := range g {
+				g[e] = gelu(g[e]) * u[e]
+			}
+			f := rms(mat(g, w("mlp.down_proj.weight"), H), w("post_feedforward_layernorm.weight"))
+			for e := range H {
+				h[e] += f[e]
+			}
+			next[i] = h
+		}
+		x = next
+	}
+	out := make([][]float64, T)
+	for i := range T {
+		out[i] = mat(rms(x[i], get("norm.weight")), embed, c.VocabSize)
+	}
+	return out
+}
+
+// imagePrompt is 5 text tokens, image a (16 rows), 4 text tokens, image b, 3 text tokens.
+func imagePrompt(t *testing.T, m *model.Model, a, b vision.Image) ([]int32, *model.Media) {
+	t.Helper()
+	spans, err := m.EncodeImages(context.Background(), []vision.Image{a, b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := &model.Media{Hidden: m.Config.HiddenSize}
+	var ids []int32
+	text := func(n int) {
+		for i := range n {
+			ids = append(ids, int32(10+len(ids)*7+i)%240)
+		}
+	}
+	text(5)
+	for k, im := range []vision.Image{a, b} {
+		s := spans[k]
+		s.Start = len(ids)
+		md.Spans = append(md.Spans, s)
+		ids = append(ids, model.MediaIDs(im.Hash, s.N())...)
+		text(4 - k)
+	}
+	return ids, md
+}
+
+// relDiff is max|a-b| / max|b| over every row.
+func relDiff(a []float32, b [][]float64) float64 {
+	var num, den float64
+	v := len(b[0])
+	for i, row := range b {
+		for j, x := range row {
+			num = max(num, math.Abs(float64(a[i*v+j])-x))
+			den = max(den, math.Abs(x))
+		}
+	}
+	return num / den
+}
+
+// TestImageMask: every row's logits of a prompt with two images (each longer than the
+// sliding window of 8) match the float64 reference with Gemma 3's image mask, and are far
+// from the same reference without it (so dropping the mask fails this test); a prefill
+// resumed inside an image (a prefix-cache hit ending there) gives the one pass's rows; a
+// pass that would split an image is refused.
+func TestImageMask(t *testing.T) {
+	m := visionModel(t)
+	ids, md := imagePrompt(t, m, testImage(40, 30, 1), testImage(30, 40, 2))
+	caches, err := m.NewCaches(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model.SetMedia(caches, md)
+	got, err := m.Forward(context.Background(), ids, caches, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, causal := lmRef(t, m, ids, md, true), lmRef(t, m, ids, md, false)
+	// float32 against float64 differs by some 3e-4 on text alone; the mask's effect is 0.1 to 1.
+	if r := relDiff(got, want); r > 1e-3 {
+		t.Errorf("logits differ from the reference with the image mask by %.3g", r)
+	}
+	if r := relDiff(got, causal); r < 0.1 {
+		t.Errorf("logits are within %.3g of the reference without the image mask: the mask does nothing", r)
+	}
+	// Resume at row 12, inside the first image (rows 5 to 20): the caches keep rows 0..11.
+	for _, c := range caches {
+		if err := c.Truncate(12); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rest, err := m.Forward(context.Background(), ids[12:], caches, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := relDiff(rest, want[12:]); r > 1e-3 {
+		t.Errorf("a prefill resumed inside an image differs from the reference by %.3g", r)
+	}
+	model.SetMedia(caches, nil)
+	split, _ := m.NewCaches(true)
+	model.SetMedia(split, md)
+	defer model.SetMedia(split, nil)
+	if _, err := m.Forward(context.Background(), ids[:12], split, true); err == nil || !strings.Contains(err.Error(), "split") {
+		t.Errorf("a pass ending inside an image: %v, want an error about the split", err)
+	}
+}

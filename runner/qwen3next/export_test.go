@@ -1,0 +1,4 @@
+package qwen3next
+
+// EncodeBuffers exposes encodeBuffers to the external tests.
+func EncodeBuffers(vc VisionConfig, n int) int64 { return encodeBuffers(vc, n) }
