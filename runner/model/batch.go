@@ -252,6 +252,11 @@ func (m *Model) ForwardBatch(ctx context.Context, seqs []Sequence) []Result {
 		return out
 	}
 	bc.Segments(rows)
+	total := 0
+	for _, r := range rows {
+		total += r
+	}
+	defer m.pass(total)()
 	logits, err := c.Float32s(bn.ForwardBatch(&cancellable{Context: c, ctx: ctx}, NewBatch(part, true)))
 	if ctx.Err() != nil {
 		err = ctx.Err()
