@@ -61,7 +61,8 @@ type KVPlan struct {
 	Layers        []KVLayerPlan `json:"layers"`                   // every layer of the model, in order
 }
 
-// KVLayerPlan is one layer's cache storage. Bits are labelled as in /api/ps: "16" (fp16), "8", "4", "q4_0".
+// KVLayerPlan is one layer's cache storage. Bits are labelled as in /api/ps: "16" (fp16), "8", "6", "4", "q4_0",
+// with an "h" after them where the layer stores its keys or values Hadamard-rotated ("6h", "q4_0h").
 type KVLayerPlan struct {
 	Layer      int    `json:"layer"`
 	Kind       string `json:"kind"` // full, sliding, recurrent or none

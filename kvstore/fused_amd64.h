@@ -79,12 +79,14 @@ DATA c6down<>+28(SB)/4, $0x3e800000
 GLOBL c6down<>(SB), RODATA|NOPTR, $32
 
 // UNPACK6 sets A and B to a run of 16 6-bit codes (A: codes 0-7 from the 8 bytes at LO,
-// B: codes 8-15 from those at HI = LO+4) as float32 code_j·2^s_j; M holds c6mask.
-#define UNPACK6(LO, HI, A, B, M) \
+// B: codes 8-15 from those at HI = LO+4) as float32 code_j·2^s_j; CL, CH and M hold
+// c6lo, c6hi and c6mask (registers: the loads ports are what a run of 16 codes is
+// short of).
+#define UNPACK6(LO, HI, A, B, CL, CH, M) \
 	VPBROADCASTQ LO, A; \
 	VPBROADCASTQ HI, B; \
-	VPSHUFB c6lo<>(SB), A, A; \
-	VPSHUFB c6hi<>(SB), B, B; \
+	VPSHUFB CL, A, A; \
+	VPSHUFB CH, B, B; \
 	VPAND M, A, A; \
 	VPAND M, B, B; \
 	VCVTDQ2PS A, A; \

@@ -198,6 +198,18 @@ k4sb:
 	VMOVSHDUP X3, X0; \
 	VBROADCASTSS X0, Y14
 
+// VCOEF6 is VCOEF in X0, X1 and X14 alone, leaving Y2 and Y3 to vacc6x2's shuffles.
+#define VCOEF6 \
+	VMOVQ (R10), X0; \
+	VMOVSHDUP X1, X14; \
+	VBROADCASTSS X14, X14; \
+	VFMADD231PS X0, X14, X12; \
+	VBROADCASTSS X1, X1; \
+	VMULPS X0, X1, X1; \
+	VBROADCASTSS X1, Y13; \
+	VMOVSHDUP X1, X1; \
+	VBROADCASTSS X1, Y14
+
 // vstore adds the bias sums and the registers to 32 floats at (DI) (head 0, Y4-Y7)
 // and (R9) (head 1, Y8-Y11).
 #define VSTORE \
@@ -507,6 +519,8 @@ TEXT ·kdot6x2(SB), NOSPLIT, $0-80
 	MOVQ groups+64(FP), AX
 	IMULQ blocks+72(FP), AX
 	SHLQ $6, AX
+	VMOVDQU c6lo<>(SB), Y13
+	VMOVDQU c6hi<>(SB), Y14
 	VMOVDQU c6mask<>(SB), Y15
 
 k6pos:
@@ -529,7 +543,7 @@ k6group:
 	MOVQ blocks+72(FP), R9
 
 k6block:
-	UNPACK6((CX), 4(CX), Y0, Y1, Y15)
+	UNPACK6((CX), 4(CX), Y0, Y1, Y13, Y14, Y15)
 	VFMADD231PS (R15), Y0, Y6
 	VFMADD231PS (R15)(AX*1), Y0, Y7
 	VFMADD231PS 32(R15), Y1, Y10
@@ -581,6 +595,8 @@ TEXT ·vacc6x2(SB), NOSPLIT, $0-64
 	MOVQ n+40(FP), R8
 	MOVQ cstride+48(FP), R12
 	MOVQ hstride+56(FP), R13
+	VMOVDQU c6lo<>(SB), Y2
+	VMOVDQU c6hi<>(SB), Y3
 	VMOVDQU c6mask<>(SB), Y15
 	VZERO
 
@@ -589,13 +605,13 @@ v6pos:
 	PREFETCHT0 23(SI)(R12*8)
 	PREFETCHT0 (DX)(R13*8)
 	VSB
-	VCOEF
-	UNPACK6((SI), 4(SI), Y0, Y1, Y15)     // elements 0..15
+	VCOEF6
+	UNPACK6((SI), 4(SI), Y0, Y1, Y2, Y3, Y15)     // elements 0..15
 	VFMADD231PS Y0, Y13, Y4
 	VFMADD231PS Y0, Y14, Y8
 	VFMADD231PS Y1, Y13, Y5
 	VFMADD231PS Y1, Y14, Y9
-	UNPACK6(12(SI), 16(SI), Y0, Y1, Y15)  // elements 16..31
+	UNPACK6(12(SI), 16(SI), Y0, Y1, Y2, Y3, Y15)  // elements 16..31
 	VFMADD231PS Y0, Y13, Y6
 	VFMADD231PS Y0, Y14, Y10
 	VFMADD231PS Y1, Y13, Y7

@@ -211,7 +211,7 @@ g6group:; \
 	ZERO; \
 	MOVQ blocks+72(FP), R9; \
 g6block:; \
-	UNPACK6((CX), 4(CX), Y8, Y9, Y15); \
+	UNPACK6((CX), 4(CX), Y8, Y9, Y13, Y14, Y15); \
 	KFMA; \
 	ADDQ $12, CX; \
 	ADDQ $RUN, R15; \
@@ -450,6 +450,8 @@ vh4pos:
 // kdot8x8 for 6-bit codes (12 bytes a run of 16).
 TEXT ·kdot6x8(SB), NOSPLIT, $0-80
 	KARGS
+	VMOVDQU c6lo<>(SB), Y13
+	VMOVDQU c6hi<>(SB), Y14
 	VMOVDQU c6mask<>(SB), Y15
 	KDOT6(ZERO8, KFMA8, GSUM, 512)
 
@@ -457,6 +459,8 @@ TEXT ·kdot6x8(SB), NOSPLIT, $0-80
 // kdot6x8 for 4 heads, as kdot8x4 is kdot8x8's.
 TEXT ·kdot6x4(SB), NOSPLIT, $0-80
 	KARGS
+	VMOVDQU c6lo<>(SB), Y13
+	VMOVDQU c6hi<>(SB), Y14
 	VMOVDQU c6mask<>(SB), Y15
 	KDOT6(ZERO4, KFMA4, GSUM4, 256)
 
@@ -467,6 +471,8 @@ TEXT ·vacc6h4(SB), NOSPLIT, $0-64
 	MOVQ codes+40(FP), SI
 	MOVQ n+48(FP), DX
 	MOVQ cstride+56(FP), R12
+	VMOVDQU c6lo<>(SB), Y12
+	VMOVDQU c6hi<>(SB), Y13
 	VMOVDQU c6mask<>(SB), Y15
 	VMOVUPS c6down<>(SB), Y14
 	XORQ R11, R11
@@ -481,7 +487,7 @@ vh6half:
 
 vh6pos:
 	PREFETCHT0 (CX)(R12*8)
-	UNPACK6((CX), 4(CX), Y8, Y9, Y15)
+	UNPACK6((CX), 4(CX), Y8, Y9, Y12, Y13, Y15)
 	VH4FMA
 	ADDQ $32, R9
 	ADDQ R12, CX

@@ -15,6 +15,10 @@ import "math"
 // be a power of two. It is its own inverse.
 func Hadamard(x []float32) {
 	n := len(x)
+	s := float32(1 / math.Sqrt(float64(n)))
+	if hadamardFast(x, s) {
+		return
+	}
 	for h := 1; h < n; h *= 2 {
 		for i := 0; i < n; i += 2 * h {
 			a, b := x[i:i+h], x[i+h:i+2*h]
@@ -23,7 +27,6 @@ func Hadamard(x []float32) {
 			}
 		}
 	}
-	s := float32(1 / math.Sqrt(float64(n)))
 	for i := range x {
 		x[i] *= s
 	}

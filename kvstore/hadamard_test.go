@@ -174,3 +174,28 @@ func TestRotationNeedsPowerOfTwo(t *testing.T) {
 		t.Errorf("the unrotated layout over head_dim 96: %v", err)
 	}
 }
+
+// TestHadamardSIMD: the vector kernel rotates bit for bit as the plain loops, for every
+// power-of-two length a head may have.
+func TestHadamardSIMD(t *testing.T) {
+	if !hadamardSIMD {
+		t.Skip("no Hadamard kernel on this CPU")
+	}
+	r := rand.New(rand.NewPCG(30, 2))
+	for n := 1; n <= 1024; n *= 2 {
+		x := randVec(r, n)
+		for i := range x {
+			x[i] *= float32(1 + i%7) // varied magnitudes, so that rounding differs if the order does
+		}
+		fast, plain := append([]float32(nil), x...), append([]float32(nil), x...)
+		Hadamard(fast)
+		hadamardSIMD = false
+		Hadamard(plain)
+		hadamardSIMD = true
+		for i := range fast {
+			if math.Float32bits(fast[i]) != math.Float32bits(plain[i]) {
+				t.Fatalf("n %d: element %d = %v, plain loops %v", n, i, fast[i], plain[i])
+			}
+		}
+	}
+}

@@ -21,7 +21,9 @@ import (
 //	free     = available − reserve − overhead − vision − weights   (weights not counted again once loaded)
 //	spec     = the loosest rung of the ladder whose KV for num_ctx fits in free,
 //	           starting one rung down under warn pressure:
-//	             K8/V8 g64  →  K4/V4 g64/32 + boundary 2@8/8  →  K4/V4 g64/32
+//	             K6h/V6h g64  →  K4/V4 g64/32 + boundary 2@6h/6h  →  K4/V4 g64/32
+//	           (each rung fewer bytes than the one before, for any number of layers: the
+//	           boundary layers under pressure keep the default's format)
 //	context  = the largest ctx with KV(ctx) ≤ free, at most num_ctx and the model's maximum
 //	auto     = with no num_ctx: the largest ctx with KV(ctx) ≤ free/2 at the pressure's first rung,
 //	           at most the model's maximum (AutoFloor when it states none), at least
@@ -106,8 +108,12 @@ func (p Plan) Headroom() int64 { return int64(p.Memory.Available) - p.Peak() }
 type rung struct {
 	bits     [2]Format
 	groups   [2]int
-	boundary int // KV layers at each end stored 8/8
-	measured Quality
+	boundary int // KV layers at each end stored in boundaryBits
+	// boundaryBits and boundaryGroups are the boundary layers' spec; with the zero Format,
+	// DefaultBoundaryBits (8/8) in the rung's groups.
+	boundaryBits   [2]Format
+	boundaryGroups [2]int
+	measured       Quality
 }
 
 // Quality is what a KV layout measurably costs a model's answers against an fp16 cache,
@@ -139,14 +145,18 @@ const measuredOn, measuredAt = "qwen3-tiny", "512/2K/4K"
 // ladder is the policy's steps, loosest first. The first is the default at normal
 // pressure: of the layouts measured, the fewest bytes per token with at least 99% top-1
 // agreement where fp16's answer is clear and at most 1e-3 mean KL against fp16 at every
-// length, whose decode attention is within 5% of K8/V8's (docs/kv-cache.md has the
-// table: K6h/V6h and K8/V5 keep the answers in fewer bytes, but no fused decode kernel
-// reads 5- or 6-bit codes yet); the later ones trade quality for memory under pressure.
+// length, with a fused decode kernel and a decode step within 5% of K8/V8's speed
+// (docs/kv-cache.md has the tables): 6-bit keys and values in groups of 64, both
+// Hadamard-rotated (0.41x fp16's bytes; a layer whose head_dim is not a power of two
+// keeps 6 bits unrotated, K6/V6, which meets the bar too). The later ones trade quality
+// for memory under pressure; their boundary layers keep the first step's spec, so that
+// no step stores more bytes than the one before, whatever the number of layers.
 var ladder = []rung{
-	{bits: [2]Format{AffineFormat(8, 0), AffineFormat(8, 0)}, groups: [2]int{64, 64},
-		measured: Quality{Model: measuredOn, Lengths: measuredAt, Top1: 0.9980, MeanKL: 5.2e-5, Top1Clear: 1}},
+	{bits: [2]Format{AffineFormat(6, 0).Rotate(true), AffineFormat(6, 0).Rotate(true)}, groups: [2]int{64, 64},
+		measured: Quality{Model: measuredOn, Lengths: measuredAt, Top1: 0.9888, MeanKL: 5.7e-4, Top1Clear: 0.9989}},
 	{bits: [2]Format{AffineFormat(4, 0), AffineFormat(4, 0)}, groups: [2]int{64, 32}, boundary: 2,
-		measured: Quality{Model: measuredOn, Lengths: measuredAt, Top1: 0.9568, MeanKL: 4.8e-3, Top1Clear: 0.9804}},
+		boundaryBits: [2]Format{AffineFormat(6, 0).Rotate(true), AffineFormat(6, 0).Rotate(true)}, boundaryGroups: [2]int{64, 64},
+		measured: Quality{Model: measuredOn, Lengths: measuredAt, Top1: 0.9556, MeanKL: 5.4e-3, Top1Clear: 0.9814}},
 	{bits: [2]Format{AffineFormat(4, 0), AffineFormat(4, 0)}, groups: [2]int{64, 32},
 		measured: Quality{Model: measuredOn, Lengths: measuredAt, Top1: 0.9312, MeanKL: 1.4e-2, Top1Clear: 0.9504}},
 }
@@ -181,20 +191,25 @@ type LadderStep struct {
 // rungLayout is r's layout for m under the user's settings o.
 func (o *Options) rungLayout(m ModelShape, r rung) (Layout, error) {
 	bits, groups, n := r.bits, r.groups, r.boundary
+	bb, bg := [2]Format{AffineFormat(DefaultBoundaryBits, 0), AffineFormat(DefaultBoundaryBits, 0)}, r.groups
+	if r.boundaryBits[0].Mode == Affine {
+		bb, bg = r.boundaryBits, r.boundaryGroups
+	}
 	if o.Bits != nil { // the user's bits: the user's (or the documented default) groups and boundary
 		bits, groups, n = *o.Bits, [2]int{DefaultKGroup, DefaultVGroup}, DefaultBoundaryLayers
+		bb[0], bb[1] = AffineFormat(DefaultBoundaryBits, 0), AffineFormat(DefaultBoundaryBits, 0)
+		bg = groups
 	}
 	if o.GroupSize != nil {
-		groups = *o.GroupSize
+		groups, bg = *o.GroupSize, *o.GroupSize
 	}
 	if o.BoundaryLayers != nil {
 		n = *o.BoundaryLayers
 	}
-	bb := [2]Format{AffineFormat(DefaultBoundaryBits, 0), AffineFormat(DefaultBoundaryBits, 0)}
 	if o.BoundaryBits != nil {
 		bb = *o.BoundaryBits
 	}
-	l, err := newLayout(m, withGroups(bits, groups), n, withGroups(bb, groups), o.fitLayer)
+	l, err := newLayout(m, withGroups(bits, groups), n, withGroups(bb, bg), o.fitLayer)
 	l.QuantizedKVStart, l.MaxKVSize = o.QuantizedKVStart, o.MaxKVSize
 	return l, err
 }

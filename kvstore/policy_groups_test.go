@@ -42,16 +42,17 @@ func TestPolicyGroupFitsHeadDim(t *testing.T) {
 	if err != nil {
 		t.Fatalf("head_dim 96: %v", err)
 	}
-	if want := (Spec{K: AffineFormat(8, 32), V: AffineFormat(8, 32)}); p.Layout.Specs[2] != want {
+	// Hadamard rotation needs a power of two: the layers keep 6 bits, unrotated.
+	if want := (Spec{K: AffineFormat(6, 32), V: AffineFormat(6, 32)}); p.Layout.Specs[2] != want {
 		t.Errorf("head_dim 96 inner layer %s, want %s", p.Layout.Specs[2], want)
 	}
-	if got := p.Layout.String(); !strings.HasPrefix(got, "K8/V8 g32, 6 of 6") || strings.Contains(got, "fp16 in") {
+	if got := p.Layout.String(); !strings.HasPrefix(got, "K6/V6 g32, unrotated in 6 layers (head_dim 96") || strings.Contains(got, "fp16 in") {
 		t.Errorf("head_dim 96 layout %q", got)
 	}
 
 	// head_dim 128 keeps the defaults.
 	p, _ = Choose(PolicyInput{Model: shapeWithHeadDim(128), NumCtx: 2048, Memory: mem(64*gib, 40*gib, sysmem.Normal)})
-	if !strings.HasPrefix(p.Layout.String(), "K8/V8 g64, 6 of 6") {
+	if !strings.HasPrefix(p.Layout.String(), "K6h/V6h g64, 6 of 6") {
 		t.Errorf("head_dim 128 layout %q", p.Layout)
 	}
 }

@@ -29,18 +29,19 @@ func TestPolicyNormal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Layout.String() != "K8/V8 g64, 36 of 36 layers with KV" {
+	if p.Layout.String() != "K6h/V6h g64, 36 of 36 layers with KV" {
 		t.Errorf("layout %q", p.Layout)
 	}
-	if q := p.Quality; !q.Measured() || q.Top1 < 0.99 || q.MeanKL > 1e-3 {
+	if q := p.Quality; !q.Measured() || q.Top1Clear < 0.99 || q.MeanKL > 1e-3 {
 		t.Errorf("the default's measured quality %v", q)
 	}
 	// The documented formula, by hand.
 	reserve := 64 * gib / 8
 	overhead := 512<<20 + m.WeightBytes/50
 	free := 40*gib - reserve - overhead - m.WeightBytes
-	// 36 layers at 8/8 in groups of 64: 136 B for a key and for a value per head.
-	perToken := int64(8 * 36 * (136 + 136))
+	// 36 layers at 6/6 in groups of 64: 96 B of codes and two fp16 (scale, bias) pairs,
+	// 104 B for a key and for a value per head.
+	perToken := int64(8 * 36 * (104 + 104))
 	if p.Reserve != reserve || p.Overhead != overhead || p.Free != free || p.KVTokenBytes != perToken {
 		t.Errorf("reserve %d overhead %d free %d per token %d; want %d %d %d %d", p.Reserve, p.Overhead, p.Free, p.KVTokenBytes, reserve, overhead, free, perToken)
 	}
@@ -50,7 +51,7 @@ func TestPolicyNormal(t *testing.T) {
 	if p.PrefixBudget != (free-p.KVBytes)/2 {
 		t.Errorf("prefix budget %d, want %d", p.PrefixBudget, (free-p.KVBytes)/2)
 	}
-	if !strings.Contains(p.Reason, "policy") || !strings.Contains(p.String(), "K8/V8") {
+	if !strings.Contains(p.Reason, "policy") || !strings.Contains(p.String(), "K6h/V6h") {
 		t.Errorf("reason %q, line %q", p.Reason, p.String())
 	}
 	if p.Peak() != m.WeightBytes+overhead+p.KVBytes || p.Headroom() != 40*gib-p.Peak() {
@@ -67,6 +68,22 @@ func TestPolicyWarnTightens(t *testing.T) {
 	if p.Layout.Base != (Spec{K: AffineFormat(4, 64), V: AffineFormat(4, 32)}) || p.Layout.BoundaryLayers != 2 {
 		t.Errorf("under warn: %v", p.Layout)
 	}
+	// The boundary layers keep the default's spec, so that no step stores more bytes than
+	// the one before, whatever the number of layers (hybrid's 4 KV layers are all boundary).
+	if p.Layout.Boundary != normal.Layout.Base {
+		t.Errorf("under warn: boundary %v, want the default's %v", p.Layout.Boundary, normal.Layout.Base)
+	}
+	for _, m := range []ModelShape{qwen3_8b(), hybrid()} {
+		steps, err := Ladder(m, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 1; i < len(steps); i++ {
+			if a, b := steps[i-1].Layout.TokenBytes(m), steps[i].Layout.TokenBytes(m); b > a {
+				t.Errorf("step %d of %v stores %d bytes a token, step %d %d", i+1, steps[i].Layout, b, i, a)
+			}
+		}
+	}
 	if p.Reserve != 2*normal.Reserve || p.PrefixBudget != (p.Free-p.KVBytes)/4 || p.PrefixBudget >= normal.PrefixBudget {
 		t.Errorf("under warn: reserve %d prefix %d (normal %d, %d)", p.Reserve, p.PrefixBudget, normal.Reserve, normal.PrefixBudget)
 	}
@@ -77,9 +94,9 @@ func TestPolicyWarnTightens(t *testing.T) {
 
 func TestPolicyTightensToFitContext(t *testing.T) {
 	m := qwen3_8b()
-	// Free memory for 25000 tokens at K8/V8: 32768 need the next rung (K4/V4+boundary, 0.6 of the bytes).
+	// Free memory for 26000 tokens at K6h/V6h: 32768 need the next rung (K4/V4+boundary, 0.76 of the bytes).
 	base, _ := Choose(PolicyInput{Model: m, NumCtx: 1024, Memory: mem(64*gib, 40*gib, sysmem.Normal)})
-	avail := 40*gib - base.Free + 25000*base.KVTokenBytes
+	avail := 40*gib - base.Free + 26000*base.KVTokenBytes
 	p, err := Choose(PolicyInput{Model: m, NumCtx: 32768, Memory: mem(64*gib, avail, sysmem.Normal)})
 	if err != nil {
 		t.Fatal(err)
@@ -179,7 +196,7 @@ func TestPolicyFlagsWin(t *testing.T) {
 	_ = o.Set("kv-boundary-layers", "1", "MLXG_KV_BOUNDARY_LAYERS")
 	p, _ = Choose(PolicyInput{Model: qwen3_8b(), NumCtx: 8192, Memory: mem(64*gib, 40*gib, sysmem.Normal), Options: o})
 	_ = o.Set("kv-boundary-bits", "8/6", "MLXG_KV_BOUNDARY_BITS")
-	if p.Layout.String() != "K8/V8 g32, 36 of 36 layers with KV" || p.Quality.Measured() {
+	if p.Layout.String() != "K6h/V6h g32, boundary 1@8/8, 36 of 36 layers with KV" || p.Quality.Measured() {
 		t.Errorf("layout %q, quality %v", p.Layout, p.Quality)
 	}
 	p, _ = Choose(PolicyInput{Model: qwen3_8b(), NumCtx: 8192, Memory: mem(64*gib, 40*gib, sysmem.Warn), Options: o})
@@ -202,7 +219,7 @@ func TestPolicyHybridAndSliding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Layout.String() != "K8/V8 g64, 4 of 16 layers with KV" || p.Context != 262144 {
+	if p.Layout.String() != "K6h/V6h g64, 4 of 16 layers with KV" || p.Context != 262144 {
 		t.Errorf("hybrid: %v, context %d", p.Layout, p.Context)
 	}
 	if p.KVBytes != p.Layout.Bytes(m, 262144) || p.KVBytes < 12<<20 {
@@ -222,11 +239,11 @@ func TestPolicyHybridAndSliding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g64 := (Spec{K: AffineFormat(8, 64), V: AffineFormat(8, 64)}); p.Layout.Specs[0] != g64 || p.Layout.Specs[2] != g64 || p.Context != 100000 {
+	if g64 := (Spec{K: AffineFormat(6, 64).Rotate(true), V: AffineFormat(6, 64).Rotate(true)}); p.Layout.Specs[0] != g64 || p.Layout.Specs[2] != g64 || p.Context != 100000 {
 		t.Errorf("sliding: specs %v %v, context %d", p.Layout.Specs[0], p.Layout.Specs[2], p.Context)
 	}
-	// Layers 5 and 11 grow, at 8/8 in groups of 64 (272 B a row); head_dim 256.
-	if p.KVTokenBytes != int64(2*4*(272+272)) {
+	// Layers 5 and 11 grow, at 6/6 in groups of 64 (208 B a row); head_dim 256.
+	if p.KVTokenBytes != int64(2*4*(208+208)) {
 		t.Errorf("sliding: %d bytes per token; only the 2 full layers grow", p.KVTokenBytes)
 	}
 }
@@ -294,13 +311,13 @@ func TestPolicyAutoContext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !p.Auto || p.Context != 40960 || p.Layout.Base.K.Bits != 8 || !strings.Contains(p.ContextReason, "the model's maximum 40960") {
+	if !p.Auto || p.Context != 40960 || p.Layout.Base.K.Bits != 6 || !strings.Contains(p.ContextReason, "the model's maximum 40960") {
 		t.Errorf("context %d layout %v auto %v reason %q", p.Context, p.Layout, p.Auto, p.ContextReason)
 	}
 	if p.KVBytes*autoShare > p.Free {
 		t.Errorf("kv %d takes more than half the free %d", p.KVBytes, p.Free)
 	}
-	// Half the free memory holds 12000 tokens at K8/V8: the context is the block multiple below,
+	// Half the free memory holds 12000 tokens at K6h/V6h: the context is the block multiple below,
 	// and the layout stays the default (no tightening for a context nobody asked for).
 	base, _ := Choose(PolicyInput{Model: m, NumCtx: 1024, Memory: mem(16*gib, 12*gib, sysmem.Normal)})
 	avail := 12*gib - base.Free + 2*12000*base.KVTokenBytes
@@ -308,7 +325,7 @@ func TestPolicyAutoContext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Context != 12000-12000%BlockTokens || p.Layout.Base.K.Bits != 8 || p.Layout.BoundaryLayers != 0 {
+	if p.Context != 12000-12000%BlockTokens || p.Layout.Base.K.Bits != 6 || p.Layout.BoundaryLayers != 0 {
 		t.Errorf("context %d layout %v", p.Context, p.Layout)
 	}
 	if !strings.Contains(p.ContextReason, "fits in half") || !strings.Contains(p.Reason, "policy") || strings.Contains(p.Reason, "tightened") {

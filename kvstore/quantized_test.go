@@ -191,6 +191,10 @@ func TestQuantizedAttend(t *testing.T) {
 		{K: AffineFormat(5, 32), V: AffineFormat(6, 64)},
 		{K: FormatQ4_0, V: FormatQ4_0},
 		{K: FormatF16, V: AffineFormat(4, 64)},
+		// The default, and 6-bit in the other groups: fused kernels at decode on amd64, tiles
+		// (the Go 6-bit unpack) for prefill and on other CPUs.
+		{K: AffineFormat(6, 64).Rotate(true), V: AffineFormat(6, 64).Rotate(true)},
+		{K: AffineFormat(6, 32), V: AffineFormat(6, 16)},
 	}
 	for _, spec := range specs {
 		for _, start := range []int{0, 300} {

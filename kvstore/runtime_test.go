@@ -32,8 +32,8 @@ func TestPolicyFollowsPressure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(caches) != 36 || caches[0].(*Quantized).Spec() != (Spec{K: AffineFormat(8, 64), V: AffineFormat(8, 64)}) ||
-		caches[10].(*Quantized).Spec() != plan.Layout.Base || plan.Layout.Base.V.Bits != 8 {
+	if len(caches) != 36 || caches[0].(*Quantized).Spec() != (Spec{K: AffineFormat(6, 64).Rotate(true), V: AffineFormat(6, 64).Rotate(true)}) ||
+		caches[10].(*Quantized).Spec() != plan.Layout.Base || plan.Layout.Base.V.Bits != 6 {
 		t.Fatalf("normal: %v", plan.Layout)
 	}
 	if n := strings.Count(logs.String(), "kv policy"); n != 1 {

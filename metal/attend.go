@@ -3,6 +3,7 @@ package metal
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"unsafe"
 
 	"github.com/mlxg/mlxg/kvstore"
@@ -53,6 +54,9 @@ type storedAttention struct {
 	// T × heads·vDim) that score the values, each score being q·k + qv·v (kvstore's
 	// Attention.QV).
 	qv mlxArray
+	// spans, when set, are absolute positions whose rows also see the later rows of their
+	// span (kvstore.Attention.Bidirectional; the mask's bounds come from spanView).
+	spans []kvstore.Span
 }
 
 // wrap makes an array of n elements of dt over Go memory at p (cp elements of
@@ -218,7 +222,22 @@ func (s *storedAttention) attend(q mlxArray, scale float32, blocks []kvstore.Sto
 	if len(parts) > 1 {
 		sc = g.concat(3, parts...)
 	}
-	if s.T > 1 || s.window > 0 {
+	switch {
+	case s.spans != nil:
+		// Each row's own interval [lo, last] of visible positions, from the host.
+		lo, last, err := spanView(end-s.T, s.T, s.window, s.spans)
+		if err != nil {
+			return g.fail(err)
+		}
+		if m := int(slices.Min(lo)); m < first {
+			return g.fail(fmt.Errorf("metal: a query row needs position %d, but the layer holds %d onwards", m, first))
+		}
+		kp := g.reshape(g.arange(first, end), 1, n)
+		sc = g.where(g.greater(kp, g.fromInt32s(last, s.T, 1)), g.scalar(negInf), sc)
+		if int(slices.Max(lo)) > first {
+			sc = g.where(g.greater(g.fromInt32s(lo, s.T, 1), kp), g.scalar(negInf), sc)
+		}
+	case s.T > 1 || s.window > 0:
 		qpos := g.reshape(g.arange(end-s.T, end), s.T, 1)
 		kp := g.reshape(g.arange(first, end), 1, n)
 		sc = g.where(g.greater(kp, qpos), g.scalar(negInf), sc) // a later position

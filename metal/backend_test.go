@@ -52,6 +52,16 @@ func TestTinyModelOnRealMLX(t *testing.T) {
 		}
 	}
 
+	// The checkpoints with a vision tower, with images: the towers' operations and
+	// Gemma 3's attention among an image's rows against the CPU backend.
+	for _, m := range backend.TinyVisionModels(t.TempDir(), 5) {
+		for _, r := range backend.CheckVisionModel(m, open, func() (compute.Backend, error) { return cpu.New(2), nil }, p) {
+			if !r.OK() {
+				t.Errorf("%s vs %s: relative error %.3g (tolerance %.0e), %v", r.Check, r.Against, r.RelErr, r.Tol, r.Err)
+			}
+		}
+	}
+
 	dir := tinyQwen3(t, t.TempDir(), 5)
 
 	lib := mlxtest.Lib(t)

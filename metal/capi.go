@@ -187,6 +187,9 @@ type api struct {
 	minimum       func(res *mlxArray, a, b mlxArray, s mlxStream) int32
 	erf           func(res *mlxArray, a mlxArray, s mlxStream) int32
 
+	// The vision towers' operations (vision.go).
+	layerNorm func(res *mlxArray, x, w, b mlxArray, eps float32, s mlxStream) int32
+
 	// MLX's distributed layer (distributed.go); optional, nil in a library without it.
 	distInit  func(res *mlxGroup, strict bool, backend string) int32
 	groupRank func(g mlxGroup) int32
@@ -343,6 +346,8 @@ func (a *api) bindings() []binding {
 		{"int mlx_maximum(mlx_array* res, const mlx_array a, const mlx_array b, const mlx_stream s)", &a.maximum, abiAll},
 		{"int mlx_minimum(mlx_array* res, const mlx_array a, const mlx_array b, const mlx_stream s)", &a.minimum, abiAll},
 		{"int mlx_erf(mlx_array* res, const mlx_array a, const mlx_stream s)", &a.erf, abiAll},
+
+		{"int mlx_fast_layer_norm(mlx_array* res, const mlx_array x, const mlx_array weight, const mlx_array bias, float eps, const mlx_stream s)", &a.layerNorm, abiAll},
 
 		{"int mlx_distributed_init(mlx_distributed_group* res, bool strict, const char* bk)", &a.distInit, abiOptional},
 		{"int mlx_distributed_group_rank(mlx_distributed_group group)", &a.groupRank, abiOptional},

@@ -38,6 +38,8 @@ type context struct {
 	appends []pendingAppend
 	states  []stateWrite    // recurrent states to copy back after the step's evaluation
 	pending map[uintptr]int // positions recorded for a layer but not yet appended to it
+	// tower says a vision tower's block was recorded since the last Free (vision.go).
+	tower bool
 }
 
 // NewContext implements compute.Backend.
@@ -280,7 +282,7 @@ func ropeTable(g *graph, x4 mlxArray, r *compute.RoPE, h, T, headDim, offset int
 }
 
 func (c *context) Attention(q, k, v compute.Tensor, cache kvstore.Layer, nHeads int, scale float32) compute.Tensor {
-	return c.attention("Attention", q, k, v, cache, nHeads, scale, nil, nil)
+	return c.attention("Attention", q, k, v, cache, nHeads, scale, nil, nil, nil)
 }
 
 // AttentionSinks implements compute.SinkAttentionContext (gpt-oss): Attention whose
@@ -290,13 +292,14 @@ func (c *context) AttentionSinks(q, k, v compute.Tensor, cache kvstore.Layer, nH
 	if !ok || sv.n != nHeads {
 		return c.fail("AttentionSinks: want %d sink logits as a Metal vector, got %T of %d", nHeads, sinks, sinks.Len())
 	}
-	return c.attention("AttentionSinks", q, k, v, cache, nHeads, scale, sv, nil)
+	return c.attention("AttentionSinks", q, k, v, cache, nHeads, scale, sv, nil, nil)
 }
 
 // attention appends k and v to cache and attends over it with q: the plain attention,
-// with sinks (one logit per query head) or latent queries qv (T × heads·vDim, multi-head
-// latent attention) when they are not nil.
-func (c *context) attention(op string, q, k, v compute.Tensor, cache kvstore.Layer, nHeads int, scale float32, sinks *vector, qv compute.Tensor) compute.Tensor {
+// with sinks (one logit per query head), latent queries qv (T × heads·vDim, multi-head
+// latent attention) or bidirectional spans (Gemma 3's images: kvstore.Attention's
+// Bidirectional) when they are not nil.
+func (c *context) attention(op string, q, k, v compute.Tensor, cache kvstore.Layer, nHeads int, scale float32, sinks *vector, qv compute.Tensor, spans []kvstore.Span) compute.Tensor {
 	ts := []compute.Tensor{q, k, v}
 	if qv != nil {
 		ts = append(ts, qv)
@@ -333,9 +336,10 @@ func (c *context) attention(op string, q, k, v compute.Tensor, cache kvstore.Lay
 			inPlace = readable(t.Target().K) && readable(t.Target().V)
 		}
 		if !inPlace {
-			return c.attendOnCPU(g, a[0], a[1], a[2], cache, nHeads, scale, sinks, qva, nil)
+			return c.attendOnCPU(g, a[0], a[1], a[2], cache, nHeads, scale, sinks, qva, spans)
 		}
 		s := c.stored(g, cache, kvHeads, kDim, vDim, nHeads, T)
+		s.spans = spans
 		if sinks != nil {
 			s.sinks = sinks.a
 		}
@@ -416,31 +420,8 @@ func (c *context) AttentionShared(q compute.Tensor, cache kvstore.Layer, nHeads 
 	})
 }
 
-// AttentionSpans implements compute.SpanAttentionContext (Gemma 3's image tokens): a pass
-// holding an image's rows attends in Go, where kvstore widens those rows (attendOnCPU).
-func (c *context) AttentionSpans(q, k, v compute.Tensor, cache kvstore.Layer, nHeads int, scale float32, spans []kvstore.Span) compute.Tensor {
-	a, ok := c.args(q, k, v)
-	if !ok {
-		return nilTensor
-	}
-	if cache == nil {
-		return c.fail("AttentionSpans without a KV cache layer")
-	}
-	kvHeads, kDim, vDim := cache.Dims()
-	T := a[0].rows
-	if T == 0 || kvHeads <= 0 || a[1].rows != T || a[2].rows != T || nHeads <= 0 || nHeads%kvHeads != 0 ||
-		a[0].cols != nHeads*kDim || a[1].cols != kvHeads*kDim || a[2].cols != kvHeads*vDim {
-		return c.fail("AttentionSpans: q %d×%d, k %d×%d, v %d×%d do not fit %d heads over a cache of %d KV heads of %d/%d dims",
-			a[0].rows, a[0].cols, a[1].rows, a[1].cols, a[2].rows, a[2].cols, nHeads, kvHeads, kDim, vDim)
-	}
-	return c.record(T, nHeads*vDim, func(g *graph) mlxArray {
-		return c.attendOnCPU(g, a[0], a[1], a[2], cache, nHeads, scale, nil, 0, spans)
-	})
-}
-
 // attendOnCPU is the path for a layer whose storage MLX does not read (not a
-// kvstore.BlockSource, or affine groups of 16), or a pass whose rows of bidirectional spans
-// see later rows: the step's graph so far is evaluated, the layer appends and attends in Go,
+// kvstore.BlockSource, or affine groups of 16): the step's graph so far is evaluated, the layer appends and attends in Go,
 // and the result goes back to the device. It costs one extra evaluation per such layer.
 // sinks, qv (float32, evaluated with the queries) and spans are attendGo's.
 func (c *context) attendOnCPU(g *graph, q, k, v *tensor, cache kvstore.Layer, nHeads int, scale float32, sinks *vector, qv mlxArray, spans []kvstore.Span) mlxArray {

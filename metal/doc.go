@@ -20,7 +20,9 @@
 // (latent.go); the optional operations of the mixture-of-experts, Gemma and Gated
 // DeltaNet layers are built from MLX operations (ext.go: every router, softmax or
 // DeepSeek's sigmoid, picks on the device, and gather_qmm reads only the experts a
-// token picked, mxfp4 ones included), and so are a vision tower's (vision.go). LimitsFor maps the memory
+// token picked, mxfp4 ones included); the vision towers' operations and Gemma 3's
+// attention among an image's rows, a mask widened per row over the same blocks, are in
+// vision.go. LimitsFor maps the memory
 // policy's plan to MLX's allocator limits, summed over the loaded models and capped at
 // the GPU's recommended working set.
 //

@@ -19,6 +19,8 @@ var (
 	_ compute.SigmoidMoEContext      = (*context)(nil)
 	_ compute.ClampedMoEContext      = (*context)(nil)
 	_ compute.SharedKVContext        = (*context)(nil)
+	_ compute.SinkAttentionContext   = (*context)(nil)
+	_ compute.SpanAttentionContext   = (*context)(nil)
 	_ compute.ActivationContext      = (*context)(nil)
 	_ compute.LinearAttentionContext = (*context)(nil)
 	_ compute.Failer                 = (*context)(nil)

@@ -19,7 +19,7 @@ func (c *context) LatentAttention(qRope, qLatent, kRope, latent compute.Tensor, 
 	if qLatent == nil {
 		return c.fail("LatentAttention without latent queries")
 	}
-	return c.attention("LatentAttention", qRope, kRope, latent, cache, nHeads, scale, nil, qLatent)
+	return c.attention("LatentAttention", qRope, kRope, latent, cache, nHeads, scale, nil, qLatent, nil)
 }
 
 // MultiLinear implements compute.LatentAttentionContext: one batched product over the

@@ -381,10 +381,11 @@ func (grp *expertGroup) begin(picked []int) {
 const readWindow = 4
 
 // each reads the units of experts through the manager, in order with the next ones
-// (window in all) asked for ahead, and calls use with each (on the worker, the Lib's mutex held)
+// (window in all) asked for ahead, each use weighted by uses[expert] (AcquireUses),
+// and calls use with each (on the worker, the Lib's mutex held)
 // before releasing it. The mutex is released while a read is waited for (no MLX call
 // is made meanwhile), so that other models' passes go on.
-func (grp *expertGroup) each(l *Lib, experts []int, window int, use func(i int, h residency.Handle) error) error {
+func (grp *expertGroup) each(l *Lib, experts, uses []int, window int, use func(i int, h residency.Handle) error) error {
 	mgr := grp.st.mgr
 	ids := make([]int, len(experts))
 	for i, e := range experts {
@@ -393,7 +394,7 @@ func (grp *expertGroup) each(l *Lib, experts []int, window int, use func(i int, 
 	for i, id := range ids {
 		l.mu.Unlock()
 		mgr.Want(ids[i:min(i+window, len(ids))]...)
-		h, err := mgr.Acquire(id)
+		h, err := mgr.AcquireUses(id, uses[experts[i]])
 		l.mu.Lock()
 		if err != nil {
 			return err
@@ -428,11 +429,13 @@ func (grp *expertGroup) fromUnit(g *graph, wide bool, h residency.Handle, m, j i
 func (grp *expertGroup) prepare(b *Backend, g *graph, picks []int, k int) ([][3]mlxArray, []uint32, error) {
 	st := grp.st
 	first := make([]int, grp.experts) // expert → its place in order + 1
+	uses := make([]int, grp.experts)  // expert → the rows that picked it (the policy's weight)
 	var order []int
 	for _, e := range picks {
 		if e < 0 || e >= grp.experts {
 			return nil, nil, fmt.Errorf("metal: the router picked expert %d of %d", e, grp.experts)
 		}
+		uses[e]++
 		if first[e] == 0 {
 			order = append(order, e)
 			first[e] = len(order)
@@ -452,7 +455,7 @@ func (grp *expertGroup) prepare(b *Backend, g *graph, picks []int, k int) ([][3]
 	inUse := make([]bool, grp.slots)
 	for _, e := range order {
 		if s := grp.slotOf[e]; s >= 0 {
-			st.mgr.Hit(grp.units[e])
+			st.mgr.HitUses(grp.units[e], uses[e])
 			inUse[s] = true
 		} else {
 			missing = append(missing, e)
@@ -479,7 +482,7 @@ func (grp *expertGroup) prepare(b *Backend, g *graph, picks []int, k int) ([][3]
 				}
 			}
 		}
-		err := grp.each(b.lib, missing, readWindow, func(i int, h residency.Handle) error {
+		err := grp.each(b.lib, missing, uses, readWindow, func(i int, h residency.Handle) error {
 			at := first[missing[i]] - 1
 			for m := range grp.members {
 				for j := range 3 {
@@ -503,7 +506,7 @@ func (grp *expertGroup) prepare(b *Backend, g *graph, picks []int, k int) ([][3]
 		return stacks, idx, g.err
 	}
 	// A decode step's misses (at most k) are asked for at once.
-	err := grp.each(b.lib, missing, max(k, readWindow), func(i int, h residency.Handle) error {
+	err := grp.each(b.lib, missing, uses, max(k, readWindow), func(i int, h residency.Handle) error {
 		e := missing[i]
 		s := -1
 		var cands, candSlots []int

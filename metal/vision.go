@@ -1,31 +1,95 @@
 package metal
 
 import (
+	"fmt"
 	"math"
+	"slices"
 
+	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/runner/compute"
 )
 
-// The operations of vision towers (Qwen3.5's ViT) and of rotary angles given per row
-// (compute.VisionContext), built from MLX operations in float32, as the CPU backend
-// computes them.
+// The vision towers' operations (compute.VisionContext: Qwen3.5's ViT and Gemma 3's
+// SigLIP, and the per-row rotary angles of the language model's M-RoPE) and Gemma 3's
+// attention among an image's tokens (compute.SpanAttentionContext), built from MLX's
+// operations. Everything here computes in float32, as the CPU backend does: a tower's
+// activations are float32 (Linear widens its products), and its LayerNorm, GELU and
+// attention are the reference's formulas.
 
-var _ compute.VisionContext = (*context)(nil)
+var (
+	_ compute.VisionContext        = (*context)(nil)
+	_ compute.SpanAttentionContext = (*context)(nil)
+	_ compute.Freer                = (*context)(nil)
+)
 
-// Input implements compute.VisionContext: data is copied now, so the caller may reuse it.
+// Free implements compute.Freer for the vision towers. A pass's graph holds every array
+// it builds until the context closes: for a tower that is every block's activations over
+// all of an image's patches (gigabytes for one large image). So the first Free after a
+// BlockAttention records a barrier: when the graph is built, the kept tensors are
+// evaluated and every other array the graph holds is let go of (MLX frees those no later
+// operation reads), the step's pending KV appends and recurrent states aside; one
+// barrier a block. A language model's passes record no BlockAttention, so there Free
+// does nothing and a pass stays one evaluation.
+func (c *context) Free(keep ...compute.Tensor) {
+	if !c.tower || c.err != nil {
+		return
+	}
+	ks, ok := c.args(keep...)
+	if !ok {
+		return
+	}
+	c.tower = false
+	c.record(0, 0, func(g *graph) mlxArray {
+		live := make(map[mlxArray]bool, len(ks))
+		arrs := make([]mlxArray, 0, len(ks))
+		for _, t := range ks {
+			if t.arr != 0 && !live[t.arr] {
+				live[t.arr] = true
+				arrs = append(arrs, t.arr)
+			}
+		}
+		g.eval(arrs...)
+		if g.err != nil {
+			return 0
+		}
+		for _, p := range c.appends {
+			live[p.k], live[p.v] = true, true
+		}
+		for _, s := range c.states {
+			live[s.arr] = true
+		}
+		kept := g.owned[:0]
+		for _, a := range g.owned {
+			if live[a] {
+				kept = append(kept, a)
+			} else {
+				g.l.arrayFree(a)
+			}
+		}
+		clear(g.owned[len(kept):])
+		g.owned = kept
+		return 0
+	})
+}
+
+// Input implements compute.VisionContext: data is copied when the op is recorded (the
+// graph is built later, at Float32s, when the caller may have reused data).
 func (c *context) Input(data []float32, rows, cols int) compute.Tensor {
 	if c.err != nil {
 		return nilTensor
 	}
+	if c.g == nil {
+		return c.fail("the context is closed")
+	}
 	if rows <= 0 || cols <= 0 || len(data) != rows*cols {
 		return c.fail("Input of %d values as %d×%d", len(data), rows, cols)
 	}
-	d := append([]float32(nil), data...)
+	d := slices.Clone(data)
 	return c.record(rows, cols, func(g *graph) mlxArray { return g.fromFloat32s(d, rows, cols) })
 }
 
-// LayerNorm implements compute.VisionContext: (x − mean)·rsqrt(var + eps)·w + b per row,
-// the variance biased.
+// LayerNorm implements compute.VisionContext with mlx.fast's layer_norm over the last
+// axis (x rows × cols, w and b of cols float32 values).
 func (c *context) LayerNorm(x compute.Tensor, w, b compute.Vector, eps float32) compute.Tensor {
 	a, ok := c.args(x)
 	if !ok {
@@ -35,30 +99,29 @@ func (c *context) LayerNorm(x compute.Tensor, w, b compute.Vector, eps float32) 
 	bv, ok2 := b.(*vector)
 	t := a[0]
 	if !ok1 || !ok2 || wv.n != t.cols || bv.n != t.cols {
-		return c.fail("LayerNorm of %d columns by weights of %d and %d", t.cols, w.Len(), b.Len())
+		return c.fail("LayerNorm of %d columns by weights of %d and %d (Metal vectors: %v, %v)", t.cols, w.Len(), b.Len(), ok1, ok2)
 	}
 	return c.record(t.rows, t.cols, func(g *graph) mlxArray {
-		x := g.astype(t.arr, dtFloat32)
-		n := g.scalar(float32(t.cols))
-		d := g.sub(x, g.div(g.sum(x, -1, true), n))                                  // rows × cols
-		inv := g.rsqrt(g.add(g.div(g.sum(g.square(d), -1, true), n), g.scalar(eps))) // rows × 1
-		return g.add(g.mul(g.mul(d, inv), wv.a), bv.a)
+		return g.layerNorm(g.astype(t.arr, dtFloat32), wv.a, bv.a, eps)
 	})
 }
 
-// GELU implements compute.VisionContext: 0.5·x·(1 + erf(x/√2)), or gelu_pytorch_tanh.
+// GELU implements compute.VisionContext: 0.5·x·(1 + erf(x/√2)), or the tanh form
+// (geluTanh, which Gemma's GeGLU uses too).
 func (c *context) GELU(x compute.Tensor, tanh bool) compute.Tensor {
 	return c.unary("GELU", x, func(g *graph, a mlxArray) mlxArray {
 		a = g.astype(a, dtFloat32)
 		if tanh {
 			return geluTanh(g, a)
 		}
-		return g.mul(g.mul(a, g.scalar(0.5)), g.add(g.erf(g.mul(a, g.scalar(1/math.Sqrt2))), g.scalar(1)))
+		e := g.erf(g.mul(a, g.scalar(float32(1/math.Sqrt2))))
+		return g.mul(g.mul(a, g.scalar(0.5)), g.add(e, g.scalar(1)))
 	})
 }
 
-// RoPERows implements compute.VisionContext: each row's heads turn by that row's angles
-// (cos and sin, T × D/2), the pairs (j, j+D/2) of a head's first D columns.
+// RoPERows implements compute.VisionContext: x (T × H·headDim) seen as [T, H, headDim],
+// the pairs (j, j+half) of each head's first 2·half columns turned by row t's angle j
+// (cos and sin T × half, broadcast over the heads as [T, 1, half]), the rest kept.
 func (c *context) RoPERows(x, cos, sin compute.Tensor, headDim int) compute.Tensor {
 	a, ok := c.args(x, cos, sin)
 	if !ok {
@@ -66,15 +129,16 @@ func (c *context) RoPERows(x, cos, sin compute.Tensor, headDim int) compute.Tens
 	}
 	t, ct, st := a[0], a[1], a[2]
 	half := ct.cols
-	if headDim <= 0 || t.cols%headDim != 0 || ct.rows != t.rows || st.rows != t.rows || st.cols != half || half <= 0 || 2*half > headDim {
+	if headDim <= 0 || t.cols%headDim != 0 || half <= 0 || ct.rows != t.rows || st.rows != t.rows || st.cols != half || 2*half > headDim {
 		return c.fail("RoPERows of %d×%d (heads of %d) by angles of %d×%d and %d×%d", t.rows, t.cols, headDim, ct.rows, ct.cols, st.rows, st.cols)
 	}
 	T, H := t.rows, t.cols/headDim
 	return c.record(T, t.cols, func(g *graph) mlxArray {
 		x3 := g.reshape(g.astype(t.arr, dtFloat32), T, H, headDim)
-		cs, sn := g.reshape(ct.arr, T, 1, half), g.reshape(st.arr, T, 1, half) // one angle per row, every head
-		x1 := g.slice(x3, []int{0, 0, 0}, []int{T, H, half})
-		x2 := g.slice(x3, []int{0, 0, half}, []int{T, H, 2 * half})
+		cs := g.reshape(g.astype(ct.arr, dtFloat32), T, 1, half)
+		sn := g.reshape(g.astype(st.arr, dtFloat32), T, 1, half)
+		x1 := g.slice(x3, []int{0, 0, 0}, []int{T, H, half})        // [T, H, half]
+		x2 := g.slice(x3, []int{0, 0, half}, []int{T, H, 2 * half}) // [T, H, half]
 		parts := []mlxArray{g.sub(g.mul(x1, cs), g.mul(x2, sn)), g.add(g.mul(x2, cs), g.mul(x1, sn))}
 		if 2*half < headDim {
 			parts = append(parts, g.slice(x3, []int{0, 0, 2 * half}, []int{T, H, headDim}))
@@ -83,8 +147,15 @@ func (c *context) RoPERows(x, cos, sin compute.Tensor, headDim int) compute.Tens
 	})
 }
 
-// BlockAttention implements compute.VisionContext: per block of consecutive rows, every
-// head's softmax(scale·q·kᵀ)·v over that block's rows alone.
+// blockQueryRows bounds the query rows of one product in BlockAttention, so that a
+// large image's scores ([heads, rows, block]) stay bounded: 1,024 rows of a
+// 16,384-patch block over 16 heads are 1 GiB of float32 scores.
+const blockQueryRows = 1024
+
+// BlockAttention implements compute.VisionContext: for each block of rows and each
+// chunk of its query rows, scores = scale·q·kᵀ ([H, rows, n]), their softmax along the
+// block's n keys, times v ([H, rows, d]); the chunks are joined in row order. Float32
+// throughout, with MLX's precise softmax.
 func (c *context) BlockAttention(q, k, v compute.Tensor, nHeads int, scale float32, blocks []int) compute.Tensor {
 	a, ok := c.args(q, k, v)
 	if !ok {
@@ -102,28 +173,115 @@ func (c *context) BlockAttention(q, k, v compute.Tensor, nHeads int, scale float
 	if nHeads <= 0 || qt.cols%nHeads != 0 || kt.rows != qt.rows || vt.rows != qt.rows || kt.cols != qt.cols || vt.cols != qt.cols || total != qt.rows {
 		return c.fail("BlockAttention of %d×%d, %d×%d, %d×%d with %d heads over blocks %v", qt.rows, qt.cols, kt.rows, kt.cols, vt.rows, vt.cols, nHeads, blocks)
 	}
-	d := qt.cols / nHeads
-	blocks = append([]int(nil), blocks...)
-	return c.record(qt.rows, qt.cols, func(g *graph) mlxArray {
+	T, d := qt.rows, qt.cols/nHeads
+	blocks = slices.Clone(blocks)
+	c.tower = true
+	return c.record(T, qt.cols, func(g *graph) mlxArray {
+		// [H, T, d] each: heads() gives [1, H, T, d].
+		hq := g.reshape(heads(g, g.mul(g.astype(qt.arr, dtFloat32), g.scalar(scale)), T, nHeads, d), nHeads, T, d)
+		hk := g.reshape(heads(g, g.astype(kt.arr, dtFloat32), T, nHeads, d), nHeads, T, d)
+		hv := g.reshape(heads(g, g.astype(vt.arr, dtFloat32), T, nHeads, d), nHeads, T, d)
 		var outs []mlxArray
 		s0 := 0
 		for _, n := range blocks {
 			if n == 0 {
 				continue
 			}
-			// The block's rows as [1, heads, n, d].
-			block := func(x mlxArray) mlxArray {
-				return heads(g, g.slice(g.astype(x, dtFloat32), []int{s0, 0}, []int{s0 + n, qt.cols}), n, nHeads, d)
+			kb := g.slice(hk, []int{0, s0, 0}, []int{nHeads, s0 + n, d}) // [H, n, d]
+			vb := g.slice(hv, []int{0, s0, 0}, []int{nHeads, s0 + n, d})
+			kbT := g.transpose(kb, 0, 2, 1) // [H, d, n]
+			for r := s0; r < s0+n; r += blockQueryRows {
+				e := min(r+blockQueryRows, s0+n)
+				qb := g.slice(hq, []int{0, r, 0}, []int{nHeads, e, d}) // [H, rows, d]
+				sc := g.matmul(qb, kbT)                                // [H, rows, n]
+				p := g.softmax(sc, -1)
+				outs = append(outs, g.matmul(p, vb)) // [H, rows, d]
+				// The scores are the pass's largest arrays: the graph keeps them only as
+				// long as their consumers need them, once this context lets go of them.
+				g.drop(sc, p)
 			}
-			qb, kb, vb := block(qt.arr), block(kt.arr), block(vt.arr)
-			sc := g.mul(g.matmul(qb, g.transpose(kb, 0, 1, 3, 2)), g.scalar(scale)) // [1, heads, n, n]
-			o := g.matmul(g.softmax(sc, -1), vb)                                    // [1, heads, n, d]
-			outs = append(outs, rows(g, o, n, nHeads, d))
 			s0 += n
 		}
-		if len(outs) == 1 {
-			return outs[0]
+		o := outs[0]
+		if len(outs) > 1 {
+			o = g.concat(1, outs...) // [H, T, d]
 		}
-		return g.concat(0, outs...)
+		return g.reshape(g.transpose(o, 1, 0, 2), T, nHeads*d)
 	})
+}
+
+// AttentionSpans implements compute.SpanAttentionContext: Attention whose mask lets the
+// rows of each span see the span's later rows too (spanView), over the cache's blocks
+// where they lie, or through kvstore's own kernels for a storage MLX does not read.
+func (c *context) AttentionSpans(q, k, v compute.Tensor, cache kvstore.Layer, nHeads int, scale float32, spans []kvstore.Span) compute.Tensor {
+	if c.err != nil {
+		return nilTensor
+	}
+	prev := 0
+	for _, s := range spans {
+		if s.Start < prev || s.End <= s.Start {
+			return c.fail("AttentionSpans: spans %v are not in order and apart", spans)
+		}
+		prev = s.End
+	}
+	if len(spans) == 0 {
+		spans = nil // plain attention
+	} else {
+		spans = slices.Clone(spans)
+	}
+	return c.attention("AttentionSpans", q, k, v, cache, nHeads, scale, nil, nil, spans)
+}
+
+// spanView is what each of T query rows at positions first..first+T-1 sees with the
+// bidirectional spans (kvstore's rule, spans.go): positions lo[t]..last[t]. A row outside
+// every span sees its causal view, p-window+1 (0 without a window) to p; a row at p
+// inside a span [s, e) also sees the span's later rows, up to e-1, and with a window
+// every row of the span, from min(p-window+1, s). Spans must be in order and apart, and
+// end within first+T (their rows are in the cache once this pass's are appended).
+func spanView(first, T, window int, spans []kvstore.Span) (lo, last []int32, err error) {
+	end := first + T
+	prev := 0
+	for _, s := range spans {
+		if s.Start < prev || s.End <= s.Start || s.End > end {
+			return nil, nil, fmt.Errorf("metal: bidirectional spans %v are not in order and apart within the %d positions attended", spans, end)
+		}
+		prev = s.End
+	}
+	lo, last = make([]int32, T), make([]int32, T)
+	k := 0
+	for t := range T {
+		p := first + t
+		causal := 0
+		if window > 0 {
+			causal = max(0, p-window+1)
+		}
+		lo[t], last[t] = int32(causal), int32(p)
+		for k < len(spans) && spans[k].End <= p {
+			k++
+		}
+		if k < len(spans) && spans[k].Start <= p {
+			s := spans[k]
+			last[t] = int32(s.End - 1)
+			if window > 0 {
+				lo[t] = int32(min(causal, s.Start))
+			}
+		}
+	}
+	return lo, last, nil
+}
+
+func (g *graph) layerNorm(x, w, b mlxArray, eps float32) mlxArray {
+	return g.call("mlx_fast_layer_norm", func(r *mlxArray) int32 { return g.l.layerNorm(r, x, w, b, eps, g.s) })
+}
+
+// drop lets go of arrays whose only use is as inputs of operations already recorded:
+// MLX keeps them for those operations and frees them after, instead of the graph holding
+// them until the context closes.
+func (g *graph) drop(as ...mlxArray) {
+	if g.err != nil {
+		return
+	}
+	for _, a := range as {
+		g.l.arrayFree(g.keep(a))
+	}
 }

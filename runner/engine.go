@@ -63,6 +63,11 @@ type LoadOptions struct {
 	// intermediate tensor until the pass ends), and a model in streaming mode gives its
 	// weights the memory they would take.
 	MaxBatch int
+	// DecodeLoan, when positive with WeightBudget, is memory planned for the activations
+	// of passes of up to MaxBatch rows that the expert cache may use while every pass has
+	// at most DecodeRows rows (model.SetDecodeLoan).
+	DecodeLoan int64
+	DecodeRows int
 	// ImagePixels, when positive, lowers the pixel budget of the model's image processor to
 	// at most that many pixels an image (never below its own minimum): the memory plan's
 	// choice when encoding the largest image the checkpoint allows does not fit
@@ -196,6 +201,7 @@ func LoadModel(dir string, o LoadOptions) (*Engine, error) {
 			log.Warn("weight streaming asked for, but this model has no weights the backend streams: all are mapped",
 				"dir", dir, "backend", backend.Name())
 		} else {
+			m.SetDecodeLoan(o.DecodeLoan, o.DecodeRows)
 			st := res.Stats()
 			if res.Dense() {
 				kept, layers := res.KeptLayers()
@@ -203,7 +209,7 @@ func LoadModel(dir string, o LoadOptions) (*Engine, error) {
 					"layers", layers, "kept", kept)
 			} else {
 				log.Info("streaming experts", "dir", dir, "budget", o.WeightBudget, "pinned", st.Pinned, "streamed", st.Streamed,
-					"units", st.Units, "policy", o.StreamPolicy)
+					"units", st.Units, "policy", o.StreamPolicy, "decode_loan", o.DecodeLoan)
 			}
 		}
 	default:

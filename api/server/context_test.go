@@ -118,7 +118,7 @@ func TestAutoContextFromMemory(t *testing.T) {
 	ks2.chat(t, "Weather?")
 	m = ks2.ps(t)
 	if want := 6000 - 6000%kvstore.BlockTokens; m.ContextLength != want || !strings.Contains(m.ContextReason, "fits in half") ||
-		!strings.HasPrefix(m.KVCache, "K8/V8") {
+		!strings.HasPrefix(m.KVCache, "K6h/V6h") {
 		t.Errorf("/api/ps with less memory: context %d (want %d) kv %q reason %q", m.ContextLength, want, m.KVCache, m.ContextReason)
 	}
 }

@@ -344,6 +344,11 @@ func (l *EngineLoader) load(p *LoadPlan, info *registry.ModelInfo, be compute.Ba
 	opts := runner.LoadOptions{Backend: cb, Logger: l.Logger, Prefix: l.Prefix, Parallel: l.Parallel, Context: p.Context,
 		Pipeline: l.Pipeline, WeightBudget: p.WeightBudget, StreamPolicy: l.StreamPolicy,
 		MaxBatch: p.MaxBatch}
+	if n := be.Name(); strings.HasPrefix(n, "cpu") {
+		// The CPU backend's activations live in the Go heap, whose limit the loan moves; MLX's
+		// are its own.
+		opts.DecodeLoan, opts.DecodeRows = p.DecodeLoan, decodeRows
+	}
 	if p.kv != nil {
 		opts.ImagePixels = p.kv.imagePixels
 	}

@@ -129,7 +129,7 @@ func TestPerfLineKVBytesAndPressure(t *testing.T) {
 	if err != nil || len(ps.Models) != 1 {
 		t.Fatalf("/api/ps: %v %+v", err, ps)
 	}
-	if !regexp.MustCompile(`^K8/V8 g64, \d+ of \d+ layers with KV$`).MatchString(ps.Models[0].KVCache) ||
+	if !regexp.MustCompile(`^K6h/V6h g64, \d+ of \d+ layers with KV$`).MatchString(ps.Models[0].KVCache) ||
 		ps.Models[0].KVCache != perf[0][1] || !strings.HasPrefix(perf[1][1], "K4/V4") {
 		t.Errorf("/api/ps kv_cache %q (PERF %q)", ps.Models[0].KVCache, perf[0][1])
 	}

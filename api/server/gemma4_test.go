@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -150,13 +151,28 @@ func TestGemma4ThroughServer(t *testing.T) {
 		t.Errorf("/api/chat without thinking: %+v", cr.Message)
 	}
 
-	// A forced call of one tool is constrained in Gemma 4's notation: the call to the named
-	// tool comes, its arguments valid against the tool's schema, whatever the model would
-	// have written (this one's script calls get_time without arguments).
-	twoTools := `"tools":[{"type":"function","function":{"name":"get_time","description":"Gets the time","parameters":{"type":"object","properties":{}}}},` +
-		`{"type":"function","function":{"name":"get_weather","description":"Weather forecast","parameters":` + tcWeatherParams + `}}]`
-	validWeather := constraintest.Validator(t, []byte(tcWeatherParams))
-	for _, think := range []string{"none", "low"} {
+	// A forced call is constrained in Gemma 4's notation: a call to the named tool, or with
+	// "required" to one of the tools, its arguments valid against that tool's schema,
+	// whatever the model would have written (this one's script calls get_time without
+	// arguments, which the last case does not offer).
+	timeTool := `{"type":"function","function":{"name":"get_time","description":"Gets the time","parameters":{"type":"object","properties":{}}}}`
+	weatherTool := `{"type":"function","function":{"name":"get_weather","description":"Weather forecast","parameters":` + tcWeatherParams + `}}`
+	newsTool := `{"type":"function","function":{"name":"get_news","description":"Headlines","parameters":{"type":"object","properties":{"topic":{"enum":["sport","science"]}},"required":["topic"]}}}`
+	valid := map[string]func(string) error{
+		"get_time":    constraintest.Validator(t, []byte(`{"type":"object","properties":{}}`)),
+		"get_weather": constraintest.Validator(t, []byte(tcWeatherParams)),
+		"get_news":    constraintest.Validator(t, []byte(`{"type":"object","properties":{"topic":{"enum":["sport","science"]}},"required":["topic"]}`)),
+	}
+	for _, c := range []struct {
+		choice, tools, think string
+		want                 []string // the tools the call may name
+	}{
+		{`{"type":"function","function":{"name":"get_weather"}}`, timeTool + "," + weatherTool, "none", []string{"get_weather"}},
+		{`{"type":"function","function":{"name":"get_weather"}}`, timeTool + "," + weatherTool, "low", []string{"get_weather"}},
+		{`"required"`, timeTool + "," + weatherTool, "none", []string{"get_time", "get_weather"}},
+		{`"required"`, weatherTool + "," + newsTool, "none", []string{"get_weather", "get_news"}},
+		{`"required"`, weatherTool + "," + newsTool, "low", []string{"get_weather", "get_news"}},
+	} {
 		var r struct {
 			Choices []struct {
 				Message struct {
@@ -164,27 +180,19 @@ func TestGemma4ThroughServer(t *testing.T) {
 						Function struct{ Name, Arguments string }
 					} `json:"tool_calls"`
 				}
-				FinishReason string `json:"finish_reason"`
 			}
 		}
-		body := `{"model":"gemma4","temperature":0.7,"seed":3,"reasoning_effort":"` + think + `","tool_choice":{"type":"function","function":{"name":"get_weather"}},` +
-			twoTools + `,"messages":[{"role":"user","content":"Weather?"}]}`
+		body := `{"model":"gemma4","temperature":0.7,"seed":3,"reasoning_effort":"` + c.think + `","tool_choice":` + c.choice + `,"tools":[` + c.tools + `],"messages":[{"role":"user","content":"Weather?"}]}`
 		if code := ts.postJSON(t, "/v1/chat/completions", body, &r); code != 200 || len(r.Choices) != 1 || len(r.Choices[0].Message.ToolCalls) != 1 {
-			t.Fatalf("a forced get_weather (thinking %s): %d %+v", think, code, r)
+			t.Fatalf("%s: %d %+v", body, code, r)
 		}
 		call := r.Choices[0].Message.ToolCalls[0].Function
-		t.Logf("a forced get_weather (thinking %s): %s(%s)", think, call.Name, call.Arguments)
-		if call.Name != "get_weather" {
-			t.Errorf("a forced get_weather (thinking %s) called %q", think, call.Name)
-		} else if err := validWeather(call.Arguments); err != nil {
-			t.Errorf("a forced get_weather (thinking %s): arguments %s: %v", think, call.Arguments, err)
+		t.Logf("tool_choice %s (thinking %s): %s(%s)", c.choice, c.think, call.Name, call.Arguments)
+		if !slices.Contains(c.want, call.Name) {
+			t.Errorf("tool_choice %s among %v called %q", c.choice, c.want, call.Name)
+		} else if err := valid[call.Name](call.Arguments); err != nil {
+			t.Errorf("tool_choice %s: %s(%s): %v", c.choice, call.Name, call.Arguments, err)
 		}
-	}
-	// "required" among several tools cannot be one constraint (the name is not JSON): it
-	// runs unconstrained, and this model calls.
-	resp, body = ts.post(t, "/v1/chat/completions", `{"model":"gemma4","tool_choice":"required",`+twoTools+`,"messages":[{"role":"user","content":"Time?"}]}`)
-	if resp.StatusCode != 200 || !strings.Contains(string(body), `"name":"get_time"`) {
-		t.Errorf("/v1/chat/completions with tool_choice required: %d %s", resp.StatusCode, body)
 	}
 
 	var show api.ShowResponse

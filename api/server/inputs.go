@@ -73,8 +73,7 @@ func (s *Server) visionModel(j *job) func() bool {
 }
 
 // enginesSeeImages reports whether the server's engines run vision towers: whole models (not split
-// over machines) on a backend with compute.VisionContext, which the CPU backend has and MLX does
-// not yet.
+// over machines) on a backend with compute.VisionContext (the CPU and MLX backends have it).
 func (s *Server) enginesSeeImages() bool {
 	el, ok := s.cfg.Loader.(*EngineLoader)
 	if !ok {

@@ -51,6 +51,10 @@ type LoadPlan struct {
 	// MaxBatch, when positive, caps the prompt tokens of a pass (runner.LoadOptions.MaxBatch):
 	// a streamed model's activations are planned for that many rows.
 	MaxBatch int
+	// DecodeLoan is the part of those activations' memory that the expert cache uses while
+	// no pass has more than decodeRows rows (runner.LoadOptions.DecodeLoan): under a
+	// memory cgroup, on the CPU backend, for a cache that does not hold every expert.
+	DecodeLoan int64
 
 	// Draft is the draft model loaded with it for speculative decoding (nil: none), and
 	// DraftKVSpec its KV cache layout; Size and Peak count its weights and KV cache.

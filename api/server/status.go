@@ -161,15 +161,19 @@ func (s *Server) Status() api.StatusResponse {
 	return out
 }
 
-// bitsLabel spells a format's bits as /api/ps's layout string does: "16", "8", "4", "q4_0".
+// bitsLabel spells a format's bits as /api/ps's layout string does: "16", "8", "6h", "4", "q4_0".
 func bitsLabel(f kvstore.Format) string {
+	label := strconv.Itoa(f.Bits)
 	switch f.Mode {
 	case kvstore.F16:
-		return "16"
+		label = "16"
 	case kvstore.Q4_0:
-		return "q4_0"
+		label = "q4_0"
 	}
-	return strconv.Itoa(f.Bits)
+	if f.Rotated && f.Mode != kvstore.F16 { // as the layout spells it: K6h/V6h
+		label += "h"
+	}
+	return label
 }
 
 // kvPlan is a plan as the status reports it, with one entry per layer.

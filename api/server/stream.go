@@ -75,12 +75,23 @@ func (l *EngineLoader) planStreaming(m *registry.LocalModel, numCtx int, freed i
 	}
 	budget = min(budget, m.Size)
 	p.WeightBudget = budget
+	if kv.plan.Memory.Limited && !dense && p.MaxBatch > 2*decodeRows && os.Getenv("GOMEMLIMIT") == "" {
+		// Beside the expert cache under the cap's limit: the activations' room, idle while
+		// decoding (limitHeap sets the heap's limit that the loan lowers meanwhile).
+		p.DecodeLoan = min(int64(p.MaxBatch-decodeRows)*rows, pinned+experts-budget)
+	}
 	kv.withWeights(budget)
 	p.Context, p.Size, p.Peak, p.KVSpec, p.kv = kv.plan.Context, kv.plan.Weights+kv.plan.KVBytes, kv.plan.Peak(), kv.plan.Layout.String(), kv
 	p.ContextReason = kv.plan.ContextReason
 	p.Vision = kv.vision
 	return p, true, nil
 }
+
+// decodeRows is the most rows a pass may have while a streamed model's expert cache
+// uses the room planned for its prompt passes' activations (LoadPlan.DecodeLoan): a
+// decode step of a batch of sequences, or a speculative verification, not a prompt's
+// chunk, which takes the room back.
+const decodeRows = 16
 
 // withWeights makes the plan, made with the pinned weights alone, the plan of a load with
 // budget bytes of weights: they take what was free, and the prefix cache's budget shrinks.
@@ -123,6 +134,11 @@ func followPressure(res *residency.Manager, p *LoadPlan, plan *kvstore.Plan) {
 		return
 	}
 	res.SetBudget(budgetUnderPressure(p.WeightBudget, res.Stats().Pinned, plan.Memory.Pressure))
+	if plan.Memory.Pressure >= sysmem.Warn {
+		// Under pressure the room lent while decoding goes back too, until the next
+		// prompt pass ends (model.SetDecodeLoan).
+		res.Lend(0)
+	}
 	if p.kv != nil {
 		plan.PrefixBudget = min(plan.PrefixBudget, p.kv.plan.PrefixBudget)
 	}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -127,6 +128,37 @@ func TestBudgetUnderPressure(t *testing.T) {
 			t.Errorf("%v: %d, want %d", c.p, got, c.want)
 		}
 	}
+	// followPressure: the budget halves under warn pressure, and the decode loan goes.
+	path := filepath.Join(t.TempDir(), "w.bin")
+	if err := os.WriteFile(path, make([]byte, 8<<10), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res := residency.New(residency.Options{Budget: 1 << 20, Buffered: true})
+	defer res.Close()
+	for u := range 8 {
+		if _, err := res.Add([]residency.Segment{{Path: path, Off: int64(u) << 10, Len: 1 << 10}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lp := &LoadPlan{WeightBudget: 4 << 10}
+	followPressure(res, lp, &kvstore.Plan{})
+	res.Lend(2 << 10)
+	for u := range 8 {
+		h, err := res.Acquire(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Release()
+	}
+	if s := res.Stats(); s.InMemory != 6 {
+		t.Fatalf("budget of 4 units and 2 lent: %d in memory", s.InMemory)
+	}
+	warn := kvstore.Plan{}
+	warn.Memory.Pressure = sysmem.Warn
+	followPressure(res, lp, &warn)
+	if s := res.Stats(); s.InMemory != 2 || s.Lent != 0 {
+		t.Errorf("under warn pressure: %d in memory, %d lent (want 2, 0)", s.InMemory, s.Lent)
+	}
 	if got := residency.Budget(100, 1000, 400); got != 500 {
 		t.Errorf("Budget: %d", got)
 	}
@@ -135,5 +167,75 @@ func TestBudgetUnderPressure(t *testing.T) {
 	}
 	if got := residency.Budget(100, 1000, -5); got != 0 {
 		t.Errorf("Budget with nothing spare: %d", got)
+	}
+}
+
+// TestPlanDecodeLoan: under a memory cgroup's limit a streamed mixture-of-experts
+// model's plan lends the room of its prompt passes' activations beyond decodeRows rows
+// to the expert cache while it decodes, at most what the cache lacks of every expert;
+// without a limit (the memory shared with other applications) it lends nothing.
+func TestPlanDecodeLoan(t *testing.T) {
+	dir := t.TempDir()
+	hf, out := filepath.Join(dir, "hf"), filepath.Join(dir, "mlx")
+	// Experts large beside a row's activations, as in a real MoE.
+	cfg := randmodel.TinyMoE(256)
+	cfg.NumExperts, cfg.MoEIntermediate = 64, 512
+	if err := randmodel.Generate(hf, cfg, randmodel.Options{Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := create.Convert(context.Background(), hf, out, create.Options{Bits: 4, GroupSize: 32}); err != nil {
+		t.Fatal(err)
+	}
+	var size int64
+	entries, _ := os.ReadDir(out)
+	for _, e := range entries {
+		if fi, err := e.Info(); err == nil {
+			size += fi.Size()
+		}
+	}
+	experts, err := residency.ExpertBytes(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &registry.LocalModel{Name: "moe", Dir: out, Size: size}
+	info, err := registry.ReadInfo(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := streamRowBytes(info)
+	const mib = 1 << 20
+	plan := func(total int64, limited bool) (*LoadPlan, error) {
+		l := &EngineLoader{KV: &kvstore.Policy{Sensor: sysmem.Fixed{Total: uint64(total), Available: uint64(total), Limited: limited}},
+			Logger: slog.New(slog.DiscardHandler)}
+		return l.Plan(m, 512, 0)
+	}
+	for _, limited := range []bool{true, false} {
+		// The memory at which the plan keeps half of the experts: the overheads dwarf
+		// this tiny model, so look for it.
+		lo, hi := int64(16*mib), int64(4096*mib)
+		for hi-lo > 1024 {
+			mid := (lo + hi) / 2
+			// Too little memory to load, or a budget below half of the experts: more.
+			if p, err := plan(mid, limited); err != nil || p.WeightBudget > 0 && p.WeightBudget < size-experts/2 {
+				lo = mid
+			} else {
+				hi = mid
+			}
+		}
+		p, err := plan(hi, limited)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("limited %v: budget %d of %d, max batch %d, loan %d", limited, p.WeightBudget, size, p.MaxBatch, p.DecodeLoan)
+		if p.WeightBudget <= 0 || p.WeightBudget >= size {
+			t.Fatalf("limited %v: the model does not stream: %+v", limited, p)
+		}
+		want := int64(0)
+		if limited && p.MaxBatch > 2*decodeRows {
+			want = min(int64(p.MaxBatch-decodeRows)*rows, size-p.WeightBudget)
+		}
+		if p.DecodeLoan != want || limited && want == 0 {
+			t.Errorf("limited %v: loan %d, want %d (max batch %d, %d bytes a row)", limited, p.DecodeLoan, want, p.MaxBatch, rows)
+		}
 	}
 }

@@ -5,8 +5,8 @@ package server
 // decoding (text/constrain, as structured outputs are): the answer, after any thinking block, is the
 // model's tool-call syntax around a JSON object {"name": one of the tools, "arguments": a value valid
 // against that tool's parameter schema}, so the tool-call parser (text/parser) reads one call from it
-// (gpt-oss and Gemma 4 write the name in a header of their own and the arguments alone: harmonyToolFormat,
-// gemma4ToolFormat).
+// (gpt-oss writes the name in a header of its own and the arguments alone, Gemma 4 the name and arguments in
+// a notation of its own: harmonyToolFormat, gemma4ToolFormat).
 
 import (
 	"bytes"
@@ -248,11 +248,12 @@ func harmonyToolFormat(tools api.Tools, tc toolChoice) (*runner.Format, error) {
 }
 
 // gemma4ToolFormat is a forced call in Gemma 4's syntax,
-// <|tool_call>call:NAME{key:<|"|>value<|"|>}<tool_call|>: the call's header with the one chosen
-// tool's name is forced, and its arguments constrained to the tool's parameter schema in Gemma's
-// notation (constrain.Schema.Gemma4). The name is not JSON, so a choice among several tools
-// ("required" with more than one) cannot be one constraint: that call runs unconstrained, the model
-// given the tools and left to call one.
+// <|tool_call>call:NAME{key:<|"|>value<|"|>}<tool_call|>, its arguments constrained to the tool's
+// parameter schema in Gemma's notation (constrain.Schema.Gemma4). For one chosen tool the header
+// with its name is forced; for several ("required"), the header up to the name, and the name and
+// arguments are constrained as one object of a property per tool, written without its braces
+// (constrain.Schema.Gemma4Call). A parameter schema the constraint cannot enforce is relaxed to any
+// object, as for the JSON formats.
 func gemma4ToolFormat(tools api.Tools, tc toolChoice) (*runner.Format, error) {
 	var chosen api.Tools
 	for _, t := range tools {
@@ -260,17 +261,40 @@ func gemma4ToolFormat(tools api.Tools, tc toolChoice) (*runner.Format, error) {
 			chosen = append(chosen, t)
 		}
 	}
-	if len(chosen) != 1 {
+	if len(chosen) == 0 {
 		return nil, nil
 	}
-	sch, err := constrain.Compile(toolParameters(chosen[0]))
-	if err != nil {
-		if sch, err = constrain.Compile(json.RawMessage(`{"type":"object"}`)); err != nil {
+	params := func(t api.Tool, base string) json.RawMessage {
+		p := toolParameters(t)
+		if _, err := constrain.Compile(p); err != nil {
+			return json.RawMessage(`{"type":"object"}`)
+		}
+		if p, err := rebaseRefs(p, base); err == nil {
+			return p
+		}
+		return json.RawMessage(`{"type":"object"}`)
+	}
+	f := &runner.Format{Required: true, Suffix: "<tool_call|>"}
+	if len(chosen) == 1 {
+		sch, err := constrain.Compile(params(chosen[0], "#"))
+		if err != nil {
 			return nil, fmt.Errorf("tool_choice: the tool-call schema does not compile: %w", err)
 		}
+		f.Schema, f.Prefix = sch.Gemma4(), "<|tool_call>call:"+chosen[0].Function.Name
+		return f, nil
 	}
-	return &runner.Format{Schema: sch.Gemma4(), Required: true,
-		Prefix: "<|tool_call>call:" + chosen[0].Function.Name, Suffix: "<tool_call|>"}, nil
+	pointer := strings.NewReplacer("~", "~0", "/", "~1")
+	var props []string
+	for _, t := range chosen {
+		name, _ := json.Marshal(t.Function.Name)
+		props = append(props, fmt.Sprintf("%s:%s", name, params(t, "#/properties/"+pointer.Replace(t.Function.Name))))
+	}
+	sch, err := constrain.Compile(json.RawMessage(`{"type":"object","properties":{` + strings.Join(props, ",") + `},"additionalProperties":false}`))
+	if err != nil {
+		return nil, fmt.Errorf("tool_choice: the tool-call schema does not compile: %w", err)
+	}
+	f.Schema, f.Prefix = sch.Gemma4Call(), "<|tool_call>call:"
+	return f, nil
 }
 
 // harmonyFormat fits a constraint to the harmony format: the analysis message (from its <|channel|>

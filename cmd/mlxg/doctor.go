@@ -260,6 +260,21 @@ func runDoctor(out io.Writer, seed uint64) int {
 				}
 			}
 		}
+
+		section("Images (the tiny checkpoints with a vision tower, two images in the prompt; error of the image features and the logits)")
+		vms := backend.TinyVisionModels(dir, seed)
+		sub(ref.Name() + ", the reference:")
+		for _, m := range vms {
+			report(backend.CheckVisionModel(m, openRef, nil, backend.Float32)...)
+		}
+		for _, t := range tested {
+			if t.models {
+				sub(fmt.Sprintf("%s (%s), fed the reference's greedy tokens:", t.name, t.precision))
+				for _, m := range vms {
+					report(backend.CheckVisionModel(m, t.open, openRef, t.precision)...)
+				}
+			}
+		}
 	}
 	w.Flush()
 	fmt.Fprintf(out, "\nSummary: %d passed, %d failed, %d not covered.\n", passed, failed, uncovered)

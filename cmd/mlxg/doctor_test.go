@@ -24,6 +24,8 @@ func TestDoctorReport(t *testing.T) {
 	want := []string{"System", "OS", runtime.GOOS + "/" + runtime.GOARCH, "Memory", "Pressure", "Backends", "cpu (",
 		"Linear affine 4-bit g64", "Attention affine k8/v4 cache", "RoPE yarn", "VerifyRows", "Free (buffers reused",
 		"tiny qwen3 float32: decode steps vs one prefill", "tiny qwen3_moe 4-bit: streamed vs mapped", "tiny qwen3_next 4-bit: logits",
+		"AttentionSpans sliding window fp16 cache", "LayerNorm", "BlockAttention",
+		"tiny qwen3_5_moe float32 with images: image features", "tiny gemma3 float32 with images: logits",
 		"Summary: ", "All checks passed."}
 	switch {
 	case runtime.GOOS == "linux" && mlxtest.Enabled(): // an installed libmlxc (Homebrew's mlx-c on a Mac; docs/backends.md on Linux): MLX on the CPU

@@ -64,7 +64,7 @@ func TestAutoContextTable(t *testing.T) {
 	machines := []int64{16, 24, 36, 64}
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-	fmt.Fprint(tw, "model\tmax\tKV/token (K8/V8)")
+	fmt.Fprint(tw, "model\tmax\tKV/token (K6h/V6h)")
 	for _, g := range machines {
 		fmt.Fprintf(tw, "\t%d GiB", g)
 	}

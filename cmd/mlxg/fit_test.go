@@ -33,15 +33,15 @@ func TestFitQwen3Tiny(t *testing.T) {
 		t.Fatal(err)
 	}
 	// qwen3-tiny: 6 layers, 2 KV heads × 64. fp16: 6×2×(128+128) = 3072 B per token.
-	// Chosen K8/V8 g64: 6 layers × 2 × (68+68) = 1632 B.
+	// Chosen K6h/V6h g64: 6 layers × 2 × (52+52) = 1248 B.
 	// q4_0: 6 × 2 × 2 × 36 = 864 B.
 	for _, want := range []string{
 		"6 layers: 6 full attention (2 KV heads × 64), max context 4096",
-		"fp16 ", "3.0 KiB", "K8/V8 g64, 6 of 6 layers with KV (step 1, chosen)", "1.6 KiB", "53%", "(step 3)",
+		"fp16 ", "3.0 KiB", "K6h/V6h g64, 6 of 6 layers with KV (step 1, chosen)", "1.2 KiB", "41%", "(step 3)",
 		"q4_0 ", "864 B", "28%",
 		"total 16 GiB, available 8.0 GiB",
-		"normal    K8/V8 g64, 6 of 6 layers with KV                     1.6 KiB       0.53x    99.8%          5.2e-05",
-		"warn      K4/V4 g64/32, boundary 2@8/8",
+		"normal    K6h/V6h g64, 6 of 6 layers with KV                     1.2 KiB       0.41x    98.9%          5.7e-04",
+		"warn      K4/V4 g64/32, boundary 2@6h/6h, 6 of 6 layers with KV  1.1 KiB       0.37x    95.6%          5.4e-03",
 		"measured against an fp16 cache on qwen3-tiny",
 		"critical  refused",
 		"At critical pressure: memory pressure is critical",

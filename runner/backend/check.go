@@ -577,42 +577,69 @@ func opCases(seed uint64) ([]opCase, error) {
 		}, sinkWant, nil})
 	}
 	// AttentionSpans: a prefill of 5 positions whose rows 1 to 3 are one image, then 2 rows
-	// ending an image that began in the prefill's last row (a prefix hit inside an image).
+	// ending an image that began in the prefill's last row (a prefix hit inside an image),
+	// over each cache kind Gemma 3's layers use: full attention in fp16 or quantized (q4_0's
+	// step is stored before the attention reads the blocks, where the others' are rounded on
+	// the device), and a sliding window of 4 (whose second pass sees the image's first row
+	// through the widened window).
 	spanSteps, spanSets := []int{5, 2}, [][]kvstore.Span{{{Start: 1, End: 4}}, {{Start: 4, End: 7}}}
-	spanWant := attentionSpans(qs, roundTrip(ks, kvstore.SpecF16.K, headDim), roundTrip(vs, kvstore.SpecF16.V, headDim), total, heads, kvHeads, headDim, scale, []kvstore.Span{{Start: 1, End: 4}, {Start: 5, End: 7}})
-	cases = append(cases, opCase{"AttentionSpans fp16 cache", []string{"SpanAttentionContext.AttentionSpans"}, tolF16, func(b compute.Backend) ([]float32, error) {
-		if err := compute.Supports[compute.SpanAttentionContext](b, "attention among an image's tokens"); err != nil {
-			return nil, err
-		}
-		cache, err := kvstore.NewFull(kvHeads, headDim, headDim, false)
-		if err != nil {
-			return nil, err
-		}
-		var w [3]compute.Weight
-		for i, name := range []string{"att.q", "att.k", "att.v"} {
-			if w[i], err = b.Weight(src, name, compute.Quant{}); err != nil {
+	for _, kc := range []struct {
+		name   string
+		spec   kvstore.Spec
+		window int
+		tol    Tol
+	}{
+		{"fp16", kvstore.SpecF16, 0, tolF16},
+		{"affine k8/v4", kvstore.Spec{K: kvstore.AffineFormat(8, 32), V: kvstore.AffineFormat(4, 32)}, 0, tolBF16},
+		{"q4_0", kvstore.Spec{K: kvstore.FormatQ4_0, V: kvstore.FormatQ4_0}, 0, tolBF16},
+		{"sliding window fp16", kvstore.SpecF16, 4, tolF16},
+	} {
+		spanWant := attentionSpans(qs, roundTrip(ks, kc.spec.K, headDim), roundTrip(vs, kc.spec.V, headDim), total, heads, kvHeads, headDim, scale,
+			[]kvstore.Span{{Start: 1, End: 4}, {Start: 5, End: 7}}, kc.window)
+		spec, window := kc.spec, kc.window
+		cases = append(cases, opCase{"AttentionSpans " + kc.name + " cache", []string{"SpanAttentionContext.AttentionSpans"}, kc.tol, func(b compute.Backend) ([]float32, error) {
+			if err := compute.Supports[compute.SpanAttentionContext](b, "attention among an image's tokens"); err != nil {
 				return nil, err
 			}
-		}
-		var out []float32
-		pos := 0
-		for k, n := range spanSteps {
-			ids := make([]int32, n)
-			for i := range ids {
-				ids[i] = int32(pos + i)
+			var cache kvstore.Layer
+			var err error
+			switch {
+			case window > 0:
+				cache, err = kvstore.NewRotating(kvHeads, headDim, headDim, window, spec, 0)
+			case spec == kvstore.SpecF16:
+				cache, err = kvstore.NewFull(kvHeads, headDim, headDim, false)
+			default:
+				cache, err = kvstore.NewQuantized(kvHeads, headDim, headDim, spec, 0)
 			}
-			got, err := run(b, func(c compute.Context) compute.Tensor {
-				sc, _ := compute.Ext[compute.SpanAttentionContext](c)
-				return sc.AttentionSpans(c.Embed(w[0], ids), c.Embed(w[1], ids), c.Embed(w[2], ids), cache, heads, scale, spanSets[k])
-			})
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, got...)
-			pos += n
-		}
-		return out, nil
-	}, spanWant, nil})
+			var w [3]compute.Weight
+			for i, name := range []string{"att.q", "att.k", "att.v"} {
+				if w[i], err = b.Weight(src, name, compute.Quant{}); err != nil {
+					return nil, err
+				}
+			}
+			var out []float32
+			pos := 0
+			for k, n := range spanSteps {
+				ids := make([]int32, n)
+				for i := range ids {
+					ids[i] = int32(pos + i)
+				}
+				got, err := run(b, func(c compute.Context) compute.Tensor {
+					sc, _ := compute.Ext[compute.SpanAttentionContext](c)
+					return sc.AttentionSpans(c.Embed(w[0], ids), c.Embed(w[1], ids), c.Embed(w[2], ids), cache, heads, scale, spanSets[k])
+				})
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, got...)
+				pos += n
+			}
+			return out, nil
+		}, spanWant, nil})
+	}
 	// AttentionShared: each step's queries over the cache the step's Attention filled in
 	// the same pass (a KV-shared layer's reading of its source), the same as that attention.
 	sharedWant := attention(qs, roundTrip(ks, kvstore.SpecF16.K, headDim), roundTrip(vs, kvstore.SpecF16.V, headDim), total, steps, heads, kvHeads, headDim, scale)
@@ -718,23 +745,31 @@ func attention(q, k, v []float32, total int, steps []int, heads, kvHeads, dim in
 
 // attentionSpans is causal attention in which a row inside one of spans also sees the
 // later rows of its span (the spans as the mask sees them: a span's rows already computed
-// before a pass are left out).
-func attentionSpans(q, k, v []float32, total, heads, kvHeads, dim int, scale float32, spans []kvstore.Span) []float32 {
+// before a pass are left out); with window > 0 a row sees the window positions ending at
+// its own and, inside a span, every position of the span.
+func attentionSpans(q, k, v []float32, total, heads, kvHeads, dim int, scale float32, spans []kvstore.Span, window int) []float32 {
 	out := make([]float32, total*heads*dim)
 	rep := heads / kvHeads
 	for p := 0; p < total; p++ {
-		end := p + 1
+		first, end := 0, p+1
+		if window > 0 {
+			first = max(0, p-window+1)
+		}
 		for _, s := range spans {
 			if p >= s.Start && p < s.End {
 				end = s.End
+				first = min(first, s.Start)
 			}
 		}
 		for h := 0; h < heads; h++ {
 			kh := h / rep
 			qv := q[(p*heads+h)*dim : (p*heads+h+1)*dim]
-			scores := make([]float64, end)
+			scores := make([]float64, end) // positions before first stay at e^-inf = 0
 			m := math.Inf(-1)
-			for j := 0; j < end; j++ {
+			for j := range first {
+				scores[j] = math.Inf(-1)
+			}
+			for j := first; j < end; j++ {
 				var s float64
 				for d := 0; d < dim; d++ {
 					s += float64(qv[d]) * float64(k[(j*kvHeads+kh)*dim+d])

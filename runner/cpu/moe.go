@@ -164,7 +164,7 @@ func (c *context) moe(x, router compute.Tensor, gate, up, down compute.Weight, e
 				grp.st.mgr.Want(grp.units[order[j]])
 			}
 			var err error
-			if held, err = grp.st.mgr.Acquire(grp.units[e]); err != nil {
+			if held, err = grp.st.mgr.AcquireUses(grp.units[e], n); err != nil {
 				return c.fail("MoE: %v", err)
 			}
 			ge, ue, de = g.fromUnit(held), u.fromUnit(held), d.fromUnit(held)

@@ -11,8 +11,8 @@ import (
 )
 
 // TestMLXImages: on MLX (MLX's CPU build where libmlxc is installed) the tower's features and
-// every row's logits of a prompt with two images (the image rows attending to each other
-// through the Go attention path) match the CPU backend's within 1e-4.
+// every row's logits of a prompt with two images (the image rows attending to each other:
+// AttentionSpans, metal/vision.go) match the CPU backend's within 1e-4.
 func TestMLXImages(t *testing.T) {
 	if !mlxtest.Enabled() {
 		t.Skip("MLXG_MLXC_PATH is not set: the tests on real MLX need an installed libmlxc (Homebrew's mlx-c on a Mac; docs/backends.md on Linux)")

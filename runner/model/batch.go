@@ -252,6 +252,11 @@ func (m *Model) ForwardBatch(ctx context.Context, seqs []Sequence) []Result {
 		return out
 	}
 	bc.Segments(rows)
+	total := 0
+	for _, r := range rows {
+		total += r
+	}
+	defer m.pass(total)()
 	logits, err := c.Float32s(bn.ForwardBatch(&cancellable{Context: c, ctx: ctx}, NewBatch(part, true)))
 	if ctx.Err() != nil {
 		err = ctx.Err()
@@ -352,14 +357,24 @@ func (b *Batch) EmbedWith(c compute.Context, w compute.Weight, f func(compute.Te
 			if md != nil {
 				span, k, ok = md.At(b.offsets[s] + r - b.start[s])
 			}
-			if !ok || len(span.Rows) < (k+1)*hidden {
+			if !ok {
+				return compute.Fail(c, fmt.Errorf("model: media token at position %d has no image features", b.offsets[s]+r-b.start[s]))
+			}
+			// The run of this span's rows from here on, in one Input (a backend that builds a
+			// graph gets one array per image, not one per row).
+			n := 1
+			for r+n < b.start[s+1] && b.tokens[r+n] >= MediaBase && k+n < span.N() {
+				n++
+			}
+			if len(span.Rows) < (k+n)*hidden {
 				return compute.Fail(c, fmt.Errorf("model: media token at position %d has no image features", b.offsets[s]+r-b.start[s]))
 			}
 			if r > text {
 				parts = append(parts, c.Rows(h, text, r-text))
 			}
-			parts = append(parts, vc.Input(span.Rows[k*hidden:(k+1)*hidden], 1, hidden))
-			text = r + 1
+			parts = append(parts, vc.Input(span.Rows[k*hidden:(k+n)*hidden], n, hidden))
+			text = r + n
+			r += n - 1
 		}
 	}
 	if text < len(b.tokens) {

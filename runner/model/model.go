@@ -151,6 +151,7 @@ type Model struct {
 	bytes   int64
 	exec    Executor // a part of a split model's (LoadWith); nil for a whole model
 	res     *residency.Manager
+	loan    loan // SetDecodeLoan
 }
 
 // Load reads dir's config, maps its weights and binds them on backend.
@@ -290,6 +291,7 @@ func (m *Model) forward(ctx context.Context, tokens []int32, caches []kvstore.La
 	if len(tokens) == 0 {
 		return nil, fmt.Errorf("model: Forward with no tokens")
 	}
+	defer m.pass(len(tokens))()
 	if len(caches) != m.Config.NumLayers {
 		return nil, fmt.Errorf("model: %d layer caches for a model of %d layers", len(caches), m.Config.NumLayers)
 	}
@@ -371,6 +373,7 @@ func (m *Model) Close() error {
 	}
 	crew.StopWarm() // no worker may read the weights' mapping after it is gone
 	if m.res != nil {
+		m.endLoan()
 		forgetStream(m.backend, m.res)
 		m.res.Close()
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/mlxg/mlxg/kvstore"
@@ -34,8 +35,20 @@ var Layouts = [][2]string{
 // plenty of memory, under the KV settings spec: space-separated name=value pairs named
 // as the KV flags are (kvstore.Settings, a leading "--" allowed), such as
 // "kv-bits=8/4 kv-group-size=64/16 kv-boundary-layers=0". An empty spec is the
-// policy's default.
+// policy's default; "step=N" alone is step N of the policy's ladder (1 the default), as
+// the policy builds it under pressure.
 func ParseLayout(shape kvstore.ModelShape, spec string) (kvstore.Layout, error) {
+	if v, ok := strings.CutPrefix(strings.TrimSpace(spec), "step="); ok {
+		steps, err := kvstore.Ladder(shape, kvstore.Options{})
+		if err != nil {
+			return kvstore.Layout{}, fmt.Errorf("layout %q: %w", spec, err)
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > len(steps) {
+			return kvstore.Layout{}, fmt.Errorf("layout %q: the policy's ladder has steps 1 to %d", spec, len(steps))
+		}
+		return steps[n-1].Layout, nil
+	}
 	var o kvstore.Options
 	for f := range strings.FieldsSeq(spec) {
 		name, value, ok := strings.Cut(strings.TrimPrefix(f, "--"), "=")

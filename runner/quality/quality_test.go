@@ -2,6 +2,7 @@ package quality_test
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"path/filepath"
 	"slices"
@@ -184,6 +185,31 @@ func TestCompareErrors(t *testing.T) {
 	}
 	if _, err := quality.ParseLayout(shape, "kv-bits"); err == nil {
 		t.Error("a setting without a value: no error")
+	}
+	for _, bad := range []string{"step=0", "step=4", "step=two"} {
+		if _, err := quality.ParseLayout(shape, bad); err == nil {
+			t.Errorf("%s: no error", bad)
+		}
+	}
+}
+
+// TestParseLayoutSteps: "step=N" is the ladder's step as the policy builds it, and step 1
+// is the default.
+func TestParseLayoutSteps(t *testing.T) {
+	shape, _ := quality.Shape(tinyModel(t))
+	steps, err := kvstore.Ladder(shape, kvstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	def, err := quality.ParseLayout(shape, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, st := range steps {
+		l, err := quality.ParseLayout(shape, fmt.Sprintf("step=%d", i+1))
+		if err != nil || l.String() != st.Layout.String() || i == 0 && l.String() != def.String() {
+			t.Errorf("step=%d: %v %v, the ladder's %v (default %v)", i+1, l, err, st.Layout, def)
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package qwen3moe_test
 import (
 	"context"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"testing"
 
@@ -146,4 +147,88 @@ func TestEngineWeightBudget(t *testing.T) {
 	if s := e.Model.Residency().Stats(); s.Misses == 0 || s.Units != 16 {
 		t.Errorf("stats %+v", s)
 	}
+}
+
+// TestDecodeLoanExact: a streamed model that lends its prompt passes' room to the expert
+// cache while it decodes (SetDecodeLoan) gives the mapped model's logits bit for bit; the
+// loan is in use during single-row passes and taken back for a prompt's, and the Go
+// heap's soft limit is lowered by it meanwhile and restored.
+func TestDecodeLoanExact(t *testing.T) {
+	dir := t.TempDir()
+	hf, out := filepath.Join(dir, "hf"), filepath.Join(dir, "mlx")
+	cfg := randmodel.TinyMoE(256)
+	cfg.NumLayers = 3
+	if err := randmodel.Generate(hf, cfg, randmodel.Options{Seed: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := create.Convert(context.Background(), hf, out, create.Options{Bits: 4, GroupSize: 32}); err != nil {
+		t.Fatal(err)
+	}
+	const limit = 1 << 40
+	old := debug.SetMemoryLimit(limit)
+	defer debug.SetMemoryLimit(old)
+	b := cpu.New(2)
+	plain, err := model.Load(out, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	res := residency.New(residency.Options{Budget: 1 << 40, Workers: 2})
+	m, err := model.LoadWith(out, b, model.LoadConfig{Residency: res})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := res.Stats()
+	unit := s.Total / int64(s.Units)
+	res.SetBudget(s.Pinned + 2*unit)
+	loan := 3 * unit
+	m.SetDecodeLoan(loan, 1)
+	pc, mc := must(plain.NewCaches(false)), must(m.NewCaches(false))
+	step := func(toks []int32, lent int64) {
+		t.Helper()
+		want, err := plain.Forward(context.Background(), toks, pc, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := m.Forward(context.Background(), toks, mc, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("%d tokens: logits differ (max rel %.3g)", len(toks), modeltest.MaxRel(got, want))
+		}
+		if st := res.Stats(); st.Lent != lent || m.DecodeLoan() != lent {
+			t.Fatalf("%d tokens: lent %d (model %d), want %d", len(toks), st.Lent, m.DecodeLoan(), lent)
+		}
+		if st := res.Stats(); st.Resident > st.Budget+st.Lent+2*unit {
+			t.Fatalf("%d tokens: %d bytes resident over the budget %d and the loan %d", len(toks), st.Resident, st.Budget, st.Lent)
+		}
+		if got, want := debug.SetMemoryLimit(-1), int64(limit)-lent; got != want {
+			t.Fatalf("%d tokens: heap limit %d, want %d", len(toks), got, want)
+		}
+	}
+	step(modeltest.Tokens(3, 6), 0) // a prompt: nothing lent
+	for i, tok := range modeltest.Tokens(7, 8) {
+		step([]int32{tok}, loan)
+		if i == 3 {
+			step(modeltest.Tokens(11, 4), 0) // a later prompt chunk takes the loan back
+		}
+	}
+	if st := res.Stats(); st.Evictions == 0 || st.Misses == 0 {
+		t.Errorf("nothing evicted or read: %+v", st)
+	}
+	// Closed while lending: the heap's limit gets the loan back.
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := debug.SetMemoryLimit(-1); got != limit {
+		t.Errorf("heap limit %d after the model closed, want %d", got, int64(limit))
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

@@ -62,13 +62,14 @@ type scorer struct {
 	halfLife float64
 }
 
-// touch records a use at tick now.
-func (p scorer) touch(s *score, now uint64) {
+// touch records a use at tick now that served uses picks at once (at least 1).
+func (p scorer) touch(s *score, now uint64, uses int) {
+	w := float64(max(uses, 1))
 	switch p.policy {
 	case Frequency:
-		s.count = s.count*math.Exp2(-float64(now-s.last)/p.halfLife) + 1
+		s.count = s.count*math.Exp2(-float64(now-s.last)/p.halfLife) + w
 	default:
-		s.count++
+		s.count += w
 	}
 	s.last = now
 }
@@ -135,7 +136,7 @@ func Simulate(trace []int, units, capacity int, policy Policy, halfLife float64)
 				set = append(set, u)
 			}
 		}
-		p.touch(&scores[u], now)
+		p.touch(&scores[u], now, 1)
 	}
 	return hits
 }

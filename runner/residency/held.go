@@ -8,12 +8,15 @@ package residency
 
 // Hit counts a use of unit id served from a copy the caller holds: a hit, scored as
 // an Acquire of a resident unit is.
-func (m *Manager) Hit(id int) {
+func (m *Manager) Hit(id int) { m.HitUses(id, 1) }
+
+// HitUses is Hit for uses picks of the unit served at once (AcquireUses).
+func (m *Manager) HitUses(id, uses int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	u := m.units[id]
 	m.tick++
-	m.scorer.touch(&u.score, m.tick)
+	m.scorer.touch(&u.score, m.tick, uses)
 	m.stats.Hits++
 }
 

@@ -64,6 +64,7 @@ type Options struct {
 // Stats are the manager's counters since it was made.
 type Stats struct {
 	Budget   int64 // bytes
+	Lent     int64 // bytes lent beyond the budget for now (Lend)
 	Pinned   int64 // bytes held outside the manager, counted first
 	Resident int64 // bytes of units in memory or being read
 	Peak     int64 // the most Pinned + Resident reached
@@ -126,6 +127,7 @@ const (
 )
 
 type unit struct {
+	id   int
 	segs []Segment
 	offs []int // where each segment starts in buf
 	// direct: the segments are read with O_DIRECT, each as the aligned range from
@@ -160,6 +162,7 @@ type Manager struct {
 	work     *sync.Cond // signalled when a read is queued or the manager closes
 	scorer   scorer
 	budget   int64
+	lent     int64 // Lend's bytes beyond the budget, for units
 	pinned   int64
 	resident int64
 	units    []*unit
@@ -174,6 +177,7 @@ type Manager struct {
 	cursor   int              // the layer a dense pass is at
 	closed   bool
 	stats    Stats
+	ev       *events // EventsEnv's log, nil without it
 	wg       sync.WaitGroup
 }
 
@@ -186,7 +190,8 @@ func New(o Options) *Manager {
 		o.Workers = 8
 	}
 	m := &Manager{scorer: scorer{policy: o.Policy, halfLife: o.HalfLife}, budget: o.Budget,
-		files: map[string]*os.File{}, direct: map[string]*os.File{}, free: map[int][][]byte{}, buffered: o.Buffered || directAlign == 0}
+		files: map[string]*os.File{}, direct: map[string]*os.File{}, free: map[int][][]byte{}, buffered: o.Buffered || directAlign == 0,
+		ev: openEvents()}
 	m.work = sync.NewCond(&m.mu)
 	for range o.Workers {
 		m.wg.Add(1)
@@ -249,6 +254,7 @@ func (m *Manager) Add(segs []Segment) (int, error) {
 			u.size += (int(s.Len) + segAlign - 1) &^ (segAlign - 1)
 		}
 	}
+	u.id = len(m.units)
 	m.units = append(m.units, u)
 	for _, s := range segs {
 		m.stats.Streamed += s.Len
@@ -276,10 +282,42 @@ func (m *Manager) SetBudget(b int64) {
 	m.budget = b
 	m.keepLocked()
 	m.evictLocked(0)
-	if m.pinned+m.resident > b {
-		m.free = map[int][][]byte{}
+	if m.pinned+m.resident > m.limitLocked() {
+		m.dropFreeLocked()
 	}
 }
+
+// dropFreeLocked unmaps the buffers kept for reuse: memory beyond what the units hold,
+// which a smaller budget may not leave room for.
+func (m *Manager) dropFreeLocked() {
+	for _, l := range m.free {
+		for _, b := range l {
+			freeBuf(b)
+		}
+	}
+	m.free = map[int][][]byte{}
+}
+
+// Lend lets the units use n bytes beyond the budget until the next Lend (0: none),
+// memory the caller does not use for now: a streamed model's room for a prompt pass's
+// activations, idle while it decodes. Taking it back evicts at once (an evicted unit's
+// memory goes back to the system before Lend returns), except units in use. A dense
+// model's manager borrows nothing: its kept layers follow the budget alone.
+func (m *Manager) Lend(n int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.layers) > 0 {
+		n = 0
+	}
+	m.lent = max(n, 0)
+	m.evictLocked(0)
+	if m.pinned+m.resident > m.limitLocked() {
+		m.dropFreeLocked()
+	}
+}
+
+// limitLocked is what the units may take beside the pinned bytes: the budget and the loan.
+func (m *Manager) limitLocked() int64 { return m.budget + m.lent }
 
 // Budget returns the current budget.
 func (m *Manager) Budget() int64 {
@@ -293,7 +331,7 @@ func (m *Manager) Stats() Stats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.stats
-	s.Budget, s.Pinned, s.Resident = m.budget, m.pinned, m.resident
+	s.Budget, s.Lent, s.Pinned, s.Resident = m.budget, m.lent, m.pinned, m.resident
 	for _, u := range m.units {
 		if u.state == ready {
 			s.InMemory++
@@ -327,7 +365,13 @@ func (h Handle) Release() {
 }
 
 // Acquire returns unit id in memory, reading it first if needed, and counts a use.
-func (m *Manager) Acquire(id int) (Handle, error) {
+func (m *Manager) Acquire(id int) (Handle, error) { return m.AcquireUses(id, 1) }
+
+// AcquireUses is Acquire for a product that serves uses picks of the unit at once (the
+// rows of a prompt's pass that picked the expert): the eviction policy weighs the use
+// by them, so that an expert most of a prompt's tokens picked outlasts one that a
+// single token did. Counted as one hit or miss.
+func (m *Manager) AcquireUses(id, uses int) (Handle, error) {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -335,11 +379,13 @@ func (m *Manager) Acquire(id int) (Handle, error) {
 	}
 	u := m.units[id]
 	m.tick++
-	m.scorer.touch(&u.score, m.tick)
+	m.scorer.touch(&u.score, m.tick, uses)
 	if u.state == ready && !u.wanted && !u.prefetched {
 		m.stats.Hits++
+		m.ev.log('A', id, "hit")
 	} else {
 		m.stats.Misses++
+		m.ev.log('A', id, "miss")
 	}
 	u.wanted = false
 	if u.prefetched {
@@ -400,8 +446,10 @@ func (m *Manager) NoteRepeat(guessed, right int) {
 }
 
 // Want starts reading the units not in memory that a pass is about to acquire, in
-// order, ahead of any read-ahead; they count as recently used, so that the reads of the
-// ones after them do not evict them first.
+// order, ahead of any read-ahead; until acquired they are evicted only when nothing else
+// can go, so that the reads of the ones after them do not evict them first. Their
+// scores are left as they were: marking them used now would cancel the decay of their
+// past uses, and each expert read back in would rank as a frequent one.
 func (m *Manager) Want(ids ...int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -412,7 +460,6 @@ func (m *Manager) Want(ids ...int) {
 		u := m.units[id]
 		switch u.state {
 		case absent:
-			u.score.last = m.tick
 			u.wanted = true
 			m.startLocked(u, false)
 		case loading:
@@ -462,14 +509,14 @@ func (m *Manager) Expect(ids ...int) {
 			u.expected = true
 			continue
 		}
-		for m.pinned+m.resident+int64(u.size) > m.budget {
+		for m.pinned+m.resident+int64(u.size) > m.limitLocked() {
 			v := m.victimLocked(nil)
-			if v == nil || v.expected {
+			if v == nil || v.expected || v.wanted {
 				break
 			}
 			m.dropLocked(v)
 		}
-		if m.pinned+m.resident+int64(u.size) > m.budget {
+		if m.pinned+m.resident+int64(u.size) > m.limitLocked() {
 			continue
 		}
 		m.stats.PrefetchIssued++
@@ -521,13 +568,15 @@ func (m *Manager) Close() error {
 		}
 	}
 	m.files, m.direct = nil, nil
+	m.ev.close()
+	m.ev = nil
 	return first
 }
 
 // roomForLocked reports whether u fits by evicting only units whose last use is older
 // than u's, and evicts them.
 func (m *Manager) roomForLocked(u *unit) bool {
-	need := m.pinned + m.resident + int64(u.size) - m.budget
+	need := m.pinned + m.resident + int64(u.size) - m.limitLocked()
 	if need <= 0 {
 		return true
 	}
@@ -535,7 +584,7 @@ func (m *Manager) roomForLocked(u *unit) bool {
 	var freed int64
 	for freed < need {
 		v := m.victimLocked(victims)
-		if v == nil || v.expected || v.score.last >= u.score.last && !v.prefetched {
+		if v == nil || v.expected || v.wanted || v.score.last >= u.score.last && !v.prefetched {
 			return false
 		}
 		victims = append(victims, v)
@@ -568,10 +617,13 @@ outer:
 	return best
 }
 
-// worseLocked: an expected unit goes last; a prefetched unit nobody used goes before
-// any used one. Of two streamed layers, the one needed further ahead goes first
-// (layers.go).
+// worseLocked: a unit a pass asked for (Want) and has not acquired yet goes last, then
+// an expected one; a prefetched unit nobody used goes before any used one. Of two
+// streamed layers, the one needed further ahead goes first (layers.go).
 func (m *Manager) worseLocked(a, b *unit) bool {
+	if a.wanted != b.wanted {
+		return b.wanted
+	}
 	if a.expected != b.expected {
 		return b.expected
 	}
@@ -586,7 +638,7 @@ func (m *Manager) worseLocked(a, b *unit) bool {
 
 // evictLocked evicts until extra more bytes fit the budget, or nothing more can go.
 func (m *Manager) evictLocked(extra int64) {
-	for m.pinned+m.resident+extra > m.budget {
+	for m.pinned+m.resident+extra > m.limitLocked() {
 		v := m.victimLocked(nil)
 		if v == nil {
 			return
@@ -597,6 +649,7 @@ func (m *Manager) evictLocked(extra int64) {
 
 func (m *Manager) dropLocked(v *unit) {
 	m.stats.Evictions++
+	m.ev.log('E', v.id, "")
 	m.resident -= int64(v.size)
 	v.wanted, v.expected = false, false
 	if v.prefetched {
@@ -604,7 +657,7 @@ func (m *Manager) dropLocked(v *unit) {
 	}
 	buf := v.buf
 	v.buf, v.state = nil, absent
-	if l := m.free[len(buf)]; len(l) < 2 && m.pinned+m.resident+int64(len(buf)) <= m.budget {
+	if l := m.free[len(buf)]; len(l) < 2 && m.pinned+m.resident+int64(len(buf)) <= m.limitLocked() {
 		m.free[len(buf)] = append(l, buf)
 		return
 	}
@@ -617,11 +670,17 @@ func (m *Manager) startLocked(u *unit, ahead bool) {
 	m.resident += int64(u.size)
 	m.stats.Peak = max(m.stats.Peak, m.pinned+m.resident)
 	u.state, u.err, u.done = loading, nil, make(chan struct{})
+	if ahead {
+		m.ev.log('R', u.id, "guess")
+	} else {
+		m.ev.log('R', u.id, "demand")
+	}
 	if l := m.free[u.size]; len(l) > 0 {
 		u.buf = l[len(l)-1]
 		m.free[u.size] = l[:len(l)-1]
 	} else {
 		u.buf = nil // allocated by the worker, outside the lock
+		m.ev.log('N', u.id, "")
 	}
 	if ahead {
 		m.ahead = append(m.ahead, u)

@@ -320,3 +320,61 @@ func TestDirectReads(t *testing.T) {
 		t.Fatal("reading past the end succeeded")
 	}
 }
+
+// TestLend: lent bytes let more units stay beyond the budget; taking them back evicts
+// at once down to the budget, except a unit in use, and frees what it evicted; a
+// dense model's manager borrows nothing.
+func TestLend(t *testing.T) {
+	path, data := testFile(t, 1<<16)
+	m := New(Options{Budget: 2 * 1024, Policy: LRU, Buffered: true})
+	defer m.Close()
+	for u := range 6 {
+		if _, err := m.Add([]Segment{{path, int64(u * 1024), 1024}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	use := func(ids ...int) {
+		for _, id := range ids {
+			h, err := m.Acquire(id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(h.Seg(0), data[id*1024:(id+1)*1024]) {
+				t.Fatalf("unit %d differs from the file", id)
+			}
+			h.Release()
+		}
+	}
+	m.Lend(2 * 1024)
+	use(0, 1, 2, 3)
+	if s := m.Stats(); s.InMemory != 4 || s.Lent != 2*1024 || s.Budget != 2*1024 {
+		t.Fatalf("with 2 units lent: %d in memory, lent %d, budget %d", s.InMemory, s.Lent, s.Budget)
+	}
+	use(4) // evicts 0, the least recently used
+	if m.Resident(0) || !m.Resident(4) {
+		t.Error("a read beyond budget and loan did not evict the least recently used")
+	}
+	held, err := m.Acquire(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Lend(0)
+	if s := m.Stats(); s.InMemory != 2 || s.Resident != 2*1024 || !m.Resident(1) {
+		t.Fatalf("loan taken back with unit 1 held: %d in memory (%d bytes), unit 1 resident %v", s.InMemory, s.Resident, m.Resident(1))
+	}
+	held.Release()
+	use(5, 0)
+	if s := m.Stats(); s.InMemory != 2 || s.Lent != 0 {
+		t.Errorf("after the loan: %d in memory, lent %d", s.InMemory, s.Lent)
+	}
+
+	d := New(Options{Budget: 1 << 20, Buffered: true})
+	defer d.Close()
+	if _, err := d.AddLayers([][]Segment{{{path, 0, 1024}}, {{path, 1024, 1024}}}); err != nil {
+		t.Fatal(err)
+	}
+	d.Lend(4096)
+	if s := d.Stats(); s.Lent != 0 {
+		t.Errorf("a dense model's manager borrowed %d", s.Lent)
+	}
+}

@@ -348,6 +348,13 @@ func routingReport(dir string, c streamCfg) (float64, error) {
 		}
 	}
 	repeat := float64(rep) / float64(max(tot, 1))
+	// The picks, for replaying them through other cache policies offline.
+	rec := filepath.Join(c.Cache, "results", "routing-"+filepath.Base(filepath.Dir(dir))+".json")
+	os.MkdirAll(filepath.Dir(rec), 0o755)
+	raw, _ := json.Marshal(map[string]any{"experts": experts, "prompt": c.Prompt, "decode": c.Decode, "picks": picks})
+	if err := os.WriteFile(rec, raw, 0o644); err != nil {
+		return 0, err
+	}
 	fmt.Printf("routing of %s over %d decoded tokens: %.0f%% of the picks repeat at the next token\n", filepath.Base(filepath.Dir(dir)), c.Decode, 100*repeat)
 	units := layers * experts
 	for _, share := range []float64{0.25, 0.38, 0.5} {

@@ -38,9 +38,63 @@ func (s *Schema) Gemma4() *Schema {
 	return &c
 }
 
+// Gemma4Call returns s, whose value is an object of one property per tool (the tool's
+// name, its parameter schema as the value), for a call in Gemma 4's notation: NAME{…},
+// the property's name and value without the object's braces and colon. Exactly one
+// property is written.
+func (s *Schema) Gemma4Call() *Schema {
+	c := *s
+	c.gemma, c.gemmaCall = true, true
+	return &c
+}
+
+// inCall reports whether st's top is the call's object (Gemma4Call): the root's value.
+func (m *machine) inCall(st []frame) bool {
+	return m.s.gemmaCall && len(st) == 2 && st[1].kind == fObj
+}
+
+// closeCall closes the call's object once its one property's value is complete.
+func (m *machine) closeCall(s *State) {
+	done := false
+	for i := range s.ends {
+		st := s.stack(i)
+		if m.inCall(st) && st[1].stage == oNext {
+			done = true
+		}
+	}
+	if !done {
+		return
+	}
+	var out State
+	for i := range s.ends {
+		st := slices.Clone(s.stack(i))
+		if m.inCall(st) && st[1].stage == oNext {
+			m.feed(&out, st, '}')
+		} else {
+			out.add(st)
+		}
+	}
+	s.copyFrom(&out)
+}
+
 // feedGemma is feed for a byte of Gemma 4's notation.
 func (m *machine) feedGemma(dst *State, st []frame, c byte) {
 	top := &st[len(st)-1]
+	if m.inCall(st) {
+		// The call's name (a key of the object, bare) and the brace that opens its
+		// arguments; nothing else at this level.
+		switch {
+		case (top.stage == oStart || top.stage == oKey) && c == '{':
+			if top.stage == oKey {
+				m.json(dst, st, []byte(`":{`), nil)
+			}
+		case top.stage == oStart && c != '"' && c != ':' && c != '}' && c != ',' && !isWS(c):
+			m.json(dst, st, []byte{'"', c}, nil)
+		case top.stage == oKey && c != '"' && c != '\\' && c != ':' && c >= 0x20:
+			m.feed(dst, st, c)
+		}
+		return
+	}
 	switch {
 	case top.kind == fQuote:
 		// The opening marker: once whole, a quote opens the string (or an enum's literal).

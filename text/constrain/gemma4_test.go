@@ -212,3 +212,81 @@ func TestGemma4RandomSchemas(t *testing.T) {
 	}
 	t.Logf("%d of %d generations finished and validated", finished, 2*n)
 }
+
+// TestGemma4Call: a call in Gemma 4's notation, NAME{…}, over an object of one property
+// per tool: one name of the tools, its arguments valid against that tool's schema, then
+// nothing; masks agree with trying every token along random generations, and every
+// finished call names a tool and validates.
+func TestGemma4Call(t *testing.T) {
+	weather := `{"type":"object","properties":{"city":{"type":"string","maxLength":8},"days":{"type":"integer","minimum":1,"maximum":7}},"required":["city","days"]}`
+	zone := `{"type":"object","properties":{"zone":{"enum":["UTC","CET"]}},"required":["zone"]}`
+	schema := `{"type":"object","properties":{"get_weather":` + weather + `,"get_time":` + zone + `,"get":{"type":"object"}},"additionalProperties":false}`
+	sch, err := Compile(json.RawMessage(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := func(s string) string { return Gemma4Quote + s + Gemma4Quote }
+	for _, c := range []struct{ text, want string }{
+		{`get_time{zone:` + q("UTC") + `}`, "complete"},
+		{`get_weather{city:` + q("Oslo") + `,days:3}`, "complete"},
+		{`get{}`, "complete"},
+		{`get{a:1}`, "complete"},
+		{`get_time{zone:` + q("PST") + `}`, "refused"},
+		{`get_weather{city:` + q("Oslo") + `}`, "refused"}, // days is required
+		{`get_weather{days:3}`, "refused"},
+		{`get_tim{`, "refused"},
+		{`{`, "refused"},
+		{`}`, "refused"},
+		{`get_time:{`, "refused"},
+		{`get_time{zone:` + q("UTC") + `},`, "refused"},
+		{`get_time{zone:` + q("UTC") + `}get{}`, "refused"}, // one call
+		{`get_time{zone:` + Gemma4Quote + "UT", "prefix"},
+		{`get`, "prefix"},
+	} {
+		con := sch.Gemma4Call().New(NewVocab(1, func(int32) ([]byte, bool) { return nil, false }, nil))
+		got := "complete"
+		if err := con.AcceptBytes([]byte(c.text)); err != nil {
+			got = "refused"
+		} else if !con.Finished() {
+			got = "prefix"
+		}
+		if got != c.want {
+			t.Errorf("%q is %s, want %s", c.text, got, c.want)
+		}
+	}
+
+	rng := rand.New(rand.NewPCG(9, 10))
+	v, toks, eos := gemmaVocab(rng)
+	tools := map[string]func(string) error{
+		"get_weather": constraintest.Validator(t, []byte(weather)),
+		"get_time":    constraintest.Validator(t, []byte(zone)),
+		"get":         constraintest.Validator(t, []byte(`{"type":"object"}`)),
+	}
+	finished := 0
+	for run := range 40 {
+		c := sch.Gemma4Call().New(v)
+		out, done := generate(t, rng, c, v, toks, eos, 300, run < 10)
+		if !done {
+			continue
+		}
+		finished++
+		i := strings.IndexByte(out, '{')
+		if i < 0 {
+			t.Fatalf("run %d: %q has no arguments", run, out)
+		}
+		val, ok := tools[out[:i]]
+		if !ok {
+			t.Fatalf("run %d: %q calls no tool", run, out)
+		}
+		js, err := gemmaToJSON(out[i:])
+		if err != nil {
+			t.Fatalf("run %d: %q: %v", run, out, err)
+		}
+		if err := val(js); err != nil {
+			t.Fatalf("run %d: %q (as JSON %s): %v", run, out, js, err)
+		}
+	}
+	if finished < 20 {
+		t.Fatalf("only %d of 40 calls finished", finished)
+	}
+}

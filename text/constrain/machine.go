@@ -157,6 +157,12 @@ type machine struct {
 func (m *machine) initial(dst *State) {
 	dst.reset()
 	dst.add([]frame{{kind: fRoot, stage: rStart, node: m.s.root}})
+	if m.s.gemmaCall {
+		// A call is its object's one property without the braces: the brace is taken.
+		var open State
+		m.feed(&open, []frame{{kind: fRoot, stage: rStart, node: m.s.root}}, '{')
+		dst.copyFrom(&open)
+	}
 }
 
 // step moves every stack of src over c into dst and reports whether any survived.
@@ -169,6 +175,9 @@ func (m *machine) step(dst, src *State, c byte) bool {
 		} else {
 			m.feed(dst, m.tmp, c)
 		}
+	}
+	if m.s.gemmaCall {
+		m.closeCall(dst)
 	}
 	return len(dst.ends) > 0
 }

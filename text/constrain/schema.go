@@ -79,8 +79,9 @@ type Schema struct {
 	root  int32
 	// fixed nodes every schema has
 	anyNode, anyObject, anyArray, anyString, anyNumber, anyScalarLit int32
-	// gemma: the value is written in Gemma 4's notation, not JSON (Gemma4)
-	gemma bool
+	// gemma: the value is written in Gemma 4's notation, not JSON (Gemma4); gemmaCall: as
+	// the name and arguments of a call (Gemma4Call)
+	gemma, gemmaCall bool
 }
 
 // litNode is a node of a literal trie: the bytes of a set of literal texts.
