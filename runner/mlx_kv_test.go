@@ -205,9 +205,36 @@ func ulpF16(x float64) float64 {
 	return math.Ldexp(1, e-11)
 }
 
-// defaultCaches makes m's caches in the policy's default layout (its first step: K6h/V6h
-// in groups of 64, smaller groups or unrotated where a layer's head_dim needs it).
+// defaultCaches makes m's caches in the policy's default layout.
 func defaultCaches(t *testing.T, m *model.Model, dir string) []kvstore.Layer {
+	return layoutCaches(t, m, dir, defaultLayout(t, m, dir))
+}
+
+// defaultLayout is the policy's default layout for m (its first step: K6h/V6h in groups
+// of 64, smaller groups or unrotated where a layer's head_dim needs it).
+func defaultLayout(t *testing.T, m *model.Model, dir string) kvstore.Layout {
+	t.Helper()
+	steps, err := kvstore.Ladder(modelShape(t, m, dir), kvstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return steps[0].Layout
+}
+
+// layoutCaches makes m's caches in layout.
+func layoutCaches(t *testing.T, m *model.Model, dir string, layout kvstore.Layout) []kvstore.Layer {
+	t.Helper()
+	c, err := kvstore.NewCaches(modelShape(t, m, dir), layout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.FillCaches(c); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func modelShape(t *testing.T, m *model.Model, dir string) kvstore.ModelShape {
 	t.Helper()
 	cfg, err := os.ReadFile(filepath.Join(dir, "config.json"))
 	if err != nil {
@@ -217,16 +244,5 @@ func defaultCaches(t *testing.T, m *model.Model, dir string) []kvstore.Layer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	steps, err := kvstore.Ladder(shape, kvstore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := kvstore.NewCaches(shape, steps[0].Layout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.FillCaches(c); err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return shape
 }
