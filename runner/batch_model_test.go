@@ -147,9 +147,10 @@ func batchScripts() []batchScript {
 // TestBatchedMatchesAlone runs sequences of every architecture family (random weights,
 // float32 and MLX 4-bit, and gpt-oss's mxfp4 experts; fp16 KV caches, and K8/V4 with boundary layers) as a continuous
 // batch and each alone: on the CPU backend (also with 8-bit inputs) every logit of every step
-// is identical, on MLX
-// within 1e-4 relative over fp16 caches (1e-3 over quantized ones), and greedy tokens are
-// the same.
+// is identical; on MLX, whose products round differently in a batch's shapes, within
+// mlxTolerance of the cache's formats, with the same greedy tokens up to a call where the
+// sequence alone has its two best logits close enough for that tolerance to swap them
+// (mayFlip; the sequence is not compared past it).
 func TestBatchedMatchesAlone(t *testing.T) {
 	archs := []struct {
 		name string
@@ -216,14 +217,21 @@ func TestBatchedMatchesAlone(t *testing.T) {
 					mk := func() []kvstore.Layer { return kvCaches(t, m, dir, kv.spec, 1) }
 					got := runBatched(t, m, scripts, mk)
 					worst := 0.0
+					tol := mlxTolerance([]kvstore.Spec{kv.spec})
 					for i, s := range scripts {
 						want := runAlone(t, m, s, mk())
 						if len(got[i]) != len(want) {
 							t.Fatalf("%s: sequence %d made %d calls batched, %d alone", name, i, len(got[i]), len(want))
 						}
 						for c := range want {
+							worst = max(worst, modeltest.MaxRel(got[i][c], want[c]))
 							if argmax(got[i][c]) != argmax(want[c]) {
-								t.Errorf("%s: sequence %d, call %d: greedy token %d batched, %d alone", name, i, c, argmax(got[i][c]), argmax(want[c]))
+								if be.exact || !mayFlip(want[c], tol) {
+									t.Errorf("%s: sequence %d, call %d: greedy token %d batched, %d alone", name, i, c, argmax(got[i][c]), argmax(want[c]))
+								} else {
+									t.Logf("%s: sequence %d, call %d: greedy token %d batched, %d alone, whose two best are within the tolerance: not compared further", name, i, c, argmax(got[i][c]), argmax(want[c]))
+								}
+								break // the calls go on from different tokens
 							}
 							if be.exact {
 								for j := range want[c] {
@@ -232,18 +240,10 @@ func TestBatchedMatchesAlone(t *testing.T) {
 									}
 								}
 							}
-							worst = max(worst, modeltest.MaxRel(got[i][c], want[c]))
 						}
 					}
-					// On MLX, as in TestMLXMatchesCPU: 1e-4 over fp16 caches, 1e-3 over quantized ones
-					// (a key a rounding away from a code boundary may take the other code when the
-					// batch's product rounds it differently).
-					tol := 1e-4
-					if kv.spec.Quantized() {
-						tol = 1e-3
-					}
 					if !be.exact && worst > tol {
-						t.Errorf("%s: logits batched differ from alone by %.3g relative (> %.0e)", name, worst, tol)
+						t.Errorf("%s: logits batched differ from alone by %.3g relative (> %.2g)", name, worst, tol)
 					}
 					t.Logf("%s: largest relative difference batched vs alone %.2g", name, worst)
 				}

@@ -21,7 +21,9 @@ import (
 // rows, with rows rejected and cut back (verifier.cut, which restores a hybrid model's
 // recurrent states from a checkpoint and runs the kept rows again), give every row the
 // logits a one-token decode step at its position gives: bit for bit on the CPU backend
-// (with 8-bit inputs too), within MLX's batching tolerance on MLX, for every architecture
+// (with 8-bit inputs too), within MLX's batching tolerance on MLX (mlxTolerance of the
+// cache's formats, and the same greedy token wherever the step's two best logits are
+// further apart than that tolerance can swap, mayFlip), for every architecture
 // family (sliding windows and recurrent states included), float and 4-bit weights, fp16
 // and K8/V4 caches.
 func TestVerificationPassesMatchSteps(t *testing.T) {
@@ -108,6 +110,7 @@ func TestVerificationPassesMatchSteps(t *testing.T) {
 						t.Fatal(err)
 					}
 					v := newVerifier(m, caches)
+					tol := mlxTolerance([]kvstore.Spec{kv.spec})
 					seq := append([]int32(nil), prompt...)
 					pos, worst := 0, 0.0
 					for _, p := range passes {
@@ -118,7 +121,7 @@ func TestVerificationPassesMatchSteps(t *testing.T) {
 						vocab := len(rows) / p[0]
 						for r := range p[0] {
 							got, w := rows[r*vocab:(r+1)*vocab], want[pos+r]
-							if argmax(got) != argmax(w) {
+							if argmax(got) != argmax(w) && (be.exact || !mayFlip(w, tol)) {
 								t.Errorf("%s: row %d of the pass at %d: greedy token %d, %d stepping", name, r, pos, argmax(got), argmax(w))
 							}
 							if be.exact {
@@ -148,12 +151,8 @@ func TestVerificationPassesMatchSteps(t *testing.T) {
 							}
 						}
 					}
-					tol := 1e-4
-					if kv.spec.Quantized() {
-						tol = 1e-3
-					}
 					if !be.exact && worst > tol {
-						t.Errorf("%s: verification rows differ from steps by %.3g relative (> %.0e)", name, worst, tol)
+						t.Errorf("%s: verification rows differ from steps by %.3g relative (> %.2g)", name, worst, tol)
 					}
 				}
 				e.Close()

@@ -470,6 +470,9 @@ func opCases(seed uint64) ([]opCase, error) {
 		{"fp16", kvstore.SpecF16, tolF16},
 		{"affine k8/v4", kvstore.Spec{K: kvstore.AffineFormat(8, 32), V: kvstore.AffineFormat(4, 32)}, tolBF16},
 		{"q4_0", kvstore.Spec{K: kvstore.FormatQ4_0, V: kvstore.FormatQ4_0}, tolBF16},
+		// The policy's default: 6-bit keys and values, Hadamard-rotated (in groups of 64 where
+		// head_dim allows; 32 here).
+		{"affine k6h/v6h", kvstore.Spec{K: kvstore.AffineFormat(6, 32).Rotate(true), V: kvstore.AffineFormat(6, 32).Rotate(true)}, tolBF16},
 	} {
 		kq, vq := roundTrip(ks, kc.spec.K, headDim), roundTrip(vs, kc.spec.V, headDim)
 		want := attention(qs, kq, vq, total, steps, heads, kvHeads, headDim, scale)
@@ -701,6 +704,18 @@ func onGrid(x []float32, dim, bits, group int) ([]float32, error) {
 
 // roundTrip is x (rows of kvHeads·dim) as cache format f stores it.
 func roundTrip(x []float32, f kvstore.Format, dim int) []float32 {
+	if f.Rotated {
+		// Stored as H·x, read back as H·(stored) (H is its own inverse).
+		rot := slices.Clone(x)
+		for i := 0; i+dim <= len(rot); i += dim {
+			kvstore.Hadamard(rot[i : i+dim])
+		}
+		out := roundTrip(rot, f.Rotate(false), dim)
+		for i := 0; i+dim <= len(out); i += dim {
+			kvstore.Hadamard(out[i : i+dim])
+		}
+		return out
+	}
 	out := make([]float32, len(x))
 	switch f.Mode {
 	case kvstore.F16:
