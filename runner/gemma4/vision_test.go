@@ -35,6 +35,12 @@ func visionModel(t testing.TB, v randmodel.Gemma4Vision) *model.Model {
 	if err := randmodel.AddGemma4Vision(dir, v, 11, false); err != nil {
 		t.Fatal(err)
 	}
+	return loadVision(t, dir)
+}
+
+// loadVision loads the checkpoint in dir on the CPU backend and checks its tower is bound.
+func loadVision(t testing.TB, dir string) *model.Model {
+	t.Helper()
 	m, err := model.Load(dir, cpu.New(2))
 	if err != nil {
 		t.Fatal(err)
