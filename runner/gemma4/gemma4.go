@@ -1,7 +1,7 @@
 // Package gemma4 is the Gemma 4 text architecture (model_type "gemma4_text"; and
 // "gemma4" and "gemma4_unified", the multimodal checkpoints, whose language model is
-// read from text_config and the language_model.* weights, the vision and audio towers
-// ignored), as transformers' Gemma4ForCausalLM computes it:
+// read from text_config and the language_model.* weights, the vision tower read by
+// vision.go, the audio tower ignored), as transformers' Gemma4ForCausalLM computes it:
 //   - embeddings scaled by sqrt(hidden_size); every RMSNorm scales by w (not 1 + w, as
 //     Gemma 3), in float32;
 //   - four norms per layer as Gemma 3: input, post-attention, pre-feedforward and
