@@ -357,10 +357,14 @@ func (t *Tower) Encode(c compute.Context, images []*vision.Pixels) (compute.Tens
 		return c.Reshape(c.RMSNorm(c.Reshape(x, rows*heads, hd), w, eps), rows, heads*hd)
 	}
 	for _, l := range t.Layers {
+		// The 2D RoPE's column slices are freed as each of q and k is done.
 		x := c.RMSNorm(h, l.InputNorm, eps)
 		q := rope2D(c, vc, lc, perHead(c.Linear(x, l.Q), l.QNorm), heads, hd, cx, sx, cy, sy)
+		keep(h, x, q)
 		k := rope2D(c, vc, lc, perHead(c.Linear(x, l.K), l.KNorm), heads, hd, cx, sx, cy, sy)
+		keep(h, x, q, k)
 		v := perHead(c.Linear(x, l.V), ones)
+		keep(h, q, k, v)
 		a := vc.BlockAttention(q, k, v, heads, 1, blocks)
 		keep(h, a)
 		h = c.Add(h, c.RMSNorm(c.Linear(a, l.O), l.PostAttnNorm, eps))

@@ -5,11 +5,13 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/mlxg/mlxg/registry/randmodel"
 	"github.com/mlxg/mlxg/registry/safetensors"
 	"github.com/mlxg/mlxg/runner/cpu"
+	"github.com/mlxg/mlxg/runner/gemma4"
 	"github.com/mlxg/mlxg/runner/model"
 	"github.com/mlxg/mlxg/runner/model/modeltest"
 	"github.com/mlxg/mlxg/vision"
@@ -282,5 +284,65 @@ func TestTowerReference(t *testing.T) {
 	}
 	if slices.Equal(both[0].Rows[:32], both[1].Rows[:32]) {
 		t.Error("different images gave the same features")
+	}
+}
+
+// TestVisionMemory: the memory plan's tower figures (model.VisionMemoryOf) are the tower's
+// tensor bytes (vision_tower.*), the processor's largest image in patches and its
+// max_soft_tokens features times the feature cache's images; the estimate of the CPU backend's
+// buffers while encoding an image bounds what the backend counts it held at once
+// (ActivationPeak) without being more than 1.5 times it, for the tiny tower and a wider one;
+// several images encode in passes, so their peak is not their sum.
+func TestVisionMemory(t *testing.T) {
+	tiny := randmodel.TinyGemma4Vision()
+	tiny.MaxSoftTokens = 280 // 1,120 patches
+	wide := tiny
+	wide.Hidden, wide.Intermediate, wide.Heads, wide.KVHeads, wide.HeadDim, wide.Layers = 128, 512, 4, 4, 32, 3
+	for _, v := range []randmodel.Gemma4Vision{tiny, wide} {
+		m := visionModel(t, v)
+		vm, err := model.VisionMemoryOf(m.Dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := safetensors.ReadHeader(filepath.Join(m.Dir, "vision.safetensors"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var weights int64
+		for _, tn := range h.Tensors {
+			if strings.HasPrefix(tn.Name, "vision_tower.") {
+				weights += tn.End - tn.Begin
+			}
+		}
+		patches := v.MaxSoftTokens * v.Pool * v.Pool
+		features := int64(4 * v.MaxSoftTokens * m.Config.HiddenSize)
+		if vm.Weights != weights || vm.MaxPatches != patches || vm.Features != min(model.FeatureCacheBytes, model.FeatureCacheImages*features) || vm.Encode <= 0 {
+			t.Fatalf("%+v; want weights %d, %d patches, features %d", vm, weights, patches, model.FeatureCacheImages*features)
+		}
+		vc := gemma4.VisionConfig{Hidden: v.Hidden, Intermediate: v.Intermediate, Layers: v.Layers, Heads: v.Heads, KVHeads: v.KVHeads,
+			HeadDim: v.HeadDim, Patch: v.Patch, PosSize: v.PosSize, Pool: v.Pool, Eps: v.Eps, Act: v.Act, Standardize: v.Standardize}
+		be := m.Backend().(*cpu.Backend)
+		measure := func(images ...vision.Image) int64 {
+			be.ActivationPeak() // from here
+			if _, err := m.EncodeImages(context.Background(), images); err != nil {
+				t.Fatal(err)
+			}
+			return be.ActivationPeak()
+		}
+		im := testImage(300, 200, 4)
+		px, err := m.Vision().Processor().Process(im.RGB)
+		if err != nil {
+			t.Fatal(err)
+		}
+		buffers := gemma4.EncodeBuffers(vc, px.Rows, px.Rows/(v.Pool*v.Pool), m.Config.HiddenSize)
+		one := measure(im)
+		t.Logf("%d×%d tower, one image (%d patches): the backend held at most %d bytes, estimated %d (%.2f×)",
+			v.Layers, v.Hidden, px.Rows, one, buffers, float64(buffers)/float64(one))
+		if buffers < one || buffers > one+one/2 {
+			t.Errorf("estimate %d bytes for a peak of %d", buffers, one)
+		}
+		if three := measure(testImage(300, 200, 5), testImage(300, 200, 6), testImage(300, 200, 7)); three > one+one/10 {
+			t.Errorf("three images: a peak of %d bytes, one's %d: not encoded in passes of one", three, one)
+		}
 	}
 }
