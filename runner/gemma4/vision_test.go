@@ -3,10 +3,12 @@ package gemma4_test
 import (
 	"context"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mlxg/mlxg/registry/randmodel"
 	"github.com/mlxg/mlxg/registry/safetensors"
@@ -345,4 +347,35 @@ func TestVisionMemory(t *testing.T) {
 			t.Errorf("three images: a peak of %d bytes, one's %d: not encoded in passes of one", three, one)
 		}
 	}
+}
+
+// TestEncodeTime logs the time to preprocess and encode one 1024×768 image on the CPU backend
+// (2 threads) with a tower of Gemma 4's geometry (16-pixel patches pooled 3×3, 280 tokens at
+// most: 2,394 patches and 266 tokens for this image) and a tiny width (2 layers of 32), or
+// with MLXG_ENCODE_WIDE=1 one layer of the released towers' width (768, 12 heads of 64, an
+// MLP of 3,072), whose time times num_hidden_layers (16) is the tower's but for the pooling.
+func TestEncodeTime(t *testing.T) {
+	v := randmodel.TinyGemma4Vision()
+	v.Patch, v.Pool, v.MaxSoftTokens, v.PosSize = 16, 3, 280, 10240
+	if os.Getenv("MLXG_ENCODE_WIDE") == "1" {
+		v.Hidden, v.Intermediate, v.Heads, v.KVHeads, v.HeadDim, v.Layers = 768, 3072, 12, 12, 64, 1
+	}
+	m := visionModel(t, v)
+	im := testImage(1024, 768, 4)
+	start := time.Now()
+	if _, err := m.Vision().Processor().Process(im.RGB); err != nil {
+		t.Fatal(err)
+	}
+	pre := time.Since(start)
+	start = time.Now()
+	sp, err := m.EncodeImages(context.Background(), []vision.Image{im})
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	if sp[0].N() != 266 {
+		t.Fatalf("%d tokens, want 266", sp[0].N())
+	}
+	t.Logf("1024×768 on the CPU backend (2 threads), tower of %d layers × %d wide: 2394 patches, %d tokens in %v (preprocessing alone %v)",
+		v.Layers, v.Hidden, sp[0].N(), took.Round(time.Millisecond), pre.Round(time.Millisecond))
 }
