@@ -1,11 +1,13 @@
 package randmodel
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/mlxg/mlxg/registry/safetensors"
 )
@@ -25,6 +27,10 @@ type Gemma4Vision struct {
 	Eps          float64 `json:"rms_norm_eps"`
 	Act          string  `json:"hidden_activation"`
 	Standardize  bool    `json:"standardize"`
+	// Clipped writes use_clipped_linears with finite bounds on every linear of the
+	// encoder: inputs within ±1.5, outputs within ±1 (bounds the tiny tower's activations
+	// pass, so that the clamps change its features).
+	Clipped bool `json:"use_clipped_linears"`
 	// MaxSoftTokens is the processor's max_soft_tokens; Image, BOI and EOI the ids of
 	// <|image|>, <|image> and <image|>; Bidirectional sets the language model's
 	// use_bidirectional_attention to "vision".
@@ -74,7 +80,6 @@ func AddGemma4Vision(dir string, v Gemma4Vision, seed uint64, hf bool) error {
 	_ = json.Unmarshal(b, &vc)
 	vc["model_type"] = "gemma4_vision"
 	vc["rope_parameters"] = map[string]any{"rope_type": "default", "rope_theta": 100.0}
-	vc["use_clipped_linears"] = false
 	vc["default_output_length"] = v.MaxSoftTokens
 	cfg["vision_config"] = vc
 	cfg["image_token_id"], cfg["boi_token_id"], cfg["eoi_token_id"] = v.Image, v.BOI, v.EOI
@@ -131,10 +136,28 @@ func AddGemma4Vision(dir string, v Gemma4Vision, seed uint64, hf bool) error {
 	for i, s := range specs {
 		t := safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: s.Name, DType: safetensors.F32, Shape: s.Shape},
 			Data: fill(s, safetensors.F32, seed)}
-		if hf {
-			t.Name = "model." + t.Name
-		}
 		tensors[i] = t
+	}
+	if v.Clipped {
+		for _, s := range specs {
+			base, ok := strings.CutSuffix(s.Name, ".linear.weight")
+			if !ok {
+				continue
+			}
+			for _, b := range []struct {
+				name string
+				v    float32
+			}{{"input_min", -1.5}, {"input_max", 1.5}, {"output_min", -1}, {"output_max", 1}} {
+				data := make([]byte, 4)
+				binary.LittleEndian.PutUint32(data, math.Float32bits(b.v))
+				tensors = append(tensors, safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: base + "." + b.name, DType: safetensors.F32, Shape: []int{}}, Data: data})
+			}
+		}
+	}
+	if hf {
+		for i := range tensors {
+			tensors[i].Name = "model." + tensors[i].Name
+		}
 	}
 	format := "mlx"
 	if hf {

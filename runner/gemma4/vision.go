@@ -114,10 +114,35 @@ type Tower struct {
 // EncoderLayer is one encoder layer of the tower.
 type EncoderLayer struct {
 	InputNorm, PostAttnNorm, PreFFNorm, PostFFNorm compute.Vector
-	Q, K, V, O                                     compute.Weight
+	Q, K, V, O                                     ClipLinear
 	QNorm, KNorm                                   compute.Vector
-	Gate, Up, Down                                 compute.Weight
+	Gate, Up, Down                                 ClipLinear
 }
+
+// ClipLinear is Gemma4ClippableLinear: a linear map without bias whose input and output are
+// clamped to bounds the checkpoint stores (input_min, input_max, output_min, output_max;
+// with use_clipped_linears). An infinite bound clamps nothing and is skipped.
+type ClipLinear struct {
+	W       compute.Weight
+	In, Out [2]float32 // lo, hi
+	// ClipIn, ClipOut: some bound of the input or the output is finite.
+	ClipIn, ClipOut bool
+}
+
+// Forward computes the clamped map of x.
+func (l ClipLinear) Forward(c compute.Context, cl compute.ClampContext, x compute.Tensor) compute.Tensor {
+	if l.ClipIn {
+		x = cl.Clamp(x, l.In[0], l.In[1])
+	}
+	y := c.Linear(x, l.W)
+	if l.ClipOut {
+		y = cl.Clamp(y, l.Out[0], l.Out[1])
+	}
+	return y
+}
+
+// Clipped reports whether some bound is finite.
+func (l ClipLinear) Clipped() bool { return l.ClipIn || l.ClipOut }
 
 // visionTop is what config.json says about images beside vision_config.
 type visionTop struct {
@@ -134,9 +159,8 @@ const (
 )
 
 // newTower binds the tower when the checkpoint has one and the backend runs it; nil
-// otherwise (the model then reads text only). A tower whose linears clip their inputs
-// or outputs to finite bounds (use_clipped_linears) is left unbound too: no backend has
-// the clamp it needs.
+// otherwise (the model then reads text only), also when its linears clip to finite bounds
+// (use_clipped_linears) and the backend has no clamp.
 func newTower(l *model.Loader) (*Tower, error) {
 	if !l.Has(towerPrefix+"patch_embedder.input_proj.weight") ||
 		compute.Supports[compute.VisionContext](l.Backend, "the vision tower") != nil ||
@@ -147,9 +171,6 @@ func newTower(l *model.Loader) (*Tower, error) {
 	vc, err := readVision(l.Config)
 	if err != nil {
 		return nil, err
-	}
-	if vc.Clipped && clips(l, vc) {
-		return nil, nil
 	}
 	var top visionTop
 	raw, _ := json.Marshal(l.Config.Raw)
@@ -186,11 +207,42 @@ func newTower(l *model.Loader) (*Tower, error) {
 	}
 	t.PosTable = l.LinearData(name, pos, 2*vc.PosSize, h)
 	t.Ones, t.OnesHead = l.Ones(h), l.Ones(hd)
-	lin := func(name string, out, in int) compute.Weight {
+	clipped := false
+	lin := func(name string, out, in int) ClipLinear {
+		cl := ClipLinear{In: [2]float32{float32(math.Inf(-1)), float32(math.Inf(1))}}
+		cl.Out = cl.In
 		if l.Has(name + ".linear.weight") {
-			return l.Linear(name+".linear", out, in)
+			cl.W = l.Linear(name+".linear", out, in)
+		} else {
+			cl.W = l.Linear(name, out, in)
 		}
-		return l.Linear(name, out, in)
+		if !vc.Clipped {
+			return cl
+		}
+		for i, b := range []struct {
+			name string
+			at   *float32
+		}{{"input_min", &cl.In[0]}, {"input_max", &cl.In[1]}, {"output_min", &cl.Out[0]}, {"output_max", &cl.Out[1]}} {
+			t, ok := l.Tensor(name + "." + b.name)
+			if !ok {
+				continue
+			}
+			v, err := t.Float32s()
+			if err != nil || len(v) != 1 {
+				l.Fail(fmt.Errorf("%s.%s: not one value (%v)", name, b.name, err))
+				return cl
+			}
+			if !math.IsInf(float64(v[0]), 0) {
+				*b.at = v[0]
+				if i < 2 {
+					cl.ClipIn = true
+				} else {
+					cl.ClipOut = true
+				}
+			}
+		}
+		clipped = clipped || cl.Clipped()
+		return cl
 	}
 	for i := range vc.Layers {
 		b := fmt.Sprintf("%sencoder.layers.%d.", p, i)
@@ -215,27 +267,10 @@ func newTower(l *model.Loader) (*Tower, error) {
 		t.StdScale = l.Floats(p+"std_scale", h)
 	}
 	t.Project = l.Linear(embedPrefix+"embedding_projection", l.Config.HiddenSize, h)
-	return t, l.Err()
-}
-
-// clips reports whether any of the tower's clipped linears has a finite bound.
-func clips(l *model.Loader, vc VisionConfig) bool {
-	for i := range vc.Layers {
-		for _, m := range []string{"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"} {
-			for _, b := range []string{"input_min", "input_max", "output_min", "output_max"} {
-				name := fmt.Sprintf("%sencoder.layers.%d.%s.%s", towerPrefix, i, m, b)
-				if !l.Has(name) {
-					continue
-				}
-				t, _ := l.Tensor(name)
-				v, err := t.Float32s()
-				if err != nil || len(v) != 1 || !math.IsInf(float64(v[0]), 0) {
-					return true
-				}
-			}
-		}
+	if clipped && compute.Supports[compute.ClampContext](l.Backend, "the vision tower's clipped linears") != nil {
+		return nil, l.Err()
 	}
-	return false
+	return t, l.Err()
 }
 
 // Tokens is how many language-model tokens an image of g (the processor's grid: 1,
@@ -316,6 +351,7 @@ func (t *Tower) Encode(c compute.Context, images []*vision.Pixels) (compute.Tens
 	if !ok {
 		return compute.Unsupported(c, "the vision tower's 2D RoPE (column slices)"), nil
 	}
+	cl, _ := compute.Ext[compute.ClampContext](c) // newTower checked it when a linear clips
 	cfg := t.Config
 	in := 3 * cfg.Patch * cfg.Patch
 	var px []float32
@@ -359,20 +395,20 @@ func (t *Tower) Encode(c compute.Context, images []*vision.Pixels) (compute.Tens
 	for _, l := range t.Layers {
 		// The 2D RoPE's column slices are freed as each of q and k is done.
 		x := c.RMSNorm(h, l.InputNorm, eps)
-		q := rope2D(c, vc, lc, perHead(c.Linear(x, l.Q), l.QNorm), heads, hd, cx, sx, cy, sy)
+		q := rope2D(c, vc, lc, perHead(l.Q.Forward(c, cl, x), l.QNorm), heads, hd, cx, sx, cy, sy)
 		keep(h, x, q)
-		k := rope2D(c, vc, lc, perHead(c.Linear(x, l.K), l.KNorm), heads, hd, cx, sx, cy, sy)
+		k := rope2D(c, vc, lc, perHead(l.K.Forward(c, cl, x), l.KNorm), heads, hd, cx, sx, cy, sy)
 		keep(h, x, q, k)
-		v := perHead(c.Linear(x, l.V), ones)
+		v := perHead(l.V.Forward(c, cl, x), ones)
 		keep(h, q, k, v)
 		a := vc.BlockAttention(q, k, v, heads, 1, blocks)
 		keep(h, a)
-		h = c.Add(h, c.RMSNorm(c.Linear(a, l.O), l.PostAttnNorm, eps))
+		h = c.Add(h, c.RMSNorm(l.O.Forward(c, cl, a), l.PostAttnNorm, eps))
 		keep(h)
 		x = c.RMSNorm(h, l.PreFFNorm, eps)
-		g := ac.GeGLU(c.Linear(x, l.Gate), c.Linear(x, l.Up))
+		g := ac.GeGLU(l.Gate.Forward(c, cl, x), l.Up.Forward(c, cl, x))
 		keep(h, g)
-		h = c.Add(h, c.RMSNorm(c.Linear(g, l.Down), l.PostFFNorm, eps))
+		h = c.Add(h, c.RMSNorm(l.Down.Forward(c, cl, g), l.PostFFNorm, eps))
 		keep(h)
 	}
 	// Pooling: a window's mean is the sum of its k² row blocks (rows), over k², then scaled

@@ -150,17 +150,32 @@ func towerRef(t *testing.T, dir string, v randmodel.Gemma4Vision, px *vision.Pix
 			copy(seg, rot)
 		}
 	}
+	// clip is Gemma4ClippableLinear's clamp of a linear's input or output (bounds read from
+	// the checkpoint when it clips).
+	clip := func(x []float64, name, lo, hi string) []float64 {
+		if !v.Clipped {
+			return x
+		}
+		l, h := get(name + "." + lo)[0], get(name + "." + hi)[0]
+		out := make([]float64, len(x))
+		for i, a := range x {
+			out[i] = min(max(a, l), h)
+		}
+		return out
+	}
+	clin := func(x []float64, name string, o int) []float64 {
+		return clip(lin(clip(x, name, "input_min", "input_max"), get(name+".linear.weight"), o), name, "output_min", "output_max")
+	}
 	gelu := func(a float64) float64 {
 		return 0.5 * a * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(a+0.044715*a*a*a)))
 	}
 	for i := range v.Layers {
 		l := p + "encoder.layers." + itoa(i) + "."
-		wq, wk, wv, wo := get(l+"self_attn.q_proj.linear.weight"), get(l+"self_attn.k_proj.linear.weight"), get(l+"self_attn.v_proj.linear.weight"), get(l+"self_attn.o_proj.linear.weight")
 		qn, kn := get(l+"self_attn.q_norm.weight"), get(l+"self_attn.k_norm.weight")
 		Q, K, V := make([][]float64, N), make([][]float64, N), make([][]float64, N)
 		for r := range N {
 			a := rms(x[r], get(l+"input_layernorm.weight"))
-			Q[r], K[r], V[r] = lin(a, wq, heads*hd), lin(a, wk, heads*hd), lin(a, wv, heads*hd)
+			Q[r], K[r], V[r] = clin(a, l+"self_attn.q_proj", heads*hd), clin(a, l+"self_attn.k_proj", heads*hd), clin(a, l+"self_attn.v_proj", heads*hd)
 			for hh := range heads {
 				s := hh * hd
 				copy(Q[r][s:s+hd], rms(Q[r][s:s+hd], qn))
@@ -196,17 +211,17 @@ func towerRef(t *testing.T, dir string, v randmodel.Gemma4Vision, px *vision.Pix
 					}
 				}
 			}
-			o := rms(lin(att, wo, H), get(l+"post_attention_layernorm.weight"))
+			o := rms(clin(att, l+"self_attn.o_proj", H), get(l+"post_attention_layernorm.weight"))
 			hrow := make([]float64, H)
 			for e := range H {
 				hrow[e] = x[r][e] + o[e]
 			}
 			f := rms(hrow, get(l+"pre_feedforward_layernorm.weight"))
-			g, u := lin(f, get(l+"mlp.gate_proj.linear.weight"), v.Intermediate), lin(f, get(l+"mlp.up_proj.linear.weight"), v.Intermediate)
+			g, u := clin(f, l+"mlp.gate_proj", v.Intermediate), clin(f, l+"mlp.up_proj", v.Intermediate)
 			for j := range g {
 				g[j] = gelu(g[j]) * u[j]
 			}
-			m := rms(lin(g, get(l+"mlp.down_proj.linear.weight"), H), get(l+"post_feedforward_layernorm.weight"))
+			m := rms(clin(g, l+"mlp.down_proj", H), get(l+"post_feedforward_layernorm.weight"))
 			for e := range H {
 				hrow[e] += m[e]
 			}
@@ -250,7 +265,15 @@ func itoa(i int) string { return string(rune('0' + i)) }
 // of odd sizes and aspect ratios (each its own grid); images encoded together give each
 // one's features alone, bit for bit.
 func TestTowerReference(t *testing.T) {
-	v := randmodel.TinyGemma4Vision()
+	for _, clipped := range []bool{false, true} {
+		v := randmodel.TinyGemma4Vision()
+		v.Clipped = clipped
+		t.Run(map[bool]string{false: "plain", true: "clipped"}[clipped], func(t *testing.T) { testTowerReference(t, v) })
+	}
+}
+
+// testTowerReference is TestTowerReference for a tower of shape v.
+func testTowerReference(t *testing.T, v randmodel.Gemma4Vision) {
 	m := visionModel(t, v)
 	imgs := []vision.Image{testImage(37, 21, 1), testImage(32, 32, 2), testImage(13, 90, 3)}
 	both, err := m.EncodeImages(context.Background(), imgs)
