@@ -2,7 +2,8 @@
 """Reference for runner/gemma4's vision test (TestVisionReference): a tiny random-weight
 Gemma 4 (Gemma4ForConditionalGeneration: a four-layer language model alternating a sliding
 window of 8 positions, shorter than an image, and full attention of its own head size, with
-use_bidirectional_attention "vision"; a two-layer vision tower reading 4-pixel patches
+use_bidirectional_attention "vision" and per-layer embeddings (whose image rows read the pad
+token); a two-layer vision tower reading 4-pixel patches
 pooled 2x2, a budget of 70 tokens an image, standardised) built in code from transformers'
 own config classes, saved with save_pretrained (float32), and what transformers and Pillow
 compute for it:
@@ -52,7 +53,7 @@ def config():
                 global_head_dim=32, rms_norm_eps=1e-6, hidden_activation="gelu_pytorch_tanh",
                 sliding_window=8, layer_types=["sliding_attention", "full_attention"] * 2,
                 max_position_embeddings=4096, final_logit_softcapping=30.0, tie_word_embeddings=True,
-                hidden_size_per_layer_input=0, num_kv_shared_layers=0, use_double_wide_mlp=False,
+                hidden_size_per_layer_input=8, num_kv_shared_layers=0, use_double_wide_mlp=False,
                 attention_k_eq_v=False, enable_moe_block=False, use_bidirectional_attention="vision",
                 rope_parameters={
                     "sliding_attention": dict(rope_type="default", rope_theta=1e4),
