@@ -209,7 +209,7 @@ func New(l *model.Loader) (model.Network, error) {
 	}
 
 	h := cfg.HiddenSize
-	n := &Network{Eps: cfg.RMSNormEps, EmbedScale: float32(math.Sqrt(float64(h))), Sources: src, Hidden: h}
+	n := &Network{Eps: cfg.RMSNormEps, EmbedScale: float32(math.Sqrt(float64(h))), Sources: src}
 	if c := g.FinalLogitSoftcapping; c != nil && *c > 0 {
 		n.SoftCap = float32(*c)
 	}
@@ -349,7 +349,6 @@ type Network struct {
 	// (use_bidirectional_attention "vision").
 	ImageBidirectional bool
 	Pad                int32 // pad_token_id: the token an image row's per-layer input reads
-	Hidden             int
 }
 
 // PerLayer is the per-layer embeddings' input side (E2B, E4B).
@@ -541,11 +540,18 @@ func (n *Network) ForwardBatch(c compute.Context, b *model.Batch) compute.Tensor
 		if cols, ok = compute.Ext[compute.LinearAttentionContext](c); !ok {
 			return compute.Unsupported(c, "Gemma 4's per-layer embeddings (column slices)")
 		}
-		tokens, embeds := b.Tokens(), h
+		// Image rows read the pad token's per-layer embedding and, like every row, the
+		// projection of their input row (their features), as Gemma4Model computes them.
+		tokens := b.Tokens()
 		if slices.ContainsFunc(tokens, func(id int32) bool { return id >= model.MediaBase }) {
-			tokens, embeds = n.imagePerLayer(c, x, tokens)
+			tokens = slices.Clone(tokens)
+			for i, id := range tokens {
+				if id >= model.MediaBase {
+					tokens[i] = n.Pad
+				}
+			}
 		}
-		pl = n.PerLayer.Inputs(c, x, tokens, embeds, n.Eps)
+		pl = n.PerLayer.Inputs(c, x, tokens, h, n.Eps)
 	}
 	guesser, guess := compute.Ext[compute.ExpertGuesser](c)
 	for i, l := range n.Layers {
@@ -623,29 +629,4 @@ func (n *Network) NewCaches(fp32 bool) ([]kvstore.Layer, error) {
 // hasImages reports whether some sequence of the pass has image rows in it.
 func hasImages(b *model.Batch) bool {
 	return slices.ContainsFunc(b.Tokens(), func(id int32) bool { return id >= model.MediaBase })
-}
-
-// imagePerLayer is what the per-layer inputs read for a pass with image rows, as
-// Gemma4Model computes them: the pad token in place of each image row, and as the
-// projection's input the token rows' scaled embeddings with the pad token's embedding row
-// unscaled at each image row (the raw table row transformers substitutes there).
-func (n *Network) imagePerLayer(c compute.Context, x compute.ActivationContext, tokens []int32) ([]int32, compute.Tensor) {
-	ids := slices.Clone(tokens)
-	T := len(ids)
-	hidden := n.Hidden
-	mult := make([]float32, T*hidden)
-	for i, id := range ids {
-		s := n.EmbedScale
-		if id >= model.MediaBase {
-			ids[i], s = n.Pad, 1
-		}
-		for j := range hidden {
-			mult[i*hidden+j] = s
-		}
-	}
-	vc, ok := compute.Ext[compute.VisionContext](c)
-	if !ok {
-		return ids, compute.Unsupported(c, "image rows' per-layer inputs")
-	}
-	return ids, c.Mul(c.Embed(n.Embed, ids), vc.Input(mult, T, hidden))
 }
