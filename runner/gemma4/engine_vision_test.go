@@ -27,7 +27,8 @@ const engineTemplate = `{{ bos_token }}{% for m in messages %}<start_of_turn>{% 
 {% endif %}`
 
 // engineCheckpoint writes a tiny random multimodal Gemma 4 of Gemma 3's vocabulary (its
-// tokenizer) with a TinyGemma4Vision tower whose image tokens are Gemma 3's.
+// tokenizer) with a TinyGemma4Vision tower (its linears clipped) whose image tokens are
+// Gemma 3's.
 func engineCheckpoint(t testing.TB) string {
 	t.Helper()
 	tok := testdata.Tokenizer(t, "gemma3")
@@ -39,6 +40,7 @@ func engineCheckpoint(t testing.TB) string {
 	}
 	v := randmodel.TinyGemma4Vision()
 	v.Image, v.BOI, v.EOI = randmodel.Gemma3Image, randmodel.Gemma3BOI, randmodel.Gemma3EOI
+	v.Clipped = true
 	if err := randmodel.AddGemma4Vision(dir, v, 7, false); err != nil {
 		t.Fatal(err)
 	}
