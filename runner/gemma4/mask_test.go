@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -105,6 +106,19 @@ func TestImageMask(t *testing.T) {
 	}
 	if r := rowDiff(got, plain, V, len(ids)-1, len(ids)); r < 1e-3 {
 		t.Errorf("the last row is within %.3g of causal attention", r)
+	}
+	// The image rows carry the features: another first image of the same grid changes the
+	// image's rows and what follows, not the text before it.
+	ids2, md2 := imagePrompt(t, m, testImage(24, 20, 9), testImage(20, 28, 2))
+	if !slices.Equal(ids2[:first], ids[:first]) || md2.Spans[0].N() != md.Spans[0].N() {
+		t.Fatal("the second prompt's layout differs")
+	}
+	other := forward(t, m, ids2, md2)
+	if r := rowDiff(other, got, V, 0, first); r > 1e-6 {
+		t.Errorf("rows before the image depend on it (%.3g)", r)
+	}
+	if r := rowDiff(other, got, V, len(ids)-1, len(ids)); r < 1e-3 {
+		t.Errorf("another image moves the last row by only %.3g", r)
 	}
 	// Resume at a row inside the first image: the caches keep the rows before it.
 	cut := first + 3
