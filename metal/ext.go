@@ -266,6 +266,13 @@ func (c *context) Scale(x compute.Tensor, s float32) compute.Tensor {
 	return c.unary("Scale", x, func(g *graph, a mlxArray) mlxArray { return g.mul(a, g.scalar(s)) })
 }
 
+// Clamp implements compute.ClampContext.
+func (c *context) Clamp(x compute.Tensor, lo, hi float32) compute.Tensor {
+	return c.unary("Clamp", x, func(g *graph, a mlxArray) mlxArray {
+		return g.minimum(g.maximum(a, g.scalar(lo)), g.scalar(hi))
+	})
+}
+
 // SoftCap implements compute.ActivationContext.
 func (c *context) SoftCap(x compute.Tensor, cp float32) compute.Tensor {
 	if cp <= 0 {

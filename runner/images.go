@@ -156,7 +156,13 @@ func (e *Engine) frameImages(text string) string {
 	if marker == "" || end == "" || image == "" {
 		return text // withImages then finds no placeholder and says so
 	}
-	return strings.ReplaceAll(text, marker, fr.Before+marker+image+end+fr.After)
+	open := marker
+	if fr.Open != 0 {
+		if open = e.Tokenizer.Token(fr.Open); open == "" {
+			return text
+		}
+	}
+	return strings.ReplaceAll(text, marker, fr.Before+open+image+end+fr.After)
 }
 
 // imageStats is what withImages did: images encoded (not in the feature cache), and the time.

@@ -6,13 +6,14 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 )
 
 // Processor is a checkpoint's image preprocessing, read from its preprocessor_config.json
 // (or the image_processor of processor_config.json): how an image is resized, rescaled,
 // normalised and cut into the patches its vision tower reads.
 type Processor struct {
-	Kind      string // "qwen" (smart_resize, temporal patches, 2×2 merge order) or "fixed" (Gemma 3's SigLIP)
+	Kind      string // "qwen" (smart_resize, temporal patches, 2×2 merge order), "fixed" (Gemma 3's SigLIP) or "gemma4"
 	Filter    Filter
 	Rescale   float64 // rescale_factor (1/255)
 	Mean, Std [3]float64
@@ -24,9 +25,14 @@ type Processor struct {
 
 	// Fixed: the size every image is resized to, and the language-model tokens an image
 	// becomes (the model sets it: Gemma 3's mm_tokens_per_image).
+	// Gemma 4: Tokens is max_soft_tokens, the most tokens an image may become; Patch is
+	// patch_size and Merge pooling_kernel_size (the side of the windows the tower averages).
 	Width, Height int
 	Tokens        int
 }
+
+// gemma4SoftTokens are the token budgets Gemma4ImageProcessor accepts for max_soft_tokens.
+var gemma4SoftTokens = []int{70, 140, 280, 560, 1120}
 
 type rawConfig struct {
 	ImageProcessorType string          `json:"image_processor_type"`
@@ -44,6 +50,8 @@ type rawConfig struct {
 	TemporalPatchSize  int             `json:"temporal_patch_size"`
 	MergeSize          int             `json:"merge_size"`
 	PanAndScan         *bool           `json:"do_pan_and_scan"`
+	MaxSoftTokens      int             `json:"max_soft_tokens"`
+	PoolingKernelSize  int             `json:"pooling_kernel_size"`
 }
 
 // LoadProcessor reads a checkpoint folder's image preprocessing.
@@ -113,6 +121,28 @@ func ParseProcessor(b []byte) (*Processor, error) {
 		if c.PanAndScan != nil && *c.PanAndScan {
 			return nil, fmt.Errorf("%s: do_pan_and_scan (crops of wide images as extra images) is not supported", c.ImageProcessorType)
 		}
+	case "Gemma4ImageProcessor", "Gemma4ImageProcessorFast", "Gemma4ImageProcessorPil":
+		// Gemma4ImageProcessor's defaults: pixels rescaled to [0, 1] and not normalised
+		// (the tower maps them to [-1, 1] itself), bicubic, 16-pixel patches pooled 3×3,
+		// at most 280 tokens an image.
+		p.Kind = "gemma4"
+		p.Patch, p.Merge, p.Tokens = 16, 3, 280
+		if c.DoNormalize == nil || !*c.DoNormalize {
+			p.Mean, p.Std = [3]float64{}, [3]float64{1, 1, 1}
+		}
+		if c.PatchSize != 0 {
+			p.Patch = c.PatchSize
+		}
+		if c.PoolingKernelSize != 0 {
+			p.Merge = c.PoolingKernelSize
+		}
+		if c.MaxSoftTokens != 0 {
+			p.Tokens = c.MaxSoftTokens
+		}
+		if !slices.Contains(gemma4SoftTokens, p.Tokens) || p.Patch <= 0 || p.Merge <= 0 {
+			return nil, fmt.Errorf("%s: max_soft_tokens %d (one of %v), patch_size %d, pooling_kernel_size %d are not a usable set",
+				c.ImageProcessorType, p.Tokens, gemma4SoftTokens, p.Patch, p.Merge)
+		}
 	default:
 		return nil, fmt.Errorf("image processor %q is not supported", c.ImageProcessorType)
 	}
@@ -153,8 +183,37 @@ func SmartResize(h, w, factor, minPixels, maxPixels int) (int, int, error) {
 	return hb, wb, nil
 }
 
+// Gemma4Size is the size Gemma4ImageProcessor resizes an h×w image to: the largest with
+// the aspect ratio kept whose sides are multiples of pool·patch and whose patches number at
+// most maxPatches. A side that would round to nothing becomes one window (pool·patch) and the
+// other the whole ratio's multiple of it, capped at the longest side the budget allows.
+func Gemma4Size(h, w, patch, maxPatches, pool int) (int, int, error) {
+	if h <= 0 || w <= 0 {
+		return 0, 0, fmt.Errorf("%w: %d×%d pixels", ErrImage, w, h)
+	}
+	target := maxPatches * patch * patch
+	f := math.Sqrt(float64(target) / float64(h*w))
+	side := pool * patch
+	th := int(math.Floor(f*float64(h)/float64(side))) * side
+	tw := int(math.Floor(f*float64(w)/float64(side))) * side
+	longest := (maxPatches / (pool * pool)) * side
+	switch {
+	case th == 0 && tw == 0:
+		return 0, 0, fmt.Errorf("%w: %d×%d pixels resize to nothing", ErrImage, w, h)
+	case th == 0:
+		th, tw = side, min((w/h)*side, longest)
+	case tw == 0:
+		th, tw = min((h/w)*side, longest), side
+	}
+	if th*tw > target {
+		return 0, 0, fmt.Errorf("%w: %d×%d pixels resize to %d×%d, over the %d-patch budget", ErrImage, w, h, tw, th, maxPatches)
+	}
+	return th, tw, nil
+}
+
 // Pixels is a preprocessed image: the rows of patches the tower reads, each Channels ×
-// TemporalPatch × Patch × Patch values (Qwen) or the whole image channel-first (fixed).
+// TemporalPatch × Patch × Patch values (Qwen), Patch × Patch × Channels values (Gemma 4,
+// row-major over the image's patches), or the whole image channel-first (fixed).
 type Pixels struct {
 	Values []float32
 	Rows   int // number of patches (Qwen) or 1 (fixed)
@@ -165,6 +224,13 @@ type Pixels struct {
 // ImageTokens is how many language-model tokens an image of w×h pixels becomes (after merging),
 // or for a fixed-size processor the count its model set (Tokens), 0 when unset.
 func (p *Processor) ImageTokens(w, h int) int {
+	if p.Kind == "gemma4" {
+		rh, rw, err := Gemma4Size(h, w, p.Patch, p.Tokens*p.Merge*p.Merge, p.Merge)
+		if err != nil {
+			return 0
+		}
+		return (rh / p.Patch) * (rw / p.Patch) / (p.Merge * p.Merge)
+	}
 	if p.Kind != "qwen" {
 		return p.Tokens
 	}
@@ -178,6 +244,9 @@ func (p *Processor) ImageTokens(w, h int) int {
 // MaxPatches is the most patches (Pixels.Rows) an image becomes: smart_resize keeps the area
 // within MaxPixels, so at most MaxPixels/patch² for Qwen; one row for a fixed-size processor.
 func (p *Processor) MaxPatches() int {
+	if p.Kind == "gemma4" {
+		return p.Tokens * p.Merge * p.Merge
+	}
 	if p.Kind != "qwen" {
 		return 1
 	}
@@ -194,6 +263,15 @@ func (p *Processor) Process(m *RGB) (*Pixels, error) {
 			return nil, err
 		}
 		return p.qwenPatches(p.normalise(Resize(m, w, h, p.Filter)), h, w), nil
+	case "gemma4":
+		h, w, err := Gemma4Size(m.H, m.W, p.Patch, p.Tokens*p.Merge*p.Merge, p.Merge)
+		if err != nil {
+			return nil, err
+		}
+		if h != m.H || w != m.W { // an image already of its size is not resampled
+			m = Resize(m, w, h, p.Filter)
+		}
+		return p.gemma4Patches(p.normalise(m), h, w), nil
 	case "fixed":
 		r := Resize(m, p.Width, p.Height, p.Filter)
 		v := p.normalise(r)
@@ -245,6 +323,30 @@ func (p *Processor) qwenPatches(img []float32, h, w int) *Pixels {
 						}
 					}
 					row++
+				}
+			}
+		}
+	}
+	return out
+}
+
+// gemma4Patches cuts a channel-first image into Gemma 4's patch rows: patches row-major over
+// the image, each row its pixels row-major with the channels of a pixel together.
+func (p *Processor) gemma4Patches(img []float32, h, w int) *Pixels {
+	ps := p.Patch
+	n := h * w
+	gh, gw := h/ps, w/ps
+	cols := 3 * ps * ps
+	out := &Pixels{Values: make([]float32, gh*gw*cols), Rows: gh * gw, Cols: cols, Grid: [3]int{1, gh, gw}}
+	i := 0
+	for py := range gh {
+		for px := range gw {
+			for y := range ps {
+				for x := range ps {
+					for c := range 3 {
+						out.Values[i] = img[c*n+(py*ps+y)*w+px*ps+x]
+						i++
+					}
 				}
 			}
 		}

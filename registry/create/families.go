@@ -43,8 +43,10 @@ import (
 //
 //   - gemma4, gemma4_unified, gemma4_text (mlx_lm/models/gemma4.py, gemma4_text.py):
 //     the multimodal types' language model moves from model.language_model.* to
-//     language_model.model.* (lm_head to language_model.lm_head), the vision and audio
-//     towers and their embedders are dropped; fused experts (experts.gate_up_proj
+//     language_model.model.* (lm_head to language_model.lm_head), the vision tower and its
+//     projector move from model.vision_tower.* and model.embed_vision.* to vision_tower.*
+//     and embed_vision.* as mlx-vlm keeps them (in float), the audio tower and its
+//     embedder are dropped; fused experts (experts.gate_up_proj
 //     [experts, 2·inter, hidden], the gate first; experts.down_proj) become
 //     experts.switch_glu.{gate,up,down}_proj; with experts the router (router.proj) and
 //     the dense MLP beside them are quantized at 8 bits in groups of 64.
@@ -118,7 +120,7 @@ func (f family) moe() bool {
 // drop reports a tensor the MLX layout leaves out.
 func (f family) drop(name string) bool {
 	if f.gemma4Wrapped() {
-		for _, tower := range []string{"vision_tower.", "audio_tower.", "embed_vision.", "embed_audio.", "multi_modal_projector."} {
+		for _, tower := range []string{"audio_tower.", "embed_audio.", "multi_modal_projector."} {
 			if strings.HasPrefix(name, "model."+tower) || strings.HasPrefix(name, tower) {
 				return true
 			}
@@ -156,6 +158,16 @@ func (f family) rename(name string) string {
 	}
 	if !f.qwen35() && !f.gemma4Wrapped() && !f.mistral3() && !f.gemma3() {
 		return name
+	}
+	if f.gemma4Wrapped() {
+		for _, p := range []string{"vision_tower.", "embed_vision."} {
+			if rest, ok := strings.CutPrefix(name, "model."+p); ok {
+				return p + rest
+			}
+			if strings.HasPrefix(name, p) {
+				return name
+			}
+		}
 	}
 	if f.qwen35() {
 		if rest, ok := strings.CutPrefix(name, "model.visual."); ok {
@@ -440,6 +452,9 @@ func (f family) override(module string) (bits, group int, ok bool) {
 	}
 	if f.gemma3() && (strings.HasPrefix(module, "vision_tower.") || strings.HasPrefix(module, "multi_modal_projector.")) {
 		return 0, 0, true
+	}
+	if f.gemma4Wrapped() && (strings.HasPrefix(module, "vision_tower.") || strings.HasPrefix(module, "embed_vision.")) {
+		return 0, 0, true // the vision tower and its projector stay in float
 	}
 	if f.gptoss() && strings.HasSuffix(module, "mlp.router") {
 		return 8, 64, true

@@ -73,6 +73,18 @@ func extCases(r *rand.Rand, src source, f feeder) ([]opCase, error) {
 		return e.SoftCap(x, capv)
 	})
 
+	// Clamp (Gemma 4's clipped linears), with bounds the feed's values pass on both sides.
+	const lo, hi = -0.4, 0.6
+	clamped := make([]float32, T*in)
+	for i := range clamped {
+		clamped[i] = float32(min(max(float64(f.x[i]), lo), hi))
+	}
+	cases = append(cases, opCase{"Clamp", []string{"ClampContext.Clamp"}, tolArith, func(b compute.Backend) ([]float32, error) {
+		return extOp(f, b, func(c compute.Context, e compute.ClampContext) compute.Tensor {
+			return e.Clamp(f.rowsOf(b, c, 0, T), lo, hi)
+		})
+	}, clamped, nil})
+
 	// SigmoidMul with a gate per group of 32 columns (c.Cols of the second rows).
 	const group = 32
 	gcols := in / group

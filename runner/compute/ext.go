@@ -289,6 +289,13 @@ type SpanAttentionContext interface {
 	AttentionSpans(q, k, v Tensor, cache kvstore.Layer, heads int, scale float32, spans []kvstore.Span) Tensor
 }
 
+// ClampContext clamps activations (Gemma 4's vision tower's Gemma4ClippableLinear, whose
+// inputs and outputs are held within bounds the checkpoint stores).
+type ClampContext interface {
+	// Clamp is min(max(x, lo), hi), elementwise.
+	Clamp(x Tensor, lo, hi float32) Tensor
+}
+
 // ActivationContext holds the elementwise and normalisation variants of Gemma and
 // Qwen3-Next.
 type ActivationContext interface {

@@ -252,6 +252,11 @@ func (c *context) RMSNormOffset(x compute.Tensor, w compute.Vector, offset, eps 
 	return c.RMSNorm(x, shifted, eps)
 }
 
+// Clamp implements compute.ClampContext.
+func (c *context) Clamp(x compute.Tensor, lo, hi float32) compute.Tensor {
+	return c.unary("Clamp", x, func(v float32) float32 { return min(max(v, lo), hi) })
+}
+
 // Scale implements compute.ActivationContext.
 func (c *context) Scale(x compute.Tensor, s float32) compute.Tensor {
 	return c.unary("Scale", x, func(v float32) float32 { return v * s })

@@ -186,13 +186,14 @@ func TestActivations(t *testing.T) {
 	}
 	sig := func(v float64) float64 { return 1 / (1 + math.Exp(-v)) }
 	want := map[string][]float64{}
-	for _, name := range []string{"gelu", "scale", "softcap", "sigmoid", "sigmoidGroup", "norm"} {
+	for _, name := range []string{"gelu", "scale", "softcap", "sigmoid", "sigmoidGroup", "norm", "clamp"} {
 		want[name] = make([]float64, T*C)
 	}
 	for i := range x {
 		a, u := float64(x[i]), float64(y[i])
 		want["gelu"][i] = 0.5 * a * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(a+0.044715*a*a*a))) * u
 		want["scale"][i] = a * 1.5
+		want["clamp"][i] = min(max(a, -0.3), 0.4) // randVec's values reach past both bounds
 		want["softcap"][i] = 3 * math.Tanh(a/3)
 		want["sigmoid"][i] = a * sig(u)
 		want["sigmoidGroup"][i] = a * sig(float64(gh[(i/C)*3+(i%C)/8]))
@@ -219,6 +220,13 @@ func TestActivations(t *testing.T) {
 		},
 		"norm": func(c compute.Context) compute.Tensor {
 			return ext(c).RMSNormOffset(c.Embed(xw, seq(T)), norm, 1, 1e-6)
+		},
+		"clamp": func(c compute.Context) compute.Tensor {
+			cl, ok := compute.Ext[compute.ClampContext](c)
+			if !ok {
+				t.Fatal("the CPU context is not a ClampContext")
+			}
+			return cl.Clamp(c.Embed(xw, seq(T)), -0.3, 0.4)
 		},
 	} {
 		closeTo(t, name, run(t, b, op), want[name], 1e-5)

@@ -1,7 +1,7 @@
 // Package gemma4 is the Gemma 4 text architecture (model_type "gemma4_text"; and
 // "gemma4" and "gemma4_unified", the multimodal checkpoints, whose language model is
-// read from text_config and the language_model.* weights, the vision and audio towers
-// ignored), as transformers' Gemma4ForCausalLM computes it:
+// read from text_config and the language_model.* weights, the vision tower read by
+// vision.go, the audio tower ignored), as transformers' Gemma4ForCausalLM computes it:
 //   - embeddings scaled by sqrt(hidden_size); every RMSNorm scales by w (not 1 + w, as
 //     Gemma 3), in float32;
 //   - four norms per layer as Gemma 3: input, post-attention, pre-feedforward and
@@ -73,6 +73,7 @@ type Config struct {
 	TopKExperts           int                       `json:"top_k_experts"`
 	MoEIntermediate       int                       `json:"moe_intermediate_size"`
 	Bidirectional         *string                   `json:"use_bidirectional_attention"`
+	Pad                   int32                     `json:"pad_token_id"`
 }
 
 // ReadConfig reads and checks the Gemma 4 fields of cfg.
@@ -320,6 +321,15 @@ func New(l *model.Loader) (model.Network, error) {
 	}
 	n.Norm = l.Vector(base+"norm.weight", h)
 	n.Head = l.HeadAt(head, n.Embed, cfg.VocabSize, h)
+	if cfg.ModelType != "gemma4_text" {
+		if n.Tower, err = newTower(l); err != nil {
+			return nil, fmt.Errorf("vision tower: %w", err)
+		}
+		if n.Tower != nil {
+			n.ImageBidirectional = g.Bidirectional != nil && *g.Bidirectional == "vision"
+			n.Pad = g.Pad
+		}
+	}
 	return n, nil
 }
 
@@ -334,6 +344,11 @@ type Network struct {
 	Eps        float32
 	SoftCap    float32 // final_logit_softcapping; 0: none
 	Sources    []int   // the layer whose KV each layer attends over
+	Tower      *Tower  // the vision tower and projector (vision.go); nil: text only
+	// ImageBidirectional: an image's rows attend to each other in both directions
+	// (use_bidirectional_attention "vision").
+	ImageBidirectional bool
+	Pad                int32 // pad_token_id: the token an image row's per-layer input reads
 }
 
 // PerLayer is the per-layer embeddings' input side (E2B, E4B).
@@ -423,7 +438,8 @@ type Attention struct {
 }
 
 // Forward computes the block of layer i.
-func (a *Attention) Forward(c compute.Context, in compute.Tensor, b *model.Batch, i int) compute.Tensor {
+// With images, an image's rows attend to each other in both directions.
+func (a *Attention) Forward(c compute.Context, in compute.Tensor, b *model.Batch, i int, images bool) compute.Tensor {
 	T, _ := in.Dims()
 	hd := a.HeadDim
 	perHead := func(t compute.Tensor, heads int, w compute.Vector) compute.Tensor {
@@ -432,6 +448,9 @@ func (a *Attention) Forward(c compute.Context, in compute.Tensor, b *model.Batch
 	q := b.RoPE(c, perHead(c.Linear(in, a.Q), a.Heads, a.QNorm), a.RoPE, hd)
 	var out compute.Tensor
 	if a.Source != i {
+		if images && hasImages(b) {
+			return compute.Fail(c, fmt.Errorf("gemma4: layer %d reads another layer's KV, which has no attention among an image's tokens", i))
+		}
 		out = b.AttentionShared(c, q, a.Source, a.Heads, 1)
 	} else {
 		kp := c.Linear(in, a.K)
@@ -440,7 +459,11 @@ func (a *Attention) Forward(c compute.Context, in compute.Tensor, b *model.Batch
 			vp = c.Linear(in, a.V)
 		}
 		k := b.RoPE(c, perHead(kp, a.KVHeads, a.KNorm), a.RoPE, hd)
-		out = b.Attention(c, q, k, perHead(vp, a.KVHeads, a.VNorm), i, a.Heads, 1)
+		if images {
+			out = b.ImageAttention(c, q, k, perHead(vp, a.KVHeads, a.VNorm), i, a.Heads, 1)
+		} else {
+			out = b.Attention(c, q, k, perHead(vp, a.KVHeads, a.VNorm), i, a.Heads, 1)
+		}
 	}
 	return c.Linear(out, a.O)
 }
@@ -508,14 +531,27 @@ func (n *Network) ForwardBatch(c compute.Context, b *model.Batch) compute.Tensor
 		return compute.Unsupported(c, "Gemma's GELU and soft-capping")
 	}
 	norm := func(t compute.Tensor, w compute.Vector) compute.Tensor { return c.RMSNorm(t, w, n.Eps) }
-	h := x.Scale(c.Embed(n.Embed, b.Tokens()), n.EmbedScale)
+	// Token embeddings are scaled; an image's rows are its projected features as they are.
+	scale := func(e compute.Tensor) compute.Tensor { return x.Scale(e, n.EmbedScale) }
+	h := b.EmbedWith(c, n.Embed, scale)
 	var pl compute.Tensor // every layer's per-layer input, side by side
 	var cols compute.LinearAttentionContext
 	if n.PerLayer != nil {
 		if cols, ok = compute.Ext[compute.LinearAttentionContext](c); !ok {
 			return compute.Unsupported(c, "Gemma 4's per-layer embeddings (column slices)")
 		}
-		pl = n.PerLayer.Inputs(c, x, b.Tokens(), h, n.Eps)
+		// Image rows read the pad token's per-layer embedding and, like every row, the
+		// projection of their input row (their features), as Gemma4Model computes them.
+		tokens := b.Tokens()
+		if slices.ContainsFunc(tokens, func(id int32) bool { return id >= model.MediaBase }) {
+			tokens = slices.Clone(tokens)
+			for i, id := range tokens {
+				if id >= model.MediaBase {
+					tokens[i] = n.Pad
+				}
+			}
+		}
+		pl = n.PerLayer.Inputs(c, x, tokens, h, n.Eps)
 	}
 	guesser, guess := compute.Ext[compute.ExpertGuesser](c)
 	for i, l := range n.Layers {
@@ -524,7 +560,7 @@ func (n *Network) ForwardBatch(c compute.Context, b *model.Batch) compute.Tensor
 				return compute.Fail(c, fmt.Errorf("gemma4: %w", err))
 			}
 		}
-		a := l.Attn.Forward(c, norm(h, l.InputNorm), b, i)
+		a := l.Attn.Forward(c, norm(h, l.InputNorm), b, i, n.ImageBidirectional)
 		h = c.Add(h, norm(a, l.PostAttnNorm))
 		if guess && l.Experts != nil && i+1 < len(n.Layers) && n.Layers[i+1].Experts != nil {
 			// The next layer's experts, guessed from the stream as its router would see
@@ -588,4 +624,9 @@ func (n *Network) NewCaches(fp32 bool) ([]kvstore.Layer, error) {
 		}
 	}
 	return caches, nil
+}
+
+// hasImages reports whether some sequence of the pass has image rows in it.
+func hasImages(b *model.Batch) bool {
+	return slices.ContainsFunc(b.Tokens(), func(id int32) bool { return id >= model.MediaBase })
 }

@@ -152,9 +152,12 @@ type VisionNetwork interface {
 // ImageFrame is how a processor writes an image into the rendered text before it is
 // tokenized: each Marker the chat template rendered becomes Before, Marker, the image's
 // placeholder token (which its rows then replace), End, After. Gemma 3's: "\n\n",
-// <start_of_image>, <image_soft_token>, <end_of_image>, "\n\n".
+// <start_of_image>, <image_soft_token>, <end_of_image>, "\n\n". With Open set, the marker
+// is the placeholder itself and Open is written in its place before it: Gemma 4's template
+// renders <|image|>, which its processor writes as <|image>, <|image|>, <image|>.
 type ImageFrame struct {
 	Marker, End   int32
+	Open          int32 // 0: the marker opens the frame
 	Before, After string
 }
 

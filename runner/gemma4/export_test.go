@@ -1,0 +1,4 @@
+package gemma4
+
+// EncodeBuffers is encodeBuffers, for the memory test.
+var EncodeBuffers = encodeBuffers
