@@ -18,8 +18,10 @@ import (
 // backend makes them), and the layer gets expert slots instead: device arrays of
 // the same layout holding a few experts ([slots, out, in] codes, scales, biases per
 // matrix), their number from the weight budget. Biases beside a stack ([experts, out],
-// gpt-oss) are small and bound whole; each pick adds its expert's row. Stacks in the float
-// modes (mxfp4) have no affine biases and are mapped, not streamed.
+// gpt-oss) are small and bound whole; each pick adds its expert's row. Stacks in the
+// scale-only float modes (gpt-oss's mxfp4 experts) stream the same way with two parts
+// per matrix, codes and scales: a unit holds 2·3 segments instead of 3·3, and the
+// slots' biases are null, as the mapped stack's are.
 //
 // A streamed MoE evaluates the graph up to its router's top-k and brings the picks to
 // the host (one synchronisation per layer and pass); the picked experts in slots are
@@ -39,9 +41,10 @@ import (
 // streamed is a stacked expert matrix whose experts live in units.
 type streamed struct {
 	group *expertGroup
-	pos   int // this matrix's place in the group: segments 3·pos, 3·pos+1, 3·pos+2 of a unit
+	pos   int // this matrix's place in the group: segments parts·pos + j of a unit
 	rows  int // rows per expert
-	// per part (codes, scales, biases): columns per row and the file's dtype
+	// per part (codes, scales, biases; the first two in the float modes): columns per
+	// row and the file's dtype
 	cols [3]int
 	dts  [3]mlxDtype
 	segs [3]residency.Segment
@@ -53,10 +56,11 @@ type expertGroup struct {
 	experts int
 	members []*weight
 	units   []int // per expert; nil until the three stacks are bound
+	parts   int   // per matrix: 3 (codes, scales, biases) when affine, 2 in the float modes
 
 	// The slots, touched on the worker only.
 	slots  int
-	arrs   [][3]mlxArray // per member: codes, scales, biases, [slots, rows, cols]
+	arrs   [][3]mlxArray // per member: codes, scales, biases (null in the float modes), [slots, rows, cols]
 	slotOf []int         // expert → slot, -1 when not in one
 	held   []int         // slot → expert, -1 when free
 	bytes  int64         // the arrays' bytes, pinned in the manager
@@ -121,16 +125,31 @@ func (st *streamState) free(l *Lib) {
 // did, in which case w has no arrays.
 func (b *Backend) bindStream(src compute.Source, t, scales, biases, bias *safetensors.Tensor, w *weight) (bool, error) {
 	ss, ok := src.(compute.StreamSource)
-	if !ok || ss.Residency() == nil || len(t.Shape) != 3 || t.Shape[0] < 2 || w.q.Mode != quant.Affine || residency.PerHeadStack(w.name) ||
-		scales == nil || biases == nil || len(scales.Shape) != 3 || len(biases.Shape) != 3 {
+	if !ok || ss.Residency() == nil || len(t.Shape) != 3 || t.Shape[0] < 2 || !w.q.Quantized() || residency.PerHeadStack(w.name) ||
+		scales == nil || len(scales.Shape) != 3 {
+		return false, nil
+	}
+	// Affine stacks have three parts; the scale-only float modes (mxfp4) two.
+	files := []*safetensors.Tensor{t, scales}
+	if w.q.Mode == quant.Affine {
+		if biases == nil || len(biases.Shape) != 3 {
+			return false, nil
+		}
+		files = append(files, biases)
+	} else if biases != nil {
 		return false, nil
 	}
 	experts := t.Shape[0]
-	if w.out%experts != 0 || scales.Shape[0] != experts || biases.Shape[0] != experts {
+	if w.out%experts != 0 {
 		return false, nil
 	}
+	for _, ft := range files[1:] {
+		if ft.Shape[0] != experts {
+			return false, nil
+		}
+	}
 	s := &streamed{rows: w.out / experts}
-	for i, ft := range []*safetensors.Tensor{t, scales, biases} {
+	for i, ft := range files {
 		p, off, ok := ss.Locate(ft.Name)
 		dt, known := dtypes[ft.DType]
 		if !ok || !known || ft.Shape[1] != s.rows {
@@ -160,11 +179,11 @@ func (b *Backend) bindStream(src compute.Source, t, scales, biases, bias *safete
 	defer b.mu.Unlock()
 	g := st.groups[prefix]
 	if g == nil {
-		g = &expertGroup{st: st, experts: experts}
+		g = &expertGroup{st: st, experts: experts, parts: len(files)}
 		st.groups[prefix] = g
 	}
-	if g.experts != experts || len(g.members) >= 3 {
-		return false, fmt.Errorf("layer %q: %d experts, or more than three stacks, beside %d experts under %q", w.name, experts, g.experts, prefix)
+	if g.experts != experts || len(g.members) >= 3 || g.parts != len(files) {
+		return false, fmt.Errorf("layer %q: %d experts in %d parts, or more than three stacks, beside %d experts in %d parts under %q", w.name, experts, len(files), g.experts, g.parts, prefix)
 	}
 	s.group, s.pos = g, len(g.members)
 	w.stream = s
@@ -176,7 +195,7 @@ func (b *Backend) bindStream(src compute.Source, t, scales, biases, bias *safete
 	for e := range experts {
 		var segs []residency.Segment
 		for _, m := range g.members {
-			for _, all := range m.stream.segs {
+			for _, all := range m.stream.segs[:g.parts] {
 				segs = append(segs, all.Part(e, experts))
 			}
 		}
@@ -208,15 +227,22 @@ func (grp *expertGroup) slotBytes(wide bool) int64 {
 	var n int64
 	for _, m := range grp.members {
 		s := m.stream
-		for j := range 3 {
+		for j := range grp.parts {
 			size := dtSize(s.dts[j])
-			if wide && j > 0 {
+			if grp.widened(wide, j) {
 				size = 4
 			}
 			n += int64(s.rows) * int64(s.cols[j]) * size
 		}
 	}
 	return n
+}
+
+// widened reports whether part j is kept in float32 in the slots: an affine stack's
+// scales and biases where products run in float32 (as the mapped stack's are); a float
+// mode's scales stay in the file's bytes.
+func (grp *expertGroup) widened(wide bool, j int) bool {
+	return wide && j > 0 && grp.parts == 3
 }
 
 func dtSize(dt mlxDtype) int64 {
@@ -280,9 +306,9 @@ func (grp *expertGroup) resize(b *Backend, g *graph, n int) {
 	}
 	for m, w := range grp.members {
 		s := w.stream
-		for j := range 3 {
+		for j := range grp.parts {
 			dt := s.dts[j]
-			if wide && j > 0 {
+			if grp.widened(wide, j) {
 				dt = dtFloat32
 			}
 			var parts []mlxArray
@@ -305,14 +331,14 @@ func (grp *expertGroup) resize(b *Backend, g *graph, n int) {
 	}
 	var all []mlxArray
 	for _, a := range arrs {
-		all = append(all, a[:]...)
+		all = append(all, a[:grp.parts]...)
 	}
 	g.eval(all...)
 	if g.err != nil {
 		return
 	}
 	for _, a := range grp.arrs {
-		for _, x := range a {
+		for _, x := range a[:grp.parts] {
 			b.lib.arrayFree(x)
 		}
 	}
@@ -412,12 +438,12 @@ func (grp *expertGroup) each(l *Lib, experts, uses []int, window int, use func(i
 // slots' dtype.
 func (grp *expertGroup) fromUnit(g *graph, wide bool, h residency.Handle, m, j int) mlxArray {
 	s := grp.members[m].stream
-	seg := h.Seg(3*s.pos + j)
+	seg := h.Seg(grp.parts*s.pos + j)
 	if len(seg) == 0 {
 		return g.fail(fmt.Errorf("metal: an empty expert segment of %q", grp.members[m].name))
 	}
 	a := g.fromData(unsafe.Pointer(&seg[0]), s.dts[j], 1, s.rows, s.cols[j])
-	if wide && j > 0 {
+	if grp.widened(wide, j) {
 		a = g.astype(a, dtFloat32)
 	}
 	return a
@@ -466,7 +492,7 @@ func (grp *expertGroup) prepare(b *Backend, g *graph, picks []int, k int) ([][3]
 		// More experts than slots: a stack for this pass alone, in order's order.
 		parts := make([][3][]mlxArray, len(grp.members))
 		for m := range parts {
-			for j := range 3 {
+			for j := range grp.parts {
 				parts[m][j] = make([]mlxArray, len(order))
 			}
 		}
@@ -477,7 +503,7 @@ func (grp *expertGroup) prepare(b *Backend, g *graph, picks []int, k int) ([][3]
 			}
 			for m, w := range grp.members {
 				s := w.stream
-				for j := range 3 {
+				for j := range grp.parts {
 					parts[m][j][i] = g.slice(grp.arrs[m][j], []int{sl, 0, 0}, []int{sl + 1, s.rows, s.cols[j]})
 				}
 			}
@@ -485,7 +511,7 @@ func (grp *expertGroup) prepare(b *Backend, g *graph, picks []int, k int) ([][3]
 		err := grp.each(b.lib, missing, uses, readWindow, func(i int, h residency.Handle) error {
 			at := first[missing[i]] - 1
 			for m := range grp.members {
-				for j := range 3 {
+				for j := range grp.parts {
 					parts[m][j][at] = grp.fromUnit(g, b.wide, h, m, j)
 				}
 			}
@@ -496,7 +522,7 @@ func (grp *expertGroup) prepare(b *Backend, g *graph, picks []int, k int) ([][3]
 		}
 		stacks := make([][3]mlxArray, len(grp.members))
 		for m := range grp.members {
-			for j := range 3 {
+			for j := range grp.parts {
 				stacks[m][j] = g.concat(0, parts[m][j]...)
 			}
 		}
@@ -527,7 +553,7 @@ func (grp *expertGroup) prepare(b *Backend, g *graph, picks []int, k int) ([][3]
 		}
 		for m, w := range grp.members {
 			sw := w.stream
-			for j := range 3 {
+			for j := range grp.parts {
 				upd := grp.fromUnit(g, b.wide, h, m, j)
 				old := grp.arrs[m][j]
 				nu := g.sliceUpdate(old, upd, []int{s, 0, 0}, []int{s + 1, sw.rows, sw.cols[j]})

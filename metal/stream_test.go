@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/mlxg/mlxg/internal/quant"
 	"github.com/mlxg/mlxg/metal"
 	"github.com/mlxg/mlxg/metal/mlxtest"
 	"github.com/mlxg/mlxg/registry/create"
@@ -58,6 +59,23 @@ func TestStreamedQwen3NextOnMLX(t *testing.T) {
 	mlx := mlxtest.Opener(t)
 	dir := quantized(t, randmodel.TinyQwen3Next(256), 8)
 	testStreamedOnMLX(t, mlx, dir, 4*8, []residency.Policy{residency.Frequency}, []float64{0, 1})
+}
+
+// TestStreamedGptOssMXFP4OnMLX: the same for gpt-oss as mlx-community ships it
+// (MXFP4-Q8: the experts in mxfp4, two parts per matrix, codes and uint8 scales; the
+// rest 8-bit), whose experts' biases are bound whole beside the slots.
+func TestStreamedGptOssMXFP4OnMLX(t *testing.T) {
+	mlx := mlxtest.Opener(t)
+	cfg := randmodel.TinyGptOss(256)
+	dir := t.TempDir()
+	hf, out := filepath.Join(dir, "hf"), filepath.Join(dir, "mlx")
+	if err := randmodel.Generate(hf, cfg, randmodel.Options{Seed: 11}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := create.Convert(context.Background(), hf, out, create.Options{Bits: 8, GroupSize: 64, Experts: quant.MXFP4}); err != nil {
+		t.Fatal(err)
+	}
+	testStreamedOnMLX(t, mlx, out, cfg.NumLayers*cfg.NumExperts, []residency.Policy{residency.Frequency, residency.LRU}, []float64{0, 0.6, 2})
 }
 
 func testStreamedOnMLX(t *testing.T, mlx func() (compute.Backend, error), dir string, units int, policies []residency.Policy, keeps []float64) {
