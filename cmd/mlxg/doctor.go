@@ -255,7 +255,8 @@ func runDoctor(out io.Writer, seed uint64) int {
 					continue // said once, above
 				}
 				report(backend.CheckModel(m, t.open, openRef, t.precision)...)
-				if t.streams && m.Format.Name == "4-bit" {
+				// MLX streams gpt-oss's mxfp4 experts too; the CPU reference maps them.
+				if t.streams && (m.Format.Name == "4-bit" || m.Format.Name == "mxfp4-q8") {
 					report(backend.CheckStreaming(m, t.open, t.precision))
 				}
 			}

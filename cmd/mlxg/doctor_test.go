@@ -30,6 +30,10 @@ func TestDoctorReport(t *testing.T) {
 	switch {
 	case runtime.GOOS == "linux" && mlxtest.Enabled(): // an installed libmlxc (Homebrew's mlx-c on a Mac; docs/backends.md on Linux): MLX on the CPU
 		want = append(want, "mlx       available: mlx-cpu", "GatedDelta (prefill, then a step)", "MoE affine 4-bit")
+		// MLX streams gpt-oss's mxfp4 experts (the CPU reference maps them, so this line is MLX's).
+		if !passedLine(report, "tiny gpt_oss mxfp4-q8: streamed vs mapped") {
+			t.Errorf("MLX's streamed-vs-mapped check of gpt-oss's mxfp4 experts did not pass:\n%s", report)
+		}
 	case runtime.GOOS == "linux":
 		want = append(want, "MLX on Linux")
 	case runtime.GOOS != "darwin" || runtime.GOARCH != "arm64":
@@ -94,4 +98,14 @@ func TestDoctorFailsAForcedBackendThatCannotRun(t *testing.T) {
 			t.Errorf("the report lacks %q:\n%s", w, out.String())
 		}
 	}
+}
+
+// passedLine reports whether a line of report has check and its status PASS.
+func passedLine(report, check string) bool {
+	for _, l := range strings.Split(report, "\n") {
+		if strings.Contains(l, check) && strings.Contains(l, "PASS") {
+			return true
+		}
+	}
+	return false
 }
