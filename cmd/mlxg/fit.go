@@ -351,16 +351,37 @@ func printStreaming(w io.Writer, dir string, m kvstore.ModelShape, mem sysmem.In
 	fmt.Fprintf(w, "Streaming (%s): %s of %s of weights resident (%.0f%%): the %s of non-expert weights and an expert cache of %s, %.0f%% of the %s of experts\n",
 		why, ibytes(max(budget, pinned)), ibytes(m.WeightBytes), 100*float64(max(budget, pinned))/float64(m.WeightBytes), ibytes(pinned),
 		ibytes(max(budget-pinned, 0)), 100*max(share, 0), ibytes(experts))
-	if layers, n, k, ok := moeShape(dir); ok && share > 0 {
-		qwen := residency.ExpectedHitRate(layers, n, k, share, residency.QwenLike, policy)
-		uniform := residency.ExpectedHitRate(layers, n, k, share, residency.NearUniform, policy)
+	// While decoding, the CPU backend lends the expert cache the room planned for the
+	// prompt passes' activations (the decode loan): decode steps, which are what reads
+	// per token means, see the larger cache. MLX's activations are its own: no loan.
+	decodeShare := share
+	if loan := plan.DecodeLoan; loan > 0 {
+		decodeShare = float64(budget+loan-pinned) / float64(experts)
+		fmt.Fprintf(w, "          while decoding on the CPU backend, an expert cache of %s, %.0f%% of the experts: the prompt passes' activation room (%s) is lent to it\n",
+			ibytes(budget+loan-pinned), 100*min(decodeShare, 1), ibytes(loan))
+	}
+	if layers, n, k, ok := moeShape(dir); ok && decodeShare > 0 {
+		rates := func(share float64) (qwen, uniform float64) {
+			return residency.ExpectedHitRate(layers, n, k, min(share, 1), residency.QwenLike, policy),
+				residency.ExpectedHitRate(layers, n, k, min(share, 1), residency.NearUniform, policy)
+		}
+		qwen, uniform := rates(decodeShare)
 		fmt.Fprintf(w, "          expected expert-cache hit rate (%s policy, simulated): %.0f%% with Qwen3-like routing, %.0f%% with near-uniform routing\n",
 			policy, 100*qwen, 100*uniform)
 		// A token uses k of the n experts of each layer: k/n of the expert bytes, of which
 		// the misses are read.
 		perToken := float64(experts) * float64(k) / float64(n)
+		reads := func(rate float64) string { return ibytes(int64(perToken * (1 - rate))) }
 		fmt.Fprintf(w, "          expected reads per token: %s with Qwen3-like routing, %s with near-uniform routing (of %s of experts a token uses)\n",
-			ibytes(int64(perToken*(1-qwen))), ibytes(int64(perToken*(1-uniform))), ibytes(int64(perToken)))
+			reads(qwen), reads(uniform), ibytes(int64(perToken)))
+		if decodeShare != share {
+			q, u := 0.0, 0.0
+			if share > 0 {
+				q, u = rates(share)
+			}
+			fmt.Fprintf(w, "          without the loan (on MLX): %.0f%% / %.0f%% hits, %s / %s read per token\n",
+				100*q, 100*u, reads(q), reads(u))
+		}
 	}
 	fmt.Fprintln(w)
 	return true, nil
