@@ -241,7 +241,7 @@ func runDoctor(out io.Writer, seed uint64) int {
 		sub(ref.Name() + ", the reference:")
 		for _, m := range models {
 			report(backend.CheckModel(m, openRef, nil, backend.Float32)...)
-			if m.Format.Name == "4-bit" {
+			if streamChecked(m) {
 				report(backend.CheckStreaming(m, openRef, backend.Float32))
 			}
 		}
@@ -255,8 +255,7 @@ func runDoctor(out io.Writer, seed uint64) int {
 					continue // said once, above
 				}
 				report(backend.CheckModel(m, t.open, openRef, t.precision)...)
-				// MLX streams gpt-oss's mxfp4 experts too; the CPU reference maps them.
-				if t.streams && (m.Format.Name == "4-bit" || m.Format.Name == "mxfp4-q8") {
+				if t.streams && streamChecked(m) {
 					report(backend.CheckStreaming(m, t.open, t.precision))
 				}
 			}
@@ -329,4 +328,11 @@ func chipName() string {
 		}
 	}
 	return "unknown"
+}
+
+// streamChecked reports whether the tiny model m gets the streamed-vs-mapped check: its
+// 4-bit form, and gpt-oss with mxfp4 experts (mlx-community's MXFP4-Q8), whose experts
+// stream in their own two-part layout.
+func streamChecked(m backend.TinyModel) bool {
+	return m.Format.Name == "4-bit" || m.Format.Name == "mxfp4-q8"
 }

@@ -46,18 +46,27 @@ func FPParams(m Mode) (bits, group int, err error) {
 
 // FPScales decodes a float mode's uint8 scales to float32.
 func FPScales(m Mode, raw []uint8) ([]float32, error) {
-	if _, _, err := FPParams(m); err != nil {
-		return nil, err
-	}
 	out := make([]float32, len(raw))
+	return out, FPScalesInto(m, out, raw)
+}
+
+// FPScalesInto decodes a float mode's uint8 scales into dst (at least as long as raw):
+// for scales read into a reused buffer, a streamed expert's.
+func FPScalesInto(m Mode, dst []float32, raw []uint8) error {
+	if _, _, err := FPParams(m); err != nil {
+		return err
+	}
+	if len(dst) < len(raw) {
+		return fmt.Errorf("quant: %d scales decoded into room for %d", len(raw), len(dst))
+	}
 	for i, c := range raw {
 		if m == NVFP4 {
-			out[i] = E4M3(c)
+			dst[i] = E4M3(c)
 		} else {
-			out[i] = E8M0(c)
+			dst[i] = E8M0(c)
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // DequantizeFP expands a rows×cols matrix in a float mode (packed codes, uint8 scales).

@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"errors"
 	"math"
 
 	"github.com/mlxg/mlxg/internal/quant"
@@ -167,7 +168,14 @@ func (c *context) moe(x, router compute.Tensor, gate, up, down compute.Weight, e
 			if held, err = grp.st.mgr.AcquireUses(grp.units[e], n); err != nil {
 				return c.fail("MoE: %v", err)
 			}
-			ge, ue, de = g.fromUnit(held), u.fromUnit(held), d.fromUnit(held)
+			var e1, e2, e3 error
+			ge, e1 = g.fromUnit(held, get)
+			ue, e2 = u.fromUnit(held, get)
+			de, e3 = d.fromUnit(held, get)
+			if err := errors.Join(e1, e2, e3); err != nil {
+				held.Release()
+				return c.fail("MoE: %v", err)
+			}
 			ge.bias, ue.bias, de.bias = g.expertBias(e, inter), u.expertBias(e, inter), d.expertBias(e, hidden)
 		} else {
 			ge, ue, de = g.expert(e, inter), u.expert(e, inter), d.expert(e, hidden)

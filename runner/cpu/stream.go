@@ -21,13 +21,17 @@ import (
 // unit of the manager: its rows of the three matrices with their scales and biases.
 // The MoE product acquires the experts the router picked, reads them from the unit's
 // buffer with the same kernels, and releases them; the bytes are the file's, so the
-// result is bit-identical to the mapped path.
+// result is bit-identical to the mapped path. Stacks in the scale-only float modes
+// (gpt-oss's mxfp4 experts) stream too, in two parts per matrix, the codes and the
+// file's uint8 scales, which a product decodes to float32 into a pooled buffer as the
+// mapped stack's were decoded at bind; the streamed stack's decoded scales are dropped.
 
 // streamed is a stacked expert matrix read through a residency manager.
 type streamed struct {
 	group                  *expertGroup
-	pos                    int // this matrix's place in the group's units (3 segments each)
+	pos                    int // this matrix's place in the group's units (parts segments each)
 	rows                   int // rows per expert
+	parts                  int // 3: packed, scales, biases (affine); 2: packed, uint8 scales (float modes)
 	packed, scales, biases residency.Segment
 }
 
@@ -102,10 +106,11 @@ func (b *Backend) ForgetStream(m *residency.Manager) {
 // src streams and w is one.
 func (b *Backend) bindStream(src compute.Source, t *safetensors.Tensor, w *weight) error {
 	ss, ok := src.(compute.StreamSource)
-	if !ok || ss.Residency() == nil || len(t.Shape) != 3 || t.Shape[0] < 2 || w.q.Mode != quant.Affine || w.out%t.Shape[0] != 0 || residency.PerHeadStack(w.name) {
+	if !ok || ss.Residency() == nil || len(t.Shape) != 3 || t.Shape[0] < 2 || !w.q.Quantized() || w.out%t.Shape[0] != 0 || residency.PerHeadStack(w.name) {
 		return nil
 	}
-	if w.scales.Type != w.biases.Type || w.scales.Len() == 0 {
+	affine := w.q.Mode == quant.Affine
+	if w.scales.Len() == 0 || affine && w.scales.Type != w.biases.Type {
 		return nil
 	}
 	// Each part must be the file's bytes as bound (not widened to float32 at bind).
@@ -118,11 +123,17 @@ func (b *Backend) bindStream(src compute.Source, t *safetensors.Tensor, w *weigh
 		return residency.Segment{Path: p, Off: off, Len: n}, ok
 	}
 	experts := t.Shape[0]
-	s := &streamed{rows: w.out / experts}
+	s := &streamed{rows: w.out / experts, parts: 3}
 	var ok1, ok2, ok3 bool
 	s.packed, ok1 = locate(w.name+".weight", int64(len(w.packed))*4)
-	s.scales, ok2 = locate(w.name+".scales", w.scales.Bytes())
-	s.biases, ok3 = locate(w.name+".biases", w.biases.Bytes())
+	if affine {
+		s.scales, ok2 = locate(w.name+".scales", w.scales.Bytes())
+		s.biases, ok3 = locate(w.name+".biases", w.biases.Bytes())
+	} else {
+		// The file's scales are a byte each (decoded to float32 at bind).
+		s.scales, ok2 = locate(w.name+".scales", int64(w.scales.Len()))
+		s.parts, ok3 = 2, true
+	}
 	if !ok1 || !ok2 || !ok3 {
 		return nil
 	}
@@ -138,8 +149,8 @@ func (b *Backend) bindStream(src compute.Source, t *safetensors.Tensor, w *weigh
 		g = &expertGroup{st: st, experts: experts}
 		st.groups[prefix] = g
 	}
-	if g.experts != experts || len(g.members) >= 3 {
-		return fmt.Errorf("layer %q: %d experts, or more than three stacks, beside %d experts under %q", w.name, experts, g.experts, prefix)
+	if g.experts != experts || len(g.members) >= 3 || len(g.members) > 0 && g.members[0].stream.parts != s.parts {
+		return fmt.Errorf("layer %q: %d experts in %d parts, or more than three stacks, beside %d experts under %q", w.name, experts, s.parts, g.experts, prefix)
 	}
 	s.group, s.pos = g, len(g.members)
 	w.stream = s
@@ -159,24 +170,43 @@ func (b *Backend) bindStream(src compute.Source, t *safetensors.Tensor, w *weigh
 		}
 		g.units[e] = id
 	}
+	for _, m := range g.members {
+		if m.stream.parts == 2 {
+			// The stacks' decoded scales would keep a quarter of their bytes in memory;
+			// the products decode each expert's from its unit instead.
+			m.scales = quant.Scales{Type: m.scales.Type}
+		}
+	}
 	return nil
 }
 
 // expertSegs are expert e's packed rows, scales and biases in their files.
 func (s *streamed) expertSegs(e int) []residency.Segment {
 	n := s.group.experts
-	return []residency.Segment{s.packed.Part(e, n), s.scales.Part(e, n), s.biases.Part(e, n)}
+	segs := []residency.Segment{s.packed.Part(e, n), s.scales.Part(e, n), s.biases.Part(e, n)}
+	return segs[:s.parts]
 }
 
 // fromUnit is a view of w's expert rows in unit h; transient, since h's buffer goes
-// back to the manager after the product.
-func (w *weight) fromUnit(h residency.Handle) *weight {
+// back to the manager after the product. A float mode's scales are decoded into a
+// buffer from get, which must outlive the product.
+func (w *weight) fromUnit(h residency.Handle, get func(n int) []float32) (*weight, error) {
 	s := w.stream
 	v := &weight{name: w.name, out: s.rows, in: w.in, q: w.q, transient: true}
-	v.packed = view[uint32](h.Seg(3 * s.pos))
-	v.scales = scalesOf(h.Seg(3*s.pos+1), w.scales.Type)
-	v.biases = scalesOf(h.Seg(3*s.pos+2), w.scales.Type)
-	return v
+	at := s.parts * s.pos
+	v.packed = view[uint32](h.Seg(at))
+	if s.parts == 2 {
+		raw := h.Seg(at + 1)
+		f := get(len(raw))
+		if err := quant.FPScalesInto(w.q.Mode, f, raw); err != nil {
+			return nil, err
+		}
+		v.scales = quant.F32Scales(f[:len(raw)])
+		return v, nil
+	}
+	v.scales = scalesOf(h.Seg(at+1), w.scales.Type)
+	v.biases = scalesOf(h.Seg(at+2), w.scales.Type)
+	return v, nil
 }
 
 func scalesOf(b []byte, t quant.ScaleType) quant.Scales {

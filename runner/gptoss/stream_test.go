@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/mlxg/mlxg/internal/quant"
 	"github.com/mlxg/mlxg/registry/create"
 	"github.com/mlxg/mlxg/registry/randmodel"
 	"github.com/mlxg/mlxg/runner/cpu"
@@ -14,16 +15,26 @@ import (
 	"github.com/mlxg/mlxg/runner/residency"
 )
 
-// TestStreamedExpertsExact: a 4-bit gpt-oss whose experts (with their biases) are read
-// through the residency manager, under a budget that holds none of them beyond those in
-// use, gives bit-identical logits to the mapped model, prompt and decode.
+// TestStreamedExpertsExact: a 4-bit gpt-oss, and one as mlx-community ships it (mxfp4
+// experts, the rest 8-bit), whose experts (with their biases) are read through the
+// residency manager, under a budget that holds none of them beyond those in use, gives
+// bit-identical logits to the mapped model, prompt and decode.
 func TestStreamedExpertsExact(t *testing.T) {
+	for name, opts := range map[string]create.Options{
+		"4-bit":    {Bits: 4, GroupSize: 32},
+		"mxfp4-q8": {Bits: 8, GroupSize: 64, Experts: quant.MXFP4},
+	} {
+		t.Run(name, func(t *testing.T) { testStreamedExpertsExact(t, opts) })
+	}
+}
+
+func testStreamedExpertsExact(t *testing.T, opts create.Options) {
 	dir := t.TempDir()
 	hf, out := filepath.Join(dir, "hf"), filepath.Join(dir, "mlx")
 	if err := randmodel.Generate(hf, randmodel.TinyGptOss(256), randmodel.Options{Seed: 6}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := create.Convert(context.Background(), hf, out, create.Options{Bits: 4, GroupSize: 32}); err != nil {
+	if _, err := create.Convert(context.Background(), hf, out, opts); err != nil {
 		t.Fatal(err)
 	}
 	b := cpu.New(2)
@@ -55,7 +66,7 @@ func TestStreamedExpertsExact(t *testing.T) {
 	}
 	defer m.Close()
 	s := res.Stats()
-	if s.Units != 4*8 || s.Streamed == 0 {
+	if s.Units != 4*8 || s.Streamed == 0 || s.Pinned+s.Streamed != m.WeightBytes() {
 		t.Fatalf("after load: %+v, want 32 streamed experts", s)
 	}
 	res.SetBudget(s.Pinned)
