@@ -249,31 +249,6 @@ func mergeOrder(out, grid []float32, gh, gw, cols, m int) []float32 {
 	return out
 }
 
-// angles appends to cos and sin an image's 2D rotary angles (head_dim/2 per row, in the
-// processor's order): the first head_dim/4 from the patch's row, the rest from its
-// column.
-func (t *Tower) angles(cos, sin []float32, gh, gw int) ([]float32, []float32) {
-	q := t.rope.Dims / 2 // frequencies per axis
-	m := t.Config.Merge
-	for by := 0; by < gh/m; by++ {
-		for bx := 0; bx < gw/m; bx++ {
-			for my := range m {
-				for mx := range m {
-					pos := [2]int{by*m + my, bx*m + mx}
-					for axis := range 2 {
-						for j := range q {
-							a := float32(pos[axis]) * t.rope.InvFreq[j]
-							cos = append(cos, float32(math.Cos(float64(a))))
-							sin = append(sin, float32(math.Sin(float64(a))))
-						}
-					}
-				}
-			}
-		}
-	}
-	return cos, sin
-}
-
 // Encode runs the tower over images (each its own attention block) and returns their
 // merged features, image after image, and each image's grid in language-model tokens.
 func (t *Tower) Encode(c compute.Context, images []*vision.Pixels) (compute.Tensor, [][3]int) {
@@ -301,7 +276,7 @@ func (t *Tower) Encode(c compute.Context, images []*vision.Pixels) (compute.Tens
 		g := im.Grid
 		px = append(px, im.Values...)
 		pos = t.posEmbed(pos, g[1], g[2])
-		cos, sin = t.angles(cos, sin, g[1], g[2])
+		cos, sin = compute.MergedAngles(cos, sin, t.rope.InvFreq[:t.rope.Dims/2], g[1], g[2], cfg.Merge)
 		blocks = append(blocks, im.Rows)
 		grids = append(grids, [3]int{1, g[1] / cfg.Merge, g[2] / cfg.Merge})
 	}
