@@ -113,7 +113,7 @@ func newTower(l *model.Loader) (*Tower, error) {
 	t := &Tower{Config: vc, rope: rope, processor: proc, imageToken: imageToken}
 	p := towerPrefix
 	in := vc.InChannels * vc.Temporal * vc.Patch * vc.Patch
-	t.PatchEmbed = l.LinearData(p+"patch_embed.proj", patchKernel(l, p+"patch_embed.proj.weight", vc), vc.Hidden, in)
+	t.PatchEmbed = l.LinearData(p+"patch_embed.proj", l.PatchKernel(p+"patch_embed.proj.weight", vc.Hidden, vc.InChannels, vc.Temporal, vc.Patch), vc.Hidden, in)
 	if pt, ok := l.Tensor(p + "pos_embed.weight"); ok {
 		if t.PosEmbed, err = pt.Float32s(); err != nil || len(t.PosEmbed) != vc.NumPositions*vc.Hidden {
 			return nil, fmt.Errorf("%spos_embed.weight: %v values for %d×%d (%v)", p, len(t.PosEmbed), vc.NumPositions, vc.Hidden, err)
@@ -142,46 +142,6 @@ func newTower(l *model.Loader) (*Tower, error) {
 	t.MergerFC1 = l.Linear(p+"merger.linear_fc1", m, m)
 	t.MergerFC2 = l.Linear(p+"merger.linear_fc2", vc.Out, m)
 	return t, l.Err()
-}
-
-// patchKernel reads the Conv3d kernel as an hidden × (channels·temporal·patch·patch)
-// matrix in the order of the processor's patch rows: from Hugging Face's
-// [out, channels, temporal, patch, patch] as it is, from MLX's channels-last
-// [out, temporal, patch, patch, channels] rearranged.
-func patchKernel(l *model.Loader, name string, vc VisionConfig) []float32 {
-	t, ok := l.Tensor(name)
-	if !ok {
-		l.Fail(fmt.Errorf("checkpoint has no tensor %q", name))
-		return nil
-	}
-	v, err := t.Float32s()
-	if err != nil {
-		l.Fail(fmt.Errorf("%s: %w", name, err))
-		return nil
-	}
-	C, T, P := vc.InChannels, vc.Temporal, vc.Patch
-	sh := t.Shape
-	switch {
-	case len(sh) == 5 && sh[0] == vc.Hidden && sh[1] == C && sh[2] == T && sh[3] == P && sh[4] == P:
-		return v
-	case len(sh) == 5 && sh[0] == vc.Hidden && sh[1] == T && sh[2] == P && sh[3] == P && sh[4] == C:
-		out := make([]float32, len(v))
-		in := C * T * P * P
-		for o := range vc.Hidden {
-			for c := range C {
-				for tt := range T {
-					for y := range P {
-						for x := range P {
-							out[o*in+((c*T+tt)*P+y)*P+x] = v[o*in+(((tt*P+y)*P+x)*C+c)]
-						}
-					}
-				}
-			}
-		}
-		return out
-	}
-	l.Fail(fmt.Errorf("%s has shape %v: want [%d, %d, %d, %d, %d] or MLX's [%d, %d, %d, %d, %d]", name, sh, vc.Hidden, C, T, P, P, vc.Hidden, T, P, P, C))
-	return nil
 }
 
 // linspace is torch.linspace(0, end, steps) in float32, as its CPU kernel computes it:
