@@ -7,10 +7,12 @@ import (
 	"testing"
 
 	"github.com/mlxg/mlxg/registry/randmodel"
+	"github.com/mlxg/mlxg/registry/safetensors"
 	"github.com/mlxg/mlxg/runner/cpu"
 	"github.com/mlxg/mlxg/runner/model"
 	_ "github.com/mlxg/mlxg/runner/model/all"
 	"github.com/mlxg/mlxg/runner/model/modeltest"
+	"github.com/mlxg/mlxg/runner/qwen25vl"
 	"github.com/mlxg/mlxg/vision"
 )
 
@@ -157,5 +159,47 @@ func TestImagePrompts(t *testing.T) {
 		if r := modeltest.MaxRel(run(oids, omd, len(oids)), whole); r < 1e-4 {
 			t.Errorf("%s: another image gave the same logits (%.3g)", c.name, r)
 		}
+	}
+}
+
+// TestVisionMemory: the memory plan's tower figures are the tower's tensor bytes, the pixel
+// budget's largest image and its features; the estimate of the CPU backend's buffers while
+// encoding that image bounds what the backend counts it held at once (ActivationPeak).
+func TestVisionMemory(t *testing.T) {
+	_, vl := tinyDirs(t)
+	m := load(t, vl)
+	v := randmodel.TinyQwen25Vision()
+	vm, err := model.VisionMemoryOf(vl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := safetensors.ReadHeader(filepath.Join(vl, "vision.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var weights int64
+	for _, tn := range h.Tensors {
+		weights += tn.End - tn.Begin
+	}
+	patches := v.MaxPixels / (v.Patch * v.Patch)
+	if vm.Weights != weights || vm.MaxPatches != patches || vm.Encode <= 0 || vm.Features <= 0 {
+		t.Fatalf("%+v; want weights %d, %d patches", vm, weights, patches)
+	}
+	vc := qwen25vl.VisionConfig{Depth: v.Depth, Hidden: v.Hidden, Act: v.Act, Intermediate: v.Intermediate, Heads: v.Heads,
+		InChannels: v.InChannels, Patch: v.Patch, Merge: v.Merge, Temporal: v.Temporal, Out: m.Config.HiddenSize, Window: v.Window, FullAttn: v.FullAttn}
+	buffers := qwen25vl.EncodeBuffers(vc, patches)
+	side := 1
+	for (side+1)*(side+1) <= v.MaxPixels {
+		side++
+	}
+	be := m.Backend().(*cpu.Backend)
+	be.ActivationPeak()
+	if _, err := m.EncodeImages(context.Background(), []vision.Image{testImage(side, side, 4)}); err != nil {
+		t.Fatal(err)
+	}
+	peak := be.ActivationPeak()
+	t.Logf("largest image (%d patches): the backend held at most %d bytes, estimated %d (%.2f×)", patches, peak, buffers, float64(buffers)/float64(peak))
+	if buffers < peak || buffers > peak+peak/4 {
+		t.Errorf("estimate %d bytes for a peak of %d", buffers, peak)
 	}
 }
