@@ -41,6 +41,17 @@ func TinyQwen25Vision() Qwen25Vision {
 // embedding channels-last as MLX's Conv3d keeps it), vision_config and the image tokens
 // in config.json, and preprocessor_config.json.
 func AddQwen25Vision(dir string, v Qwen25Vision, seed uint64) error {
+	return addQwen25Vision(dir, v, seed, false)
+}
+
+// AddQwen25VisionHF is AddQwen25Vision in the layout of Qwen's own checkpoints: the same
+// values under visual.*, the patch embedding's kernel as [out, channels, temporal, patch,
+// patch] (what `mlxg create` turns back into AddQwen25Vision's tensors).
+func AddQwen25VisionHF(dir string, v Qwen25Vision, seed uint64) error {
+	return addQwen25Vision(dir, v, seed, true)
+}
+
+func addQwen25Vision(dir string, v Qwen25Vision, seed uint64, hf bool) error {
 	cfgPath := filepath.Join(dir, "config.json")
 	raw, err := os.ReadFile(cfgPath)
 	if err != nil {
@@ -110,8 +121,39 @@ func AddQwen25Vision(dir string, v Qwen25Vision, seed uint64) error {
 	specs = append(specs, lin(p+"merger.mlp.2", out, m)...)
 	tensors := make([]safetensors.Tensor, len(specs))
 	for i, s := range specs {
-		tensors[i] = safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: s.Name, DType: safetensors.F32, Shape: s.Shape},
+		t := safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: s.Name, DType: safetensors.F32, Shape: s.Shape},
 			Data: fill(s, safetensors.F32, seed)}
+		if hf {
+			t.Name = "visual." + t.Name[len(p):]
+			if len(s.Shape) == 5 {
+				t.Data, t.Shape = channelsFirst(t.Data, s.Shape)
+			}
+		}
+		tensors[i] = t
 	}
-	return safetensors.Write(filepath.Join(dir, "vision.safetensors"), tensors, map[string]string{"format": "mlx"})
+	format := "mlx"
+	if hf {
+		format = "pt"
+	}
+	return safetensors.Write(filepath.Join(dir, "vision.safetensors"), tensors, map[string]string{"format": format})
+}
+
+// channelsFirst turns a float32 Conv3d kernel [out, T, P, P, C] into [out, C, T, P, P].
+func channelsFirst(src []byte, shape []int) ([]byte, []int) {
+	o, T, P, C := shape[0], shape[1], shape[2], shape[4]
+	dst := make([]byte, len(src))
+	for a := range o {
+		for tt := range T {
+			for y := range P {
+				for x := range P {
+					for c := range C {
+						from := (((a*T+tt)*P+y)*P+x)*C + c
+						to := (((a*C+c)*T+tt)*P+y)*P + x
+						copy(dst[4*to:4*to+4], src[4*from:4*from+4])
+					}
+				}
+			}
+		}
+	}
+	return dst, []int{o, C, T, P, P}
 }
