@@ -2,6 +2,8 @@ package qwen25vl_test
 
 import (
 	"context"
+	"encoding/json"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -19,7 +21,15 @@ import (
 // lm_head, visual.* with the channels-first patch kernel) writes mlx-vlm's layout
 // (language_model.*, vision_tower.* in float32), which loads with its tower and computes
 // the features and logits of the same weights written in that layout directly.
+// The same with transformers 5's save_pretrained layout (text_config, model.language_model.*,
+// model.visual.*), what testdata/vision_ref.py writes.
 func TestCreateKeepsTower(t *testing.T) {
+	for _, tf5 := range []bool{false, true} {
+		t.Run(map[bool]string{false: "qwen", true: "transformers5"}[tf5], func(t *testing.T) { createKeepsTower(t, tf5) })
+	}
+}
+
+func createKeepsTower(t *testing.T, tf5 bool) {
 	cfg := randmodel.Tiny("qwen2", 512)
 	root := t.TempDir()
 	hf, out, direct := filepath.Join(root, "hf"), filepath.Join(root, "out"), filepath.Join(root, "direct")
@@ -30,6 +40,9 @@ func TestCreateKeepsTower(t *testing.T) {
 	}
 	if err := randmodel.AddQwen25VisionHF(hf, randmodel.TinyQwen25Vision(), 7); err != nil {
 		t.Fatal(err)
+	}
+	if tf5 {
+		hf = transformers5(t, hf, filepath.Join(root, "tf5"))
 	}
 	if err := randmodel.AddQwen25Vision(direct, randmodel.TinyQwen25Vision(), 7); err != nil {
 		t.Fatal(err)
@@ -92,4 +105,68 @@ func TestCreateKeepsTower(t *testing.T) {
 	if r := modeltest.MaxRel(logits(a, sa), logits(b, sb)); r > 1e-6 {
 		t.Errorf("logits of the converted checkpoint differ by %.3g", r)
 	}
+}
+
+// transformers5 rewrites the Qwen-layout checkpoint src as transformers 5 saves it: the text
+// fields under text_config, the language model under model.language_model.*, the tower
+// under model.visual.*.
+func transformers5(t *testing.T, src, dst string) string {
+	t.Helper()
+	ck, err := safetensors.OpenDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	var ts []safetensors.Tensor
+	for _, name := range ck.Names() {
+		tn, _ := ck.Tensor(name)
+		c := *tn
+		switch {
+		case strings.HasPrefix(name, "visual."):
+			c.Name = "model." + name
+		case strings.HasPrefix(name, "model."):
+			c.Name = "model.language_model." + strings.TrimPrefix(name, "model.")
+		}
+		ts = append(ts, c)
+	}
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := safetensors.Write(filepath.Join(dst, "model.safetensors"), ts, map[string]string{"format": "pt"}); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(src, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	top := map[string]any{"text_config": map[string]any{}}
+	for k, v := range cfg {
+		switch k {
+		case "model_type", "architectures", "vision_config", "image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id":
+			top[k] = v
+		case "rope_scaling":
+			rp := v.(map[string]any)
+			top["text_config"].(map[string]any)["rope_parameters"] = map[string]any{"rope_type": "default",
+				"rope_theta": cfg["rope_theta"], "mrope_section": rp["mrope_section"]}
+		default:
+			top["text_config"].(map[string]any)[k] = v
+		}
+	}
+	top["text_config"].(map[string]any)["model_type"] = "qwen2_5_vl_text"
+	raw, _ = json.Marshal(top)
+	if err := os.WriteFile(filepath.Join(dst, "config.json"), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pre, err := os.ReadFile(filepath.Join(src, "preprocessor_config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dst, "preprocessor_config.json"), pre, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dst
 }
