@@ -119,3 +119,61 @@ func TestEngineImages(t *testing.T) {
 	check("two images", []template.Message{user(txt("Compare"), img, txt("with"), img)}, []vision.Image{imgA, imgB}, func(int) bool { return true })
 	check("no image", []template.Message{user(txt("Hello"))}, nil, func(int) bool { return true })
 }
+
+// TestEngineImagesBatched: concurrent requests with different images (and one without) in
+// one continuous batch give the tokens each gives alone.
+func TestEngineImagesBatched(t *testing.T) {
+	dir := engineCheckpoint(t)
+	alone, err := runner.Load(dir, runner.LoadOptions{Threads: 2, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer alone.Close()
+	batched, err := runner.Load(dir, runner.LoadOptions{Threads: 2, Logger: quiet(), Parallel: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer batched.Close()
+	if _, ok := batched.BatchStats(); !ok {
+		t.Fatal("no continuous batching for qwen2_5_vl on the CPU backend")
+	}
+	o := runner.Greedy()
+	o.NumPredict = 8
+	msgs := func(parts ...any) []template.Message { return []template.Message{{"role": "user", "content": parts}} }
+	img := map[string]any{"type": "image"}
+	txt := func(s string) map[string]any { return map[string]any{"type": "text", "text": s} }
+	reqs := []runner.Request{
+		{Messages: msgs(img, txt("What is this?")), Images: []vision.Image{testImage(40, 48, 1)}, Options: o},
+		{Messages: msgs(txt("Compare"), img, txt("and"), img), Images: []vision.Image{testImage(32, 40, 2), testImage(48, 48, 3)}, Options: o},
+		{Messages: msgs(txt("No picture here, just text.")), Options: o},
+	}
+	want := make([][]int32, len(reqs))
+	for i, r := range reqs {
+		res, err := alone.Generate(context.Background(), r, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[i] = res.Tokens
+	}
+	got := make([][]int32, len(reqs))
+	errs := make([]error, len(reqs))
+	done := make(chan int)
+	for i, r := range reqs {
+		go func() {
+			res, err := batched.Generate(context.Background(), r, nil)
+			if err == nil {
+				got[i] = res.Tokens
+			}
+			errs[i] = err
+			done <- i
+		}()
+	}
+	for range reqs {
+		<-done
+	}
+	for i := range reqs {
+		if errs[i] != nil || !slices.Equal(got[i], want[i]) {
+			t.Errorf("request %d: batched %v (%v), alone %v", i, got[i], errs[i], want[i])
+		}
+	}
+}
