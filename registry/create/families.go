@@ -32,6 +32,11 @@ import (
 //     [experts, 2·inter, hidden], experts.down_proj) become switch_mlp's gate_proj
 //     (the first half), up_proj and down_proj.
 //
+//   - qwen2_5_vl (Qwen2.5-VL, mlx_vlm/models/qwen2_5_vl): the language model moves from
+//     model.* or model.language_model.* to language_model.model.* (lm_head to
+//     language_model.lm_head), the vision tower (visual.* or model.visual.*) to
+//     vision_tower.*, its patch embedding channels-last and every tower weight in float.
+//
 //   - gpt_oss (mlx_lm/models/gpt_oss.py): the fused experts of Hugging Face's layout
 //     (experts.gate_up_proj [experts, hidden, 2·inter], gate and up interleaved along
 //     the last axis; experts.down_proj [experts, inter, hidden]; their _bias tensors)
@@ -110,6 +115,8 @@ func (f family) gemma3() bool { return f.modelType == "gemma3" }
 
 func (f family) qwen35() bool { return f.modelType == "qwen3_5" || f.modelType == "qwen3_5_moe" }
 
+func (f family) qwen25vl() bool { return f.modelType == "qwen2_5_vl" }
+
 // hybrid: Gated DeltaNet models, whose conv1d and norms mlx-lm rewrites.
 func (f family) hybrid() bool { return f.modelType == "qwen3_next" || f.qwen35() }
 
@@ -156,8 +163,18 @@ func (f family) rename(name string) string {
 			}
 		}
 	}
-	if !f.qwen35() && !f.gemma4Wrapped() && !f.mistral3() && !f.gemma3() {
+	if !f.qwen35() && !f.qwen25vl() && !f.gemma4Wrapped() && !f.mistral3() && !f.gemma3() {
 		return name
+	}
+	if f.qwen25vl() {
+		for _, p := range []string{"model.visual.", "visual."} {
+			if rest, ok := strings.CutPrefix(name, p); ok {
+				return "vision_tower." + rest
+			}
+		}
+		if strings.HasPrefix(name, "vision_tower.") {
+			return name
+		}
 	}
 	if f.gemma4Wrapped() {
 		for _, p := range []string{"vision_tower.", "embed_vision."} {
@@ -234,7 +251,8 @@ func (f family) jobs(ck *safetensors.Checkpoint, n string, t *safetensors.Tensor
 				}
 			}}}
 	}
-	if f.qwen35() && n == "model.visual.patch_embed.proj.weight" && len(t.Shape) == 5 {
+	if (f.qwen35() || f.qwen25vl()) && n == "model.visual.patch_embed.proj.weight" && len(t.Shape) == 5 ||
+		f.qwen25vl() && n == "visual.patch_embed.proj.weight" && len(t.Shape) == 5 {
 		return []job{patchEmbedMLX(t, dt)}
 	}
 	if f.gemma3() && strings.HasSuffix(n, "vision_model.embeddings.patch_embedding.weight") && len(t.Shape) == 4 && t.Shape[1] < t.Shape[3] {
@@ -447,7 +465,7 @@ func (f family) override(module string) (bits, group int, ok bool) {
 			}
 		}
 	}
-	if f.qwen35() && strings.HasPrefix(module, "vision_tower.") {
+	if (f.qwen35() || f.qwen25vl()) && strings.HasPrefix(module, "vision_tower.") {
 		return 0, 0, true // the vision tower stays in float, as mlx-vlm keeps it
 	}
 	if f.gemma3() && (strings.HasPrefix(module, "vision_tower.") || strings.HasPrefix(module, "multi_modal_projector.")) {

@@ -85,7 +85,7 @@ func (d *Decoder) Forward(c compute.Context, tokens []int32, caches []kvstore.La
 
 // ForwardBatch implements model.BatchNetwork.
 func (d *Decoder) ForwardBatch(c compute.Context, b *model.Batch) compute.Tensor {
-	h := c.Embed(d.Embed, b.Tokens())
+	h := b.Embed(c, d.Embed) // image features at their placeholders (Qwen2.5-VL); the token embeddings otherwise
 	for i, layer := range d.Layers {
 		if w := d.window(i); w > 0 {
 			if err := b.CheckWindow(i, w); err != nil {

@@ -255,6 +255,9 @@ func parseRoPE(m map[string]any) (compute.RoPEScaling, error) {
 	if s.Type == "" {
 		s.Type, _ = m["type"].(string)
 	}
+	if s.Type == "mrope" {
+		s.Type = "default" // Qwen2-VL and Qwen2.5-VL configs' name for M-RoPE, whose sections are read apart
+	}
 	if s.Type == "su" {
 		s.Type = "longrope" // early Phi-3 configs' name for it
 	}

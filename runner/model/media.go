@@ -277,3 +277,42 @@ func f32Tensor(name string, data []float32, shape ...int) *safetensors.Tensor {
 	}
 	return &safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: name, DType: safetensors.F32, Shape: shape}, Data: b}
 }
+
+// PatchKernel reads a Qwen vision tower's patch embedding (a Conv3d whose stride is its
+// kernel) as an out × (channels·temporal·patch·patch) matrix in the order of the
+// processor's patch rows: from Hugging Face's [out, channels, temporal, patch, patch] as
+// it is, from MLX's channels-last [out, temporal, patch, patch, channels] rearranged.
+func (l *Loader) PatchKernel(name string, out, C, T, P int) []float32 {
+	t, ok := l.Tensor(name)
+	if !ok {
+		l.Fail(fmt.Errorf("checkpoint has no tensor %q", name))
+		return nil
+	}
+	v, err := t.Float32s()
+	if err != nil {
+		l.Fail(fmt.Errorf("%s: %w", name, err))
+		return nil
+	}
+	sh := t.Shape
+	switch {
+	case len(sh) == 5 && sh[0] == out && sh[1] == C && sh[2] == T && sh[3] == P && sh[4] == P:
+		return v
+	case len(sh) == 5 && sh[0] == out && sh[1] == T && sh[2] == P && sh[3] == P && sh[4] == C:
+		res := make([]float32, len(v))
+		in := C * T * P * P
+		for o := range out {
+			for c := range C {
+				for tt := range T {
+					for y := range P {
+						for x := range P {
+							res[o*in+((c*T+tt)*P+y)*P+x] = v[o*in+(((tt*P+y)*P+x)*C+c)]
+						}
+					}
+				}
+			}
+		}
+		return res
+	}
+	l.Fail(fmt.Errorf("%s has shape %v: want [%d, %d, %d, %d, %d] or MLX's [%d, %d, %d, %d, %d]", name, sh, out, C, T, P, P, out, T, P, P, C))
+	return nil
+}

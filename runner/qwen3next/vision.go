@@ -113,7 +113,7 @@ func newTower(l *model.Loader) (*Tower, error) {
 	t := &Tower{Config: vc, rope: rope, processor: proc, imageToken: imageToken}
 	p := towerPrefix
 	in := vc.InChannels * vc.Temporal * vc.Patch * vc.Patch
-	t.PatchEmbed = l.LinearData(p+"patch_embed.proj", patchKernel(l, p+"patch_embed.proj.weight", vc), vc.Hidden, in)
+	t.PatchEmbed = l.LinearData(p+"patch_embed.proj", l.PatchKernel(p+"patch_embed.proj.weight", vc.Hidden, vc.InChannels, vc.Temporal, vc.Patch), vc.Hidden, in)
 	if pt, ok := l.Tensor(p + "pos_embed.weight"); ok {
 		if t.PosEmbed, err = pt.Float32s(); err != nil || len(t.PosEmbed) != vc.NumPositions*vc.Hidden {
 			return nil, fmt.Errorf("%spos_embed.weight: %v values for %d×%d (%v)", p, len(t.PosEmbed), vc.NumPositions, vc.Hidden, err)
@@ -142,46 +142,6 @@ func newTower(l *model.Loader) (*Tower, error) {
 	t.MergerFC1 = l.Linear(p+"merger.linear_fc1", m, m)
 	t.MergerFC2 = l.Linear(p+"merger.linear_fc2", vc.Out, m)
 	return t, l.Err()
-}
-
-// patchKernel reads the Conv3d kernel as an hidden × (channels·temporal·patch·patch)
-// matrix in the order of the processor's patch rows: from Hugging Face's
-// [out, channels, temporal, patch, patch] as it is, from MLX's channels-last
-// [out, temporal, patch, patch, channels] rearranged.
-func patchKernel(l *model.Loader, name string, vc VisionConfig) []float32 {
-	t, ok := l.Tensor(name)
-	if !ok {
-		l.Fail(fmt.Errorf("checkpoint has no tensor %q", name))
-		return nil
-	}
-	v, err := t.Float32s()
-	if err != nil {
-		l.Fail(fmt.Errorf("%s: %w", name, err))
-		return nil
-	}
-	C, T, P := vc.InChannels, vc.Temporal, vc.Patch
-	sh := t.Shape
-	switch {
-	case len(sh) == 5 && sh[0] == vc.Hidden && sh[1] == C && sh[2] == T && sh[3] == P && sh[4] == P:
-		return v
-	case len(sh) == 5 && sh[0] == vc.Hidden && sh[1] == T && sh[2] == P && sh[3] == P && sh[4] == C:
-		out := make([]float32, len(v))
-		in := C * T * P * P
-		for o := range vc.Hidden {
-			for c := range C {
-				for tt := range T {
-					for y := range P {
-						for x := range P {
-							out[o*in+((c*T+tt)*P+y)*P+x] = v[o*in+(((tt*P+y)*P+x)*C+c)]
-						}
-					}
-				}
-			}
-		}
-		return out
-	}
-	l.Fail(fmt.Errorf("%s has shape %v: want [%d, %d, %d, %d, %d] or MLX's [%d, %d, %d, %d, %d]", name, sh, vc.Hidden, C, T, P, P, vc.Hidden, T, P, P, C))
-	return nil
 }
 
 // linspace is torch.linspace(0, end, steps) in float32, as its CPU kernel computes it:
@@ -249,31 +209,6 @@ func mergeOrder(out, grid []float32, gh, gw, cols, m int) []float32 {
 	return out
 }
 
-// angles appends to cos and sin an image's 2D rotary angles (head_dim/2 per row, in the
-// processor's order): the first head_dim/4 from the patch's row, the rest from its
-// column.
-func (t *Tower) angles(cos, sin []float32, gh, gw int) ([]float32, []float32) {
-	q := t.rope.Dims / 2 // frequencies per axis
-	m := t.Config.Merge
-	for by := 0; by < gh/m; by++ {
-		for bx := 0; bx < gw/m; bx++ {
-			for my := range m {
-				for mx := range m {
-					pos := [2]int{by*m + my, bx*m + mx}
-					for axis := range 2 {
-						for j := range q {
-							a := float32(pos[axis]) * t.rope.InvFreq[j]
-							cos = append(cos, float32(math.Cos(float64(a))))
-							sin = append(sin, float32(math.Sin(float64(a))))
-						}
-					}
-				}
-			}
-		}
-	}
-	return cos, sin
-}
-
 // Encode runs the tower over images (each its own attention block) and returns their
 // merged features, image after image, and each image's grid in language-model tokens.
 func (t *Tower) Encode(c compute.Context, images []*vision.Pixels) (compute.Tensor, [][3]int) {
@@ -301,7 +236,7 @@ func (t *Tower) Encode(c compute.Context, images []*vision.Pixels) (compute.Tens
 		g := im.Grid
 		px = append(px, im.Values...)
 		pos = t.posEmbed(pos, g[1], g[2])
-		cos, sin = t.angles(cos, sin, g[1], g[2])
+		cos, sin = compute.MergedAngles(cos, sin, t.rope.InvFreq[:t.rope.Dims/2], g[1], g[2], cfg.Merge)
 		blocks = append(blocks, im.Rows)
 		grids = append(grids, [3]int{1, g[1] / cfg.Merge, g[2] / cfg.Merge})
 	}

@@ -10,6 +10,7 @@ import (
 	_ "github.com/mlxg/mlxg/runner/mistral"
 	_ "github.com/mlxg/mlxg/runner/phi3"
 	_ "github.com/mlxg/mlxg/runner/qwen2"
+	_ "github.com/mlxg/mlxg/runner/qwen25vl"
 	_ "github.com/mlxg/mlxg/runner/qwen3"
 	_ "github.com/mlxg/mlxg/runner/qwen3moe"
 	_ "github.com/mlxg/mlxg/runner/qwen3next"
