@@ -148,14 +148,14 @@ func transformers5(t *testing.T, src, dst string) string {
 		switch k {
 		case "model_type", "architectures", "vision_config", "image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id":
 			top[k] = v
-		case "rope_scaling":
-			rp := v.(map[string]any)
-			top["text_config"].(map[string]any)["rope_parameters"] = map[string]any{"rope_type": "default",
-				"rope_theta": cfg["rope_theta"], "mrope_section": rp["mrope_section"]}
+		case "rope_scaling", "rope_parameters": // replaced below, after the loop, whatever the map's order
 		default:
 			top["text_config"].(map[string]any)[k] = v
 		}
 	}
+	rp, _ := cfg["rope_scaling"].(map[string]any)
+	top["text_config"].(map[string]any)["rope_parameters"] = map[string]any{"rope_type": "default",
+		"rope_theta": cfg["rope_theta"], "mrope_section": rp["mrope_section"]}
 	top["text_config"].(map[string]any)["model_type"] = "qwen2_5_vl_text"
 	raw, _ = json.Marshal(top)
 	if err := os.WriteFile(filepath.Join(dst, "config.json"), raw, 0o644); err != nil {
