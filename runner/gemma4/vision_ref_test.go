@@ -3,7 +3,6 @@ package gemma4_test
 import (
 	"context"
 	"encoding/json"
-	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -84,7 +83,7 @@ func TestVisionReference(t *testing.T) {
 		if px.Rows != ri.Patches {
 			t.Fatalf("%s: %d patches, transformers %d", ri.File, px.Rows, ri.Patches)
 		}
-		if d := maxAbs(px.Values, ri.PixelValues); d > 1e-6 {
+		if d := modeltest.MaxAbs(px.Values, ri.PixelValues); d > 1e-6 {
 			t.Errorf("%s: pixel_values differ from transformers' by %.3g", ri.File, d)
 		}
 		for r := range px.Rows { // row-major (x, y) over the grid
@@ -104,43 +103,13 @@ func TestVisionReference(t *testing.T) {
 		if len(sp[0].Rows) != len(ri.Features) || r > 1e-4 {
 			t.Errorf("%s: features differ from transformers' by %.3g (%d values, want %v)", ri.File, r, len(sp[0].Rows), ri.FeatureShape)
 		}
-		t.Logf("%s: pixel_values within %.2g, features within %.2g of transformers'", ri.File, maxAbs(px.Values, ri.PixelValues), r)
+		t.Logf("%s: pixel_values within %.2g, features within %.2g of transformers'", ri.File, modeltest.MaxAbs(px.Values, ri.PixelValues), r)
 		spans, imgs = append(spans, sp[0]), append(imgs, im)
 	}
 	imageToken := v.ImageTokenID()
 	for _, c := range refs.Cases {
-		md := &model.Media{Hidden: m.Config.HiddenSize}
-		ids := make([]int32, 0, len(c.InputIDs))
-		k := 0
-		for i := 0; i < len(c.InputIDs); {
-			if c.InputIDs[i] != imageToken {
-				ids = append(ids, c.InputIDs[i])
-				i++
-				continue
-			}
-			if k >= len(c.Images) {
-				t.Fatalf("%s: more image runs than images %v", c.Name, c.Images)
-			}
-			s := spans[c.Images[k]]
-			s.Start = i
-			md.Spans = append(md.Spans, s)
-			ids = append(ids, model.MediaIDs(imgs[c.Images[k]].Hash, s.N())...)
-			i += s.N()
-			k++
-		}
-		if len(ids) != len(c.InputIDs) {
-			t.Fatalf("%s: %d rows for transformers' %d", c.Name, len(ids), len(c.InputIDs))
-		}
-		caches, err := m.NewCaches(true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		model.SetMedia(caches, md)
-		logits, err := m.Forward(context.Background(), ids, caches, false)
-		model.SetMedia(caches, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		ids, md := modeltest.MediaPrompt(t, c.Name, c.InputIDs, imageToken, c.Images, spans, imgs, m.Config.HiddenSize)
+		logits := modeltest.ForwardMedia(t, m, ids, md)
 		r := modeltest.MaxRel(logits, c.Logits)
 		if r > 1e-4 {
 			t.Errorf("%s: last-position logits differ from transformers' by %.3g", c.Name, r)
@@ -152,15 +121,4 @@ func TestVisionReference(t *testing.T) {
 			}
 		}
 	}
-}
-
-func maxAbs(a, b []float32) float64 {
-	if len(a) != len(b) {
-		return math.Inf(1)
-	}
-	var m float64
-	for i := range a {
-		m = max(m, math.Abs(float64(a[i]-b[i])))
-	}
-	return m
 }

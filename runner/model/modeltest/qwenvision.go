@@ -3,7 +3,6 @@ package modeltest
 import (
 	"context"
 	"encoding/json"
-	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -78,8 +77,8 @@ func CheckQwenVision(t *testing.T, backend compute.Backend, script string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if px.Grid != ri.Grid || maxAbs(px.Values, ri.PixelValues) > 1e-6 {
-			t.Errorf("%s: pixel_values differ by %.3g, grid %v, want %v", ri.File, maxAbs(px.Values, ri.PixelValues), px.Grid, ri.Grid)
+		if px.Grid != ri.Grid || MaxAbs(px.Values, ri.PixelValues) > 1e-6 {
+			t.Errorf("%s: pixel_values differ by %.3g, grid %v, want %v", ri.File, MaxAbs(px.Values, ri.PixelValues), px.Grid, ri.Grid)
 		}
 		im := vision.NewImage(rgb)
 		sp, err := m.EncodeImages(context.Background(), []vision.Image{im})
@@ -94,25 +93,7 @@ func CheckQwenVision(t *testing.T, backend compute.Backend, script string) {
 	}
 	imageToken := v.ImageTokenID()
 	for _, c := range refs.Cases {
-		md := &model.Media{Hidden: m.Config.HiddenSize}
-		ids := make([]int32, 0, len(c.InputIDs))
-		k := 0
-		for i := 0; i < len(c.InputIDs); {
-			if c.InputIDs[i] != imageToken {
-				ids = append(ids, c.InputIDs[i])
-				i++
-				continue
-			}
-			s := spans[c.Images[k]]
-			s.Start = i
-			md.Spans = append(md.Spans, s)
-			ids = append(ids, model.MediaIDs(imgs[c.Images[k]].Hash, s.N())...)
-			i += s.N()
-			k++
-		}
-		if len(ids) != len(c.InputIDs) {
-			t.Fatalf("%s: %d rows for transformers' %d", c.Name, len(ids), len(c.InputIDs))
-		}
+		ids, md := MediaPrompt(t, c.Name, c.InputIDs, imageToken, c.Images, spans, imgs, m.Config.HiddenSize)
 		if len(c.PositionIDs) == 3 {
 			for i := range ids {
 				p := md.Position(i)
@@ -127,31 +108,11 @@ func CheckQwenVision(t *testing.T, backend compute.Backend, script string) {
 				t.Errorf("%s: rope delta %d, transformers %d", c.Name, d, *c.RopeDelta)
 			}
 		}
-		caches, err := m.NewCaches(true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		model.SetMedia(caches, md)
-		logits, err := m.Forward(context.Background(), ids, caches, false)
-		model.SetMedia(caches, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		logits := ForwardMedia(t, m, ids, md)
 		r := MaxRel(logits, c.Logits)
 		if r > 1e-4 {
 			t.Errorf("%s: last-position logits differ from transformers' by %.3g", c.Name, r)
 		}
 		t.Logf("%s (%d images): logits within %.2g of transformers %s", c.Name, len(c.Images), r, refs.Transformers)
 	}
-}
-
-func maxAbs(a, b []float32) float64 {
-	if len(a) != len(b) {
-		return math.Inf(1)
-	}
-	var m float64
-	for i := range a {
-		m = max(m, math.Abs(float64(a[i]-b[i])))
-	}
-	return m
 }

@@ -1,0 +1,70 @@
+package modeltest
+
+import (
+	"context"
+	"math"
+	"testing"
+
+	"github.com/mlxg/mlxg/runner/model"
+	"github.com/mlxg/mlxg/vision"
+)
+
+// MediaPrompt turns a transformers prompt, whose images are runs of imageToken, into mlxg's:
+// the k-th run becomes the encoded image spans[which[k]] (ids from imgs[which[k]]'s pixel
+// hash), placed where the run starts. It fails the test when the runs and the images
+// disagree.
+func MediaPrompt(t *testing.T, name string, inputIDs []int32, imageToken int32, which []int, spans []model.Span, imgs []vision.Image, hidden int) ([]int32, *model.Media) {
+	t.Helper()
+	md := &model.Media{Hidden: hidden}
+	ids := make([]int32, 0, len(inputIDs))
+	k := 0
+	for i := 0; i < len(inputIDs); {
+		if inputIDs[i] != imageToken {
+			ids = append(ids, inputIDs[i])
+			i++
+			continue
+		}
+		if k >= len(which) {
+			t.Fatalf("%s: more image runs than images %v", name, which)
+		}
+		s := spans[which[k]]
+		s.Start = i
+		md.Spans = append(md.Spans, s)
+		ids = append(ids, model.MediaIDs(imgs[which[k]].Hash, s.N())...)
+		i += s.N()
+		k++
+	}
+	if len(ids) != len(inputIDs) {
+		t.Fatalf("%s: %d rows for transformers' %d", name, len(ids), len(inputIDs))
+	}
+	return ids, md
+}
+
+// ForwardMedia is the last position's logits of ids with their images md, through fresh
+// float32 caches.
+func ForwardMedia(t *testing.T, m *model.Model, ids []int32, md *model.Media) []float32 {
+	t.Helper()
+	caches, err := m.NewCaches(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model.SetMedia(caches, md)
+	logits, err := m.Forward(context.Background(), ids, caches, false)
+	model.SetMedia(caches, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return logits
+}
+
+// MaxAbs is max|a-b|, infinite when the lengths differ.
+func MaxAbs(a, b []float32) float64 {
+	if len(a) != len(b) {
+		return math.Inf(1)
+	}
+	var m float64
+	for i := range a {
+		m = max(m, math.Abs(float64(a[i]-b[i])))
+	}
+	return m
+}
