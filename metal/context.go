@@ -386,8 +386,8 @@ func (c *context) stored(g *graph, cache kvstore.Layer, kvHeads, kDim, vDim, nHe
 // AttentionShared implements compute.SharedKVContext (Gemma 4's KV-shared layers): the
 // keys and values this pass recorded so far are stored first (the source layer's among
 // them, one evaluation), then q attends over the cache's blocks where they lie, or in Go
-// for a storage MLX does not read (a sliding window's ring); spans widen their rows'
-// masks as in AttentionSpans.
+// for a storage MLX does not read (affine groups of 16); spans widen their rows' masks
+// as in AttentionSpans.
 func (c *context) AttentionShared(q compute.Tensor, cache kvstore.Layer, nHeads int, scale float32, spans []kvstore.Span) compute.Tensor {
 	a, ok := c.args(q)
 	if !ok {
