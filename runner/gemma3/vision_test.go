@@ -56,13 +56,7 @@ func visionModelWith(t testing.TB, v randmodel.Gemma3Vision, threads int) *model
 }
 
 // testImage is a w×h image whose pixels depend on seed.
-func testImage(w, h int, seed uint8) vision.Image {
-	m := vision.NewRGB(w, h)
-	for i := range m.Pix {
-		m.Pix[i] = uint8(i*7+int(seed)*31) ^ seed
-	}
-	return vision.NewImage(m)
-}
+var testImage = modeltest.Image
 
 // towerRef is transformers' Gemma 3 image features in float64 from the checkpoint's
 // tensors: patches row-major through the SigLIP tower, AvgPool2d, Gemma's RMSNorm and

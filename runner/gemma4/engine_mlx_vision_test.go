@@ -1,16 +1,14 @@
 package gemma4_test
 
 import (
-	"context"
 	"math"
 	"slices"
 	"testing"
 
-	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/metal/mlxtest"
 	"github.com/mlxg/mlxg/registry/randmodel"
 	"github.com/mlxg/mlxg/runner"
-	"github.com/mlxg/mlxg/text/template"
+	"github.com/mlxg/mlxg/runner/runnertest"
 	"github.com/mlxg/mlxg/vision"
 )
 
@@ -25,79 +23,39 @@ func TestEngineImagesOnMLX(t *testing.T) {
 	if !mlxtest.Enabled() {
 		t.Skip("MLXG_MLXC_PATH is not set: the tests on real MLX need an installed libmlxc (Homebrew's mlx-c on a Mac; docs/backends.md on Linux)")
 	}
-	dir := engineCheckpoint(t)
-	ref, err := runner.Load(dir, runner.LoadOptions{Threads: 2, Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
+	imgA := testImage(24, 20, 1)
+	runnertest.EngineImagesOn(t, mlxtest.Backend(t), runnertest.OnBackend{
+		Dir: engineCheckpoint(t), NumPredict: 6, NumBatch: 8,
+		Question: engineQuestion,
+		One:      imgA, Two: [2]vision.Image{imgA, testImage(20, 28, 2)},
+		Again:       true,
+		TopLogprobs: 2,
+		Compare:     nearTie,
+	})
+}
+
+// nearTie holds the tokens on MLX (got) to the CPU backend's (want): each shared token's
+// log-probability within 1e-2, and where they part, the CPU's step a near tie (its two
+// best within 1e-2) of which MLX took one.
+func nearTie(t *testing.T, name string, got, want *runner.Result) {
+	t.Helper()
+	if len(got.Logprobs) != len(got.Tokens) || len(want.Logprobs) != len(want.Tokens) {
+		t.Fatalf("%s on MLX: %d images, %d tokens with %d log-probabilities", name, got.Images, len(got.Tokens), len(got.Logprobs))
 	}
-	defer ref.Close()
-	pc, err := kvstore.NewPrefixCache(kvstore.PrefixConfig{Log: quiet()})
-	if err != nil {
-		t.Fatal(err)
+	same := 0
+	for same < min(len(got.Tokens), len(want.Tokens)) && got.Tokens[same] == want.Tokens[same] {
+		if d := math.Abs(got.Logprobs[same].Logprob - want.Logprobs[same].Logprob); d > 1e-2 {
+			t.Errorf("%s on MLX: token %d's log-probability %.4f, on the CPU backend %.4f", name, same, got.Logprobs[same].Logprob, want.Logprobs[same].Logprob)
+		}
+		same++
 	}
-	defer pc.Close()
-	e, err := runner.Load(dir, runner.LoadOptions{Backend: mlxtest.Backend(t), Logger: quiet(), Prefix: pc})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	if e.Model.Vision() == nil {
-		t.Fatal("the tower was not bound on MLX")
-	}
-	o := runner.Greedy()
-	o.NumPredict = 6
-	o.NumBatch = 8
-	user := func(parts ...any) template.Message { return template.Message{"role": "user", "content": parts} }
-	img := map[string]any{"type": "image"}
-	txt := func(s string) map[string]any { return map[string]any{"type": "text", "text": s} }
-	imgA, imgB := testImage(24, 20, 1), testImage(20, 28, 2)
-	question := "What is in this picture? Describe it in some detail, with its colours, its shapes and anything else you notice."
-	turn1 := []template.Message{user(img, txt(question))}
-	var reply string
-	for _, c := range []struct {
-		name   string
-		msgs   func() []template.Message
-		images []vision.Image
-	}{
-		{"one image", func() []template.Message { return turn1 }, []vision.Image{imgA}},
-		{"two images", func() []template.Message {
-			return []template.Message{user(txt("Compare"), img, txt("with"), img)}
-		}, []vision.Image{imgA, imgB}},
-		{"the first image again", func() []template.Message {
-			return append(slices.Clone(turn1), template.Message{"role": "assistant", "content": reply}, user(txt("And the colours?")))
-		}, []vision.Image{imgA}},
-	} {
-		req := runner.Request{Messages: c.msgs(), Options: o, Images: c.images, Logprobs: true, TopLogprobs: 2}
-		want, err := ref.Generate(context.Background(), req, nil)
-		if err != nil {
-			t.Fatal(err)
+	if same < len(want.Tokens) {
+		top := want.Logprobs[same].Top
+		if len(top) < 2 || top[0].Logprob-top[1].Logprob > 1e-2 || !slices.Contains([]int32{top[0].ID, top[1].ID}, got.Tokens[same]) {
+			t.Errorf("%s on MLX: tokens %v; on the CPU backend %v, whose step %d is no near tie (%+v)", name, got.Tokens, want.Tokens, same, top)
+		} else {
+			t.Logf("%s: the backends part at step %d, a near tie on the CPU backend (%+v)", name, same, top)
 		}
-		got, err := e.Generate(context.Background(), req, nil)
-		if err != nil {
-			t.Fatalf("%s on MLX: %v", c.name, err)
-		}
-		if got.Images != len(c.images) || len(got.Logprobs) != len(got.Tokens) || len(want.Logprobs) != len(want.Tokens) {
-			t.Fatalf("%s on MLX: %d images, %d tokens with %d log-probabilities", c.name, got.Images, len(got.Tokens), len(got.Logprobs))
-		}
-		same := 0
-		for same < min(len(got.Tokens), len(want.Tokens)) && got.Tokens[same] == want.Tokens[same] {
-			if d := math.Abs(got.Logprobs[same].Logprob - want.Logprobs[same].Logprob); d > 1e-2 {
-				t.Errorf("%s on MLX: token %d's log-probability %.4f, on the CPU backend %.4f", c.name, same, got.Logprobs[same].Logprob, want.Logprobs[same].Logprob)
-			}
-			same++
-		}
-		if same < len(want.Tokens) {
-			top := want.Logprobs[same].Top
-			if len(top) < 2 || top[0].Logprob-top[1].Logprob > 1e-2 || !slices.Contains([]int32{top[0].ID, top[1].ID}, got.Tokens[same]) {
-				t.Errorf("%s on MLX: tokens %v; on the CPU backend %v, whose step %d is no near tie (%+v)", c.name, got.Tokens, want.Tokens, same, top)
-			} else {
-				t.Logf("%s: the backends part at step %d, a near tie on the CPU backend (%+v)", c.name, same, top)
-			}
-		}
-		if reply == "" {
-			reply = ref.Tokenizer.Decode(want.Tokens, true)
-		}
-		t.Logf("%s: %d prompt tokens, %d cached", c.name, got.PromptTokens, got.Prefix.Cached)
 	}
 }
 

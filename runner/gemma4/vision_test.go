@@ -58,13 +58,7 @@ func loadVision(t testing.TB, dir string) *model.Model {
 }
 
 // testImage is a w×h image whose pixels depend on seed.
-func testImage(w, h int, seed uint8) vision.Image {
-	m := vision.NewRGB(w, h)
-	for i := range m.Pix {
-		m.Pix[i] = uint8(i*7+int(seed)*31) ^ seed
-	}
-	return vision.NewImage(m)
-}
+var testImage = modeltest.Image
 
 // towerRef is transformers' Gemma 4 image features (Gemma4VisionModel, then
 // Gemma4MultimodalEmbedder) in float64 from the checkpoint's tensors, for one image's

@@ -2,14 +2,12 @@ package qwen25vl_test
 
 import (
 	"context"
-	"slices"
 	"testing"
 
 	"github.com/mlxg/mlxg/metal/mlxtest"
-	"github.com/mlxg/mlxg/runner"
 	"github.com/mlxg/mlxg/runner/model"
 	"github.com/mlxg/mlxg/runner/model/modeltest"
-	"github.com/mlxg/mlxg/text/template"
+	"github.com/mlxg/mlxg/runner/runnertest"
 	"github.com/mlxg/mlxg/vision"
 )
 
@@ -90,43 +88,10 @@ func TestEngineImagesOnMLX(t *testing.T) {
 	if !mlxtest.Enabled() {
 		t.Skip(skipMLX)
 	}
-	dir := engineCheckpoint(t)
-	ref, err := runner.Load(dir, runner.LoadOptions{Threads: 2, Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ref.Close()
-	e, err := runner.Load(dir, runner.LoadOptions{Backend: mlxtest.Backend(t), Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	o := runner.Greedy()
-	o.NumPredict = 6
-	o.NumBatch = 16
-	img := map[string]any{"type": "image"}
-	txt := func(s string) map[string]any { return map[string]any{"type": "text", "text": s} }
-	for _, c := range []struct {
-		name   string
-		parts  []any
-		images []vision.Image
-	}{
-		{"one image", []any{img, txt("What is in this picture?")}, []vision.Image{testImage(40, 48, 1)}},
-		{"two images", []any{txt("Compare"), img, txt("with"), img}, []vision.Image{testImage(64, 48, 3), testImage(48, 64, 4)}},
-	} {
-		req := runner.Request{Messages: []template.Message{{"role": "user", "content": c.parts}}, Options: o, Images: c.images}
-		want, err := ref.Generate(context.Background(), req, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := e.Generate(context.Background(), req, nil)
-		if err != nil {
-			t.Fatalf("%s on MLX: %v", c.name, err)
-		}
-		if !slices.Equal(got.Tokens, want.Tokens) || got.Images != len(c.images) || got.ImagesEncoded != len(c.images) {
-			t.Errorf("%s on MLX: tokens %v, %d images (%d encoded); on the CPU backend %v", c.name, got.Tokens, got.Images, got.ImagesEncoded, want.Tokens)
-			continue
-		}
-		t.Logf("%s: %d prompt tokens, %d image tokens, tokens %v on both", c.name, got.PromptTokens, got.ImageTokens, got.Tokens)
-	}
+	runnertest.EngineImagesOn(t, mlxtest.Backend(t), runnertest.OnBackend{
+		Dir: engineCheckpoint(t), NumPredict: 6, NumBatch: 16,
+		Question: "What is in this picture?",
+		One:      testImage(40, 48, 1), Two: [2]vision.Image{testImage(64, 48, 3), testImage(48, 64, 4)},
+		Encoded: true,
+	})
 }

@@ -44,13 +44,7 @@ func load(t *testing.T, dir string) *model.Model {
 }
 
 // testImage is a w×h image whose pixels depend on seed.
-func testImage(w, h int, seed uint8) vision.Image {
-	m := vision.NewRGB(w, h)
-	for i := range m.Pix {
-		m.Pix[i] = uint8(i*7+int(seed)*31) ^ seed
-	}
-	return vision.NewImage(m)
-}
+var testImage = modeltest.Image
 
 // mediaPrompt lays out text tokens with images after the given text positions.
 func mediaPrompt(m *model.Model, text []int32, at []int, spans []model.Span, images []vision.Image) ([]int32, *model.Media) {

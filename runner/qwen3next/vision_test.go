@@ -53,13 +53,7 @@ func visionModelWith(t testing.TB, v randmodel.QwenVision) *model.Model {
 }
 
 // testImage is a w×h image whose pixels depend on seed.
-func testImage(w, h int, seed uint8) vision.Image {
-	m := vision.NewRGB(w, h)
-	for i := range m.Pix {
-		m.Pix[i] = uint8(i*7+int(seed)*31) ^ seed
-	}
-	return vision.NewImage(m)
-}
+var testImage = modeltest.Image
 
 // TestTowerBatchedEqualsAlone: images encoded together give, bit for bit, what each gives
 // alone; each image's features have its grid's rows of the language model's width.

@@ -68,3 +68,13 @@ func MaxAbs(a, b []float32) float64 {
 	}
 	return m
 }
+
+// Image is a w×h test image whose pixels depend on seed: the vision families' tests and the
+// engine tests of runner/runnertest draw the same image from the same arguments.
+func Image(w, h int, seed uint8) vision.Image {
+	m := vision.NewRGB(w, h)
+	for i := range m.Pix {
+		m.Pix[i] = uint8(i*7+int(seed)*31) ^ seed
+	}
+	return vision.NewImage(m)
+}
