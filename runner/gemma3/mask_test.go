@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/mlxg/mlxg/registry/randmodel"
-	"github.com/mlxg/mlxg/registry/safetensors"
 	"github.com/mlxg/mlxg/runner/model"
+	"github.com/mlxg/mlxg/runner/model/modeltest"
 	"github.com/mlxg/mlxg/vision"
 )
 
@@ -20,23 +20,7 @@ import (
 func lmRef(t *testing.T, m *model.Model, ids []int32, md *model.Media, bidi bool) [][]float64 {
 	t.Helper()
 	c := randmodel.TinyGemma3(256)
-	ck, err := safetensors.OpenDir(m.Dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ck.Close()
-	get := func(name string) []float64 {
-		tt, ok := ck.Tensor("language_model.model." + name)
-		if !ok {
-			t.Fatalf("no %s", name)
-		}
-		f, _ := tt.Float32s()
-		out := make([]float64, len(f))
-		for i, x := range f {
-			out[i] = float64(x)
-		}
-		return out
-	}
+	get := modeltest.Float64s(t, m.Dir, "language_model.model.")
 	H, hd, nh, nkv, I := c.HiddenSize, c.HeadDim, c.NumHeads, c.NumKVHeads, c.IntermediateSize
 	T := len(ids)
 	embed := get("embed_tokens.weight")

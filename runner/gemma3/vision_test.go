@@ -63,26 +63,7 @@ var testImage = modeltest.Image
 // the projection (Gemma3MultiModalProjector).
 func towerRef(t *testing.T, dir string, v randmodel.Gemma3Vision, px []float32, text int) []float64 {
 	t.Helper()
-	ck, err := safetensors.OpenDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ck.Close()
-	get := func(name string) []float64 {
-		tt, ok := ck.Tensor(name)
-		if !ok {
-			t.Fatalf("no %s", name)
-		}
-		f, err := tt.Float32s()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := make([]float64, len(f))
-		for i, x := range f {
-			out[i] = float64(x)
-		}
-		return out
-	}
+	get := modeltest.Float64s(t, dir, "")
 	p := "vision_tower.vision_model."
 	S, P, C, H := v.ImageSize, v.Patch, v.Channels, v.Hidden
 	g := S / P

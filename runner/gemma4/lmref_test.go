@@ -8,10 +8,10 @@ import (
 	"testing"
 
 	"github.com/mlxg/mlxg/registry/randmodel"
-	"github.com/mlxg/mlxg/registry/safetensors"
 	"github.com/mlxg/mlxg/runner/compute"
 	"github.com/mlxg/mlxg/runner/cpu"
 	"github.com/mlxg/mlxg/runner/model"
+	"github.com/mlxg/mlxg/runner/model/modeltest"
 )
 
 // refText is the language model of TestImageLogitsReference: TinyGemma4's attention in
@@ -49,23 +49,7 @@ const (
 // over the keys and values of the last earlier layer of its kind.
 func lmRef(t *testing.T, dir string, c randmodel.Config, ids []int32, md *model.Media, mask imageMask) [][]float64 {
 	t.Helper()
-	ck, err := safetensors.OpenDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ck.Close()
-	get := func(name string) []float64 {
-		tt, ok := ck.Tensor("model.language_model." + name)
-		if !ok {
-			t.Fatalf("no %s", name)
-		}
-		f, _ := tt.Float32s()
-		out := make([]float64, len(f))
-		for i, x := range f {
-			out[i] = float64(x)
-		}
-		return out
-	}
+	get := modeltest.Float64s(t, dir, "model.language_model.")
 	H, nh, nkv := c.HiddenSize, c.NumHeads, c.NumKVHeads
 	T := len(ids)
 	embed := get("embed_tokens.weight")

@@ -67,26 +67,7 @@ var testImage = modeltest.Image
 // pooling as a mean over each window.
 func towerRef(t *testing.T, dir string, v randmodel.Gemma4Vision, px *vision.Pixels, text int) []float64 {
 	t.Helper()
-	ck, err := safetensors.OpenDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ck.Close()
-	get := func(name string) []float64 {
-		tt, ok := ck.Tensor(name)
-		if !ok {
-			t.Fatalf("no %s", name)
-		}
-		f, err := tt.Float32s()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := make([]float64, len(f))
-		for i, x := range f {
-			out[i] = float64(x)
-		}
-		return out
-	}
+	get := modeltest.Float64s(t, dir, "")
 	H, hd, heads := v.Hidden, v.HeadDim, v.Heads
 	gh, gw := px.Grid[1], px.Grid[2]
 	N, in := gh*gw, px.Cols

@@ -5,6 +5,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/mlxg/mlxg/registry/safetensors"
 	"github.com/mlxg/mlxg/runner/model"
 	"github.com/mlxg/mlxg/vision"
 )
@@ -77,4 +78,32 @@ func Image(w, h int, seed uint8) vision.Image {
 		m.Pix[i] = uint8(i*7+int(seed)*31) ^ seed
 	}
 	return vision.NewImage(m)
+}
+
+// Float64s opens the checkpoint in dir (closed when the test ends) and returns a reader of
+// its tensors as float64, for the plain references: name is the tensor's after prefix, and
+// a tensor that is missing or not a float fails the test.
+func Float64s(t testing.TB, dir, prefix string) func(name string) []float64 {
+	t.Helper()
+	ck, err := safetensors.OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ck.Close() })
+	return func(name string) []float64 {
+		t.Helper()
+		tt, ok := ck.Tensor(prefix + name)
+		if !ok {
+			t.Fatalf("no %s", prefix+name)
+		}
+		f, err := tt.Float32s()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := make([]float64, len(f))
+		for i, x := range f {
+			out[i] = float64(x)
+		}
+		return out
+	}
 }
