@@ -375,16 +375,7 @@ func TestVisionMemory(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		h, err := safetensors.ReadHeader(filepath.Join(m.Dir, "vision.safetensors")) // the tower and the projector
-		if err != nil {
-			t.Fatal(err)
-		}
-		var weights int64
-		for _, tn := range h.Tensors {
-			if strings.HasPrefix(tn.Name, "vision_tower.") {
-				weights += tn.End - tn.Begin
-			}
-		}
+		weights := modeltest.TowerBytes(t, m.Dir, "vision_tower.") // beside the projector
 		patches := (v.ImageSize / v.Patch) * (v.ImageSize / v.Patch)
 		features := int64(4 * v.Tokens * m.Config.HiddenSize)
 		if vm.Weights != weights || vm.MaxPatches != patches || vm.Features != min(model.FeatureCacheBytes, model.FeatureCacheImages*features) || vm.Encode <= 0 {
@@ -396,13 +387,9 @@ func TestVisionMemory(t *testing.T) {
 		if buffers >= vm.Encode {
 			t.Fatalf("the backend's part %d of an estimate of %d", buffers, vm.Encode)
 		}
-		be := m.Backend().(*cpu.Backend)
 		measure := func(images ...vision.Image) int64 {
-			be.ActivationPeak() // from here
-			if _, err := m.EncodeImages(context.Background(), images); err != nil {
-				t.Fatal(err)
-			}
-			return be.ActivationPeak()
+			peak, _ := modeltest.EncodePeak(t, m, images...)
+			return peak
 		}
 		one := measure(testImage(300, 200, 4))
 		t.Logf("%d×%d tower, one image (%d patches): the backend held at most %d bytes, estimated %d (%.2f×); %d with the host's",

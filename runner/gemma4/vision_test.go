@@ -6,12 +6,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/mlxg/mlxg/registry/randmodel"
-	"github.com/mlxg/mlxg/registry/safetensors"
 	"github.com/mlxg/mlxg/runner/cpu"
 	"github.com/mlxg/mlxg/runner/gemma4"
 	"github.com/mlxg/mlxg/runner/model"
@@ -305,16 +303,7 @@ func TestVisionMemory(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		h, err := safetensors.ReadHeader(filepath.Join(m.Dir, "vision.safetensors"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var weights int64
-		for _, tn := range h.Tensors {
-			if strings.HasPrefix(tn.Name, "vision_tower.") {
-				weights += tn.End - tn.Begin
-			}
-		}
+		weights := modeltest.TowerBytes(t, m.Dir, "vision_tower.")
 		patches := v.MaxSoftTokens * v.Pool * v.Pool
 		features := int64(4 * v.MaxSoftTokens * m.Config.HiddenSize)
 		if vm.Weights != weights || vm.MaxPatches != patches || vm.Features != min(model.FeatureCacheBytes, model.FeatureCacheImages*features) || vm.Encode <= 0 {
@@ -322,13 +311,9 @@ func TestVisionMemory(t *testing.T) {
 		}
 		vc := gemma4.VisionConfig{Hidden: v.Hidden, Intermediate: v.Intermediate, Layers: v.Layers, Heads: v.Heads, KVHeads: v.KVHeads,
 			HeadDim: v.HeadDim, Patch: v.Patch, PosSize: v.PosSize, Pool: v.Pool, Eps: v.Eps, Act: v.Act, Standardize: v.Standardize}
-		be := m.Backend().(*cpu.Backend)
 		measure := func(images ...vision.Image) int64 {
-			be.ActivationPeak() // from here
-			if _, err := m.EncodeImages(context.Background(), images); err != nil {
-				t.Fatal(err)
-			}
-			return be.ActivationPeak()
+			peak, _ := modeltest.EncodePeak(t, m, images...)
+			return peak
 		}
 		im := testImage(300, 200, 4)
 		px, err := m.Vision().Processor().Process(im.RGB)

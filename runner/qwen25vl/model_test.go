@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/mlxg/mlxg/registry/randmodel"
-	"github.com/mlxg/mlxg/registry/safetensors"
 	"github.com/mlxg/mlxg/runner/cpu"
 	"github.com/mlxg/mlxg/runner/model"
 	_ "github.com/mlxg/mlxg/runner/model/all"
@@ -167,14 +166,7 @@ func TestVisionMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := safetensors.ReadHeader(filepath.Join(vl, "vision.safetensors"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var weights int64
-	for _, tn := range h.Tensors {
-		weights += tn.End - tn.Begin
-	}
+	weights := modeltest.TowerBytes(t, vl, "")
 	patches := v.MaxPixels / (v.Patch * v.Patch)
 	if vm.Weights != weights || vm.MaxPatches != patches || vm.Encode <= 0 || vm.Features <= 0 {
 		t.Fatalf("%+v; want weights %d, %d patches", vm, weights, patches)
@@ -186,12 +178,7 @@ func TestVisionMemory(t *testing.T) {
 	for (side+1)*(side+1) <= v.MaxPixels {
 		side++
 	}
-	be := m.Backend().(*cpu.Backend)
-	be.ActivationPeak()
-	if _, err := m.EncodeImages(context.Background(), []vision.Image{testImage(side, side, 4)}); err != nil {
-		t.Fatal(err)
-	}
-	peak := be.ActivationPeak()
+	peak, _ := modeltest.EncodePeak(t, m, testImage(side, side, 4))
 	t.Logf("largest image (%d patches): the backend held at most %d bytes, estimated %d (%.2f×)", patches, peak, buffers, float64(buffers)/float64(peak))
 	if buffers < peak || buffers > peak+peak/4 {
 		t.Errorf("estimate %d bytes for a peak of %d", buffers, peak)

@@ -1,14 +1,11 @@
 package qwen3next_test
 
 import (
-	"context"
-	"path/filepath"
 	"testing"
 
 	"github.com/mlxg/mlxg/registry/randmodel"
-	"github.com/mlxg/mlxg/registry/safetensors"
-	"github.com/mlxg/mlxg/runner/cpu"
 	"github.com/mlxg/mlxg/runner/model"
+	"github.com/mlxg/mlxg/runner/model/modeltest"
 	"github.com/mlxg/mlxg/runner/qwen3next"
 	"github.com/mlxg/mlxg/vision"
 )
@@ -25,14 +22,7 @@ func TestVisionMemory(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		h, err := safetensors.ReadHeader(filepath.Join(m.Dir, "vision.safetensors")) // the tower alone
-		if err != nil {
-			t.Fatal(err)
-		}
-		var weights int64
-		for _, tn := range h.Tensors {
-			weights += tn.End - tn.Begin
-		}
+		weights := modeltest.TowerBytes(t, m.Dir, "") // the tower alone
 		patches := v.MaxPixels / (v.Patch * v.Patch)
 		features := int64(4 * patches / (v.Merge * v.Merge) * m.Config.HiddenSize)
 		if vm.Weights != weights || vm.MaxPatches != patches || vm.MaxPixels != v.MaxPixels ||
@@ -51,17 +41,12 @@ func TestVisionMemory(t *testing.T) {
 		for (side+1)*(side+1) <= v.MaxPixels {
 			side++
 		}
-		be := m.Backend().(*cpu.Backend)
 		measure := func(images ...vision.Image) int64 {
-			be.ActivationPeak() // from here
-			spans, err := m.EncodeImages(context.Background(), images)
-			if err != nil {
-				t.Fatal(err)
-			}
+			peak, spans := modeltest.EncodePeak(t, m, images...)
 			if n := spans[0].N() * v.Merge * v.Merge; n != patches {
 				t.Fatalf("the %d×%d image has %d patches, want the budget's %d", side, side, n, patches)
 			}
-			return be.ActivationPeak()
+			return peak
 		}
 		one := measure(testImage(side, side, 4))
 		t.Logf("%d×%d tower, largest image (%d patches): the backend held at most %d bytes, estimated %d (%.2f×); %d with the host's",

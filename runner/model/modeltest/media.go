@@ -3,6 +3,8 @@ package modeltest
 import (
 	"context"
 	"math"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/mlxg/mlxg/registry/safetensors"
@@ -106,4 +108,37 @@ func Float64s(t testing.TB, dir, prefix string) func(name string) []float64 {
 		}
 		return out
 	}
+}
+
+// TowerBytes is the size of the tensors in dir's vision.safetensors whose names start with
+// prefix ("" for all): what the memory plan must count for a tower.
+func TowerBytes(t testing.TB, dir, prefix string) int64 {
+	t.Helper()
+	h, err := safetensors.ReadHeader(filepath.Join(dir, "vision.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, tn := range h.Tensors {
+		if strings.HasPrefix(tn.Name, prefix) {
+			n += tn.End - tn.Begin
+		}
+	}
+	return n
+}
+
+// EncodePeak encodes images with m, on a backend that counts the buffers it holds (the CPU
+// backend), and returns the most it held at once while encoding them, and their spans.
+func EncodePeak(t testing.TB, m *model.Model, images ...vision.Image) (int64, []model.Span) {
+	t.Helper()
+	be, ok := m.Backend().(interface{ ActivationPeak() int64 })
+	if !ok {
+		t.Fatalf("the %s backend does not count its buffers", m.Backend().Name())
+	}
+	be.ActivationPeak() // from here
+	spans, err := m.EncodeImages(context.Background(), images)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return be.ActivationPeak(), spans
 }
