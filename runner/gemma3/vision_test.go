@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/mlxg/mlxg/internal/quant"
 	"github.com/mlxg/mlxg/registry/randmodel"
@@ -254,23 +253,12 @@ func TestEncodeTime(t *testing.T) {
 	v := smallVision()
 	v.ImageSize, v.Patch, v.Tokens = 896, 14, 256
 	m := visionModelWith(t, v, 2)
-	im := testImage(1024, 768, 4)
-	start := time.Now()
-	if _, err := m.Vision().Processor().Process(im.RGB); err != nil {
-		t.Fatal(err)
-	}
-	pre := time.Since(start)
-	start = time.Now()
-	sp, err := m.EncodeImages(context.Background(), []vision.Image{im})
-	if err != nil {
-		t.Fatal(err)
-	}
-	took := time.Since(start)
-	if sp[0].N() != 256 {
-		t.Fatalf("%d tokens", sp[0].N())
+	sp, pre, took := modeltest.EncodeTime(t, m)
+	if sp.N() != 256 {
+		t.Fatalf("%d tokens", sp.N())
 	}
 	t.Logf("1024×768 on the CPU backend (2 threads), tower of %d layers × %d wide: 4096 patches, %d tokens in %v (preprocessing alone %v)",
-		v.Layers, v.Hidden, sp[0].N(), took.Round(time.Millisecond), pre.Round(time.Millisecond))
+		v.Layers, v.Hidden, sp.N(), took, pre)
 }
 
 // TestQuantizedTower: a tower whose linear layers and position embedding are stored in

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/mlxg/mlxg/registry/randmodel"
 	"github.com/mlxg/mlxg/runner/cpu"
@@ -345,21 +344,10 @@ func TestEncodeTime(t *testing.T) {
 		v.Hidden, v.Intermediate, v.Heads, v.KVHeads, v.HeadDim, v.Layers = 768, 3072, 12, 12, 64, 1
 	}
 	m := visionModel(t, v)
-	im := testImage(1024, 768, 4)
-	start := time.Now()
-	if _, err := m.Vision().Processor().Process(im.RGB); err != nil {
-		t.Fatal(err)
-	}
-	pre := time.Since(start)
-	start = time.Now()
-	sp, err := m.EncodeImages(context.Background(), []vision.Image{im})
-	if err != nil {
-		t.Fatal(err)
-	}
-	took := time.Since(start)
-	if sp[0].N() != 266 {
-		t.Fatalf("%d tokens, want 266", sp[0].N())
+	sp, pre, took := modeltest.EncodeTime(t, m)
+	if sp.N() != 266 {
+		t.Fatalf("%d tokens, want 266", sp.N())
 	}
 	t.Logf("1024×768 on the CPU backend (2 threads), tower of %d layers × %d wide: 2394 patches, %d tokens in %v (preprocessing alone %v)",
-		v.Layers, v.Hidden, sp[0].N(), took.Round(time.Millisecond), pre.Round(time.Millisecond))
+		v.Layers, v.Hidden, sp.N(), took, pre)
 }

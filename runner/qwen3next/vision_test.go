@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/mlxg/mlxg/registry/randmodel"
 	"github.com/mlxg/mlxg/runner/cpu"
@@ -199,21 +198,10 @@ func TestEncodeTime(t *testing.T) {
 	v := randmodel.TinyQwenVision()
 	v.Patch, v.NumPositions, v.MinPixels, v.MaxPixels = 16, 2304, 65536, 16777216
 	m := visionModelWith(t, v)
-	im := testImage(1024, 768, 4)
-	start := time.Now()
-	if _, err := m.Vision().Processor().Process(im.RGB); err != nil {
-		t.Fatal(err)
-	}
-	pre := time.Since(start)
-	start = time.Now()
-	sp, err := m.EncodeImages(context.Background(), []vision.Image{im})
-	if err != nil {
-		t.Fatal(err)
-	}
-	took := time.Since(start)
-	if sp[0].Grid != [3]int{1, 24, 32} {
-		t.Fatalf("grid %v", sp[0].Grid)
+	sp, pre, took := modeltest.EncodeTime(t, m)
+	if sp.Grid != [3]int{1, 24, 32} {
+		t.Fatalf("grid %v", sp.Grid)
 	}
 	t.Logf("1024×768 on the CPU backend (2 threads), tower of %d blocks × %d wide: %d patches, %d tokens in %v (preprocessing alone %v)",
-		v.Depth, v.Hidden, 4*sp[0].N(), sp[0].N(), took.Round(time.Millisecond), pre.Round(time.Millisecond))
+		v.Depth, v.Hidden, 4*sp.N(), sp.N(), took, pre)
 }

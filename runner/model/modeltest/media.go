@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mlxg/mlxg/registry/safetensors"
 	"github.com/mlxg/mlxg/runner/model"
@@ -141,4 +142,23 @@ func EncodePeak(t testing.TB, m *model.Model, images ...vision.Image) (int64, []
 		t.Fatal(err)
 	}
 	return be.ActivationPeak(), spans
+}
+
+// EncodeTime times, for the families' TestEncodeTime, the preprocessing of a 1024×768 test
+// image and then its encoding by m's tower, and returns the image's span with both times,
+// rounded to the millisecond.
+func EncodeTime(t testing.TB, m *model.Model) (sp model.Span, pre, enc time.Duration) {
+	t.Helper()
+	im := Image(1024, 768, 4)
+	start := time.Now()
+	if _, err := m.Vision().Processor().Process(im.RGB); err != nil {
+		t.Fatal(err)
+	}
+	pre = time.Since(start)
+	start = time.Now()
+	spans, err := m.EncodeImages(context.Background(), []vision.Image{im})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spans[0], pre.Round(time.Millisecond), time.Since(start).Round(time.Millisecond)
 }
