@@ -10,7 +10,6 @@ import (
 	"github.com/mlxg/mlxg/registry/randmodel"
 	"github.com/mlxg/mlxg/runner/model"
 	"github.com/mlxg/mlxg/runner/model/modeltest"
-	"github.com/mlxg/mlxg/vision"
 )
 
 // lmRef is transformers' Gemma 3 language model in float64 over input rows (token ids, or
@@ -156,31 +155,6 @@ func lmRef(t *testing.T, m *model.Model, ids []int32, md *model.Media, bidi bool
 	return out
 }
 
-// imagePrompt is 5 text tokens, image a (16 rows), 4 text tokens, image b, 3 text tokens.
-func imagePrompt(t *testing.T, m *model.Model, a, b vision.Image) ([]int32, *model.Media) {
-	t.Helper()
-	spans, err := m.EncodeImages(context.Background(), []vision.Image{a, b})
-	if err != nil {
-		t.Fatal(err)
-	}
-	md := &model.Media{Hidden: m.Config.HiddenSize}
-	var ids []int32
-	text := func(n int) {
-		for i := range n {
-			ids = append(ids, int32(10+len(ids)*7+i)%240)
-		}
-	}
-	text(5)
-	for k, im := range []vision.Image{a, b} {
-		s := spans[k]
-		s.Start = len(ids)
-		md.Spans = append(md.Spans, s)
-		ids = append(ids, model.MediaIDs(im.Hash, s.N())...)
-		text(4 - k)
-	}
-	return ids, md
-}
-
 // relDiff is max|a-b| / max|b| over every row.
 func relDiff(a []float32, b [][]float64) float64 {
 	var num, den float64
@@ -201,7 +175,7 @@ func relDiff(a []float32, b [][]float64) float64 {
 // pass that would split an image is refused.
 func TestImageMask(t *testing.T) {
 	m := visionModel(t)
-	ids, md := imagePrompt(t, m, testImage(40, 30, 1), testImage(30, 40, 2))
+	ids, md := modeltest.TwoImagePrompt(t, m, testImage(40, 30, 1), testImage(30, 40, 2))
 	caches, err := m.NewCaches(true)
 	if err != nil {
 		t.Fatal(err)

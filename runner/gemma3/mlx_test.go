@@ -44,18 +44,8 @@ func TestMLXImages(t *testing.T) {
 		t.Logf("image %d: features within %.2g of the CPU backend's (%s)", i, r, m.Backend().Name())
 	}
 	logits := func(m *model.Model) []float32 {
-		ids, md := imagePrompt(t, m, a, b)
-		caches, err := m.NewCaches(true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		model.SetMedia(caches, md)
-		defer model.SetMedia(caches, nil)
-		l, err := m.Forward(ctx, ids, caches, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l
+		ids, md := modeltest.TwoImagePrompt(t, m, a, b)
+		return modeltest.ForwardMediaRows(t, m, ids, md)
 	}
 	r := modeltest.MaxRel(logits(m), logits(cpuModel))
 	if r > 1e-4 {

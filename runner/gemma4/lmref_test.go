@@ -259,8 +259,8 @@ func testImageLogitsReference(t *testing.T, c randmodel.Config, b compute.Backen
 	if m.Vision() == nil {
 		t.Fatalf("the tower was not bound on %s", b.Name())
 	}
-	ids, md := imagePrompt(t, m, testImage(24, 20, 1), testImage(20, 28, 2))
-	got := forward(t, m, ids, md)
+	ids, md := modeltest.TwoImagePrompt(t, m, testImage(24, 20, 1), testImage(20, 28, 2))
+	got := modeltest.ForwardMediaRows(t, m, ids, md)
 	rel := func(b [][]float64) float64 {
 		var num, den float64
 		V := len(b[0])

@@ -12,49 +12,8 @@ import (
 
 	"github.com/mlxg/mlxg/registry/randmodel"
 	"github.com/mlxg/mlxg/runner/model"
-	"github.com/mlxg/mlxg/vision"
+	"github.com/mlxg/mlxg/runner/model/modeltest"
 )
-
-// imagePrompt is 5 text tokens, image a, 4 text tokens, image b, 3 text tokens.
-func imagePrompt(t *testing.T, m *model.Model, a, b vision.Image) ([]int32, *model.Media) {
-	t.Helper()
-	spans, err := m.EncodeImages(context.Background(), []vision.Image{a, b})
-	if err != nil {
-		t.Fatal(err)
-	}
-	md := &model.Media{Hidden: m.Config.HiddenSize}
-	var ids []int32
-	text := func(n int) {
-		for i := range n {
-			ids = append(ids, int32(10+len(ids)*7+i)%240)
-		}
-	}
-	text(5)
-	for k, im := range []vision.Image{a, b} {
-		s := spans[k]
-		s.Start = len(ids)
-		md.Spans = append(md.Spans, s)
-		ids = append(ids, model.MediaIDs(im.Hash, s.N())...)
-		text(4 - k)
-	}
-	return ids, md
-}
-
-// forward is every row's logits of ids with md on fresh float32 caches.
-func forward(t *testing.T, m *model.Model, ids []int32, md *model.Media) []float32 {
-	t.Helper()
-	caches, err := m.NewCaches(true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	model.SetMedia(caches, md)
-	defer model.SetMedia(caches, nil)
-	out, err := m.Forward(context.Background(), ids, caches, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
 
 // rowDiff is max|a-b| / max|b| over rows lo..hi-1 of vocab columns.
 func rowDiff(a, b []float32, vocab, lo, hi int) float64 {
@@ -91,13 +50,13 @@ func TestImageMask(t *testing.T) {
 	}
 	causal := loadVision(t, dir)
 
-	ids, md := imagePrompt(t, m, testImage(24, 20, 1), testImage(20, 28, 2))
+	ids, md := modeltest.TwoImagePrompt(t, m, testImage(24, 20, 1), testImage(20, 28, 2))
 	first, firstEnd := md.Spans[0].Start, md.Spans[0].Start+md.Spans[0].N()
 	if md.Spans[0].N() <= 8 {
 		t.Fatalf("the first image is %d rows: not longer than the sliding window of 8", md.Spans[0].N())
 	}
 	V := m.Config.VocabSize
-	got, plain := forward(t, m, ids, md), forward(t, causal, ids, md)
+	got, plain := modeltest.ForwardMediaRows(t, m, ids, md), modeltest.ForwardMediaRows(t, causal, ids, md)
 	if r := rowDiff(got, plain, V, 0, first); r > 1e-6 {
 		t.Errorf("rows before the image differ with the image mask by %.3g", r)
 	}
@@ -109,11 +68,11 @@ func TestImageMask(t *testing.T) {
 	}
 	// The image rows carry the features: another first image of the same grid changes the
 	// image's rows and what follows, not the text before it.
-	ids2, md2 := imagePrompt(t, m, testImage(24, 20, 9), testImage(20, 28, 2))
+	ids2, md2 := modeltest.TwoImagePrompt(t, m, testImage(24, 20, 9), testImage(20, 28, 2))
 	if !slices.Equal(ids2[:first], ids[:first]) || md2.Spans[0].N() != md.Spans[0].N() {
 		t.Fatal("the second prompt's layout differs")
 	}
-	other := forward(t, m, ids2, md2)
+	other := modeltest.ForwardMediaRows(t, m, ids2, md2)
 	if r := rowDiff(other, got, V, 0, first); r > 1e-6 {
 		t.Errorf("rows before the image depend on it (%.3g)", r)
 	}

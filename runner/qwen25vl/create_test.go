@@ -90,17 +90,8 @@ func createKeepsTower(t *testing.T, tf5 bool) {
 	}
 	text := modeltest.Tokens(5, 12)
 	logits := func(m *model.Model, sp []model.Span) []float32 {
-		ids, md := mediaPrompt(m, text, []int{2}, sp, img)
-		caches, err := m.NewCaches(true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		model.SetMedia(caches, md)
-		out, err := m.Forward(ctx, ids, caches, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
+		ids, md := modeltest.MediaAt(m, text, []int{2}, sp, img)
+		return modeltest.ForwardMedia(t, m, ids, md)
 	}
 	if r := modeltest.MaxRel(logits(a, sa), logits(b, sb)); r > 1e-6 {
 		t.Errorf("logits of the converted checkpoint differ by %.3g", r)

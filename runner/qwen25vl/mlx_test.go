@@ -56,18 +56,8 @@ func TestMLXImages(t *testing.T) {
 	}
 	text := modeltest.Tokens(5, 12)
 	logits := func(m *model.Model, spans []model.Span) []float32 {
-		ids, md := mediaPrompt(m, text, []int{2, 7}, spans, imgs)
-		caches, err := m.NewCaches(true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		model.SetMedia(caches, md)
-		defer model.SetMedia(caches, nil)
-		l, err := m.Forward(ctx, ids, caches, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l
+		ids, md := modeltest.MediaAt(m, text, []int{2, 7}, spans, imgs)
+		return modeltest.ForwardMediaRows(t, m, ids, md)
 	}
 	g, w := logits(m, got), logits(cpuModel, want)
 	if len(g) != len(w) || len(w) < 20*m.Config.VocabSize {

@@ -3,7 +3,6 @@ package qwen25vl_test
 import (
 	"context"
 	"path/filepath"
-	"slices"
 	"testing"
 
 	"github.com/mlxg/mlxg/registry/randmodel"
@@ -45,26 +44,6 @@ func load(t *testing.T, dir string) *model.Model {
 // testImage is a w×h image whose pixels depend on seed.
 var testImage = modeltest.Image
 
-// mediaPrompt lays out text tokens with images after the given text positions.
-func mediaPrompt(m *model.Model, text []int32, at []int, spans []model.Span, images []vision.Image) ([]int32, *model.Media) {
-	md := &model.Media{Hidden: m.Config.HiddenSize}
-	var ids []int32
-	k := 0
-	for i := 0; i <= len(text); i++ {
-		for k < len(at) && at[k] == i {
-			s := spans[k]
-			s.Start = len(ids)
-			md.Spans = append(md.Spans, s)
-			ids = append(ids, model.MediaIDs(images[k].Hash, s.N())...)
-			k++
-		}
-		if i < len(text) {
-			ids = append(ids, text[i])
-		}
-	}
-	return ids, md
-}
-
 // TestTextEqualsQwen2: without images, Qwen2.5-VL's language model computes Qwen2's
 // logits on the same weights (M-RoPE at positions (i, i, i) is RoPE).
 func TestTextEqualsQwen2(t *testing.T) {
@@ -96,63 +75,11 @@ func TestTextEqualsQwen2(t *testing.T) {
 // logits; the image rows change the logits, and another image changes them again.
 func TestImagePrompts(t *testing.T) {
 	_, vl := tinyDirs(t)
-	m := load(t, vl)
-	ctx := context.Background()
-	imgs := []vision.Image{testImage(40, 48, 1), testImage(64, 32, 2), testImage(40, 48, 9)}
-	spans, err := m.EncodeImages(ctx, imgs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if spans[0].Grid != [3]int{1, 6, 5} {
-		t.Fatalf("a 40×48 image's grid %v, want [1 6 5]", spans[0].Grid)
-	}
-	text := modeltest.Tokens(5, 12)
-	run := func(ids []int32, md *model.Media, chunk int) []float32 {
-		caches, err := m.NewCaches(true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		model.SetMedia(caches, md)
-		defer model.SetMedia(caches, nil)
-		var last []float32
-		for i := 0; i < len(ids); i += chunk {
-			if last, err = m.Forward(ctx, ids[i:min(i+chunk, len(ids))], caches, false); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return last
-	}
-	plain := run(text, nil, len(text))
-	for _, c := range []struct {
-		name   string
-		at     []int
-		images []int
-	}{
-		{"one image", []int{3}, []int{0}},
-		{"two images", []int{2, 7}, []int{0, 1}},
-	} {
-		var sp []model.Span
-		var im []vision.Image
-		for _, i := range c.images {
-			sp, im = append(sp, spans[i]), append(im, imgs[i])
-		}
-		ids, md := mediaPrompt(m, text, c.at, sp, im)
-		whole := run(ids, md, len(ids))
-		for _, chunk := range []int{1, 7} {
-			if r := modeltest.MaxRel(run(ids, md, chunk), whole); r > 1e-5 {
-				t.Errorf("%s: chunks of %d differ from one pass by %.3g", c.name, chunk, r)
-			}
-		}
-		if r := modeltest.MaxRel(whole, plain); r < 1e-3 {
-			t.Errorf("%s: the image rows changed nothing (%.3g)", c.name, r)
-		}
-		other := slices.Clone(sp)
-		other[0] = spans[2]
-		oids, omd := mediaPrompt(m, text, c.at, other, append([]vision.Image{imgs[2]}, im[1:]...))
-		if r := modeltest.MaxRel(run(oids, omd, len(oids)), whole); r < 1e-4 {
-			t.Errorf("%s: another image gave the same logits (%.3g)", c.name, r)
-		}
-	}
+	modeltest.CheckImagePrompts(t, load(t, vl), modeltest.ImagePrompts{
+		Images:    [3]vision.Image{testImage(40, 48, 1), testImage(64, 32, 2), testImage(40, 48, 9)},
+		Chunks:    []int{1, 7},
+		FirstGrid: [3]int{1, 6, 5},
+	})
 }
 
 // TestVisionMemory: the memory plan's tower figures are the tower's tensor bytes, the pixel

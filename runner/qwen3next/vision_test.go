@@ -85,97 +85,16 @@ func TestTowerBatchedEqualsAlone(t *testing.T) {
 	}
 }
 
-// mediaPrompt lays out text tokens with images after the given text positions: it returns
-// the ids (media ids in the images' rows) and the media.
-func mediaPrompt(m *model.Model, text []int32, at []int, spans []model.Span, images []vision.Image) ([]int32, *model.Media) {
-	md := &model.Media{Hidden: m.Config.HiddenSize}
-	var ids []int32
-	k := 0
-	for i := 0; i <= len(text); i++ {
-		for k < len(at) && at[k] == i {
-			s := spans[k]
-			s.Start = len(ids)
-			md.Spans = append(md.Spans, s)
-			ids = append(ids, model.MediaIDs(images[k].Hash, s.N())...)
-			k++
-		}
-		if i < len(text) {
-			ids = append(ids, text[i])
-		}
-	}
-	return ids, md
-}
-
 // TestImagePrompts: prompts with 0, 1 and 2 images run; chunked prefill (chunks cutting
 // through an image or not) gives one pass's logits; decode steps after images go on at
 // the shifted M-RoPE positions as a prefill of the same rows does; a sequence with media
 // but no image rows computes plain RoPE's logits; a different image changes the logits.
 func TestImagePrompts(t *testing.T) {
-	m := visionModel(t)
-	ctx := context.Background()
-	imgs := []vision.Image{testImage(32, 32, 1), testImage(48, 32, 2), testImage(32, 32, 9)}
-	spans, err := m.EncodeImages(ctx, imgs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := modeltest.Tokens(5, 12)
-	run := func(ids []int32, md *model.Media, chunk int) []float32 {
-		caches, err := m.NewCaches(true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		model.SetMedia(caches, md)
-		defer model.SetMedia(caches, nil)
-		var last []float32
-		for i := 0; i < len(ids); i += chunk {
-			if last, err = m.Forward(ctx, ids[i:min(i+chunk, len(ids))], caches, false); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return last
-	}
-
-	plain := run(text, nil, len(text))
-	if got := run(text, &model.Media{Hidden: m.Config.HiddenSize}, len(text)); modeltest.MaxRel(got, plain) > 1e-6 {
-		t.Errorf("M-RoPE at positions (i, i, i) differs from RoPE by %.3g", modeltest.MaxRel(got, plain))
-	}
-	for _, c := range []struct {
-		name   string
-		at     []int
-		images []int
-	}{
-		{"one image", []int{3}, []int{0}},
-		{"two images", []int{2, 7}, []int{0, 1}},
-		{"image first", []int{0}, []int{1}},
-	} {
-		var sp []model.Span
-		var im []vision.Image
-		for _, i := range c.images {
-			sp, im = append(sp, spans[i]), append(im, imgs[i])
-		}
-		ids, md := mediaPrompt(m, text, c.at, sp, im)
-		whole := run(ids, md, len(ids))
-		for _, chunk := range []int{1, 5, 16} {
-			if r := modeltest.MaxRel(run(ids, md, chunk), whole); r > 1e-5 {
-				t.Errorf("%s: chunks of %d differ from one pass by %.3g", c.name, chunk, r)
-			}
-		}
-		if r := modeltest.MaxRel(whole, plain); r < 1e-3 {
-			t.Errorf("%s: the image rows changed nothing (%.3g)", c.name, r)
-		}
-		// The same prompt with another image of the same size in the first slot.
-		other := slices.Clone(sp)
-		other[0] = spans[2]
-		oids, omd := mediaPrompt(m, text, c.at, other, append([]vision.Image{imgs[2]}, im[1:]...))
-		if slices.Equal(oids, ids) {
-			t.Errorf("%s: another image gave the same media ids", c.name)
-		}
-		if c.images[0] == 0 {
-			if r := modeltest.MaxRel(run(oids, omd, len(oids)), whole); r < 1e-4 {
-				t.Errorf("%s: another image gave the same logits (%.3g)", c.name, r)
-			}
-		}
-	}
+	modeltest.CheckImagePrompts(t, visionModel(t), modeltest.ImagePrompts{
+		Images:     [3]vision.Image{testImage(32, 32, 1), testImage(48, 32, 2), testImage(32, 32, 9)},
+		Chunks:     []int{1, 5, 16},
+		PlainMRoPE: true, ImageFirst: true,
+	})
 }
 
 // TestMediaPositions: get_rope_index's layout for text, an image of 2×3 tokens, text.

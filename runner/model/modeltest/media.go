@@ -46,19 +46,91 @@ func MediaPrompt(t *testing.T, name string, inputIDs []int32, imageToken int32, 
 
 // ForwardMedia is the last position's logits of ids with their images md, through fresh
 // float32 caches.
-func ForwardMedia(t *testing.T, m *model.Model, ids []int32, md *model.Media) []float32 {
+func ForwardMedia(t testing.TB, m *model.Model, ids []int32, md *model.Media) []float32 {
+	t.Helper()
+	return ForwardMediaChunks(t, m, ids, md, len(ids))
+}
+
+// ForwardMediaChunks is ForwardMedia with the prompt prefilled in chunks of chunk rows.
+func ForwardMediaChunks(t testing.TB, m *model.Model, ids []int32, md *model.Media, chunk int) []float32 {
 	t.Helper()
 	caches, err := m.NewCaches(true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	model.SetMedia(caches, md)
-	logits, err := m.Forward(context.Background(), ids, caches, false)
-	model.SetMedia(caches, nil)
+	defer model.SetMedia(caches, nil)
+	var last []float32
+	for i := 0; i < len(ids); i += chunk {
+		if last, err = m.Forward(context.Background(), ids[i:min(i+chunk, len(ids))], caches, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return last
+}
+
+// ForwardMediaRows is every row's logits of ids with their images md in one pass through
+// fresh float32 caches.
+func ForwardMediaRows(t testing.TB, m *model.Model, ids []int32, md *model.Media) []float32 {
+	t.Helper()
+	caches, err := m.NewCaches(true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return logits
+	model.SetMedia(caches, md)
+	defer model.SetMedia(caches, nil)
+	out, err := m.Forward(context.Background(), ids, caches, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// MediaAt lays out text tokens with images after the given text positions (at, one per
+// image, ascending): it returns the ids (media ids in the images' rows) and the media.
+func MediaAt(m *model.Model, text []int32, at []int, spans []model.Span, images []vision.Image) ([]int32, *model.Media) {
+	md := &model.Media{Hidden: m.Config.HiddenSize}
+	var ids []int32
+	k := 0
+	for i := 0; i <= len(text); i++ {
+		for k < len(at) && at[k] == i {
+			s := spans[k]
+			s.Start = len(ids)
+			md.Spans = append(md.Spans, s)
+			ids = append(ids, model.MediaIDs(images[k].Hash, s.N())...)
+			k++
+		}
+		if i < len(text) {
+			ids = append(ids, text[i])
+		}
+	}
+	return ids, md
+}
+
+// TwoImagePrompt encodes a and b with m and lays them out as 5 text tokens, image a, 4
+// text tokens, image b, 3 text tokens (ids below 240).
+func TwoImagePrompt(t testing.TB, m *model.Model, a, b vision.Image) ([]int32, *model.Media) {
+	t.Helper()
+	spans, err := m.EncodeImages(context.Background(), []vision.Image{a, b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := &model.Media{Hidden: m.Config.HiddenSize}
+	var ids []int32
+	text := func(n int) {
+		for i := range n {
+			ids = append(ids, int32(10+len(ids)*7+i)%240)
+		}
+	}
+	text(5)
+	for k, im := range []vision.Image{a, b} {
+		s := spans[k]
+		s.Start = len(ids)
+		md.Spans = append(md.Spans, s)
+		ids = append(ids, model.MediaIDs(im.Hash, s.N())...)
+		text(4 - k)
+	}
+	return ids, md
 }
 
 // MaxAbs is max|a-b|, infinite when the lengths differ.
