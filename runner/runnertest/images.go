@@ -6,8 +6,8 @@
 // rows an image fills and the checks its design allows).
 //
 // Only tests import it. It imports runner, so runner's own tests cannot (they use
-// runner/model/modeltest); it imports no backend but the CPU one's defaults through
-// runner.Load, and takes any other backend from its caller.
+// runner/model/modeltest). It opens no backend itself: runner.Load gives the CPU one, and a
+// test on MLX passes its backend in.
 package runnertest
 
 import (

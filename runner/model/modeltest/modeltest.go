@@ -1,6 +1,9 @@
 // Package modeltest holds helpers the architectures' tests share: a seeded random prompt,
 // a chunked forward pass, the relative error between two logit vectors, and the check of a
-// converted checkpoint against transformers' reference (a testdata/ref.py's refs.json).
+// converted checkpoint against transformers' reference (a testdata/ref.py's refs.json); for
+// the vision families, test images, prompts with images and their forward passes, the check
+// against transformers' vision reference (testdata/vision), and the tower's memory and time.
+// The engine-level tests they share are runner/runnertest's.
 package modeltest
 
 import (
