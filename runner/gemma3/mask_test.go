@@ -23,23 +23,7 @@ func lmRef(t *testing.T, m *model.Model, ids []int32, md *model.Media, bidi bool
 	H, hd, nh, nkv, I := c.HiddenSize, c.HeadDim, c.NumHeads, c.NumKVHeads, c.IntermediateSize
 	T := len(ids)
 	embed := get("embed_tokens.weight")
-	x := make([][]float64, T)
-	group := make([]int, T) // the image of each row, -1 for text
-	for i, id := range ids {
-		group[i] = -1
-		if s, k, ok := md.At(i); ok {
-			x[i] = make([]float64, H)
-			for e := range H {
-				x[i][e] = float64(s.Rows[k*H+e])
-			}
-			group[i] = s.Start
-			continue
-		}
-		x[i] = make([]float64, H)
-		for e := range H {
-			x[i][e] = embed[int(id)*H+e] * math.Sqrt(float64(H))
-		}
-	}
+	x, group := modeltest.Rows64(ids, md, embed, H, math.Sqrt(float64(H)))
 	rms := func(in, w []float64) []float64 {
 		var ms float64
 		for _, a := range in {
@@ -52,15 +36,7 @@ func lmRef(t *testing.T, m *model.Model, ids []int32, md *model.Media, bidi bool
 		}
 		return out
 	}
-	mat := func(in, w []float64, o int) []float64 {
-		out := make([]float64, o)
-		for j := range o {
-			for i, a := range in {
-				out[j] += w[j*len(in)+i] * a
-			}
-		}
-		return out
-	}
+	mat := modeltest.Mat64
 	rope := func(v []float64, pos int, theta float64) {
 		half := hd / 2
 		for j := range half {
@@ -97,40 +73,10 @@ func lmRef(t *testing.T, m *model.Model, ids []int32, md *model.Media, bidi bool
 			}
 			return bidi && group[i] >= 0 && group[i] == group[j]
 		}
+		att := modeltest.Attention64(q, k, v, nh, nkv, hd, math.Sqrt(c.QueryPreAttnScalar), sees)
 		next := make([][]float64, T)
 		for i := range T {
-			att := make([]float64, nh*hd)
-			for h := range nh {
-				kh := h / (nh / nkv)
-				sc := make([]float64, T)
-				mx := math.Inf(-1)
-				for j := range T {
-					if !sees(i, j) {
-						continue
-					}
-					var d float64
-					for e := range hd {
-						d += q[i][h*hd+e] * k[j][kh*hd+e]
-					}
-					sc[j] = d / math.Sqrt(c.QueryPreAttnScalar)
-					mx = max(mx, sc[j])
-				}
-				var sum float64
-				for j := range T {
-					if sees(i, j) {
-						sc[j] = math.Exp(sc[j] - mx)
-						sum += sc[j]
-					}
-				}
-				for j := range T {
-					if sees(i, j) {
-						for e := range hd {
-							att[h*hd+e] += sc[j] / sum * v[j][kh*hd+e]
-						}
-					}
-				}
-			}
-			o := rms(mat(att, w("self_attn.o_proj.weight"), H), w("post_attention_layernorm.weight"))
+			o := rms(mat(att[i], w("self_attn.o_proj.weight"), H), w("post_attention_layernorm.weight"))
 			h := make([]float64, H)
 			for e := range H {
 				h[e] = x[i][e] + o[e]

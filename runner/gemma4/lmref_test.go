@@ -53,22 +53,7 @@ func lmRef(t *testing.T, dir string, c randmodel.Config, ids []int32, md *model.
 	H, nh, nkv := c.HiddenSize, c.NumHeads, c.NumKVHeads
 	T := len(ids)
 	embed := get("embed_tokens.weight")
-	x := make([][]float64, T)
-	group := make([]int, T)
-	for i, id := range ids {
-		group[i] = -1
-		x[i] = make([]float64, H)
-		if s, k, ok := md.At(i); ok {
-			for e := range H {
-				x[i][e] = float64(s.Rows[k*H+e])
-			}
-			group[i] = s.Start
-			continue
-		}
-		for e := range H {
-			x[i][e] = embed[int(id)*H+e] * math.Sqrt(float64(H))
-		}
-	}
+	x, group := modeltest.Rows64(ids, md, embed, H, math.Sqrt(float64(H)))
 	rms := func(in, w []float64) []float64 {
 		var ms float64
 		for _, a := range in {
@@ -84,17 +69,7 @@ func lmRef(t *testing.T, dir string, c randmodel.Config, ids []int32, md *model.
 		}
 		return out
 	}
-	mat := func(in, w []float64, o int) []float64 {
-		out := make([]float64, o)
-		for j := range o {
-			var s float64
-			for i, a := range in {
-				s += w[j*len(in)+i] * a
-			}
-			out[j] = s
-		}
-		return out
-	}
+	mat := modeltest.Mat64
 	// rope turns a head of hd values at position p in the rotate-half layout: the first
 	// `turn` frequency pairs by base^(-2j/hd), the rest (proportional RoPE's) not at all.
 	rope := func(v []float64, p int, base float64, turn int) {
@@ -161,40 +136,10 @@ func lmRef(t *testing.T, dir string, c randmodel.Config, ids []int32, md *model.
 			return causal || (bidi && group[i] >= 0 && group[i] == group[j])
 		}
 		scalar := get(p + "layer_scalar")[0]
+		att := modeltest.Attention64(Q, K, V, nh, nkv, hd, 1, sees) // Gemma 4 scales its queries by 1
 		next := make([][]float64, T)
 		for i := range T {
-			att := make([]float64, nh*hd)
-			for h := range nh {
-				g := h / (nh / nkv)
-				sc := make([]float64, T)
-				mx := math.Inf(-1)
-				for j := range T {
-					if !sees(i, j) {
-						continue
-					}
-					var d float64
-					for e := range hd {
-						d += Q[i][h*hd+e] * K[j][g*hd+e]
-					}
-					sc[j] = d
-					mx = max(mx, d)
-				}
-				var z float64
-				for j := range T {
-					if sees(i, j) {
-						sc[j] = math.Exp(sc[j] - mx)
-						z += sc[j]
-					}
-				}
-				for j := range T {
-					if sees(i, j) {
-						for e := range hd {
-							att[h*hd+e] += sc[j] / z * V[j][g*hd+e]
-						}
-					}
-				}
-			}
-			o := rms(mat(att, wo, H), get(p+"post_attention_layernorm.weight"))
+			o := rms(mat(att[i], wo, H), get(p+"post_attention_layernorm.weight"))
 			hrow := make([]float64, H)
 			for e := range H {
 				hrow[e] = x[i][e] + o[e]
