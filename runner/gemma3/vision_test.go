@@ -43,15 +43,7 @@ func visionModelWith(t testing.TB, v randmodel.Gemma3Vision, threads int) *model
 	if err := randmodel.AddGemma3Vision(dir, v, 9, false); err != nil {
 		t.Fatal(err)
 	}
-	m, err := model.Load(dir, cpu.New(threads))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	if m.Vision() == nil || !model.HasVision(dir) {
-		t.Fatal("the checkpoint's tower was not loaded")
-	}
-	return m
+	return modeltest.LoadVision(t, dir, cpu.New(threads))
 }
 
 // testImage is a w×h image whose pixels depend on seed.

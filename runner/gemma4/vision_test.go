@@ -43,15 +43,7 @@ func visionModel(t testing.TB, v randmodel.Gemma4Vision) *model.Model {
 // loadVision loads the checkpoint in dir on the CPU backend and checks its tower is bound.
 func loadVision(t testing.TB, dir string) *model.Model {
 	t.Helper()
-	m, err := model.Load(dir, cpu.New(2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	if m.Vision() == nil || !model.HasVision(dir) {
-		t.Fatal("the checkpoint's tower was not loaded")
-	}
-	return m
+	return modeltest.LoadVision(t, dir, cpu.New(2))
 }
 
 // testImage is a w×h image whose pixels depend on seed.

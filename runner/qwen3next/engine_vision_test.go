@@ -53,21 +53,7 @@ func visionCheckpointWith(t testing.TB, v randmodel.QwenVision) string {
 			t.Fatal(err)
 		}
 	}
-	path := filepath.Join(dst, "config.json")
-	raw, _ := os.ReadFile(path)
-	var cfg map[string]any
-	if err := json.Unmarshal(raw, &cfg); err != nil {
-		t.Fatal(err)
-	}
-	cfg["text_config"].(map[string]any)["rope_parameters"] = map[string]any{"rope_type": "default", "rope_theta": 1e6,
-		"partial_rotary_factor": 0.25, "mrope_section": []int{3, 3, 2}, "mrope_interleaved": true}
-	raw, _ = json.Marshal(cfg)
-	if err := os.WriteFile(path, raw, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := randmodel.AddQwenVision(dst, v, 7); err != nil {
-		t.Fatal(err)
-	}
+	addVision(t, dst, v)
 	return dst
 }
 

@@ -25,6 +25,14 @@ func visionModelWith(t testing.TB, v randmodel.QwenVision) *model.Model {
 	next := load(t.(*testing.T), 0)
 	dst := filepath.Join(t.TempDir(), "qwen35v")
 	qwen35Layout(t.(*testing.T), next.Dir, dst, 2, 4, 32, 32)
+	addVision(t, dst, v)
+	return modeltest.LoadVision(t, dst, cpu.New(2))
+}
+
+// addVision gives the Qwen3.5 checkpoint in dst an mrope_section over its 8 rotary
+// frequencies and a random tower of shape v.
+func addVision(t testing.TB, dst string, v randmodel.QwenVision) {
+	t.Helper()
 	path := filepath.Join(dst, "config.json")
 	raw, _ := os.ReadFile(path)
 	var cfg map[string]any
@@ -40,15 +48,6 @@ func visionModelWith(t testing.TB, v randmodel.QwenVision) *model.Model {
 	if err := randmodel.AddQwenVision(dst, v, 7); err != nil {
 		t.Fatal(err)
 	}
-	m, err := model.Load(dst, cpu.New(2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	if m.Vision() == nil || !model.HasVision(dst) {
-		t.Fatal("the checkpoint's tower was not loaded")
-	}
-	return m
 }
 
 // testImage is a w×h image whose pixels depend on seed.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mlxg/mlxg/registry/safetensors"
+	"github.com/mlxg/mlxg/runner/compute"
 	"github.com/mlxg/mlxg/runner/model"
 	"github.com/mlxg/mlxg/vision"
 )
@@ -233,4 +234,19 @@ func EncodeTime(t testing.TB, m *model.Model) (sp model.Span, pre, enc time.Dura
 		t.Fatal(err)
 	}
 	return spans[0], pre.Round(time.Millisecond), time.Since(start).Round(time.Millisecond)
+}
+
+// LoadVision loads the checkpoint in dir on backend b (closed when the test ends) and fails
+// the test unless its tower is bound and model.HasVision sees it.
+func LoadVision(t testing.TB, dir string, b compute.Backend) *model.Model {
+	t.Helper()
+	m, err := model.Load(dir, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	if m.Vision() == nil || !model.HasVision(dir) {
+		t.Fatal("the checkpoint's tower was not loaded")
+	}
+	return m
 }
