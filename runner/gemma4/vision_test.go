@@ -60,17 +60,7 @@ func towerRef(t *testing.T, dir string, v randmodel.Gemma4Vision, px *vision.Pix
 	H, hd, heads := v.Hidden, v.HeadDim, v.Heads
 	gh, gw := px.Grid[1], px.Grid[2]
 	N, in := gh*gw, px.Cols
-	lin := func(x []float64, w []float64, o int) []float64 {
-		out := make([]float64, o)
-		for j := range o {
-			var s float64
-			for i, a := range x {
-				s += w[j*len(x)+i] * a
-			}
-			out[j] = s
-		}
-		return out
-	}
+	lin := modeltest.Mat64
 	rms := func(x, w []float64) []float64 {
 		var ms float64
 		for _, a := range x {

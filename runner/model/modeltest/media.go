@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/registry/safetensors"
 	"github.com/mlxg/mlxg/runner/compute"
 	"github.com/mlxg/mlxg/runner/model"
@@ -55,14 +56,11 @@ func ForwardMedia(t testing.TB, m *model.Model, ids []int32, md *model.Media) []
 // ForwardMediaChunks is ForwardMedia with the prompt prefilled in chunks of chunk rows.
 func ForwardMediaChunks(t testing.TB, m *model.Model, ids []int32, md *model.Media, chunk int) []float32 {
 	t.Helper()
-	caches, err := m.NewCaches(true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	model.SetMedia(caches, md)
+	caches := mediaCaches(t, m, md)
 	defer model.SetMedia(caches, nil)
 	var last []float32
 	for i := 0; i < len(ids); i += chunk {
+		var err error
 		if last, err = m.Forward(context.Background(), ids[i:min(i+chunk, len(ids))], caches, false); err != nil {
 			t.Fatal(err)
 		}
@@ -74,17 +72,24 @@ func ForwardMediaChunks(t testing.TB, m *model.Model, ids []int32, md *model.Med
 // fresh float32 caches.
 func ForwardMediaRows(t testing.TB, m *model.Model, ids []int32, md *model.Media) []float32 {
 	t.Helper()
-	caches, err := m.NewCaches(true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	model.SetMedia(caches, md)
+	caches := mediaCaches(t, m, md)
 	defer model.SetMedia(caches, nil)
 	out, err := m.Forward(context.Background(), ids, caches, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// mediaCaches is fresh float32 caches of m with md attached (the caller detaches it).
+func mediaCaches(t testing.TB, m *model.Model, md *model.Media) []kvstore.Layer {
+	t.Helper()
+	caches, err := m.NewCaches(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model.SetMedia(caches, md)
+	return caches
 }
 
 // MediaAt lays out text tokens with images after the given text positions (at, one per
