@@ -52,8 +52,9 @@ func TestTinyModelOnRealMLX(t *testing.T) {
 		}
 	}
 
-	// The checkpoints with a vision tower, with images: the towers' operations and
-	// Gemma 3's attention among an image's rows against the CPU backend.
+	// The checkpoints with a vision tower, with images: the towers' operations (Gemma
+	// 4's clamps too) and Gemma 3's and Gemma 4's attention among an image's rows (on
+	// Gemma 4's KV-shared layers too) against the CPU backend.
 	for _, m := range backend.TinyVisionModels(t.TempDir(), 5) {
 		for _, r := range backend.CheckVisionModel(m, open, func() (compute.Backend, error) { return cpu.New(2), nil }, p) {
 			if !r.OK() {

@@ -27,6 +27,7 @@ func TestDoctorReport(t *testing.T) {
 		"tiny gpt_oss mxfp4-q8: streamed vs mapped",
 		"AttentionSpans sliding window fp16 cache", "LayerNorm", "BlockAttention",
 		"tiny qwen3_5_moe float32 with images: image features", "tiny gemma3 float32 with images: logits",
+		"tiny gemma4 kv-shared 4-bit with images: logits", "tiny gemma4 kv-shared clipped float32 with images: image features",
 		"Summary: ", "All checks passed."}
 	switch {
 	case runtime.GOOS == "linux" && mlxtest.Enabled(): // an installed libmlxc (Homebrew's mlx-c on a Mac; docs/backends.md on Linux): MLX on the CPU

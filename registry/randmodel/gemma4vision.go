@@ -48,6 +48,16 @@ func TinyGemma4Vision() Gemma4Vision {
 		Bidirectional: true}
 }
 
+// TinyGemma4Multimodal is TinyGemma4 in the multimodal layout (model_type gemma4, the
+// language model under model.language_model.*) without the double-wide MLP, as E2B and
+// E4B ship it: per-layer embeddings, a sliding window of 8, the last two layers
+// KV-shared (one sliding, one full). AddGemma4Vision gives it a tower.
+func TinyGemma4Multimodal(vocab int) Config {
+	c := TinyGemma4(vocab)
+	c.Arch, c.DoubleWideMLP = "gemma4", false
+	return c
+}
+
 // AddGemma4Vision adds a random tower of shape v to the multimodal Gemma 4 checkpoint in
 // dir (written by Generate with Arch gemma4: the language model under
 // model.language_model.*): vision_config, the image token ids and (with v.Bidirectional)

@@ -65,9 +65,13 @@ var ArchFormats = map[string][]ModelFormat{
 
 // TinyModel is the tiny checkpoint of one registered architecture in one format.
 type TinyModel struct {
-	ModelType string      // config.json's model_type, as registered
-	Format    ModelFormat // zero when Uncovered
-	Dir       string
+	ModelType string // config.json's model_type, as registered
+	// Variant names a checkpoint of the architecture other than TinyOf's, of other
+	// shapes or options (the image checks' Gemma 4 with KV-shared layers, its linears
+	// clipped or not); empty for TinyOf's.
+	Variant string
+	Format  ModelFormat // zero when Uncovered
+	Dir     string
 	// Uncovered says why there is no checkpoint: randmodel cannot write this
 	// architecture yet.
 	Uncovered string
@@ -76,10 +80,13 @@ type TinyModel struct {
 
 // Name is how the report names the model's checks.
 func (m TinyModel) Name() string {
-	if m.Format.Name == "" {
-		return "tiny " + m.ModelType
+	n := "tiny " + m.ModelType
+	for _, s := range []string{m.Variant, m.Format.Name} {
+		if s != "" {
+			n += " " + s
+		}
 	}
-	return "tiny " + m.ModelType + " " + m.Format.Name
+	return n
 }
 
 // TinyModels writes the tiny checkpoints of every registered architecture
@@ -103,12 +110,21 @@ func TinyModelsOf(dir, modelType string, seed uint64, formats ...ModelFormat) []
 	if err != nil {
 		return []TinyModel{{ModelType: modelType, Uncovered: err.Error()}}
 	}
+	return convertTiny(TinyModel{ModelType: modelType}, dir, func(hf string) error {
+		return randmodel.Generate(hf, cfg, randmodel.Options{Seed: seed})
+	}, formats)
+}
+
+// convertTiny has write put a checkpoint in Hugging Face's layout in a folder under dir
+// and converts it into each of formats, one TinyModel (m in that format) per format.
+func convertTiny(m TinyModel, dir string, write func(hf string) error, formats []ModelFormat) []TinyModel {
 	hf := filepath.Join(dir, "hf")
 	defer os.RemoveAll(hf)
-	err = randmodel.Generate(hf, cfg, randmodel.Options{Seed: seed})
+	err := write(hf)
 	var out []TinyModel
 	for _, f := range formats {
-		m := TinyModel{ModelType: modelType, Format: f, Dir: filepath.Join(dir, f.Name), Err: err}
+		m := m
+		m.Format, m.Dir, m.Err = f, filepath.Join(dir, f.Name), err
 		if err == nil {
 			_, m.Err = create.Convert(context.Background(), hf, m.Dir, f.opts)
 		}

@@ -6,32 +6,74 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
+	"strings"
 
+	"github.com/mlxg/mlxg/registry/randmodel"
 	"github.com/mlxg/mlxg/runner/model"
 	"github.com/mlxg/mlxg/vision"
 )
 
 // The image checks: the tiny checkpoints of the architectures that read images, with
 // their random vision towers (registry/randmodel: Qwen2.5-VL's windowed ViT, Qwen3.5's
-// ViT and Gemma 3's SigLIP), fed a prompt holding two images. On the backend under test
-// and on the CPU backend they must give the same image features (the tower's patch
-// embedding, 2D RoPE or learned positions, block attention over windows or the whole
-// image, RMSNorm or LayerNorm, SwiGLU or GELU, merger or pooling and projector) and the
-// same logits (the language model's M-RoPE positions for Qwen, the bidirectional
-// attention among an image's rows for Gemma), through a prefill in two passes that end
-// between the images and decode steps after it.
+// ViT, Gemma 3's SigLIP and Gemma 4's ViT), fed a prompt holding two images. On the
+// backend under test and on the CPU backend they must give the same image features (the
+// tower's patch embedding, 2D RoPE or learned positions, block attention over windows or
+// the whole image, RMSNorm or LayerNorm, SwiGLU or GELU, clipped linears, merger or
+// pooling and projector) and the same logits (the language model's M-RoPE positions for
+// Qwen, the bidirectional attention among an image's rows for Gemma, on Gemma 4's
+// KV-shared layers too), through a prefill in two passes that end between the images and
+// decode steps after it.
 
-// visionModelTypes are the architectures TinyVisionModels writes with a tower.
-var visionModelTypes = []string{"qwen2_5_vl", "qwen3_5", "qwen3_5_moe", "gemma3"}
+// visionModel is one checkpoint of the image checks: an architecture that reads images
+// and how its checkpoint is written in Hugging Face's layout.
+type visionModel struct {
+	modelType string
+	variant   string // TinyModel.Variant
+	// write writes the checkpoint with its tower into dir; nil for randmodel.Generate of
+	// TinyOf's shapes, which writes the type's tower.
+	write func(dir string, seed uint64) error
+}
 
-// TinyVisionModels writes the tiny checkpoints with a vision tower under dir, in the
-// MLX layout and in each of ModelFormats (the tower stays float, as create keeps it):
-// those randmodel.Generate writes with their towers for visionModelTypes (TinyOf's
-// shapes); the same seed writes the same weights.
+// visionModels are the checkpoints TinyVisionModels writes: TinyOf's of the Qwen types
+// and Gemma 3; for Gemma 4 (whose TinyOf is the MoE kind, without KV-shared layers) the
+// E2B kind, whose KV-shared layers apply the bidirectional image mask over their source
+// layers' caches, and the same with clipped linears, whose bounds the tiny tower's
+// activations cross (so a backend that does not clamp gives other features).
+var visionModels = []visionModel{
+	{modelType: "qwen2_5_vl"}, {modelType: "qwen3_5"}, {modelType: "qwen3_5_moe"}, {modelType: "gemma3"},
+	{modelType: "gemma4", variant: "kv-shared", write: gemma4Vision(false)},
+	{modelType: "gemma4", variant: "kv-shared clipped", write: gemma4Vision(true)},
+}
+
+// gemma4Vision writes randmodel.TinyGemma4Multimodal with TinyGemma4Vision's tower (its
+// image mask bidirectional), with clipped linears or without.
+func gemma4Vision(clipped bool) func(dir string, seed uint64) error {
+	return func(dir string, seed uint64) error {
+		if err := randmodel.Generate(dir, randmodel.TinyGemma4Multimodal(tinyVocab), randmodel.Options{Seed: seed}); err != nil {
+			return err
+		}
+		v := randmodel.TinyGemma4Vision()
+		v.Clipped = clipped
+		return randmodel.AddGemma4Vision(dir, v, seed, true)
+	}
+}
+
+// TinyVisionModels writes the tiny checkpoints with a vision tower (visionModels) under
+// dir, in the MLX layout and in each of ModelFormats (the tower stays float, as create
+// keeps it); the same seed writes the same weights.
 func TinyVisionModels(dir string, seed uint64) []TinyModel {
 	var out []TinyModel
-	for _, mt := range visionModelTypes {
-		out = append(out, TinyModelsOf(filepath.Join(dir, "vision-"+mt), mt, seed, ModelFormats...)...)
+	for _, v := range visionModels {
+		sub := filepath.Join(dir, "vision-"+v.modelType)
+		if v.variant != "" {
+			sub += "-" + strings.ReplaceAll(v.variant, " ", "-")
+		}
+		if v.write == nil {
+			out = append(out, TinyModelsOf(sub, v.modelType, seed, ModelFormats...)...)
+			continue
+		}
+		write := func(hf string) error { return v.write(hf, seed) }
+		out = append(out, convertTiny(TinyModel{ModelType: v.modelType, Variant: v.variant}, sub, write, ModelFormats)...)
 	}
 	return out
 }
@@ -53,7 +95,9 @@ func visionImages(seed uint64) []vision.Image {
 
 // visionRun is what one backend computed with images: the images' features, the last
 // position's logits of each prefill pass and decode step, the tokens fed after the
-// prompt, and the last position's logits of one prefill of the prompt and those tokens.
+// prompt, and every position's logits of one prefill of the prompt and those tokens
+// (the image rows' too: on Gemma 4's KV-shared layers, the last ones, the image mask
+// changes those rows' logits only).
 type visionRun struct {
 	backend  string
 	features []float32
@@ -61,6 +105,9 @@ type visionRun struct {
 	tokens   []int32
 	whole    []float32
 }
+
+// last is the last position's logits of the one prefill.
+func (r visionRun) last() []float32 { return r.whole[len(r.whole)-len(r.passes[0]):] }
 
 // forwardImages loads the checkpoint in dir on a backend from open, encodes the images
 // and runs the prompt text, image, text, image, text in two passes (the first ending one
@@ -104,8 +151,9 @@ func forwardImages(dir string, open Opener, images []vision.Image, tokens []int3
 	text(tinyPrompt[5:8]...)
 
 	// run prefills prompt in passes that end at each of cuts, then with decode runs the
-	// decode steps; it returns every pass's and step's last logits.
-	run := func(prompt []int32, cuts []int, decode bool) ([][]float32, error) {
+	// decode steps; it returns every pass's and step's last logits, or with all (and
+	// one pass) every position's.
+	run := func(prompt []int32, cuts []int, decode, all bool) ([][]float32, error) {
 		caches, err := m.NewCaches(true)
 		if err != nil {
 			return nil, err
@@ -115,7 +163,7 @@ func forwardImages(dir string, open Opener, images []vision.Image, tokens []int3
 		var out [][]float32
 		at := 0
 		for _, end := range cuts {
-			l, err := m.Forward(ctx, prompt[at:end], caches, false)
+			l, err := m.Forward(ctx, prompt[at:end], caches, all)
 			if err != nil {
 				return nil, err
 			}
@@ -135,11 +183,11 @@ func forwardImages(dir string, open Opener, images []vision.Image, tokens []int3
 		}
 		return out, nil
 	}
-	if r.passes, err = run(ids, []int{cut, len(ids)}, true); err != nil {
+	if r.passes, err = run(ids, []int{cut, len(ids)}, true, false); err != nil {
 		return r, err
 	}
 	all := append(slices.Clone(ids), r.tokens...)
-	whole, err := run(all, []int{len(all)}, false)
+	whole, err := run(all, []int{len(all)}, false, true)
 	if err != nil {
 		return r, err
 	}
@@ -149,8 +197,9 @@ func forwardImages(dir string, open Opener, images []vision.Image, tokens []int3
 
 // CheckVisionModel runs the tiny vision model m with two images on a backend from open,
 // of precision p: its decode steps must match one prefill of the same rows and, when
-// ref (the CPU backend) is not nil, its image features and logits those of ref, fed the
-// tokens ref picks.
+// ref (the CPU backend) is not nil, its image features and logits (each pass's and
+// step's last, and every position's of the one prefill) those of ref, fed the tokens ref
+// picks.
 func CheckVisionModel(m TinyModel, open, ref Opener, p Precision) []Result {
 	tol := m.Format.Tol.For(p)
 	name := m.Name() + " with images"
@@ -173,7 +222,7 @@ func CheckVisionModel(m TinyModel, open, ref Opener, p Precision) []Result {
 	got, err := forwardImages(m.Dir, open, images, tokens)
 	self := Result{Check: name + ": decode steps vs one prefill", Backend: got.backend, Against: "itself", Tol: tol, Err: err}
 	if err == nil {
-		self.RelErr, self.Err = relErr(got.passes[len(got.passes)-1], got.whole)
+		self.RelErr, self.Err = relErr(got.passes[len(got.passes)-1], got.last())
 	}
 	out := []Result{self}
 	if ref == nil {
@@ -191,7 +240,8 @@ func CheckVisionModel(m TinyModel, open, ref Opener, p Precision) []Result {
 	}
 	features := func(r visionRun) []float32 { return r.features }
 	out = append(out, compare("image features", features, features))
-	logits := compare("logits", func(r visionRun) []float32 { return slices.Concat(r.passes...) }, func(r visionRun) []float32 { return slices.Concat(r.passes...) })
+	all := func(r visionRun) []float32 { return slices.Concat(slices.Concat(r.passes...), r.whole) }
+	logits := compare("logits", all, all)
 	if logits.Err == nil {
 		agree, gerr := sameGreedy(got.passes, want.passes, tol)
 		logits.Note = fmt.Sprintf("greedy tokens: %d of %d as the reference's", agree, len(want.passes))

@@ -21,9 +21,7 @@ import (
 // of 8, its last two layers KV-shared (one sliding, one full), which apply the image mask
 // over their source layers' keys and values.
 func visionText() randmodel.Config {
-	c := randmodel.TinyGemma4(256)
-	c.Arch, c.DoubleWideMLP = "gemma4", false
-	return c
+	return randmodel.TinyGemma4Multimodal(256)
 }
 
 // visionModel writes visionText with a random TinyGemma4Vision tower in mlx-vlm's layout
