@@ -386,14 +386,19 @@ func (c *context) stored(g *graph, cache kvstore.Layer, kvHeads, kDim, vDim, nHe
 // AttentionShared implements compute.SharedKVContext (Gemma 4's KV-shared layers): the
 // keys and values this pass recorded so far are stored first (the source layer's among
 // them, one evaluation), then q attends over the cache's blocks where they lie, or in Go
-// for a storage MLX does not read (a sliding window's ring).
-func (c *context) AttentionShared(q compute.Tensor, cache kvstore.Layer, nHeads int, scale float32) compute.Tensor {
+// for a storage MLX does not read (affine groups of 16); spans widen their rows' masks
+// as in AttentionSpans.
+func (c *context) AttentionShared(q compute.Tensor, cache kvstore.Layer, nHeads int, scale float32, spans []kvstore.Span) compute.Tensor {
 	a, ok := c.args(q)
 	if !ok {
 		return nilTensor
 	}
 	if cache == nil {
 		return c.fail("AttentionShared without a KV cache layer")
+	}
+	spans, err := checkSpans(spans)
+	if err != nil {
+		return c.fail("AttentionShared: %v", err)
 	}
 	kvHeads, kDim, vDim := cache.Dims()
 	T := a[0].rows
@@ -414,9 +419,11 @@ func (c *context) AttentionShared(q compute.Tensor, cache kvstore.Layer, nHeads 
 			inPlace = readable(t.Target().K) && readable(t.Target().V)
 		}
 		if !inPlace {
-			return c.attendGo(g, qa, T, cache, nHeads, scale, nil, 0, nil)
+			return c.attendGo(g, qa, T, cache, nHeads, scale, nil, 0, spans)
 		}
-		return c.stored(g, cache, kvHeads, kDim, vDim, nHeads, T).attend(a[0].arr, scale, src.Blocks(), 0, 0, src.Spec())
+		s := c.stored(g, cache, kvHeads, kDim, vDim, nHeads, T)
+		s.spans = spans
+		return s.attend(a[0].arr, scale, src.Blocks(), 0, 0, src.Spec())
 	})
 }
 

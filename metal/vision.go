@@ -217,19 +217,28 @@ func (c *context) AttentionSpans(q, k, v compute.Tensor, cache kvstore.Layer, nH
 	if c.err != nil {
 		return nilTensor
 	}
+	spans, err := checkSpans(spans)
+	if err != nil {
+		return c.fail("AttentionSpans: %v", err)
+	}
+	return c.attention("AttentionSpans", q, k, v, cache, nHeads, scale, nil, nil, spans)
+}
+
+// checkSpans returns spans as a pass records them: nil for none (plain causal attention),
+// else a copy (the graph reads them when it is evaluated), refused unless in order and
+// apart.
+func checkSpans(spans []kvstore.Span) ([]kvstore.Span, error) {
 	prev := 0
 	for _, s := range spans {
 		if s.Start < prev || s.End <= s.Start {
-			return c.fail("AttentionSpans: spans %v are not in order and apart", spans)
+			return nil, fmt.Errorf("spans %v are not in order and apart", spans)
 		}
 		prev = s.End
 	}
 	if len(spans) == 0 {
-		spans = nil // plain attention
-	} else {
-		spans = slices.Clone(spans)
+		return nil, nil
 	}
-	return c.attention("AttentionSpans", q, k, v, cache, nHeads, scale, nil, nil, spans)
+	return slices.Clone(spans), nil
 }
 
 // spanView is what each of T query rows at positions first..first+T-1 sees with the

@@ -84,7 +84,9 @@ func TestTowerMemoryOnMLX(t *testing.T) {
 // TestSpanAttentionOnMLX: AttentionSpans on MLX gives the CPU backend's results over
 // every cache kind, among them affine groups of 16, which MLX does not read (the spans
 // go to kvstore's kernels) and a sliding window whose ring the widened rows reach back
-// into: a prefill with an image, then a pass that ends an image begun before it.
+// into: a prefill with an image, then a pass that ends an image begun before it. In the
+// same passes a KV-shared layer's attention (AttentionShared, other queries, the same
+// spans) over the cache AttentionSpans filled gives the CPU backend's results too.
 func TestSpanAttentionOnMLX(t *testing.T) {
 	open := mlxtest.Opener(t)
 	const heads, kvHeads, dim, total = 4, 2, 64, 13
@@ -97,6 +99,7 @@ func TestSpanAttentionOnMLX(t *testing.T) {
 		return out
 	}
 	q, k, v := randn(total*heads*dim), randn(total*kvHeads*dim), randn(total*kvHeads*dim)
+	q2 := randn(total * heads * dim)
 	steps := []int{8, 5}
 	spans := [][]kvstore.Span{{{Start: 2, End: 6}, {Start: 7, End: 8}}, {{Start: 7, End: 11}}}
 	for _, kc := range []struct {
@@ -109,7 +112,7 @@ func TestSpanAttentionOnMLX(t *testing.T) {
 		{"affine k4/v4 g64", kvstore.Spec{K: kvstore.AffineFormat(4, 64), V: kvstore.AffineFormat(4, 64)}, 0},
 		{"sliding window 3 fp16", kvstore.SpecF16, 3},
 	} {
-		run := func(b compute.Backend) []float32 {
+		run := func(b compute.Backend) (own, shared []float32) {
 			var cache kvstore.Layer
 			var err error
 			switch {
@@ -123,39 +126,51 @@ func TestSpanAttentionOnMLX(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var out []float32
 			pos := 0
 			for i, n := range steps {
 				c := b.NewContext()
 				vc, _ := compute.Ext[compute.VisionContext](c)
 				sc, ok := compute.Ext[compute.SpanAttentionContext](c)
-				if !ok {
-					t.Fatalf("%s has no span attention", b.Name())
+				shc, ok2 := compute.Ext[compute.SharedKVContext](c)
+				if !ok || !ok2 {
+					t.Fatalf("%s has no span attention or no shared-KV attention", b.Name())
 				}
 				in := func(x []float32, w int) compute.Tensor { return vc.Input(x[pos*w:(pos+n)*w], n, w) }
-				got, err := c.Float32s(sc.AttentionSpans(in(q, heads*dim), in(k, kvHeads*dim), in(v, kvHeads*dim), cache, heads, 0.125, spans[i]))
+				o := sc.AttentionSpans(in(q, heads*dim), in(k, kvHeads*dim), in(v, kvHeads*dim), cache, heads, 0.125, spans[i])
+				s := shc.AttentionShared(in(q2, heads*dim), cache, heads, 0.125, spans[i])
+				got, err := c.Float32s(o)
+				var got2 []float32
+				if err == nil {
+					got2, err = c.Float32s(s)
+				}
 				c.Close()
 				if err != nil {
 					t.Fatalf("%s on %s: %v", kc.name, b.Name(), err)
 				}
-				out = append(out, got...)
+				own, shared = append(own, got...), append(shared, got2...)
 				pos += n
 			}
-			return out
+			return own, shared
 		}
 		b, err := open()
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, want := run(b), run(cpu.New(2))
-		var worst, scale float64
-		for i := range want {
-			worst = max(worst, math.Abs(float64(got[i]-want[i])))
-			scale = max(scale, math.Abs(float64(want[i])))
-		}
-		t.Logf("%-24s max error %.2e of %.2f", kc.name, worst, scale)
-		if worst > 1e-4*scale {
-			t.Errorf("%s: AttentionSpans on MLX differs from the CPU backend by %.3g (of %.3g)", kc.name, worst, scale)
+		got, gotShared := run(b)
+		want, wantShared := run(cpu.New(2))
+		for _, op := range []struct {
+			name      string
+			got, want []float32
+		}{{"AttentionSpans", got, want}, {"AttentionShared", gotShared, wantShared}} {
+			var worst, scale float64
+			for i := range op.want {
+				worst = max(worst, math.Abs(float64(op.got[i]-op.want[i])))
+				scale = max(scale, math.Abs(float64(op.want[i])))
+			}
+			t.Logf("%-16s %-24s max error %.2e of %.2f", op.name, kc.name, worst, scale)
+			if worst > 1e-4*scale || len(op.got) != len(op.want) {
+				t.Errorf("%s: %s on MLX differs from the CPU backend by %.3g (of %.3g)", kc.name, op.name, worst, scale)
+			}
 		}
 	}
 }

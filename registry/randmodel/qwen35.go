@@ -12,15 +12,16 @@ import (
 )
 
 // GenerateQwen35 writes a Qwen3.5/3.6 checkpoint in Hugging Face's layout (model_type
-// qwen3_5_moe, Qwen3_5MoeForConditionalGeneration): the qwen3_next model of c (float32)
-// with its language model under model.language_model.*, config.json's text fields in
-// text_config, fused experts (experts.gate_up_proj [experts, 2·inter, hidden], the gate
-// first, and experts.down_proj), and the linear layers' in_proj_qkv (all q, all k, all v),
-// in_proj_z, in_proj_b and in_proj_a; with v set, a vision tower of that shape
+// qwen3_5_moe, Qwen3_5MoeForConditionalGeneration; qwen3_5,
+// Qwen3_5ForConditionalGeneration, when c has no experts): the qwen3_next model of c
+// (float32) with its language model under model.language_model.*, config.json's text
+// fields in text_config, fused experts (experts.gate_up_proj [experts, 2·inter, hidden],
+// the gate first, and experts.down_proj), and the linear layers' in_proj_qkv (all q, all
+// k, all v), in_proj_z, in_proj_b and in_proj_a; with v set, a vision tower of that shape
 // (AddQwenVisionHF) and an mrope_section over the rotary frequencies.
 func GenerateQwen35(dir string, c Config, v *QwenVision, opts Options) error {
-	if c.Arch != "qwen3_next" || c.NumExperts == 0 || c.DType != "float32" {
-		return fmt.Errorf("randmodel: GenerateQwen35 takes a float32 qwen3_next config with experts")
+	if c.Arch != "qwen3_next" || c.DType != "float32" {
+		return fmt.Errorf("randmodel: GenerateQwen35 takes a float32 qwen3_next config")
 	}
 	tmp, err := os.MkdirTemp("", "randmodel-qwen35-")
 	if err != nil {
@@ -106,9 +107,13 @@ func GenerateQwen35(dir string, c Config, v *QwenVision, opts Options) error {
 	if err := safetensors.Write(filepath.Join(dir, "model.safetensors"), ts, map[string]string{"format": "pt"}); err != nil {
 		return err
 	}
+	mt := "qwen3_5_moe"
+	if E == 0 {
+		mt = "qwen3_5"
+	}
 	text := c.HFConfig()
-	text["model_type"] = "qwen3_5_moe_text"
-	cfg := map[string]any{"model_type": "qwen3_5_moe", "architectures": []string{"Qwen3_5MoeForConditionalGeneration"},
+	text["model_type"] = mt + "_text"
+	cfg := map[string]any{"model_type": mt, "architectures": []string{archNames[mt]},
 		"text_config": text, "torch_dtype": "float32", "tie_word_embeddings": c.TieWordEmbeddings}
 	b, _ := json.Marshal(cfg)
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644); err != nil {

@@ -264,7 +264,14 @@ var archNames = map[string]string{
 	"ministral3":     "Ministral3ForCausalLM",
 	"mistral3":       "Mistral3ForConditionalGeneration",
 	"phi3":           "Phi3ForCausalLM",
+	"qwen2_5_vl":     "Qwen2_5_VLForConditionalGeneration",
+	"qwen3_5":        "Qwen3_5ForConditionalGeneration",
+	"qwen3_5_moe":    "Qwen3_5MoeForConditionalGeneration",
 }
+
+// qwenLanguageModels are the multimodal Qwen types by the architecture of their language
+// model: Generate writes that model in the type's layout, beside a tiny vision tower.
+var qwenLanguageModels = map[string]string{"qwen2_5_vl": "qwen2", "qwen3_5": "qwen3_next", "qwen3_5_moe": "qwen3_next"}
 
 // gemma4 reports the Gemma 4 architectures.
 func (c Config) gemma4() bool {
@@ -410,6 +417,11 @@ func (c Config) sliding(i int) bool {
 	return c.Arch == "gemma3_text" && c.SlidingWindowPattern > 1 && (i+1)%c.SlidingWindowPattern != 0
 }
 
+// hybrid reports the Gated DeltaNet architectures.
+func (c Config) hybrid() bool {
+	return c.Arch == "qwen3_next" || c.Arch == "qwen3_5" || c.Arch == "qwen3_5_moe"
+}
+
 // zeroCentredNorms: the architecture scales by 1 + w, so its norm weights are drawn
 // around 0.
 func (c Config) zeroCentredNorms() bool { return c.Arch == "gemma3_text" || c.Arch == "qwen3_next" }
@@ -432,7 +444,7 @@ func (c Config) hasBias() bool { return c.Arch == "qwen2" || c.AttentionBias }
 // Validate reports a shape that no architecture could load.
 func (c Config) Validate() error {
 	if _, ok := archNames[c.Arch]; !ok {
-		return fmt.Errorf("randmodel: unknown arch %q: use llama, qwen2, qwen3, qwen3_moe, gemma3_text, gemma4_text, gemma4, gemma4_unified, qwen3_next, gpt_oss, glm4_moe, glm4_moe_lite, mistral, ministral3, mistral3 or phi3", c.Arch)
+		return fmt.Errorf("randmodel: unknown arch %q: use llama, qwen2, qwen2_5_vl, qwen3, qwen3_moe, gemma3_text, gemma3, gemma4_text, gemma4, gemma4_unified, qwen3_next, qwen3_5, qwen3_5_moe, gpt_oss, glm4_moe, glm4_moe_lite, mistral, ministral3, mistral3 or phi3", c.Arch)
 	}
 	if _, ok := dtypes[c.DType]; !ok {
 		return fmt.Errorf("randmodel: unknown dtype %q: use float32, float16 or bfloat16", c.DType)
@@ -477,7 +489,14 @@ func (c Config) Validate() error {
 		if c.Arch == "glm4_moe_lite" && (c.KVLoraRank <= 0 || c.QKNopeHeadDim <= 0 || c.QKRopeHeadDim <= 0 || c.VHeadDim <= 0) {
 			return errors.New("randmodel: glm4_moe_lite needs kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim and v_head_dim")
 		}
-	case "qwen3_moe", "qwen3_next":
+	case "qwen3_5":
+		if c.NumExperts > 0 {
+			return errors.New("randmodel: qwen3_5 is dense: its experts are qwen3_5_moe's")
+		}
+	case "qwen3_moe", "qwen3_next", "qwen3_5_moe":
+		if c.Arch == "qwen3_next" && c.NumExperts == 0 {
+			break // dense (Generate writes qwen3_5 so)
+		}
 		if c.NumExperts <= 0 || c.TopK <= 0 || c.TopK > c.NumExperts || c.MoEIntermediate <= 0 {
 			return errors.New("randmodel: num_experts, num_experts_per_tok (at most num_experts) and moe_intermediate_size must be positive")
 		}
@@ -514,9 +533,9 @@ func (c Config) Validate() error {
 			return errors.New("randmodel: gemma3_text needs sliding_window, sliding_window_pattern, rope_local_base_freq and query_pre_attn_scalar")
 		}
 	}
-	if c.Arch == "qwen3_next" && (c.LinearKHeads <= 0 || c.LinearVHeads%c.LinearKHeads != 0 || c.LinearKHeadDim <= 0 ||
+	if c.hybrid() && (c.LinearKHeads <= 0 || c.LinearVHeads%c.LinearKHeads != 0 || c.LinearKHeadDim <= 0 ||
 		c.LinearVHeadDim <= 0 || c.ConvKernel < 2 || c.FullAttentionInterval <= 0 || c.PartialRotary <= 0) {
-		return errors.New("randmodel: qwen3_next needs linear key heads dividing the value heads, head dims, a conv kernel of at least 2, full_attention_interval and partial_rotary_factor")
+		return errors.New("randmodel: qwen3_next, qwen3_5 and qwen3_5_moe need linear key heads dividing the value heads, head dims, a conv kernel of at least 2, full_attention_interval and partial_rotary_factor")
 	}
 	return nil
 }
@@ -752,6 +771,10 @@ func (c Config) Tensors() []TensorSpec {
 	if c.gemma4() {
 		return c.gemma4Tensors()
 	}
+	if lm, ok := qwenLanguageModels[c.Arch]; ok { // as the language model names them, without the tower
+		c.Arch = lm
+		return c.Tensors()
+	}
 	h, hd := c.HiddenSize, c.headDim()
 	q, kv := c.NumHeads*hd, c.NumKVHeads*hd
 	lin := func(name string, out, in int) TensorSpec {
@@ -925,13 +948,28 @@ func (c Config) NumParams() int64 {
 	return n
 }
 
-// Generate writes the checkpoint of cfg into dir (created if needed).
+// Generate writes the checkpoint of cfg into dir (created if needed). The multimodal
+// types come with a tiny vision tower, in Hugging Face's layout as `mlxg create` reads
+// it: gemma3 (TinyGemma3Vision's), qwen2_5_vl (a qwen2 model with TinyQwen25Vision's, as
+// Qwen ships it: AddQwen25VisionHF), qwen3_5 and qwen3_5_moe (a qwen3_next model without
+// or with experts, with TinyQwenVision's: GenerateQwen35).
 func Generate(dir string, cfg Config, opts Options) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	if cfg.Arch == "gemma3" {
+	switch cfg.Arch {
+	case "gemma3":
 		return generateGemma3(dir, cfg, opts)
+	case "qwen2_5_vl":
+		cfg.Arch = qwenLanguageModels["qwen2_5_vl"]
+		if err := Generate(dir, cfg, opts); err != nil {
+			return err
+		}
+		return AddQwen25VisionHF(dir, TinyQwen25Vision(), opts.Seed)
+	case "qwen3_5", "qwen3_5_moe":
+		v := TinyQwenVision()
+		cfg.Arch = qwenLanguageModels[cfg.Arch]
+		return GenerateQwen35(dir, cfg, &v, opts)
 	}
 	if opts.TokenizerDir != "" {
 		if err := checkTokenizer(opts.TokenizerDir, cfg.VocabSize); err != nil {

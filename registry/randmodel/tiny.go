@@ -20,6 +20,34 @@ var tinyPresets = map[string]func(vocab int) Config{
 	"ministral3":     TinyMinistral3,
 	"mistral3":       TinyMistral3,
 	"phi3":           TinyPhi3,
+	"qwen2_5_vl":     TinyQwen25VL,
+	"qwen3_5":        TinyQwen35,
+	"qwen3_5_moe":    TinyQwen35MoE,
+}
+
+// TinyQwen25VL is Tiny's qwen2 as the language model of a Qwen2.5-VL: Generate writes
+// it with TinyQwen25Vision's tower.
+func TinyQwen25VL(vocab int) Config {
+	c := Tiny("qwen2", vocab)
+	c.Arch = "qwen2_5_vl"
+	return c
+}
+
+// TinyQwen35MoE is TinyQwen3Next as the language model of a Qwen3.5/3.6 with experts:
+// Generate writes it in Qwen3.5's layout with TinyQwenVision's tower.
+func TinyQwen35MoE(vocab int) Config {
+	c := TinyQwen3Next(vocab)
+	c.Arch = "qwen3_5_moe"
+	return c
+}
+
+// TinyQwen35 is TinyQwen35MoE without experts (a dense SwiGLU in every layer), as the
+// dense Qwen3.5 models are.
+func TinyQwen35(vocab int) Config {
+	c := TinyQwen35MoE(vocab)
+	c.Arch = "qwen3_5"
+	c.NumExperts, c.TopK, c.MoEIntermediate, c.NormTopK, c.SharedExpertInter = 0, 0, 0, false, 0
+	return c
 }
 
 // TinyOf is the tiny float32 model of the architecture registered under modelType,

@@ -584,8 +584,14 @@ func opCases(seed uint64) ([]opCase, error) {
 	// over each cache kind Gemma 3's layers use: full attention in fp16 or quantized (q4_0's
 	// step is stored before the attention reads the blocks, where the others' are rounded on
 	// the device), and a sliding window of 4 (whose second pass sees the image's first row
-	// through the widened window).
+	// through the widened window). AttentionShared with the same spans: in each pass
+	// AttentionSpans fills the cache and another layer's queries (the rows of att.q in
+	// reverse) read it under the same mask, as Gemma 4's KV-shared layers do.
 	spanSteps, spanSets := []int{5, 2}, [][]kvstore.Span{{{Start: 1, End: 4}}, {{Start: 4, End: 7}}}
+	qRev := make([]float32, 0, len(qs))
+	for p := total - 1; p >= 0; p-- {
+		qRev = append(qRev, qs[p*heads*headDim:(p+1)*heads*headDim]...)
+	}
 	for _, kc := range []struct {
 		name   string
 		spec   kvstore.Spec
@@ -597,51 +603,65 @@ func opCases(seed uint64) ([]opCase, error) {
 		{"q4_0", kvstore.Spec{K: kvstore.FormatQ4_0, V: kvstore.FormatQ4_0}, 0, tolBF16},
 		{"sliding window fp16", kvstore.SpecF16, 4, tolF16},
 	} {
-		spanWant := attentionSpans(qs, roundTrip(ks, kc.spec.K, headDim), roundTrip(vs, kc.spec.V, headDim), total, heads, kvHeads, headDim, scale,
-			[]kvstore.Span{{Start: 1, End: 4}, {Start: 5, End: 7}}, kc.window)
+		kq, vq := roundTrip(ks, kc.spec.K, headDim), roundTrip(vs, kc.spec.V, headDim)
+		refSpans := []kvstore.Span{{Start: 1, End: 4}, {Start: 5, End: 7}}
 		spec, window := kc.spec, kc.window
-		cases = append(cases, opCase{"AttentionSpans " + kc.name + " cache", []string{"SpanAttentionContext.AttentionSpans"}, kc.tol, func(b compute.Backend) ([]float32, error) {
-			if err := compute.Supports[compute.SpanAttentionContext](b, "attention among an image's tokens"); err != nil {
-				return nil, err
+		for _, shared := range []bool{false, true} {
+			name, op, want := "AttentionSpans ", "SpanAttentionContext.AttentionSpans", attentionSpans(qs, kq, vq, total, heads, kvHeads, headDim, scale, refSpans, window)
+			if shared {
+				name, op, want = "AttentionShared spans ", "SharedKVContext.AttentionShared", attentionSpans(qRev, kq, vq, total, heads, kvHeads, headDim, scale, refSpans, window)
 			}
-			var cache kvstore.Layer
-			var err error
-			switch {
-			case window > 0:
-				cache, err = kvstore.NewRotating(kvHeads, headDim, headDim, window, spec, 0)
-			case spec == kvstore.SpecF16:
-				cache, err = kvstore.NewFull(kvHeads, headDim, headDim, false)
-			default:
-				cache, err = kvstore.NewQuantized(kvHeads, headDim, headDim, spec, 0)
-			}
-			if err != nil {
-				return nil, err
-			}
-			var w [3]compute.Weight
-			for i, name := range []string{"att.q", "att.k", "att.v"} {
-				if w[i], err = b.Weight(src, name, compute.Quant{}); err != nil {
+			cases = append(cases, opCase{name + kc.name + " cache", []string{op}, kc.tol, func(b compute.Backend) ([]float32, error) {
+				if err := compute.Supports[compute.SpanAttentionContext](b, "attention among an image's tokens"); err != nil {
 					return nil, err
 				}
-			}
-			var out []float32
-			pos := 0
-			for k, n := range spanSteps {
-				ids := make([]int32, n)
-				for i := range ids {
-					ids[i] = int32(pos + i)
+				if err := compute.Supports[compute.SharedKVContext](b, "attention over another layer's KV"); shared && err != nil {
+					return nil, err
 				}
-				got, err := run(b, func(c compute.Context) compute.Tensor {
-					sc, _ := compute.Ext[compute.SpanAttentionContext](c)
-					return sc.AttentionSpans(c.Embed(w[0], ids), c.Embed(w[1], ids), c.Embed(w[2], ids), cache, heads, scale, spanSets[k])
-				})
+				var cache kvstore.Layer
+				var err error
+				switch {
+				case window > 0:
+					cache, err = kvstore.NewRotating(kvHeads, headDim, headDim, window, spec, 0)
+				case spec == kvstore.SpecF16:
+					cache, err = kvstore.NewFull(kvHeads, headDim, headDim, false)
+				default:
+					cache, err = kvstore.NewQuantized(kvHeads, headDim, headDim, spec, 0)
+				}
 				if err != nil {
 					return nil, err
 				}
-				out = append(out, got...)
-				pos += n
-			}
-			return out, nil
-		}, spanWant, nil})
+				var w [3]compute.Weight
+				for i, name := range []string{"att.q", "att.k", "att.v"} {
+					if w[i], err = b.Weight(src, name, compute.Quant{}); err != nil {
+						return nil, err
+					}
+				}
+				var out []float32
+				pos := 0
+				for k, n := range spanSteps {
+					ids, rev := make([]int32, n), make([]int32, n)
+					for i := range ids {
+						ids[i], rev[i] = int32(pos+i), int32(total-1-pos-i)
+					}
+					got, err := run(b, func(c compute.Context) compute.Tensor {
+						sc, _ := compute.Ext[compute.SpanAttentionContext](c)
+						o := sc.AttentionSpans(c.Embed(w[0], ids), c.Embed(w[1], ids), c.Embed(w[2], ids), cache, heads, scale, spanSets[k])
+						if !shared {
+							return o
+						}
+						shc, _ := compute.Ext[compute.SharedKVContext](c)
+						return shc.AttentionShared(c.Embed(w[0], rev), cache, heads, scale, spanSets[k])
+					})
+					if err != nil {
+						return nil, err
+					}
+					out = append(out, got...)
+					pos += n
+				}
+				return out, nil
+			}, want, nil})
+		}
 	}
 	// AttentionShared: each step's queries over the cache the step's Attention filled in
 	// the same pass (a KV-shared layer's reading of its source), the same as that attention.
@@ -672,7 +692,7 @@ func opCases(seed uint64) ([]opCase, error) {
 			got, err := run(b, func(c compute.Context) compute.Tensor {
 				c.Attention(c.Embed(w[0], ids), c.Embed(w[1], ids), c.Embed(w[2], ids), cache, heads, scale)
 				sc, _ := compute.Ext[compute.SharedKVContext](c)
-				return sc.AttentionShared(c.Embed(w[0], ids), cache, heads, scale)
+				return sc.AttentionShared(c.Embed(w[0], ids), cache, heads, scale, nil)
 			})
 			if err != nil {
 				return nil, err

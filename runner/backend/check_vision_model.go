@@ -4,52 +4,34 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"slices"
 
-	"github.com/mlxg/mlxg/registry/create"
-	"github.com/mlxg/mlxg/registry/randmodel"
 	"github.com/mlxg/mlxg/runner/model"
 	"github.com/mlxg/mlxg/vision"
 )
 
 // The image checks: the tiny checkpoints of the architectures that read images, with
-// their random vision towers (registry/randmodel: Qwen3.5's ViT and Gemma 3's SigLIP),
-// fed a prompt holding two images. On the backend under test and on the CPU backend
-// they must give the same image features (the tower's patch embedding, 2D RoPE or
-// learned positions, block attention, LayerNorm, GELU, merger or pooling and
-// projector) and the same logits (the language model's M-RoPE positions for Qwen, the
-// bidirectional attention among an image's rows for Gemma), through a prefill in two
-// passes that end between the images and decode steps after it.
+// their random vision towers (registry/randmodel: Qwen2.5-VL's windowed ViT, Qwen3.5's
+// ViT and Gemma 3's SigLIP), fed a prompt holding two images. On the backend under test
+// and on the CPU backend they must give the same image features (the tower's patch
+// embedding, 2D RoPE or learned positions, block attention over windows or the whole
+// image, RMSNorm or LayerNorm, SwiGLU or GELU, merger or pooling and projector) and the
+// same logits (the language model's M-RoPE positions for Qwen, the bidirectional
+// attention among an image's rows for Gemma), through a prefill in two passes that end
+// between the images and decode steps after it.
 
 // visionModelTypes are the architectures TinyVisionModels writes with a tower.
-var visionModelTypes = []string{"qwen3_5_moe", "gemma3"}
+var visionModelTypes = []string{"qwen2_5_vl", "qwen3_5", "qwen3_5_moe", "gemma3"}
 
 // TinyVisionModels writes the tiny checkpoints with a vision tower under dir, in the
 // MLX layout and in each of ModelFormats (the tower stays float, as create keeps it):
-// Qwen3.5-MoE (randmodel.GenerateQwen35 with TinyQwenVision's tower) and Gemma 3
-// (TinyGemma3Multimodal with its tower); the same seed writes the same weights.
+// those randmodel.Generate writes with their towers for visionModelTypes (TinyOf's
+// shapes); the same seed writes the same weights.
 func TinyVisionModels(dir string, seed uint64) []TinyModel {
 	var out []TinyModel
 	for _, mt := range visionModelTypes {
-		base := filepath.Join(dir, "vision-"+mt)
-		switch mt {
-		case "gemma3":
-			out = append(out, TinyModelsOf(base, mt, seed, ModelFormats...)...)
-		case "qwen3_5_moe":
-			hf := filepath.Join(base, "hf")
-			v := randmodel.TinyQwenVision()
-			err := randmodel.GenerateQwen35(hf, randmodel.TinyQwen3Next(tinyVocab), &v, randmodel.Options{Seed: seed})
-			for _, f := range ModelFormats {
-				m := TinyModel{ModelType: mt, Format: f, Dir: filepath.Join(base, f.Name), Err: err}
-				if err == nil {
-					_, m.Err = create.Convert(context.Background(), hf, m.Dir, f.opts)
-				}
-				out = append(out, m)
-			}
-			os.RemoveAll(hf)
-		}
+		out = append(out, TinyModelsOf(filepath.Join(dir, "vision-"+mt), mt, seed, ModelFormats...)...)
 	}
 	return out
 }

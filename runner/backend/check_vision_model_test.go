@@ -49,7 +49,7 @@ func (c brokenVisionCtx) RoPERows(x, cos, sin compute.Tensor, headDim int) compu
 
 // TestDoctorVisionModelsOnCPU: the image checks pass on the CPU backend against itself
 // (one thread against two), and fail for a backend that drops Gemma 3's bidirectional
-// image mask (its logits) or turns Qwen3.5's 2D and M-RoPE angles the wrong way (its
+// image mask (its logits) or turns the Qwen towers' 2D and M-RoPE angles the wrong way (their
 // image features and logits), each only where the architecture uses the operation.
 func TestDoctorVisionModelsOnCPU(t *testing.T) {
 	models := TinyVisionModels(t.TempDir(), 3)

@@ -268,7 +268,10 @@ type SharedKVContext interface {
 	// AttentionShared is causal grouped-query attention of q (T × heads·kHeadDim) over
 	// cache, whose last T positions are q's own, appended earlier in the pass by the
 	// layer that owns the cache; it appends nothing. The result is T × heads·vHeadDim.
-	AttentionShared(q Tensor, cache kvstore.Layer, heads int, scale float32) Tensor
+	// With spans (nil: none) a query row inside one of them also sees the later
+	// positions of its span, as in SpanAttentionContext.AttentionSpans (Gemma 4's image
+	// tokens, whose mask the KV-shared layers apply as their source layers do).
+	AttentionShared(q Tensor, cache kvstore.Layer, heads int, scale float32, spans []kvstore.Span) Tensor
 }
 
 // SinkAttentionContext runs attention with learned sinks (gpt-oss).

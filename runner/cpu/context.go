@@ -314,8 +314,8 @@ func (c *context) AttentionSinks(q, k, v compute.Tensor, cache kvstore.Layer, he
 }
 
 // AttentionShared implements compute.SharedKVContext: the cache's own Attend over
-// the positions its layer appended.
-func (c *context) AttentionShared(q compute.Tensor, cache kvstore.Layer, heads int, scale float32) compute.Tensor {
+// the positions its layer appended, kvstore widening the spans' rows.
+func (c *context) AttentionShared(q compute.Tensor, cache kvstore.Layer, heads int, scale float32, spans []kvstore.Span) compute.Tensor {
 	a, ok := c.args(q)
 	if !ok {
 		return nilTensor
@@ -327,7 +327,7 @@ func (c *context) AttentionShared(q compute.Tensor, cache kvstore.Layer, heads i
 			a[0].rows, a[0].cols, heads, kvHeads, kDim, cache.Len())
 	}
 	out := c.newTensor(T, heads*vDim)
-	if err := cache.Attend(kvstore.Attention{Q: a[0].data, Out: out.data, N: T, Heads: heads, Scale: scale, Threads: c.b.threads}); err != nil {
+	if err := cache.Attend(kvstore.Attention{Q: a[0].data, Out: out.data, N: T, Heads: heads, Scale: scale, Threads: c.b.threads, Bidirectional: spans}); err != nil {
 		return c.fail("AttentionShared: %v", err)
 	}
 	return out

@@ -448,10 +448,13 @@ func (a *Attention) Forward(c compute.Context, in compute.Tensor, b *model.Batch
 	q := b.RoPE(c, perHead(c.Linear(in, a.Q), a.Heads, a.QNorm), a.RoPE, hd)
 	var out compute.Tensor
 	if a.Source != i {
-		if images && hasImages(b) {
-			return compute.Fail(c, fmt.Errorf("gemma4: layer %d reads another layer's KV, which has no attention among an image's tokens", i))
+		// The source layer's keys and values under the mask of its kind, image rows
+		// included (transformers applies a KV-shared layer's mask as any other's).
+		if images {
+			out = b.ImageAttentionShared(c, q, a.Source, a.Heads, 1)
+		} else {
+			out = b.AttentionShared(c, q, a.Source, a.Heads, 1)
 		}
-		out = b.AttentionShared(c, q, a.Source, a.Heads, 1)
 	} else {
 		kp := c.Linear(in, a.K)
 		vp := kp
@@ -624,9 +627,4 @@ func (n *Network) NewCaches(fp32 bool) ([]kvstore.Layer, error) {
 		}
 	}
 	return caches, nil
-}
-
-// hasImages reports whether some sequence of the pass has image rows in it.
-func hasImages(b *model.Batch) bool {
-	return slices.ContainsFunc(b.Tokens(), func(id int32) bool { return id >= model.MediaBase })
 }

@@ -20,11 +20,12 @@ import (
 )
 
 // visionText is the language model the vision tests use: TinyGemma4 in the multimodal
-// layout (model_type gemma4) without KV-shared layers (whose attention has no
-// bidirectional image spans), with per-layer embeddings, a sliding window of 8.
+// layout (model_type gemma4), as E2B and E4B are: per-layer embeddings, a sliding window
+// of 8, its last two layers KV-shared (one sliding, one full), which apply the image mask
+// over their source layers' keys and values.
 func visionText() randmodel.Config {
 	c := randmodel.TinyGemma4(256)
-	c.Arch, c.KVSharedLayers, c.DoubleWideMLP = "gemma4", 0, false
+	c.Arch, c.DoubleWideMLP = "gemma4", false
 	return c
 }
 

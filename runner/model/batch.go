@@ -114,12 +114,30 @@ func (b *Batch) AttentionSinks(c compute.Context, q, k, v compute.Tensor, i, hea
 // which this pass already appended to (compute.SharedKVContext): a layer that reads
 // another layer's keys and values.
 func (b *Batch) AttentionShared(c compute.Context, q compute.Tensor, src, heads int, scale float32) compute.Tensor {
+	return b.attentionShared(c, q, src, heads, scale, false)
+}
+
+// ImageAttentionShared is AttentionShared under ImageAttention's mask: each sequence's
+// image rows also see the later rows of their image in layer src's cache, as they do in
+// src's own attention.
+func (b *Batch) ImageAttentionShared(c compute.Context, q compute.Tensor, src, heads int, scale float32) compute.Tensor {
+	return b.attentionShared(c, q, src, heads, scale, true)
+}
+
+func (b *Batch) attentionShared(c compute.Context, q compute.Tensor, src, heads int, scale float32, images bool) compute.Tensor {
 	sc, ok := compute.Ext[compute.SharedKVContext](c)
 	if !ok {
 		return compute.Unsupported(c, "attention over another layer's KV")
 	}
 	return b.Each(c, func(s int) compute.Tensor {
-		return sc.AttentionShared(b.Rows(c, q, s), b.Cache(s, src), heads, scale)
+		var spans []kvstore.Span
+		if images {
+			var err error
+			if spans, err = b.ImageSpans(s); err != nil {
+				return compute.Fail(c, err)
+			}
+		}
+		return sc.AttentionShared(b.Rows(c, q, s), b.Cache(s, src), heads, scale, spans)
 	})
 }
 

@@ -48,7 +48,7 @@ func (c *cancellable) MultiLinear(x compute.Tensor, w compute.Weight, heads int)
 }
 
 // AttentionShared stops a pass once ctx is done, as Attention does.
-func (c *cancellable) AttentionShared(q compute.Tensor, cache kvstore.Layer, heads int, scale float32) compute.Tensor {
+func (c *cancellable) AttentionShared(q compute.Tensor, cache kvstore.Layer, heads int, scale float32, spans []kvstore.Span) compute.Tensor {
 	if c.ctx.Err() != nil {
 		return stopped{}
 	}
@@ -56,7 +56,7 @@ func (c *cancellable) AttentionShared(q compute.Tensor, cache kvstore.Layer, hea
 	if !ok {
 		return compute.Unsupported(c.Context, "attention over another layer's KV")
 	}
-	return sc.AttentionShared(q, cache, heads, scale)
+	return sc.AttentionShared(q, cache, heads, scale, spans)
 }
 
 // CacheMaker is implemented by networks whose layers need caches of their own kinds
