@@ -97,6 +97,8 @@ var visionModels = []*visionModel{
 			}
 			return randmodel.AddGemma3Vision(dir, randmodel.TinyGemma3Vision(), 4, true)
 		}},
+	// Gemma 4 of the E2B kind (per-layer inputs) without KV-shared layers, whose attention
+	// has no bidirectional image spans (the runner refuses images there).
 	{name: "vis-gemma4", tokenizer: "gemma3", template: gemma4Template, tokens: [3]int{60, 63, 60},
 		write: func(dir, tok string) error {
 			c := randmodel.TinyGemma4(gemmaVocab)
