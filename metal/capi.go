@@ -122,6 +122,7 @@ type api struct {
 	setMemoryLimit  func(res *uintptr, limit uintptr) int32
 	getActiveMemory func(res *uintptr) int32
 	getPeakMemory   func(res *uintptr) int32
+	resetPeakMemory func() int32
 	getCacheMemory  func(res *uintptr) int32
 	clearCache      func() int32
 
@@ -286,6 +287,7 @@ func (a *api) bindings() []binding {
 		{"int mlx_set_memory_limit(size_t* res, size_t limit)", &a.setMemoryLimit, abiAll},
 		{"int mlx_get_active_memory(size_t* res)", &a.getActiveMemory, abiAll},
 		{"int mlx_get_peak_memory(size_t* res)", &a.getPeakMemory, abiAll},
+		{"int mlx_reset_peak_memory(void)", &a.resetPeakMemory, abiAll},
 		{"int mlx_get_cache_memory(size_t* res)", &a.getCacheMemory, abiAll},
 		{"int mlx_clear_cache(void)", &a.clearCache, abiAll},
 

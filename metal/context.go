@@ -38,7 +38,8 @@ type context struct {
 	appends []pendingAppend
 	states  []stateWrite    // recurrent states to copy back after the step's evaluation
 	pending map[uintptr]int // positions recorded for a layer but not yet appended to it
-	// tower says a vision tower's block was recorded since the last Free (vision.go).
+	// tower says the pass has recorded a vision tower's BlockAttention: it is then built
+	// op by op, and each Free is a barrier (vision.go).
 	tower bool
 }
 
@@ -93,11 +94,24 @@ func (c *context) record(rows, cols int, build func(g *graph) mlxArray) compute.
 	return t
 }
 
-// buildPending builds the MLX graph of every op recorded since the last build.
+// buildPending builds the MLX graph of every op recorded since the last build. In a
+// tower's pass (one that recorded a BlockAttention, with no KV appends or recurrent
+// states) each op is evaluated once built, the temporaries it made let go of first: MLX
+// frees them, or computes over them in place, as the op runs, and the graph keeps only
+// its result to the next barrier (Free). A composite op such as the tanh GELU (nine of
+// MLX's operations over the whole tensor) then holds about one tensor beside its input,
+// as the CPU backend's one kernel does, and no op runs beside another's temporaries.
 func (c *context) buildPending(g *graph) {
 	for ; c.built < len(c.nodes) && g.err == nil; c.built++ {
 		t := c.nodes[c.built]
+		n := len(g.owned)
 		t.arr = t.build(g)
+		if c.tower && len(c.appends) == 0 && len(c.states) == 0 {
+			g.release(n, t.arr)
+			if t.arr != 0 {
+				g.eval(t.arr)
+			}
+		}
 	}
 }
 

@@ -253,7 +253,10 @@ func (c *context) GeGLU(gate, up compute.Tensor) compute.Tensor {
 // geluTanh is gelu_pytorch_tanh: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
 func geluTanh(g *graph, x mlxArray) mlxArray {
 	inner := g.mul(g.add(x, g.mul(g.mul(g.square(x), x), g.scalar(0.044715))), g.scalar(float32(math.Sqrt(2/math.Pi))))
-	return g.mul(g.mul(x, g.scalar(0.5)), g.add(g.tanh(inner), g.scalar(1)))
+	// (1 + tanh)·x, then halved (exactly): each step reads the one before, which MLX then
+	// overwrites in place, so over a tower's activations the chain holds one tensor
+	// beside x, not a second for 0.5·x.
+	return g.mul(g.mul(g.add(g.tanh(inner), g.scalar(1)), x), g.scalar(0.5))
 }
 
 // RMSNormOffset implements compute.ActivationContext.

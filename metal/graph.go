@@ -55,6 +55,25 @@ func (g *graph) keep(a mlxArray) mlxArray {
 	return a
 }
 
+// release lets go of the arrays made since the graph owned from of them, but keep:
+// those no later operation reads are freed once the operations recorded over them have
+// run. A barrier in between (which let go of arrays itself) leaves nothing to release.
+func (g *graph) release(from int, keep mlxArray) {
+	if g.err != nil || len(g.owned) < from {
+		return
+	}
+	kept := g.owned[:from]
+	for _, a := range g.owned[from:] {
+		if a == keep {
+			kept = append(kept, a)
+		} else {
+			g.l.arrayFree(a)
+		}
+	}
+	clear(g.owned[len(kept):])
+	g.owned = kept
+}
+
 func (g *graph) free() {
 	for _, a := range g.owned {
 		g.l.arrayFree(a)

@@ -299,3 +299,11 @@ func (l *Lib) Memory() (MemoryUse, error) {
 		status("mlx_get_cache_memory", l.getCacheMemory(&c)))
 	return MemoryUse{Active: uint64(a), Peak: uint64(p), Cache: uint64(c)}, err
 }
+
+// ResetPeak starts the allocator's peak (MemoryUse.Peak) over from what it holds now.
+// The counters are the process's: every backend on the library shares them.
+func (l *Lib) ResetPeak() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return status("mlx_reset_peak_memory", l.resetPeakMemory())
+}

@@ -265,6 +265,8 @@ func TestDeviceInfoAndMemory(t *testing.T) {
 	f.impls["mlx_get_active_memory"] = func(res *uintptr) int32 { *res = 1; return 0 }
 	f.impls["mlx_get_peak_memory"] = func(res *uintptr) int32 { *res = 2; return 0 }
 	f.impls["mlx_get_cache_memory"] = func(res *uintptr) int32 { *res = 3; return 0 }
+	resets := 0
+	f.impls["mlx_reset_peak_memory"] = func() int32 { resets++; return 0 }
 	l, err := load(f.dynlib(), "/fake/libmlxc.dylib")
 	if err != nil {
 		t.Fatal(err)
@@ -275,6 +277,9 @@ func TestDeviceInfoAndMemory(t *testing.T) {
 	}
 	if m, err := l.Memory(); err != nil || m != (MemoryUse{Active: 1, Peak: 2, Cache: 3}) {
 		t.Errorf("Memory = %+v, %v", m, err)
+	}
+	if err := l.ResetPeak(); err != nil || resets != 1 {
+		t.Errorf("ResetPeak: %v, %d calls", err, resets)
 	}
 	f.impls["mlx_device_new_type"] = func(mlxDeviceType, int32) mlxDevice { return 0 }
 	l, _ = load(f.dynlib(), "/fake/libmlxc.dylib")

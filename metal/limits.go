@@ -76,3 +76,12 @@ func (l *Lib) combinedLimits(info map[string]string) MemoryLimits {
 	}
 	return out
 }
+
+// Memory is what MLX's allocator holds (Lib.Memory): the process's counters, shared by
+// every backend on the library, so a peak read here is one backend's only where it runs
+// alone.
+func (b *Backend) Memory() (MemoryUse, error) { return b.lib.Memory() }
+
+// ResetPeakMemory starts MLX's peak over from what the allocator holds now, so that a
+// later Memory's Peak is the most held since (e.g. over one pass).
+func (b *Backend) ResetPeakMemory() error { return b.lib.ResetPeak() }

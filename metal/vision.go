@@ -23,23 +23,30 @@ var (
 )
 
 // Free implements compute.Freer for the vision towers. A pass's graph holds every array
-// it builds until the context closes: for a tower that is every block's activations over
-// all of an image's patches (gigabytes for one large image). So the first Free after a
-// BlockAttention records a barrier: when the graph is built, the kept tensors are
-// evaluated and every other array the graph holds is let go of (MLX frees those no later
-// operation reads), the step's pending KV appends and recurrent states aside; one
-// barrier a block. A language model's passes record no BlockAttention, so there Free
-// does nothing and a pass stays one evaluation.
+// it builds until the context closes, and MLX allocates an operation's result when it
+// schedules it, up to tens of operations ahead of the ones running, freeing their inputs
+// only once they have run: evaluated as one graph, a tower would hold every block's
+// activations over all of an image's patches (gigabytes for one large image). So a pass
+// that records a BlockAttention (a tower's) runs as the CPU backend does: each op is
+// evaluated as it is built, its temporaries let go of (buildPending), and each Free is a
+// barrier where every array the graph holds but the kept tensors is let go of (MLX frees
+// those no later operation reads), the step's pending KV appends and recurrent states
+// aside. The tower then holds at most what the CPU backend holds between two Frees, the
+// step the memory plan's estimate counts (runner/*/vision_mem.go). A language model's
+// passes record no BlockAttention, so there Free does nothing and a pass stays one
+// evaluation.
 func (c *context) Free(keep ...compute.Tensor) {
-	if !c.tower || c.err != nil {
+	if c.err != nil {
 		return
 	}
 	ks, ok := c.args(keep...)
 	if !ok {
 		return
 	}
-	c.tower = false
 	c.record(0, 0, func(g *graph) mlxArray {
+		if !c.tower {
+			return 0
+		}
 		live := make(map[mlxArray]bool, len(ks))
 		arrs := make([]mlxArray, 0, len(ks))
 		for _, t := range ks {
@@ -115,7 +122,7 @@ func (c *context) GELU(x compute.Tensor, tanh bool) compute.Tensor {
 			return geluTanh(g, a)
 		}
 		e := g.erf(g.mul(a, g.scalar(float32(1/math.Sqrt2))))
-		return g.mul(g.mul(a, g.scalar(0.5)), g.add(e, g.scalar(1)))
+		return g.mul(g.mul(g.add(e, g.scalar(1)), a), g.scalar(0.5)) // in place, as geluTanh
 	})
 }
 
@@ -147,15 +154,22 @@ func (c *context) RoPERows(x, cos, sin compute.Tensor, headDim int) compute.Tens
 	})
 }
 
-// blockQueryRows bounds the query rows of one product in BlockAttention, so that a
-// large image's scores ([heads, rows, block]) stay bounded: 1,024 rows of a
-// 16,384-patch block over 16 heads are 1 GiB of float32 scores.
-const blockQueryRows = 1024
+// towerScores bounds the attention scores BlockAttention holds at once (16 MiB of
+// float32): runner/cpu's budget, the one the memory plan's tower estimates count
+// (runner/*/vision_mem.go).
+const towerScores = 1 << 22
 
-// BlockAttention implements compute.VisionContext: for each block of rows and each
-// chunk of its query rows, scores = scale·q·kᵀ ([H, rows, n]), their softmax along the
-// block's n keys, times v ([H, rows, d]); the chunks are joined in row order. Float32
+// BlockAttention implements compute.VisionContext: for each block of n rows, each head
+// and each chunk of the block's query rows, scores = scale·q·kᵀ (rows × n), their softmax
+// along the block's keys, times v (rows × d): the head's columns of those rows. Float32
 // throughout, with MLX's precise softmax.
+//
+// It holds what the CPU backend's does, which the memory plan counts: one head's keys
+// (transposed) and values copied out of k and v, and the scores of min(n, towerScores/n)
+// of its query rows (at least 4). Each chunk is evaluated, its rows written into the
+// output in place, before the next is built: MLX, which allocates results ahead of the
+// operations running, would otherwise hold many chunks' scores at once (a head's n² or
+// more for an image of a few thousand patches).
 func (c *context) BlockAttention(q, k, v compute.Tensor, nHeads int, scale float32, blocks []int) compute.Tensor {
 	a, ok := c.args(q, k, v)
 	if !ok {
@@ -177,36 +191,38 @@ func (c *context) BlockAttention(q, k, v compute.Tensor, nHeads int, scale float
 	blocks = slices.Clone(blocks)
 	c.tower = true
 	return c.record(T, qt.cols, func(g *graph) mlxArray {
-		// [H, T, d] each: heads() gives [1, H, T, d].
-		hq := g.reshape(heads(g, g.mul(g.astype(qt.arr, dtFloat32), g.scalar(scale)), T, nHeads, d), nHeads, T, d)
-		hk := g.reshape(heads(g, g.astype(kt.arr, dtFloat32), T, nHeads, d), nHeads, T, d)
-		hv := g.reshape(heads(g, g.astype(vt.arr, dtFloat32), T, nHeads, d), nHeads, T, d)
-		var outs []mlxArray
+		fq, fk, fv := g.astype(qt.arr, dtFloat32), g.astype(kt.arr, dtFloat32), g.astype(vt.arr, dtFloat32)
+		out := g.zeros(dtFloat32, T, qt.cols)
 		s0 := 0
 		for _, n := range blocks {
 			if n == 0 {
 				continue
 			}
-			kb := g.slice(hk, []int{0, s0, 0}, []int{nHeads, s0 + n, d}) // [H, n, d]
-			vb := g.slice(hv, []int{0, s0, 0}, []int{nHeads, s0 + n, d})
-			kbT := g.transpose(kb, 0, 2, 1) // [H, d, n]
-			for r := s0; r < s0+n; r += blockQueryRows {
-				e := min(r+blockQueryRows, s0+n)
-				qb := g.slice(hq, []int{0, r, 0}, []int{nHeads, e, d}) // [H, rows, d]
-				sc := g.matmul(qb, kbT)                                // [H, rows, n]
-				p := g.softmax(sc, -1)
-				outs = append(outs, g.matmul(p, vb)) // [H, rows, d]
-				// The scores are the pass's largest arrays: the graph keeps them only as
-				// long as their consumers need them, once this context lets go of them.
-				g.drop(sc, p)
+			rows := min(n, max(4, towerScores/n))
+			for h := range nHeads {
+				c0, c1 := h*d, (h+1)*d
+				ks, vs := g.slice(fk, []int{s0, c0}, []int{s0 + n, c1}), g.slice(fv, []int{s0, c0}, []int{s0 + n, c1})
+				kh, vh := g.contiguous(g.transpose(ks, 1, 0)), g.contiguous(vs) // d × n, n × d
+				g.drop(ks, vs)
+				for r := s0; r < s0+n; r += rows {
+					e := min(r+rows, s0+n)
+					qs := g.slice(fq, []int{r, c0}, []int{e, c1})
+					qb := g.mul(qs, g.scalar(scale)) // rows × d
+					sc := g.matmul(qb, kh)           // rows × n
+					p := g.softmax(sc, -1)
+					o := g.matmul(p, vh) // rows × d
+					next := g.sliceUpdate(out, o, []int{r, c0}, []int{e, c1})
+					// Once this context lets go of them, the evaluation frees the chunk's
+					// scores and writes its rows into out in place.
+					g.drop(qs, qb, sc, p, o, out)
+					out = next
+					g.eval(out)
+				}
+				g.drop(kh, vh)
 			}
 			s0 += n
 		}
-		o := outs[0]
-		if len(outs) > 1 {
-			o = g.concat(1, outs...) // [H, T, d]
-		}
-		return g.reshape(g.transpose(o, 1, 0, 2), T, nHeads*d)
+		return out
 	})
 }
 

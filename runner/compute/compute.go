@@ -142,7 +142,8 @@ type Context interface {
 }
 
 // Freer is implemented by contexts that can reuse activation memory within a forward
-// pass (the CPU backend); a lazy backend such as Metal need not.
+// pass: the CPU backend, and the MLX backend in a vision tower's pass (metal/vision.go),
+// where each Free is a barrier of its lazy graph.
 type Freer interface {
 	// Free declares that of the tensors made so far only keep are still needed.
 	Free(keep ...Tensor)

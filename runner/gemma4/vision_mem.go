@@ -72,8 +72,10 @@ func encodeBuffers(vc VisionConfig, n, tokens, out int) int64 {
 		N*(2*h+3*I)+tile(h),
 		N*(4*h+I)+tile(I),
 		N*h+T*(7*h+o)+tile(h))
-	if vc.Clipped { // each clamp's copy of a product's input or output, on top of its step
-		floats += 2 * N * max(h, I, a)
+	if vc.Clipped {
+		// Each clamp's copy of a product's input or output, on top of its step: most in
+		// the MLP's first, whose gate and up products each clamp x and their result.
+		floats += 2 * N * (h + max(I, a))
 	}
 	return 4 * (floats + N*d)
 }
