@@ -19,9 +19,10 @@ import (
 // text-only model's page offers no picker and says why.
 func TestDashboardChatImages(t *testing.T) {
 	agentsPass(t)
-	s := startVision(t)
+	vis := visionModels[0]
+	s := startVision(t, vis)
 	b := newBrowser(t)
-	name := visModel + ":latest"
+	name := vis.name + ":latest"
 	dir := t.TempDir()
 	picked := writePNG(t, dir, "picked.png", 72, 56, 7)   // 9×7 = 63 tokens
 	dropped := writePNG(t, dir, "dropped.png", 88, 40, 8) // 11×5 = 55 tokens
@@ -32,6 +33,7 @@ func TestDashboardChatImages(t *testing.T) {
 		chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`(() => { const s = document.querySelector('#model');
 			s.value = [...s.options].find((o) => o.value.startsWith(%q)).value; s.dispatchEvent(new Event('change')); })()`, model+":")),
 		poll(`document.querySelector('#image').disabled && !document.querySelector('#imagenote').hidden`))
+	from := s.logSize(t)
 	if n := evalJS[string](t, b, `document.querySelector('#imagenote').textContent`); !strings.Contains(n, "reads text only") {
 		t.Errorf("a text-only model's note: %q", n)
 	}
@@ -55,7 +57,7 @@ func TestDashboardChatImages(t *testing.T) {
 		!strings.HasPrefix(first["perf"].(string), "PERF: model="+name) || first["content"] == "" {
 		t.Fatalf("first turn: %+v", first)
 	}
-	t.Log(s.perfImages(t, 63))
+	t.Log(s.perfImages(t, vis.name, from, 63)[0])
 
 	// A real drag of a file from outside the page onto the conversation.
 	rect := evalJS[[]float64](t, b, `(() => { const r = document.querySelector('#log').getBoundingClientRect(); return [r.left + r.width / 2, r.top + Math.min(r.height, 200) / 2]; })()`)

@@ -3,8 +3,9 @@
 // ollama-js and openai-node (scripts/clienttest). The server runs the scripted checkpoint of api/apitest
 // (a real model whose replies are known) and pulls from a fake Hub (registry/hubtest). The programs people
 // point at Ollama (the ollama CLI, Claude Code, Codex, the AI SDK, LangChain JS) run against the trained
-// qwen3-tiny in the same server (agents_test.go). A tiny random Qwen3.5 with a vision tower takes images from
-// the ollama CLI, openai-node, the Anthropic SDK and the dashboard's chat page (vision_test.go).
+// qwen3-tiny in the same server (agents_test.go). Tiny random Qwen3.5, Qwen2.5-VL, Gemma 3 and Gemma 4 models
+// with vision towers take images from the ollama CLI, openai-node and the Anthropic SDK, the Qwen3.5 one also
+// from the dashboard's chat page (vision_test.go).
 //
 // This is a separate module so that the product's go.mod stays free of the client SDKs.
 package e2e

@@ -30,7 +30,7 @@ func descMode(f Format) int32 {
 }
 
 // Describe returns c's description: its kind, dims, target spec, quantized_kv_start
-// and window. A layer of another kind describes as none.
+// and window (a Rotating's, or a Full's from NewFullWindow). A layer of another kind describes as none.
 func Describe(c Layer) []int32 {
 	d := make([]int32, DescLen)
 	var q *kvCodecs
@@ -41,6 +41,7 @@ func Describe(c Layer) []int32 {
 			d[0] = descFullFP32
 		}
 		d[1], d[2], d[3] = int32(c.kvHeads), int32(c.kDim), int32(c.vDim)
+		d[11] = int32(c.window) // NewFullWindow's: every position kept, the window attended
 		return d
 	case *Quantized:
 		d[0], q = descQuantized, &c.kvCodecs
@@ -69,6 +70,9 @@ func NewDescribed(d []int32) (Layer, error) {
 	case descNone:
 		return nil, nil
 	case descFull, descFullFP32:
+		if d[11] > 0 {
+			return NewFullWindow(heads, kd, vd, d[0] == descFullFP32, int(d[11]))
+		}
 		return NewFull(heads, kd, vd, d[0] == descFullFP32)
 	case descQuantized:
 		return NewQuantized(heads, kd, vd, spec, int(d[10]))

@@ -5,6 +5,9 @@ import (
 	"testing"
 )
 
+// TestDescribeRoundTrips: every cache kind remade from its description describes the same,
+// with the same spec and window (a float32 sliding-window cache too, which before kept
+// every position but attended over all of them once remade on a pipeline's worker).
 func TestDescribeRoundTrips(t *testing.T) {
 	a := AffineFormat
 	full, _ := NewFull(2, 64, 64, false)
@@ -14,7 +17,8 @@ func TestDescribeRoundTrips(t *testing.T) {
 	rot, _ := NewRotating(2, 64, 64, 512, Spec{K: a(8, 64), V: FormatF16}, 0)
 	qh, _ := NewQuantized(2, 64, 64, Spec{K: a(8, 64).Rotate(true), V: a(4, 16).Rotate(true)}, 0)
 	rh, _ := NewRotating(2, 64, 64, 512, Spec{K: FormatQ4_0.Rotate(true), V: a(4, 32)}, 0)
-	for _, c := range []Layer{full, full32, q, q40, rot, qh, rh} {
+	win, _ := NewFullWindow(2, 64, 64, true, 8) // gpt-oss's and Gemma 4's float32 sliding layers
+	for _, c := range []Layer{full, full32, q, q40, rot, qh, rh, win} {
 		d := Describe(c)
 		n, err := NewDescribed(d)
 		if err != nil {
@@ -22,6 +26,9 @@ func TestDescribeRoundTrips(t *testing.T) {
 		}
 		if got := Describe(n); !slices.Equal(got, d) {
 			t.Errorf("%T: described %v, remade as %v", c, d, got)
+		}
+		if w, ok := c.(interface{ Window() int }); ok && w.Window() != n.(interface{ Window() int }).Window() {
+			t.Errorf("%T: window %d remade as %d", c, w.Window(), n.(interface{ Window() int }).Window())
 		}
 		if b, ok := c.(interface{ Target() Spec }); ok && b.Target() != n.(interface{ Target() Spec }).Target() {
 			t.Errorf("%T: spec %v remade as %v", c, b.Target(), n.(interface{ Target() Spec }).Target())

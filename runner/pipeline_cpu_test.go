@@ -34,6 +34,7 @@ func TestPipelineEngineCPU(t *testing.T) {
 		{"mistral", four(randmodel.TinyMistral(512))}, // sliding windows
 		{"phi3", four(randmodel.TinyPhi3(512))},       // fused projections bound by parts, longrope
 		{"gpt_oss", randmodel.TinyGptOss(512)},        // sliding windows beside full layers, sinks, clamped experts
+		{"gemma4", randmodel.TinyGemma4MoE(512)},      // GELU-gated experts beside the MLP, unit value norms on every rank
 	}
 	prompt := modeltest.Tokens(9, 600)
 	o := Greedy()

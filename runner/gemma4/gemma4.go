@@ -600,6 +600,21 @@ func (n *Network) ForwardBatch(c compute.Context, b *model.Batch) compute.Tensor
 	return logits
 }
 
+// CheckSplit tells runner/pipeline, which splits a model's layers over several machines
+// and hands each the residual stream alone, that the E2B and E4B kinds cannot run so:
+// their per-layer inputs are computed from the token embeddings before the first layer,
+// and their KV-shared layers read earlier layers' caches.
+func (n *Network) CheckSplit() error {
+	shared := false
+	for i, l := range n.Layers {
+		shared = shared || l.Attn.Source != i
+	}
+	if n.PerLayer != nil || shared {
+		return fmt.Errorf("gemma4: a model with per-layer inputs or KV-shared layers (E2B, E4B) cannot be split over several machines yet")
+	}
+	return nil
+}
+
 // KVSource implements model.KVSharer.
 func (n *Network) KVSource(layer int) int { return n.Sources[layer] }
 

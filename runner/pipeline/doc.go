@@ -13,7 +13,9 @@
 // other ranks' weights left unbound, whose passes run through a stage context that
 // skips what this rank does not hold and sends or receives the residual stream where
 // its own layers begin and end (stage.go). No architecture has pipeline code, and every
-// layer computes what it would in one process, so the logits are the same.
+// layer computes what it would in one process, so the logits are the same. A network
+// whose layers read more than the stream says so (a CheckSplit method: Gemma 4's E2B
+// and E4B), and its load fails on rank 0 before any worker loads it.
 //
 // # Who leads
 //

@@ -271,6 +271,12 @@ func (l *Leader) Load(dir string, backend compute.Backend) (*model.Model, error)
 	if err != nil {
 		return nil, err
 	}
+	// Rank 0's stage first: a model that cannot be split (or that rank 0 cannot load)
+	// fails with its own error, before any worker loads it.
+	m, err := LoadStage(dir, backend, stages[0])
+	if err != nil {
+		return nil, err
+	}
 	l.mu.Lock()
 	l.next++
 	id := l.next
@@ -288,16 +294,13 @@ func (l *Leader) Load(dir string, backend compute.Backend) (*model.Model, error)
 	})
 	l.mu.Unlock()
 	if err != nil {
+		m.Close()
 		return nil, err
 	}
 	if failed >= 0 {
+		m.Close()
 		l.unload(id)
 		return nil, fmt.Errorf("%w: rank %d could not load %s (its log says why)", ErrRankFailed, failed, dir)
-	}
-	m, err := LoadStage(dir, backend, stages[0])
-	if err != nil {
-		l.unload(id)
-		return nil, err
 	}
 	stageOf(m).pipe = &pipe{leader: l, id: id, seqs: map[*kvstore.Layer]int32{}, layout: map[int32][]int32{}}
 	return m, nil

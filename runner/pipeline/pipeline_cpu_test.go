@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,7 +37,9 @@ const cpuThreads = 2
 
 // pipeArchs are the architectures split: dense (5 layers: 3+2 over two ranks, 2+2+1
 // over three), mixture-of-experts (2 layers: over three ranks the last holds only the
-// head) and hybrid (Gated DeltaNet layers 0-2, full attention layer 3).
+// head), hybrid (Gated DeltaNet layers 0-2, full attention layer 3) and Gemma 4 of the
+// 26B-A4B kind (4 layers: GELU-gated experts beside the MLP, sliding layers, unit value
+// norms that every rank holds, soft-capped logits from a tied head).
 func pipeArchs() []struct {
 	name string
 	cfg  randmodel.Config
@@ -50,6 +53,7 @@ func pipeArchs() []struct {
 		{"qwen3", dense},
 		{"qwen3_moe", randmodel.TinyMoE(512)},
 		{"qwen3_next", randmodel.TinyQwen3Next(512)},
+		{"gemma4", randmodel.TinyGemma4MoE(512)},
 	}
 }
 
@@ -400,6 +404,46 @@ func TestPipelineBatchCPU(t *testing.T) {
 				t.Logf("%v: %d batched passes of 3 sequences, logits bit-identical to one process's, tokens %v", stages, got.Passes, got.Tokens)
 			})
 		}
+	}
+}
+
+// TestPipelineRefusesGemma4E2BCPU: a Gemma 4 of the E2B kind, whose per-layer inputs and
+// KV-shared layers no rank hands on, fails its load on rank 0 with the reason, before any
+// worker loads it (before, a request made the worker wait for a stream that never came and
+// took the pipeline down); the pipeline then loads and runs a model it can split.
+func TestPipelineRefusesGemma4E2BCPU(t *testing.T) {
+	e2b := random4Bit(t, randmodel.TinyGemma4(512), 12)
+	dense := random4Bit(t, pipeArchs()[0].cfg, 13)
+	var opened atomic.Int32
+	p := pipelinetest.Start(t, pipelinetest.Config{
+		Ranks:   2,
+		Backend: func(int) compute.Backend { return cpu.New(cpuThreads) },
+		Open: func(dir string, s pipeline.Stage, b *pipelinetest.Backend) (*model.Model, error) {
+			opened.Add(1)
+			return pipeline.LoadStage(dir, b, s)
+		},
+	})
+	_, err := p.Leader.Load(e2b, p.Backends[0])
+	if err == nil || !strings.Contains(err.Error(), "gemma4: a model with per-layer inputs or KV-shared layers (E2B, E4B) cannot be split") {
+		t.Fatalf("splitting a Gemma 4 E2B: %v", err)
+	}
+	if n := opened.Load(); n != 0 {
+		t.Errorf("%d workers loaded the model rank 0 refused", n)
+	}
+	ref, err := model.Load(dense, cpu.New(cpuThreads))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := modeltest.Tokens(5, 12)
+	want := greedyRun(t, ref, pipeCaches(t, ref, dense, "fp32"), prompt, 16, 3).Tokens
+	ref.Close()
+	m, err := p.Leader.Load(dense, p.Backends[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if got := greedyRun(t, m, pipeCaches(t, m, dense, "fp32"), prompt, 16, 3).Tokens; !slices.Equal(got, want) {
+		t.Errorf("after the refusal: tokens %v, the unsplit model's %v", got, want)
 	}
 }
 

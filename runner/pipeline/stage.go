@@ -105,6 +105,13 @@ func (s Stage) holds(l *model.Loader, name string) bool {
 	return true
 }
 
+// splitChecker is a network that can say why it cannot run split into stages: one whose
+// layers read something computed outside the residual stream (Gemma 4's per-layer
+// inputs, or another layer's KV), which no rank hands on.
+type splitChecker interface {
+	CheckSplit() error
+}
+
 // LoadStage is model.Load for one stage of a pipeline: only the stage's weights are
 // bound (and, on the MLX backends, read from the mapped checkpoint), and the model's
 // passes run as that stage's. Leader.Load and the workers attach it to the pipeline.
@@ -117,6 +124,11 @@ func LoadStage(dir string, backend compute.Backend, s Stage) (*model.Model, erro
 		Executor: func(m *model.Model) (model.Executor, error) {
 			if s.Hi > m.Config.NumLayers {
 				return nil, fmt.Errorf("model: stage %v of a model of %d layers", s, m.Config.NumLayers)
+			}
+			if sc, ok := m.Network().(splitChecker); ok {
+				if err := sc.CheckSplit(); err != nil {
+					return nil, err
+				}
 			}
 			return &stageModel{Model: m, stage: s}, nil
 		},
@@ -260,8 +272,11 @@ func (c *stageContext) tensors(ts ...compute.Tensor) ([]compute.Tensor, bool) {
 
 // withWeights decides an op on tensors xs and weights ws: run (the inner tensors) or
 // skip. A stub weight skips it, after sending a real input on if nothing was sent yet
-// (the residual stream leaving this rank's layers). Real weights on a void input
-// receive the residual stream from the rank before, once.
+// (the residual stream leaving this rank's layers). Real weights on a void input of the
+// residual stream's width receive the stream from the rank before, once. A narrower
+// void input skips the op: a weight that no checkpoint holds (Gemma 4's unit value
+// norm, one vector shared by every layer) is real on every rank, and inside another
+// rank's layer it meets that layer's heads, not the stream.
 func (c *stageContext) withWeights(xs []compute.Tensor, ws ...any) ([]compute.Tensor, bool) {
 	stubbed := false
 	for _, w := range ws {
@@ -282,8 +297,8 @@ func (c *stageContext) withWeights(xs []compute.Tensor, ws ...any) ([]compute.Te
 		if !ok || !st.void {
 			continue
 		}
-		if c.entered || c.sent != nil || c.st.First() {
-			return nil, false // past this rank's layers: the head of another rank, say
+		if c.entered || c.sent != nil || c.st.First() || st.cols != c.hiddenSize {
+			return nil, false // past this rank's layers (the head of another rank, say), or inside another rank's layer
 		}
 		st.t, st.void = c.comm.Recv(st.rows, st.cols, c.st.Rank-1), false
 		c.entered = true

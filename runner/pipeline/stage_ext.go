@@ -47,6 +47,21 @@ func (c *stageContext) ClampedMoE(x, router compute.Tensor, gate, up, down compu
 	return c.real(m.ClampedMoE(in[0], in[1], gate, up, down, experts, r, act))
 }
 
+// GeGLUMoE is MoE with Gemma 4's GELU-gated experts.
+func (c *stageContext) GeGLUMoE(x, router compute.Tensor, gate, up, down compute.Weight, experts int, r compute.Routing) compute.Tensor {
+	rows, _ := x.Dims()
+	out, _ := down.Dims()
+	in, ok := c.withWeights([]compute.Tensor{x, router}, gate, up, down)
+	if !ok {
+		return c.void(rows, out/max(experts, 1))
+	}
+	m, ok := compute.Ext[compute.GeGLUMoEContext](c.inner)
+	if !ok {
+		return compute.Unsupported(c.inner, "Gemma 4's experts")
+	}
+	return c.real(m.GeGLUMoE(in[0], in[1], gate, up, down, experts, r))
+}
+
 // AttentionSinks is Attention (stage.go) with gpt-oss's sinks: skipped on a layer
 // another rank holds, run by the inner context on this rank's.
 func (c *stageContext) AttentionSinks(q, k, v compute.Tensor, cache kvstore.Layer, heads int, scale float32, sinks compute.Vector) compute.Tensor {
