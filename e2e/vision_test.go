@@ -46,23 +46,6 @@ type visionModel struct {
 // and the Anthropic SDK's.
 var visionImages = [3]struct{ w, h int }{{96, 64}, {64, 48}, {80, 48}}
 
-// qwenTemplate renders content parts as Qwen3.5's and Qwen2.5-VL's chat templates do: an
-// image part as <|vision_start|><|image_pad|><|vision_end|> where it stands among the text
-// parts.
-const qwenTemplate = `{%- for message in messages -%}<|im_start|>{{ message.role }}
-{% if message.content is string %}{{ message.content }}{% else %}{% for item in message.content %}{% if item.type == 'image' %}<|vision_start|><|image_pad|><|vision_end|>{% elif item.type == 'text' %}{{ item.text }}{% endif %}{% endfor %}{% endif %}<|im_end|>
-{% endfor -%}{%- if add_generation_prompt -%}<|im_start|>assistant
-{% endif -%}`
-
-// gemma4Template stands in for Gemma 4's chat template with Gemma 3's tokenizer (npm has
-// no Gemma 4 one): Gemma 4's renders an image as the placeholder itself (<|image|>), which
-// the runner frames; here the placeholder is <image_soft_token>, the tower's image tokens
-// set to Gemma 3's.
-const gemma4Template = `{{ bos_token }}{% for m in messages %}<start_of_turn>{% if m['role'] == 'assistant' %}model{% else %}{{ m['role'] }}{% endif %}
-{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for item in m['content'] %}{% if item['type'] == 'image' %}<image_soft_token>{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}{% endif %}<end_of_turn>
-{% endfor %}{% if add_generation_prompt %}<start_of_turn>model
-{% endif %}`
-
 // gemmaVocab is Gemma 3's vocabulary, its tokenizer's ids and image tokens inside it.
 const gemmaVocab = 262208
 
@@ -71,14 +54,14 @@ const gemmaVocab = 262208
 // Gemma 3's pooled to 16 tokens whatever the image, Gemma 4's resized to at most 70 tokens
 // (96×64 to 80×48 pixels, 60 tokens; 64×48 to 72×56, 63; 80×48 kept, 60).
 var visionModels = []*visionModel{
-	{name: "vis", tokenizer: "qwen3", template: qwenTemplate, tokens: [3]int{96, 48, 60},
+	{name: "vis", tokenizer: "qwen3", template: randmodel.QwenVisionTemplate, tokens: [3]int{96, 48, 60},
 		write: func(dir, tok string) error {
 			c := randmodel.TinyQwen3Next(151936)
 			c.TieWordEmbeddings = true
 			v := randmodel.TinyQwenVision()
 			return randmodel.GenerateQwen35(dir, c, &v, randmodel.Options{Seed: 3, TokenizerDir: tok})
 		}},
-	{name: "vis-qwen25vl", tokenizer: "qwen3", template: qwenTemplate, tokens: [3]int{96, 48, 60},
+	{name: "vis-qwen25vl", tokenizer: "qwen3", template: randmodel.QwenVisionTemplate, tokens: [3]int{96, 48, 60},
 		write: func(dir, tok string) error {
 			c := randmodel.Tiny("qwen2", 151936)
 			c.TieWordEmbeddings = true
@@ -99,7 +82,7 @@ var visionModels = []*visionModel{
 		}},
 	// Gemma 4 of the E2B kind (per-layer inputs) without KV-shared layers, whose attention
 	// has no bidirectional image spans (the runner refuses images there).
-	{name: "vis-gemma4", tokenizer: "gemma3", template: gemma4Template, tokens: [3]int{60, 63, 60},
+	{name: "vis-gemma4", tokenizer: "gemma3", template: randmodel.Gemma4StandInTemplate, tokens: [3]int{60, 63, 60},
 		write: func(dir, tok string) error {
 			c := randmodel.TinyGemma4(gemmaVocab)
 			c.Arch, c.KVSharedLayers, c.DoubleWideMLP, c.PerLayerInput = "gemma4", 0, false, 4

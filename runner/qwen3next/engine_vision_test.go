@@ -46,7 +46,7 @@ func visionCheckpointWith(t testing.TB, v randmodel.QwenVision) string {
 			if err := json.Unmarshal(b, &tc); err != nil {
 				t.Fatal(err)
 			}
-			tc["chat_template"] = runnertest.QwenVisionTemplate
+			tc["chat_template"] = randmodel.QwenVisionTemplate
 			b, _ = json.Marshal(tc)
 		}
 		if err := os.WriteFile(filepath.Join(dst, name), b, 0o644); err != nil {

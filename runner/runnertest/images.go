@@ -38,14 +38,6 @@ var Img = map[string]any{"type": "image"}
 // Txt is a text content part.
 func Txt(s string) map[string]any { return map[string]any{"type": "text", "text": s} }
 
-// QwenVisionTemplate renders content parts as the Qwen vision models' templates do
-// (Qwen2.5-VL, Qwen3.5): an image part as <|vision_start|><|image_pad|><|vision_end|>, text
-// parts as they are.
-const QwenVisionTemplate = `{%- for message in messages -%}<|im_start|>{{ message.role }}
-{% if message.content is string %}{{ message.content }}{% else %}{% for item in message.content %}{% if item.type == 'image' %}<|vision_start|><|image_pad|><|vision_end|>{% elif item.type == 'text' %}{{ item.text }}{% endif %}{% endfor %}{% endif %}<|im_end|>
-{% endfor -%}{%- if add_generation_prompt -%}<|im_start|>assistant
-{% endif -%}`
-
 // Refusals are the requests whose images and placeholders disagree that EngineImages
 // expects runner.ErrImagePlacement for.
 type Refusals int
