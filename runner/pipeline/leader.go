@@ -184,9 +184,9 @@ func (l *Leader) exchange(fn func() error) error {
 // pass is one forward pass over the pipeline: msg goes to the workers, stage runs rank 0's
 // layers (logits, its own failure, and a transfer that broke), then the status round. err is
 // a transfer failure (the pipeline is broken); failed is the rank that reported a failure
-// of its own, -1 when none did.
-func (l *Leader) pass(msg Message, stage func() ([]float32, error, error)) (logits []float32, passErr error, failed int, err error) {
-	failed = -1
+// of its own (rank -1 when none did), with its reason.
+func (l *Leader) pass(msg Message, stage func() ([]float32, error, error)) (logits []float32, passErr error, failed status, err error) {
+	failed.rank = -1
 	err = l.exchange(func() error {
 		if err := l.send(msg); err != nil {
 			return err
@@ -202,21 +202,28 @@ func (l *Leader) pass(msg Message, stage func() ([]float32, error, error)) (logi
 	return logits, passErr, failed, err
 }
 
-// status reads the status round's result: the rank that failed, or -1.
-func (l *Leader) status() (int, error) {
-	code, rank, err := l.statusCode()
-	if err != nil || code != statusFailed {
-		return -1, err
+// status reads the status round's result: the rank that failed and why, rank -1 when
+// none did.
+func (l *Leader) status() (status, error) {
+	st, err := l.statusCode()
+	if err != nil || st.code != statusFailed {
+		return status{rank: -1}, err
 	}
-	return rank, nil
+	return st, nil
 }
 
-func (l *Leader) statusCode() (code int32, rank int, err error) {
-	st, err := l.wire.RecvInts(2, l.wire.Size()-1)
-	if err != nil {
-		return 0, 0, err
+func (l *Leader) statusCode() (status, error) {
+	return recvStatus(l.wire, l.wire.Size()-1)
+}
+
+// reason is a failed rank's error as rank 0 reports it: ErrRankFailed, the rank, what
+// it could not do, and its own words.
+func (st status) reason(what string) error {
+	why := st.text
+	if why == "" {
+		why = "its log says why"
 	}
-	return st[0], int(st[1]), nil
+	return fmt.Errorf("%w: rank %d could not %s: %s", ErrRankFailed, st.rank, what, why)
 }
 
 // Ping checks that every rank answers.
@@ -237,7 +244,7 @@ func (l *Leader) Ping() error {
 func (l *Leader) Hello(addr string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	failed := -1
+	failed := status{rank: -1}
 	err := l.exchange(func() error {
 		if err := l.send(Message{Op: OpHello, Payload: Ints(addr)}); err != nil {
 			return err
@@ -246,8 +253,8 @@ func (l *Leader) Hello(addr string) error {
 		failed, err = l.status()
 		return err
 	})
-	if err == nil && failed >= 0 {
-		err = fmt.Errorf("%w: rank %d could not reach rank 0 at %s (its log says why)", ErrRankFailed, failed, addr)
+	if err == nil && failed.rank >= 0 {
+		err = failed.reason("reach rank 0 at " + addr)
 	}
 	return err
 }
@@ -280,7 +287,7 @@ func (l *Leader) Load(dir string, backend compute.Backend) (*model.Model, error)
 	l.mu.Lock()
 	l.next++
 	id := l.next
-	failed := -1
+	failed := status{rank: -1}
 	err = l.exchange(func() error {
 		l.dmu.Lock()
 		numCtx := l.ctx[dir]
@@ -297,10 +304,10 @@ func (l *Leader) Load(dir string, backend compute.Backend) (*model.Model, error)
 		m.Close()
 		return nil, err
 	}
-	if failed >= 0 {
+	if failed.rank >= 0 {
 		m.Close()
 		l.unload(id)
-		return nil, fmt.Errorf("%w: rank %d could not load %s (its log says why)", ErrRankFailed, failed, dir)
+		return nil, failed.reason("load " + dir)
 	}
 	stageOf(m).pipe = &pipe{leader: l, id: id, seqs: map[*kvstore.Layer]int32{}, layout: map[int32][]int32{}}
 	return m, nil
@@ -418,9 +425,9 @@ func (m *stageModel) Forward(ctx context.Context, tokens []int32, caches []kvsto
 	if passErr != nil {
 		return nil, passErr
 	}
-	if failed >= 0 {
+	if failed.rank >= 0 {
 		m.rewind(caches, start)
-		return nil, fmt.Errorf("%w: rank %d could not run its layers for this pass (its log says why)", ErrRankFailed, failed)
+		return nil, failed.reason("run its layers for this pass")
 	}
 	return logits, nil
 }
@@ -571,20 +578,20 @@ func (m *stageModel) PrefixRestore(caches []kvstore.Layer, tokens []int32, n int
 	if layout == nil {
 		layout = p.layout[seq] // the workers may not know the sequence yet
 	}
-	var code int32
+	var st status
 	err := l.exchange(func() error {
 		if err := l.send(Message{Op: OpRestore, Model: p.id, Seq: seq, Start: int32(n), Payload: tokens, Layout: layout}); err != nil {
 			return err
 		}
 		var err error
-		code, _, err = l.statusCode()
+		st, err = l.statusCode()
 		return err
 	})
 	if err != nil {
 		l.Fail(err)
 		return 0, l.Broken()
 	}
-	if code != statusOK && n > 0 {
+	if st.code != statusOK && n > 0 {
 		m.rewind(caches, 0)
 		return 0, nil
 	}
@@ -619,7 +626,7 @@ func (m *stageModel) prefixMessage(caches []kvstore.Layer, msg Message) {
 		if err := l.send(msg); err != nil {
 			return err
 		}
-		_, _, err := l.statusCode()
+		_, err := l.statusCode()
 		return err
 	})
 	if err != nil {
@@ -720,8 +727,8 @@ func (m *stageModel) ForwardBatch(ctx context.Context, seqs []model.Sequence) []
 		err = l.Broken()
 	case passErr != nil:
 		err = passErr
-	case failed >= 0:
-		err = fmt.Errorf("%w: rank %d could not run its layers for this pass (its log says why)", ErrRankFailed, failed)
+	case failed.rank >= 0:
+		err = failed.reason("run its layers for this pass")
 	}
 	vocab := m.Config.VocabSize
 	if err == nil && len(logits) != vocab*len(run) {

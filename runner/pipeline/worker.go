@@ -356,7 +356,7 @@ func (w *Worker) Run() error {
 			w.Log.Error("pipeline rank failed", "rank", w.Wire.Rank(), "op", msg.Op, "model", msg.Model, "err", failure)
 			code = statusFailed
 		}
-		if err := passStatus(w.Wire, code); err != nil {
+		if err := passStatus(w.Wire, code, failure); err != nil {
 			return err
 		}
 	}
