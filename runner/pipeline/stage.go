@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/mlxg/mlxg/kvstore"
+	"github.com/mlxg/mlxg/registry"
 	"github.com/mlxg/mlxg/runner/compute"
 	"github.com/mlxg/mlxg/runner/model"
 )
@@ -112,6 +113,21 @@ type splitChecker interface {
 	CheckSplit() error
 }
 
+// SplitError is the refusal of a model whose network cannot run split into stages (its
+// CheckSplit). A request naming it must name another model, as one naming an
+// architecture mlxg does not run: errors.Is(err, registry.ErrUnsupported) holds, which
+// the server answers with a 400 and the reason.
+type SplitError struct{ Err error }
+
+func (e *SplitError) Error() string {
+	return e.Err.Error() + " (this server splits every model it loads over its ranks)"
+}
+
+func (e *SplitError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, registry.ErrUnsupported) true.
+func (e *SplitError) Is(target error) bool { return target == registry.ErrUnsupported }
+
 // LoadStage is model.Load for one stage of a pipeline: only the stage's weights are
 // bound (and, on the MLX backends, read from the mapped checkpoint), and the model's
 // passes run as that stage's. Leader.Load and the workers attach it to the pipeline.
@@ -127,7 +143,7 @@ func LoadStage(dir string, backend compute.Backend, s Stage) (*model.Model, erro
 			}
 			if sc, ok := m.Network().(splitChecker); ok {
 				if err := sc.CheckSplit(); err != nil {
-					return nil, err
+					return nil, &SplitError{Err: err}
 				}
 			}
 			return &stageModel{Model: m, stage: s}, nil

@@ -1,0 +1,45 @@
+package server
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mlxg/mlxg/internal/testdata"
+	"github.com/mlxg/mlxg/registry"
+	"github.com/mlxg/mlxg/registry/randmodel"
+	"github.com/mlxg/mlxg/runner/compute"
+	"github.com/mlxg/mlxg/runner/cpu"
+	"github.com/mlxg/mlxg/runner/pipeline/pipelinetest"
+	"github.com/mlxg/mlxg/runner/sched"
+)
+
+// TestSplitRefusalThroughServer: a server that splits its models over ranks (as `mlxg
+// serve --hostfile`, here two ranks of pipelinetest's in-process transport) answers a
+// request for a model no rank can run split (a Gemma 4 of the E2B kind: per-layer inputs,
+// KV-shared layers) with a 400 that gives the reason, on Ollama's and OpenAI's APIs, as
+// it answers a model whose architecture it does not run, not with a 500.
+func TestSplitRefusalThroughServer(t *testing.T) {
+	hf := filepath.Join(t.TempDir(), "e2b")
+	if err := randmodel.Generate(hf, randmodel.TinyGemma4(262208), randmodel.Options{Seed: 3, TokenizerDir: testdata.Tokenizer(t, "gemma3")}); err != nil {
+		t.Fatal(err)
+	}
+	ts := newTestServer(t, sched.Config{})
+	n, _ := registry.ParseName("e2b")
+	if _, err := ts.srv.cfg.Store.ImportDir(context.Background(), n, hf); err != nil {
+		t.Fatal(err)
+	}
+	p := pipelinetest.Start(t, pipelinetest.Config{Ranks: 2, Backend: func(int) compute.Backend { return cpu.New(2) }})
+	ts.srv.cfg.Loader.(*EngineLoader).Pipeline = p.Leader
+	const why = "gemma4: a model with per-layer inputs or KV-shared layers (E2B, E4B) cannot be split over several machines"
+	for _, c := range []struct{ path, body string }{
+		{"/api/generate", `{"model":"e2b","prompt":"Hi","stream":false,"options":{"num_predict":2}}`},
+		{"/v1/chat/completions", `{"model":"e2b","max_tokens":2,"messages":[{"role":"user","content":"Hi"}]}`},
+	} {
+		resp, body := ts.post(t, c.path, c.body)
+		if resp.StatusCode != 400 || !strings.Contains(string(body), why) {
+			t.Errorf("%s for a model that cannot be split: %d %s, want 400 with %q", c.path, resp.StatusCode, body, why)
+		}
+	}
+}
