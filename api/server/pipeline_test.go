@@ -16,10 +16,11 @@ import (
 )
 
 // TestSplitRefusalThroughServer: a server that splits its models over ranks (as `mlxg
-// serve --hostfile`, here two ranks of pipelinetest's in-process transport) answers a
-// request for a model no rank can run split (a Gemma 4 of the E2B kind: per-layer inputs,
-// KV-shared layers) with a 400 that gives the reason, on Ollama's and OpenAI's APIs, as
-// it answers a model whose architecture it does not run, not with a 500.
+// serve --hostfile`, here five ranks of pipelinetest's in-process transport) answers a
+// request for a model it cannot split over them (a Gemma 4 of the E2B kind, 6 layers, the
+// last two reading the KV of layers 2 and 3, which leaves 3 places to cut) with a 400
+// that gives the reason, on Ollama's and OpenAI's APIs, as it answers a model whose
+// architecture it does not run, not with a 500.
 func TestSplitRefusalThroughServer(t *testing.T) {
 	hf := filepath.Join(t.TempDir(), "e2b")
 	if err := randmodel.Generate(hf, randmodel.TinyGemma4(262208), randmodel.Options{Seed: 3, TokenizerDir: testdata.Tokenizer(t, "gemma3")}); err != nil {
@@ -30,9 +31,9 @@ func TestSplitRefusalThroughServer(t *testing.T) {
 	if _, err := ts.srv.cfg.Store.ImportDir(context.Background(), n, hf); err != nil {
 		t.Fatal(err)
 	}
-	p := pipelinetest.Start(t, pipelinetest.Config{Ranks: 2, Backend: func(int) compute.Backend { return cpu.New(2) }})
+	p := pipelinetest.Start(t, pipelinetest.Config{Ranks: 5, Backend: func(int) compute.Backend { return cpu.New(2) }})
 	ts.srv.cfg.Loader.(*EngineLoader).Pipeline = p.Leader
-	const why = "gemma4: a model with per-layer inputs or KV-shared layers (E2B, E4B) cannot be split over several machines"
+	const why = "6 layers cannot be split over 5 ranks: a layer that reads another layer's KV runs on that layer's rank, which leaves 3 places to cut"
 	for _, c := range []struct{ path, body string }{
 		{"/api/generate", `{"model":"e2b","prompt":"Hi","stream":false,"options":{"num_predict":2}}`},
 		{"/v1/chat/completions", `{"model":"e2b","max_tokens":2,"messages":[{"role":"user","content":"Hi"}]}`},

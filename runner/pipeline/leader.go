@@ -43,7 +43,11 @@ type Leader struct {
 // layers and weights: StageShape), to plan its own KV with; numCtx is passed on to the
 // workers when the model loads, for theirs.
 func (l *Leader) Plan(dir string, shape kvstore.ModelShape, numCtx int) (kvstore.ModelShape, error) {
-	stages, err := Split(len(shape.Layers), l.wire.Size())
+	cfg, err := model.ReadConfig(dir)
+	if err != nil {
+		return shape, err
+	}
+	stages, err := SplitModel(cfg, l.wire.Size())
 	if err != nil {
 		return shape, err
 	}
@@ -82,7 +86,7 @@ func (l *Leader) RankGone(r int, err error) {
 
 // Ranks describes the ranks of m, a model loaded through l.
 func (l *Leader) Ranks(m *model.Model) []model.RankInfo {
-	stages, err := Split(m.Config.NumLayers, l.wire.Size())
+	stages, err := SplitModel(m.Config, l.wire.Size())
 	if err != nil {
 		return nil
 	}
@@ -274,7 +278,7 @@ func (l *Leader) Load(dir string, backend compute.Backend) (*model.Model, error)
 	if err != nil {
 		return nil, err
 	}
-	stages, err := Split(cfg.NumLayers, l.wire.Size())
+	stages, err := SplitModel(cfg, l.wire.Size())
 	if err != nil {
 		return nil, err
 	}
@@ -452,7 +456,7 @@ func (m *stageModel) runStage(inner compute.Context, msg Message, caches []kvsto
 		err := fmt.Errorf("model: the %s backend's context (%T) cannot send activations between ranks", m.Backend().Name(), inner)
 		return nil, err, m.fillIn(len(tokens), rows, msg.Hidden)
 	}
-	c := &stageContext{inner: inner, comm: comm, st: s, hidden: msg.Hidden, vocab: m.Config.VocabSize, hiddenSize: m.Config.HiddenSize}
+	c := &stageContext{inner: inner, comm: comm, st: s, hidden: msg.Hidden, vocab: m.Config.VocabSize, hiddenSize: m.Config.HiddenSize, layers: m.Config.NumLayers}
 	out := m.Network().Forward(c, tokens, caches, !all)
 	recorded := c.Err() == nil
 	logits, err := c.Float32s(out)
@@ -479,8 +483,18 @@ func (m *stageModel) fillIn(T, rows int, want bool) error {
 	}
 	hidden, vocab := m.Config.HiddenSize, m.Config.VocabSize
 	// The residual crosses between ranks as T rows, except into a last rank that holds
-	// only the head: that gets the rows the logits are for.
+	// only the head: that gets the rows the logits are for. Into a rank that runs
+	// layers, what the network carries goes beside it (stageContext.withWeights).
 	in, outRows := T, T
+	inCols, outCols := hidden, hidden
+	if k := carriedCols(m.Model); k > 0 {
+		if s.Lo < m.Config.NumLayers {
+			inCols += k
+		}
+		if s.Hi < m.Config.NumLayers {
+			outCols += k
+		}
+	}
 	if s.Last() && s.Lo == s.Hi {
 		in = rows
 	}
@@ -488,7 +502,7 @@ func (m *stageModel) fillIn(T, rows int, want bool) error {
 		outRows = rows
 	}
 	if !s.First() {
-		if _, err := c.Float32s(comm.Recv(in, hidden, s.Rank-1)); err != nil {
+		if _, err := c.Float32s(comm.Recv(in, inCols, s.Rank-1)); err != nil {
 			return err
 		}
 	}
@@ -496,7 +510,7 @@ func (m *stageModel) fillIn(T, rows int, want bool) error {
 	if want {
 		out = hidden
 	}
-	dst, r, k := s.Rank+1, outRows, hidden
+	dst, r, k := s.Rank+1, outRows, outCols
 	if s.Last() {
 		dst, r, k = 0, rows, out
 	}
@@ -766,7 +780,7 @@ func (m *stageModel) runBatchStage(inner compute.Context, bn model.BatchNetwork,
 		err := fmt.Errorf("model: the %s backend's context (%T) cannot send activations between ranks", m.Backend().Name(), inner)
 		return nil, err, m.fillIn(total, len(part), false)
 	}
-	c := &stageContext{inner: inner, comm: comm, st: m.stage, vocab: m.Config.VocabSize, hiddenSize: m.Config.HiddenSize}
+	c := &stageContext{inner: inner, comm: comm, st: m.stage, vocab: m.Config.VocabSize, hiddenSize: m.Config.HiddenSize, layers: m.Config.NumLayers}
 	c.Segments(rows)
 	out := bn.ForwardBatch(c, model.NewBatch(part, true))
 	recorded := c.Err() == nil

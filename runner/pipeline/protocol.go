@@ -15,8 +15,8 @@ type Wire interface {
 // rank 2 before acting on it, and so on: the ring backend connects neighbours only.
 // A message is a header of headerLen int32s, then, when its length word is non-zero,
 // that many int32s of payload (a forward pass's tokens, a model's directory). Every
-// message but OpStop is answered by a status word that goes around the ring (rank 1
-// starts it, each rank puts in its own failure, the last rank hands it to rank 0).
+// message but OpStop is answered by a status that goes around the ring (rank 1 starts
+// it, each rank puts in its own failure, the last rank hands it to rank 0; see status).
 const (
 	headerLen = 9
 	magic     = 0x6d6c7867 // "mlxg"

@@ -377,7 +377,7 @@ func (w *Worker) load(msg Message) error {
 	}
 	var stages []Stage
 	if err == nil {
-		stages, err = Split(cfg.NumLayers, w.Wire.Size())
+		stages, err = SplitModel(cfg, w.Wire.Size())
 	}
 	var m *model.Model
 	if err == nil {
