@@ -25,7 +25,7 @@ import (
 type faultBackend struct {
 	compute.Backend
 	mu    sync.Mutex
-	place map[compute.Weight]string // "embed", "layer N" or "head"
+	place map[compute.Weight]string // "layer N", "head" or "embed_tokens"
 	armed string
 	fired string
 }
@@ -46,7 +46,7 @@ func (b *faultBackend) Weight(src compute.Source, prefix string, q compute.Quant
 	case strings.HasPrefix(prefix, "lm_head"):
 		b.place[w] = "head"
 	case strings.HasSuffix(prefix, "embed_tokens"):
-		b.place[w] = "embed" // the untied models of these tests: the embeddings only
+		b.place[w] = "embed_tokens" // the embedding, and a tied head
 	}
 	return w, nil
 }
@@ -57,11 +57,19 @@ func (b *faultBackend) arm(place string) {
 	b.mu.Unlock()
 }
 
-// fire reports whether an op on w fails, disarming the backend when it does.
-func (b *faultBackend) fire(w compute.Weight) error {
+// fire reports whether an op on w fails, disarming the backend when it does: a Linear
+// (the embeddings' is a tied head's) or, embed, an Embed.
+func (b *faultBackend) fire(w compute.Weight, embed bool) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.armed == "" || b.place[w] != b.armed {
+	place := b.place[w]
+	if place == "embed_tokens" {
+		place = "head"
+		if embed {
+			place = "embed"
+		}
+	}
+	if b.armed == "" || place != b.armed {
 		return nil
 	}
 	b.fired, b.armed = b.armed, ""
@@ -82,28 +90,38 @@ func (c *faultContext) Free(keep ...compute.Tensor)   { compute.Free(c.Context, 
 func (c *faultContext) Fail(err error) compute.Tensor { return compute.Fail(c.Context, err) }
 
 func (c *faultContext) Linear(x compute.Tensor, w compute.Weight) compute.Tensor {
-	if err := c.b.fire(w); err != nil {
+	if err := c.b.fire(w, false); err != nil {
 		return compute.Fail(c.Context, err)
 	}
 	return c.Context.Linear(x, w)
 }
 
 func (c *faultContext) Embed(w compute.Weight, ids []int32) compute.Tensor {
-	if err := c.b.fire(w); err != nil {
+	if err := c.b.fire(w, true); err != nil {
 		return compute.Fail(c.Context, err)
 	}
 	return c.Context.Embed(w, ids)
 }
 
 // TestPipelineRankFailsCPU makes each rank in turn fail its part of a pass (rank 0 at
-// its embedding and in its layers, before it sends; each worker in its first layer,
+// its embedding and in its layers, before it sends; each worker in each of its layers,
 // after it received the stream; the last rank in its head) over three ranks, in a
 // single pass and in a batched one: the request fails at once (not at the exchange's
-// timeout) with the failing rank's own message, and the same pass run again gives the
+// timeout) with the failing rank's own message, and the same passes run again give the
 // unsplit model's logits bit for bit: no rank was left waiting, no transfer was left
-// over on a link, and every rank's caches were rewound.
+// over on a link, and every rank's caches were rewound. The models: a dense one (5
+// layers: ranks 0-1, 2-3, 4) and a Gemma 4 of the E2B kind (8 layers: 0-2, 3, 4-7; the
+// transfers that a failing rank makes with zeros carry the per-layer inputs too).
 func TestPipelineRankFailsCPU(t *testing.T) {
-	dir := random4Bit(t, pipeArchs()[0].cfg, 21) // 5 layers: ranks 0-1, 2-3, 4
+	for i, a := range pipeArchs() {
+		if a.name != "qwen3" && a.name != "gemma4_e2b" {
+			continue
+		}
+		t.Run(a.name, func(t *testing.T) { rankFails(t, random4Bit(t, a.cfg, uint64(21+i))) })
+	}
+}
+
+func rankFails(t *testing.T, dir string) {
 	const ranks = 3
 	prompt := modeltest.Tokens(5, 12)
 	ref, err := model.Load(dir, cpu.New(cpuThreads))
@@ -127,7 +145,7 @@ func TestPipelineRankFailsCPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	stages, err := pipeline.Split(m.Config.NumLayers, ranks)
+	stages, err := pipeline.SplitModel(m.Config, ranks)
 	if err != nil {
 		t.Fatal(err)
 	}
