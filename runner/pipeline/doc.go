@@ -43,7 +43,7 @@
 // copy through Go is needed. Beside them, rank 0 sends small int32 control messages (Message: load,
 // unload, forward, batched forward, prefix restore, save and end, ping, hello, stop)
 // that every rank passes on to the next before acting, and every message but stop is
-// answered by a status word that goes around the ring, each rank putting in its own
+// answered by a status that goes around the ring, each rank putting in its own
 // failure and its error's text; the worst comes back to rank 0, which fails the request
 // with that rank's words. A rank that cannot run its part of a pass (an op its backend
 // lacks, a bad cache: any failure before the pass is evaluated, which on MLX performs
