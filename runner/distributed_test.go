@@ -56,7 +56,11 @@ const envDistModels = "MLXG_TEST_DIST_MODELS"
 // layers and the generation loop, rank 1 the rest and the head. A chunked prefill
 // (every row's logits) and greedy decode steps match the single-process run on MLX
 // within 1e-4 relative, with identical tokens, over fp32, fp16 and K8/V4 caches (rank 0 describes its policy's caches to the workers).
+// The Gemma 4 of the E2B kind has its per-layer inputs carried from rank 0 beside the stream, and its KV-shared
+// layers (6 and 7, reading 4 and 5) on their sources' rank.
 func TestDistributedPipeline(t *testing.T) {
+	e2b := randmodel.TinyGemma4(512)
+	e2b.NumLayers = 8
 	archs := []struct {
 		name string
 		cfg  randmodel.Config
@@ -65,6 +69,7 @@ func TestDistributedPipeline(t *testing.T) {
 		{"qwen3_moe", randmodel.TinyMoE(512)},
 		{"qwen3_next", randmodel.TinyQwen3Next(512)},
 		{"gemma3", randmodel.TinyGemma3(512)},
+		{"gemma4_e2b", e2b}, // per-layer inputs carried beside the stream, KV-shared layers on their sources' rank
 	}
 	prompt, steps := modeltest.Tokens(5, 37), 6
 	rank, isRank := mlxtest.Rank()

@@ -25,6 +25,8 @@ func TestPipelineEngineCPU(t *testing.T) {
 	four := func(c randmodel.Config) randmodel.Config { c.NumLayers = 4; return c }
 	dense := randmodel.Tiny("qwen3", 512)
 	dense.NumLayers = 4
+	e2b := randmodel.TinyGemma4(512)
+	e2b.NumLayers = 8
 	archs := []struct {
 		name string
 		cfg  randmodel.Config
@@ -35,6 +37,7 @@ func TestPipelineEngineCPU(t *testing.T) {
 		{"phi3", four(randmodel.TinyPhi3(512))},       // fused projections bound by parts, longrope
 		{"gpt_oss", randmodel.TinyGptOss(512)},        // sliding windows beside full layers, sinks, clamped experts
 		{"gemma4", randmodel.TinyGemma4MoE(512)},      // GELU-gated experts beside the MLP, unit value norms on every rank
+		{"gemma4_e2b", e2b},                           // per-layer inputs carried to rank 1, layers 6 and 7 reading 4's and 5's KV on rank 1
 	}
 	prompt := modeltest.Tokens(9, 600)
 	o := Greedy()
@@ -78,8 +81,11 @@ func TestPipelineEngineCPU(t *testing.T) {
 			if st, ok := pipeline.StageOf(e.Model); !ok || st.Hi != a.cfg.NumLayers/2 {
 				t.Fatalf("the engine's model is %v (a stage: %v), want rank 0's half of %d layers", st, ok, a.cfg.NumLayers)
 			}
-			hidden := e.Model.Config.HiddenSize
-			sent := func() int { return p.Net.Traffic(0, 1).FloatValues / hidden } // positions handed to rank 1
+			width := e.Model.Config.HiddenSize // what crosses per position: the stream, and what the network carries beside it
+			if c, ok := e.Model.Network().(interface{ CarriedCols() int }); ok {
+				width += c.CarriedCols()
+			}
+			sent := func() int { return p.Net.Traffic(0, 1).FloatValues / width } // positions handed to rank 1
 			cold := gen(e)
 			coldSent := sent()
 			hit := gen(e)

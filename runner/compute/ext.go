@@ -262,6 +262,15 @@ type GeGLUMoEContext interface {
 	GeGLUMoE(x, router Tensor, gate, up, down Weight, experts int, r Routing) Tensor
 }
 
+// CarryContext is implemented by a context that runs only some of a model's layers (a
+// stage of a pipeline: runner/pipeline). Carry marks t, computed before the first layer
+// from the tokens and read by later layers beside the residual stream (Gemma 4's
+// per-layer inputs), so that the rank that computed it hands it on with the stream and
+// a rank that did not receives it there. It returns t, which the caller goes on using.
+type CarryContext interface {
+	Carry(t Tensor) Tensor
+}
+
 // SharedKVContext runs the attention of layers that read another layer's keys and
 // values (Gemma 4's KV-shared layers), which store none of their own.
 type SharedKVContext interface {

@@ -51,6 +51,9 @@ func init() {
 	model.Register("gemma4_text", New)
 	model.Register("gemma4", New)
 	model.Register("gemma4_unified", New)
+	for _, t := range []string{"gemma4_text", "gemma4", "gemma4_unified"} {
+		model.RegisterKVSources(t, kvSources)
+	}
 }
 
 // Config is the Gemma 4 part of config.json (text_config's, for the multimodal types).
@@ -131,6 +134,20 @@ func (g Config) Sliding(layers int) ([]bool, error) {
 		}
 	}
 	return out, nil
+}
+
+// kvSources is the layer whose KV each layer of the model with config cfg attends over
+// (model.RegisterKVSources).
+func kvSources(cfg *model.Config) ([]int, error) {
+	g, err := ReadConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	sliding, err := g.Sliding(cfg.NumLayers)
+	if err != nil {
+		return nil, err
+	}
+	return g.Sources(sliding)
 }
 
 // Sources is the layer whose KV each layer attends over: itself, or for the last
@@ -555,6 +572,9 @@ func (n *Network) ForwardBatch(c compute.Context, b *model.Batch) compute.Tensor
 			}
 		}
 		pl = n.PerLayer.Inputs(c, x, tokens, h, n.Eps)
+		if cc, ok := compute.Ext[compute.CarryContext](c); ok {
+			pl = cc.Carry(pl) // a pipeline's later ranks read it too
+		}
 	}
 	guesser, guess := compute.Ext[compute.ExpertGuesser](c)
 	for i, l := range n.Layers {
@@ -600,19 +620,14 @@ func (n *Network) ForwardBatch(c compute.Context, b *model.Batch) compute.Tensor
 	return logits
 }
 
-// CheckSplit tells runner/pipeline, which splits a model's layers over several machines
-// and hands each the residual stream alone, that the E2B and E4B kinds cannot run so:
-// their per-layer inputs are computed from the token embeddings before the first layer,
-// and their KV-shared layers read earlier layers' caches.
-func (n *Network) CheckSplit() error {
-	shared := false
-	for i, l := range n.Layers {
-		shared = shared || l.Attn.Source != i
+// CarriedCols is what a pipeline hands on beside the residual stream (runner/pipeline):
+// every layer's per-layer input, computed on the first rank from the tokens and their
+// embeddings; 0 without them.
+func (n *Network) CarriedCols() int {
+	if n.PerLayer == nil {
+		return 0
 	}
-	if n.PerLayer != nil || shared {
-		return fmt.Errorf("gemma4: a model with per-layer inputs or KV-shared layers (E2B, E4B) cannot be split over several machines yet")
-	}
-	return nil
+	return n.PerLayer.Layers * n.PerLayer.Width
 }
 
 // KVSource implements model.KVSharer.

@@ -50,6 +50,33 @@ func Register(modelType string, b Builder) {
 	builders[modelType] = b
 }
 
+// KVSourcesFunc reads from a model's config the layer whose keys and values each layer
+// attends over: its own index, or an earlier layer's for a KV-shared layer.
+type KVSourcesFunc func(c *Config) ([]int, error)
+
+var kvSources = map[string]KVSourcesFunc{}
+
+// RegisterKVSources tells, for an architecture with KV-shared layers, which layer each
+// reads (as its network's KVSharer does once loaded): a pipeline reads it before any
+// weight is bound, to keep each such layer on the rank of the layer it reads.
+func RegisterKVSources(modelType string, f KVSourcesFunc) {
+	regMu.Lock()
+	defer regMu.Unlock()
+	kvSources[modelType] = f
+}
+
+// KVSources is the layer whose KV each layer of the model with config c attends over;
+// nil when every layer attends over its own.
+func KVSources(c *Config) ([]int, error) {
+	regMu.Lock()
+	f := kvSources[c.ModelType]
+	regMu.Unlock()
+	if f == nil {
+		return nil, nil
+	}
+	return f(c)
+}
+
 // Supported lists the registered model types, sorted.
 func Supported() []string {
 	regMu.Lock()

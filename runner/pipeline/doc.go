@@ -13,9 +13,17 @@
 // other ranks' weights left unbound, whose passes run through a stage context that
 // skips what this rank does not hold and sends or receives the residual stream where
 // its own layers begin and end (stage.go). No architecture has pipeline code, and every
-// layer computes what it would in one process, so the logits are the same. A network
-// whose layers read more than the stream says so (a CheckSplit method: Gemma 4's E2B
-// and E4B), and its load fails on rank 0 before any worker loads it.
+// layer computes what it would in one process, so the logits are the same.
+//
+// Two things go beyond the stream, both Gemma 4's (E2B, E4B). A tensor that later layers
+// read beside the stream, computed before the first layer (the per-layer inputs), is
+// marked by the network (compute.CarryContext): rank 0 computes it and sends it in the
+// same transfer as the stream, beside it, to every rank that runs layers. A layer that
+// reads another layer's KV (a KV-shared layer) must run on that layer's rank, since a
+// rank keeps only its own layers' KV: the architecture registers which layer each reads
+// (model.RegisterKVSources) and SplitShared cuts nowhere between them, as near the even
+// cuts as it can; a model with too few places to cut for the ranks is refused
+// (SplitError, which the server answers with a 400).
 //
 // # Who leads
 //
@@ -35,11 +43,15 @@
 // copy through Go is needed. Beside them, rank 0 sends small int32 control messages (Message: load,
 // unload, forward, batched forward, prefix restore, save and end, ping, hello, stop)
 // that every rank passes on to the next before acting, and every message but stop is
-// answered by a status word that goes around the ring, each rank putting in its own
-// failure; the worst comes back to rank 0. A rank that cannot run its part of a pass
-// still performs its transfers, with zeros, so that no other rank is left waiting,
-// and reports its failure in the status round: the request fails, the pipeline stays
-// usable.
+// answered by a status that goes around the ring, each rank putting in its own
+// failure and its error's text; the worst comes back to rank 0, which fails the request
+// with that rank's words. A rank that cannot run its part of a pass (an op its backend
+// lacks, a bad cache: any failure before the pass is evaluated, which on MLX performs
+// no transfer) still performs every transfer of the pass, with zeros, so that no other
+// rank is left waiting, and reports its failure in the status round: the request fails
+// at once, the pipeline stays usable. A failure while MLX evaluates a pass (some of its
+// transfers may have run) or a transfer that fails leaves the ring in an unknown state:
+// that breaks the pipeline, as a rank that dies does.
 //
 // Both channels are interfaces: Wire for the control messages, Comm (on a backend's
 // contexts) for the activations. MLX's distributed layer is the only implementation

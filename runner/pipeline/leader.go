@@ -43,7 +43,11 @@ type Leader struct {
 // layers and weights: StageShape), to plan its own KV with; numCtx is passed on to the
 // workers when the model loads, for theirs.
 func (l *Leader) Plan(dir string, shape kvstore.ModelShape, numCtx int) (kvstore.ModelShape, error) {
-	stages, err := Split(len(shape.Layers), l.wire.Size())
+	cfg, err := model.ReadConfig(dir)
+	if err != nil {
+		return shape, err
+	}
+	stages, err := SplitModel(cfg, l.wire.Size())
 	if err != nil {
 		return shape, err
 	}
@@ -82,7 +86,7 @@ func (l *Leader) RankGone(r int, err error) {
 
 // Ranks describes the ranks of m, a model loaded through l.
 func (l *Leader) Ranks(m *model.Model) []model.RankInfo {
-	stages, err := Split(m.Config.NumLayers, l.wire.Size())
+	stages, err := SplitModel(m.Config, l.wire.Size())
 	if err != nil {
 		return nil
 	}
@@ -184,9 +188,9 @@ func (l *Leader) exchange(fn func() error) error {
 // pass is one forward pass over the pipeline: msg goes to the workers, stage runs rank 0's
 // layers (logits, its own failure, and a transfer that broke), then the status round. err is
 // a transfer failure (the pipeline is broken); failed is the rank that reported a failure
-// of its own, -1 when none did.
-func (l *Leader) pass(msg Message, stage func() ([]float32, error, error)) (logits []float32, passErr error, failed int, err error) {
-	failed = -1
+// of its own (rank -1 when none did), with its reason.
+func (l *Leader) pass(msg Message, stage func() ([]float32, error, error)) (logits []float32, passErr error, failed status, err error) {
+	failed.rank = -1
 	err = l.exchange(func() error {
 		if err := l.send(msg); err != nil {
 			return err
@@ -202,21 +206,28 @@ func (l *Leader) pass(msg Message, stage func() ([]float32, error, error)) (logi
 	return logits, passErr, failed, err
 }
 
-// status reads the status round's result: the rank that failed, or -1.
-func (l *Leader) status() (int, error) {
-	code, rank, err := l.statusCode()
-	if err != nil || code != statusFailed {
-		return -1, err
+// status reads the status round's result: the rank that failed and why, rank -1 when
+// none did.
+func (l *Leader) status() (status, error) {
+	st, err := l.statusCode()
+	if err != nil || st.code != statusFailed {
+		return status{rank: -1}, err
 	}
-	return rank, nil
+	return st, nil
 }
 
-func (l *Leader) statusCode() (code int32, rank int, err error) {
-	st, err := l.wire.RecvInts(2, l.wire.Size()-1)
-	if err != nil {
-		return 0, 0, err
+func (l *Leader) statusCode() (status, error) {
+	return recvStatus(l.wire, l.wire.Size()-1)
+}
+
+// reason is a failed rank's error as rank 0 reports it: ErrRankFailed, the rank, what
+// it could not do, and its own words.
+func (st status) reason(what string) error {
+	why := st.text
+	if why == "" {
+		why = "its log says why"
 	}
-	return st[0], int(st[1]), nil
+	return fmt.Errorf("%w: rank %d could not %s: %s", ErrRankFailed, st.rank, what, why)
 }
 
 // Ping checks that every rank answers.
@@ -237,7 +248,7 @@ func (l *Leader) Ping() error {
 func (l *Leader) Hello(addr string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	failed := -1
+	failed := status{rank: -1}
 	err := l.exchange(func() error {
 		if err := l.send(Message{Op: OpHello, Payload: Ints(addr)}); err != nil {
 			return err
@@ -246,8 +257,8 @@ func (l *Leader) Hello(addr string) error {
 		failed, err = l.status()
 		return err
 	})
-	if err == nil && failed >= 0 {
-		err = fmt.Errorf("%w: rank %d could not reach rank 0 at %s (its log says why)", ErrRankFailed, failed, addr)
+	if err == nil && failed.rank >= 0 {
+		err = failed.reason("reach rank 0 at " + addr)
 	}
 	return err
 }
@@ -267,7 +278,7 @@ func (l *Leader) Load(dir string, backend compute.Backend) (*model.Model, error)
 	if err != nil {
 		return nil, err
 	}
-	stages, err := Split(cfg.NumLayers, l.wire.Size())
+	stages, err := SplitModel(cfg, l.wire.Size())
 	if err != nil {
 		return nil, err
 	}
@@ -280,7 +291,7 @@ func (l *Leader) Load(dir string, backend compute.Backend) (*model.Model, error)
 	l.mu.Lock()
 	l.next++
 	id := l.next
-	failed := -1
+	failed := status{rank: -1}
 	err = l.exchange(func() error {
 		l.dmu.Lock()
 		numCtx := l.ctx[dir]
@@ -297,10 +308,10 @@ func (l *Leader) Load(dir string, backend compute.Backend) (*model.Model, error)
 		m.Close()
 		return nil, err
 	}
-	if failed >= 0 {
+	if failed.rank >= 0 {
 		m.Close()
 		l.unload(id)
-		return nil, fmt.Errorf("%w: rank %d could not load %s (its log says why)", ErrRankFailed, failed, dir)
+		return nil, failed.reason("load " + dir)
 	}
 	stageOf(m).pipe = &pipe{leader: l, id: id, seqs: map[*kvstore.Layer]int32{}, layout: map[int32][]int32{}}
 	return m, nil
@@ -418,9 +429,9 @@ func (m *stageModel) Forward(ctx context.Context, tokens []int32, caches []kvsto
 	if passErr != nil {
 		return nil, passErr
 	}
-	if failed >= 0 {
+	if failed.rank >= 0 {
 		m.rewind(caches, start)
-		return nil, fmt.Errorf("%w: rank %d could not run its layers for this pass (its log says why)", ErrRankFailed, failed)
+		return nil, failed.reason("run its layers for this pass")
 	}
 	return logits, nil
 }
@@ -445,7 +456,7 @@ func (m *stageModel) runStage(inner compute.Context, msg Message, caches []kvsto
 		err := fmt.Errorf("model: the %s backend's context (%T) cannot send activations between ranks", m.Backend().Name(), inner)
 		return nil, err, m.fillIn(len(tokens), rows, msg.Hidden)
 	}
-	c := &stageContext{inner: inner, comm: comm, st: s, hidden: msg.Hidden, vocab: m.Config.VocabSize, hiddenSize: m.Config.HiddenSize}
+	c := &stageContext{inner: inner, comm: comm, st: s, hidden: msg.Hidden, vocab: m.Config.VocabSize, hiddenSize: m.Config.HiddenSize, layers: m.Config.NumLayers}
 	out := m.Network().Forward(c, tokens, caches, !all)
 	recorded := c.Err() == nil
 	logits, err := c.Float32s(out)
@@ -472,8 +483,18 @@ func (m *stageModel) fillIn(T, rows int, want bool) error {
 	}
 	hidden, vocab := m.Config.HiddenSize, m.Config.VocabSize
 	// The residual crosses between ranks as T rows, except into a last rank that holds
-	// only the head: that gets the rows the logits are for.
+	// only the head: that gets the rows the logits are for. Into a rank that runs
+	// layers, what the network carries goes beside it (stageContext.withWeights).
 	in, outRows := T, T
+	inCols, outCols := hidden, hidden
+	if k := carriedCols(m.Model); k > 0 {
+		if s.Lo < m.Config.NumLayers {
+			inCols += k
+		}
+		if s.Hi < m.Config.NumLayers {
+			outCols += k
+		}
+	}
 	if s.Last() && s.Lo == s.Hi {
 		in = rows
 	}
@@ -481,7 +502,7 @@ func (m *stageModel) fillIn(T, rows int, want bool) error {
 		outRows = rows
 	}
 	if !s.First() {
-		if _, err := c.Float32s(comm.Recv(in, hidden, s.Rank-1)); err != nil {
+		if _, err := c.Float32s(comm.Recv(in, inCols, s.Rank-1)); err != nil {
 			return err
 		}
 	}
@@ -489,7 +510,7 @@ func (m *stageModel) fillIn(T, rows int, want bool) error {
 	if want {
 		out = hidden
 	}
-	dst, r, k := s.Rank+1, outRows, hidden
+	dst, r, k := s.Rank+1, outRows, outCols
 	if s.Last() {
 		dst, r, k = 0, rows, out
 	}
@@ -571,20 +592,20 @@ func (m *stageModel) PrefixRestore(caches []kvstore.Layer, tokens []int32, n int
 	if layout == nil {
 		layout = p.layout[seq] // the workers may not know the sequence yet
 	}
-	var code int32
+	var st status
 	err := l.exchange(func() error {
 		if err := l.send(Message{Op: OpRestore, Model: p.id, Seq: seq, Start: int32(n), Payload: tokens, Layout: layout}); err != nil {
 			return err
 		}
 		var err error
-		code, _, err = l.statusCode()
+		st, err = l.statusCode()
 		return err
 	})
 	if err != nil {
 		l.Fail(err)
 		return 0, l.Broken()
 	}
-	if code != statusOK && n > 0 {
+	if st.code != statusOK && n > 0 {
 		m.rewind(caches, 0)
 		return 0, nil
 	}
@@ -619,7 +640,7 @@ func (m *stageModel) prefixMessage(caches []kvstore.Layer, msg Message) {
 		if err := l.send(msg); err != nil {
 			return err
 		}
-		_, _, err := l.statusCode()
+		_, err := l.statusCode()
 		return err
 	})
 	if err != nil {
@@ -720,8 +741,8 @@ func (m *stageModel) ForwardBatch(ctx context.Context, seqs []model.Sequence) []
 		err = l.Broken()
 	case passErr != nil:
 		err = passErr
-	case failed >= 0:
-		err = fmt.Errorf("%w: rank %d could not run its layers for this pass (its log says why)", ErrRankFailed, failed)
+	case failed.rank >= 0:
+		err = failed.reason("run its layers for this pass")
 	}
 	vocab := m.Config.VocabSize
 	if err == nil && len(logits) != vocab*len(run) {
@@ -759,7 +780,7 @@ func (m *stageModel) runBatchStage(inner compute.Context, bn model.BatchNetwork,
 		err := fmt.Errorf("model: the %s backend's context (%T) cannot send activations between ranks", m.Backend().Name(), inner)
 		return nil, err, m.fillIn(total, len(part), false)
 	}
-	c := &stageContext{inner: inner, comm: comm, st: m.stage, vocab: m.Config.VocabSize, hiddenSize: m.Config.HiddenSize}
+	c := &stageContext{inner: inner, comm: comm, st: m.stage, vocab: m.Config.VocabSize, hiddenSize: m.Config.HiddenSize, layers: m.Config.NumLayers}
 	c.Segments(rows)
 	out := bn.ForwardBatch(c, model.NewBatch(part, true))
 	recorded := c.Err() == nil

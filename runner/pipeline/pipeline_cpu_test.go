@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mlxg/mlxg/kvstore"
+	"github.com/mlxg/mlxg/registry"
 	"github.com/mlxg/mlxg/registry/create"
 	"github.com/mlxg/mlxg/registry/randmodel"
 	"github.com/mlxg/mlxg/runner/compute"
@@ -46,6 +47,8 @@ func pipeArchs() []struct {
 } {
 	dense := randmodel.Tiny("qwen3", 512)
 	dense.NumLayers = 5
+	e2b := randmodel.TinyGemma4(512)
+	e2b.NumLayers = 8
 	return []struct {
 		name string
 		cfg  randmodel.Config
@@ -54,6 +57,7 @@ func pipeArchs() []struct {
 		{"qwen3_moe", randmodel.TinyMoE(512)},
 		{"qwen3_next", randmodel.TinyQwen3Next(512)},
 		{"gemma4", randmodel.TinyGemma4MoE(512)},
+		{"gemma4_e2b", e2b},
 	}
 }
 
@@ -190,8 +194,9 @@ func snapshot(n *pipelinetest.Net) traffic {
 // of the run's passes (rank 0 also the embeddings, the last rank the head), and the
 // activations crossed exactly as a split model's must: each rank's residual stream to
 // the next (every fed token's hidden state), and the logits from the last rank to rank 0.
-func checkSplit(t *testing.T, p *pipelinetest.Pipeline, stages []pipeline.Stage, r pipeRun, before traffic, hidden int) {
+func checkSplit(t *testing.T, p *pipelinetest.Pipeline, stages []pipeline.Stage, r pipeRun, before traffic, m *model.Model) {
 	t.Helper()
+	hidden, carried, vocab := m.Config.HiddenSize, carriedCols(m), m.Config.VocabSize
 	for _, s := range stages {
 		w := p.Backends[s.Rank].Work()
 		want := map[int]int{}
@@ -217,8 +222,10 @@ func checkSplit(t *testing.T, p *pipelinetest.Pipeline, stages []pipeline.Stage,
 		floats, values := tr.Floats-before[link].Floats, tr.FloatValues-before[link].FloatValues
 		wantFloats, wantValues := 0, 0
 		switch {
-		case dst == src+1:
-			wantFloats, wantValues = r.Passes, r.Fed*hidden
+		case dst == src+1 && stages[dst].Lo < stages[dst].Hi:
+			wantFloats, wantValues = r.Passes, r.Fed*(hidden+carried) // what the network carries goes to ranks that run layers
+		case dst == src+1: // a last rank holding the head only: the rows of the logits
+			wantFloats, wantValues = r.Passes, len(r.Logits)/vocab*hidden
 		case src == size-1 && dst == 0:
 			wantFloats, wantValues = r.Passes, len(r.Logits)
 		}
@@ -226,6 +233,15 @@ func checkSplit(t *testing.T, p *pipelinetest.Pipeline, stages []pipeline.Stage,
 			t.Errorf("rank %d to rank %d: %d activation messages of %d values together, want %d of %d", src, dst, floats, values, wantFloats, wantValues)
 		}
 	}
+}
+
+// carriedCols is what m's network hands on beside the stream (Gemma 4's per-layer
+// inputs); 0: nothing.
+func carriedCols(m *model.Model) int {
+	if c, ok := m.Network().(interface{ CarriedCols() int }); ok {
+		return c.CarriedCols()
+	}
+	return 0
 }
 
 func mapsEqual(a, b map[int]int) bool {
@@ -269,7 +285,7 @@ func TestPipelineCPU(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer m.Close()
-				stages, err := pipeline.Split(m.Config.NumLayers, n)
+				stages, err := pipeline.SplitModel(m.Config, n)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -279,7 +295,6 @@ func TestPipelineCPU(t *testing.T) {
 				if m.WeightBytes() >= fullBytes {
 					t.Errorf("rank 0 binds %d weight bytes, the whole model %d: it should bind its layers only", m.WeightBytes(), fullBytes)
 				}
-				hidden := m.Config.HiddenSize
 				for _, kind := range pipeKV {
 					for _, b := range p.Backends {
 						b.ResetWork()
@@ -293,7 +308,7 @@ func TestPipelineCPU(t *testing.T) {
 					if !slices.Equal(got.Tokens, w.Tokens) {
 						t.Errorf("%s: greedy tokens %v, the unsplit model's %v", kind, got.Tokens, w.Tokens)
 					}
-					checkSplit(t, p, stages, got, before, hidden)
+					checkSplit(t, p, stages, got, before, m)
 					t.Logf("%-15s %v: %d passes, logits bit-identical to one process's, tokens %v", kind, stages, got.Passes, got.Tokens)
 				}
 				// The comparison sees a wrong hand-over: one value of each residual stream
@@ -388,7 +403,7 @@ func TestPipelineBatchCPU(t *testing.T) {
 				if !m.Batched() {
 					t.Fatal("the stage does not batch")
 				}
-				stages, err := pipeline.Split(m.Config.NumLayers, n)
+				stages, err := pipeline.SplitModel(m.Config, n)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -400,23 +415,25 @@ func TestPipelineBatchCPU(t *testing.T) {
 				if !slices.Equal(got.Tokens, want.Tokens) {
 					t.Errorf("greedy tokens %v, the unsplit model's %v", got.Tokens, want.Tokens)
 				}
-				checkSplit(t, p, stages, got, before, m.Config.HiddenSize)
+				checkSplit(t, p, stages, got, before, m)
 				t.Logf("%v: %d batched passes of 3 sequences, logits bit-identical to one process's, tokens %v", stages, got.Passes, got.Tokens)
 			})
 		}
 	}
 }
 
-// TestPipelineRefusesGemma4E2BCPU: a Gemma 4 of the E2B kind, whose per-layer inputs and
-// KV-shared layers no rank hands on, fails its load on rank 0 with the reason, before any
-// worker loads it (before, a request made the worker wait for a stream that never came and
-// took the pipeline down); the pipeline then loads and runs a model it can split.
-func TestPipelineRefusesGemma4E2BCPU(t *testing.T) {
+// TestPipelineRefusesUnsplittableCPU: a Gemma 4 of the E2B kind over more ranks than its
+// KV-shared layers leave places to cut (6 layers, 4 and 5 reading the KV of 3 and 2: cuts
+// after layers 0 and 1 and a last rank of the head only, for at most 4 ranks) fails its
+// load on rank 0 with the reason, before any worker loads it, as a refusal the server
+// answers with a 400 (registry.ErrUnsupported); the pipeline then loads and runs a model
+// it can split.
+func TestPipelineRefusesUnsplittableCPU(t *testing.T) {
 	e2b := random4Bit(t, randmodel.TinyGemma4(512), 12)
 	dense := random4Bit(t, pipeArchs()[0].cfg, 13)
 	var opened atomic.Int32
 	p := pipelinetest.Start(t, pipelinetest.Config{
-		Ranks:   2,
+		Ranks:   5,
 		Backend: func(int) compute.Backend { return cpu.New(cpuThreads) },
 		Open: func(dir string, s pipeline.Stage, b *pipelinetest.Backend) (*model.Model, error) {
 			opened.Add(1)
@@ -424,8 +441,8 @@ func TestPipelineRefusesGemma4E2BCPU(t *testing.T) {
 		},
 	})
 	_, err := p.Leader.Load(e2b, p.Backends[0])
-	if err == nil || !strings.Contains(err.Error(), "gemma4: a model with per-layer inputs or KV-shared layers (E2B, E4B) cannot be split") {
-		t.Fatalf("splitting a Gemma 4 E2B: %v", err)
+	if !errors.Is(err, registry.ErrUnsupported) || !strings.Contains(err.Error(), "6 layers cannot be split over 5 ranks: a layer that reads another layer's KV runs on that layer's rank") {
+		t.Fatalf("splitting a Gemma 4 E2B over 5 ranks: %v", err)
 	}
 	if n := opened.Load(); n != 0 {
 		t.Errorf("%d workers loaded the model rank 0 refused", n)

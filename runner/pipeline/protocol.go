@@ -15,8 +15,8 @@ type Wire interface {
 // rank 2 before acting on it, and so on: the ring backend connects neighbours only.
 // A message is a header of headerLen int32s, then, when its length word is non-zero,
 // that many int32s of payload (a forward pass's tokens, a model's directory). Every
-// message but OpStop is answered by a status word that goes around the ring (rank 1
-// starts it, each rank puts in its own failure, the last rank hands it to rank 0).
+// message but OpStop is answered by a status that goes around the ring (rank 1 starts
+// it, each rank puts in its own failure, the last rank hands it to rank 0; see status).
 const (
 	headerLen = 9
 	magic     = 0x6d6c7867 // "mlxg"
@@ -130,20 +130,72 @@ func recvMessage(w Wire) (Message, error) {
 	return m, nil
 }
 
-// passStatus is a worker's part of the status round: code is this rank's outcome.
-func passStatus(w Wire, code int32) error {
+// The status round carries a header of statusLen int32s (the code, the rank it is
+// from, the length of its message), then, when that length is non-zero, the failing
+// rank's error as text (at most maxStatusText bytes): rank 0 fails the request with the
+// rank's own words.
+const (
+	statusLen     = 3
+	maxStatusText = 512
+)
+
+// status is one rank's outcome, or the worst so far of the status round.
+type status struct {
+	code int32
+	rank int
+	text string
+}
+
+// passStatus is a worker's part of the status round: code is this rank's outcome, and
+// failure, when it failed, why.
+func passStatus(w Wire, code int32, failure error) error {
 	r := w.Rank()
-	st := []int32{code, int32(r)}
+	st := status{code: code, rank: r}
+	if failure != nil {
+		st.text = failure.Error()
+	}
 	if r > 1 {
-		prev, err := w.RecvInts(2, r-1)
+		prev, err := recvStatus(w, r-1)
 		if err != nil {
 			return err
 		}
-		if prev[0] >= st[0] {
+		if prev.code >= st.code {
 			st = prev
 		}
 	}
-	return w.SendInts(st, (r+1)%w.Size())
+	return sendStatus(w, st, (r+1)%w.Size())
+}
+
+func sendStatus(w Wire, st status, dst int) error {
+	text := st.text
+	if len(text) > maxStatusText {
+		text = text[:maxStatusText-3] + "..."
+	}
+	if err := w.SendInts([]int32{st.code, int32(st.rank), int32(len(text))}, dst); err != nil {
+		return err
+	}
+	if text == "" {
+		return nil
+	}
+	return w.SendInts(Ints(text), dst)
+}
+
+func recvStatus(w Wire, src int) (status, error) {
+	h, err := w.RecvInts(statusLen, src)
+	if err != nil {
+		return status{}, err
+	}
+	st := status{code: h[0], rank: int(h[1])}
+	if n := int(h[2]); n < 0 || n > maxStatusText {
+		return st, fmt.Errorf("model: a status of %d bytes from rank %d", n, src)
+	} else if n > 0 {
+		v, err := w.RecvInts(n, src)
+		if err != nil {
+			return st, err
+		}
+		st.text = Name(v)
+	}
+	return st, nil
 }
 
 // Ints and Name convert a string payload.

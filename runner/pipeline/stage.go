@@ -3,10 +3,12 @@ package pipeline
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/mlxg/mlxg/kvstore"
+	"github.com/mlxg/mlxg/registry"
 	"github.com/mlxg/mlxg/runner/compute"
 	"github.com/mlxg/mlxg/runner/model"
 )
@@ -66,6 +68,77 @@ func Split(layers, size int) ([]Stage, error) {
 	return out, nil
 }
 
+// SplitShared is Split for a model whose layer i attends over the keys and values of
+// layer sources[i] (its own index, or an earlier layer's: Gemma 4's KV-shared layers).
+// A rank keeps only its own layers' KV, so no cut falls between a layer and the layer
+// whose KV it reads; each cut goes as near Split's as that allows, and the last rank
+// may be left the head only. A model that leaves too few places to cut for size ranks
+// is refused (SplitError).
+func SplitShared(layers, size int, sources []int) ([]Stage, error) {
+	even, err := Split(layers, size)
+	if err != nil || sources == nil {
+		return even, err
+	}
+	if len(sources) != layers {
+		return nil, fmt.Errorf("model: KV sources of %d layers for a model of %d", len(sources), layers)
+	}
+	// cuts are the places a stage may begin: before layer b when no layer from b on
+	// reads the KV of a layer before b, and past the last layer (a last rank holding
+	// the head only).
+	var cuts []int
+	low := layers // the least source of the layers from b on
+	for b := layers - 1; b >= 1; b-- {
+		if sources[b] < 0 || sources[b] > b {
+			return nil, fmt.Errorf("model: layer %d reads the KV of layer %d", b, sources[b])
+		}
+		low = min(low, sources[b])
+		if low >= b {
+			cuts = append(cuts, b)
+		}
+	}
+	slices.Reverse(cuts)
+	cuts = append(cuts, layers)
+	out := make([]Stage, size)
+	lo, prev := 0, -1
+	for r := range size - 1 {
+		// The cut after rank r: nearest Split's, leaving a cut for each rank after it;
+		// only the last may leave its rank the head only.
+		best := -1
+		for j := prev + 1; j <= len(cuts)-(size-1-r); j++ {
+			if j == len(cuts) || cuts[j] == layers && r < size-2 {
+				break
+			}
+			if best < 0 || abs(cuts[j]-even[r].Hi) < abs(cuts[best]-even[r].Hi) {
+				best = j
+			}
+		}
+		if best < 0 {
+			return nil, &SplitError{Err: fmt.Errorf("model: %d layers cannot be split over %d ranks: a layer that reads another layer's KV runs on that layer's rank, which leaves %d places to cut", layers, size, len(cuts))}
+		}
+		out[r] = Stage{Rank: r, Size: size, Lo: lo, Hi: cuts[best]}
+		lo, prev = cuts[best], best
+	}
+	out[size-1] = Stage{Rank: size - 1, Size: size, Lo: lo, Hi: layers}
+	return out, nil
+}
+
+func abs(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+// SplitModel splits the model whose config is cfg over size ranks: SplitShared with the
+// KV sources its architecture registered (model.RegisterKVSources).
+func SplitModel(cfg *model.Config, size int) ([]Stage, error) {
+	sources, err := model.KVSources(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return SplitShared(cfg.NumLayers, size, sources)
+}
+
 // Comm is what a backend's context offers for a pipeline (metal's contexts, over an MLX
 // distributed group): float32 activations to and from the neighbouring ranks, as ops of
 // the pass, performed when it is evaluated.
@@ -101,16 +174,58 @@ func (s Stage) holds(l *model.Loader, name string) bool {
 		return s.First() || s.Last() && tied
 	case strings.HasPrefix(name, "lm_head.") || strings.HasSuffix(name, "model.norm.weight"):
 		return s.Last()
+	case strings.Contains(name, "per_layer_model_projection.") || strings.Contains(name, "embed_tokens_per_layer") ||
+		strings.Contains(name, "per_layer_projection_norm."):
+		// Gemma 4's per-layer inputs, computed on rank 0 from the tokens and their
+		// embeddings and carried on with the stream (CarryContext).
+		return s.First()
 	}
 	return true
 }
 
-// splitChecker is a network that can say why it cannot run split into stages: one whose
-// layers read something computed outside the residual stream (Gemma 4's per-layer
-// inputs, or another layer's KV), which no rank hands on.
-type splitChecker interface {
-	CheckSplit() error
+// carrier is a network that hands the later ranks more than the residual stream: a
+// tensor of CarriedCols columns per row, computed on rank 0 (compute.CarryContext).
+type carrier interface {
+	CarriedCols() int
 }
+
+// carriedCols is what m's network carries beside the stream; 0: nothing.
+func carriedCols(m *model.Model) int {
+	if c, ok := m.Network().(carrier); ok {
+		return c.CarriedCols()
+	}
+	return 0
+}
+
+// checkSources refuses a stage holding a layer whose KV source another rank holds
+// (SplitShared keeps them together).
+func (s Stage) checkSources(m *model.Model) error {
+	ks, ok := m.Network().(model.KVSharer)
+	if !ok {
+		return nil
+	}
+	for i := s.Lo; i < s.Hi; i++ {
+		if src := ks.KVSource(i); src < s.Lo || src > i {
+			return &SplitError{Err: fmt.Errorf("model: %v holds layer %d, which reads the KV of layer %d on another rank", s, i, src)}
+		}
+	}
+	return nil
+}
+
+// SplitError is the refusal of a model that cannot run split over the ranks (too many
+// ranks for the places its KV-shared layers leave to cut). A request naming it must name another model, as one naming an
+// architecture mlxg does not run: errors.Is(err, registry.ErrUnsupported) holds, which
+// the server answers with a 400 and the reason.
+type SplitError struct{ Err error }
+
+func (e *SplitError) Error() string {
+	return e.Err.Error() + " (this server splits every model it loads over its ranks)"
+}
+
+func (e *SplitError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, registry.ErrUnsupported) true.
+func (e *SplitError) Is(target error) bool { return target == registry.ErrUnsupported }
 
 // LoadStage is model.Load for one stage of a pipeline: only the stage's weights are
 // bound (and, on the MLX backends, read from the mapped checkpoint), and the model's
@@ -125,10 +240,8 @@ func LoadStage(dir string, backend compute.Backend, s Stage) (*model.Model, erro
 			if s.Hi > m.Config.NumLayers {
 				return nil, fmt.Errorf("model: stage %v of a model of %d layers", s, m.Config.NumLayers)
 			}
-			if sc, ok := m.Network().(splitChecker); ok {
-				if err := sc.CheckSplit(); err != nil {
-					return nil, err
-				}
+			if err := s.checkSources(m); err != nil {
+				return nil, err
 			}
 			return &stageModel{Model: m, stage: s}, nil
 		},
@@ -193,9 +306,29 @@ func (m *stageModel) stageCaches(caches []kvstore.Layer) error {
 	if err := m.FillCaches(caches); err != nil {
 		return err
 	}
+	source := func(i int) int { return i }
+	if ks, ok := m.Network().(model.KVSharer); ok {
+		source = ks.KVSource
+	}
 	n := caches[0].Len()
 	for i, c := range caches {
-		if i >= m.stage.Lo && i < m.stage.Hi {
+		own := i >= m.stage.Lo && i < m.stage.Hi
+		if src := source(i); src != i {
+			// A KV-shared layer reads its source's cache in this list: the stage's own
+			// (the model links none for a stage, and a worker may have made the
+			// sources anew as rank 0 described them), or another rank's position
+			// counter, which then counts for it too.
+			if sh, ok := c.(*kvstore.Shared); ok && sh.Source() == caches[src] {
+				continue
+			}
+			sh, err := kvstore.NewShared(caches[src])
+			if err != nil {
+				return fmt.Errorf("model: layer %d reads layer %d's KV: %w", i, src, err)
+			}
+			caches[i] = sh
+			continue
+		}
+		if own {
 			continue
 		}
 		if _, ok := c.(model.RecurrentLayer); ok {
@@ -219,7 +352,9 @@ type stageContext struct {
 	hidden     bool     // the pass wants the head's input, not the logits (HiddenSink)
 	vocab      int
 	hiddenSize int
+	layers     int      // the model's
 	headIn     *sTensor // the last rank: the input of the head (the Linear with vocab outputs)
+	carried    *sTensor // what the network carries beside the stream (Carry), once it has
 }
 
 // sTensor is a tensor of a stage pass: the inner context's, or void (not computed here).
@@ -287,7 +422,13 @@ func (c *stageContext) withWeights(xs []compute.Tensor, ws ...any) ([]compute.Te
 	if stubbed {
 		for _, x := range xs {
 			if st, ok := x.(*sTensor); ok && !st.void && c.sent == nil && !c.st.Last() {
-				c.sent = &sTensor{t: c.comm.Send(st.t, c.st.Rank+1), rows: st.rows, cols: st.cols}
+				out := st.t
+				if k := c.carryCols(); k > 0 && !c.carried.void && c.st.Hi < c.layers {
+					// The next rank runs layers: it reads the carried tensor too, which
+					// goes in the same transfer, beside the stream.
+					out = c.concat(st.t, c.carried.t)
+				}
+				c.sent = &sTensor{t: c.comm.Send(out, c.st.Rank+1), rows: st.rows, cols: st.cols}
 			}
 		}
 		return nil, false
@@ -300,11 +441,51 @@ func (c *stageContext) withWeights(xs []compute.Tensor, ws ...any) ([]compute.Te
 		if c.entered || c.sent != nil || c.st.First() || st.cols != c.hiddenSize {
 			return nil, false // past this rank's layers (the head of another rank, say), or inside another rank's layer
 		}
-		st.t, st.void = c.comm.Recv(st.rows, st.cols, c.st.Rank-1), false
+		if k := c.carryCols(); k > 0 && c.st.Lo < c.layers {
+			both := c.comm.Recv(st.rows, st.cols+k, c.st.Rank-1)
+			st.t = c.cols(both, 0, st.cols)
+			c.carried.t, c.carried.void = c.cols(both, st.cols, k), false
+		} else {
+			st.t = c.comm.Recv(st.rows, st.cols, c.st.Rank-1)
+		}
+		st.void = false
 		c.entered = true
 	}
 	in, void := c.tensors(xs...)
 	return in, !void
+}
+
+// carryCols is the width of what the network carries beside the stream; 0: nothing.
+func (c *stageContext) carryCols() int {
+	if c.carried == nil {
+		return 0
+	}
+	return c.carried.cols
+}
+
+// Carry implements compute.CarryContext: t crosses between the ranks with the stream
+// (withWeights) to those that run layers.
+func (c *stageContext) Carry(t compute.Tensor) compute.Tensor {
+	if st, ok := t.(*sTensor); ok {
+		c.carried = st
+	}
+	return t
+}
+
+func (c *stageContext) concat(a, b compute.Tensor) compute.Tensor {
+	l, ok := c.lin()
+	if !ok {
+		return compute.Unsupported(c.inner, "ConcatCols")
+	}
+	return l.ConcatCols(a, b)
+}
+
+func (c *stageContext) cols(x compute.Tensor, start, n int) compute.Tensor {
+	l, ok := c.lin()
+	if !ok {
+		return compute.Unsupported(c.inner, "Cols")
+	}
+	return l.Cols(x, start, n)
 }
 
 func (c *stageContext) Embed(w compute.Weight, ids []int32) compute.Tensor {

@@ -89,6 +89,25 @@ func (c *stageContext) AttentionSinks(q, k, v compute.Tensor, cache kvstore.Laye
 	return c.real(sc.AttentionSinks(in[0], in[1], in[2], cache, heads, scale, sinks))
 }
 
+// AttentionShared is a KV-shared layer's attention (compute.SharedKVContext): skipped on
+// a layer another rank holds (its source, on the same rank, counted the positions), run
+// by the inner context on this rank's.
+func (c *stageContext) AttentionShared(q compute.Tensor, cache kvstore.Layer, heads int, scale float32, spans []kvstore.Span) compute.Tensor {
+	rows, cols := q.Dims()
+	in, void := c.tensors(q)
+	if void {
+		return c.void(rows, cols)
+	}
+	if _, ok := cache.(*skipped); ok {
+		return c.fail(fmt.Errorf("model: %v computed a layer whose KV another rank holds", c.st))
+	}
+	sc, ok := compute.Ext[compute.SharedKVContext](c.inner)
+	if !ok {
+		return compute.Unsupported(c.inner, "attention over another layer's KV")
+	}
+	return c.real(sc.AttentionShared(in[0], cache, heads, scale, spans))
+}
+
 func (c *stageContext) GeGLU(gate, up compute.Tensor) compute.Tensor {
 	rows, cols := gate.Dims()
 	return c.plain(rows, cols, func(in []compute.Tensor) compute.Tensor {

@@ -356,7 +356,7 @@ func (w *Worker) Run() error {
 			w.Log.Error("pipeline rank failed", "rank", w.Wire.Rank(), "op", msg.Op, "model", msg.Model, "err", failure)
 			code = statusFailed
 		}
-		if err := passStatus(w.Wire, code); err != nil {
+		if err := passStatus(w.Wire, code, failure); err != nil {
 			return err
 		}
 	}
@@ -377,7 +377,7 @@ func (w *Worker) load(msg Message) error {
 	}
 	var stages []Stage
 	if err == nil {
-		stages, err = Split(cfg.NumLayers, w.Wire.Size())
+		stages, err = SplitModel(cfg, w.Wire.Size())
 	}
 	var m *model.Model
 	if err == nil {

@@ -91,13 +91,24 @@ func (b *Backend) NewContext() compute.Context {
 // context is a pass on one rank. Transfers happen when they are called: the wrapped
 // CPU context computes each op as it is called, so a received tensor must hold its
 // values at once, and a sent one is copied out before the pass frees its buffer. (MLX
-// performs them when the pass is evaluated; the two orders move the same values.)
+// performs them when the pass is evaluated; the two orders move the same values.) A
+// pass that fails performs none on MLX, since a failed pass is never evaluated: so here
+// a receive made before the failure is undone (its message goes back to the front of
+// its link, for the transfers the rank then makes with zeros), and a pass that has
+// failed receives nothing. (The stages never send before an op that can fail: a rank
+// sends once its layers are done.)
 type context struct {
 	compute.Context
-	b      *Backend
-	layers map[int]bool
-	embed  bool
-	head   bool
+	b        *Backend
+	layers   map[int]bool
+	embed    bool
+	head     bool
+	received []received // this pass's receives, while it has not failed
+}
+
+type received struct {
+	src int
+	p   packet
 }
 
 var _ pipeline.Comm = (*context)(nil)
@@ -151,6 +162,7 @@ func (c *context) Close() {
 func (c *context) Send(x compute.Tensor, dst int) compute.Tensor {
 	v, err := c.Context.Float32s(x)
 	if err != nil {
+		c.unreceive()
 		return x // the pass has failed already: Float32s of x reports it
 	}
 	rows, cols := x.Dims()
@@ -162,11 +174,35 @@ func (c *context) Send(x compute.Tensor, dst int) compute.Tensor {
 
 // Recv implements pipeline.Comm: the next message from rank src, rows × cols.
 func (c *context) Recv(rows, cols, src int) compute.Tensor {
+	if err := c.Context.Err(); err != nil {
+		c.unreceive()
+		return compute.Fail(c.Context, err)
+	}
 	p, err := c.b.net.recv(src, c.b.rank, packet{rows: rows, cols: cols, isFloat: true})
 	if err != nil {
 		return compute.Fail(c.Context, err)
 	}
+	c.received = append(c.received, received{src, p})
 	return c.host(rows, cols, p.floats)
+}
+
+// Float32s evaluates x; a failed pass undoes its receives.
+func (c *context) Float32s(x compute.Tensor) ([]float32, error) {
+	v, err := c.Context.Float32s(x)
+	if err != nil {
+		c.unreceive()
+	}
+	return v, err
+}
+
+// unreceive puts the messages this failed pass received back at the front of their
+// links, last first, so that they are received again in their order.
+func (c *context) unreceive() {
+	for i := len(c.received) - 1; i >= 0; i-- {
+		r := c.received[i]
+		c.b.net.unrecv(r.src, c.b.rank, r.p)
+	}
+	c.received = nil
 }
 
 // Zeros implements pipeline.Comm.

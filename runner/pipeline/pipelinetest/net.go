@@ -32,7 +32,8 @@ type Net struct {
 
 	mu      sync.Mutex
 	traffic map[[2]int]Traffic
-	cut     map[int]bool // ranks that went away (Cut)
+	cut     map[int]bool        // ranks that went away (Cut)
+	back    map[[2]int][]packet // messages a failed pass received, to be received again first
 }
 
 // Traffic is what one link carried.
@@ -161,18 +162,44 @@ func (n *Net) recv(src, dst int, want packet) (packet, error) {
 	}
 	t := time.NewTimer(n.timeout())
 	defer t.Stop()
-	var p packet
-	select {
-	case p = <-n.links[src][dst]:
-	case <-n.done:
-		return packet{}, fmt.Errorf("pipelinetest: rank %d receiving from rank %d: the net is closed", dst, src)
-	case <-t.C:
-		return packet{}, fmt.Errorf("pipelinetest: rank %d waited %v for %v from rank %d", dst, n.timeout(), want, src)
+	p, ok := n.takeBack(src, dst) // a message a failed pass received comes first again
+	if !ok {
+		select {
+		case p = <-n.links[src][dst]:
+		case <-n.done:
+			return packet{}, fmt.Errorf("pipelinetest: rank %d receiving from rank %d: the net is closed", dst, src)
+		case <-t.C:
+			return packet{}, fmt.Errorf("pipelinetest: rank %d waited %v for %v from rank %d", dst, n.timeout(), want, src)
+		}
 	}
 	if p.isFloat != want.isFloat || p.isFloat && (p.rows != want.rows || p.cols != want.cols) || !p.isFloat && len(p.ints) != len(want.ints) {
 		return packet{}, fmt.Errorf("pipelinetest: rank %d expected %v from rank %d, and the next message on that link is %v: the ranks disagree on the protocol", dst, want, src, p)
 	}
 	return p, nil
+}
+
+// unrecv puts p back at the front of the link from src to dst: a pass that received it
+// failed, and on MLX would not have received it.
+func (n *Net) unrecv(src, dst int, p packet) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.back == nil {
+		n.back = map[[2]int][]packet{}
+	}
+	k := [2]int{src, dst}
+	n.back[k] = append([]packet{p}, n.back[k]...)
+}
+
+func (n *Net) takeBack(src, dst int) (packet, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	k := [2]int{src, dst}
+	q := n.back[k]
+	if len(q) == 0 {
+		return packet{}, false
+	}
+	n.back[k] = q[1:]
+	return q[0], true
 }
 
 // Wire is rank's end of the control channel (a pipeline.Wire, and a compute.Group).
