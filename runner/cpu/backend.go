@@ -45,6 +45,9 @@ type Backend struct {
 	// (ActivationPeak), whether new or from the pool.
 	live, peak int
 	last       atomic.Pointer[weight] // the first weight of the last decode product (warmNext)
+	// copied counts the bytes of quantized weights that Weight copied out of the mapping
+	// (CopiedWeightBytes).
+	copied atomic.Int64
 
 	streams map[*residency.Manager]*streamState // streamed experts by model (stream.go)
 }
@@ -160,9 +163,47 @@ func (b *Backend) Weight(src compute.Source, prefix string, q compute.Quant) (co
 		}
 	}
 	if q.Quantized() {
+		b.copied.Add(w.copiedBytes(src, t))
 		b.bindLayer(src, t, w)
 	}
 	return w, nil
+}
+
+// CopiedWeightBytes returns the bytes of quantized weights (codes, scales, biases) that
+// Weight copied into memory of its own because the checkpoint stores them at an offset
+// not aligned for their element type (view). The process then holds them twice over, the
+// copy beside the mapped pages it was read from: a checkpoint whose tensors follow an
+// odd-sized one (Gemma 4's two-byte layer_scalar) without padding, which `mlxg create`
+// avoids (safetensors.AlignedOrder). 0 where every weight is read in place.
+func (b *Backend) CopiedWeightBytes() int64 { return b.copied.Load() }
+
+// copiedBytes is how many of the checkpoint's bytes bindQuantized copied for w because
+// they were misaligned. Scales widened to float32 on purpose (a layer whose scales and
+// biases differ in dtype) and the float modes' decoded scales are not copies of that kind.
+func (w *weight) copiedBytes(src compute.Source, t *safetensors.Tensor) int64 {
+	var n int64
+	if !inPlace(w.packed, t.Data) {
+		n += int64(len(t.Data))
+	}
+	for _, p := range []struct {
+		s    quant.Scales
+		name string
+	}{{w.scales, ".scales"}, {w.biases, ".biases"}} {
+		st, ok := src.Tensor(w.name + p.name)
+		if !ok || st.DType == safetensors.U8 || p.s.Type == quant.ScaleF32 && st.DType != safetensors.F32 {
+			continue
+		}
+		if !inPlace(p.s.F32, st.Data) || !inPlace(p.s.Bits, st.Data) {
+			n += int64(len(st.Data))
+		}
+	}
+	return n
+}
+
+// inPlace reports whether s is empty or starts at data's first byte: bound in the
+// checkpoint's mapping, not copied.
+func inPlace[T uint16 | uint32 | float32](s []T, data []byte) bool {
+	return len(s) == 0 || len(data) == 0 || unsafe.Pointer(&s[0]) == unsafe.Pointer(&data[0])
 }
 
 func (w *weight) bindQuantized(src compute.Source, t *safetensors.Tensor, cols int) error {
