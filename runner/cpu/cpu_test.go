@@ -745,3 +745,57 @@ func TestInt8Batches(t *testing.T) {
 		}
 	}
 }
+
+// TestCopiedWeightBytes: a quantized weight whose tensors lie at offsets not aligned for
+// their element type (as after an odd-sized tensor in a checkpoint written without
+// padding) is copied at bind, and CopiedWeightBytes counts exactly the copied tensors'
+// bytes: the codes at an offset of 2 (bf16 scales and biases stay in place), every part at
+// an offset of 1, nothing at 0. Its products are the in-place weight's, bit for bit.
+func TestCopiedWeightBytes(t *testing.T) {
+	r := rand.New(rand.NewPCG(41, 41))
+	const out, in, group, T = 48, 128, 64, 3
+	packed, scales, biases, err := quant.Quantize(randVec(r, out*in), out, in, 4, group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := source{}
+	ref.putU32("w.weight", []int{out, in / 8}, packed)
+	ref.putFloat("w.scales", safetensors.BF16, []int{out, in / group}, scales)
+	ref.putFloat("w.biases", safetensors.BF16, []int{out, in / group}, biases)
+	codes, halves := int64(len(ref["w.weight"].Data)), int64(len(ref["w.scales"].Data)+len(ref["w.biases"].Data))
+	q := compute.Quant{Mode: quant.Affine, Bits: 4, GroupSize: group}
+	x := randVec(r, T*in)
+	var want []float32
+	for _, c := range []struct {
+		off    int
+		copied int64
+	}{{0, 0}, {2, codes}, {1, codes + halves}} {
+		// Each tensor at the offset from an 8-aligned start, as in a mapped file.
+		src := source{}
+		for name, tt := range ref {
+			buf := make([]uint64, (len(tt.Data)+c.off+7)/8)
+			b := unsafe.Slice((*byte)(unsafe.Pointer(&buf[0])), 8*len(buf))[c.off : c.off+len(tt.Data)]
+			copy(b, tt.Data)
+			src[name] = &safetensors.Tensor{TensorInfo: tt.TensorInfo, Data: b}
+		}
+		be := New(2)
+		w, err := be.Weight(src, "w", q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := be.CopiedWeightBytes(); got != c.copied {
+			t.Errorf("offset %d: CopiedWeightBytes %d, want %d", c.off, got, c.copied)
+		}
+		y := make([]float32, T*out)
+		be.linear(y, x, T, w.(*weight))
+		if want == nil {
+			want = y
+			continue
+		}
+		for i := range y {
+			if math.Float32bits(y[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("offset %d: output %d is %v, in place %v", c.off, i, y[i], want[i])
+			}
+		}
+	}
+}
