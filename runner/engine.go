@@ -188,6 +188,11 @@ func LoadModel(dir string, o LoadOptions) (*Engine, error) {
 	}
 	tuneGC()
 	start := time.Now()
+	copies, _ := backend.(interface{ CopiedWeightBytes() int64 })
+	var copiedBefore int64
+	if copies != nil {
+		copiedBefore = copies.CopiedWeightBytes()
+	}
 	var m *model.Model
 	var err error
 	switch {
@@ -217,6 +222,13 @@ func LoadModel(dir string, o LoadOptions) (*Engine, error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	if copies != nil {
+		if n := copies.CopiedWeightBytes() - copiedBefore; n > 0 {
+			// Worth saying: it costs those weights' size in RAM again, and a rewrite cures it.
+			log.Warn("the checkpoint stores some quantized weights at offsets not aligned for their type: the backend holds a copy of them beside the mapping (`mlxg create` writes none)",
+				"dir", dir, "copied", n)
+		}
 	}
 	if v := m.Vision(); v != nil && o.ImagePixels > 0 {
 		if p := v.Processor(); p.Kind == "qwen" && o.ImagePixels < p.MaxPixels {
