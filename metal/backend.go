@@ -244,8 +244,9 @@ func mapped(src compute.Source) bool {
 // dimensions are int32, and counting elements keeps a tensor of up to 2³¹ elements
 // (a bf16 embedding of 2.8 GB, say) in one dimension. A tensor whose offset is not a
 // multiple of its element size, or whose pages hold more elements than an int32
-// counts, is handed to MLX at its own address and shape instead (Metal then copies
-// it; MLX's CPU backend reads it in place).
+// counts, is handed to MLX at its own address and shape instead, and MLX copies it into
+// memory of its own (Metal wraps without a copy only page-aligned memory; MLX's CPU
+// device wraps none, copying every tensor, which is why copied drops the pages there).
 func (b *Backend) tensor(g *graph, t *safetensors.Tensor, wrap bool) mlxArray {
 	dt, ok := dtypes[t.DType]
 	if !ok {
