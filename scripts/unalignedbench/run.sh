@@ -24,7 +24,7 @@ import re, statistics, sys
 m = {}
 for line in open(sys.argv[1]):
     v, name, *rest = line.split()
-    f = rest[2:]
+    f = rest[3:]  # after the iteration count and ns/op
     for val, unit in zip(f[0::2], f[1::2]):
         m.setdefault((name, v, unit), []).append(float(val))
 med = lambda k: statistics.median(m[k])
