@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/mlxg/mlxg/internal/quant"
@@ -54,7 +55,19 @@ type Backend struct {
 	comm   mlxStream // the CPU stream its transfers run on
 
 	streams map[*residency.Manager]*streamState // streamed experts by model (stream.go)
+	// copiedBytes counts the mapped bytes Metal copied beside their pages (CopiedWeightBytes).
+	copiedBytes atomic.Int64
 }
+
+// CopiedWeightBytes returns the bytes of mapped weights that MLX copied into memory of its
+// own on Metal, the mapped pages staying beside the copy, because the checkpoint stores
+// them at an offset that is not a multiple of their element size (tensor): Metal wraps a
+// tensor in place only as its pages, and then reads it at an offset within them, which a
+// GPU buffer needs aligned for its element type. A checkpoint that MLX's
+// save_safetensors wrote, with Gemma 4's two-byte layer_scalar, has such tensors; `mlxg
+// create` writes none. 0 on MLX's CPU device, which copies every tensor and drops their
+// pages (copied), and on CUDA, which holds its own copy of every weight anyway.
+func (b *Backend) CopiedWeightBytes() int64 { return b.copiedBytes.Load() }
 
 // NewBackend starts the MLX worker thread on lib's best device: Metal (required on
 // macOS), else CUDA, else MLX's CPU.
@@ -244,8 +257,9 @@ func mapped(src compute.Source) bool {
 // dimensions are int32, and counting elements keeps a tensor of up to 2³¹ elements
 // (a bf16 embedding of 2.8 GB, say) in one dimension. A tensor whose offset is not a
 // multiple of its element size, or whose pages hold more elements than an int32
-// counts, is handed to MLX at its own address and shape instead (Metal then copies
-// it; MLX's CPU backend reads it in place).
+// counts, is handed to MLX at its own address and shape instead, and MLX copies it into
+// memory of its own (Metal wraps without a copy only page-aligned memory; MLX's CPU
+// device wraps none, copying every tensor, which is why copied drops the pages there).
 func (b *Backend) tensor(g *graph, t *safetensors.Tensor, wrap bool) mlxArray {
 	dt, ok := dtypes[t.DType]
 	if !ok {
@@ -270,6 +284,9 @@ func (b *Backend) tensor(g *graph, t *safetensors.Tensor, wrap bool) mlxArray {
 	off := uintptr(p) - start
 	if size <= 0 || off%uintptr(size) != 0 || (end-start)/uintptr(size) > math.MaxInt32 {
 		a := b.wrapAt(g, t, p, dt)
+		if size > 0 && off%uintptr(size) != 0 && b.device == "metal" {
+			b.copiedBytes.Add(int64(len(t.Data)))
+		}
 		b.copied(p, len(t.Data))
 		return a
 	}

@@ -226,7 +226,9 @@ func LoadModel(dir string, o LoadOptions) (*Engine, error) {
 	if copies != nil {
 		if n := copies.CopiedWeightBytes() - copiedBefore; n > 0 {
 			// Worth saying: it costs those weights' size in RAM again, and a rewrite cures it.
-			log.Warn("the checkpoint stores some quantized weights at offsets not aligned for their type: the backend holds a copy of them beside the mapping (`mlxg create` writes none)",
+			// The CPU backend copies them only where it cannot read misaligned weights in
+			// place (cpu.ReadsMisaligned: not amd64 or arm64); MLX copies them on Metal.
+			log.Warn("the checkpoint stores some weights at offsets not aligned for their type: the backend holds a copy of them beside the mapping (`mlxg create` writes none)",
 				"dir", dir, "copied", n)
 		}
 	}

@@ -121,8 +121,9 @@ func Write(path string, tensors []Tensor, metadata map[string]string) error {
 // first. (The data section starts at a multiple of 8, and the tensors before any tensor
 // have sizes that are multiples of its class, which its element size divides.) A single
 // misaligned tensor, such as Gemma 4's one-element bfloat16 layer_scalar, would otherwise
-// shift every tensor after it, and the CPU backend copies a misaligned weight into memory
-// of its own.
+// shift every tensor after it; MLX's Metal backend then copies each such tensor (it wraps
+// only page-aligned memory without a copy), and so does the CPU backend on platforms that
+// cannot read misaligned weights in place (every one but amd64 and arm64).
 func AlignedOrder(tensors []Tensor) []Tensor {
 	class := func(t Tensor) int {
 		n := len(t.Data)

@@ -171,10 +171,12 @@ func (b *Backend) Weight(src compute.Source, prefix string, q compute.Quant) (co
 
 // CopiedWeightBytes returns the bytes of quantized weights (codes, scales, biases) that
 // Weight copied into memory of its own because the checkpoint stores them at an offset
-// not aligned for their element type (view). The process then holds them twice over, the
-// copy beside the mapped pages it was read from: a checkpoint whose tensors follow an
-// odd-sized one (Gemma 4's two-byte layer_scalar) without padding, which `mlxg create`
-// avoids (safetensors.AlignedOrder). 0 where every weight is read in place.
+// not aligned for their element type and the platform does not read them in place there
+// (ReadsMisaligned, view). The process then holds them twice over, the copy beside the
+// mapped pages it was read from: a checkpoint whose tensors follow an odd-sized one
+// (Gemma 4's two-byte layer_scalar) without padding, which `mlxg create` avoids
+// (safetensors.AlignedOrder). 0 where every weight is read in place: always on amd64 and
+// arm64.
 func (b *Backend) CopiedWeightBytes() int64 { return b.copied.Load() }
 
 // copiedBytes is how many of the checkpoint's bytes bindQuantized copied for w because
@@ -302,19 +304,19 @@ func floats(t *safetensors.Tensor) ([]float32, error) {
 	return nil, fmt.Errorf("tensor %q is %s: float weights must be F32, F16 or BF16 (quantized layers need a quantization block in config.json)", t.Name, t.DType)
 }
 
-// uint32s views little-endian packed codes as []uint32 without copying when the
-// mapping is 4-byte aligned (amd64 and arm64 are little-endian), else copies.
+// uint32s views little-endian packed codes as []uint32 (view).
 func uint32s(b []byte) []uint32 { return view[uint32](b) }
 
-// view reinterprets little-endian bytes as a slice of T without copying when b is aligned
-// for T (amd64 and arm64 are little-endian), else copies them into a new aligned slice.
+// view reinterprets little-endian bytes as a slice of T without copying (amd64 and arm64
+// are little-endian): always on those (ReadsMisaligned), elsewhere only when b is aligned
+// for T, a misaligned b being copied into a new aligned slice there.
 func view[T uint16 | uint32 | float32](b []byte) []T {
 	size := int(unsafe.Sizeof(T(0)))
 	n := len(b) / size
 	if n == 0 {
 		return nil
 	}
-	if uintptr(unsafe.Pointer(&b[0]))%uintptr(size) == 0 {
+	if ReadsMisaligned || uintptr(unsafe.Pointer(&b[0]))%uintptr(size) == 0 {
 		return unsafe.Slice((*T)(unsafe.Pointer(&b[0])), n)
 	}
 	out := make([]T, n)

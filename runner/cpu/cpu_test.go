@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -444,8 +445,9 @@ func BenchmarkPrefillLinear(b *testing.B) {
 	}
 }
 
-// TestView checks that checkpoint bytes are viewed in place when aligned and copied (with
-// the same values) when not, for every element type the backend views.
+// TestView checks that checkpoint bytes are viewed in place when aligned, and when not
+// either in place too (ReadsMisaligned) or copied, with the same values, for every element
+// type the backend views.
 func TestView(t *testing.T) {
 	r := rand.New(rand.NewPCG(31, 31))
 	raw := make([]byte, 4*64+1)
@@ -465,8 +467,8 @@ func TestView(t *testing.T) {
 			}
 		}
 		inPlace := &u32[0] == (*uint32)(unsafe.Pointer(&b[0]))
-		if aligned := uintptr(unsafe.Pointer(&b[0]))%4 == 0; inPlace != aligned {
-			t.Fatalf("offset %d: viewed in place %v, aligned %v", off, inPlace, aligned)
+		if aligned := uintptr(unsafe.Pointer(&b[0]))%4 == 0; inPlace != (aligned || ReadsMisaligned) {
+			t.Fatalf("offset %d: viewed in place %v, aligned %v, ReadsMisaligned %v", off, inPlace, aligned, ReadsMisaligned)
 		}
 	}
 }
@@ -746,56 +748,122 @@ func TestInt8Batches(t *testing.T) {
 	}
 }
 
-// TestCopiedWeightBytes: a quantized weight whose tensors lie at offsets not aligned for
-// their element type (as after an odd-sized tensor in a checkpoint written without
-// padding) is copied at bind, and CopiedWeightBytes counts exactly the copied tensors'
-// bytes: the codes at an offset of 2 (bf16 scales and biases stay in place), every part at
-// an offset of 1, nothing at 0. Its products are the in-place weight's, bit for bit.
+// TestCopiedWeightBytes: a weight whose tensors lie at offsets not aligned for their
+// element type (as after an odd-sized tensor in a checkpoint written without padding), at
+// 1, 2 and 3 bytes past an 8-aligned start, gives products bit for bit those of the same
+// tensors at offset 0, for every format the backend binds: affine 2 to 8 bits (bf16, fp16
+// and f32 scales), mxfp4, mxfp8, nvfp4 and float weights (bf16, fp16, f32), through the
+// decode kernels (1 and 3 rows, and 8-bit inputs where they apply) and the prefill tiles.
+// Where the platform reads misaligned elements in place (ReadsMisaligned: amd64, arm64)
+// nothing is copied; elsewhere CopiedWeightBytes counts exactly the misaligned quantized
+// tensors' bytes (U8 scales, decoded anyway, and float weights, widened anyway, never).
 func TestCopiedWeightBytes(t *testing.T) {
 	r := rand.New(rand.NewPCG(41, 41))
-	const out, in, group, T = 48, 128, 64, 3
-	packed, scales, biases, err := quant.Quantize(randVec(r, out*in), out, in, 4, group)
-	if err != nil {
-		t.Fatal(err)
+	const out, in = 48, 256
+	type format struct {
+		name string
+		q    compute.Quant
+		dt   safetensors.DType // affine scales' and biases' dtype, or a float weight's
 	}
-	ref := source{}
-	ref.putU32("w.weight", []int{out, in / 8}, packed)
-	ref.putFloat("w.scales", safetensors.BF16, []int{out, in / group}, scales)
-	ref.putFloat("w.biases", safetensors.BF16, []int{out, in / group}, biases)
-	codes, halves := int64(len(ref["w.weight"].Data)), int64(len(ref["w.scales"].Data)+len(ref["w.biases"].Data))
-	q := compute.Quant{Mode: quant.Affine, Bits: 4, GroupSize: group}
-	x := randVec(r, T*in)
-	var want []float32
-	for _, c := range []struct {
-		off    int
-		copied int64
-	}{{0, 0}, {2, codes}, {1, codes + halves}} {
-		// Each tensor at the offset from an 8-aligned start, as in a mapped file.
-		src := source{}
-		for name, tt := range ref {
-			buf := make([]uint64, (len(tt.Data)+c.off+7)/8)
-			b := unsafe.Slice((*byte)(unsafe.Pointer(&buf[0])), 8*len(buf))[c.off : c.off+len(tt.Data)]
-			copy(b, tt.Data)
-			src[name] = &safetensors.Tensor{TensorInfo: tt.TensorInfo, Data: b}
+	var formats []format
+	for _, bits := range []int{2, 3, 4, 5, 6, 8} {
+		for _, group := range []int{32, 64, 128} {
+			formats = append(formats, format{fmt.Sprintf("affine%d/g%d", bits, group), compute.Quant{Mode: quant.Affine, Bits: bits, GroupSize: group}, safetensors.BF16})
 		}
-		be := New(2)
-		w, err := be.Weight(src, "w", q)
+	}
+	formats = append(formats,
+		format{"affine4/f16", compute.Quant{Mode: quant.Affine, Bits: 4, GroupSize: 64}, safetensors.F16},
+		format{"affine8/f32", compute.Quant{Mode: quant.Affine, Bits: 8, GroupSize: 64}, safetensors.F32},
+		format{"affine4/f32", compute.Quant{Mode: quant.Affine, Bits: 4, GroupSize: 32}, safetensors.F32},
+		format{"bf16", compute.Quant{}, safetensors.BF16},
+		format{"f16", compute.Quant{}, safetensors.F16},
+		format{"f32", compute.Quant{}, safetensors.F32})
+	for _, m := range []quant.Mode{quant.MXFP4, quant.MXFP8, quant.NVFP4} {
+		bits, group, err := quant.FPParams(m)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := be.CopiedWeightBytes(); got != c.copied {
-			t.Errorf("offset %d: CopiedWeightBytes %d, want %d", c.off, got, c.copied)
-		}
-		y := make([]float32, T*out)
-		be.linear(y, x, T, w.(*weight))
-		if want == nil {
-			want = y
-			continue
-		}
-		for i := range y {
-			if math.Float32bits(y[i]) != math.Float32bits(want[i]) {
-				t.Fatalf("offset %d: output %d is %v, in place %v", c.off, i, y[i], want[i])
+		formats = append(formats, format{string(m), compute.Quant{Mode: m, Bits: bits, GroupSize: group}, safetensors.U8})
+	}
+	for _, f := range formats {
+		t.Run(f.name, func(t *testing.T) {
+			ref := source{}
+			q := f.q
+			switch {
+			case !q.Quantized():
+				ref.putFloat("w.weight", f.dt, []int{out, in}, randVec(r, out*in))
+			case q.Mode == quant.Affine:
+				packed, scales, biases, err := quant.Quantize(randVec(r, out*in), out, in, q.Bits, q.GroupSize)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ref.putU32("w.weight", []int{out, quant.Words(in, q.Bits)}, packed)
+				ref.putFloat("w.scales", f.dt, []int{out, in / q.GroupSize}, scales)
+				ref.putFloat("w.biases", f.dt, []int{out, in / q.GroupSize}, biases)
+			default:
+				packed := make([]uint32, out*quant.Words(in, q.Bits))
+				for i := range packed {
+					packed[i] = r.Uint32()
+				}
+				ref.putU32("w.weight", []int{out, quant.Words(in, q.Bits)}, packed)
+				sc := make([]byte, out*in/q.GroupSize)
+				for i := range sc {
+					sc[i] = byte(0x30 + r.IntN(0x60)) // finite E4M3 and E8M0 scales near 1
+				}
+				ref["w.scales"] = &safetensors.Tensor{TensorInfo: safetensors.TensorInfo{Name: "w.scales", DType: safetensors.U8, Shape: []int{out, in / q.GroupSize}, End: int64(len(sc))}, Data: sc}
 			}
-		}
+			ref.putFloat("w.bias", safetensors.F32, []int{out}, randVec(r, out))
+			int8 := q.Mode == quant.Affine && q.Bits == 4 && q.GroupSize >= 64 && quant.Int8Kernel()
+			xs := map[int][]float32{}
+			for _, T := range []int{1, 3, 17} {
+				xs[T] = randVec(r, T*in)
+			}
+			want := map[string][]float32{}
+			for _, off := range []int{0, 1, 2, 3} {
+				// Each tensor at the offset from an 8-aligned start, as in a mapped file.
+				src := source{}
+				var copied int64
+				for name, tt := range ref {
+					buf := make([]uint64, (len(tt.Data)+off+7)/8)
+					b := unsafe.Slice((*byte)(unsafe.Pointer(&buf[0])), 8*len(buf))[off : off+len(tt.Data)]
+					copy(b, tt.Data)
+					src[name] = &safetensors.Tensor{TensorInfo: tt.TensorInfo, Data: b}
+					if q.Quantized() && name != "w.bias" && tt.DType != safetensors.U8 && off%tt.DType.Size() != 0 {
+						copied += int64(len(tt.Data))
+					}
+				}
+				if ReadsMisaligned {
+					copied = 0
+				}
+				for _, use8 := range []bool{false, true} {
+					if use8 && !int8 {
+						continue
+					}
+					be := New(2)
+					be.UseInt8(use8)
+					w, err := be.Weight(src, "w", q)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if got := be.CopiedWeightBytes(); got != copied {
+						t.Errorf("offset %d: CopiedWeightBytes %d, want %d", off, got, copied)
+					}
+					for _, T := range []int{1, 3, 17} {
+						y := make([]float32, T*out)
+						be.linear(y, xs[T], T, w.(*weight))
+						key := fmt.Sprintf("T=%d int8=%v", T, use8)
+						if off == 0 {
+							want[key] = y
+							continue
+						}
+						for i := range y {
+							if math.Float32bits(y[i]) != math.Float32bits(want[key][i]) {
+								t.Fatalf("offset %d, %s: output %d is %v, at offset 0 %v", off, key, i, y[i], want[key][i])
+							}
+						}
+					}
+				}
+			}
+		})
 	}
 }
