@@ -32,6 +32,7 @@ var notOps = map[string]string{
 	"Distributed":       "joins a group of processes; doctor reports whether MLX's distributed layer is bound",
 	"MemoryPlanner":     "the allocator's limits, no arithmetic",
 	"unwrapper":         "a wrapping context's way to the one it wraps",
+	"CarryContext":      "a pipeline stage's mark on what travels beside the residual stream (runner/pipeline's tests)",
 }
 
 // notOpMethods are methods of operation interfaces that compute nothing.

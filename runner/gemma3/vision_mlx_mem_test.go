@@ -32,7 +32,7 @@ func TestVisionMemoryOnMLX(t *testing.T) {
 	}
 	vc := gemma3.VisionConfig{Hidden: v.Hidden, Intermediate: v.Intermediate, Layers: v.Layers, Heads: v.Heads, Channels: v.Channels,
 		ImageSize: v.ImageSize, Patch: v.Patch, Eps: v.Eps, Act: v.Act}
-	peak := modeltest.EncodePeakOnMLX(t, m.Dir, testImage(32, 32, 3), testImage(300, 200, 4))
+	peak := mlxtest.EncodePeak(t, m.Dir, testImage(32, 32, 3), testImage(300, 200, 4))
 	modeltest.CheckEncodeBound(t, fmt.Sprintf("%d×%d tower, %d patches", v.Layers, v.Hidden, vm.MaxPatches),
 		peak, gemma3.EncodeBuffers(vc, vm.MaxPatches, v.Tokens, m.Config.HiddenSize), vm.Encode, 3)
 }

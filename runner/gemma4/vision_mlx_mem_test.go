@@ -59,7 +59,7 @@ func TestVisionMemoryOnMLX(t *testing.T) {
 		vc := gemma4.VisionConfig{Hidden: v.Hidden, Intermediate: v.Intermediate, Layers: v.Layers, Heads: v.Heads, KVHeads: v.KVHeads,
 			HeadDim: v.HeadDim, Patch: v.Patch, PosSize: v.PosSize, Pool: v.Pool, Eps: v.Eps, Act: v.Act, Standardize: v.Standardize, Clipped: clipped}
 		buffers := gemma4.EncodeBuffers(vc, vm.MaxPatches, v.MaxSoftTokens, cfg.HiddenSize)
-		peak := modeltest.EncodePeakOnMLX(t, dir, peakImage(32, 24), img)
+		peak := mlxtest.EncodePeak(t, dir, peakImage(32, 24), img)
 		modeltest.CheckEncodeBound(t, fmt.Sprintf("%d×%d tower (clamped %v), %d patches", v.Layers, v.Hidden, clipped, vm.MaxPatches),
 			peak, buffers, vm.Encode, 3)
 	}

@@ -46,7 +46,7 @@ func TestVisionMemoryOnMLX(t *testing.T) {
 		}
 		vc := qwen25vl.VisionConfig{Depth: v.Depth, Hidden: v.Hidden, Act: v.Act, Intermediate: v.Intermediate, Heads: v.Heads, InChannels: v.InChannels,
 			Patch: v.Patch, Merge: v.Merge, Temporal: v.Temporal, Out: cfg.HiddenSize, Window: v.Window, FullAttn: v.FullAttn}
-		peak := modeltest.EncodePeakOnMLX(t, dir, peakImage(32, 32), peakImage(side, side))
+		peak := mlxtest.EncodePeak(t, dir, peakImage(32, 32), peakImage(side, side))
 		modeltest.CheckEncodeBound(t, fmt.Sprintf("%d×%d tower, %d patches", v.Depth, v.Hidden, vm.MaxPatches),
 			peak, qwen25vl.EncodeBuffers(vc, vm.MaxPatches), vm.Encode, 3)
 	}

@@ -32,7 +32,7 @@ func TestVisionMemoryOnMLX(t *testing.T) {
 		}
 		vc := qwen3next.VisionConfig{Depth: v.Depth, Hidden: v.Hidden, Intermediate: v.Intermediate, Heads: v.Heads, InChannels: v.InChannels,
 			Patch: v.Patch, Merge: v.Merge, Temporal: v.Temporal, Out: m.Config.HiddenSize}
-		peak := modeltest.EncodePeakOnMLX(t, m.Dir, testImage(32, 32, 3), testImage(side, side, 4))
+		peak := mlxtest.EncodePeak(t, m.Dir, testImage(32, 32, 3), testImage(side, side, 4))
 		modeltest.CheckEncodeBound(t, fmt.Sprintf("%d×%d tower, %d patches", v.Depth, v.Hidden, vm.MaxPatches),
 			peak, qwen3next.EncodeBuffers(vc, vm.MaxPatches), vm.Encode, 3)
 	}
