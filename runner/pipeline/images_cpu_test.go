@@ -2,17 +2,24 @@ package pipeline_test
 
 import (
 	"context"
+	"encoding/json"
+	"os"
 	"path/filepath"
 	"slices"
 	"testing"
 
+	"github.com/mlxg/mlxg/internal/testdata"
+	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/registry/create"
 	"github.com/mlxg/mlxg/registry/randmodel"
+	"github.com/mlxg/mlxg/runner"
 	"github.com/mlxg/mlxg/runner/compute"
 	"github.com/mlxg/mlxg/runner/cpu"
 	"github.com/mlxg/mlxg/runner/model"
 	"github.com/mlxg/mlxg/runner/model/modeltest"
 	"github.com/mlxg/mlxg/runner/pipeline/pipelinetest"
+	"github.com/mlxg/mlxg/runner/runnertest"
+	"github.com/mlxg/mlxg/text/template"
 	"github.com/mlxg/mlxg/vision"
 )
 
@@ -186,4 +193,106 @@ func TestPipelineImagesCPU(t *testing.T) {
 			}
 		})
 	}
+}
+
+// qwen35Chat writes qwen35Vision's model with Qwen's vocabulary and tokenizer and a
+// chat template that places images, for the engine.
+func qwen35Chat(t *testing.T) string {
+	t.Helper()
+	tmp := t.TempDir()
+	hf, out := filepath.Join(tmp, "hf"), filepath.Join(tmp, "mlx")
+	c := randmodel.TinyQwen3Next(151936)
+	c.TieWordEmbeddings = true
+	v := randmodel.TinyQwenVision()
+	if err := randmodel.GenerateQwen35(hf, c, &v, randmodel.Options{Seed: 3, TokenizerDir: testdata.Tokenizer(t, "qwen3")}); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(hf, "tokenizer_config.json")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tc map[string]any
+	if err := json.Unmarshal(raw, &tc); err != nil {
+		t.Fatal(err)
+	}
+	tc["chat_template"] = randmodel.QwenVisionTemplate
+	raw, _ = json.Marshal(tc)
+	if err := os.WriteFile(path, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := create.Convert(context.Background(), hf, out, create.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestPipelineEngineImagesCPU: the engine on a Qwen3.5 with a tower split over two CPU
+// ranks, each with its own prefix cache, in prefill chunks of 16 rows (which cut through
+// the image), gives one process's greedy tokens for one image, for the conversation going
+// on with it (which restores the image's blocks on both ranks and encodes nothing again),
+// for two images, and for a text-only request.
+func TestPipelineEngineImagesCPU(t *testing.T) {
+	dir := qwen35Chat(t)
+	ref, err := runner.Load(dir, runner.LoadOptions{Threads: 2, Logger: runnertest.Quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	prefix := make([]*kvstore.PrefixCache, 2)
+	for r := range prefix {
+		pc, err := kvstore.NewPrefixCache(kvstore.PrefixConfig{Log: runnertest.Quiet()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		prefix[r] = pc
+	}
+	p := pipelinetest.Start(t, pipelinetest.Config{
+		Ranks:   2,
+		Backend: func(int) compute.Backend { return cpu.New(2) },
+		Prefix:  func(r int) *kvstore.PrefixCache { return prefix[r] },
+	})
+	e, err := runner.Load(dir, runner.LoadOptions{Backend: p.Backends[0], Prefix: prefix[0], Pipeline: p.Leader, Logger: runnertest.Quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	o := runner.Greedy()
+	o.NumPredict = 6
+	o.NumBatch = 16
+	o.NumDraft = 0
+	gen := func(e *runner.Engine, msgs []template.Message, images ...vision.Image) *runner.Result {
+		t.Helper()
+		res, err := e.Generate(context.Background(), runner.Request{Messages: msgs, Options: o, Images: images}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	imA, imB := modeltest.Image(64, 48, 1), modeltest.Image(48, 64, 2)
+	check := func(name string, msgs []template.Message, images ...vision.Image) *runner.Result {
+		t.Helper()
+		got, want := gen(e, msgs, images...), gen(ref, msgs, images...)
+		if !slices.Equal(got.Tokens, want.Tokens) || got.Images != len(images) {
+			t.Errorf("%s: two ranks gave %v (%d images), one process %v", name, got.Tokens, got.Images, want.Tokens)
+		}
+		return got
+	}
+	turn1 := []template.Message{runnertest.User(runnertest.Img, runnertest.Txt("What is in this picture?"))}
+	first := check("one image", turn1, imA)
+	if first.ImageTokens == 0 || first.ImagesEncoded != 1 {
+		t.Fatalf("one image: %d image tokens, %d encoded", first.ImageTokens, first.ImagesEncoded)
+	}
+	turn2 := append(slices.Clone(turn1), template.Message{"role": "assistant", "content": ref.Tokenizer.Decode(first.Tokens, true)},
+		runnertest.User(runnertest.Txt("And the colours?")))
+	before := p.Net.Traffic(0, 1).FloatValues
+	again := check("the same image again", turn2, imA)
+	if again.Prefix == nil || again.Prefix.Cached < first.PromptTokens-1 || again.ImagesEncoded != 0 {
+		t.Errorf("the conversation going on: prefix %+v, %d images encoded; want the first turn's %d tokens restored, nothing encoded", again.Prefix, again.ImagesEncoded, first.PromptTokens)
+	}
+	if sent := (p.Net.Traffic(0, 1).FloatValues - before) / e.Model.Config.HiddenSize; sent >= again.PromptTokens-first.PromptTokens+again.PromptTokens/2 {
+		t.Errorf("rank 1 was handed %d positions for a prompt of %d of which %d were cached", sent, again.PromptTokens, again.Prefix.Cached)
+	}
+	check("two images", []template.Message{runnertest.User(runnertest.Txt("Compare"), runnertest.Img, runnertest.Txt("with"), runnertest.Img)}, imA, imB)
+	check("no image", []template.Message{runnertest.User(runnertest.Txt("Hello"))})
 }
