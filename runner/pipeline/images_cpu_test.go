@@ -152,8 +152,14 @@ func TestPipelineImagesCPU(t *testing.T) {
 		name string
 		dir  func(*testing.T) string
 	}{{"qwen3_5", qwen35Vision}, {"gemma3", gemma3Vision}, {"gemma4", gemma4Vision}} {
-		t.Run(a.name, func(t *testing.T) {
-			dir := a.dir(t)
+		t.Run(a.name, func(t *testing.T) { testImagesOn(t, a.dir(t)) })
+	}
+}
+
+// testImagesOn is TestPipelineImagesCPU's check of the checkpoint in dir.
+func testImagesOn(t *testing.T, dir string) {
+	{
+		{
 			one := modeltest.LoadVision(t, dir, cpu.New(2))
 			p := pipelinetest.Start(t, pipelinetest.Config{
 				Ranks:   2,
@@ -208,7 +214,7 @@ func TestPipelineImagesCPU(t *testing.T) {
 			if w := p.Backends[1].Work(); w.Passes == 0 || len(w.Layers) != n-n/2 {
 				t.Errorf("rank 1 ran %d passes over layers %v", w.Passes, w.Layers)
 			}
-		})
+		}
 	}
 }
 
