@@ -72,15 +72,13 @@ func (s *Server) visionModel(j *job) func() bool {
 	return func() bool { return j.lm != nil && s.enginesSeeImages() && model.HasVision(j.lm.Dir) }
 }
 
-// enginesSeeImages reports whether the server's engines run vision towers: whole models (not split
-// over machines) on a backend with compute.VisionContext (the CPU and MLX backends have it).
+// enginesSeeImages reports whether the server's engines run vision towers: models on a backend with
+// compute.VisionContext (the CPU and MLX backends have it), whole or split over machines (rank 0 runs
+// the tower).
 func (s *Server) enginesSeeImages() bool {
 	el, ok := s.cfg.Loader.(*EngineLoader)
 	if !ok {
 		return true // a loader of its own (tests): the model says
-	}
-	if el.Pipeline != nil {
-		return false
 	}
 	return el.Backend == nil || compute.Supports[compute.VisionContext](el.Backend, "images") == nil
 }

@@ -367,6 +367,9 @@ func (b *Batch) EmbedWith(c compute.Context, w compute.Weight, f func(compute.Te
 	text := 0 // the first row not yet in parts
 	for s := range b.Seqs {
 		md := b.Media(s)
+		if md != nil && md.Elsewhere {
+			continue // a pipeline worker's: its stage computes no embeddings
+		}
 		for r := b.start[s]; r < b.start[s+1]; r++ {
 			if b.tokens[r] < MediaBase {
 				continue

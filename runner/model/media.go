@@ -48,6 +48,10 @@ func (s Span) N() int { return s.Grid[0] * s.Grid[1] * s.Grid[2] }
 type Media struct {
 	Spans  []Span
 	Hidden int
+	// Elsewhere marks media whose spans carry their places and grids but no features: a
+	// pipeline worker's, whose passes never embed (rank 0 does, runner/pipeline). Its
+	// image rows' embeddings are left to the process that has them.
+	Elsewhere bool
 }
 
 // Position is the M-RoPE position (temporal, height, width) of sequence position i, as

@@ -25,6 +25,14 @@
 // cuts as it can; a model with too few places to cut for the ranks is refused
 // (SplitError, which the server answers with a 400).
 //
+// Images are read on rank 0, which holds the vision tower beside the embeddings (the
+// workers bind none of it): it encodes them and puts their features in the image rows'
+// place (model.Batch.EmbedWith). The layers of every rank read the images' places, for
+// M-RoPE positions and the spans whose rows attend to each other: rank 0 sends them with
+// each pass (Message.Media), and a worker attaches them to the sequence's caches for the
+// pass as model.Media marked Elsewhere (no features), which is what a layer reads in one
+// process.
+//
 // # Who leads
 //
 // Rank 0 is the server (`mlxg serve --hostfile`): it runs the generation loop, the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -402,6 +403,9 @@ func (m *stageModel) Forward(ctx context.Context, tokens []int32, caches []kvsto
 	}
 	start := caches[0].Len()
 	msg := Message{Op: OpForward, Model: p.id, Seq: seq, Start: int32(start), All: all, Payload: tokens, Layout: layout}
+	if md := model.MediaOf(caches); md != nil {
+		msg.Media = mediaPlaces(md)
+	}
 	for _, c := range caches {
 		if f, ok := c.(*kvstore.Full); ok {
 			msg.FP32 = f.FP32()
@@ -532,10 +536,20 @@ func (m *stageModel) checkStage(tokens []int32, caches []kvstore.Layer) error {
 	if len(caches) != m.Config.NumLayers {
 		return fmt.Errorf("model: %d layer caches for a model of %d layers", len(caches), m.Config.NumLayers)
 	}
+	var md *model.Media
 	for i, id := range tokens {
-		if id < 0 || int(id) >= m.Config.VocabSize {
-			return fmt.Errorf("model: token %d (at %d) is outside the vocabulary of %d", id, i, m.Config.VocabSize)
+		if id >= 0 && int(id) < m.Config.VocabSize {
+			continue
 		}
+		if id >= model.MediaBase {
+			if md == nil {
+				md = model.MediaOf(caches)
+			}
+			if md != nil {
+				continue // an image's row (rank 0 embeds its features)
+			}
+		}
+		return fmt.Errorf("model: token %d (at %d) is outside the vocabulary of %d", id, i, m.Config.VocabSize)
 	}
 	if err := m.stageCaches(caches); err != nil {
 		return err
@@ -697,7 +711,7 @@ func (m *stageModel) ForwardBatch(ctx context.Context, seqs []model.Sequence) []
 	}
 	var run []int
 	var part []model.Sequence
-	var payload []int32
+	var payload, media []int32
 	starts := make([]int, len(seqs))
 	fp32 := false
 	for i, s := range seqs {
@@ -717,6 +731,13 @@ func (m *stageModel) ForwardBatch(ctx context.Context, seqs []model.Sequence) []
 				break
 			}
 		}
+		md := model.MediaOf(s.Caches)
+		if md != nil && media == nil {
+			media = slices.Repeat([]int32{0}, len(run)) // the sequences before, without images
+		}
+		if media != nil {
+			media = append(media, mediaPlaces(md)...)
+		}
 		payload = append(payload, id, int32(starts[i]), int32(len(s.Tokens)), int32(len(layout)))
 		payload = append(append(payload, s.Tokens...), layout...)
 		run = append(run, i)
@@ -725,7 +746,7 @@ func (m *stageModel) ForwardBatch(ctx context.Context, seqs []model.Sequence) []
 	if len(run) == 0 {
 		return out
 	}
-	msg := Message{Op: OpForwardBatch, Model: p.id, Seq: int32(len(run)), FP32: fp32, Payload: payload}
+	msg := Message{Op: OpForwardBatch, Model: p.id, Seq: int32(len(run)), FP32: fp32, Payload: payload, Media: media}
 	inner := m.Backend().NewContext()
 	abandoned := false
 	defer func() {

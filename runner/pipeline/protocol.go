@@ -14,12 +14,16 @@ type Wire interface {
 // The control protocol. Rank 0 sends each message to rank 1, which passes it on to
 // rank 2 before acting on it, and so on: the ring backend connects neighbours only.
 // A message is a header of headerLen int32s, then, when its length word is non-zero,
-// that many int32s of payload (a forward pass's tokens, a model's directory). Every
+// that many int32s of payload (a forward pass's tokens, a model's directory), then its
+// layout and its media places (their lengths are header words too). The header carries
+// the protocol's version: a rank that receives another version fails with a clear error
+// rather than misreading the message (every rank must run the same mlxg). Every
 // message but OpStop is answered by a status that goes around the ring (rank 1 starts
 // it, each rank puts in its own failure, the last rank hands it to rank 0; see status).
 const (
-	headerLen = 9
+	headerLen = 11
 	magic     = 0x6d6c7867 // "mlxg"
+	version   = 2          // 2: the header's version and media words (Message.Media)
 
 	// OpForward runs a pass of model Model: payload its tokens; Seq names the
 	// sequence, Start is the position of its first token (a worker whose caches hold
@@ -27,6 +31,7 @@ const (
 	// asks for every row's logits, FP32 for float32 caches. Layout, sent with a
 	// sequence's first pass, describes every layer's cache (kvstore.Describe) as rank 0's
 	// memory policy made it, so that each rank keeps its layers' KV as one process would.
+	// Media, when the sequence has images, holds their places (mediaPlaces).
 	OpForward = 1
 	// OpLoad loads a model as Model: payload its directory on rank 0; Start is the
 	// context the server loads it for (the workers' memory policies plan for it).
@@ -50,8 +55,9 @@ const (
 	OpEnd = 9
 	// OpForwardBatch runs one batched pass of several sequences of model Model (Seq of
 	// them): payload, per sequence, its id, start, token count and layout length, then
-	// its tokens and its layout (as OpForward's). The logits are each sequence's last
-	// row.
+	// its tokens and its layout (as OpForward's); Media holds every sequence's media
+	// places in turn (mediaPlaces, a 0 for one without images). The logits are each
+	// sequence's last row.
 	OpForwardBatch = 10
 )
 
@@ -73,11 +79,13 @@ type Message struct {
 	Hidden  bool // the last rank sends the head's input (the final normed hidden state) instead of the logits
 	Payload []int32
 	Layout  []int32
+	Media   []int32 // the pass's media places (mediaPlaces): what every rank's layers need of its images
 }
 
 func (m Message) header() []int32 {
 	h := make([]int32, headerLen)
-	h[0], h[1], h[2], h[3], h[4], h[7], h[8] = magic, m.Op, int32(len(m.Payload)+len(m.Layout)), m.Seq, m.Start, m.Model, int32(len(m.Layout))
+	h[0], h[1], h[2], h[3], h[4], h[7], h[8] = magic, m.Op, int32(len(m.Payload)+len(m.Layout)+len(m.Media)), m.Seq, m.Start, m.Model, int32(len(m.Layout))
+	h[9], h[10] = version, int32(len(m.Media))
 	if m.All {
 		h[5] |= 1
 	}
@@ -96,8 +104,8 @@ func sendMessage(w Wire, m Message) error {
 	if err := w.SendInts(m.header(), next); err != nil {
 		return err
 	}
-	if len(m.Payload)+len(m.Layout) > 0 {
-		return w.SendInts(append(append([]int32(nil), m.Payload...), m.Layout...), next)
+	if len(m.Payload)+len(m.Layout)+len(m.Media) > 0 {
+		return w.SendInts(append(append(append([]int32(nil), m.Payload...), m.Layout...), m.Media...), next)
 	}
 	return nil
 }
@@ -113,13 +121,24 @@ func recvMessage(w Wire) (Message, error) {
 	if h[0] != magic {
 		return Message{}, fmt.Errorf("model: rank %d received a control message that is not mlxg's (%#x)", r, h[0])
 	}
+	if h[9] != version {
+		return Message{}, fmt.Errorf("model: rank %d received a control message of protocol version %d, it speaks %d: every rank must run the same mlxg", r, h[9], version)
+	}
 	m := Message{Op: h[1], Seq: h[3], Start: h[4], All: h[5]&1 != 0, Hidden: h[5]&2 != 0, FP32: h[6] == 1, Model: h[7]}
-	if n := int(h[2]); n > 0 {
+	n, k, md := int(h[2]), int(h[8]), int(h[10])
+	if n < 0 || k < 0 || md < 0 || k+md > n {
+		return Message{}, fmt.Errorf("model: rank %d received a control message of %d values with %d of layout and %d of media", r, n, k, md)
+	}
+	if n > 0 {
 		if m.Payload, err = w.RecvInts(n, r-1); err != nil {
 			return m, err
 		}
-		if k := int(h[8]); k > 0 && k <= n {
-			m.Payload, m.Layout = m.Payload[:n-k], m.Payload[n-k:]
+		if md > 0 {
+			m.Payload, m.Media = m.Payload[:n-md], m.Payload[n-md:]
+		}
+		if k > 0 {
+			p := len(m.Payload)
+			m.Payload, m.Layout = m.Payload[:p-k], m.Payload[p-k:]
 		}
 	}
 	if r < w.Size()-1 {

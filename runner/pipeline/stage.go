@@ -161,6 +161,10 @@ var layerIndex = regexp.MustCompile(`(?:^|\.)layers\.(\d+)\.`)
 // embeddings on rank 0 (and on the last rank when the head is tied to them); the final
 // norm and the head on the last rank; any other weight everywhere.
 func (s Stage) holds(l *model.Loader, name string) bool {
+	if isVision(l, name) {
+		// The vision tower and its projector: rank 0, which embeds, encodes the images.
+		return s.First()
+	}
 	if m := layerIndex.FindStringSubmatch(name); m != nil {
 		i, _ := strconv.Atoi(m[1])
 		return i >= s.Lo && i < s.Hi
@@ -181,6 +185,20 @@ func (s Stage) holds(l *model.Loader, name string) bool {
 		return s.First()
 	}
 	return true
+}
+
+// isVision reports whether name is a weight of the model's vision tower or of the
+// projector that maps its features to the language model's embeddings.
+func isVision(l *model.Loader, name string) bool {
+	if p := model.VisionPrefix(l.Config.ModelType); p != "" && strings.HasPrefix(name, p) {
+		return true
+	}
+	for _, p := range []string{"vision_tower.", "multi_modal_projector.", "embed_vision."} {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // carrier is a network that hands the later ranks more than the residual stream: a

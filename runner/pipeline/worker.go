@@ -430,6 +430,16 @@ func (w *Worker) forward(msg Message) (failure, broke error) {
 	if err != nil {
 		return fill(err)
 	}
+	if len(msg.Media) > 0 {
+		md, _, err := readPlaces(msg.Media, wm.m.Config.HiddenSize)
+		if err != nil {
+			return fill(err)
+		}
+		// The pass's layers read the sequence's media (M-RoPE positions, image spans)
+		// from its caches, as in one process; rank 0 sends it with every pass.
+		model.SetMedia(sq.caches, md)
+		defer model.SetMedia(sq.caches, nil)
+	}
 	wm.m.rewind(sq.caches, int(msg.Start))
 	if err := wm.m.checkStage(msg.Payload, sq.caches); err != nil {
 		return fill(err)
@@ -569,6 +579,7 @@ func (w *Worker) forwardBatch(msg Message) (failure, broke error) {
 	total := 0
 	var bad error
 	pl := msg.Payload
+	places := msg.Media // nil: no sequence of the pass has images
 	for range n {
 		if len(pl) < 4 {
 			bad = fmt.Errorf("a batched pass's payload ends early")
@@ -593,6 +604,18 @@ func (w *Worker) forwardBatch(msg Message) (failure, broke error) {
 		if err != nil {
 			bad = err
 			continue
+		}
+		if places != nil {
+			md, rest, err := readPlaces(places, wm.m.Config.HiddenSize)
+			if err != nil {
+				bad = err
+				continue
+			}
+			places = rest
+			if md != nil {
+				model.SetMedia(sq.caches, md)
+				defer model.SetMedia(sq.caches, nil)
+			}
 		}
 		wm.m.rewind(sq.caches, start)
 		if err := wm.m.checkStage(tokens, sq.caches); err != nil {
