@@ -16,12 +16,20 @@ import (
 // A stage runs the network's ordinary Forward in a stage context that wraps the
 // backend's, so that no architecture needs code of its own for the pipeline: an op on
 // an unbound weight (model.Unbound), or on a tensor derived from one, is not run but
-// yields a void tensor of the right dims. Where a real tensor first meets an unbound
-// weight (the residual stream entering the first layer past this rank's range), the
-// stage sends it on; where a void tensor first meets a real weight (the residual stream
-// entering this rank's first layer), the stage receives it from the rank before. Every
-// layer's arithmetic is then the single-process arithmetic on the same float32 values,
-// which is why a pipeline's logits equal one process's.
+// yields a void tensor of the right dims. Where the residual stream, real, first meets
+// an unbound weight (entering the first layer past this rank's range), the stage sends
+// it on; where the stream, void, first meets a real weight (entering this rank's first
+// layer), the stage receives it from the rank before. Every layer's arithmetic is then
+// the single-process arithmetic on the same float32 values, which is why a pipeline's
+// logits equal one process's.
+//
+// The stage knows the stream by where it comes from, never by its width: it is the
+// pass's first embedding (the token embeddings every architecture starts from) and
+// whatever the weightless ops (the residual adds, a layer's scale, the rows of the
+// last positions) make of it; an op with a weight (a norm, a projection) starts a
+// branch, not the stream. A weight every rank holds (Gemma 4's unit value norm, which
+// no checkpoint stores) then meets, inside another rank's layer, a void branch and is
+// skipped, however wide that branch is.
 
 // Stage is the part of a model one rank of a pipeline runs: layers [Lo, Hi).
 type Stage struct {
@@ -373,6 +381,7 @@ type stageContext struct {
 	layers     int      // the model's
 	headIn     *sTensor // the last rank: the input of the head (the Linear with vocab outputs)
 	carried    *sTensor // what the network carries beside the stream (Carry), once it has
+	embedded   bool     // the pass's first embedding, the stream's start, was made
 }
 
 // sTensor is a tensor of a stage pass: the inner context's, or void (not computed here).
@@ -380,6 +389,7 @@ type sTensor struct {
 	t          compute.Tensor
 	void       bool
 	rows, cols int
+	stream     bool // the residual stream (see above)
 }
 
 func (t *sTensor) Dims() (int, int) {
@@ -424,12 +434,11 @@ func (c *stageContext) tensors(ts ...compute.Tensor) ([]compute.Tensor, bool) {
 }
 
 // withWeights decides an op on tensors xs and weights ws: run (the inner tensors) or
-// skip. A stub weight skips it, after sending a real input on if nothing was sent yet
-// (the residual stream leaving this rank's layers). Real weights on a void input of the
-// residual stream's width receive the stream from the rank before, once. A narrower
-// void input skips the op: a weight that no checkpoint holds (Gemma 4's unit value
-// norm, one vector shared by every layer) is real on every rank, and inside another
-// rank's layer it meets that layer's heads, not the stream.
+// skip. A stub weight skips it, after sending the residual stream on if it is real and
+// was not sent yet (the stream leaving this rank's layers). Real weights on the void
+// stream receive it from the rank before, once (the stream entering this rank's
+// layers). Any other void input skips the op: a weight every rank holds (Gemma 4's
+// unit value norm) meets, inside another rank's layer, that layer's heads.
 func (c *stageContext) withWeights(xs []compute.Tensor, ws ...any) ([]compute.Tensor, bool) {
 	stubbed := false
 	for _, w := range ws {
@@ -439,14 +448,14 @@ func (c *stageContext) withWeights(xs []compute.Tensor, ws ...any) ([]compute.Te
 	}
 	if stubbed {
 		for _, x := range xs {
-			if st, ok := x.(*sTensor); ok && !st.void && c.sent == nil && !c.st.Last() {
+			if st, ok := x.(*sTensor); ok && st.stream && !st.void && c.sent == nil && !c.st.Last() {
 				out := st.t
 				if k := c.carryCols(); k > 0 && !c.carried.void && c.st.Hi < c.layers {
 					// The next rank runs layers: it reads the carried tensor too, which
 					// goes in the same transfer, beside the stream.
 					out = c.concat(st.t, c.carried.t)
 				}
-				c.sent = &sTensor{t: c.comm.Send(out, c.st.Rank+1), rows: st.rows, cols: st.cols}
+				c.sent = &sTensor{t: c.comm.Send(out, c.st.Rank+1), rows: st.rows, cols: st.cols, stream: true}
 			}
 		}
 		return nil, false
@@ -456,8 +465,12 @@ func (c *stageContext) withWeights(xs []compute.Tensor, ws ...any) ([]compute.Te
 		if !ok || !st.void {
 			continue
 		}
-		if c.entered || c.sent != nil || c.st.First() || st.cols != c.hiddenSize {
-			return nil, false // past this rank's layers (the head of another rank, say), or inside another rank's layer
+		if !st.stream || c.entered || c.sent != nil || c.st.First() {
+			return nil, false // a branch of another rank's layer, or past this rank's layers (the head of another rank, say)
+		}
+		if st.cols != c.hiddenSize {
+			c.fail(fmt.Errorf("model: %v: the residual stream is %d wide, the model's hidden size %d", c.st, st.cols, c.hiddenSize))
+			return nil, false
 		}
 		if k := c.carryCols(); k > 0 && c.st.Lo < c.layers {
 			both := c.comm.Recv(st.rows, st.cols+k, c.st.Rank-1)
@@ -485,6 +498,9 @@ func (c *stageContext) carryCols() int {
 // (withWeights) to those that run layers.
 func (c *stageContext) Carry(t compute.Tensor) compute.Tensor {
 	if st, ok := t.(*sTensor); ok {
+		if st.stream {
+			return c.fail(fmt.Errorf("model: %v: the network carries the residual stream beside itself", c.st))
+		}
 		c.carried = st
 	}
 	return t
@@ -506,12 +522,21 @@ func (c *stageContext) cols(x compute.Tensor, start, n int) compute.Tensor {
 	return l.Cols(x, start, n)
 }
 
+// Embed makes the residual stream on its first call of the pass (every architecture
+// embeds the tokens first; a later embedding, Gemma 4's per-layer one, is a branch).
 func (c *stageContext) Embed(w compute.Weight, ids []int32) compute.Tensor {
 	_, in := w.Dims()
+	var out compute.Tensor
 	if !c.st.First() || isStub(w) {
-		return c.void(len(ids), in)
+		out = c.void(len(ids), in)
+	} else {
+		out = c.real(c.inner.Embed(w, ids))
 	}
-	return c.real(c.inner.Embed(w, ids))
+	if st, ok := out.(*sTensor); ok && !c.embedded {
+		st.stream = true
+	}
+	c.embedded = true
+	return out
 }
 
 func (c *stageContext) Linear(x compute.Tensor, w compute.Weight) compute.Tensor {
@@ -536,13 +561,23 @@ func (c *stageContext) RMSNorm(x compute.Tensor, w compute.Vector, eps float32) 
 	return c.real(c.inner.RMSNorm(in[0], w, eps))
 }
 
-// plain runs a weightless op, or yields a void rows × cols when an input is void.
+// plain runs a weightless op, or yields a void rows × cols when an input is void. What
+// it makes of the residual stream is the stream: the residual adds, a layer's scale,
+// the rows of the last positions.
 func (c *stageContext) plain(rows, cols int, op func(in []compute.Tensor) compute.Tensor, xs ...compute.Tensor) compute.Tensor {
 	in, void := c.tensors(xs...)
+	var out compute.Tensor
 	if void {
-		return c.void(rows, cols)
+		out = c.void(rows, cols)
+	} else {
+		out = c.real(op(in))
 	}
-	return c.real(op(in))
+	for _, x := range xs {
+		if st, ok := x.(*sTensor); ok && st.stream {
+			out.(*sTensor).stream = true
+		}
+	}
+	return out
 }
 
 func (c *stageContext) Reshape(x compute.Tensor, rows, cols int) compute.Tensor {
