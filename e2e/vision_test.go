@@ -154,14 +154,6 @@ func forEachVisionModel(t *testing.T, check func(t *testing.T, s *server, m *vis
 	t.Helper()
 	for _, m := range visionModels {
 		t.Run(m.name, func(t *testing.T) {
-			if ranks() != 1 && m.name == "vis-gemma4" {
-				// This stand-in's hidden size equals its full layers' head size, and
-				// split over two ranks (text as well as images) rank 1 takes a void of
-				// that width inside rank 0's last layer (its unit value norm, real on
-				// every rank) for the residual stream and waits for it: the stage
-				// context tells the stream by its width alone.
-				t.Skip("this Gemma 4's split hangs on rank 1 (hidden size equals the full layers' head size)")
-			}
 			check(t, startVision(t, m), m)
 		})
 	}

@@ -271,6 +271,14 @@ type CarryContext interface {
 	Carry(t Tensor) Tensor
 }
 
+// StreamContext is implemented by a context that runs only some of a model's layers (a
+// stage of a pipeline: runner/pipeline). Stream marks t as the residual stream the first
+// layer reads (model.Batch.EmbedWith calls it), so that the stage knows where the stream
+// is by where it comes from. It returns t, which the caller goes on using.
+type StreamContext interface {
+	Stream(t Tensor) Tensor
+}
+
 // SharedKVContext runs the attention of layers that read another layer's keys and
 // values (Gemma 4's KV-shared layers), which store none of their own.
 type SharedKVContext interface {

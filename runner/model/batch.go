@@ -344,8 +344,14 @@ func (b *Batch) EmbedWith(c compute.Context, w compute.Weight, f func(compute.Te
 			break
 		}
 	}
+	stream := func(h compute.Tensor) compute.Tensor {
+		if sc, ok := compute.Ext[compute.StreamContext](c); ok {
+			return sc.Stream(h) // a pipeline's stage hands it between the ranks
+		}
+		return h
+	}
 	if first < 0 {
-		return f(c.Embed(w, b.tokens))
+		return stream(f(c.Embed(w, b.tokens)))
 	}
 	vc, ok := compute.Ext[compute.VisionContext](c)
 	if !ok {
@@ -401,7 +407,7 @@ func (b *Batch) EmbedWith(c compute.Context, w compute.Weight, f func(compute.Te
 	if text < len(b.tokens) {
 		parts = append(parts, c.Rows(h, text, len(b.tokens)-text))
 	}
-	return bc.ConcatRows(parts...)
+	return stream(bc.ConcatRows(parts...))
 }
 
 // MRoPE rotates each sequence's rows of x as RoPE does, at the three-part positions of

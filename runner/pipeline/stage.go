@@ -24,8 +24,9 @@ import (
 // logits equal one process's.
 //
 // The stage knows the stream by where it comes from, never by its width: it is the
-// pass's first embedding (the token embeddings every architecture starts from) and
-// whatever the weightless ops (the residual adds, a layer's scale, the rows of the
+// pass's first embedding (the token embeddings every architecture starts from), or
+// what the network marks as such (compute.StreamContext: the rows model.Batch.EmbedWith
+// puts together, image features among them), and whatever the weightless ops (the residual adds, a layer's scale, the rows of the
 // last positions) make of it; an op with a weight (a norm, a projection) starts a
 // branch, not the stream. A weight every rank holds (Gemma 4's unit value norm, which
 // no checkpoint stores) then meets, inside another rank's layer, a void branch and is
@@ -520,6 +521,15 @@ func (c *stageContext) cols(x compute.Tensor, start, n int) compute.Tensor {
 		return compute.Unsupported(c.inner, "Cols")
 	}
 	return l.Cols(x, start, n)
+}
+
+// Stream implements compute.StreamContext: t is the residual stream as the layers
+// first read it (model.Batch.EmbedWith's rows, which may be image features only).
+func (c *stageContext) Stream(t compute.Tensor) compute.Tensor {
+	if st, ok := t.(*sTensor); ok {
+		st.stream = true
+	}
+	return t
 }
 
 // Embed makes the residual stream on its first call of the pass (every architecture
