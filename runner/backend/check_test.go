@@ -33,6 +33,7 @@ var notOps = map[string]string{
 	"MemoryPlanner":     "the allocator's limits, no arithmetic",
 	"unwrapper":         "a wrapping context's way to the one it wraps",
 	"CarryContext":      "a pipeline stage's mark on what travels beside the residual stream (runner/pipeline's tests)",
+	"StreamContext":     "a pipeline stage's mark on the residual stream itself (runner/pipeline's tests)",
 }
 
 // notOpMethods are methods of operation interfaces that compute nothing.
