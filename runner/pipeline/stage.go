@@ -600,6 +600,15 @@ func (c *stageContext) RoPE(x compute.Tensor, r *compute.RoPE, headDim, offset i
 }
 
 func (c *stageContext) Attention(q, k, v compute.Tensor, cache kvstore.Layer, heads int, scale float32) compute.Tensor {
+	return c.attend(q, k, v, cache, func(in []compute.Tensor) compute.Tensor {
+		return c.inner.Attention(in[0], in[1], in[2], cache, heads, scale)
+	})
+}
+
+// attend runs an attention over cache through run: skipped on a layer another rank holds
+// (counting the rows its skipped cache would have taken, and giving the void output
+// rows × heads·vHeadDim), run on the inner context's tensors on this rank's.
+func (c *stageContext) attend(q, k, v compute.Tensor, cache kvstore.Layer, run func(in []compute.Tensor) compute.Tensor) compute.Tensor {
 	rows, qc := q.Dims()
 	_, kc := k.Dims()
 	_, vc := v.Dims()
@@ -617,7 +626,7 @@ func (c *stageContext) Attention(q, k, v compute.Tensor, cache kvstore.Layer, he
 	if _, ok := cache.(*skipped); ok {
 		return c.fail(fmt.Errorf("model: %v computed a layer it does not hold", c.st))
 	}
-	return c.real(c.inner.Attention(in[0], in[1], in[2], cache, heads, scale))
+	return c.real(run(in))
 }
 
 func (c *stageContext) SwiGLU(gate, up compute.Tensor) compute.Tensor {

@@ -65,28 +65,13 @@ func (c *stageContext) GeGLUMoE(x, router compute.Tensor, gate, up, down compute
 // AttentionSinks is Attention (stage.go) with gpt-oss's sinks: skipped on a layer
 // another rank holds, run by the inner context on this rank's.
 func (c *stageContext) AttentionSinks(q, k, v compute.Tensor, cache kvstore.Layer, heads int, scale float32, sinks compute.Vector) compute.Tensor {
-	rows, qc := q.Dims()
-	_, kc := k.Dims()
-	_, vc := v.Dims()
-	cols := qc
-	if kc > 0 {
-		cols = qc / kc * vc
-	}
-	in, void := c.tensors(q, k, v)
-	if void {
-		if s, ok := cache.(*skipped); ok {
-			s.n += rows
+	return c.attend(q, k, v, cache, func(in []compute.Tensor) compute.Tensor {
+		sc, ok := compute.Ext[compute.SinkAttentionContext](c.inner)
+		if !ok {
+			return compute.Unsupported(c.inner, "attention sinks")
 		}
-		return c.void(rows, cols)
-	}
-	if _, ok := cache.(*skipped); ok {
-		return c.fail(fmt.Errorf("model: %v computed a layer it does not hold", c.st))
-	}
-	sc, ok := compute.Ext[compute.SinkAttentionContext](c.inner)
-	if !ok {
-		return compute.Unsupported(c.inner, "attention sinks")
-	}
-	return c.real(sc.AttentionSinks(in[0], in[1], in[2], cache, heads, scale, sinks))
+		return sc.AttentionSinks(in[0], in[1], in[2], cache, heads, scale, sinks)
+	})
 }
 
 // AttentionShared is a KV-shared layer's attention (compute.SharedKVContext): skipped on

@@ -1,8 +1,6 @@
 package pipeline
 
 import (
-	"fmt"
-
 	"github.com/mlxg/mlxg/kvstore"
 	"github.com/mlxg/mlxg/runner/compute"
 )
@@ -75,26 +73,11 @@ func (c *stageContext) BlockAttention(q, k, v compute.Tensor, heads int, scale f
 // AttentionSpans is Attention (stage.go) with an image's rows seeing each other: skipped
 // on a layer another rank holds, run by the inner context on this rank's.
 func (c *stageContext) AttentionSpans(q, k, v compute.Tensor, cache kvstore.Layer, heads int, scale float32, spans []kvstore.Span) compute.Tensor {
-	rows, qc := q.Dims()
-	_, kc := k.Dims()
-	_, vc := v.Dims()
-	cols := qc
-	if kc > 0 {
-		cols = qc / kc * vc
-	}
-	in, void := c.tensors(q, k, v)
-	if void {
-		if s, ok := cache.(*skipped); ok {
-			s.n += rows
+	return c.attend(q, k, v, cache, func(in []compute.Tensor) compute.Tensor {
+		sc, ok := compute.Ext[compute.SpanAttentionContext](c.inner)
+		if !ok {
+			return compute.Unsupported(c.inner, "attention among an image's tokens")
 		}
-		return c.void(rows, cols)
-	}
-	if _, ok := cache.(*skipped); ok {
-		return c.fail(fmt.Errorf("model: %v computed a layer it does not hold", c.st))
-	}
-	sc, ok := compute.Ext[compute.SpanAttentionContext](c.inner)
-	if !ok {
-		return compute.Unsupported(c.inner, "attention among an image's tokens")
-	}
-	return c.real(sc.AttentionSpans(in[0], in[1], in[2], cache, heads, scale, spans))
+		return sc.AttentionSpans(in[0], in[1], in[2], cache, heads, scale, spans)
+	})
 }
