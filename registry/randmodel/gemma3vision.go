@@ -79,12 +79,8 @@ func generateGemma3(dir string, c Config, opts Options) error {
 // patch]), which `mlxg create` turns into the MLX layout.
 func AddGemma3Vision(dir string, v Gemma3Vision, seed uint64, hf bool) error {
 	cfgPath := filepath.Join(dir, "config.json")
-	raw, err := os.ReadFile(cfgPath)
+	text, err := readJSONMap(cfgPath)
 	if err != nil {
-		return err
-	}
-	var text map[string]any
-	if err := json.Unmarshal(raw, &text); err != nil {
 		return err
 	}
 	if text["model_type"] != "gemma3_text" {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -68,12 +67,8 @@ func TinyGemma4Multimodal(vocab int) Config {
 // model.vision_tower.* and model.embed_vision.*.
 func AddGemma4Vision(dir string, v Gemma4Vision, seed uint64, hf bool) error {
 	cfgPath := filepath.Join(dir, "config.json")
-	raw, err := os.ReadFile(cfgPath)
+	cfg, err := readJSONMap(cfgPath)
 	if err != nil {
-		return err
-	}
-	var cfg map[string]any
-	if err := json.Unmarshal(raw, &cfg); err != nil {
 		return err
 	}
 	text, ok := cfg["text_config"].(map[string]any)

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 
 	"github.com/mlxg/mlxg/registry/safetensors"
@@ -53,12 +52,8 @@ func AddQwen25VisionHF(dir string, v Qwen25Vision, seed uint64) error {
 
 func addQwen25Vision(dir string, v Qwen25Vision, seed uint64, hf bool) error {
 	cfgPath := filepath.Join(dir, "config.json")
-	raw, err := os.ReadFile(cfgPath)
+	cfg, err := readJSONMap(cfgPath)
 	if err != nil {
-		return err
-	}
-	var cfg map[string]any
-	if err := json.Unmarshal(raw, &cfg); err != nil {
 		return err
 	}
 	if cfg["model_type"] != "qwen2" {

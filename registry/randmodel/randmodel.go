@@ -1164,6 +1164,19 @@ func checkTokenizer(dir string, vocab int) error {
 	return nil
 }
 
+// readJSONMap reads the JSON object in path (a config.json to add to) as a map.
+func readJSONMap(path string) (map[string]any, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return m, nil
+}
+
 func writeJSON(path string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {

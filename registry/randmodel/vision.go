@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 
 	"github.com/mlxg/mlxg/registry/safetensors"
@@ -58,12 +57,8 @@ func AddQwenVisionHF(dir string, v QwenVision, seed uint64) error {
 
 func addQwenVision(dir string, v QwenVision, seed uint64, hf bool) error {
 	cfgPath := filepath.Join(dir, "config.json")
-	raw, err := os.ReadFile(cfgPath)
+	cfg, err := readJSONMap(cfgPath)
 	if err != nil {
-		return err
-	}
-	var cfg map[string]any
-	if err := json.Unmarshal(raw, &cfg); err != nil {
 		return err
 	}
 	text, ok := cfg["text_config"].(map[string]any)
