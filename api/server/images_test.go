@@ -270,31 +270,7 @@ func TestImagesGemma3(t *testing.T) {
 	if _, err := create.Convert(context.Background(), hf, mlx, create.Options{Bits: 4, GroupSize: 32}); err != nil {
 		t.Fatal(err)
 	}
-	ts := newTestServer(t, sched.Config{})
-	n, _ := registry.ParseName("gem")
-	if _, err := ts.srv.cfg.Store.ImportDir(context.Background(), n, mlx); err != nil {
-		t.Fatal(err)
-	}
-	if _, b := ts.post(t, "/api/show", `{"model":"gem"}`); !strings.Contains(string(b), `"vision"`) {
-		t.Errorf("/api/show of Gemma 3 with its tower: %.500s", b)
-	}
-	png64 := base64.StdEncoding.EncodeToString(testPNG(t, 64, 48, 5))
-	for _, c := range []struct{ path, body string }{
-		{"/api/chat", `{"model":"gem","stream":false,"options":{"num_predict":3,"temperature":0},"messages":[{"role":"user","content":"What is this?","images":["` + png64 + `"]}]}`},
-		{"/v1/chat/completions", `{"model":"gem","max_tokens":3,"temperature":0,"messages":[{"role":"user","content":[{"type":"text","text":"What?"},{"type":"image_url","image_url":{"url":"data:image/png;base64,` + png64 + `"}}]}]}`},
-	} {
-		resp, b := ts.post(t, c.path, c.body)
-		var r struct {
-			PromptEvalCount int `json:"prompt_eval_count"`
-			Usage           struct {
-				PromptTokens int `json:"prompt_tokens"`
-			} `json:"usage"`
-		}
-		_ = json.Unmarshal(b, &r)
-		if resp.StatusCode != 200 || max(r.PromptEvalCount, r.Usage.PromptTokens) < 16+4 {
-			t.Errorf("%s with an image: %d %.300s", c.path, resp.StatusCode, b)
-		}
-	}
+	checkServedImage(t, "gem", mlx, 16+4)
 }
 
 // TestImagesGemma4: a multimodal Gemma 4 with a tower in Hugging Face's layout, converted by
@@ -321,32 +297,8 @@ func TestImagesGemma4(t *testing.T) {
 	if _, err := create.Convert(context.Background(), hf, mlx, create.Options{Bits: 4, GroupSize: 32}); err != nil {
 		t.Fatal(err)
 	}
-	ts := newTestServer(t, sched.Config{})
-	n, _ := registry.ParseName("gem4")
-	if _, err := ts.srv.cfg.Store.ImportDir(context.Background(), n, mlx); err != nil {
-		t.Fatal(err)
-	}
-	if _, b := ts.post(t, "/api/show", `{"model":"gem4"}`); !strings.Contains(string(b), `"vision"`) {
-		t.Errorf("/api/show of Gemma 4 with its tower: %.500s", b)
-	}
 	// 64×48 pixels: 56×72 after the resize, 14×18 patches, 63 tokens.
-	png64 := base64.StdEncoding.EncodeToString(testPNG(t, 64, 48, 5))
-	for _, c := range []struct{ path, body string }{
-		{"/api/chat", `{"model":"gem4","stream":false,"options":{"num_predict":3,"temperature":0},"messages":[{"role":"user","content":"What is this?","images":["` + png64 + `"]}]}`},
-		{"/v1/chat/completions", `{"model":"gem4","max_tokens":3,"temperature":0,"messages":[{"role":"user","content":[{"type":"text","text":"What?"},{"type":"image_url","image_url":{"url":"data:image/png;base64,` + png64 + `"}}]}]}`},
-	} {
-		resp, b := ts.post(t, c.path, c.body)
-		var r struct {
-			PromptEvalCount int `json:"prompt_eval_count"`
-			Usage           struct {
-				PromptTokens int `json:"prompt_tokens"`
-			} `json:"usage"`
-		}
-		_ = json.Unmarshal(b, &r)
-		if resp.StatusCode != 200 || max(r.PromptEvalCount, r.Usage.PromptTokens) < 63+2 {
-			t.Errorf("%s with an image: %d %.300s", c.path, resp.StatusCode, b)
-		}
-	}
+	checkServedImage(t, "gem4", mlx, 63+2)
 }
 
 // TestResponsesImagePositions: /v1/responses keeps an input_image wherever OpenAI's input items take one (a
@@ -556,5 +508,37 @@ func TestVisionPixelBudgetLowered(t *testing.T) {
 	}
 	if _, err := loader(base-1<<20).Plan(lm, 256, 0); err == nil {
 		t.Error("a load with no room for the model itself was planned")
+	}
+}
+
+// checkServedImage imports the converted checkpoint in dir as name into a test server and
+// checks that /api/show lists vision and that Ollama's and OpenAI's chat APIs answer a
+// 64×48 image with a prompt of at least minPrompt tokens (the image's and its frame's).
+func checkServedImage(t *testing.T, name, dir string, minPrompt int) {
+	t.Helper()
+	ts := newTestServer(t, sched.Config{})
+	n, _ := registry.ParseName(name)
+	if _, err := ts.srv.cfg.Store.ImportDir(context.Background(), n, dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, b := ts.post(t, "/api/show", `{"model":"`+name+`"}`); !strings.Contains(string(b), `"vision"`) {
+		t.Errorf("/api/show of %s with its tower: %.500s", name, b)
+	}
+	png64 := base64.StdEncoding.EncodeToString(testPNG(t, 64, 48, 5))
+	for _, c := range []struct{ path, body string }{
+		{"/api/chat", `{"model":"` + name + `","stream":false,"options":{"num_predict":3,"temperature":0},"messages":[{"role":"user","content":"What is this?","images":["` + png64 + `"]}]}`},
+		{"/v1/chat/completions", `{"model":"` + name + `","max_tokens":3,"temperature":0,"messages":[{"role":"user","content":[{"type":"text","text":"What?"},{"type":"image_url","image_url":{"url":"data:image/png;base64,` + png64 + `"}}]}]}`},
+	} {
+		resp, b := ts.post(t, c.path, c.body)
+		var r struct {
+			PromptEvalCount int `json:"prompt_eval_count"`
+			Usage           struct {
+				PromptTokens int `json:"prompt_tokens"`
+			} `json:"usage"`
+		}
+		_ = json.Unmarshal(b, &r)
+		if resp.StatusCode != 200 || max(r.PromptEvalCount, r.Usage.PromptTokens) < minPrompt {
+			t.Errorf("%s with an image: %d %.300s", c.path, resp.StatusCode, b)
+		}
 	}
 }
